@@ -1,0 +1,68 @@
+/* dtrain base layer: status codes, error text, data types and reduction ops.
+ *
+ * Every call in libdtrain that can fail returns a dt_status: DT_OK (0) on
+ * success or a negative code.  The human-readable detail of the last failure
+ * on the calling thread is available from dt_last_error().  The library never
+ * exits or aborts the process on bad input and never prints on success. */
+#ifndef DTRAIN_BASE_H
+#define DTRAIN_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    DT_OK = 0,
+    DT_ERR_INVALID = -1,  /* bad argument, config or environment */
+    DT_ERR_NOMEM = -2,    /* allocation failed */
+    DT_ERR_SYSTEM = -3,   /* a system call failed (errno text in the message) */
+    DT_ERR_TIMEOUT = -4,  /* a deadline (DT_TIMEOUT) passed */
+    DT_ERR_PEER = -5,     /* a peer died, disconnected or sent malformed bytes */
+    DT_ERR_AUTH = -6,     /* job token check failed */
+    DT_ERR_PROTOCOL = -7, /* malformed message */
+    DT_ERR_TRUNCATE = -8, /* incoming message larger than the receive buffer */
+    DT_ERR_ABORTED = -9,  /* the communicator was aborted (locally or by a peer) */
+    DT_ERR_INTERNAL = -10
+} dt_status;
+
+/* Short constant name of a status code ("DT_ERR_PEER"). */
+const char *dt_status_name(dt_status s);
+
+/* Detail of the last failure on this thread ("" when none). */
+const char *dt_last_error(void);
+
+typedef enum {
+    DT_F32 = 0,
+    DT_F64,
+    DT_F16,
+    DT_BF16,
+    DT_I32,
+    DT_I64,
+    DT_U8,
+    DT_DTYPE_COUNT
+} dt_dtype;
+
+typedef enum { DT_SUM = 0, DT_PROD, DT_MIN, DT_MAX, DT_AVG, DT_REDOP_COUNT } dt_redop;
+
+/* Size in bytes of one element; 0 for an invalid dtype. */
+size_t dt_dtype_size(dt_dtype t);
+/* "f32", "bf16", ...; NULL for an invalid value. */
+const char *dt_dtype_name(dt_dtype t);
+const char *dt_redop_name(dt_redop op);
+/* Parse a name back; DT_ERR_INVALID when unknown. */
+dt_status dt_dtype_parse(const char *name, dt_dtype *out);
+dt_status dt_redop_parse(const char *name, dt_redop *out);
+
+/* IEEE binary16 and bfloat16 conversions (round to nearest even). */
+uint16_t dt_f32_to_f16(float f);
+float dt_f16_to_f32(uint16_t h);
+uint16_t dt_f32_to_bf16(float f);
+float dt_bf16_to_f32(uint16_t b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

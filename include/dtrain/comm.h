@@ -1,0 +1,117 @@
+/* dtrain communicator: point-to-point and collective operations between the
+ * ranks of a job.
+ *
+ * Conventions for every call below:
+ *  - counts are in elements of `dtype`; any count including 0 is allowed;
+ *  - in-place: pass the same pointer as send and receive buffer (see each
+ *    collective for where the input is taken from);
+ *  - every call returns DT_OK or a negative dt_status, with the detail in
+ *    dt_last_error();
+ *  - every blocking call has a deadline of DT_TIMEOUT seconds (default 600);
+ *  - a peer that dies or disconnects, a deadline, or an abort makes this and
+ *    every later call on the communicator (and on communicators split from
+ *    the same job) fail, with DT_ERR_PEER / DT_ERR_TIMEOUT / DT_ERR_ABORTED
+ *    and a message naming the rank and its host:port;
+ *  - results are bitwise identical on every rank and from run to run (the
+ *    reduction order is fixed by the algorithm, never by timing);
+ *  - collectives must be called by every rank of the communicator in the same
+ *    order; a communicator is used by one thread at a time. */
+#ifndef DTRAIN_COMM_H
+#define DTRAIN_COMM_H
+
+#include <stddef.h>
+
+#include "dtrain/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_comm dt_comm;
+typedef struct dt_request dt_request;
+
+/* Largest user tag (tags are 0..DT_TAG_MAX). */
+#define DT_TAG_MAX 0x3fffffff
+/* Colour for dt_comm_split meaning "not in any new communicator". */
+#define DT_UNDEFINED (-1)
+
+/* Create the world communicator from the environment:
+ *   DT_RANK, DT_WORLD_SIZE, DT_LOCAL_RANK, DT_LOCAL_WORLD_SIZE,
+ *   DT_MASTER_ADDR, DT_MASTER_PORT, DT_JOB_TOKEN, DT_TIMEOUT, DT_STORE;
+ * when DT_RANK/DT_WORLD_SIZE are absent they are taken from OpenMPI
+ * (OMPI_COMM_WORLD_RANK/SIZE), PMI (PMI_RANK/PMI_SIZE) or Slurm
+ * (SLURM_PROCID/SLURM_NTASKS); with none of them the world has one rank.
+ * Ranks meet through the rendezvous store at DT_MASTER_ADDR:DT_MASTER_PORT,
+ * served by rank 0 unless DT_STORE=external (dtrun serves it). */
+dt_status dt_comm_init_env(dt_comm **out);
+
+int dt_comm_rank(const dt_comm *c);
+int dt_comm_size(const dt_comm *c);
+/* Rank among the ranks on this host, and their number (from the launcher). */
+int dt_comm_local_rank(const dt_comm *c);
+int dt_comm_local_size(const dt_comm *c);
+
+/* MPI_Comm_split: ranks with the same colour form a new communicator, ordered
+ * by (key, rank in c).  Collective over c.  A rank passing DT_UNDEFINED gets
+ * *out = NULL.  Sub-communicators share the parent's connections. */
+dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out);
+
+/* Tell every rank the job is aborting (they fail with DT_ERR_ABORTED and see
+ * `reason`), then fail locally.  Returns DT_ERR_ABORTED.  The caller decides
+ * whether to exit; the communicator must still be destroyed. */
+dt_status dt_comm_abort(dt_comm *c, const char *reason);
+
+/* Free a communicator.  For the world communicator this waits until every
+ * rank has destroyed it too (so no message is lost), then closes all
+ * connections.  Returns the first error the communicator saw, if any. */
+dt_status dt_comm_destroy(dt_comm *c);
+
+/* ---- point to point (tag 0..DT_TAG_MAX; messages between a pair of ranks
+ * with the same tag arrive in the order sent) ---- */
+dt_status dt_send(const void *buf, size_t count, dt_dtype dtype, int peer, int tag, dt_comm *c);
+/* Receives at most count elements; *received (optional) gets the count. */
+dt_status dt_recv(void *buf, size_t count, dt_dtype dtype, int peer, int tag, dt_comm *c,
+                  size_t *received);
+/* Nonblocking versions; the buffer must stay valid until dt_wait/dt_test
+ * reports completion, which also frees the request. */
+dt_status dt_isend(const void *buf, size_t count, dt_dtype dtype, int peer, int tag, dt_comm *c,
+                   dt_request **req);
+dt_status dt_irecv(void *buf, size_t count, dt_dtype dtype, int peer, int tag, dt_comm *c,
+                   dt_request **req);
+/* Wait for completion (freeing the request); *received is optional. */
+dt_status dt_wait(dt_request *req, size_t *received);
+/* *done = 1 (request freed, result returned) or 0 (still pending). */
+dt_status dt_test(dt_request *req, int *done, size_t *received);
+
+/* ---- collectives ---- */
+dt_status dt_barrier(dt_comm *c);
+/* buf on root is sent to every rank's buf. */
+dt_status dt_broadcast(void *buf, size_t count, dt_dtype dtype, int root, dt_comm *c);
+/* recv (significant on root only) = OP over ranks of send. */
+dt_status dt_reduce(const void *send, void *recv, size_t count, dt_dtype dtype, dt_redop op,
+                    int root, dt_comm *c);
+dt_status dt_allreduce(const void *send, void *recv, size_t count, dt_dtype dtype, dt_redop op,
+                       dt_comm *c);
+/* send holds size*recvcount elements; rank r gets block r of the reduction.
+ * In place (send == recv): input in recv, result at the start of recv. */
+dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_dtype dtype,
+                            dt_redop op, dt_comm *c);
+/* recv holds size*sendcount elements, block r from rank r.  In place
+ * (send == recv): each rank's input is already at its block of recv. */
+dt_status dt_allgather(const void *send, void *recv, size_t sendcount, dt_dtype dtype, dt_comm *c);
+/* Like allgather, result on root only (recv ignored elsewhere).  In place on
+ * root: its input is already at its block. */
+dt_status dt_gather(const void *send, void *recv, size_t sendcount, dt_dtype dtype, int root,
+                    dt_comm *c);
+/* Root's send holds size*recvcount elements; rank r receives block r.  In
+ * place on root (recv == send): root's block stays where it is. */
+dt_status dt_scatter(const void *send, void *recv, size_t recvcount, dt_dtype dtype, int root,
+                     dt_comm *c);
+/* Block j of send goes to rank j, arriving as block r of its recv.
+ * In place: send == recv. */
+dt_status dt_alltoall(const void *send, void *recv, size_t count, dt_dtype dtype, dt_comm *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,11 @@
+/* dtrain: distributed deep-learning training in C.  Includes every public header. */
+#ifndef DTRAIN_DTRAIN_H
+#define DTRAIN_DTRAIN_H
+
+#include "dtrain/base.h"
+#include "dtrain/comm.h"
+#include "dtrain/store.h"
+
+#define DTRAIN_VERSION "0.1.0"
+
+#endif

@@ -1,0 +1,86 @@
+#include "base/env.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/status.h"
+
+static const dt__tunable tunables[] = {
+    {"DT_RANK", NULL, "rank of this process in the job (0..DT_WORLD_SIZE-1)"},
+    {"DT_WORLD_SIZE", NULL, "number of ranks in the job"},
+    {"DT_LOCAL_RANK", "0", "rank among the processes on this host"},
+    {"DT_LOCAL_WORLD_SIZE", "1", "number of ranks on this host"},
+    {"DT_MASTER_ADDR", "127.0.0.1", "address of the rendezvous store"},
+    {"DT_MASTER_PORT", "29500", "TCP port of the rendezvous store"},
+    {"DT_JOB_TOKEN", NULL, "shared secret of the job; proves membership (HMAC, never sent)"},
+    {"DT_STORE", "rank0", "who serves the rendezvous store: rank0 or external (dtrun)"},
+    {"DT_TIMEOUT", "600", "seconds any blocking call may wait before DT_ERR_TIMEOUT"},
+    {"DT_ALGO", "auto", "force a collective algorithm: auto, ring, rd (recursive doubling)"},
+    {"DT_RING_SEGMENT", "262144", "bytes per pipelined segment of the ring algorithms"},
+    {"DT_SMALL_MSG", "65536", "messages up to this many bytes use recursive doubling / trees"},
+    {"DT_SOCKET_BUFFER", "4194304", "SO_SNDBUF/SO_RCVBUF bytes of peer connections"},
+    {"DT_IFADDR", NULL, "IPv4 address to listen on for peers (default: the one that reaches the store)"},
+    {"DT_DEBUG", "warn", "log level: warn, info, trace"},
+    {NULL, NULL, NULL},
+};
+
+const dt__tunable *dt__tunables(void) { return tunables; }
+
+static const dt__tunable *find(const char *name)
+{
+    for (const dt__tunable *t = tunables; t->name; t++)
+        if (strcmp(t->name, name) == 0)
+            return t;
+    return NULL;
+}
+
+const char *dt__env_str(const char *name)
+{
+    const char *v = getenv(name);
+    return (v && *v) ? v : NULL;
+}
+
+dt_status dt__parse_int(const char *text, int64_t min, int64_t max, int64_t *out)
+{
+    if (!text || !*text)
+        return dt__fail(DT_ERR_INVALID, "empty number");
+    errno = 0;
+    char *end = NULL;
+    long long v = strtoll(text, &end, 10);
+    if (errno || *end != '\0')
+        return dt__fail(DT_ERR_INVALID, "'%s' is not an integer", text);
+    if (v < min || v > max)
+        return dt__fail(DT_ERR_INVALID, "%lld is out of range [%lld, %lld]", v, (long long)min,
+                        (long long)max);
+    *out = v;
+    return DT_OK;
+}
+
+dt_status dt__env_int(const char *name, int64_t min, int64_t max, int64_t *out)
+{
+    const char *v = dt__env_str(name);
+    if (!v) {
+        const dt__tunable *t = find(name);
+        if (!t || !t->default_value)
+            return dt__fail(DT_ERR_INVALID, "environment variable %s is not set", name);
+        v = t->default_value;
+    }
+    if (dt__parse_int(v, min, max, out) != DT_OK)
+        return dt__wrap(DT_ERR_INVALID, "environment variable %s: ", name);
+    return DT_OK;
+}
+
+void dt__env_log_all(void)
+{
+    if (!dt__log_enabled(DT_LOG_INFO))
+        return;
+    for (const dt__tunable *t = tunables; t->name; t++) {
+        const char *v = dt__env_str(t->name);
+        if (strcmp(t->name, "DT_JOB_TOKEN") == 0 && v)
+            v = "(set, hidden)";
+        DT_INFO("%s=%s%s", t->name, v ? v : (t->default_value ? t->default_value : "(unset)"),
+                v ? "" : " (default)");
+    }
+}

@@ -1,0 +1,157 @@
+#include "base/reduce.h"
+
+#include <stdint.h>
+
+/* Plain loops the compiler vectorises; a/b/out may alias, so no restrict. */
+#define DEFINE_NATIVE(NAME, T)                                                        \
+    static void NAME(T *out, const T *a, const T *b, size_t n, dt_redop op)           \
+    {                                                                                 \
+        switch (op) {                                                                 \
+        case DT_SUM:                                                                  \
+        case DT_AVG:                                                                  \
+            for (size_t i = 0; i < n; i++)                                            \
+                out[i] = (T)(a[i] + b[i]);                                            \
+            break;                                                                    \
+        case DT_PROD:                                                                 \
+            for (size_t i = 0; i < n; i++)                                            \
+                out[i] = (T)(a[i] * b[i]);                                            \
+            break;                                                                    \
+        case DT_MIN:                                                                  \
+            for (size_t i = 0; i < n; i++)                                            \
+                out[i] = b[i] < a[i] ? b[i] : a[i];                                   \
+            break;                                                                    \
+        case DT_MAX:                                                                  \
+            for (size_t i = 0; i < n; i++)                                            \
+                out[i] = b[i] > a[i] ? b[i] : a[i];                                   \
+            break;                                                                    \
+        default:                                                                      \
+            break;                                                                    \
+        }                                                                             \
+    }
+
+DEFINE_NATIVE(reduce_f32, float)
+DEFINE_NATIVE(reduce_f64, double)
+DEFINE_NATIVE(reduce_i32, int32_t)
+DEFINE_NATIVE(reduce_i64, int64_t)
+
+/* u8 arithmetic wraps modulo 256; done in unsigned int to avoid promotion UB. */
+static void reduce_u8(uint8_t *out, const uint8_t *a, const uint8_t *b, size_t n, dt_redop op)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned x = a[i], y = b[i];
+        switch (op) {
+        case DT_SUM:
+        case DT_AVG: out[i] = (uint8_t)(x + y); break;
+        case DT_PROD: out[i] = (uint8_t)(x * y); break;
+        case DT_MIN: out[i] = (uint8_t)(y < x ? y : x); break;
+        case DT_MAX: out[i] = (uint8_t)(y > x ? y : x); break;
+        default: break;
+        }
+    }
+}
+
+/* Signed integer overflow is wrapped explicitly (two's complement) rather than UB. */
+static void reduce_int_wrapping(void *out, const void *a, const void *b, size_t n, dt_dtype t,
+                                dt_redop op)
+{
+    if (op == DT_MIN || op == DT_MAX) {
+        if (t == DT_I32)
+            reduce_i32(out, a, b, n, op);
+        else
+            reduce_i64(out, a, b, n, op);
+        return;
+    }
+    if (t == DT_I32) {
+        uint32_t *o = out;
+        const uint32_t *x = a, *y = b;
+        for (size_t i = 0; i < n; i++)
+            o[i] = op == DT_PROD ? x[i] * y[i] : x[i] + y[i];
+    } else {
+        uint64_t *o = out;
+        const uint64_t *x = a, *y = b;
+        for (size_t i = 0; i < n; i++)
+            o[i] = op == DT_PROD ? x[i] * y[i] : x[i] + y[i];
+    }
+}
+
+typedef float (*to_f32_fn)(uint16_t);
+typedef uint16_t (*from_f32_fn)(float);
+
+/* Half types: widen a block to f32, combine, round back once. */
+static void reduce_half(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n, dt_redop op,
+                        to_f32_fn widen, from_f32_fn narrow)
+{
+    enum { BLOCK = 256 };
+    float fa[BLOCK], fb[BLOCK];
+    for (size_t base = 0; base < n; base += BLOCK) {
+        size_t m = n - base < BLOCK ? n - base : BLOCK;
+        for (size_t i = 0; i < m; i++) {
+            fa[i] = widen(a[base + i]);
+            fb[i] = widen(b[base + i]);
+        }
+        reduce_f32(fa, fa, fb, m, op);
+        for (size_t i = 0; i < m; i++)
+            out[base + i] = narrow(fa[i]);
+    }
+}
+
+void dt__reduce(void *out, const void *a, const void *b, size_t count, dt_dtype t, dt_redop op)
+{
+    switch (t) {
+    case DT_F32: reduce_f32(out, a, b, count, op); break;
+    case DT_F64: reduce_f64(out, a, b, count, op); break;
+    case DT_I32:
+    case DT_I64: reduce_int_wrapping(out, a, b, count, t, op); break;
+    case DT_U8: reduce_u8(out, a, b, count, op); break;
+    case DT_F16: reduce_half(out, a, b, count, op, dt_f16_to_f32, dt_f32_to_f16); break;
+    case DT_BF16: reduce_half(out, a, b, count, op, dt_bf16_to_f32, dt_f32_to_bf16); break;
+    default: break;
+    }
+}
+
+void dt__reduce_finish(void *buf, size_t count, dt_dtype t, dt_redop op, int n)
+{
+    if (op != DT_AVG || n <= 1)
+        return;
+    switch (t) {
+    case DT_F32: {
+        float *p = buf;
+        for (size_t i = 0; i < count; i++)
+            p[i] /= (float)n;
+        break;
+    }
+    case DT_F64: {
+        double *p = buf;
+        for (size_t i = 0; i < count; i++)
+            p[i] /= (double)n;
+        break;
+    }
+    case DT_I32: {
+        int32_t *p = buf;
+        for (size_t i = 0; i < count; i++)
+            p[i] /= n;
+        break;
+    }
+    case DT_I64: {
+        int64_t *p = buf;
+        for (size_t i = 0; i < count; i++)
+            p[i] /= n;
+        break;
+    }
+    case DT_U8: {
+        uint8_t *p = buf;
+        for (size_t i = 0; i < count; i++)
+            p[i] = (uint8_t)(p[i] / n);
+        break;
+    }
+    case DT_F16:
+    case DT_BF16: {
+        uint16_t *p = buf;
+        for (size_t i = 0; i < count; i++)
+            p[i] = t == DT_F16 ? dt_f32_to_f16(dt_f16_to_f32(p[i]) / (float)n)
+                               : dt_f32_to_bf16(dt_bf16_to_f32(p[i]) / (float)n);
+        break;
+    }
+    default: break;
+    }
+}

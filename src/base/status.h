@@ -1,0 +1,26 @@
+/* Internal error reporting: set the thread-local message and return a code. */
+#ifndef DT_BASE_STATUS_H
+#define DT_BASE_STATUS_H
+
+#include "dtrain/base.h"
+
+/* Record a formatted message for dt_last_error() and return `code`. */
+dt_status dt__fail(dt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Like dt__fail, appending ": strerror(errno)". */
+dt_status dt__fail_errno(dt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prefix the current message with more context ("allreduce: " + old). */
+dt_status dt__wrap(dt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Propagate a failure; at DT_DEBUG=trace logs file:line, giving a backtrace. */
+#define DT_CHECK(call)                                                   \
+    do {                                                                 \
+        dt_status dt__s = (call);                                        \
+        if (dt__s != DT_OK) {                                            \
+            dt__trace_failure(__FILE__, __LINE__, #call, dt__s);         \
+            return dt__s;                                                \
+        }                                                                \
+    } while (0)
+
+void dt__trace_failure(const char *file, int line, const char *expr, dt_status s);
+
+#endif

@@ -1,0 +1,51 @@
+/* Helpers every collective algorithm is written against, and the algorithm
+ * entry points (one file per collective or algorithm family). */
+#ifndef DT_COMM_COLL_H
+#define DT_COMM_COLL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "comm/comm_internal.h"
+
+/* State of one collective call: its sequence number and deadline. */
+typedef struct {
+    dt_comm *c;
+    const char *op;
+    uint64_t seq;
+    int64_t deadline;
+} dt__coll;
+
+dt_status dt__comm_check(dt_comm *c, const char *op);
+/* Validate the communicator and take the next collective sequence number. */
+dt_status dt__coll_begin(dt__coll *k, dt_comm *c, const char *op);
+/* Post a send / receive of `len` bytes to comm rank `peer` with a sub-tag. */
+dt_status dt__coll_send(dt__coll *k, dt__req *r, int peer, uint32_t subtag, const void *buf, size_t len);
+dt_status dt__coll_recv(dt__coll *k, dt__req *r, int peer, uint32_t subtag, void *buf, size_t len);
+dt_status dt__coll_wait(dt__coll *k, dt__req *rs, size_t n);
+dt_status dt__coll_progress(dt__coll *k);
+/* Any failure inside a collective leaves peers mid-protocol: fail the engine
+ * (cancelling every pending request) and prefix the message with the op. */
+dt_status dt__coll_error(dt__coll *k, dt_status s);
+/* Choose ring or latency-optimal for `bytes` (DT_ALGO overrides). */
+bool dt__coll_use_ring(const dt_comm *c, size_t bytes);
+/* Check a (send, recv) pair: same pointer (in place) or disjoint ranges. */
+dt_status dt__coll_check_buffers(const char *op, const void *send, size_t send_bytes, const void *recv,
+                                 size_t recv_bytes);
+dt_status dt__check_dtype_op(const char *op, dt_dtype t, dt_redop r);
+
+/* Pipelined ring over `n` blocks of buf (block b at offsets[b], lengths[b]
+ * elements).  Phase RS: after it rank r holds the reduction of block r.
+ * Phase AG: every rank ends with every block, block r taken from rank r. */
+enum { DT_RING_RS = 1, DT_RING_AG = 2 };
+dt_status dt__ring_run(dt__coll *k, void *buf, const size_t *offsets, const size_t *lengths, dt_dtype t,
+                       dt_redop op, int phases);
+/* Equal-ish blocks of `count` (the first count % n get one more). */
+void dt__split_blocks(size_t count, int n, size_t *offsets, size_t *lengths);
+
+/* Latency-optimal building blocks. */
+dt_status dt__rd_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op);
+dt_status dt__tree_bcast(dt__coll *k, void *buf, size_t bytes, int root);
+dt_status dt__chain_bcast(dt__coll *k, void *buf, size_t bytes, int root);
+
+#endif

@@ -1,0 +1,150 @@
+/* Communicator life cycle: creation from the environment, accessors, abort
+ * and destruction. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/env.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "comm/comm_internal.h"
+#include "comm/launch_env.h"
+#include "dtrain/store.h"
+
+#define WORLD_COMM_ID 1u
+
+static dt_status read_tunables(dt_comm *c)
+{
+    const char *algo = dt__env_str("DT_ALGO");
+    if (!algo || strcmp(algo, "auto") == 0)
+        c->algo = DT_ALGO_AUTO;
+    else if (strcmp(algo, "ring") == 0)
+        c->algo = DT_ALGO_RING;
+    else if (strcmp(algo, "rd") == 0)
+        c->algo = DT_ALGO_RD;
+    else
+        return dt__fail(DT_ERR_INVALID, "DT_ALGO='%s': expected auto, ring or rd", algo);
+    int64_t v;
+    DT_CHECK(dt__env_int("DT_RING_SEGMENT", 1024, 1LL << 30, &v));
+    c->segment_bytes = (size_t)v;
+    DT_CHECK(dt__env_int("DT_SMALL_MSG", 0, 1LL << 30, &v));
+    c->small_bytes = (size_t)v;
+    return DT_OK;
+}
+
+static void world_release(dt__world *w)
+{
+    if (--w->refs > 0)
+        return;
+    if (!w->engine_closed)
+        dt__engine_destroy(w->eng);
+    dt_store_close(w->store);
+    dt_store_server_stop(w->server);
+    free(w);
+}
+
+static dt_status init_world(const dt__launch_env *env, dt__world *w)
+{
+    int64_t sockbuf;
+    DT_CHECK(dt__env_int("DT_SOCKET_BUFFER", 0, 1LL << 30, &sockbuf));
+    dt__engine_config cfg = {.rank = env->rank, .size = env->size, .token = env->token,
+                             .key_prefix = "w", .timeout_s = env->timeout_s, .sock_buffer = (int)sockbuf,
+                             .listen_ip = dt__env_str("DT_IFADDR")};
+    if (env->size > 1) {
+        if (env->serve_store)
+            DT_CHECK(dt_store_server_start("0.0.0.0", env->master_port, env->token, &w->server));
+        DT_CHECK(dt_store_connect(env->master_host, env->master_port, env->token,
+                                   env->timeout_s, &w->store));
+    }
+    return dt__engine_create(&cfg, w->store, &w->eng);
+}
+
+dt_status dt_comm_init_env(dt_comm **out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_INVALID, "dt_comm_init_env: out is NULL");
+    *out = NULL;
+    dt__launch_env env;
+    DT_CHECK(dt__launch_env_read(&env));
+    dt__log_set_rank(env.rank);
+    dt__env_log_all();
+    dt_comm *c = calloc(1, sizeof *c);
+    dt__world *w = calloc(1, sizeof *w);
+    if (c)
+        c->ranks = malloc((size_t)env.size * sizeof *c->ranks);
+    if (!c || !w || !c->ranks) {
+        if (c)
+            free(c->ranks);
+        free(c);
+        free(w);
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    }
+    w->refs = 1;
+    c->world = w;
+    c->rank = env.rank;
+    c->size = env.size;
+    c->local_rank = env.local_rank;
+    c->local_size = env.local_size;
+    c->id = WORLD_COMM_ID;
+    c->timeout_s = env.timeout_s;
+    for (int i = 0; i < env.size; i++)
+        c->ranks[i] = i;
+    dt_status s = read_tunables(c);
+    if (s == DT_OK)
+        s = init_world(&env, w);
+    if (s != DT_OK) {
+        w->engine_closed = w->eng == NULL;
+        free(c->ranks);
+        free(c);
+        world_release(w);
+        return s;
+    }
+    DT_INFO("rank %d of %d joined (launcher %s, store %s:%d)", env.rank, env.size, env.launcher,
+            env.master_host, env.master_port);
+    *out = c;
+    return DT_OK;
+}
+
+int dt_comm_rank(const dt_comm *c) { return c ? c->rank : -1; }
+int dt_comm_size(const dt_comm *c) { return c ? c->size : 0; }
+int dt_comm_local_rank(const dt_comm *c) { return c ? c->local_rank : -1; }
+int dt_comm_local_size(const dt_comm *c) { return c ? c->local_size : 0; }
+
+dt_status dt_comm_abort(dt_comm *c, const char *reason)
+{
+    if (!c)
+        return dt__fail(DT_ERR_INVALID, "dt_comm_abort: communicator is NULL");
+    if (c->world->engine_closed)
+        return dt__fail(DT_ERR_ABORTED, "aborted: %s", reason ? reason : "");
+    return dt__engine_abort(c->world->eng, reason);
+}
+
+dt_status dt_comm_destroy(dt_comm *c)
+{
+    if (!c)
+        return DT_OK;
+    dt__world *w = c->world;
+    dt_status s = DT_OK;
+    if (c->id == WORLD_COMM_ID && !w->engine_closed) {
+        s = dt__engine_destroy(w->eng);
+        w->engine_closed = true;
+    }
+    free(c->ranks);
+    free(c);
+    world_release(w);
+    return s;
+}
+
+/* Every collective starts here: a healthy engine and the next sequence number. */
+dt_status dt__comm_check(dt_comm *c, const char *op)
+{
+    if (!c)
+        return dt__fail(DT_ERR_INVALID, "%s: communicator is NULL", op);
+    if (c->world->engine_closed)
+        return dt__fail(DT_ERR_INVALID, "%s: the world communicator was already destroyed", op);
+    dt_status s = dt__engine_status(c->world->eng);
+    if (s != DT_OK)
+        return dt__wrap(s, "%s: ", op);
+    return DT_OK;
+}

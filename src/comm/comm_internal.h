@@ -1,0 +1,50 @@
+/* Communicator internals shared by the files of src/comm. */
+#ifndef DT_COMM_INTERNAL_H
+#define DT_COMM_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtrain/comm.h"
+#include "transport/engine.h"
+
+struct dt_store_server;
+struct dt_store_client;
+
+/* State shared by the world communicator and everything split from it. */
+typedef struct {
+    dt__engine *eng;
+    struct dt_store_server *server; /* when this rank serves the store */
+    struct dt_store_client *store;
+    int refs;
+    bool engine_closed;
+} dt__world;
+
+typedef enum { DT_ALGO_AUTO = 0, DT_ALGO_RING, DT_ALGO_RD } dt__algo;
+
+struct dt_comm {
+    dt__world *world;
+    int rank, size;
+    int local_rank, local_size;
+    int *ranks; /* comm rank -> world rank */
+    uint32_t id;
+    uint64_t coll_seq;  /* collectives issued on this communicator */
+    uint64_t split_seq; /* splits issued (derives child ids) */
+    uint64_t p2p_seq;
+    double timeout_s;
+    dt__algo algo;
+    size_t segment_bytes; /* ring pipeline segment */
+    size_t small_bytes;   /* at or below: latency-optimal algorithms */
+};
+
+struct dt_request {
+    dt_comm *comm;
+    size_t elem; /* bytes per element, to report counts */
+    dt__req req;
+};
+
+/* Tags of collective messages: bit 30 set, the low bits a sub-tag. */
+#define DT__TAG_COLL 0x40000000
+#define DT__SUBTAG_MAX 0x3fffffff
+
+#endif

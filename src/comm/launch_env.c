@@ -1,0 +1,82 @@
+#include "comm/launch_env.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/env.h"
+#include "base/status.h"
+
+typedef struct {
+    const char *launcher, *rank, *size, *local_rank, *local_size;
+} source;
+
+static const source sources[] = {
+    {"dtrun", "DT_RANK", "DT_WORLD_SIZE", "DT_LOCAL_RANK", "DT_LOCAL_WORLD_SIZE"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+};
+
+static dt_status read_int(const char *name, int64_t min, int64_t max, int fallback, int *out)
+{
+    const char *v = dt__env_str(name);
+    if (!v) {
+        *out = fallback;
+        return DT_OK;
+    }
+    int64_t x;
+    if (dt__parse_int(v, min, max, &x) != DT_OK)
+        return dt__wrap(DT_ERR_INVALID, "environment variable %s: ", name);
+    *out = (int)x;
+    return DT_OK;
+}
+
+dt_status dt__launch_env_read(dt__launch_env *e)
+{
+    memset(e, 0, sizeof *e);
+    e->size = 1;
+    e->local_size = 1;
+    e->launcher = "none";
+    for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
+        const source *s = &sources[i];
+        if (!dt__env_str(s->rank) || !dt__env_str(s->size))
+            continue;
+        e->launcher = s->launcher;
+        DT_CHECK(read_int(s->size, 1, 1 << 20, 1, &e->size));
+        DT_CHECK(read_int(s->rank, 0, e->size - 1, 0, &e->rank));
+        DT_CHECK(read_int(s->local_rank, 0, e->size - 1, 0, &e->local_rank));
+        /* Slurm's per-node count may read "4(x2)"; only trust a plain number. */
+        if (read_int(s->local_size, 1, e->size, 1, &e->local_size) != DT_OK)
+            e->local_size = 1;
+        break;
+    }
+    const char *host = dt__env_str("DT_MASTER_ADDR");
+    if (!host)
+        host = dt__env_str("MASTER_ADDR");
+    if (!host)
+        host = "127.0.0.1";
+    if (strlen(host) >= sizeof e->master_host)
+        return dt__fail(DT_ERR_INVALID, "DT_MASTER_ADDR is too long");
+    snprintf(e->master_host, sizeof e->master_host, "%s", host);
+    const char *port_var = dt__env_str("DT_MASTER_PORT") ? "DT_MASTER_PORT"
+                           : dt__env_str("MASTER_PORT")  ? "MASTER_PORT"
+                                                         : "DT_MASTER_PORT";
+    int64_t port;
+    DT_CHECK(dt__env_int(port_var, 1, 65535, &port));
+    e->master_port = (int)port;
+    int64_t timeout;
+    DT_CHECK(dt__env_int("DT_TIMEOUT", 1, 365LL * 86400, &timeout));
+    e->timeout_s = (double)timeout;
+    e->token = dt__env_str("DT_JOB_TOKEN");
+    if (!e->token && e->size > 1)
+        return dt__fail(DT_ERR_INVALID,
+                        "DT_JOB_TOKEN is not set: every rank of a %d-rank job needs the job's token "
+                        "(dtrun sets it; under mpirun pass it with -x DT_JOB_TOKEN, under srun --export)",
+                        e->size);
+    const char *store = dt__env_str("DT_STORE");
+    if (store && strcmp(store, "rank0") != 0 && strcmp(store, "external") != 0)
+        return dt__fail(DT_ERR_INVALID, "DT_STORE='%s': expected rank0 or external", store);
+    e->serve_store = e->rank == 0 && e->size > 1 && !(store && strcmp(store, "external") == 0);
+    return DT_OK;
+}

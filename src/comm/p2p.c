@@ -1,0 +1,103 @@
+/* Point-to-point operations on a communicator. */
+#include <stdlib.h>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "comm/coll.h"
+
+static dt_status post(dt_comm *c, bool is_send, void *buf, size_t count, dt_dtype t, int peer, int tag,
+                      dt_request **out)
+{
+    const char *op = is_send ? "send" : "recv";
+    DT_CHECK(dt__comm_check(c, op));
+    size_t es = dt_dtype_size(t);
+    if (!es)
+        return dt__fail(DT_ERR_INVALID, "%s: invalid dtype %d", op, (int)t);
+    if (peer < 0 || peer >= c->size)
+        return dt__fail(DT_ERR_INVALID, "%s: peer %d is outside the communicator of %d ranks", op, peer, c->size);
+    if (tag < 0 || tag > DT_TAG_MAX)
+        return dt__fail(DT_ERR_INVALID, "%s: tag %d outside 0..%d", op, tag, DT_TAG_MAX);
+    if (count && !buf)
+        return dt__fail(DT_ERR_INVALID, "%s: NULL buffer", op);
+    dt_request *r = calloc(1, sizeof *r);
+    if (!r)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    r->comm = c;
+    r->elem = es;
+    dt__engine *e = c->world->eng;
+    dt_status s = is_send ? dt__engine_isend(e, &r->req, c->ranks[peer], c->id, tag, ++c->p2p_seq, buf, count * es)
+                          : dt__engine_irecv(e, &r->req, c->ranks[peer], c->id, tag, 0, true, buf, count * es);
+    if (s != DT_OK) {
+        free(r);
+        return dt__wrap(s, "%s: ", op);
+    }
+    *out = r;
+    return DT_OK;
+}
+
+dt_status dt_isend(const void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, dt_request **req)
+{
+    return post(c, true, (void *)buf, count, t, peer, tag, req);
+}
+
+dt_status dt_irecv(void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, dt_request **req)
+{
+    return post(c, false, buf, count, t, peer, tag, req);
+}
+
+static dt_status finish(dt_request *r, size_t *received)
+{
+    dt_status s = r->req.status;
+    dt_comm *c = r->comm;
+    if (s != DT_OK && !c->world->engine_closed && dt__engine_status(c->world->eng) != DT_OK)
+        s = dt__engine_status(c->world->eng); /* re-arms the engine's message */
+    else if (s != DT_OK)
+        s = dt__fail(s, "request to/from %s failed (%s)", "peer", dt_status_name(s));
+    if (received && s == DT_OK)
+        *received = (r->req.kind == DT_REQ_RECV ? r->req.received : r->req.len) / r->elem;
+    free(r);
+    return s;
+}
+
+dt_status dt_wait(dt_request *r, size_t *received)
+{
+    if (!r)
+        return dt__fail(DT_ERR_INVALID, "dt_wait: request is NULL");
+    if (r->req.state == DT_REQ_PENDING) {
+        dt_comm *c = r->comm;
+        if (c->world->engine_closed) {
+            free(r);
+            return dt__fail(DT_ERR_INVALID, "dt_wait: the communicator was destroyed");
+        }
+        int64_t deadline = dt__deadline_after(c->timeout_s);
+        dt__engine_wait(c->world->eng, &r->req, deadline);
+    }
+    return finish(r, received);
+}
+
+dt_status dt_test(dt_request *r, int *done, size_t *received)
+{
+    if (!r || !done)
+        return dt__fail(DT_ERR_INVALID, "dt_test: NULL argument");
+    *done = 0;
+    if (r->req.state == DT_REQ_PENDING && !r->comm->world->engine_closed)
+        dt__engine_progress(r->comm->world->eng, 0);
+    if (r->req.state == DT_REQ_PENDING && !r->comm->world->engine_closed)
+        return DT_OK;
+    *done = 1;
+    return finish(r, received);
+}
+
+dt_status dt_send(const void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c)
+{
+    dt_request *r;
+    DT_CHECK(dt_isend(buf, count, t, peer, tag, c, &r));
+    return dt_wait(r, NULL);
+}
+
+dt_status dt_recv(void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, size_t *received)
+{
+    dt_request *r;
+    DT_CHECK(dt_irecv(buf, count, t, peer, tag, c, &r));
+    return dt_wait(r, received);
+}

@@ -1,0 +1,50 @@
+/* Reduce-scatter: the ring's reduce-scatter phase for large messages, a
+ * recursive-doubling allreduce for small ones. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/reduce.h"
+#include "base/status.h"
+#include "comm/coll.h"
+
+dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op, dt_comm *c)
+{
+    DT_CHECK(dt__check_dtype_op("reduce_scatter", t, op));
+    if (!c)
+        return dt__fail(DT_ERR_INVALID, "reduce_scatter: communicator is NULL");
+    size_t es = dt_dtype_size(t), n = (size_t)c->size, bytes = recvcount * es;
+    bool in_place = send == recv;
+    DT_CHECK(dt__coll_check_buffers("reduce_scatter", send, n * bytes, recv, in_place ? n * bytes : bytes));
+    dt__coll k;
+    DT_CHECK(dt__coll_begin(&k, c, "reduce_scatter"));
+    if (bytes == 0)
+        return DT_OK;
+    uint8_t *work = in_place ? recv : malloc(n * bytes);
+    size_t *off = malloc(2 * n * sizeof *off);
+    if (!work || !off) {
+        if (!in_place)
+            free(work);
+        free(off);
+        return dt__coll_error(&k, dt__fail(DT_ERR_NOMEM, "out of memory"));
+    }
+    if (!in_place)
+        memcpy(work, send, n * bytes);
+    dt_status s = DT_OK;
+    if (n > 1 && dt__coll_use_ring(c, n * bytes)) {
+        for (size_t b = 0; b < n; b++) {
+            off[b] = b * recvcount;
+            off[n + b] = recvcount;
+        }
+        s = dt__ring_run(&k, work, off, off + n, t, op, DT_RING_RS);
+    } else if (n > 1) {
+        s = dt__rd_allreduce(&k, work, n * recvcount, t, op);
+    }
+    if (s == DT_OK) {
+        memmove(recv, work + (size_t)c->rank * bytes, bytes);
+        dt__reduce_finish(recv, recvcount, t, op, c->size);
+    }
+    if (!in_place)
+        free(work);
+    free(off);
+    return s;
+}

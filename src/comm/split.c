@@ -1,0 +1,86 @@
+/* dt_comm_split: allgather (colour, key), then every rank derives the same
+ * membership, order and communicator id locally. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "comm/coll.h"
+
+typedef struct {
+    int key, rank;
+} member;
+
+static int by_key_then_rank(const void *a, const void *b)
+{
+    const member *x = a, *y = b;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return x->rank - y->rank;
+}
+
+/* Ids 0 and 1 are reserved (none, world); FNV-1a of (parent, split number, colour). */
+static uint32_t child_id(uint32_t parent, uint64_t split_seq, int color)
+{
+    uint32_t h = 2166136261u;
+    uint8_t bytes[16];
+    memcpy(bytes, &parent, 4);
+    memcpy(bytes + 4, &split_seq, 8);
+    memcpy(bytes + 12, &color, 4);
+    for (int i = 0; i < 16; i++)
+        h = (h ^ bytes[i]) * 16777619u;
+    return h < 2 ? h + 2 : h;
+}
+
+static dt_status make_child(dt_comm *c, const int32_t *pairs, int color, dt_comm **out)
+{
+    member *m = malloc((size_t)c->size * sizeof *m);
+    if (!m)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    int cnt = 0;
+    for (int i = 0; i < c->size; i++)
+        if (pairs[2 * i] == color)
+            m[cnt++] = (member){pairs[2 * i + 1], i};
+    qsort(m, (size_t)cnt, sizeof *m, by_key_then_rank);
+    dt_comm *sub = calloc(1, sizeof *sub);
+    int *ranks = malloc((size_t)cnt * sizeof *ranks);
+    if (!sub || !ranks) {
+        free(sub);
+        free(ranks);
+        free(m);
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    }
+    *sub = *c;
+    sub->ranks = ranks;
+    sub->size = cnt;
+    sub->coll_seq = sub->split_seq = sub->p2p_seq = 0;
+    sub->id = child_id(c->id, c->split_seq, color);
+    for (int i = 0; i < cnt; i++) {
+        ranks[i] = c->ranks[m[i].rank];
+        if (m[i].rank == c->rank)
+            sub->rank = i;
+    }
+    free(m);
+    c->world->refs++;
+    *out = sub;
+    return DT_OK;
+}
+
+dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_INVALID, "dt_comm_split: out is NULL");
+    *out = NULL;
+    if (color < 0 && color != DT_UNDEFINED)
+        return dt__fail(DT_ERR_INVALID, "dt_comm_split: colour %d is negative (use DT_UNDEFINED to opt out)", color);
+    DT_CHECK(dt__comm_check(c, "split"));
+    int32_t *pairs = malloc(2 * (size_t)c->size * sizeof *pairs);
+    if (!pairs)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    int32_t mine[2] = {color, key};
+    dt_status s = dt_allgather(mine, pairs, 2, DT_I32, c);
+    c->split_seq++;
+    if (s == DT_OK && color != DT_UNDEFINED)
+        s = make_child(c, pairs, color, out);
+    free(pairs);
+    return s == DT_OK ? DT_OK : dt__wrap(s, "split: ");
+}

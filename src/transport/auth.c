@@ -1,0 +1,84 @@
+#include "transport/auth.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "base/status.h"
+#include "transport/socket.h"
+
+enum { NONCE = 32, MAC = 32, CHALLENGE = 4 + 1 + NONCE, RESPONSE = NONCE + 8 + MAC };
+
+dt_status dt__random_bytes(void *out, size_t len)
+{
+    uint8_t *p = out;
+    while (len > 0) {
+        ssize_t n = getrandom(p, len, 0);
+        if (n < 0)
+            return dt__fail_errno(DT_ERR_SYSTEM, "getrandom");
+        p += n;
+        len -= (size_t)n;
+    }
+    return DT_OK;
+}
+
+static void mac(const char *token, const char *label, char role, const uint8_t nonce[NONCE],
+                const uint8_t info[8], uint8_t out[MAC])
+{
+    uint8_t msg[256 + 1 + NONCE + 8];
+    size_t ll = strlen(label);
+    if (ll > 256)
+        ll = 256;
+    memcpy(msg, label, ll);
+    msg[ll] = (uint8_t)role;
+    memcpy(msg + ll + 1, nonce, NONCE);
+    memcpy(msg + ll + 1 + NONCE, info, 8);
+    unsigned int outlen = MAC;
+    HMAC(EVP_sha256(), token, (int)strlen(token), msg, ll + 1 + NONCE + 8, out, &outlen);
+}
+
+dt_status dt__auth_accept(int fd, const char *token, const char *label, int64_t deadline_ns,
+                          const char *what, int64_t *info_out)
+{
+    uint8_t challenge[CHALLENGE], response[RESPONSE], expect[MAC], proof[MAC];
+    memcpy(challenge, "DTAU", 4);
+    challenge[4] = DT_AUTH_VERSION;
+    DT_CHECK(dt__random_bytes(challenge + 5, NONCE));
+    DT_CHECK(dt__sock_send_all(fd, challenge, sizeof challenge, deadline_ns, what));
+    DT_CHECK(dt__sock_recv_all(fd, response, sizeof response, deadline_ns, what));
+    const uint8_t *nonce_c = response, *info = response + NONCE, *their_mac = response + NONCE + 8;
+    mac(token, label, 'c', challenge + 5, info, expect);
+    if (CRYPTO_memcmp(expect, their_mac, MAC) != 0)
+        return dt__fail(DT_ERR_AUTH, "%s failed the job-token check (wrong DT_JOB_TOKEN or not a dtrain client)", what);
+    mac(token, label, 'a', nonce_c, info, proof);
+    DT_CHECK(dt__sock_send_all(fd, proof, sizeof proof, deadline_ns, what));
+    if (info_out)
+        *info_out = (int64_t)dt__get_u64(info);
+    return DT_OK;
+}
+
+dt_status dt__auth_connect(int fd, const char *token, const char *label, int64_t info,
+                           int64_t deadline_ns, const char *what)
+{
+    uint8_t challenge[CHALLENGE], response[RESPONSE], proof[MAC], expect[MAC];
+    DT_CHECK(dt__sock_recv_all(fd, challenge, sizeof challenge, deadline_ns, what));
+    if (memcmp(challenge, "DTAU", 4) != 0)
+        return dt__fail(DT_ERR_PROTOCOL, "%s is not a dtrain endpoint (bad greeting)", what);
+    if (challenge[4] != DT_AUTH_VERSION)
+        return dt__fail(DT_ERR_PROTOCOL, "%s speaks auth version %d, this build speaks %d", what,
+                        challenge[4], DT_AUTH_VERSION);
+    DT_CHECK(dt__random_bytes(response, NONCE));
+    dt__put_u64(response + NONCE, (uint64_t)info);
+    mac(token, label, 'c', challenge + 5, response + NONCE, response + NONCE + 8);
+    DT_CHECK(dt__sock_send_all(fd, response, sizeof response, deadline_ns, what));
+    dt_status s = dt__sock_recv_all(fd, proof, sizeof proof, deadline_ns, what);
+    if (s == DT_ERR_PEER)
+        return dt__fail(DT_ERR_AUTH, "%s refused this process's job token (check DT_JOB_TOKEN)", what);
+    DT_CHECK(s);
+    mac(token, label, 'a', response, response + NONCE, expect);
+    if (CRYPTO_memcmp(expect, proof, MAC) != 0)
+        return dt__fail(DT_ERR_AUTH, "%s does not hold the job token (impostor or another job)", what);
+    return DT_OK;
+}

@@ -1,0 +1,478 @@
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "transport/engine_internal.h"
+
+int dt__engine_rank(const dt__engine *e) { return e->rank; }
+int dt__engine_size(const dt__engine *e) { return e->size; }
+const char *dt__engine_peer_name(dt__engine *e, int p) { return e->peers[p].name; }
+
+static void complete(dt__req *r, dt_status s)
+{
+    r->state = DT_REQ_DONE;
+    r->status = s;
+    r->next = NULL;
+}
+
+static void complete_list(dt__req **head, dt__req **tail, dt_status s)
+{
+    dt__req *r = *head;
+    while (r) {
+        dt__req *next = r->next;
+        complete(r, s);
+        r = next;
+    }
+    *head = *tail = NULL;
+}
+
+static void free_unexpected(peer *p)
+{
+    for (unexpected *u = p->unexp; u;) {
+        unexpected *n = u->next;
+        free(u->data);
+        free(u);
+        u = n;
+    }
+    p->unexp = p->unexp_tail = NULL;
+    if (p->stash) {
+        free(p->stash->data);
+        free(p->stash);
+        p->stash = NULL;
+    }
+    free(p->control);
+    p->control = NULL;
+}
+
+static void close_peer(peer *p)
+{
+    if (p->fd >= 0)
+        close(p->fd);
+    p->fd = -1;
+}
+
+dt_status dt__engine_fail(dt__engine *e, dt_status code, const char *fmt, ...)
+{
+    if (e->failed == DT_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(e->fail_msg, sizeof e->fail_msg, fmt, ap);
+        va_end(ap);
+        e->failed = code;
+        for (int i = 0; e->peers && i < e->size; i++) {
+            peer *p = &e->peers[i];
+            if (p->target)
+                complete(p->target, code);
+            p->target = NULL;
+            complete_list(&p->sendq, &p->sendq_tail, code);
+            complete_list(&p->posted, &p->posted_tail, code);
+            free_unexpected(p);
+            close_peer(p);
+        }
+    }
+    return dt__engine_status(e);
+}
+
+dt_status dt__engine_status(dt__engine *e)
+{
+    if (e->failed == DT_OK)
+        return DT_OK;
+    return dt__fail(e->failed, "%s", e->fail_msg);
+}
+
+static bool matches(const dt__req *r, const dt__frame *f)
+{
+    return r->comm_id == f->comm_id && r->tag == f->tag && (r->any_seq || r->seq == f->seq);
+}
+
+/* ---- sending ---- */
+
+static dt_status peer_write(dt__engine *e, int pi)
+{
+    peer *p = &e->peers[pi];
+    while (p->sendq && p->fd >= 0) {
+        dt__req *r = p->sendq;
+        struct iovec iov[2];
+        int n = 0;
+        size_t total = DT_FRAME_HDR + r->len;
+        if (r->off < DT_FRAME_HDR)
+            iov[n++] = (struct iovec){r->hdr + r->off, DT_FRAME_HDR - r->off};
+        size_t poff = r->off > DT_FRAME_HDR ? r->off - DT_FRAME_HDR : 0;
+        if (r->len > poff)
+            iov[n++] = (struct iovec){r->buf + poff, r->len - poff};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(p->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                return DT_OK;
+            return dt__engine_fail(e, DT_ERR_PEER, "lost the connection to %s while sending: %s", p->name,
+                                   strerror(errno));
+        }
+        r->off += (size_t)w;
+        if (r->off < total)
+            return DT_OK;
+        p->sendq = r->next;
+        if (!p->sendq)
+            p->sendq_tail = NULL;
+        complete(r, DT_OK);
+    }
+    return DT_OK;
+}
+
+static void enqueue(dt__req **head, dt__req **tail, dt__req *r)
+{
+    r->next = NULL;
+    if (*tail)
+        (*tail)->next = r;
+    else
+        *head = r;
+    *tail = r;
+}
+
+static dt_status queue_frame(dt__engine *e, dt__req *r, int pi, uint8_t type, uint32_t comm_id,
+                             int32_t tag, uint64_t seq, const void *buf, size_t len)
+{
+    dt__frame f = {.type = type, .comm_id = comm_id, .tag = tag, .seq = seq, .len = len,
+                   .src = (uint32_t)e->rank};
+    memset(r, 0, sizeof *r);
+    r->kind = DT_REQ_SEND;
+    r->state = DT_REQ_PENDING;
+    r->peer = pi;
+    r->comm_id = comm_id;
+    r->tag = tag;
+    r->seq = seq;
+    r->buf = (uint8_t *)buf;
+    r->len = len;
+    dt__frame_encode(&f, r->hdr);
+    peer *p = &e->peers[pi];
+    bool was_idle = p->sendq == NULL;
+    enqueue(&p->sendq, &p->sendq_tail, r);
+    return was_idle ? peer_write(e, pi) : DT_OK;
+}
+
+/* ---- receiving ---- */
+
+static dt_status deliver_local(dt__engine *e, const dt__frame *f, const void *buf);
+
+dt_status dt__engine_isend(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, int32_t tag,
+                           uint64_t seq, const void *buf, size_t len)
+{
+    DT_CHECK(dt__engine_status(e));
+    if (pi < 0 || pi >= e->size)
+        return dt__fail(DT_ERR_INVALID, "send to rank %d outside the world of %d", pi, e->size);
+    if (pi == e->rank) {
+        dt__frame f = {.type = DT_FRAME_DATA, .comm_id = comm_id, .tag = tag, .seq = seq, .len = len,
+                       .src = (uint32_t)e->rank};
+        memset(r, 0, sizeof *r);
+        r->kind = DT_REQ_SEND;
+        DT_CHECK(deliver_local(e, &f, buf));
+        complete(r, DT_OK);
+        return DT_OK;
+    }
+    if (e->peers[pi].bye_sent)
+        return dt__fail(DT_ERR_INVALID, "send to %s after the communicator was destroyed", e->peers[pi].name);
+    return queue_frame(e, r, pi, DT_FRAME_DATA, comm_id, tag, seq, buf, len);
+}
+
+static void finish_recv(dt__req *r, const dt__frame *f)
+{
+    r->received = (size_t)f->len;
+    complete(r, f->len > r->len ? DT_ERR_TRUNCATE : DT_OK);
+}
+
+dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, int32_t tag,
+                           uint64_t seq, bool any_seq, void *buf, size_t cap)
+{
+    DT_CHECK(dt__engine_status(e));
+    if (pi < 0 || pi >= e->size)
+        return dt__fail(DT_ERR_INVALID, "receive from rank %d outside the world of %d", pi, e->size);
+    memset(r, 0, sizeof *r);
+    r->kind = DT_REQ_RECV;
+    r->state = DT_REQ_PENDING;
+    r->peer = pi;
+    r->comm_id = comm_id;
+    r->tag = tag;
+    r->seq = seq;
+    r->any_seq = any_seq;
+    r->buf = buf;
+    r->len = cap;
+    peer *p = &e->peers[pi];
+    unexpected *prev = NULL;
+    for (unexpected *u = p->unexp; u; prev = u, u = u->next) {
+        if (!matches(r, &u->f))
+            continue;
+        if (prev)
+            prev->next = u->next;
+        else
+            p->unexp = u->next;
+        if (p->unexp_tail == u)
+            p->unexp_tail = prev;
+        if (u->f.len <= cap && u->f.len)
+            memcpy(buf, u->data, (size_t)u->f.len);
+        finish_recv(r, &u->f);
+        free(u->data);
+        free(u);
+        return r->status == DT_OK ? DT_OK
+                                  : dt__fail(DT_ERR_TRUNCATE, "message of %zu bytes from %s exceeds the %zu-byte receive buffer",
+                                             r->received, p->name, cap);
+    }
+    if (p->bye_received && pi != e->rank)
+        return dt__fail(DT_ERR_PEER, "receive from %s, which has already left (destroyed its communicator)", p->name);
+    enqueue(&p->posted, &p->posted_tail, r);
+    return DT_OK;
+}
+
+/* Route an arriving DATA frame: to its posted receive, or into a buffer. */
+static dt_status route_data(dt__engine *e, peer *p, const dt__frame *f)
+{
+    dt__req *prev = NULL;
+    for (dt__req *r = p->posted; r; prev = r, r = r->next) {
+        if (!matches(r, f))
+            continue;
+        if (prev)
+            prev->next = r->next;
+        else
+            p->posted = r->next;
+        if (p->posted_tail == r)
+            p->posted_tail = prev;
+        p->target = r;
+        p->dst = f->len <= r->len ? r->buf : NULL;
+        return DT_OK;
+    }
+    unexpected *u = calloc(1, sizeof *u);
+    uint8_t *data = f->len ? malloc((size_t)f->len) : NULL;
+    if (!u || (f->len && !data)) {
+        free(u);
+        free(data);
+        return dt__engine_fail(e, DT_ERR_NOMEM, "cannot buffer a %llu-byte message from %s",
+                               (unsigned long long)f->len, p->name);
+    }
+    u->f = *f;
+    u->data = data;
+    p->stash = u;
+    p->dst = data;
+    return DT_OK;
+}
+
+/* The buffered message just completed joins the peer's unexpected queue. */
+static void stash_unexpected(peer *p)
+{
+    unexpected *u = p->stash;
+    p->stash = NULL;
+    u->next = NULL;
+    if (p->unexp_tail)
+        p->unexp_tail->next = u;
+    else
+        p->unexp = u;
+    p->unexp_tail = u;
+}
+
+static dt_status deliver_local(dt__engine *e, const dt__frame *f, const void *buf)
+{
+    peer *p = &e->peers[e->rank];
+    DT_CHECK(route_data(e, p, f));
+    if (p->dst && f->len)
+        memcpy(p->dst, buf, (size_t)f->len);
+    if (p->target)
+        finish_recv(p->target, f);
+    if (p->stash)
+        stash_unexpected(p);
+    p->target = NULL;
+    p->dst = NULL;
+    return DT_OK;
+}
+
+static dt_status payload_done(dt__engine *e, peer *p)
+{
+    const dt__frame *f = &p->cur;
+    p->in_payload = false;
+    p->hdr_got = 0;
+    if (f->type == DT_FRAME_ABORT) {
+        char text[DT_FRAME_MAX_CONTROL + 1];
+        size_t n = (size_t)f->len;
+        memcpy(text, p->control ? p->control : (uint8_t *)"", n);
+        text[n] = '\0';
+        free(p->control);
+        p->control = NULL;
+        return dt__engine_fail(e, DT_ERR_ABORTED, "%s aborted the job: %s", p->name, text);
+    }
+    if (f->type == DT_FRAME_BYE) {
+        p->bye_received = true;
+        if (p->posted)
+            return dt__engine_fail(e, DT_ERR_PEER, "%s left (destroyed its communicator) while this rank still expected a message from it (tag %d)",
+                                   p->name, p->posted->tag);
+        return DT_OK;
+    }
+    if (p->target) {
+        dt__req *r = p->target;
+        p->target = NULL;
+        finish_recv(r, f);
+        if (r->status != DT_OK)
+            return dt__engine_fail(e, DT_ERR_TRUNCATE, "message of %llu bytes from %s exceeds the %zu-byte receive buffer (tag %d)",
+                                   (unsigned long long)f->len, p->name, r->len, f->tag);
+    } else if (p->stash) {
+        stash_unexpected(p);
+    }
+    return DT_OK;
+}
+
+static dt_status header_done(dt__engine *e, int pi)
+{
+    peer *p = &e->peers[pi];
+    dt_status s = dt__frame_decode(p->hdr, (uint32_t)e->size, &p->cur);
+    if (s == DT_OK && p->cur.src != (uint32_t)pi)
+        s = dt__fail(DT_ERR_PROTOCOL, "frame claims sender rank %u on the connection of rank %d", p->cur.src, pi);
+    if (s != DT_OK) {
+        DT_WARN("closing the connection to %s: malformed frame: %s", p->name, dt_last_error());
+        return dt__engine_fail(e, DT_ERR_PEER, "malformed frame from %s (%s); connection closed", p->name,
+                               dt_last_error());
+    }
+    p->in_payload = true;
+    p->got = 0;
+    p->dst = NULL;
+    if (p->cur.type == DT_FRAME_ABORT) {
+        p->control = malloc((size_t)p->cur.len + 1);
+        p->dst = p->control;
+    } else if (p->cur.type == DT_FRAME_DATA) {
+        DT_CHECK(route_data(e, p, &p->cur));
+    }
+    return p->cur.len == 0 ? payload_done(e, p) : DT_OK;
+}
+
+static dt_status peer_eof(dt__engine *e, int pi, int err)
+{
+    peer *p = &e->peers[pi];
+    if (p->bye_received && !p->in_payload && p->hdr_got == 0 && err == 0) {
+        close_peer(p); /* orderly goodbye */
+        return DT_OK;
+    }
+    if (err)
+        return dt__engine_fail(e, DT_ERR_PEER, "lost the connection to %s: %s", p->name, strerror(err));
+    return dt__engine_fail(e, DT_ERR_PEER, "%s closed the connection (process died or exited)%s", p->name,
+                           p->in_payload || p->hdr_got ? " in the middle of a message" : "");
+}
+
+static dt_status peer_read(dt__engine *e, int pi)
+{
+    peer *p = &e->peers[pi];
+    uint8_t discard[65536];
+    for (int budget = 0; budget < 64 && p->fd >= 0; budget++) {
+        ssize_t n;
+        if (!p->in_payload) {
+            n = recv(p->fd, p->hdr + p->hdr_got, DT_FRAME_HDR - p->hdr_got, MSG_DONTWAIT);
+        } else {
+            size_t want = (size_t)p->cur.len - p->got;
+            if (p->dst)
+                n = recv(p->fd, p->dst + p->got, want, MSG_DONTWAIT);
+            else
+                n = recv(p->fd, discard, want < sizeof discard ? want : sizeof discard, MSG_DONTWAIT);
+        }
+        if (n == 0)
+            return peer_eof(e, pi, 0);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                return DT_OK;
+            return peer_eof(e, pi, errno);
+        }
+        if (!p->in_payload) {
+            p->hdr_got += (size_t)n;
+            if (p->hdr_got == DT_FRAME_HDR)
+                DT_CHECK(header_done(e, pi));
+        } else {
+            p->got += (size_t)n;
+            if (p->got == p->cur.len)
+                DT_CHECK(payload_done(e, p));
+        }
+    }
+    return DT_OK;
+}
+
+dt_status dt__engine_progress(dt__engine *e, int timeout_ms)
+{
+    DT_CHECK(dt__engine_status(e));
+    int n = 0;
+    for (int i = 0; i < e->size; i++) {
+        peer *p = &e->peers[i];
+        if (p->fd < 0)
+            continue;
+        e->pfds[n] = (struct pollfd){.fd = p->fd, .events = (short)(POLLIN | (p->sendq ? POLLOUT : 0))};
+        e->pfd_peer[n++] = i;
+    }
+    int rc = poll(e->pfds, (nfds_t)n, timeout_ms);
+    if (rc < 0 && errno != EINTR)
+        return dt__engine_fail(e, DT_ERR_SYSTEM, "poll: %s", strerror(errno));
+    for (int k = 0; rc > 0 && k < n; k++) {
+        short ev = e->pfds[k].revents;
+        int pi = e->pfd_peer[k];
+        if (ev & POLLOUT)
+            DT_CHECK(peer_write(e, pi));
+        if (ev & (POLLIN | POLLHUP | POLLERR))
+            DT_CHECK(peer_read(e, pi));
+    }
+    return dt__engine_status(e);
+}
+
+static const char *req_what(dt__engine *e, const dt__req *r, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s %s (tag %d, sequence %llu)", r->kind == DT_REQ_SEND ? "a send to" : "a message from",
+             e->peers[r->peer].name, r->tag, (unsigned long long)r->seq);
+    return buf;
+}
+
+dt_status dt__engine_wait_all(dt__engine *e, dt__req *rs, size_t n, int64_t deadline_ns)
+{
+    for (size_t i = 0; i < n; i++) {
+        while (rs[i].state == DT_REQ_PENDING) {
+            if (dt__now_ns() >= deadline_ns) {
+                char what[256];
+                return dt__engine_fail(e, DT_ERR_TIMEOUT, "timed out after %.0f s waiting for %s", e->timeout_s,
+                                       req_what(e, &rs[i], what, sizeof what));
+            }
+            DT_CHECK(dt__engine_progress(e, dt__ms_left(deadline_ns, 1000)));
+        }
+        if (rs[i].status != DT_OK)
+            return dt__engine_status(e) != DT_OK ? e->failed : dt__fail(rs[i].status, "request failed");
+    }
+    return DT_OK;
+}
+
+dt_status dt__engine_wait(dt__engine *e, dt__req *r, int64_t deadline_ns)
+{
+    return dt__engine_wait_all(e, r, 1, deadline_ns);
+}
+
+dt_status dt__engine_abort(dt__engine *e, const char *reason)
+{
+    char text[DT_FRAME_MAX_CONTROL];
+    snprintf(text, sizeof text, "%s", reason ? reason : "(no reason given)");
+    size_t len = strlen(text);
+    for (int i = 0; i < e->size; i++) {
+        peer *p = &e->peers[i];
+        /* A frame half-written on the socket cannot be interrupted: those peers see the close instead. */
+        if (p->fd < 0 || (p->sendq && p->sendq->off > 0))
+            continue;
+        dt__frame f = {.type = DT_FRAME_ABORT, .len = len, .src = (uint32_t)e->rank};
+        uint8_t hdr[DT_FRAME_HDR];
+        dt__frame_encode(&f, hdr);
+        struct iovec iov[2] = {{hdr, sizeof hdr}, {text, len}};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+        (void)sendmsg(p->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    return dt__engine_fail(e, DT_ERR_ABORTED, "this rank aborted the job: %s", text);
+}
+
+/* Used by teardown: an empty BYE frame after everything already queued. */
+dt_status dt__engine_queue_bye(dt__engine *e, int pi)
+{
+    peer *p = &e->peers[pi];
+    p->bye_sent = true;
+    return queue_frame(e, &p->bye, pi, DT_FRAME_BYE, 0, 0, 0, NULL, 0);
+}

@@ -1,0 +1,85 @@
+/* The progress engine: one TCP connection per peer, driven by poll().
+ *
+ * Requests are owned by the caller and linked into the engine while pending.
+ * Sends are queued per peer and written header+payload with one sendmsg;
+ * receives are matched on (communicator id, tag, sequence) in posting order,
+ * and the payload of a matched frame is read straight into the caller's
+ * buffer.  Frames that arrive before their receive is posted are buffered
+ * ("unexpected").
+ *
+ * Failure is sticky: a dead or misbehaving peer, a deadline, or an abort puts
+ * the engine into a failed state, completes every pending request with that
+ * status, closes all connections (so the other ranks notice at once) and makes
+ * every later call return the same error. */
+#ifndef DT_TRANSPORT_ENGINE_H
+#define DT_TRANSPORT_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/base.h"
+#include "transport/frame.h"
+
+typedef struct dt__engine dt__engine;
+struct dt_store_client;
+
+enum { DT_REQ_SEND = 1, DT_REQ_RECV = 2 };
+enum { DT_REQ_IDLE = 0, DT_REQ_PENDING = 1, DT_REQ_DONE = 2 };
+
+typedef struct dt__req {
+    struct dt__req *next;
+    int kind, state, peer;
+    uint32_t comm_id;
+    int32_t tag;
+    uint64_t seq;
+    bool any_seq;
+    uint8_t *buf;
+    size_t len;      /* send: payload bytes; recv: capacity */
+    size_t received; /* recv: bytes of the matched message */
+    size_t off;      /* send: header+payload bytes written */
+    uint8_t hdr[DT_FRAME_HDR];
+    dt_status status;
+} dt__req;
+
+typedef struct {
+    int rank, size;
+    const char *token;
+    const char *key_prefix; /* namespace of this job's keys in the store */
+    double timeout_s;
+    int sock_buffer;
+    const char *listen_ip; /* NULL: the address that reaches the store */
+} dt__engine_config;
+
+/* Listen, publish this rank's address in the store, connect to every peer. */
+dt_status dt__engine_create(const dt__engine_config *cfg, struct dt_store_client *store,
+                            dt__engine **out);
+/* Say goodbye to every peer (waits for their goodbye up to the deadline),
+ * close all connections and free the engine. */
+dt_status dt__engine_destroy(dt__engine *e);
+
+int dt__engine_rank(const dt__engine *e);
+int dt__engine_size(const dt__engine *e);
+/* "rank 3 (10.0.0.4:4242)" for messages. */
+const char *dt__engine_peer_name(dt__engine *e, int peer);
+
+dt_status dt__engine_isend(dt__engine *e, dt__req *r, int peer, uint32_t comm_id, int32_t tag,
+                           uint64_t seq, const void *buf, size_t len);
+dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int peer, uint32_t comm_id, int32_t tag,
+                           uint64_t seq, bool any_seq, void *buf, size_t cap);
+/* Poll the sockets once, waiting at most timeout_ms for activity. */
+dt_status dt__engine_progress(dt__engine *e, int timeout_ms);
+/* Progress until r completes or deadline_ns passes (then the engine fails). */
+dt_status dt__engine_wait(dt__engine *e, dt__req *r, int64_t deadline_ns);
+/* Progress until every request in rs completes. */
+dt_status dt__engine_wait_all(dt__engine *e, dt__req *rs, size_t n, int64_t deadline_ns);
+
+/* Put the engine into the failed state (first failure wins) and return `code`. */
+dt_status dt__engine_fail(dt__engine *e, dt_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The sticky failure, re-armed as this thread's last error; DT_OK when healthy. */
+dt_status dt__engine_status(dt__engine *e);
+/* Tell every peer this rank aborts (best effort), then fail locally. */
+dt_status dt__engine_abort(dt__engine *e, const char *reason);
+
+#endif

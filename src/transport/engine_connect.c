@@ -1,0 +1,202 @@
+/* Engine set-up (full mesh through the rendezvous store) and orderly teardown.
+ *
+ * Each rank listens, publishes "ip:port" under <prefix>/addr/<rank>, connects
+ * to every lower rank and accepts every higher one.  Lower ranks finish their
+ * own connects before accepting, and the kernel's listen backlog holds the
+ * early arrivals, so the order cannot deadlock.  Every link is authenticated
+ * with the job token; the connector's rank is covered by the MAC. */
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "transport/auth.h"
+#include "transport/engine_internal.h"
+#include "transport/socket.h"
+#include "dtrain/store.h"
+
+#define HANDSHAKE_SECONDS 10.0
+
+static dt_status peer_address(dt_store_client *store, const dt__engine_config *cfg, int r,
+                              int64_t deadline, char *out, size_t outlen)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s/addr/%d", cfg->key_prefix, r);
+    void *val = NULL;
+    size_t len = 0;
+    double left = (double)(deadline - dt__now_ns()) / 1e9;
+    dt_status s = dt_store_get(store, key, left > 0 ? left : 0.001, &val, &len);
+    if (s != DT_OK)
+        return dt__wrap(s, "rank %d never published its address: ", r);
+    snprintf(out, outlen, "%s", (char *)val);
+    free(val);
+    return DT_OK;
+}
+
+static dt_status connect_lower(dt__engine *e, const dt__engine_config *cfg, dt_store_client *store,
+                               const char *label, int r, int64_t deadline)
+{
+    char addr[80], host[64];
+    int port;
+    DT_CHECK(peer_address(store, cfg, r, deadline, addr, sizeof addr));
+    DT_CHECK(dt__parse_hostport(addr, host, sizeof host, &port));
+    peer *p = &e->peers[r];
+    snprintf(p->name, sizeof p->name, "rank %d (%s)", r, addr);
+    int fd;
+    dt_status s = dt__sock_connect(host, port, deadline, &fd);
+    if (s != DT_OK)
+        return dt__wrap(s, "connecting to %s: ", p->name);
+    dt__sock_tune(fd, cfg->sock_buffer);
+    int64_t hs = dt__deadline_after(HANDSHAKE_SECONDS);
+    s = dt__auth_connect(fd, cfg->token, label, e->rank, hs < deadline ? hs : deadline, p->name);
+    if (s != DT_OK) {
+        close(fd);
+        return s;
+    }
+    p->fd = fd;
+    return DT_OK;
+}
+
+/* Accept one connection; a stranger or a bad token is logged and dropped. */
+static dt_status accept_one(dt__engine *e, const dt__engine_config *cfg, dt_store_client *store,
+                            const char *label, int lfd, int64_t deadline, int *remaining)
+{
+    int fd;
+    char from[64];
+    DT_CHECK(dt__sock_accept(lfd, &fd, from, sizeof from));
+    if (fd < 0)
+        return DT_OK;
+    char what[96];
+    snprintf(what, sizeof what, "connection from %s", from);
+    int64_t info = -1;
+    int64_t hs = dt__deadline_after(HANDSHAKE_SECONDS);
+    dt_status s = dt__auth_accept(fd, cfg->token, label, hs < deadline ? hs : deadline, what, &info);
+    if (s == DT_OK && (info <= e->rank || info >= e->size || e->peers[info].fd >= 0))
+        s = dt__fail(DT_ERR_PROTOCOL, "%s claims rank %lld, which is not an expected peer", what, (long long)info);
+    if (s != DT_OK) {
+        DT_WARN("refused a peer connection: %s", dt_last_error());
+        close(fd);
+        return DT_OK;
+    }
+    peer *p = &e->peers[info];
+    char addr[80];
+    DT_CHECK(peer_address(store, cfg, (int)info, deadline, addr, sizeof addr));
+    snprintf(p->name, sizeof p->name, "rank %d (%s)", (int)info, addr);
+    dt__sock_tune(fd, cfg->sock_buffer);
+    p->fd = fd;
+    (*remaining)--;
+    return DT_OK;
+}
+
+static dt_status build_mesh(dt__engine *e, const dt__engine_config *cfg, dt_store_client *store)
+{
+    int64_t deadline = dt__deadline_after(cfg->timeout_s);
+    const char *ip = cfg->listen_ip ? cfg->listen_ip : dt_store_local_ip(store);
+    int lfd, port;
+    DT_CHECK(dt__sock_listen(ip, 0, &lfd, &port));
+    char label[160], key[128], addr[80];
+    snprintf(label, sizeof label, "dtrain-peer:%s", cfg->key_prefix);
+    snprintf(key, sizeof key, "%s/addr/%d", cfg->key_prefix, e->rank);
+    snprintf(addr, sizeof addr, "%s:%d", ip, port);
+    snprintf(e->peers[e->rank].name, sizeof e->peers[e->rank].name, "rank %d (%s, self)", e->rank, addr);
+    dt_status s = dt_store_set(store, key, addr, strlen(addr) + 1);
+    for (int r = 0; s == DT_OK && r < e->rank; r++)
+        s = connect_lower(e, cfg, store, label, r, deadline);
+    int remaining = e->size - 1 - e->rank;
+    while (s == DT_OK && remaining > 0) {
+        if (dt__now_ns() >= deadline) {
+            int missing = -1;
+            for (int r = e->size - 1; r > e->rank; r--)
+                if (e->peers[r].fd < 0)
+                    missing = r;
+            s = dt__fail(DT_ERR_TIMEOUT, "rank %d did not connect within %.0f s (%d higher ranks missing)", missing,
+                         cfg->timeout_s, remaining);
+            break;
+        }
+        struct pollfd pf = {.fd = lfd, .events = POLLIN};
+        if (poll(&pf, 1, dt__ms_left(deadline, 500)) > 0)
+            s = accept_one(e, cfg, store, label, lfd, deadline, &remaining);
+    }
+    close(lfd);
+    return s;
+}
+
+dt_status dt__engine_create(const dt__engine_config *cfg, dt_store_client *store, dt__engine **out)
+{
+    if (cfg->size < 1 || cfg->rank < 0 || cfg->rank >= cfg->size)
+        return dt__fail(DT_ERR_INVALID, "rank %d is outside a world of %d", cfg->rank, cfg->size);
+    dt__engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    e->rank = cfg->rank;
+    e->size = cfg->size;
+    e->timeout_s = cfg->timeout_s;
+    e->peers = calloc((size_t)cfg->size, sizeof *e->peers);
+    e->pfds = calloc((size_t)cfg->size, sizeof *e->pfds);
+    e->pfd_peer = calloc((size_t)cfg->size, sizeof *e->pfd_peer);
+    if (!e->peers || !e->pfds || !e->pfd_peer) {
+        dt__engine_destroy(e);
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < cfg->size; i++) {
+        e->peers[i].fd = -1;
+        snprintf(e->peers[i].name, sizeof e->peers[i].name, "rank %d", i);
+    }
+    dt_status s = cfg->size > 1 ? build_mesh(e, cfg, store) : DT_OK;
+    if (s != DT_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+        e->failed = s; /* no goodbyes on a half-built mesh */
+        dt__engine_destroy(e);
+        return dt__fail(s, "rank %d: connecting the job failed: %s", cfg->rank, msg);
+    }
+    *out = e;
+    return DT_OK;
+}
+
+static bool goodbyes_done(dt__engine *e)
+{
+    for (int i = 0; i < e->size; i++) {
+        peer *p = &e->peers[i];
+        if (p->fd >= 0 && (p->bye.state == DT_REQ_PENDING || !p->bye_received))
+            return false;
+    }
+    return true;
+}
+
+dt_status dt__engine_destroy(dt__engine *e)
+{
+    if (!e)
+        return DT_OK;
+    dt_status s = DT_OK;
+    if (e->failed == DT_OK && e->peers) {
+        for (int i = 0; i < e->size; i++) {
+            peer *p = &e->peers[i];
+            if (p->fd < 0)
+                continue;
+            s = dt__engine_queue_bye(e, i);
+            if (s != DT_OK)
+                break;
+        }
+        int64_t deadline = dt__deadline_after(e->timeout_s);
+        while (s == DT_OK && !goodbyes_done(e)) {
+            if (dt__now_ns() >= deadline) {
+                s = dt__engine_fail(e, DT_ERR_TIMEOUT, "timed out after %.0f s waiting for every rank to destroy the communicator",
+                                    e->timeout_s);
+                break;
+            }
+            s = dt__engine_progress(e, dt__ms_left(deadline, 1000));
+        }
+    }
+    if (e->failed == DT_OK)
+        dt__engine_fail(e, DT_ERR_INVALID, "the communicator was destroyed"); /* frees and closes */
+    free(e->peers);
+    free(e->pfds);
+    free(e->pfd_peer);
+    free(e);
+    return s;
+}

@@ -1,0 +1,64 @@
+/* dtrun: the dtrain launcher.  See dtrun --help and docs/dtrun.md. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/random.h>
+
+#include "dtrun.h"
+
+static void random_token(char *out, size_t len)
+{
+    unsigned char raw[24];
+    if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+        fprintf(stderr, "dtrun: cannot read random bytes for the job token\n");
+        exit(1);
+    }
+    for (size_t i = 0; i < sizeof raw && 2 * i + 2 < len; i++)
+        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+}
+
+int main(int argc, char **argv)
+{
+    dtrun_opts o;
+    dtrun_parse(argc, argv, &o);
+    if (!o.token[0])
+        random_token(o.token, sizeof o.token);
+    dt_store_server *server = NULL;
+    if (o.node_rank == 0) {
+        if (dt_store_server_start(o.master_host, o.master_port, o.token, &server) != DT_OK) {
+            fprintf(stderr, "dtrun: cannot serve the rendezvous store on %s:%d: %s\n", o.master_host,
+                    o.master_port, dt_last_error());
+            return 1;
+        }
+        o.master_port = dt_store_server_port(server);
+    }
+    dt_store_client *store = NULL;
+    dtrun_layout layout = {.world_size = o.nproc, .first_rank = 0};
+    if (dt_store_connect(o.master_host, o.master_port, o.token, o.join_timeout, &store) != DT_OK) {
+        fprintf(stderr, "dtrun: node %d: cannot reach the rendezvous store: %s\n", o.node_rank, dt_last_error());
+        dt_store_server_stop(server);
+        return 1;
+    }
+    if (o.nnodes > 1 && dtrun_join(&o, store, &layout) != DT_OK) {
+        if (dt_last_error()[0])
+            fprintf(stderr, "dtrun: node %d: joining failed: %s\n", o.node_rank, dt_last_error());
+        dt_store_close(store);
+        dt_store_server_stop(server);
+        return 1;
+    }
+    dtrun_child *kids = calloc((size_t)o.nproc, sizeof *kids);
+    int code = 1, started = 0;
+    if (kids && dtrun_spawn(&o, &layout, kids, &started) == DT_OK) {
+        code = dtrun_supervise(&o, kids, o.nproc);
+    } else if (started > 0) { /* stop whatever did start */
+        for (int i = 0; i < started; i++)
+            kill(kids[i].pid, SIGTERM);
+        dtrun_supervise(&o, kids, started);
+        code = 1;
+    }
+    dtrun_finish(&o, store, code == 0);
+    dt_store_close(store);
+    dt_store_server_stop(server);
+    free(kids);
+    return code;
+}

@@ -1,0 +1,120 @@
+/* Start the local ranks.  The environment of each child is built before
+ * fork (dtrun has store threads; only async-signal-safe calls follow fork). */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "dtrun.h"
+
+extern char **environ;
+
+static const char *const managed[] = {"DT_RANK=", "DT_WORLD_SIZE=", "DT_LOCAL_RANK=", "DT_LOCAL_WORLD_SIZE=",
+                                      "DT_MASTER_ADDR=", "DT_MASTER_PORT=", "DT_JOB_TOKEN=", "DT_STORE=",
+                                      "DT_NODE_RANK=", NULL};
+
+static bool is_managed(const char *entry)
+{
+    for (int i = 0; managed[i]; i++)
+        if (strncmp(entry, managed[i], strlen(managed[i])) == 0)
+            return true;
+    return false;
+}
+
+/* environ minus the DT_* variables dtrun sets, plus this rank's values. */
+static char **child_env(const dtrun_opts *o, const dtrun_layout *l, int local)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 16, sizeof *env);
+    if (!env)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!is_managed(environ[i]))
+            env[k++] = environ[i];
+    char buf[512];
+#define ADD(...)                                  \
+    do {                                          \
+        snprintf(buf, sizeof buf, __VA_ARGS__);   \
+        env[k++] = strdup(buf);                   \
+    } while (0)
+    ADD("DT_RANK=%d", l->first_rank + local);
+    ADD("DT_WORLD_SIZE=%d", l->world_size);
+    ADD("DT_LOCAL_RANK=%d", local);
+    ADD("DT_LOCAL_WORLD_SIZE=%d", o->nproc);
+    ADD("DT_MASTER_ADDR=%s", o->master_host);
+    ADD("DT_MASTER_PORT=%d", o->master_port);
+    ADD("DT_JOB_TOKEN=%s", o->token);
+    ADD("DT_STORE=external");
+    ADD("DT_NODE_RANK=%d", o->node_rank);
+#undef ADD
+    return env;
+}
+
+dt_status dtrun_spawn(const dtrun_opts *o, const dtrun_layout *l, dtrun_child *kids, int *started)
+{
+    *started = 0;
+    pid_t parent = getpid();
+    for (int i = 0; i < o->nproc; i++) {
+        dtrun_child *k = &kids[i];
+        memset(k, 0, sizeof *k);
+        k->rank = l->first_rank + i;
+        k->out_fd = k->err_fd = -1;
+        int out[2], err[2];
+        char **env = child_env(o, l, i);
+        if (!env || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
+            fprintf(stderr, "dtrun: cannot set up rank %d: %s\n", k->rank, strerror(errno));
+            return DT_ERR_SYSTEM;
+        }
+        pid_t pid = fork();
+        if (pid < 0) {
+            fprintf(stderr, "dtrun: fork for rank %d failed: %s\n", k->rank, strerror(errno));
+            return DT_ERR_SYSTEM;
+        }
+        if (pid == 0) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL); /* ranks never outlive their launcher */
+            if (getppid() != parent)
+                _exit(127);
+            sigset_t none;
+            sigemptyset(&none);
+            sigprocmask(SIG_SETMASK, &none, NULL);
+            signal(SIGINT, SIG_DFL);
+            signal(SIGTERM, SIG_DFL);
+            signal(SIGPIPE, SIG_DFL);
+            if (o->prefix) {
+                dup2(out[1], 1);
+                dup2(err[1], 2);
+            }
+            execvpe(o->argv[0], o->argv, env);
+            const char *msg = "dtrun: cannot execute the program: ";
+            (void)!write(2, msg, strlen(msg));
+            (void)!write(2, o->argv[0], strlen(o->argv[0]));
+            (void)!write(2, "\n", 1);
+            _exit(127);
+        }
+        for (int j = 0; env[j]; j++)
+            if (!strncmp(env[j], "DT_", 3) && is_managed(env[j]))
+                free(env[j]);
+        free(env);
+        close(out[1]);
+        close(err[1]);
+        if (o->prefix) {
+            k->out_fd = out[0];
+            k->err_fd = err[0];
+            fcntl(out[0], F_SETFL, O_NONBLOCK);
+            fcntl(err[0], F_SETFL, O_NONBLOCK);
+        } else {
+            close(out[0]);
+            close(err[0]);
+        }
+        k->pid = pid;
+        (*started)++;
+    }
+    return DT_OK;
+}

@@ -1,0 +1,191 @@
+/* Supervise the local ranks: copy their output line by line with a "[rank] "
+ * prefix, forward SIGINT/SIGTERM, and on the first failure stop the rest
+ * (SIGTERM, then SIGKILL after KILL_AFTER seconds). */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dtrun.h"
+
+#define KILL_AFTER 3.0
+
+/* Signal handlers may only touch these (the launcher's one signal singleton). */
+static volatile sig_atomic_t pending_signal;
+static int wake_pipe[2] = {-1, -1};
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    if (sig != SIGCHLD)
+        pending_signal = sig;
+    (void)!write(wake_pipe[1], "", 1);
+    errno = saved;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void emit(FILE *to, int rank, const char *line, size_t len)
+{
+    fprintf(to, "[%d] %.*s\n", rank, (int)len, line);
+    fflush(to);
+}
+
+/* Read what is available; print complete lines, keep the rest. */
+static void pump(int *fd, char *buf, size_t *len, size_t cap, FILE *to, int rank)
+{
+    for (;;) {
+        ssize_t n = read(*fd, buf + *len, cap - *len);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        if (n <= 0) {
+            if (*len)
+                emit(to, rank, buf, *len);
+            *len = 0;
+            close(*fd);
+            *fd = -1;
+            return;
+        }
+        *len += (size_t)n;
+        char *start = buf, *nl;
+        while ((nl = memchr(start, '\n', *len - (size_t)(start - buf)))) {
+            emit(to, rank, start, (size_t)(nl - start));
+            start = nl + 1;
+        }
+        *len -= (size_t)(start - buf);
+        memmove(buf, start, *len);
+        if (*len == cap) { /* a very long line: print what we have */
+            emit(to, rank, buf, *len);
+            *len = 0;
+        }
+    }
+}
+
+static void describe(const dtrun_child *k, char *buf, size_t len)
+{
+    if (WIFEXITED(k->status))
+        snprintf(buf, len, "rank %d (pid %d) exited with status %d", k->rank, (int)k->pid, WEXITSTATUS(k->status));
+    else if (WIFSIGNALED(k->status))
+        snprintf(buf, len, "rank %d (pid %d) was killed by signal %d (%s)", k->rank, (int)k->pid,
+                 WTERMSIG(k->status), strsignal(WTERMSIG(k->status)));
+    else
+        snprintf(buf, len, "rank %d (pid %d) ended with wait status %d", k->rank, (int)k->pid, k->status);
+}
+
+static void signal_all(dtrun_child *kids, int n, int sig)
+{
+    for (int i = 0; i < n; i++)
+        if (!kids[i].exited && kids[i].pid > 0)
+            kill(kids[i].pid, sig);
+}
+
+static void install_handlers(void)
+{
+    if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+        wake_pipe[0] = wake_pipe[1] = -1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGCHLD, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n)
+{
+    (void)o;
+    install_handlers();
+    struct pollfd *pfds = calloc((size_t)(2 * n + 1), sizeof *pfds);
+    int living = n, failed = -1, forwarded = 0, code = 0;
+    double kill_at = 0, exited_at = 0;
+    while (living > 0 || (exited_at > 0 && now_s() - exited_at < 1.0)) {
+        int np = 0;
+        pfds[np++] = (struct pollfd){.fd = wake_pipe[0], .events = POLLIN};
+        for (int i = 0; i < n; i++) {
+            if (kids[i].out_fd >= 0)
+                pfds[np++] = (struct pollfd){.fd = kids[i].out_fd, .events = POLLIN};
+            if (kids[i].err_fd >= 0)
+                pfds[np++] = (struct pollfd){.fd = kids[i].err_fd, .events = POLLIN};
+        }
+        if (living == 0 && np == 1)
+            break; /* every rank exited and every pipe is drained */
+        poll(pfds, (nfds_t)np, kill_at > 0 || living == 0 ? 100 : 1000);
+        char drain[64];
+        while (read(wake_pipe[0], drain, sizeof drain) > 0)
+            ;
+        for (int i = 0; i < n; i++) {
+            if (kids[i].out_fd >= 0)
+                pump(&kids[i].out_fd, kids[i].out_buf, &kids[i].out_len, sizeof kids[i].out_buf, stdout, kids[i].rank);
+            if (kids[i].err_fd >= 0)
+                pump(&kids[i].err_fd, kids[i].err_buf, &kids[i].err_len, sizeof kids[i].err_buf, stderr, kids[i].rank);
+        }
+        if (pending_signal) {
+            int sig = pending_signal;
+            pending_signal = 0;
+            forwarded++;
+            fprintf(stderr, "dtrun: received %s; forwarding it to the ranks%s\n", strsignal(sig),
+                    forwarded > 1 ? " (again: killing them)" : "");
+            signal_all(kids, n, forwarded > 1 ? SIGKILL : sig);
+            if (!code)
+                code = 128 + sig;
+            if (!kill_at)
+                kill_at = now_s() + KILL_AFTER;
+        }
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            for (int i = 0; i < n; i++) {
+                if (kids[i].pid != pid || kids[i].exited)
+                    continue;
+                kids[i].exited = true;
+                kids[i].status = status;
+                living--;
+                bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+                if (!ok && failed < 0 && !forwarded) {
+                    failed = i;
+                    char what[256];
+                    describe(&kids[i], what, sizeof what);
+                    fprintf(stderr, "dtrun: %s; stopping the other ranks\n", what);
+                    signal_all(kids, n, SIGTERM);
+                    kill_at = now_s() + KILL_AFTER;
+                }
+            }
+        }
+        if (kill_at > 0 && living > 0 && now_s() >= kill_at) {
+            signal_all(kids, n, SIGKILL);
+            kill_at = now_s() + 3600;
+        }
+        if (living == 0 && exited_at == 0)
+            exited_at = now_s();
+    }
+    /* A grandchild may hold a pipe open; stop reading after the grace period. */
+    for (int i = 0; i < n; i++) {
+        if (kids[i].out_fd >= 0)
+            close(kids[i].out_fd);
+        if (kids[i].err_fd >= 0)
+            close(kids[i].err_fd);
+    }
+    free(pfds);
+    if (failed >= 0) {
+        char what[256];
+        describe(&kids[failed], what, sizeof what);
+        fprintf(stderr, "dtrun: job failed: %s\n", what);
+        const dtrun_child *k = &kids[failed];
+        return WIFEXITED(k->status) ? WEXITSTATUS(k->status) : 128 + WTERMSIG(k->status);
+    }
+    return code;
+}
