@@ -262,11 +262,29 @@ static dt_status route_data(dt__engine *e, peer *p, const dt__frame *f)
     return DT_OK;
 }
 
-/* The buffered message just completed joins the peer's unexpected queue. */
+/* The buffered message just completed.  A receive posted while it was still
+ * arriving takes it now; otherwise it joins the peer's unexpected queue. */
 static void stash_unexpected(peer *p)
 {
     unexpected *u = p->stash;
     p->stash = NULL;
+    dt__req *prev = NULL;
+    for (dt__req *r = p->posted; r; prev = r, r = r->next) {
+        if (!matches(r, &u->f))
+            continue;
+        if (prev)
+            prev->next = r->next;
+        else
+            p->posted = r->next;
+        if (p->posted_tail == r)
+            p->posted_tail = prev;
+        if (u->f.len <= r->len && u->f.len)
+            memcpy(r->buf, u->data, (size_t)u->f.len);
+        finish_recv(r, &u->f);
+        free(u->data);
+        free(u);
+        return;
+    }
     u->next = NULL;
     if (p->unexp_tail)
         p->unexp_tail->next = u;

@@ -1,1 +1,440 @@
-int main(void){return 0;}
+/* dtbench: collective benchmark in the manner of nccl-tests.  See --help and
+ * docs/dtbench.md.  Run under dtrun (or mpirun/srun). */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dtrain/dtrain.h"
+
+static const char usage[] =
+    "usage: dtrun -n N dtbench OP [options]\n"
+    "\n"
+    "Time a collective over a range of sizes; every rank checks its result.\n"
+    "OP: allreduce, broadcast, reduce, reduce_scatter, allgather, gather, scatter,\n"
+    "    alltoall, barrier, sendrecv (ring shift)\n"
+    "\n"
+    "options:\n"
+    "  -b, --minbytes N   smallest size (default 8; K, M, G suffixes allowed)\n"
+    "  -e, --maxbytes N   largest size (default 64M)\n"
+    "  -f, --stepfactor F multiply the size by F each step (default 2)\n"
+    "  -d, --dtype T      f32 (default), f64, f16, bf16, i32, i64, u8\n"
+    "  -o, --op R         reduction: sum (default), prod, min, max, avg\n"
+    "  -r, --root R       root of broadcast/reduce/gather/scatter (default 0)\n"
+    "  -n, --iters N      timed iterations per size (default 20)\n"
+    "  -w, --warmup N     untimed iterations per size (default 5)\n"
+    "  -c, --check 0|1    verify results (default 1)\n"
+    "      --json         one JSON object per size instead of the table\n"
+    "  -h, --help         this help\n"
+    "\n"
+    "size is the total bytes of the operation as in nccl-tests: the buffer of\n"
+    "allreduce/broadcast/reduce, the gathered output of allgather/gather, the input\n"
+    "of reduce_scatter/scatter/alltoall.  time_us is the slowest rank's mean; algbw =\n"
+    "size/time; busbw = algbw x (allreduce 2(n-1)/n; reduce_scatter, allgather,\n"
+    "gather, scatter, alltoall (n-1)/n; broadcast, reduce, sendrecv 1).  #wrong counts\n"
+    "elements that differ from the expected result, summed over ranks.\n";
+
+enum { ALLREDUCE, BROADCAST, REDUCE, REDUCE_SCATTER, ALLGATHER, GATHER, SCATTER, ALLTOALL, BARRIER, SENDRECV };
+static const char *op_names[] = {"allreduce", "broadcast", "reduce",   "reduce_scatter", "allgather",
+                                 "gather",    "scatter",   "alltoall", "barrier",        "sendrecv"};
+
+typedef struct {
+    int op, root, iters, warmup, check, json;
+    size_t minb, maxb;
+    double factor;
+    dt_dtype dtype;
+    dt_redop redop;
+} options;
+
+static void bad(const char *msg, const char *arg)
+{
+    fprintf(stderr, "dtbench: %s '%s' (see dtbench --help)\n", msg, arg ? arg : "");
+    exit(2);
+}
+
+static size_t parse_size(const char *s)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double mult = 1;
+    if (*end == 'K' || *end == 'k')
+        mult = 1024, end++;
+    else if (*end == 'M' || *end == 'm')
+        mult = 1024.0 * 1024, end++;
+    else if (*end == 'G' || *end == 'g')
+        mult = 1024.0 * 1024 * 1024, end++;
+    if (errno || *end || v < 0 || v * mult > 1e12)
+        bad("not a size:", s);
+    return (size_t)(v * mult);
+}
+
+static int parse_int(const char *s, int min, int max)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < min || v > max)
+        bad("not an integer in range:", s);
+    return (int)v;
+}
+
+static void parse(int argc, char **argv, options *o)
+{
+    *o = (options){.root = 0, .iters = 20, .warmup = 5, .check = 1, .minb = 8, .maxb = 64u << 20,
+                   .factor = 2, .dtype = DT_F32, .redop = DT_SUM, .op = -1};
+    static const struct option longopts[] = {
+        {"minbytes", 1, 0, 'b'}, {"maxbytes", 1, 0, 'e'}, {"stepfactor", 1, 0, 'f'}, {"dtype", 1, 0, 'd'},
+        {"op", 1, 0, 'o'},       {"root", 1, 0, 'r'},     {"iters", 1, 0, 'n'},      {"warmup", 1, 0, 'w'},
+        {"check", 1, 0, 'c'},    {"json", 0, 0, 'j'},     {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "b:e:f:d:o:r:n:w:c:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'b': o->minb = parse_size(optarg); break;
+        case 'e': o->maxb = parse_size(optarg); break;
+        case 'f':
+            o->factor = strtod(optarg, NULL);
+            if (!(o->factor > 1.0))
+                bad("the step factor must be above 1, got", optarg);
+            break;
+        case 'd':
+            if (dt_dtype_parse(optarg, &o->dtype) != DT_OK)
+                bad("unknown dtype", optarg);
+            break;
+        case 'o':
+            if (dt_redop_parse(optarg, &o->redop) != DT_OK)
+                bad("unknown reduction op", optarg);
+            break;
+        case 'r': o->root = parse_int(optarg, 0, 1 << 20); break;
+        case 'n': o->iters = parse_int(optarg, 1, 1000000); break;
+        case 'w': o->warmup = parse_int(optarg, 0, 1000000); break;
+        case 'c': o->check = parse_int(optarg, 0, 1); break;
+        case 'j': o->json = 1; break;
+        case 'h': fputs(usage, stdout); exit(0);
+        default: bad("invalid option", "");
+        }
+    }
+    if (optind >= argc)
+        bad("missing OP", "");
+    for (int i = 0; i < (int)(sizeof op_names / sizeof *op_names); i++)
+        if (!strcmp(argv[optind], op_names[i]))
+            o->op = i;
+    if (o->op < 0)
+        bad("unknown OP", argv[optind]);
+    if (optind + 1 < argc)
+        bad("unexpected argument", argv[optind + 1]);
+    if (o->minb > o->maxb)
+        bad("-b is larger than -e", "");
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* ---- inputs and expected values (exact small integers in every dtype) ---- */
+
+static double value(int rank, size_t i, dt_redop op)
+{
+    if (op == DT_PROD)
+        return (rank + (long)i) % 7 == 0 ? 2 : 1;
+    return (double)((rank + (long)i) % 5) - ((op == DT_MIN || op == DT_MAX) ? 2 : 0);
+}
+
+static void store(void *buf, dt_dtype t, size_t i, double v, uint64_t iv)
+{
+    switch (t) {
+    case DT_F32: ((float *)buf)[i] = (float)v; break;
+    case DT_F64: ((double *)buf)[i] = v; break;
+    case DT_F16: ((uint16_t *)buf)[i] = dt_f32_to_f16((float)v); break;
+    case DT_BF16: ((uint16_t *)buf)[i] = dt_f32_to_bf16((float)v); break;
+    case DT_I32: ((uint32_t *)buf)[i] = (uint32_t)iv; break;
+    case DT_I64: ((uint64_t *)buf)[i] = iv; break;
+    case DT_U8: ((uint8_t *)buf)[i] = (uint8_t)iv; break;
+    default: break;
+    }
+}
+
+static void fill(void *buf, dt_dtype t, size_t n, size_t base, int rank, dt_redop op)
+{
+    for (size_t i = 0; i < n; i++) {
+        double v = value(rank, base + i, op);
+        store(buf, t, i, v, (uint64_t)(int64_t)v);
+    }
+}
+
+static int is_float(dt_dtype t) { return t == DT_F32 || t == DT_F64 || t == DT_F16 || t == DT_BF16; }
+
+/* Expected reduction of element base+i over `size` ranks. */
+static void expect(void *buf, dt_dtype t, size_t n, size_t base, int size, dt_redop op)
+{
+    unsigned bits = t == DT_U8 ? 8 : t == DT_I32 ? 32 : 64;
+    uint64_t mask = bits == 64 ? ~0ull : ((1ull << bits) - 1);
+    for (size_t i = 0; i < n; i++) {
+        double d = value(0, base + i, op);
+        int64_t si = (int64_t)d;
+        uint64_t u = (uint64_t)si & mask;
+        for (int r = 1; r < size; r++) {
+            double x = value(r, base + i, op);
+            uint64_t xu = (uint64_t)(int64_t)x & mask;
+            int64_t xs = (int64_t)x;
+            switch (op) {
+            case DT_SUM:
+            case DT_AVG: d += x, u = (u + xu) & mask, si += xs; break;
+            case DT_PROD: d *= x, u = (u * xu) & mask, si *= xs; break;
+            case DT_MIN: d = fmin(d, x), si = si < xs ? si : xs; break;
+            case DT_MAX: d = fmax(d, x), si = si > xs ? si : xs; break;
+            default: break;
+            }
+        }
+        if (op == DT_MIN || op == DT_MAX)
+            u = (uint64_t)si & mask;
+        if (op == DT_AVG && is_float(t))
+            d = (double)(float)d / size;
+        if (op == DT_AVG && !is_float(t)) {
+            if (t == DT_U8)
+                u = (u & 0xff) / (uint64_t)size;
+            else if (t == DT_I32)
+                u = (uint64_t)(int64_t)((int32_t)(uint32_t)u / size);
+            else
+                u = (uint64_t)((int64_t)u / size);
+        }
+        if (op == DT_AVG && (t == DT_F16 || t == DT_BF16))
+            d = (float)d;
+        store(buf, t, i, t == DT_F32 || t == DT_F16 || t == DT_BF16 ? (double)(float)d : d, u);
+    }
+}
+
+static size_t count_wrong(const void *got, const void *want, size_t n, size_t es)
+{
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; i++)
+        wrong += memcmp((const char *)got + i * es, (const char *)want + i * es, es) != 0;
+    return wrong;
+}
+
+/* ---- running one size ---- */
+
+typedef struct {
+    options *o;
+    dt_comm *c;
+    int rank, size;
+    size_t es, count; /* count: elements per rank's block (see usage) */
+    uint8_t *send, *recv, *want;
+} bench;
+
+static dt_status run_once(bench *b)
+{
+    const options *o = b->o;
+    dt_comm *c = b->c;
+    size_t n = b->count;
+    switch (o->op) {
+    case ALLREDUCE: return dt_allreduce(b->send, b->recv, n, o->dtype, o->redop, c);
+    case BROADCAST: return dt_broadcast(b->recv, n, o->dtype, o->root, c);
+    case REDUCE: return dt_reduce(b->send, b->recv, n, o->dtype, o->redop, o->root, c);
+    case REDUCE_SCATTER: return dt_reduce_scatter(b->send, b->recv, n, o->dtype, o->redop, c);
+    case ALLGATHER: return dt_allgather(b->send, b->recv, n, o->dtype, c);
+    case GATHER: return dt_gather(b->send, b->recv, n, o->dtype, o->root, c);
+    case SCATTER: return dt_scatter(b->send, b->recv, n, o->dtype, o->root, c);
+    case ALLTOALL: return dt_alltoall(b->send, b->recv, n, o->dtype, c);
+    case BARRIER: return dt_barrier(c);
+    case SENDRECV: {
+        dt_request *rq[2];
+        int right = (b->rank + 1) % b->size, left = (b->rank - 1 + b->size) % b->size;
+        dt_status s = dt_irecv(b->recv, n, o->dtype, left, 1, c, &rq[0]);
+        if (s == DT_OK)
+            s = dt_isend(b->send, n, o->dtype, right, 1, c, &rq[1]);
+        if (s == DT_OK)
+            s = dt_wait(rq[1], NULL);
+        if (s == DT_OK)
+            s = dt_wait(rq[0], NULL);
+        return s;
+    }
+    }
+    return DT_ERR_INVALID;
+}
+
+/* Fill inputs, run once, compare; returns wrong elements on this rank. */
+static size_t verify(bench *b)
+{
+    const options *o = b->o;
+    int r = b->rank, n = b->size;
+    size_t cnt = b->count, es = b->es, total = cnt * (size_t)n;
+    dt_redop op = o->redop;
+    size_t check_n = 0;
+    uint8_t *check_at = b->recv;
+    int blocks = o->op == REDUCE_SCATTER || o->op == ALLGATHER || o->op == GATHER || o->op == SCATTER ||
+                 o->op == ALLTOALL;
+    memset(b->recv, 0, (blocks ? total : cnt) * es);
+    switch (o->op) {
+    case ALLREDUCE:
+    case REDUCE:
+        fill(b->send, o->dtype, cnt, 0, r, op);
+        expect(b->want, o->dtype, cnt, 0, n, op);
+        check_n = (o->op == ALLREDUCE || r == o->root) ? cnt : 0;
+        break;
+    case REDUCE_SCATTER:
+        fill(b->send, o->dtype, total, 0, r, op);
+        expect(b->want, o->dtype, cnt, (size_t)r * cnt, n, op);
+        check_n = cnt;
+        break;
+    case BROADCAST:
+        fill(b->recv, o->dtype, cnt, 0, r == o->root ? 0 : r + 1, DT_SUM);
+        fill(b->want, o->dtype, cnt, 0, 0, DT_SUM);
+        check_n = cnt;
+        break;
+    case ALLGATHER:
+    case GATHER:
+        fill(b->send, o->dtype, cnt, 0, r, DT_SUM);
+        for (int j = 0; j < n; j++)
+            fill(b->want + (size_t)j * cnt * es, o->dtype, cnt, 0, j, DT_SUM);
+        check_n = (o->op == ALLGATHER || r == o->root) ? total : 0;
+        break;
+    case SCATTER:
+        for (int j = 0; j < n; j++)
+            fill(b->send + (size_t)j * cnt * es, o->dtype, cnt, 0, j, DT_SUM);
+        fill(b->want, o->dtype, cnt, 0, r, DT_SUM);
+        check_n = cnt;
+        break;
+    case ALLTOALL:
+        for (int j = 0; j < n; j++) {
+            fill(b->send + (size_t)j * cnt * es, o->dtype, cnt, (size_t)j * 7, r, DT_SUM);
+            fill(b->want + (size_t)j * cnt * es, o->dtype, cnt, (size_t)r * 7, j, DT_SUM);
+        }
+        check_n = total;
+        break;
+    case SENDRECV:
+        fill(b->send, o->dtype, cnt, 0, r, DT_SUM);
+        fill(b->want, o->dtype, cnt, 0, (r - 1 + n) % n, DT_SUM);
+        check_n = cnt;
+        break;
+    default: break;
+    }
+    if (run_once(b) != DT_OK)
+        return (size_t)-1;
+    return count_wrong(check_at, b->want, check_n, es);
+}
+
+static double bus_factor(int op, int n)
+{
+    switch (op) {
+    case ALLREDUCE: return 2.0 * (n - 1) / n;
+    case REDUCE_SCATTER:
+    case ALLGATHER:
+    case GATHER:
+    case SCATTER:
+    case ALLTOALL: return (double)(n - 1) / n;
+    default: return 1.0;
+    }
+}
+
+static int fail(dt_comm *c, const char *what)
+{
+    fprintf(stderr, "dtbench: rank %d: %s: %s\n", dt_comm_rank(c), what, dt_last_error());
+    dt_comm_destroy(c);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    options o;
+    parse(argc, argv, &o);
+    dt_comm *c;
+    if (dt_comm_init_env(&c) != DT_OK) {
+        fprintf(stderr, "dtbench: cannot join the job: %s\n", dt_last_error());
+        return 1;
+    }
+    bench b = {.o = &o, .c = c, .rank = dt_comm_rank(c), .size = dt_comm_size(c), .es = dt_dtype_size(o.dtype)};
+    if (o.root >= b.size) {
+        fprintf(stderr, "dtbench: root %d is outside the job of %d ranks\n", o.root, b.size);
+        return 2;
+    }
+    int per_rank_blocks = o.op == REDUCE_SCATTER || o.op == ALLGATHER || o.op == GATHER || o.op == SCATTER ||
+                          o.op == ALLTOALL;
+    size_t cap = o.maxb / b.es + (size_t)b.size + 1;
+    b.send = malloc(cap * b.es);
+    b.recv = malloc(cap * b.es);
+    b.want = malloc(cap * b.es);
+    if (!b.send || !b.recv || !b.want)
+        return fail(c, "out of memory for the buffers");
+    if (b.rank == 0 && !o.json) {
+        const char *algo = getenv("DT_ALGO");
+        printf("# dtbench %s: %d ranks, dtype %s, redop %s, %d iterations after %d warm-up, algorithm %s\n",
+               op_names[o.op], b.size, dt_dtype_name(o.dtype), dt_redop_name(o.redop), o.iters, o.warmup,
+               algo ? algo : "auto");
+        printf("#%13s %12s %6s %6s %12s %12s %12s %8s\n", "size(B)", "count", "type", "redop", "time_us",
+               "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+        fflush(stdout);
+    }
+    size_t total_wrong = 0;
+    for (double sz = (double)o.minb; sz <= (double)o.maxb * 1.0000001; sz *= o.factor) {
+        size_t elems = (size_t)sz / b.es;
+        b.count = per_rank_blocks ? elems / (size_t)b.size : elems;
+        size_t bytes = (per_rank_blocks ? b.count * (size_t)b.size : b.count) * b.es;
+        if (o.op == BARRIER)
+            bytes = b.count = 0;
+        memset(b.send, 1, cap * b.es);
+        memset(b.recv, 1, cap * b.es);
+        for (int i = 0; i < o.warmup; i++)
+            if (run_once(&b) != DT_OK)
+                return fail(c, "warm-up");
+        if (dt_barrier(c) != DT_OK)
+            return fail(c, "barrier");
+        double t0 = now_s();
+        for (int i = 0; i < o.iters; i++)
+            if (run_once(&b) != DT_OK)
+                return fail(c, op_names[o.op]);
+        double mine = (now_s() - t0) / o.iters, slowest;
+        int64_t wrong = 0, wrong_sum = 0;
+        if (o.check && o.op != BARRIER) {
+            size_t w = verify(&b);
+            if (w == (size_t)-1)
+                return fail(c, "verification run");
+            wrong = (int64_t)w;
+        }
+        if (dt_allreduce(&mine, &slowest, 1, DT_F64, DT_MAX, c) != DT_OK ||
+            dt_allreduce(&wrong, &wrong_sum, 1, DT_I64, DT_SUM, c) != DT_OK)
+            return fail(c, "collecting results");
+        total_wrong += (size_t)wrong_sum;
+        double algbw = bytes / slowest / 1e9, busbw = algbw * bus_factor(o.op, b.size);
+        if (b.rank == 0) {
+            if (o.json) {
+                cJSON *j = cJSON_CreateObject();
+                cJSON_AddStringToObject(j, "op", op_names[o.op]);
+                cJSON_AddNumberToObject(j, "ranks", b.size);
+                cJSON_AddNumberToObject(j, "size", (double)bytes);
+                cJSON_AddNumberToObject(j, "count", (double)b.count);
+                cJSON_AddStringToObject(j, "type", dt_dtype_name(o.dtype));
+                cJSON_AddStringToObject(j, "redop", dt_redop_name(o.redop));
+                cJSON_AddNumberToObject(j, "time_us", slowest * 1e6);
+                cJSON_AddNumberToObject(j, "algbw", algbw);
+                cJSON_AddNumberToObject(j, "busbw", busbw);
+                cJSON_AddNumberToObject(j, "wrong", (double)wrong_sum);
+                char *text = cJSON_PrintUnformatted(j);
+                printf("%s\n", text);
+                free(text);
+                cJSON_Delete(j);
+            } else {
+                printf("%14zu %12zu %6s %6s %12.1f %12.3f %12.3f %8lld\n", bytes, b.count, dt_dtype_name(o.dtype),
+                       dt_redop_name(o.redop), slowest * 1e6, algbw, busbw, (long long)wrong_sum);
+            }
+            fflush(stdout);
+        }
+        if (o.op == BARRIER)
+            break;
+    }
+    if (b.rank == 0 && !o.json)
+        printf("# total #wrong: %zu\n", total_wrong);
+    free(b.send);
+    free(b.recv);
+    free(b.want);
+    if (dt_comm_destroy(c) != DT_OK)
+        return fail(c, "destroy");
+    return total_wrong ? 3 : 0;
+}

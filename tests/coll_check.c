@@ -1,0 +1,396 @@
+/* Multi-process collective checker, run under dtrun (tests/run_tests.sh) or
+ * one dtrun node per network namespace.  Every op x dtype x redop x count x
+ * in-place is compared bit for bit with a reference computed locally from
+ * every rank's (deterministic) input.  Inputs are small integers, exact in
+ * every dtype, so the reference does not depend on reduction order.
+ *
+ * usage: coll_check [--quick] [--big N]   (exit 0 when everything matched) */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/reduce.h"
+#include "dtrain/dtrain.h"
+
+static dt_comm *world;
+static int failures, checks;
+static size_t big_count = 512 * 1024;
+
+static void set_elem(void *buf, dt_dtype t, size_t i, double v)
+{
+    switch (t) {
+    case DT_F32: ((float *)buf)[i] = (float)v; break;
+    case DT_F64: ((double *)buf)[i] = v; break;
+    case DT_F16: ((uint16_t *)buf)[i] = dt_f32_to_f16((float)v); break;
+    case DT_BF16: ((uint16_t *)buf)[i] = dt_f32_to_bf16((float)v); break;
+    case DT_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case DT_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case DT_U8: ((uint8_t *)buf)[i] = (uint8_t)(int)v; break;
+    default: break;
+    }
+}
+
+static double get_elem(const void *buf, dt_dtype t, size_t i)
+{
+    switch (t) {
+    case DT_F32: return ((const float *)buf)[i];
+    case DT_F64: return ((const double *)buf)[i];
+    case DT_F16: return dt_f16_to_f32(((const uint16_t *)buf)[i]);
+    case DT_BF16: return dt_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case DT_I32: return ((const int32_t *)buf)[i];
+    case DT_I64: return (double)((const int64_t *)buf)[i];
+    case DT_U8: return ((const uint8_t *)buf)[i];
+    default: return 0;
+    }
+}
+
+/* Input of `rank` for element i of a buffer used with `op`. */
+static double input(int rank, size_t i, dt_redop op, dt_dtype t, int salt)
+{
+    long k = (long)((size_t)rank * 7 + i * 3 + (size_t)salt * 5);
+    double v;
+    if (op == DT_PROD)
+        v = (k % 3 == 0) ? 2 : (k % 5 == 1 ? -1 : 1);
+    else if (op == DT_MIN || op == DT_MAX)
+        v = (double)((rank * 13 + (long)i * 7 + salt) % 17) - 8;
+    else
+        v = (double)(k % 5) - 2;
+    if (t == DT_U8 && v < 0)
+        v = -v;
+    return v;
+}
+
+/* input() repeats every PERIOD elements (lcm of its moduli 3, 5 and 17), so
+ * buffers and references are computed for one period and then tiled. */
+#define PERIOD 255
+
+static void tile(void *buf, dt_dtype t, size_t n)
+{
+    size_t es = dt_dtype_size(t), have = PERIOD;
+    while (have < n) {
+        size_t take = have < n - have ? have : n - have;
+        memcpy((char *)buf + have * es, buf, take * es);
+        have += take;
+    }
+}
+
+/* Elements [base, base+n) of rank's input, into buf[0..n). */
+static void fill_at(void *buf, dt_dtype t, size_t n, size_t base, int rank, dt_redop op, int salt)
+{
+    for (size_t i = 0; i < n && i < PERIOD; i++)
+        set_elem(buf, t, i, input(rank, base + i, op, t, salt));
+    tile(buf, t, n);
+}
+
+static void fill(void *buf, dt_dtype t, size_t n, int rank, dt_redop op, int salt)
+{
+    fill_at(buf, t, n, 0, rank, op, salt);
+}
+
+/* Reference reduction over every rank of input elements [base, base+n). */
+static void reference(void *out, dt_dtype t, size_t n, size_t base, dt_redop op, int size, int salt)
+{
+    size_t es = dt_dtype_size(t);
+    size_t m = n < PERIOD ? n : PERIOD;
+    void *tmp = malloc(m * es + 1);
+    fill_at(out, t, m, base, 0, op, salt);
+    for (int r = 1; r < size; r++) {
+        fill_at(tmp, t, m, base, r, op, salt);
+        dt__reduce(out, out, tmp, m, t, op);
+    }
+    dt__reduce_finish(out, n < PERIOD ? n : PERIOD, t, op, size);
+    tile(out, t, n);
+    free(tmp);
+}
+
+static void compare(const char *what, const void *got, const void *want, size_t n, dt_dtype t, dt_comm *c)
+{
+    checks++;
+    size_t es = dt_dtype_size(t);
+    if (!n || memcmp(got, want, n * es) == 0)
+        return;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp((const char *)got + i * es, (const char *)want + i * es, es) != 0) {
+            fprintf(stderr, "MISMATCH rank %d/%d %s: element %zu of %zu is %g, expected %g\n", dt_comm_rank(c),
+                    dt_comm_size(c), what, i, n, get_elem(got, t, i), get_elem(want, t, i));
+            break;
+        }
+    failures++;
+}
+
+#define CALL(expr)                                                                                \
+    do {                                                                                          \
+        dt_status s_ = (expr);                                                                    \
+        if (s_ != DT_OK) {                                                                        \
+            fprintf(stderr, "rank %d: %s failed: %s: %s\n", dt_comm_rank(world), #expr,           \
+                    dt_status_name(s_), dt_last_error());                                         \
+            exit(3);                                                                              \
+        }                                                                                         \
+    } while (0)
+
+static void check_reducing(dt_comm *c, dt_dtype t, dt_redop op, size_t n, int inplace, int salt)
+{
+    int rank = dt_comm_rank(c), size = dt_comm_size(c);
+    size_t es = dt_dtype_size(t), total = n * (size_t)size;
+    char what[160];
+    uint8_t *send = malloc(total * es + 1), *recv = malloc(total * es + 1), *want = malloc(total * es + 1);
+    /* allreduce */
+    fill(send, t, n, rank, op, salt);
+    reference(want, t, n, 0, op, size, salt);
+    if (inplace) {
+        memcpy(recv, send, n * es);
+        CALL(dt_allreduce(recv, recv, n, t, op, c));
+    } else {
+        CALL(dt_allreduce(send, recv, n, t, op, c));
+    }
+    snprintf(what, sizeof what, "allreduce %s %s count %zu%s", dt_dtype_name(t), dt_redop_name(op), n,
+             inplace ? " in place" : "");
+    compare(what, recv, want, n, t, c);
+    /* reduce to a rotating root */
+    int root = (int)((n + (size_t)salt) % (size_t)size);
+    memset(recv, 0xee, n * es);
+    if (inplace && rank == root) {
+        memcpy(recv, send, n * es);
+        CALL(dt_reduce(recv, recv, n, t, op, root, c));
+    } else {
+        CALL(dt_reduce(send, recv, n, t, op, root, c));
+    }
+    snprintf(what, sizeof what, "reduce root %d %s %s count %zu%s", root, dt_dtype_name(t), dt_redop_name(op), n,
+             inplace ? " in place" : "");
+    if (rank == root)
+        compare(what, recv, want, n, t, c);
+    /* reduce_scatter: rank r gets block r of a size*n reduction */
+    fill(send, t, total, rank, op, salt + 1);
+    reference(want, t, n, (size_t)rank * n, op, size, salt + 1);
+    if (inplace) {
+        memcpy(recv, send, total * es);
+        CALL(dt_reduce_scatter(recv, recv, n, t, op, c));
+    } else {
+        CALL(dt_reduce_scatter(send, recv, n, t, op, c));
+    }
+    snprintf(what, sizeof what, "reduce_scatter %s %s recvcount %zu%s", dt_dtype_name(t), dt_redop_name(op), n,
+             inplace ? " in place" : "");
+    compare(what, recv, want, n, t, c);
+    free(send);
+    free(recv);
+    free(want);
+}
+
+static void check_moving(dt_comm *c, dt_dtype t, size_t n, int inplace, int salt)
+{
+    int rank = dt_comm_rank(c), size = dt_comm_size(c);
+    size_t es = dt_dtype_size(t), total = n * (size_t)size;
+    char what[160];
+    const char *ip = inplace ? " in place" : "";
+    uint8_t *send = malloc(total * es + 1), *recv = malloc(total * es + 1), *want = malloc(total * es + 1);
+    int root = (int)((n + (size_t)salt) % (size_t)size);
+    /* broadcast */
+    fill(recv, t, n, rank == root ? root : rank + 100, DT_SUM, salt);
+    fill(want, t, n, root, DT_SUM, salt);
+    CALL(dt_broadcast(recv, n, t, root, c));
+    snprintf(what, sizeof what, "broadcast root %d %s count %zu", root, dt_dtype_name(t), n);
+    compare(what, recv, want, n, t, c);
+    /* allgather: block r from rank r */
+    for (int r = 0; r < size; r++)
+        fill(want + (size_t)r * n * es, t, n, r, DT_MIN, salt);
+    fill(send, t, n, rank, DT_MIN, salt);
+    memset(recv, 0xee, total * es);
+    if (inplace) {
+        memcpy(recv + (size_t)rank * n * es, send, n * es);
+        CALL(dt_allgather(recv, recv, n, t, c));
+    } else {
+        CALL(dt_allgather(send, recv, n, t, c));
+    }
+    snprintf(what, sizeof what, "allgather %s sendcount %zu%s", dt_dtype_name(t), n, ip);
+    compare(what, recv, want, total, t, c);
+    /* gather */
+    memset(recv, 0xee, total * es);
+    if (inplace && rank == root) {
+        memcpy(recv + (size_t)rank * n * es, send, n * es);
+        CALL(dt_gather(recv, recv, n, t, root, c));
+    } else {
+        CALL(dt_gather(send, recv, n, t, root, c));
+    }
+    snprintf(what, sizeof what, "gather root %d %s sendcount %zu%s", root, dt_dtype_name(t), n, ip);
+    if (rank == root)
+        compare(what, recv, want, total, t, c);
+    /* scatter: root's block r goes to rank r */
+    if (rank == root)
+        memcpy(send, want, total * es);
+    memset(recv, 0xee, total * es);
+    if (inplace && rank == root) {
+        CALL(dt_scatter(send, send, n, t, root, c));
+        memcpy(recv, send + (size_t)root * n * es, n * es);
+    } else {
+        CALL(dt_scatter(send, recv, n, t, root, c));
+    }
+    snprintf(what, sizeof what, "scatter root %d %s recvcount %zu%s", root, dt_dtype_name(t), n, ip);
+    compare(what, recv, want + (size_t)rank * n * es, n, t, c);
+    /* alltoall: block j of rank r is input(r*size+j); rank r receives block r of each j */
+    for (int j = 0; j < size; j++) {
+        fill(send + (size_t)j * n * es, t, n, rank * size + j, DT_MAX, salt);
+        fill(want + (size_t)j * n * es, t, n, j * size + rank, DT_MAX, salt);
+    }
+    if (inplace) {
+        memcpy(recv, send, total * es);
+        CALL(dt_alltoall(recv, recv, n, t, c));
+    } else {
+        CALL(dt_alltoall(send, recv, n, t, c));
+    }
+    snprintf(what, sizeof what, "alltoall %s count %zu%s", dt_dtype_name(t), n, ip);
+    compare(what, recv, want, total, t, c);
+    free(send);
+    free(recv);
+    free(want);
+}
+
+/* Ring shift with blocking and nonblocking p2p, several tags in flight. */
+static void check_p2p(dt_comm *c, size_t n)
+{
+    int rank = dt_comm_rank(c), size = dt_comm_size(c);
+    int right = (rank + 1) % size, left = (rank - 1 + size) % size;
+    float *a = malloc(n * 4 + 4), *b = malloc(n * 4 + 4), *want = malloc(n * 4 + 4);
+    dt_request *rq[4];
+    fill(a, DT_F32, n, rank, DT_SUM, 1);
+    fill(want, DT_F32, n, left, DT_SUM, 1);
+    CALL(dt_irecv(b, n, DT_F32, left, 7, c, &rq[0]));
+    CALL(dt_isend(a, n, DT_F32, right, 7, c, &rq[1]));
+    int done = 0;
+    while (!done)
+        CALL(dt_test(rq[1], &done, NULL));
+    size_t got = 0;
+    CALL(dt_wait(rq[0], &got));
+    compare("isend/irecv ring shift", b, want, n, DT_F32, c);
+    if (got != n) {
+        fprintf(stderr, "MISMATCH rank %d: irecv reported %zu elements, expected %zu\n", rank, got, n);
+        failures++;
+    }
+    /* blocking, ordered by parity to avoid a cycle of blocking sends */
+    if (size > 1) {
+        if (rank % 2 == 0) {
+            CALL(dt_send(a, n, DT_F32, right, 3, c));
+            CALL(dt_recv(b, n, DT_F32, left, 3, c, NULL));
+        } else {
+            CALL(dt_recv(b, n, DT_F32, left, 3, c, NULL));
+            CALL(dt_send(a, n, DT_F32, right, 3, c));
+        }
+        compare("send/recv ring shift", b, want, n, DT_F32, c);
+    }
+    free(a);
+    free(b);
+    free(want);
+}
+
+static uint64_t fnv(const void *p, size_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Inexact float data: every rank must still get the same bits, every time. */
+static void check_determinism(dt_comm *c, size_t n)
+{
+    int rank = dt_comm_rank(c), size = dt_comm_size(c);
+    float *x = malloc(n * 4 + 4), *y = malloc(n * 4 + 4);
+    uint64_t seed = 0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1);
+    for (size_t i = 0; i < n; i++) {
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        x[i] = (float)((double)(seed % 2000003) / 1000.0 - 1000.0) * 1.000123f;
+    }
+    uint64_t h[2];
+    CALL(dt_allreduce(x, y, n, DT_F32, DT_SUM, c));
+    h[0] = fnv(y, n * 4);
+    CALL(dt_allreduce(x, y, n, DT_F32, DT_AVG, c));
+    h[1] = fnv(y, n * 4);
+    uint64_t *all = malloc((size_t)size * sizeof h);
+    CALL(dt_allgather(h, all, 2, DT_I64, c));
+    for (int r = 0; r < size; r++)
+        if (all[2 * r] != h[0] || all[2 * r + 1] != h[1]) {
+            fprintf(stderr, "MISMATCH rank %d: allreduce of inexact f32 (count %zu) differs from rank %d's bits\n",
+                    rank, n, r);
+            failures++;
+            break;
+        }
+    checks++;
+    free(all);
+    free(x);
+    free(y);
+}
+
+static void run_suite(dt_comm *c, const size_t *counts, int ncounts, int quick)
+{
+    for (int ci = 0; ci < ncounts; ci++) {
+        size_t n = counts[ci];
+        for (int t = 0; t < DT_DTYPE_COUNT; t++) {
+            for (int inplace = 0; inplace < 2; inplace++) {
+                if (quick && inplace && n > 1000)
+                    continue;
+                for (int op = 0; op < DT_REDOP_COUNT; op++)
+                    check_reducing(c, (dt_dtype)t, (dt_redop)op, n, inplace, ci + op);
+                check_moving(c, (dt_dtype)t, n, inplace, ci);
+            }
+        }
+        check_p2p(c, n);
+        CALL(dt_barrier(c));
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick"))
+            quick = 1;
+        else if (!strcmp(argv[i], "--big") && i + 1 < argc)
+            big_count = (size_t)strtoull(argv[++i], NULL, 10);
+        else {
+            fprintf(stderr, "usage: coll_check [--quick] [--big COUNT]\n");
+            return 2;
+        }
+    }
+    CALL(dt_comm_init_env(&world));
+    int rank = dt_comm_rank(world), size = dt_comm_size(world);
+    size_t counts[] = {0, 1, 7, 1000, big_count};
+    run_suite(world, counts, 5, quick);
+    check_determinism(world, 1000);
+    check_determinism(world, big_count);
+
+    /* Sub-communicators: odd/even halves in reverse key order, one rank opted out. */
+    dt_comm *half = NULL, *quarter = NULL;
+    int color = (size > 2 && rank == size - 1) ? DT_UNDEFINED : rank % 2;
+    CALL(dt_comm_split(world, color, -rank, &half));
+    if (color == DT_UNDEFINED) {
+        if (half) {
+            fprintf(stderr, "MISMATCH rank %d: DT_UNDEFINED split returned a communicator\n", rank);
+            failures++;
+        }
+    } else {
+        int expect_size = 0;
+        for (int r = 0; r < size; r++)
+            if (!(size > 2 && r == size - 1) && r % 2 == color)
+                expect_size++;
+        if (dt_comm_size(half) != expect_size) {
+            fprintf(stderr, "MISMATCH rank %d: split size %d, expected %d\n", rank, dt_comm_size(half), expect_size);
+            failures++;
+        }
+        size_t sub_counts[] = {7, 4096};
+        run_suite(half, sub_counts, 2, 1);
+        CALL(dt_comm_split(half, dt_comm_rank(half) % 2, 0, &quarter));
+        size_t q_counts[] = {1000};
+        run_suite(quarter, q_counts, 1, 1);
+        CALL(dt_comm_destroy(quarter));
+        CALL(dt_comm_destroy(half));
+    }
+    /* The world still works after the sub-communicators are gone. */
+    check_determinism(world, 4096);
+
+    int totals[2] = {failures, checks}, sums[2];
+    CALL(dt_allreduce(totals, sums, 2, DT_I32, DT_SUM, world));
+    if (rank == 0)
+        printf("coll_check: world %d: %d checks, %d mismatches\n", size, sums[1], sums[0]);
+    CALL(dt_comm_destroy(world));
+    return sums[0] == 0 ? 0 : 1;
+}
