@@ -36,7 +36,7 @@ dt_status dt_alltoall(const void *send, void *recv, size_t count, dt_dtype t, dt
     const uint8_t *src = send;
     uint8_t *copy = NULL;
     if (send == recv) {
-        copy = malloc(n * bytes);
+        copy = dt__comm_scratch(c, DT__SCRATCH_WORK, n * bytes);
         if (!copy)
             return dt__coll_error(&k, dt__fail(DT_ERR_NOMEM, "out of memory"));
         memcpy(copy, send, n * bytes);
@@ -46,6 +46,5 @@ dt_status dt_alltoall(const void *send, void *recv, size_t count, dt_dtype t, dt
     dt_status s = rq ? exchange(&k, src, recv, bytes, rq) : dt__fail(DT_ERR_NOMEM, "out of memory");
     s = dt__coll_error(&k, s);
     free(rq);
-    free(copy);
     return s;
 }

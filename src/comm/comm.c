@@ -120,6 +120,16 @@ dt_status dt_comm_abort(dt_comm *c, const char *reason)
     return dt__engine_abort(c->world->eng, reason);
 }
 
+void *dt__comm_scratch(dt_comm *c, int slot, size_t bytes)
+{
+    if (c->scratch_size[slot] < bytes) {
+        free(c->scratch[slot]);
+        c->scratch[slot] = malloc(bytes);
+        c->scratch_size[slot] = c->scratch[slot] ? bytes : 0;
+    }
+    return c->scratch[slot];
+}
+
 dt_status dt_comm_destroy(dt_comm *c)
 {
     if (!c)
@@ -130,6 +140,8 @@ dt_status dt_comm_destroy(dt_comm *c)
         s = dt__engine_destroy(w->eng);
         w->engine_closed = true;
     }
+    free(c->scratch[0]);
+    free(c->scratch[1]);
     free(c->ranks);
     free(c);
     world_release(w);

@@ -59,10 +59,9 @@ dt_status dt__rd_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_
 {
     if (k->c->size == 1 || count == 0)
         return DT_OK;
-    uint8_t *tmp = malloc(count * dt_dtype_size(t));
+    uint8_t *tmp = dt__comm_scratch(k->c, DT__SCRATCH_TMP, count * dt_dtype_size(t));
     dt_status s = tmp ? run(k, buf, tmp, count, t, op)
                       : dt__fail(DT_ERR_NOMEM, "%s: out of memory", k->op);
     s = dt__coll_error(k, s);
-    free(tmp);
     return s;
 }

@@ -14,7 +14,7 @@ static dt_status tree(dt__coll *k, uint8_t *work, size_t count, dt_dtype t, dt_r
 {
     int n = k->c->size, v = (k->c->rank - root + n) % n;
     size_t bytes = count * dt_dtype_size(t);
-    uint8_t *tmp = malloc(bytes);
+    uint8_t *tmp = dt__comm_scratch(k->c, DT__SCRATCH_TMP, bytes);
     if (!tmp)
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     dt_status s = DT_OK;
@@ -34,7 +34,6 @@ static dt_status tree(dt__coll *k, uint8_t *work, size_t count, dt_dtype t, dt_r
                 dt__reduce(work, work, tmp, count, t, op); /* lower virtual rank first */
         }
     }
-    free(tmp);
     return s;
 }
 
@@ -77,10 +76,9 @@ dt_status dt_reduce(const void *send, void *recv, size_t count, dt_dtype t, dt_r
     DT_CHECK(dt__coll_begin(&k, c, "reduce"));
     if (count == 0)
         return DT_OK;
-    uint8_t *work = malloc(bytes);
+    uint8_t *work = dt__comm_scratch(c, DT__SCRATCH_WORK, bytes);
     size_t *off = malloc(2 * (size_t)c->size * sizeof *off);
     if (!work || !off) {
-        free(work);
         free(off);
         return dt__coll_error(&k, dt__fail(DT_ERR_NOMEM, "out of memory"));
     }
@@ -98,7 +96,6 @@ dt_status dt_reduce(const void *send, void *recv, size_t count, dt_dtype t, dt_r
             memcpy(recv, work, bytes);
         dt__reduce_finish(recv, count, t, op, c->size);
     }
-    free(work);
     free(off);
     return s;
 }

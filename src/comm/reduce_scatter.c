@@ -19,11 +19,9 @@ dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_d
     DT_CHECK(dt__coll_begin(&k, c, "reduce_scatter"));
     if (bytes == 0)
         return DT_OK;
-    uint8_t *work = in_place ? recv : malloc(n * bytes);
+    uint8_t *work = in_place ? recv : dt__comm_scratch(c, DT__SCRATCH_WORK, n * bytes);
     size_t *off = malloc(2 * n * sizeof *off);
     if (!work || !off) {
-        if (!in_place)
-            free(work);
         free(off);
         return dt__coll_error(&k, dt__fail(DT_ERR_NOMEM, "out of memory"));
     }
@@ -43,8 +41,6 @@ dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_d
         memmove(recv, work + (size_t)c->rank * bytes, bytes);
         dt__reduce_finish(recv, recvcount, t, op, c->size);
     }
-    if (!in_place)
-        free(work);
     free(off);
     return s;
 }

@@ -124,7 +124,7 @@ dt_status dt__ring_run(dt__coll *k, void *buf, const size_t *offsets, const size
     if ((uint64_t)g.steps * (uint64_t)g.nseg > DT__SUBTAG_MAX)
         return dt__fail(DT_ERR_INVALID, "%s: %zu elements need more ring segments than tags allow; raise DT_RING_SEGMENT",
                         k->op, maxlen);
-    g.tmp = g.rs_steps ? malloc(maxlen * g.es) : NULL;
+    g.tmp = g.rs_steps ? dt__comm_scratch(k->c, DT__SCRATCH_TMP, maxlen * g.es) : NULL;
     g.sends = calloc((size_t)g.nseg * (size_t)g.steps, sizeof *g.sends);
     g.recvs = calloc((size_t)g.nseg, sizeof *g.recvs);
     g.step = calloc((size_t)g.nseg, sizeof *g.step);
@@ -134,7 +134,6 @@ dt_status dt__ring_run(dt__coll *k, void *buf, const size_t *offsets, const size
     else
         s = run(&g, t, op);
     s = dt__coll_error(k, s); /* cancels what is still pending before the memory goes */
-    free(g.tmp);
     free(g.sends);
     free(g.recvs);
     free(g.step);

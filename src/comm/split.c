@@ -53,6 +53,8 @@ static dt_status make_child(dt_comm *c, const int32_t *pairs, int color, dt_comm
     sub->ranks = ranks;
     sub->size = cnt;
     sub->coll_seq = sub->split_seq = sub->p2p_seq = 0;
+    memset(sub->scratch, 0, sizeof sub->scratch);
+    memset(sub->scratch_size, 0, sizeof sub->scratch_size);
     sub->id = child_id(c->id, c->split_seq, color);
     for (int i = 0; i < cnt; i++) {
         ranks[i] = c->ranks[m[i].rank];

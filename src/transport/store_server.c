@@ -208,7 +208,7 @@ static void *client_main(void *arg)
         bool stopping = s->stopping;
         pthread_mutex_unlock(&s->mu);
         if (!stopping)
-            DT_WARN("rendezvous store: refused connection from %s: %s", c->peer, dt_last_error());
+            DT_WARN("rendezvous store: refused a connection: %s", dt_last_error());
         client_done(c);
         return NULL;
     }
@@ -222,7 +222,7 @@ static void *client_main(void *arg)
     pthread_mutex_unlock(&s->mu);
     /* A client closing after its requests is normal; anything else is logged. */
     if (!stopping && st != DT_ERR_PEER)
-        DT_WARN("rendezvous store: dropped client %s: %s", c->peer, dt_last_error());
+        DT_WARN("rendezvous store: dropped %s: %s", c->peer, dt_last_error());
     client_done(c);
     return NULL;
 }

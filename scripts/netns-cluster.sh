@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Create or remove a cluster of network namespaces dt0..dt(N-1), each with one
+# interface eth0 (10.77.0.(i+1)/24), joined by a bridge that lives in its own
+# namespace "dtbr".  Nothing is added to the caller's namespace.
+#
+#   scripts/netns-cluster.sh up N [--rate 1000mbit] [--delay 100us]
+#   scripts/netns-cluster.sh down
+#   scripts/netns-cluster.sh status
+#
+# --rate shapes both directions of every host's link (tbf on eth0 for what a
+# host sends, tbf on the bridge port for what it receives), so each host has
+# a full-duplex link of that rate.  --delay needs per-packet delay emulation;
+# this kernel has no tc netem, and the user-space emulator arrives with the
+# communication performance work, so --delay refuses clearly until then.
+set -euo pipefail
+
+BR_NS=dtbr
+SUBNET=10.77.0
+
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+die() { echo "netns-cluster: $*" >&2; exit 2; }
+
+need_root() {
+    [ "$(id -u)" = 0 ] || die "needs root (network namespaces)"
+    command -v ip >/dev/null || die "needs iproute2 (scripts/setup.sh installs it)"
+}
+
+down() {
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^dt([0-9]+|br)$' || true); do
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+        ip netns del "$ns" 2>/dev/null || true
+    done
+}
+
+burst_for() { # tbf burst: ~2 ms of traffic, at least 64 KiB (GSO segments)
+    local rate=$1 bits
+    case $rate in
+        *gbit) bits=$(( ${rate%gbit} * 1000000000 )) ;;
+        *mbit) bits=$(( ${rate%mbit} * 1000000 )) ;;
+        *kbit) bits=$(( ${rate%kbit} * 1000 )) ;;
+        *) die "--rate '$rate': use a number with kbit, mbit or gbit" ;;
+    esac
+    local b=$(( bits / 8 / 500 ))
+    [ $b -lt 65536 ] && b=65536
+    echo $b
+}
+
+up() {
+    local n=$1; shift
+    [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 64 ] || die "N must be 1..64, got '$n'"
+    local rate="" delay=""
+    while [ $# -gt 0 ]; do
+        case $1 in
+            --rate) rate=${2:-}; shift 2 ;;
+            --delay) delay=${2:-}; shift 2 ;;
+            *) die "unknown option '$1'" ;;
+        esac
+    done
+    if [ -n "$delay" ]; then
+        die "--delay $delay: this kernel has no tc netem and the user-space delay emulator is not built yet; run without --delay"
+    fi
+    local burst=""
+    [ -n "$rate" ] && burst=$(burst_for "$rate")
+    down
+    ip netns add $BR_NS
+    ip -n $BR_NS link set lo up
+    ip -n $BR_NS link add br0 type bridge
+    ip -n $BR_NS link set br0 up
+    for ((i = 0; i < n; i++)); do
+        local ns=dt$i
+        ip netns add $ns
+        ip link add name vb$i netns $BR_NS type veth peer name eth0 netns $ns
+        ip -n $BR_NS link set vb$i master br0
+        ip -n $BR_NS link set vb$i up
+        ip -n $ns link set lo up
+        ip -n $ns addr add $SUBNET.$((i + 1))/24 dev eth0
+        ip -n $ns link set eth0 up
+        if [ -n "$rate" ]; then
+            tc -n $ns qdisc add dev eth0 root tbf rate "$rate" burst "$burst" latency 50ms
+            tc -n $BR_NS qdisc add dev vb$i root tbf rate "$rate" burst "$burst" latency 50ms
+        fi
+    done
+    echo "netns-cluster: $n hosts dt0..dt$((n - 1)) at $SUBNET.1..$SUBNET.$n${rate:+, links $rate}"
+}
+
+case ${1:-} in
+    up) need_root; [ $# -ge 2 ] || die "usage: up N [--rate R] [--delay D]"; shift; up "$@" ;;
+    down) need_root; down ;;
+    status) ip netns list | grep -E '^dt' || echo "no dt namespaces" ;;
+    -h|--help|help) usage ;;
+    *) usage; exit 2 ;;
+esac

@@ -1,0 +1,176 @@
+/* Unit tests of the base layer: dtype names, f16/bf16 conversion, reduction
+ * kernels (every dtype and op, wrap-around, avg), tunables parsing. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/env.h"
+#include "base/reduce.h"
+#include "check.h"
+#include "dtrain/base.h"
+
+static uint32_t bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static void test_names(void)
+{
+    for (int t = 0; t < DT_DTYPE_COUNT; t++) {
+        dt_dtype back;
+        EXPECT_STATUS(dt_dtype_parse(dt_dtype_name((dt_dtype)t), &back), DT_OK);
+        EXPECT_EQ(back, t);
+    }
+    dt_dtype d;
+    EXPECT_STATUS(dt_dtype_parse("f8", &d), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "f8");
+    dt_redop r;
+    EXPECT_STATUS(dt_redop_parse("max", &r), DT_OK);
+    EXPECT_EQ(r, DT_MAX);
+    EXPECT_STATUS(dt_redop_parse("mean", &r), DT_ERR_INVALID);
+    EXPECT_EQ(dt_dtype_size(DT_BF16), 2);
+    EXPECT_EQ(dt_dtype_size((dt_dtype)99), 0);
+}
+
+static void test_f16(void)
+{
+    /* Every finite half converts to f32 and back unchanged. */
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff))
+            continue; /* NaN payloads are normalised to quiet NaNs */
+        if (dt_f32_to_f16(dt_f16_to_f32((uint16_t)h)) != h)
+            bad++;
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(dt_f32_to_f16(1.0f), 0x3c00);
+    EXPECT_EQ(dt_f32_to_f16(-2.0f), 0xc000);
+    EXPECT_EQ(dt_f32_to_f16(65504.0f), 0x7bff);
+    EXPECT_EQ(dt_f32_to_f16(65520.0f), 0x7c00);       /* rounds to infinity */
+    EXPECT_EQ(dt_f32_to_f16(65519.0f), 0x7bff);
+    EXPECT_EQ(dt_f32_to_f16(5.9604645e-08f), 0x0001); /* smallest subnormal */
+    EXPECT_EQ(dt_f32_to_f16(2.9802322e-08f), 0x0000); /* half of it: ties to even (0) */
+    EXPECT_EQ(dt_f32_to_f16(1.0f + 1.0f / 2048), 0x3c00); /* tie below: to even */
+    EXPECT_EQ(dt_f32_to_f16(1.0f + 3.0f / 2048), 0x3c02); /* tie above odd: up */
+    EXPECT_EQ(dt_f32_to_f16(INFINITY), 0x7c00);
+    EXPECT((dt_f32_to_f16(NAN) & 0x7e00) == 0x7e00);
+    EXPECT(isnan(dt_f16_to_f32(0x7e00)));
+    EXPECT_EQ(bits(dt_f16_to_f32(0x8000)), 0x80000000u);
+}
+
+static void test_bf16(void)
+{
+    int bad = 0;
+    for (uint32_t b = 0; b < 0x10000; b++) {
+        if ((b & 0x7f80) == 0x7f80 && (b & 0x7f))
+            continue;
+        if (dt_f32_to_bf16(dt_bf16_to_f32((uint16_t)b)) != b)
+            bad++;
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(dt_f32_to_bf16(1.0f), 0x3f80);
+    EXPECT_EQ(dt_f32_to_bf16(1.00390625f), 0x3f80); /* exact tie: to even */
+    EXPECT_EQ(dt_f32_to_bf16(1.01171875f), 0x3f82); /* tie above odd: up */
+    EXPECT((dt_f32_to_bf16(NAN) & 0x7fc0) == 0x7fc0);
+}
+
+static void test_reduce(void)
+{
+    float a[5] = {1, -2, 3.5f, 0, 7}, b[5] = {2, 5, -1, 0, 7}, o[5];
+    dt__reduce(o, a, b, 5, DT_F32, DT_SUM);
+    EXPECT(o[0] == 3 && o[1] == 3 && o[2] == 2.5f && o[4] == 14);
+    dt__reduce(o, a, b, 5, DT_F32, DT_PROD);
+    EXPECT(o[0] == 2 && o[1] == -10 && o[2] == -3.5f);
+    dt__reduce(o, a, b, 5, DT_F32, DT_MIN);
+    EXPECT(o[0] == 1 && o[1] == -2 && o[2] == -1);
+    dt__reduce(o, a, b, 5, DT_F32, DT_MAX);
+    EXPECT(o[0] == 2 && o[1] == 5 && o[2] == 3.5f);
+    dt__reduce(a, a, b, 5, DT_F32, DT_AVG); /* in place, avg combines as a sum */
+    dt__reduce_finish(a, 5, DT_F32, DT_AVG, 2);
+    EXPECT(a[0] == 1.5f && a[1] == 1.5f && a[4] == 7);
+
+    double da[2] = {1.5e308, -1}, db[2] = {1.5e308, 3};
+    dt__reduce(da, da, db, 2, DT_F64, DT_SUM);
+    EXPECT(isinf(da[0]) && da[1] == 2);
+
+    int32_t ia[3] = {INT32_MAX, -5, 7}, ib[3] = {1, 3, -9};
+    dt__reduce(ia, ia, ib, 3, DT_I32, DT_SUM); /* wraps, no UB */
+    EXPECT_EQ(ia[0], INT32_MIN);
+    EXPECT_EQ(ia[1], -2);
+    int64_t la[2] = {-3, 4}, lb[2] = {5, -6};
+    dt__reduce(la, la, lb, 2, DT_I64, DT_PROD);
+    EXPECT_EQ(la[0], -15);
+    EXPECT_EQ(la[1], -24);
+    dt__reduce_finish(la, 2, DT_I64, DT_SUM, 4); /* finish is a no-op except for DT_AVG */
+    EXPECT_EQ(la[0], -15);
+    int64_t av[2] = {-15, 9};
+    dt__reduce_finish(av, 2, DT_I64, DT_AVG, 4);
+    EXPECT_EQ(av[0], -3);
+    EXPECT_EQ(av[1], 2);
+
+    uint8_t ua[3] = {250, 3, 9}, ub[3] = {10, 200, 2};
+    dt__reduce(ua, ua, ub, 3, DT_U8, DT_SUM);
+    EXPECT_EQ(ua[0], 4);
+    EXPECT_EQ(ua[1], 203);
+    dt__reduce(ua, ua, ub, 3, DT_U8, DT_MIN);
+    EXPECT_EQ(ua[0], 4);
+    EXPECT_EQ(ua[1], 200);
+
+    /* half types accumulate in f32 and round once per combine */
+    uint16_t ha[2] = {dt_f32_to_f16(2048), dt_f32_to_f16(0.5f)}, hb[2] = {dt_f32_to_f16(1), dt_f32_to_f16(0.25f)};
+    dt__reduce(ha, ha, hb, 2, DT_F16, DT_SUM);
+    EXPECT(dt_f16_to_f32(ha[0]) == 2048); /* 2049 is not a half: ties to even */
+    EXPECT(dt_f16_to_f32(ha[1]) == 0.75f);
+    uint16_t ba[1] = {dt_f32_to_bf16(3)}, bb[1] = {dt_f32_to_bf16(-4)};
+    dt__reduce(ba, ba, bb, 1, DT_BF16, DT_MAX);
+    EXPECT(dt_bf16_to_f32(ba[0]) == 3);
+    dt__reduce_finish(ba, 1, DT_BF16, DT_AVG, 2);
+    EXPECT(dt_bf16_to_f32(ba[0]) == 1.5f);
+
+    /* a long buffer crosses the half kernels' internal block size */
+    enum { N = 1000 };
+    uint16_t *x = malloc(N * 2), *y = malloc(N * 2);
+    for (int i = 0; i < N; i++) {
+        x[i] = dt_f32_to_bf16((float)(i % 50));
+        y[i] = dt_f32_to_bf16(1);
+    }
+    dt__reduce(x, x, y, N, DT_BF16, DT_SUM);
+    int wrong = 0;
+    for (int i = 0; i < N; i++)
+        wrong += dt_bf16_to_f32(x[i]) != (float)(i % 50 + 1);
+    EXPECT_EQ(wrong, 0);
+    free(x);
+    free(y);
+}
+
+static void test_env(void)
+{
+    int64_t v;
+    EXPECT_STATUS(dt__parse_int("42", 0, 100, &v), DT_OK);
+    EXPECT_EQ(v, 42);
+    EXPECT_STATUS(dt__parse_int("4x", 0, 100, &v), DT_ERR_INVALID);
+    EXPECT_STATUS(dt__parse_int("101", 0, 100, &v), DT_ERR_INVALID);
+    setenv("DT_TIMEOUT", "-3", 1);
+    EXPECT_STATUS(dt__env_int("DT_TIMEOUT", 1, 1000, &v), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "DT_TIMEOUT");
+    unsetenv("DT_TIMEOUT");
+    EXPECT_STATUS(dt__env_int("DT_TIMEOUT", 1, 100000, &v), DT_OK);
+    EXPECT_EQ(v, 600);
+    int registered = 0;
+    for (const dt__tunable *t = dt__tunables(); t->name; t++)
+        registered += t->meaning && *t->meaning;
+    EXPECT(registered >= 10);
+}
+
+int main(void)
+{
+    test_names();
+    test_f16();
+    test_bf16();
+    test_reduce();
+    test_env();
+    return CHECK_DONE("test_base");
+}

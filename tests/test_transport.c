@@ -1,0 +1,268 @@
+/* Unit tests of the transport layer: frame encoding and validation, the
+ * rendezvous store (protocol, limits, hostile clients), and an engine facing a
+ * peer that sends malformed or truncated frames. */
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "check.h"
+#include "dtrain/store.h"
+#include "transport/auth.h"
+#include "transport/engine.h"
+#include "transport/frame.h"
+#include "transport/socket.h"
+
+static const char *TOKEN = "unit-test-token";
+
+static void test_frame(void)
+{
+    dt__frame f = {.type = DT_FRAME_DATA, .comm_id = 77, .tag = -5, .seq = 1ull << 40, .len = 12345, .src = 3}, g;
+    uint8_t h[DT_FRAME_HDR];
+    dt__frame_encode(&f, h);
+    EXPECT_STATUS(dt__frame_decode(h, 4, &g), DT_OK);
+    EXPECT(g.type == f.type && g.comm_id == 77 && g.tag == -5 && g.seq == f.seq && g.len == 12345 && g.src == 3);
+    EXPECT_STATUS(dt__frame_decode(h, 3, &g), DT_ERR_PROTOCOL); /* sender outside the world */
+    uint8_t bad[DT_FRAME_HDR];
+    memcpy(bad, h, sizeof bad);
+    bad[0] = 'X';
+    EXPECT_STATUS(dt__frame_decode(bad, 4, &g), DT_ERR_PROTOCOL);
+    EXPECT_CONTAINS(dt_last_error(), "magic");
+    memcpy(bad, h, sizeof bad);
+    bad[4] = 9;
+    EXPECT_STATUS(dt__frame_decode(bad, 4, &g), DT_ERR_PROTOCOL);
+    EXPECT_CONTAINS(dt_last_error(), "version");
+    memcpy(bad, h, sizeof bad);
+    bad[20] ^= 1; /* flipped bit in the sequence */
+    EXPECT_STATUS(dt__frame_decode(bad, 4, &g), DT_ERR_PROTOCOL);
+    EXPECT_CONTAINS(dt_last_error(), "checksum");
+    f.len = DT_FRAME_MAX_PAYLOAD + 1;
+    dt__frame_encode(&f, h);
+    EXPECT_STATUS(dt__frame_decode(h, 4, &g), DT_ERR_PROTOCOL);
+    f.type = DT_FRAME_ABORT;
+    f.len = DT_FRAME_MAX_CONTROL + 1;
+    dt__frame_encode(&f, h);
+    EXPECT_STATUS(dt__frame_decode(h, 4, &g), DT_ERR_PROTOCOL);
+    f.type = 42;
+    f.len = 0;
+    dt__frame_encode(&f, h);
+    EXPECT_STATUS(dt__frame_decode(h, 4, &g), DT_ERR_PROTOCOL);
+}
+
+static int raw_connect(int port)
+{
+    int fd;
+    if (dt__sock_connect("127.0.0.1", port, dt__deadline_after(5), &fd) != DT_OK)
+        return -1;
+    return fd;
+}
+
+/* Wait until the server closes fd (recv returns 0 or an error). */
+static int closed_by_server(int fd, double seconds)
+{
+    uint8_t buf[256];
+    int64_t deadline = dt__deadline_after(seconds);
+    while (dt__now_ns() < deadline) {
+        dt_status s = dt__sock_recv_all(fd, buf, 1, deadline, "server");
+        if (s == DT_ERR_PEER)
+            return 1;
+        if (s == DT_ERR_TIMEOUT)
+            return 0;
+    }
+    return 0;
+}
+
+static void test_store(void)
+{
+    dt_store_server *srv;
+    EXPECT_STATUS(dt_store_server_start("127.0.0.1", 0, TOKEN, &srv), DT_OK);
+    int port = dt_store_server_port(srv);
+    dt_store_client *c;
+    EXPECT_STATUS(dt_store_connect("127.0.0.1", port, TOKEN, 5, &c), DT_OK);
+    EXPECT_STATUS(dt_store_set(c, "k", "v1", 3), DT_OK);
+    void *v = NULL;
+    size_t len = 0;
+    EXPECT_STATUS(dt_store_get(c, "k", 1, &v, &len), DT_OK);
+    EXPECT(len == 3 && v && strcmp(v, "v1") == 0);
+    free(v);
+    EXPECT_STATUS(dt_store_get(c, "missing", 0.2, &v, &len), DT_ERR_TIMEOUT);
+    EXPECT_CONTAINS(dt_last_error(), "missing");
+    int64_t n = 0;
+    EXPECT_STATUS(dt_store_add(c, "ctr", 5, &n), DT_OK);
+    EXPECT_STATUS(dt_store_add(c, "ctr", -2, &n), DT_OK);
+    EXPECT_EQ(n, 3);
+    char longkey[DT_STORE_MAX_KEY + 2];
+    memset(longkey, 'a', sizeof longkey - 1);
+    longkey[sizeof longkey - 1] = '\0';
+    EXPECT_STATUS(dt_store_set(c, longkey, "x", 1), DT_ERR_INVALID);
+
+    /* wrong token: refused with a clear error, both ways round */
+    dt_store_client *bad;
+    EXPECT_STATUS(dt_store_connect("127.0.0.1", port, "not-the-token", 5, &bad), DT_ERR_AUTH);
+    EXPECT_CONTAINS(dt_last_error(), "token");
+
+    /* garbage instead of a handshake */
+    int fd = raw_connect(port);
+    EXPECT(fd >= 0);
+    char garbage[100];
+    memset(garbage, 0x5a, sizeof garbage);
+    dt__sock_send_all(fd, garbage, sizeof garbage, dt__deadline_after(2), "store");
+    EXPECT(closed_by_server(fd, 5));
+    close(fd);
+
+    /* truncated handshake, then hang up */
+    fd = raw_connect(port);
+    dt__sock_send_all(fd, garbage, 10, dt__deadline_after(2), "store");
+    close(fd);
+
+    /* authenticated, then a malformed request header */
+    fd = raw_connect(port);
+    EXPECT_STATUS(dt__auth_connect(fd, TOKEN, "dtrain-store", 0, dt__deadline_after(5), "store"), DT_OK);
+    uint8_t req[DT_STORE_REQ_HDR] = {9, 0, 0, 0, 1, 0, 0, 0};
+    dt__sock_send_all(fd, req, sizeof req, dt__deadline_after(2), "store");
+    EXPECT(closed_by_server(fd, 5));
+    close(fd);
+
+    /* authenticated, then a request cut short */
+    fd = raw_connect(port);
+    EXPECT_STATUS(dt__auth_connect(fd, TOKEN, "dtrain-store", 0, dt__deadline_after(5), "store"), DT_OK);
+    uint8_t partial[DT_STORE_REQ_HDR] = {DT_STORE_SET, 0, 0, 0, 200, 0, 0, 0, 1, 0, 0, 0};
+    dt__sock_send_all(fd, partial, sizeof partial, dt__deadline_after(2), "store");
+    dt__sock_send_all(fd, "abc", 3, dt__deadline_after(2), "store");
+    close(fd);
+
+    /* an oversized value length is refused without allocating it */
+    fd = raw_connect(port);
+    EXPECT_STATUS(dt__auth_connect(fd, TOKEN, "dtrain-store", 0, dt__deadline_after(5), "store"), DT_OK);
+    uint8_t huge[DT_STORE_REQ_HDR] = {DT_STORE_SET, 0, 0, 0, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0x7f};
+    dt__sock_send_all(fd, huge, sizeof huge, dt__deadline_after(2), "store");
+    EXPECT(closed_by_server(fd, 5));
+    close(fd);
+
+    /* the store is still serving, and counted the refusals */
+    EXPECT_STATUS(dt_store_get(c, "k", 1, &v, &len), DT_OK);
+    free(v);
+    usleep(200000);
+    EXPECT(dt_store_server_refused(srv) >= 3);
+    dt_store_close(c);
+    dt_store_server_stop(srv);
+}
+
+/* ---- an engine (rank 0 of 2) facing a hand-driven "rank 1" ---- */
+
+typedef struct {
+    int port;
+    const char *prefix;
+    dt_status create, recv;
+    char message[1024];
+} rank0_args;
+
+static void *rank0_main(void *arg)
+{
+    rank0_args *a = arg;
+    dt_store_client *store;
+    if ((a->create = dt_store_connect("127.0.0.1", a->port, TOKEN, 5, &store)) != DT_OK)
+        return NULL;
+    dt__engine_config cfg = {.rank = 0, .size = 2, .token = TOKEN, .key_prefix = a->prefix, .timeout_s = 10};
+    dt__engine *e;
+    a->create = dt__engine_create(&cfg, store, &e);
+    if (a->create == DT_OK) {
+        char buf[64];
+        dt__req r;
+        a->recv = dt__engine_irecv(e, &r, 1, 1, 0, 0, true, buf, sizeof buf);
+        if (a->recv == DT_OK)
+            a->recv = dt__engine_wait(e, &r, dt__deadline_after(10));
+        snprintf(a->message, sizeof a->message, "%s", dt_last_error());
+        dt__engine_destroy(e);
+    }
+    dt_store_close(store);
+    return NULL;
+}
+
+/* Join as rank 1 by hand (after one impostor attempt), then send `bytes`. */
+static void hostile_peer(int port, const char *prefix, const void *bytes, size_t len, rank0_args *out)
+{
+    rank0_args a = {.port = port, .prefix = prefix};
+    pthread_t th;
+    pthread_create(&th, NULL, rank0_main, &a);
+    dt_store_client *store;
+    EXPECT_STATUS(dt_store_connect("127.0.0.1", port, TOKEN, 5, &store), DT_OK);
+    char key[64], label[64], host[64];
+    snprintf(key, sizeof key, "%s/addr/1", prefix);
+    dt_store_set(store, key, "127.0.0.1:1", 12);
+    snprintf(key, sizeof key, "%s/addr/0", prefix);
+    void *addr = NULL;
+    size_t alen;
+    EXPECT_STATUS(dt_store_get(store, key, 5, &addr, &alen), DT_OK);
+    int p0;
+    dt__parse_hostport(addr, host, sizeof host, &p0);
+    free(addr);
+    snprintf(label, sizeof label, "dtrain-peer:%s", prefix);
+    /* an impostor with the wrong token is refused and the mesh still forms */
+    int fd;
+    EXPECT_STATUS(dt__sock_connect(host, p0, dt__deadline_after(5), &fd), DT_OK);
+    EXPECT_STATUS(dt__auth_connect(fd, "wrong", label, 1, dt__deadline_after(5), "rank 0"), DT_ERR_AUTH);
+    close(fd);
+    EXPECT_STATUS(dt__sock_connect(host, p0, dt__deadline_after(5), &fd), DT_OK);
+    EXPECT_STATUS(dt__auth_connect(fd, TOKEN, label, 1, dt__deadline_after(5), "rank 0"), DT_OK);
+    usleep(100000);
+    dt__sock_send_all(fd, bytes, len, dt__deadline_after(5), "rank 0");
+    close(fd);
+    pthread_join(th, NULL);
+    dt_store_close(store);
+    *out = a;
+}
+
+static void test_engine_garbage(void)
+{
+    dt_store_server *srv;
+    EXPECT_STATUS(dt_store_server_start("127.0.0.1", 0, TOKEN, &srv), DT_OK);
+    int port = dt_store_server_port(srv);
+    rank0_args a;
+
+    uint8_t junk[DT_FRAME_HDR];
+    memset(junk, 0xab, sizeof junk);
+    hostile_peer(port, "g1", junk, sizeof junk, &a);
+    EXPECT_STATUS(a.create, DT_OK);
+    EXPECT_STATUS(a.recv, DT_ERR_PEER);
+    EXPECT_CONTAINS(a.message, "malformed frame from rank 1");
+
+    /* a valid header promising 100 bytes, then 10 bytes and a hang-up */
+    uint8_t trunc[DT_FRAME_HDR + 10];
+    dt__frame f = {.type = DT_FRAME_DATA, .comm_id = 1, .tag = 0, .len = 100, .src = 1};
+    dt__frame_encode(&f, trunc);
+    memset(trunc + DT_FRAME_HDR, 1, 10);
+    hostile_peer(port, "g2", trunc, sizeof trunc, &a);
+    EXPECT_STATUS(a.recv, DT_ERR_PEER);
+    EXPECT_CONTAINS(a.message, "in the middle of a message");
+
+    /* a frame claiming to come from another rank */
+    f.src = 0;
+    f.len = 0;
+    dt__frame_encode(&f, junk);
+    hostile_peer(port, "g3", junk, sizeof junk, &a);
+    EXPECT_STATUS(a.recv, DT_ERR_PEER);
+    EXPECT_CONTAINS(a.message, "claims sender rank 0");
+
+    /* a message larger than the posted buffer */
+    uint8_t big[DT_FRAME_HDR + 100];
+    f.src = 1;
+    f.len = 100;
+    dt__frame_encode(&f, big);
+    memset(big + DT_FRAME_HDR, 7, 100);
+    hostile_peer(port, "g4", big, sizeof big, &a);
+    EXPECT_STATUS(a.recv, DT_ERR_TRUNCATE);
+    EXPECT_CONTAINS(a.message, "exceeds the 64-byte receive buffer");
+    dt_store_server_stop(srv);
+}
+
+int main(void)
+{
+    test_frame();
+    test_store();
+    test_engine_garbage();
+    return CHECK_DONE("test_transport");
+}
