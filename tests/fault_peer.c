@@ -2,7 +2,8 @@
  * mid-operation.  Survivors record the error they got and how long after the
  * kill it came, in DIR/result.<rank>, for tests/run_tests.sh to check.
  *
- * usage: fault_peer DIR [--victim R] [--delay-ms MS] [--count N] [--iters N] */
+ * usage: fault_peer DIR [--victim R] [--freeze 1] [--delay-ms MS] [--count N] [--iters N]
+ * (--freeze 1: the victim SIGSTOPs itself instead, a frozen process) */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,7 +15,7 @@
 #include "dtrain/dtrain.h"
 
 static const char *dir;
-static int delay_ms = 500;
+static int delay_ms = 500, freeze;
 
 static double wall(void)
 {
@@ -34,7 +35,7 @@ static void *killer(void *arg)
         fprintf(f, "%.6f\n", wall());
         fclose(f);
     }
-    raise(SIGKILL); /* dies in the middle of whatever allreduce is running */
+    raise(freeze ? SIGSTOP : SIGKILL); /* in the middle of whatever allreduce is running */
     return NULL;
 }
 
@@ -56,6 +57,8 @@ int main(int argc, char **argv)
             count = (size_t)atol(argv[i + 1]);
         else if (!strcmp(argv[i], "--iters"))
             iters = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--freeze"))
+            freeze = atoi(argv[i + 1]);
     }
     signal(SIGTERM, SIG_IGN); /* report our own error before dtrun's SIGKILL */
     dt_comm *c;

@@ -59,13 +59,34 @@ static void close_peer(peer *p)
     p->fd = -1;
 }
 
-dt_status dt__engine_fail(dt__engine *e, dt_status code, const char *fmt, ...)
+/* Best effort: tell every peer why this rank is failing (an ABORT frame whose
+ * tag carries the status), so that ranks seeing the cascade of closed
+ * connections still learn the original cause.  Peers with a frame half
+ * written cannot take it; they see the connection close instead. */
+static void notify_peers(dt__engine *e, dt_status code, const char *text)
+{
+    size_t len = strlen(text);
+    if (len > DT_FRAME_MAX_CONTROL)
+        len = DT_FRAME_MAX_CONTROL;
+    for (int i = 0; e->peers && i < e->size; i++) {
+        peer *p = &e->peers[i];
+        if (p->fd < 0 || p->bye_received || (p->sendq && p->sendq->off > 0))
+            continue;
+        dt__frame f = {.type = DT_FRAME_ABORT, .tag = code, .len = len, .src = (uint32_t)e->rank};
+        uint8_t hdr[DT_FRAME_HDR];
+        dt__frame_encode(&f, hdr);
+        struct iovec iov[2] = {{hdr, sizeof hdr}, {(void *)text, len}};
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+        (void)sendmsg(p->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+}
+
+static dt_status fail_with(dt__engine *e, dt_status code, bool notify, const char *msg)
 {
     if (e->failed == DT_OK) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(e->fail_msg, sizeof e->fail_msg, fmt, ap);
-        va_end(ap);
+        snprintf(e->fail_msg, sizeof e->fail_msg, "%s", msg);
+        if (notify)
+            notify_peers(e, code, msg);
         e->failed = code;
         for (int i = 0; e->peers && i < e->size; i++) {
             peer *p = &e->peers[i];
@@ -75,10 +96,63 @@ dt_status dt__engine_fail(dt__engine *e, dt_status code, const char *fmt, ...)
             complete_list(&p->sendq, &p->sendq_tail, code);
             complete_list(&p->posted, &p->posted_tail, code);
             free_unexpected(p);
-            close_peer(p);
+            /* FIN after the notice, no close yet: closing with unread input
+             * would send RST and the peer would lose the notice. */
+            if (p->fd >= 0)
+                shutdown(p->fd, SHUT_WR);
         }
     }
     return dt__engine_status(e);
+}
+
+dt_status dt__engine_fail(dt__engine *e, dt_status code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return fail_with(e, code, true, msg);
+}
+
+/* After a failure, read and drop input until every peer has closed its side
+ * (they fail within milliseconds of our notice), at most `seconds`: closing a
+ * socket that still holds unread input sends RST, which would make the peer
+ * discard our notice before reading it. */
+static void linger_and_close(dt__engine *e, double seconds)
+{
+    int64_t deadline = dt__deadline_after(seconds);
+    uint8_t sink[65536];
+    for (;;) {
+        int n = 0;
+        for (int i = 0; i < e->size; i++)
+            if (e->peers[i].fd >= 0) {
+                e->pfds[n] = (struct pollfd){.fd = e->peers[i].fd, .events = POLLIN};
+                e->pfd_peer[n++] = i;
+            }
+        if (n == 0 || dt__now_ns() >= deadline)
+            break;
+        if (poll(e->pfds, (nfds_t)n, dt__ms_left(deadline, 100)) <= 0)
+            continue;
+        for (int k = 0; k < n; k++) {
+            if (!e->pfds[k].revents)
+                continue;
+            ssize_t r = recv(e->pfds[k].fd, sink, sizeof sink, MSG_DONTWAIT);
+            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+                close_peer(&e->peers[e->pfd_peer[k]]);
+        }
+    }
+    for (int i = 0; i < e->size; i++)
+        close_peer(&e->peers[i]);
+}
+
+dt_status dt__engine_close(dt__engine *e)
+{
+    bool failed = e->failed != DT_OK;
+    dt_status s = fail_with(e, DT_ERR_INVALID, false, "the communicator was destroyed");
+    if (e->peers)
+        linger_and_close(e, failed ? 1.0 : 0.0);
+    return s;
 }
 
 dt_status dt__engine_status(dt__engine *e)
@@ -94,6 +168,8 @@ static bool matches(const dt__req *r, const dt__frame *f)
 }
 
 /* ---- sending ---- */
+
+static dt_status peer_read(dt__engine *e, int pi);
 
 static dt_status peer_write(dt__engine *e, int pi)
 {
@@ -113,8 +189,11 @@ static dt_status peer_write(dt__engine *e, int pi)
         if (w < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
                 return DT_OK;
+            int err = errno;
+            if (peer_read(e, pi) != DT_OK) /* the peer may have said why it went away */
+                return dt__engine_status(e);
             return dt__engine_fail(e, DT_ERR_PEER, "lost the connection to %s while sending: %s", p->name,
-                                   strerror(errno));
+                                   strerror(err));
         }
         r->off += (size_t)w;
         if (r->off < total)
@@ -314,13 +393,19 @@ static dt_status payload_done(dt__engine *e, peer *p)
     p->in_payload = false;
     p->hdr_got = 0;
     if (f->type == DT_FRAME_ABORT) {
-        char text[DT_FRAME_MAX_CONTROL + 1];
-        size_t n = (size_t)f->len;
-        memcpy(text, p->control ? p->control : (uint8_t *)"", n);
-        text[n] = '\0';
+        char text[DT_FRAME_MAX_CONTROL + 1] = "";
+        if (p->control) {
+            memcpy(text, p->control, (size_t)f->len);
+            text[f->len] = '\0';
+        }
         free(p->control);
         p->control = NULL;
-        return dt__engine_fail(e, DT_ERR_ABORTED, "%s aborted the job: %s", p->name, text);
+        /* A peer's failure: keep its code, say who reported it, and pass it on
+         * once (the reporter may have been unable to reach every rank). */
+        char msg[DT_FRAME_MAX_CONTROL + 256];
+        bool known = f->tag <= DT_ERR_INVALID && f->tag >= DT_ERR_INTERNAL;
+        snprintf(msg, sizeof msg, "%s (reported by %s)", text, p->name);
+        return fail_with(e, known ? (dt_status)f->tag : DT_ERR_ABORTED, true, msg);
     }
     if (f->type == DT_FRAME_BYE) {
         p->bye_received = true;
@@ -430,10 +515,10 @@ dt_status dt__engine_progress(dt__engine *e, int timeout_ms)
     for (int k = 0; rc > 0 && k < n; k++) {
         short ev = e->pfds[k].revents;
         int pi = e->pfd_peer[k];
-        if (ev & POLLOUT)
-            DT_CHECK(peer_write(e, pi));
         if (ev & (POLLIN | POLLHUP | POLLERR))
             DT_CHECK(peer_read(e, pi));
+        if (ev & POLLOUT)
+            DT_CHECK(peer_write(e, pi));
     }
     return dt__engine_status(e);
 }
@@ -469,22 +554,12 @@ dt_status dt__engine_wait(dt__engine *e, dt__req *r, int64_t deadline_ns)
 
 dt_status dt__engine_abort(dt__engine *e, const char *reason)
 {
-    char text[DT_FRAME_MAX_CONTROL];
-    snprintf(text, sizeof text, "%s", reason ? reason : "(no reason given)");
-    size_t len = strlen(text);
-    for (int i = 0; i < e->size; i++) {
-        peer *p = &e->peers[i];
-        /* A frame half-written on the socket cannot be interrupted: those peers see the close instead. */
-        if (p->fd < 0 || (p->sendq && p->sendq->off > 0))
-            continue;
-        dt__frame f = {.type = DT_FRAME_ABORT, .len = len, .src = (uint32_t)e->rank};
-        uint8_t hdr[DT_FRAME_HDR];
-        dt__frame_encode(&f, hdr);
-        struct iovec iov[2] = {{hdr, sizeof hdr}, {text, len}};
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
-        (void)sendmsg(p->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
-    return dt__engine_fail(e, DT_ERR_ABORTED, "this rank aborted the job: %s", text);
+    char text[DT_FRAME_MAX_CONTROL], local[DT_FRAME_MAX_CONTROL + 64];
+    snprintf(text, sizeof text, "%s aborted the job: %s", e->peers[e->rank].name, reason ? reason : "(no reason given)");
+    snprintf(local, sizeof local, "this rank aborted the job: %s", reason ? reason : "(no reason given)");
+    if (e->failed == DT_OK)
+        notify_peers(e, DT_ERR_ABORTED, text);
+    return fail_with(e, DT_ERR_ABORTED, false, local);
 }
 
 /* Used by teardown: an empty BYE frame after everything already queued. */

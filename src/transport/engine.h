@@ -77,6 +77,8 @@ dt_status dt__engine_wait_all(dt__engine *e, dt__req *rs, size_t n, int64_t dead
 /* Put the engine into the failed state (first failure wins) and return `code`. */
 dt_status dt__engine_fail(dt__engine *e, dt_status code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Fail quietly with "the communicator was destroyed" (teardown; no notices). */
+dt_status dt__engine_close(dt__engine *e);
 /* The sticky failure, re-armed as this thread's last error; DT_OK when healthy. */
 dt_status dt__engine_status(dt__engine *e);
 /* Tell every peer this rank aborts (best effort), then fail locally. */

@@ -192,8 +192,7 @@ dt_status dt__engine_destroy(dt__engine *e)
             s = dt__engine_progress(e, dt__ms_left(deadline, 1000));
         }
     }
-    if (e->failed == DT_OK)
-        dt__engine_fail(e, DT_ERR_INVALID, "the communicator was destroyed"); /* frees and closes */
+    dt__engine_close(e); /* completes what is pending, frees buffers, closes sockets */
     free(e->peers);
     free(e->pfds);
     free(e->pfd_peer);

@@ -145,7 +145,10 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n)
             if (!kill_at)
                 kill_at = now_s() + KILL_AFTER;
         }
-        int status;
+        /* Reap everything that ended.  When several ranks failed in the same
+         * round, name one killed by a signal: the others usually exited
+         * because of it (their communicator reported the dead peer). */
+        int status, culprit = -1;
         pid_t pid;
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
             for (int i = 0; i < n; i++) {
@@ -155,15 +158,17 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n)
                 kids[i].status = status;
                 living--;
                 bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-                if (!ok && failed < 0 && !forwarded) {
-                    failed = i;
-                    char what[256];
-                    describe(&kids[i], what, sizeof what);
-                    fprintf(stderr, "dtrun: %s; stopping the other ranks\n", what);
-                    signal_all(kids, n, SIGTERM);
-                    kill_at = now_s() + KILL_AFTER;
-                }
+                if (!ok && (culprit < 0 || (WIFSIGNALED(status) && !WIFSIGNALED(kids[culprit].status))))
+                    culprit = i;
             }
+        }
+        if (culprit >= 0 && failed < 0 && !forwarded) {
+            failed = culprit;
+            char what[256];
+            describe(&kids[culprit], what, sizeof what);
+            fprintf(stderr, "dtrun: %s; stopping the other ranks\n", what);
+            signal_all(kids, n, SIGTERM);
+            kill_at = now_s() + KILL_AFTER;
         }
         if (kill_at > 0 && living > 0 && now_s() >= kill_at) {
             signal_all(kids, n, SIGKILL);

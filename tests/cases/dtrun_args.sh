@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Bad command lines are refused with exit 2 and a message naming the problem.
+. "$(dirname "$0")/lib.sh"
+check() { # expected-pattern args...
+    local want=$1; shift
+    "$BIN/dtrun" "$@" >"$WORK/out" 2>"$WORK/err" && fail "dtrun $* succeeded"
+    [ $? = 2 ] || fail "dtrun $* did not exit 2"
+    expect_grep "$WORK/err" "$want"
+}
+check "-n N is required" true
+check "-n: 'zero' is not an integer" -n zero true
+check "-n: '0' is not an integer in 1..1024" -n 0 true
+check "no PROGRAM given" -n 2
+check "--master ADDR:PORT is required" --nnodes 2 -n 1 true
+check "--master 'nohost' is not ADDR:PORT" --master nohost -n 1 true
+check "--node-rank must be below --nnodes" --nnodes 2 --node-rank 2 --master 127.0.0.1:1 -n 1 true
+check "cannot read token file" --token-file /nonexistent -n 1 true
+env -u DT_JOB_TOKEN "$BIN/dtrun" --nnodes 2 --master 127.0.0.1:1 -n 1 true 2>"$WORK/err"
+expect_grep "$WORK/err" "needs the same token on every node"
+"$BIN/dtrun" --help >"$WORK/out" || fail "--help failed"
+expect_grep "$WORK/out" "--join-timeout"
+"$BIN/dtbench" --help >"$WORK/out" || fail "dtbench --help failed"
+expect_grep "$WORK/out" "busbw"
+"$BIN/dtbench" nosuchop >"$WORK/out" 2>"$WORK/err"; [ $? = 2 ] || fail "dtbench accepted a bad op"
+expect_grep "$WORK/err" "unknown OP 'nosuchop'"
+echo ok

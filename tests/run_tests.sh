@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# The dtrain test suite.  Every test runs under a timeout (a hang is a
+# failure); tests that need root or network namespaces skip with a reason.
+#
+#   tests/run_tests.sh [BUILD_DIR]        (default: build)
+#   DT_TEST_QUICK=1   smaller sizes (used for the sanitizer build)
+#   DT_TEST_FILTER=re only tests whose name matches the regular expression
+#
+# Ends with the line "N passed, N failed, N skipped"; exits non-zero on failure.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${1:-build}
+BIN=$BUILD/bin
+QUICK=${DT_TEST_QUICK:-0}
+FILTER=${DT_TEST_FILTER:-.}
+LOGS=$(mktemp -d /tmp/dtrain-tests.XXXXXX)
+passed=0 failed=0 skipped=0
+failed_names=()
+
+[ -x "$BIN/dtrun" ] || { echo "run_tests: $BIN/dtrun not found; build first (make test)"; exit 2; }
+
+note() { printf '%-58s %s\n' "$1" "$2"; }
+
+# run NAME SECONDS CMD...: pass when CMD exits 0 within SECONDS.
+run() {
+    local name=$1 limit=$2; shift 2
+    [[ "$name" =~ $FILTER ]] || return 0
+    local log="$LOGS/${name//[^A-Za-z0-9_.-]/_}.log" start=$SECONDS
+    timeout -k 5 "$limit" "$@" >"$log" 2>&1
+    local rc=$?
+    if [ $rc -eq 0 ]; then
+        passed=$((passed + 1)); note "$name" "ok ($((SECONDS - start)) s)"
+    else
+        failed=$((failed + 1)); failed_names+=("$name")
+        [ $rc -eq 124 ] && note "$name" "FAILED: timed out after $limit s" || note "$name" "FAILED (exit $rc)"
+        tail -n 25 "$log" | sed 's/^/    | /'
+    fi
+}
+
+skip() {
+    [[ "$1" =~ $FILTER ]] || return 0
+    skipped=$((skipped + 1)); note "$1" "skipped: $2"
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+export -f free_port
+export BIN LOGS QUICK
+
+BIG=524288; [ "$QUICK" = 1 ] && BIG=65536
+
+# ---- unit tests ----
+run unit/base 60 "$BIN/test_base"
+run unit/transport 120 "$BIN/test_transport"
+
+# ---- every collective on localhost, world sizes 1..8 ----
+for n in 1 2 3 4 7 8; do
+    args=(--big $BIG)
+    { [ "$QUICK" = 1 ] || [ $n -ge 7 ]; } && args+=(--quick)
+    run "collectives/world$n" 400 "$BIN/dtrun" -n $n "$BIN/coll_check" "${args[@]}"
+done
+for algo in ring rd; do
+    for n in 3 4; do
+        run "collectives/world$n-DT_ALGO=$algo" 300 env DT_ALGO=$algo "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big 65536
+    done
+done
+run "collectives/tiny-segments" 200 env DT_RING_SEGMENT=1024 DT_SMALL_MSG=0 "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 20000
+
+# ---- launcher ----
+run dtrun/prefix-and-success 30 tests/cases/dtrun_prefix.sh
+run dtrun/failed-rank-named 30 tests/cases/dtrun_failure.sh
+run dtrun/signal-forwarded 30 tests/cases/dtrun_signal.sh
+run dtrun/bad-arguments 30 tests/cases/dtrun_args.sh
+run dtrun/join-timeout 30 tests/cases/dtrun_join_timeout.sh
+run dtrun/two-nodes-localhost 200 tests/cases/dtrun_two_nodes.sh
+run launch/slurm-and-openmpi-env 200 tests/cases/launch_env.sh
+
+# ---- faults ----
+run fault/kill-9-during-allreduce 90 tests/cases/fault_kill.sh
+run fault/rendezvous-garbage-and-wrong-token 120 tests/cases/fault_rendezvous.sh
+run fault/timeout-not-hang 60 tests/cases/fault_timeout.sh
+
+# ---- multi-host over network namespaces ----
+netns_reason=""
+if [ "$(id -u)" != 0 ]; then
+    netns_reason="needs root for network namespaces"
+elif ! ip netns add dtprobe$$ 2>/dev/null; then
+    netns_reason="cannot create network namespaces here"
+else
+    ip netns del dtprobe$$
+fi
+if [ -n "$netns_reason" ]; then
+    skip netns/collectives-4-hosts "$netns_reason"
+    skip netns/dtbench-4-hosts "$netns_reason"
+    skip netns/link-down "$netns_reason"
+else
+    run netns/collectives-4-hosts 500 tests/cases/netns_collectives.sh
+    run netns/dtbench-4-hosts 300 tests/cases/netns_dtbench.sh
+    run netns/link-down 120 tests/cases/netns_linkdown.sh
+    scripts/netns-cluster.sh down
+fi
+
+echo
+[ $failed -gt 0 ] && echo "failed: ${failed_names[*]} (logs in $LOGS)"
+[ $failed -eq 0 ] && rm -rf "$LOGS"
+echo "$passed passed, $failed failed, $skipped skipped"
+[ $failed -eq 0 ]
