@@ -53,6 +53,8 @@ dt_status dt_store_set(dt_store_client *c, const char *key, const void *val, siz
 /* Wait up to timeout_s for key; *val is malloc'd (caller frees). */
 dt_status dt_store_get(dt_store_client *c, const char *key, double timeout_s, void **val, size_t *len);
 dt_status dt_store_add(dt_store_client *c, const char *key, int64_t delta, int64_t *result);
+/* Seconds a request may take beyond its own wait (default 30). */
+void dt_store_set_io_timeout(dt_store_client *c, double seconds);
 /* The local IPv4 address this client uses to reach the store. */
 const char *dt_store_local_ip(const dt_store_client *c);
 void dt_store_close(dt_store_client *c);

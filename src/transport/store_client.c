@@ -13,7 +13,10 @@ struct dt_store_client {
     int fd;
     char what[96];
     char local_ip[64];
+    double io_timeout;
 };
+
+void dt_store_set_io_timeout(dt_store_client *c, double seconds) { c->io_timeout = seconds > 0 ? seconds : 30; }
 
 dt_status dt_store_connect(const char *host, int port, const char *token, double timeout_s,
                             dt_store_client **out)
@@ -23,6 +26,7 @@ dt_status dt_store_connect(const char *host, int port, const char *token, double
     if (!c)
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     snprintf(c->what, sizeof c->what, "rendezvous store %s:%d", host, port);
+    c->io_timeout = 30;
     dt_status s = dt__sock_connect(host, port, deadline_ns, &c->fd);
     if (s != DT_OK) {
         free(c);
@@ -60,8 +64,8 @@ static dt_status request(dt_store_client *c, int op, const char *key, const void
     dt__put_u32(hdr + 4, (uint32_t)klen);
     dt__put_u32(hdr + 8, (uint32_t)vlen);
     dt__put_u32(hdr + 12, (uint32_t)timeout_ms);
-    /* The reply to GET may legitimately take timeout_ms; allow 30 s more for the server. */
-    int64_t deadline = dt__deadline_after(timeout_ms / 1000.0 + 30.0);
+    /* The reply to GET may legitimately take timeout_ms; allow io_timeout more. */
+    int64_t deadline = dt__deadline_after(timeout_ms / 1000.0 + c->io_timeout);
     DT_CHECK(dt__sock_send_all(c->fd, hdr, sizeof hdr, deadline, c->what));
     DT_CHECK(dt__sock_send_all(c->fd, key, klen, deadline, c->what));
     if (vlen)

@@ -95,9 +95,10 @@ dt_status dtrun_join(const dtrun_opts *o, dt_store_client *store, dtrun_layout *
 
 void dtrun_finish(const dtrun_opts *o, dt_store_client *store, bool ok)
 {
-    (void)ok;
     if (o->nnodes == 1 || !store)
         return;
+    /* The store may be unreachable (a failed node, a dead link): try briefly. */
+    dt_store_set_io_timeout(store, ok ? 5 : 1);
     int64_t done = 0;
     if (dt_store_add(store, "dtrun/done", 1, &done) != DT_OK || o->node_rank != 0)
         return;

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install the Debian packages that dtrain's build, tests and benchmarks need.
+# Idempotent and silent when everything is present; `make demo` and
+# `make test` run it first.  Debian/apt only.
+set -euo pipefail
+
+PACKAGES=(
+    build-essential cmake pkg-config   # compiler and build
+    libssl-dev                         # HMAC-SHA256 for the job-token handshake (libcrypto)
+    libcjson-dev                       # dtbench --json
+    iproute2                           # ip netns / tc for the multi-host tests
+    python3                            # small helpers in the test scripts
+    procps                             # ps/kill used by the tests
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+    SUDO=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >/dev/null
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"
