@@ -19,6 +19,8 @@
 #include "base/status.h"
 #include "comm/coll.h"
 
+enum { PIPELINE_DEPTH = 4, MIN_SEGMENT = 8192 };
+
 typedef struct {
     dt__coll *k;
     uint8_t *buf, *tmp;
@@ -117,7 +119,14 @@ dt_status dt__ring_run(dt__coll *k, void *buf, const size_t *offsets, const size
         return DT_OK;
     ring g = {.k = k, .buf = buf, .off = offsets, .len = lengths, .es = dt_dtype_size(t), .n = n,
               .r = k->c->rank};
-    g.seg = k->c->segment_bytes / g.es ? k->c->segment_bytes / g.es : 1;
+    /* At least PIPELINE_DEPTH segments per block so a mid-sized message still
+     * pipelines, but no segment below MIN_SEGMENT bytes (per-message cost). */
+    size_t seg_bytes = k->c->segment_bytes;
+    if (maxlen * g.es / PIPELINE_DEPTH < seg_bytes)
+        seg_bytes = maxlen * g.es / PIPELINE_DEPTH;
+    if (seg_bytes < MIN_SEGMENT)
+        seg_bytes = MIN_SEGMENT < k->c->segment_bytes ? MIN_SEGMENT : k->c->segment_bytes;
+    g.seg = seg_bytes / g.es ? seg_bytes / g.es : 1;
     g.nseg = (int)((maxlen + g.seg - 1) / g.seg);
     g.rs_steps = (phases & DT_RING_RS) ? n - 1 : 0;
     g.steps = g.rs_steps + ((phases & DT_RING_AG) ? n - 1 : 0);
