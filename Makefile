@@ -4,7 +4,7 @@ ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build demo test asan asan-test install clean
+.PHONY: all setup build demo test asan asan-test tsan-test install clean
 
 all: build
 
@@ -36,3 +36,11 @@ install: build
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
+
+# ThreadSanitizer over the threaded parts (the store server inside dtrun and rank 0).
+TSAN_BUILD ?= build-tsan
+tsan-test: setup
+	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDT_TSAN=ON >/dev/null
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) -- --no-print-directory
+	DT_TEST_QUICK=1 DT_TEST_FILTER='unit/|dtrun/two-nodes|launch/|fault/rendezvous' TSAN_OPTIONS=halt_on_error=1:exitcode=66 \
+		tests/run_tests.sh $(TSAN_BUILD)

@@ -2,8 +2,9 @@
  * mid-operation.  Survivors record the error they got and how long after the
  * kill it came, in DIR/result.<rank>, for tests/run_tests.sh to check.
  *
- * usage: fault_peer DIR [--victim R] [--freeze 1] [--delay-ms MS] [--count N] [--iters N]
- * (--freeze 1: the victim SIGSTOPs itself instead, a frozen process) */
+ * usage: fault_peer DIR [--victim R] [--freeze 1 | --abort-at K] [--delay-ms MS] [--count N] [--iters N]
+ * (--freeze 1: the victim SIGSTOPs itself instead, a frozen process;
+ *  --abort-at K: the victim calls dt_comm_abort before its K-th allreduce) */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,7 +16,7 @@
 #include "dtrain/dtrain.h"
 
 static const char *dir;
-static int delay_ms = 500, freeze;
+static int delay_ms = 500, freeze, abort_at = -1;
 
 static double wall(void)
 {
@@ -59,6 +60,8 @@ int main(int argc, char **argv)
             iters = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--freeze"))
             freeze = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--abort-at"))
+            abort_at = atoi(argv[i + 1]);
     }
     signal(SIGTERM, SIG_IGN); /* report our own error before dtrun's SIGKILL */
     dt_comm *c;
@@ -69,13 +72,20 @@ int main(int argc, char **argv)
     int rank = dt_comm_rank(c);
     float *buf = calloc(count, sizeof *buf);
     pthread_t th;
-    if (rank == victim)
+    if (rank == victim && abort_at < 0)
         pthread_create(&th, NULL, killer, NULL);
     double start = wall();
     dt_status s = DT_OK;
     int done = 0;
-    for (; done < iters && s == DT_OK; done++)
+    for (; done < iters && s == DT_OK; done++) {
+        if (rank == victim && done == abort_at) {
+            s = dt_comm_abort(c, "the test asked rank to give up");
+            printf("rank %d: dt_comm_abort returned %s\n", rank, dt_status_name(s));
+            dt_comm_destroy(c);
+            return s == DT_ERR_ABORTED ? 4 : 1;
+        }
         s = dt_allreduce(buf, buf, count, DT_F32, DT_SUM, c);
+    }
     double failed_at = wall();
     char path[512];
     snprintf(path, sizeof path, "%s/result.%d", dir, rank);

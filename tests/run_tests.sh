@@ -78,6 +78,7 @@ run launch/slurm-and-openmpi-env 200 tests/cases/launch_env.sh
 run fault/kill-9-during-allreduce 90 tests/cases/fault_kill.sh
 run fault/rendezvous-garbage-and-wrong-token 120 tests/cases/fault_rendezvous.sh
 run fault/timeout-not-hang 60 tests/cases/fault_timeout.sh
+run fault/abort-reaches-every-rank 60 tests/cases/fault_abort.sh
 
 # ---- multi-host over network namespaces ----
 netns_reason=""

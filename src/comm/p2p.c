@@ -52,7 +52,8 @@ static dt_status finish(dt_request *r, size_t *received)
     if (s != DT_OK && !c->world->engine_closed && dt__engine_status(c->world->eng) != DT_OK)
         s = dt__engine_status(c->world->eng); /* re-arms the engine's message */
     else if (s != DT_OK)
-        s = dt__fail(s, "request to/from %s failed (%s)", "peer", dt_status_name(s));
+        s = dt__fail(s, "%s rank %d failed: %s", r->req.kind == DT_REQ_SEND ? "send to" : "receive from",
+                     r->req.peer, dt_status_name(s));
     if (received && s == DT_OK)
         *received = (r->req.kind == DT_REQ_RECV ? r->req.received : r->req.len) / r->elem;
     free(r);

@@ -267,6 +267,52 @@ static void finish_recv(dt__req *r, const dt__frame *f)
     complete(r, f->len > r->len ? DT_ERR_TRUNCATE : DT_OK);
 }
 
+/* Unlink and return the first posted receive that matches f (posting order). */
+static dt__req *take_posted(peer *p, const dt__frame *f)
+{
+    dt__req *prev = NULL;
+    for (dt__req *r = p->posted; r; prev = r, r = r->next) {
+        if (!matches(r, f))
+            continue;
+        if (prev)
+            prev->next = r->next;
+        else
+            p->posted = r->next;
+        if (p->posted_tail == r)
+            p->posted_tail = prev;
+        return r;
+    }
+    return NULL;
+}
+
+/* Unlink and return the oldest buffered message that r matches. */
+static unexpected *take_unexpected(peer *p, const dt__req *r)
+{
+    unexpected *prev = NULL;
+    for (unexpected *u = p->unexp; u; prev = u, u = u->next) {
+        if (!matches(r, &u->f))
+            continue;
+        if (prev)
+            prev->next = u->next;
+        else
+            p->unexp = u->next;
+        if (p->unexp_tail == u)
+            p->unexp_tail = prev;
+        return u;
+    }
+    return NULL;
+}
+
+/* Complete receive r with buffered message u (copied if it fits) and free u. */
+static void deliver_buffered(dt__req *r, unexpected *u)
+{
+    if (u->f.len <= r->len && u->f.len)
+        memcpy(r->buf, u->data, (size_t)u->f.len);
+    finish_recv(r, &u->f);
+    free(u->data);
+    free(u);
+}
+
 dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, int32_t tag,
                            uint64_t seq, bool any_seq, void *buf, size_t cap)
 {
@@ -284,21 +330,9 @@ dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, 
     r->buf = buf;
     r->len = cap;
     peer *p = &e->peers[pi];
-    unexpected *prev = NULL;
-    for (unexpected *u = p->unexp; u; prev = u, u = u->next) {
-        if (!matches(r, &u->f))
-            continue;
-        if (prev)
-            prev->next = u->next;
-        else
-            p->unexp = u->next;
-        if (p->unexp_tail == u)
-            p->unexp_tail = prev;
-        if (u->f.len <= cap && u->f.len)
-            memcpy(buf, u->data, (size_t)u->f.len);
-        finish_recv(r, &u->f);
-        free(u->data);
-        free(u);
+    unexpected *u = take_unexpected(p, r);
+    if (u) {
+        deliver_buffered(r, u);
         return r->status == DT_OK ? DT_OK
                                   : dt__fail(DT_ERR_TRUNCATE, "message of %zu bytes from %s exceeds the %zu-byte receive buffer",
                                              r->received, p->name, cap);
@@ -312,16 +346,8 @@ dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, 
 /* Route an arriving DATA frame: to its posted receive, or into a buffer. */
 static dt_status route_data(dt__engine *e, peer *p, const dt__frame *f)
 {
-    dt__req *prev = NULL;
-    for (dt__req *r = p->posted; r; prev = r, r = r->next) {
-        if (!matches(r, f))
-            continue;
-        if (prev)
-            prev->next = r->next;
-        else
-            p->posted = r->next;
-        if (p->posted_tail == r)
-            p->posted_tail = prev;
+    dt__req *r = take_posted(p, f);
+    if (r) {
         p->target = r;
         p->dst = f->len <= r->len ? r->buf : NULL;
         return DT_OK;
@@ -347,21 +373,9 @@ static void stash_unexpected(peer *p)
 {
     unexpected *u = p->stash;
     p->stash = NULL;
-    dt__req *prev = NULL;
-    for (dt__req *r = p->posted; r; prev = r, r = r->next) {
-        if (!matches(r, &u->f))
-            continue;
-        if (prev)
-            prev->next = r->next;
-        else
-            p->posted = r->next;
-        if (p->posted_tail == r)
-            p->posted_tail = prev;
-        if (u->f.len <= r->len && u->f.len)
-            memcpy(r->buf, u->data, (size_t)u->f.len);
-        finish_recv(r, &u->f);
-        free(u->data);
-        free(u);
+    dt__req *r = take_posted(p, &u->f);
+    if (r) {
+        deliver_buffered(r, u);
         return;
     }
     u->next = NULL;

@@ -102,7 +102,7 @@ static dt_status build_mesh(dt__engine *e, const dt__engine_config *cfg, dt_stor
     snprintf(label, sizeof label, "dtrain-peer:%s", cfg->key_prefix);
     snprintf(key, sizeof key, "%s/addr/%d", cfg->key_prefix, e->rank);
     snprintf(addr, sizeof addr, "%s:%d", ip, port);
-    snprintf(e->peers[e->rank].name, sizeof e->peers[e->rank].name, "rank %d (%s, self)", e->rank, addr);
+    snprintf(e->peers[e->rank].name, sizeof e->peers[e->rank].name, "rank %d (%s)", e->rank, addr);
     dt_status s = dt_store_set(store, key, addr, strlen(addr) + 1);
     for (int r = 0; s == DT_OK && r < e->rank; r++)
         s = connect_lower(e, cfg, store, label, r, deadline);
@@ -172,7 +172,7 @@ dt_status dt__engine_destroy(dt__engine *e)
 {
     if (!e)
         return DT_OK;
-    dt_status s = DT_OK;
+    dt_status s = e->failed != DT_OK ? dt__engine_status(e) : DT_OK; /* report the earlier failure */
     if (e->failed == DT_OK && e->peers) {
         for (int i = 0; i < e->size; i++) {
             peer *p = &e->peers[i];
