@@ -73,6 +73,7 @@ run dtrun/bad-arguments 30 tests/cases/dtrun_args.sh
 run dtrun/join-timeout 30 tests/cases/dtrun_join_timeout.sh
 run dtrun/two-nodes-localhost 200 tests/cases/dtrun_two_nodes.sh
 run launch/slurm-and-openmpi-env 200 tests/cases/launch_env.sh
+run install/pkg-config 120 tests/cases/install_pkgconfig.sh
 
 # ---- faults ----
 run fault/kill-9-during-allreduce 90 tests/cases/fault_kill.sh
