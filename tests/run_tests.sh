@@ -58,6 +58,9 @@ for n in 1 2 3 4 7 8; do
     { [ "$QUICK" = 1 ] || [ $n -ge 7 ]; } && args+=(--quick)
     run "collectives/world$n" 400 "$BIN/dtrun" -n $n "$BIN/coll_check" "${args[@]}"
 done
+# Larger worlds (up to the 64 ranks the API promises), smaller buffers: 64 processes share 2 cores.
+run "collectives/world16" 300 "$BIN/dtrun" -n 16 "$BIN/coll_check" --quick --big 4096
+run "collectives/world64" 400 "$BIN/dtrun" -n 64 "$BIN/coll_check" --quick --big 64
 for algo in ring rd; do
     for n in 3 4; do
         run "collectives/world$n-DT_ALGO=$algo" 300 env DT_ALGO=$algo "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big 65536
