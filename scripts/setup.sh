@@ -8,6 +8,9 @@ PACKAGES=(
     build-essential cmake pkg-config   # compiler and build
     libssl-dev                         # HMAC-SHA256 for the job-token handshake (libcrypto)
     libcjson-dev                       # dtbench --json
+    libopenblas-dev                    # GEMM (cblas_sgemm)
+    zlib1g-dev                         # .gz datasets
+    dataset-fashion-mnist              # the MLP/CNN data (idx .gz files)
     iproute2                           # ip netns / tc for the multi-host tests
     python3                            # small helpers in the test scripts
     procps                             # ps/kill used by the tests

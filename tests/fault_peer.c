@@ -71,6 +71,11 @@ int main(int argc, char **argv)
     }
     int rank = dt_comm_rank(c);
     float *buf = calloc(count, sizeof *buf);
+    char ready[512];
+    snprintf(ready, sizeof ready, "%s/ready.%d", dir, rank); /* lets a test act once every rank runs */
+    FILE *rf = fopen(ready, "w");
+    if (rf)
+        fclose(rf);
     pthread_t th;
     if (rank == victim && abort_at < 0)
         pthread_create(&th, NULL, killer, NULL);
@@ -81,7 +86,9 @@ int main(int argc, char **argv)
         if (rank == victim && done == abort_at) {
             s = dt_comm_abort(c, "the test asked rank to give up");
             printf("rank %d: dt_comm_abort returned %s\n", rank, dt_status_name(s));
+            fflush(stdout);
             dt_comm_destroy(c);
+            free(buf);
             return s == DT_ERR_ABORTED ? 4 : 1;
         }
         s = dt_allreduce(buf, buf, count, DT_F32, DT_SUM, c);

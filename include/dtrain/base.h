@@ -62,6 +62,18 @@ float dt_f16_to_f32(uint16_t h);
 uint16_t dt_f32_to_bf16(float f);
 float dt_bf16_to_f32(uint16_t b);
 
+/* Seeded random numbers (xoshiro256**): the same seed gives the same stream
+ * on every machine; the state is plain data, so checkpoints can save it. */
+typedef struct {
+    uint64_t s[4];
+} dt_rng;
+void dt_rng_seed(dt_rng *r, uint64_t seed);
+uint64_t dt_rng_next(dt_rng *r);
+/* Uniform in [0, 1). */
+float dt_rng_uniform(dt_rng *r);
+/* Standard normal (Box-Muller). */
+float dt_rng_normal(dt_rng *r);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,7 +4,9 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/netns_common.sh"
 scripts/netns-cluster.sh up 4 || fail "cannot build the namespace cluster"
-( sleep 3; date +%s.%N >"$WORK/down_at"; ip -n dt2 link set eth0 down ) &
+# cut the link once every rank is inside its allreduce loop
+( for _ in $(seq 600); do [ "$(ls "$WORK"/ready.* 2>/dev/null | wc -l)" = 4 ] && break; sleep 0.1; done
+  sleep 1; date +%s.%N >"$WORK/down_at"; ip -n dt2 link set eth0 down ) &
 export DT_TIMEOUT=5
 t0=$(now)
 run_cluster 4 60 "$BIN/fault_peer" "$WORK" --count 262144 --iters 1000000 && fail "the job survived a dead link"

@@ -1,0 +1,120 @@
+/* dtrain neural-network layers, the parameter registry and models.
+ *
+ * Parameters: every value lives in one flat f32 buffer and every gradient in
+ * another with the same layout, in registration order, under stable names
+ * ("fc1.weight").  Optimizers, data-parallel buckets and ZeRO shards all work
+ * on contiguous ranges of these buffers.
+ *
+ * Layers: forward allocates its output (and whatever backward needs) in the
+ * step's arena; backward accumulates parameter gradients, fires the registry's
+ * gradient-ready callback for each parameter once its gradient is final (in
+ * backward order), and writes the input gradient when asked. */
+#ifndef DTRAIN_NN_H
+#define DTRAIN_NN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtrain/base.h"
+#include "dtrain/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- parameter registry ---- */
+typedef struct dt_params dt_params;
+typedef struct {
+    char name[96];
+    int64_t offset, numel; /* into the flat buffers, in floats */
+    int ndim;
+    int64_t shape[DT_MAX_DIMS];
+} dt_param_info;
+typedef void (*dt_grad_ready_fn)(int param_index, void *user);
+
+dt_status dt_params_create(dt_params **out);
+/* Register a parameter (before dt_params_finalize); *index identifies it. */
+dt_status dt_params_add(dt_params *p, const char *name, int ndim, const int64_t *shape, int *index);
+/* Allocate the value and gradient buffers (zeroed). */
+dt_status dt_params_finalize(dt_params *p);
+int dt_params_count(const dt_params *p);
+int64_t dt_params_numel(const dt_params *p);
+const dt_param_info *dt_params_info(const dt_params *p, int index);
+/* Index of the parameter called `name`, or -1. */
+int dt_params_find(const dt_params *p, const char *name);
+float *dt_params_values(dt_params *p);
+float *dt_params_grads(dt_params *p);
+float *dt_param_value(dt_params *p, int index);
+float *dt_param_grad(dt_params *p, int index);
+void dt_params_zero_grads(dt_params *p);
+/* Called with each parameter index as its gradient becomes final. */
+void dt_params_on_grad_ready(dt_params *p, dt_grad_ready_fn fn, void *user);
+void dt_params_grad_ready(dt_params *p, int index);
+void dt_params_destroy(dt_params *p);
+
+/* ---- layers ---- */
+typedef struct {
+    dt_arena *arena;
+    dt_params *params;
+    dt_rng *rng; /* dropout masks */
+    bool training;
+} dt_ctx;
+
+typedef struct dt_layer dt_layer;
+typedef struct {
+    const char *kind;
+    dt_status (*forward)(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y);
+    /* dx is written only when need_dx (the first layer needs no input gradient). */
+    dt_status (*backward)(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx);
+    /* Initialise this layer's parameters (after dt_params_finalize). */
+    void (*init)(dt_layer *l, dt_params *p, dt_rng *rng);
+    void (*destroy)(dt_layer *l);
+} dt_layer_ops;
+
+struct dt_layer {
+    const dt_layer_ops *ops;
+    char name[64];
+};
+
+/* Constructors register their parameters in p under "<name>.weight" etc. */
+dt_status dt_linear_create(dt_params *p, const char *name, int64_t in, int64_t out, bool bias, dt_layer **l);
+dt_status dt_relu_create(const char *name, dt_layer **l);
+/* GELU, tanh approximation (as GPT-2 and torch's approximate="tanh"). */
+dt_status dt_gelu_create(const char *name, dt_layer **l);
+/* LayerNorm over the last dimension, with weight and bias. */
+dt_status dt_layernorm_create(dt_params *p, const char *name, int64_t dim, float eps, dt_layer **l);
+/* Dropout with probability `prob`; identity when ctx->training is false. */
+dt_status dt_dropout_create(const char *name, float prob, dt_layer **l);
+/* Embedding: input tensor of token ids stored as floats (exact up to 2^24),
+ * output [..., dim]. */
+dt_status dt_embedding_create(dt_params *p, const char *name, int64_t vocab, int64_t dim, dt_layer **l);
+void dt_layer_destroy(dt_layer *l);
+
+/* Residual add: y = a + b; the backward of an add passes dy to both inputs. */
+void dt_residual_add(const dt_tensor *a, const dt_tensor *b, dt_tensor *y);
+
+/* ---- loss ---- */
+/* Mean softmax cross-entropy of logits [n, classes] against integer targets
+ * (a target of -1 is ignored).  Writes dlogits (same shape) when non-NULL. */
+dt_status dt_softmax_cross_entropy(const dt_tensor *logits, const int32_t *targets, float *loss,
+                                   dt_tensor *dlogits);
+
+/* ---- sequential models ---- */
+typedef struct dt_model dt_model;
+/* An MLP: sizes[0] inputs, hidden layers sizes[1..n-2] with ReLU, sizes[n-1] outputs.
+ * Parameters are "fc1.weight", "fc1.bias", ... (PyTorch's nn.Linear layout). */
+dt_status dt_mlp_create(const int64_t *sizes, int nsizes, dt_model **out);
+dt_params *dt_model_params(dt_model *m);
+/* Initialise every parameter from `seed` (PyTorch's nn.Linear scheme). */
+void dt_model_init(dt_model *m, uint64_t seed);
+/* Forward through every block; y is allocated in ctx->arena. */
+dt_status dt_model_forward(dt_model *m, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y);
+/* Backward from dy (the loss gradient of the last output). */
+dt_status dt_model_backward(dt_model *m, dt_ctx *ctx, const dt_tensor *dy);
+int dt_model_num_layers(const dt_model *m);
+void dt_model_destroy(dt_model *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,62 @@
+/* dtrain optimizers, learning-rate schedules and gradient clipping.
+ *
+ * An optimizer owns the state for a flat shard of `numel` parameters and
+ * updates (param, grad) arrays of that length: a single process hands it the
+ * whole flat parameter buffer, ZeRO a rank's shard.  The arithmetic follows
+ * PyTorch's torch.optim.SGD and torch.optim.AdamW. */
+#ifndef DTRAIN_OPTIM_H
+#define DTRAIN_OPTIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtrain/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    float momentum;     /* 0 = plain SGD */
+    float weight_decay; /* L2 added to the gradient, as torch.optim.SGD */
+    bool nesterov;
+} dt_sgd_config;
+
+typedef struct {
+    float beta1, beta2, eps;
+    float weight_decay; /* decoupled: p *= 1 - lr * weight_decay */
+} dt_adamw_config;
+
+typedef struct dt_optimizer dt_optimizer;
+
+dt_status dt_sgd_create(const dt_sgd_config *cfg, int64_t numel, dt_optimizer **out);
+dt_status dt_adamw_create(const dt_adamw_config *cfg, int64_t numel, dt_optimizer **out);
+/* One update with learning rate lr.  n must equal the optimizer's numel. */
+dt_status dt_optimizer_step(dt_optimizer *o, float *param, const float *grad, int64_t n, float lr);
+/* Steps taken so far (AdamW's bias correction uses it). */
+int64_t dt_optimizer_steps(const dt_optimizer *o);
+/* The state as one flat array (SGD: momentum; AdamW: m then v) for checkpoints;
+ * *count is its length in floats.  dt_optimizer_set_steps restores the count. */
+float *dt_optimizer_state(dt_optimizer *o, int64_t *count);
+void dt_optimizer_set_steps(dt_optimizer *o, int64_t steps);
+void dt_optimizer_destroy(dt_optimizer *o);
+
+typedef enum { DT_LR_CONSTANT = 0, DT_LR_COSINE } dt_lr_kind;
+typedef struct {
+    dt_lr_kind kind;
+    float base_lr, min_lr;
+    int64_t warmup_steps; /* linear warm-up from base_lr/warmup to base_lr */
+    int64_t total_steps;  /* cosine decays to min_lr at this step */
+} dt_lr_schedule;
+
+/* Learning rate for step (0-based). */
+float dt_lr_at(const dt_lr_schedule *s, int64_t step);
+
+/* Scale grad so its L2 norm is at most max_norm (as torch's clip_grad_norm_);
+ * returns the norm before clipping.  max_norm <= 0 only measures. */
+float dt_clip_grad_norm(float *grad, int64_t n, float max_norm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,64 @@
+/* dtrain tensors and compute kernels.
+ *
+ * Tensors are contiguous row-major f32 views (the data is owned elsewhere: a
+ * parameter buffer, an activation arena, the caller).  Matrix products go to
+ * OpenBLAS; element-wise kernels run on dtrain's compute threads.  The thread
+ * count comes from dt_set_threads (the trainer's --threads), else DT_THREADS,
+ * else the cores available to the process; OpenBLAS is pinned to the same
+ * count so the two pools never oversubscribe the cores. */
+#ifndef DTRAIN_TENSOR_H
+#define DTRAIN_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DT_MAX_DIMS 4
+
+typedef struct {
+    float *data;
+    int ndim;
+    int64_t shape[DT_MAX_DIMS];
+} dt_tensor;
+
+/* A view of `data` with the given shape (ndim 1..DT_MAX_DIMS). */
+dt_tensor dt_tensor_view(float *data, int ndim, const int64_t *shape);
+int64_t dt_tensor_numel(const dt_tensor *t);
+
+/* ---- activation arena: a bump allocator reset once per step ---- */
+typedef struct dt_arena dt_arena;
+dt_status dt_arena_create(dt_arena **out);
+/* Zero-initialised floats valid until the next reset; NULL when out of memory.
+ * Earlier allocations never move. */
+float *dt_arena_alloc(dt_arena *a, int64_t count);
+void dt_arena_reset(dt_arena *a);
+size_t dt_arena_bytes_in_use(const dt_arena *a);
+void dt_arena_destroy(dt_arena *a);
+
+/* ---- compute threads ---- */
+/* 0 = the cores available to this process (sched_getaffinity). */
+dt_status dt_set_threads(int n);
+int dt_get_threads(void);
+
+/* ---- kernels ---- */
+/* C[m,n] = alpha * op(A) op(B) + beta * C, row major; op transposes when trans_* != 0.
+ * A is m x k (k x m when transposed), B is k x n (n x k when transposed). */
+void dt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+              const float *b, float beta, float *c);
+void dt_vec_zero(float *x, int64_t n);
+void dt_vec_copy(float *dst, const float *src, int64_t n);
+/* y += alpha * x */
+void dt_vec_axpy(float *y, float alpha, const float *x, int64_t n);
+void dt_vec_scale(float *x, float alpha, int64_t n);
+/* Sum of squares in double (for norms). */
+double dt_vec_sumsq(const float *x, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

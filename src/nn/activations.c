@@ -1,0 +1,117 @@
+/* Element-wise activations: ReLU and GELU (tanh approximation). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/status.h"
+#include "dtrain/nn.h"
+#include "tensor/threads.h"
+
+#define GRAIN 16384
+
+typedef struct {
+    dt_layer base;
+    int gelu;
+    dt_tensor x;
+} act;
+
+typedef struct {
+    const float *x, *dy;
+    float *out;
+} act_args;
+
+static void relu_fwd(int64_t b, int64_t e, void *p)
+{
+    act_args *a = p;
+    for (int64_t i = b; i < e; i++)
+        a->out[i] = a->x[i] > 0 ? a->x[i] : 0;
+}
+
+static void relu_bwd(int64_t b, int64_t e, void *p)
+{
+    act_args *a = p;
+    for (int64_t i = b; i < e; i++)
+        a->out[i] = a->x[i] > 0 ? a->dy[i] : 0;
+}
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_C 0.044715f
+
+static void gelu_fwd(int64_t b, int64_t e, void *p)
+{
+    act_args *a = p;
+    for (int64_t i = b; i < e; i++) {
+        float x = a->x[i];
+        a->out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + GELU_C * x * x * x)));
+    }
+}
+
+static void gelu_bwd(int64_t b, int64_t e, void *p)
+{
+    act_args *a = p;
+    for (int64_t i = b; i < e; i++) {
+        float x = a->x[i], u = GELU_K * (x + GELU_C * x * x * x), t = tanhf(u);
+        float du = GELU_K * (1.0f + 3.0f * GELU_C * x * x);
+        a->out[i] = a->dy[i] * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+    }
+}
+
+static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
+{
+    act *A = (act *)l;
+    int64_t n = dt_tensor_numel(x);
+    *y = *x;
+    if (!(y->data = dt_arena_alloc(ctx->arena, n)))
+        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+    act_args a = {.x = x->data, .out = y->data};
+    dt__parallel_for(n, GRAIN, A->gelu ? gelu_fwd : relu_fwd, &a);
+    A->x = *x;
+    return DT_OK;
+}
+
+static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
+{
+    act *A = (act *)l;
+    if (!need_dx)
+        return DT_OK;
+    int64_t n = dt_tensor_numel(&A->x);
+    *dx = A->x;
+    if (!(dx->data = dt_arena_alloc(ctx->arena, n)))
+        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+    act_args a = {.x = A->x.data, .dy = dy->data, .out = dx->data};
+    dt__parallel_for(n, GRAIN, A->gelu ? gelu_bwd : relu_bwd, &a);
+    return DT_OK;
+}
+
+static void init(dt_layer *l, dt_params *p, dt_rng *rng)
+{
+    (void)l, (void)p, (void)rng;
+}
+
+static void destroy(dt_layer *l) { free(l); }
+
+static const dt_layer_ops relu_ops = {"relu", forward, backward, init, destroy};
+static const dt_layer_ops gelu_ops = {"gelu", forward, backward, init, destroy};
+
+static dt_status create(const char *name, int gelu, dt_layer **l)
+{
+    act *A = calloc(1, sizeof *A);
+    if (!A)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    A->base.ops = gelu ? &gelu_ops : &relu_ops;
+    A->gelu = gelu;
+    snprintf(A->base.name, sizeof A->base.name, "%s", name);
+    *l = &A->base;
+    return DT_OK;
+}
+
+dt_status dt_relu_create(const char *name, dt_layer **l) { return create(name, 0, l); }
+dt_status dt_gelu_create(const char *name, dt_layer **l) { return create(name, 1, l); }
+
+void dt_residual_add(const dt_tensor *a, const dt_tensor *b, dt_tensor *y)
+{
+    int64_t n = dt_tensor_numel(a);
+    if (y->data != a->data)
+        dt_vec_copy(y->data, a->data, n);
+    dt_vec_axpy(y->data, 1.0f, b->data, n);
+}

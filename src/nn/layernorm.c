@@ -1,0 +1,125 @@
+/* LayerNorm over the last dimension: y = (x - mean) / sqrt(var + eps) * w + b
+ * (biased variance, as PyTorch).  Saves the normalised input and 1/std. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/status.h"
+#include "dtrain/nn.h"
+
+typedef struct {
+    dt_layer base;
+    int64_t dim;
+    float eps;
+    int w, b;
+    dt_tensor x;
+    float *xhat, *rstd;
+} layernorm;
+
+static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
+{
+    layernorm *L = (layernorm *)l;
+    int64_t D = L->dim, n = dt_tensor_numel(x) / D;
+    if (x->shape[x->ndim - 1] != D)
+        return dt__fail(DT_ERR_INVALID, "%s: last dimension %lld, expected %lld", l->name,
+                        (long long)x->shape[x->ndim - 1], (long long)D);
+    *y = *x;
+    y->data = dt_arena_alloc(ctx->arena, n * D);
+    L->xhat = dt_arena_alloc(ctx->arena, n * D);
+    L->rstd = dt_arena_alloc(ctx->arena, n);
+    if (!y->data || !L->xhat || !L->rstd)
+        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+    const float *w = dt_param_value(ctx->params, L->w), *b = dt_param_value(ctx->params, L->b);
+    for (int64_t r = 0; r < n; r++) {
+        const float *xr = x->data + r * D;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < D; i++)
+            mean += xr[i];
+        mean /= (double)D;
+        for (int64_t i = 0; i < D; i++)
+            var += (xr[i] - mean) * (xr[i] - mean);
+        var /= (double)D;
+        float rstd = (float)(1.0 / sqrt(var + L->eps));
+        L->rstd[r] = rstd;
+        for (int64_t i = 0; i < D; i++) {
+            float h = (float)(xr[i] - mean) * rstd;
+            L->xhat[r * D + i] = h;
+            y->data[r * D + i] = h * w[i] + b[i];
+        }
+    }
+    L->x = *x;
+    return DT_OK;
+}
+
+static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
+{
+    layernorm *L = (layernorm *)l;
+    int64_t D = L->dim, n = dt_tensor_numel(&L->x) / D;
+    const float *w = dt_param_value(ctx->params, L->w);
+    float *dw = dt_param_grad(ctx->params, L->w), *db = dt_param_grad(ctx->params, L->b);
+    if (need_dx) {
+        *dx = L->x;
+        if (!(dx->data = dt_arena_alloc(ctx->arena, n * D)))
+            return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+    }
+    for (int64_t r = 0; r < n; r++) {
+        const float *g = dy->data + r * D, *h = L->xhat + r * D;
+        double mean_gw = 0, mean_gwh = 0;
+        for (int64_t i = 0; i < D; i++) {
+            float gw = g[i] * w[i];
+            mean_gw += gw;
+            mean_gwh += gw * h[i];
+            dw[i] += g[i] * h[i];
+            db[i] += g[i];
+        }
+        if (!need_dx)
+            continue;
+        mean_gw /= (double)D;
+        mean_gwh /= (double)D;
+        for (int64_t i = 0; i < D; i++)
+            dx->data[r * D + i] = L->rstd[r] * (float)(g[i] * w[i] - mean_gw - h[i] * mean_gwh);
+    }
+    dt_params_grad_ready(ctx->params, L->w);
+    dt_params_grad_ready(ctx->params, L->b);
+    return DT_OK;
+}
+
+static void init(dt_layer *l, dt_params *p, dt_rng *rng)
+{
+    (void)rng;
+    layernorm *L = (layernorm *)l;
+    float *w = dt_param_value(p, L->w), *b = dt_param_value(p, L->b);
+    for (int64_t i = 0; i < L->dim; i++) {
+        w[i] = 1.0f;
+        b[i] = 0.0f;
+    }
+}
+
+static void destroy(dt_layer *l) { free(l); }
+
+static const dt_layer_ops ops = {"layernorm", forward, backward, init, destroy};
+
+dt_status dt_layernorm_create(dt_params *p, const char *name, int64_t dim, float eps, dt_layer **l)
+{
+    if (dim <= 0 || !(eps > 0))
+        return dt__fail(DT_ERR_INVALID, "layernorm %s: dim %lld, eps %g", name, (long long)dim, eps);
+    layernorm *L = calloc(1, sizeof *L);
+    if (!L)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    L->base.ops = &ops;
+    snprintf(L->base.name, sizeof L->base.name, "%s", name);
+    L->dim = dim;
+    L->eps = eps;
+    char pname[96];
+    snprintf(pname, sizeof pname, "%s.weight", name);
+    dt_status s = dt_params_add(p, pname, 1, &dim, &L->w);
+    snprintf(pname, sizeof pname, "%s.bias", name);
+    if (s == DT_OK)
+        s = dt_params_add(p, pname, 1, &dim, &L->b);
+    if (s != DT_OK) {
+        free(L);
+        return s;
+    }
+    *l = &L->base;
+    return DT_OK;
+}

@@ -1,0 +1,113 @@
+/* Linear: y[n, out] = x[n, in] W^T + b, W stored [out, in] as in PyTorch.
+ * x may have any leading dimensions; they are flattened into n. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/status.h"
+#include "dtrain/nn.h"
+
+typedef struct {
+    dt_layer base;
+    int64_t in, out;
+    int w, b; /* parameter indices (b = -1 without bias) */
+    dt_tensor x; /* saved input */
+} linear;
+
+static int64_t rows(const dt_tensor *x, int64_t in) { return dt_tensor_numel(x) / in; }
+
+static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
+{
+    linear *L = (linear *)l;
+    if (x->shape[x->ndim - 1] != L->in)
+        return dt__fail(DT_ERR_INVALID, "%s: input's last dimension is %lld, expected %lld", l->name,
+                        (long long)x->shape[x->ndim - 1], (long long)L->in);
+    int64_t n = rows(x, L->in);
+    *y = *x;
+    y->shape[y->ndim - 1] = L->out;
+    if (!(y->data = dt_arena_alloc(ctx->arena, n * L->out)))
+        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+    const float *W = dt_param_value(ctx->params, L->w);
+    if (L->b >= 0) {
+        const float *b = dt_param_value(ctx->params, L->b);
+        for (int64_t i = 0; i < n; i++)
+            dt_vec_copy(y->data + i * L->out, b, L->out);
+    }
+    dt_sgemm(0, 1, n, L->out, L->in, 1.0f, x->data, W, L->b >= 0 ? 1.0f : 0.0f, y->data);
+    L->x = *x;
+    return DT_OK;
+}
+
+static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
+{
+    linear *L = (linear *)l;
+    int64_t n = rows(&L->x, L->in);
+    /* dW[out, in] += dy^T x ; db += column sums of dy */
+    dt_sgemm(1, 0, L->out, L->in, n, 1.0f, dy->data, L->x.data, 1.0f, dt_param_grad(ctx->params, L->w));
+    dt_params_grad_ready(ctx->params, L->w);
+    if (L->b >= 0) {
+        float *db = dt_param_grad(ctx->params, L->b);
+        for (int64_t i = 0; i < n; i++)
+            dt_vec_axpy(db, 1.0f, dy->data + i * L->out, L->out);
+        dt_params_grad_ready(ctx->params, L->b);
+    }
+    if (need_dx) {
+        *dx = L->x;
+        if (!(dx->data = dt_arena_alloc(ctx->arena, n * L->in)))
+            return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+        dt_sgemm(0, 0, n, L->in, L->out, 1.0f, dy->data, dt_param_value(ctx->params, L->w), 0.0f, dx->data);
+    }
+    return DT_OK;
+}
+
+/* PyTorch's nn.Linear default: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias. */
+static void init(dt_layer *l, dt_params *p, dt_rng *rng)
+{
+    linear *L = (linear *)l;
+    float bound = 1.0f / sqrtf((float)L->in);
+    float *W = dt_param_value(p, L->w);
+    for (int64_t i = 0; i < L->in * L->out; i++)
+        W[i] = (2.0f * dt_rng_uniform(rng) - 1.0f) * bound;
+    if (L->b >= 0) {
+        float *b = dt_param_value(p, L->b);
+        for (int64_t i = 0; i < L->out; i++)
+            b[i] = (2.0f * dt_rng_uniform(rng) - 1.0f) * bound;
+    }
+}
+
+static void destroy(dt_layer *l) { free(l); }
+
+static const dt_layer_ops ops = {"linear", forward, backward, init, destroy};
+
+dt_status dt_linear_create(dt_params *p, const char *name, int64_t in, int64_t out, bool bias, dt_layer **l)
+{
+    if (in <= 0 || out <= 0)
+        return dt__fail(DT_ERR_INVALID, "linear %s: sizes %lld x %lld", name, (long long)in, (long long)out);
+    linear *L = calloc(1, sizeof *L);
+    if (!L)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    L->base.ops = &ops;
+    snprintf(L->base.name, sizeof L->base.name, "%s", name);
+    L->in = in;
+    L->out = out;
+    L->b = -1;
+    char pname[96];
+    snprintf(pname, sizeof pname, "%s.weight", name);
+    dt_status s = dt_params_add(p, pname, 2, (int64_t[]){out, in}, &L->w);
+    if (s == DT_OK && bias) {
+        snprintf(pname, sizeof pname, "%s.bias", name);
+        s = dt_params_add(p, pname, 1, (int64_t[]){out}, &L->b);
+    }
+    if (s != DT_OK) {
+        free(L);
+        return s;
+    }
+    *l = &L->base;
+    return DT_OK;
+}
+
+void dt_layer_destroy(dt_layer *l)
+{
+    if (l)
+        l->ops->destroy(l);
+}

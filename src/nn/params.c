@@ -1,0 +1,111 @@
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "dtrain/nn.h"
+
+struct dt_params {
+    dt_param_info *info;
+    int count, cap;
+    int64_t numel;
+    float *values, *grads;
+    dt_grad_ready_fn ready;
+    void *ready_user;
+};
+
+dt_status dt_params_create(dt_params **out)
+{
+    *out = calloc(1, sizeof **out);
+    return *out ? DT_OK : dt__fail(DT_ERR_NOMEM, "out of memory");
+}
+
+dt_status dt_params_add(dt_params *p, const char *name, int ndim, const int64_t *shape, int *index)
+{
+    if (p->values)
+        return dt__fail(DT_ERR_INVALID, "parameter '%s' added after the registry was finalized", name);
+    if (ndim < 1 || ndim > DT_MAX_DIMS || strlen(name) >= sizeof p->info[0].name)
+        return dt__fail(DT_ERR_INVALID, "parameter '%s': bad rank %d or name too long", name, ndim);
+    if (dt_params_find(p, name) >= 0)
+        return dt__fail(DT_ERR_INVALID, "parameter '%s' registered twice", name);
+    if (p->count == p->cap) {
+        int cap = p->cap ? p->cap * 2 : 16;
+        dt_param_info *n = realloc(p->info, (size_t)cap * sizeof *n);
+        if (!n)
+            return dt__fail(DT_ERR_NOMEM, "out of memory");
+        p->info = n;
+        p->cap = cap;
+    }
+    dt_param_info *pi = &p->info[p->count];
+    memset(pi, 0, sizeof *pi);
+    snprintf(pi->name, sizeof pi->name, "%s", name);
+    pi->ndim = ndim;
+    pi->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] <= 0)
+            return dt__fail(DT_ERR_INVALID, "parameter '%s': dimension %d is %lld", name, i, (long long)shape[i]);
+        pi->shape[i] = shape[i];
+        pi->numel *= shape[i];
+    }
+    pi->offset = p->numel;
+    p->numel += pi->numel;
+    *index = p->count++;
+    return DT_OK;
+}
+
+dt_status dt_params_finalize(dt_params *p)
+{
+    if (p->values)
+        return DT_OK;
+    size_t n = (size_t)(p->numel ? p->numel : 1);
+    p->values = calloc(n, sizeof(float));
+    p->grads = calloc(n, sizeof(float));
+    if (!p->values || !p->grads)
+        return dt__fail(DT_ERR_NOMEM, "out of memory for %lld parameters", (long long)p->numel);
+    return DT_OK;
+}
+
+int dt_params_count(const dt_params *p) { return p->count; }
+int64_t dt_params_numel(const dt_params *p) { return p->numel; }
+const dt_param_info *dt_params_info(const dt_params *p, int i) { return (i >= 0 && i < p->count) ? &p->info[i] : NULL; }
+
+int dt_params_find(const dt_params *p, const char *name)
+{
+    for (int i = 0; i < p->count; i++)
+        if (strcmp(p->info[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+float *dt_params_values(dt_params *p) { return p->values; }
+float *dt_params_grads(dt_params *p) { return p->grads; }
+float *dt_param_value(dt_params *p, int i) { return p->values + p->info[i].offset; }
+float *dt_param_grad(dt_params *p, int i) { return p->grads + p->info[i].offset; }
+
+void dt_params_zero_grads(dt_params *p)
+{
+    if (p->grads)
+        dt_vec_zero(p->grads, p->numel);
+}
+
+void dt_params_on_grad_ready(dt_params *p, dt_grad_ready_fn fn, void *user)
+{
+    p->ready = fn;
+    p->ready_user = user;
+}
+
+void dt_params_grad_ready(dt_params *p, int index)
+{
+    if (p->ready)
+        p->ready(index, p->ready_user);
+}
+
+void dt_params_destroy(dt_params *p)
+{
+    if (!p)
+        return;
+    free(p->info);
+    free(p->values);
+    free(p->grads);
+    free(p);
+}

@@ -1,0 +1,117 @@
+/* SGD (momentum, Nesterov, L2 weight decay) and AdamW over a flat shard,
+ * in the same operation order as PyTorch's single-tensor implementations. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "base/status.h"
+#include "dtrain/optim.h"
+
+typedef enum { SGD, ADAMW } kind;
+
+struct dt_optimizer {
+    kind kind;
+    dt_sgd_config sgd;
+    dt_adamw_config adam;
+    int64_t numel, steps;
+    float *state; /* SGD: momentum [numel]; AdamW: m [numel] then v [numel] */
+};
+
+static dt_status create(kind k, int64_t numel, int64_t state_len, dt_optimizer **out)
+{
+    if (numel < 0)
+        return dt__fail(DT_ERR_INVALID, "optimizer: %lld parameters", (long long)numel);
+    dt_optimizer *o = calloc(1, sizeof *o);
+    if (!o || !(o->state = calloc((size_t)(state_len ? state_len : 1), sizeof(float)))) {
+        free(o);
+        return dt__fail(DT_ERR_NOMEM, "out of memory for optimizer state of %lld floats", (long long)state_len);
+    }
+    o->kind = k;
+    o->numel = numel;
+    *out = o;
+    return DT_OK;
+}
+
+dt_status dt_sgd_create(const dt_sgd_config *cfg, int64_t numel, dt_optimizer **out)
+{
+    if (!(cfg->momentum >= 0 && cfg->momentum < 1) || !(cfg->weight_decay >= 0) || (cfg->nesterov && cfg->momentum == 0))
+        return dt__fail(DT_ERR_INVALID, "sgd: momentum %g must be in [0, 1), weight_decay %g >= 0, nesterov needs momentum",
+                        cfg->momentum, cfg->weight_decay);
+    DT_CHECK(create(SGD, numel, cfg->momentum > 0 ? numel : 0, out));
+    (*out)->sgd = *cfg;
+    return DT_OK;
+}
+
+dt_status dt_adamw_create(const dt_adamw_config *cfg, int64_t numel, dt_optimizer **out)
+{
+    if (!(cfg->beta1 >= 0 && cfg->beta1 < 1) || !(cfg->beta2 >= 0 && cfg->beta2 < 1) || !(cfg->eps > 0) ||
+        !(cfg->weight_decay >= 0))
+        return dt__fail(DT_ERR_INVALID, "adamw: betas (%g, %g) must be in [0, 1), eps %g > 0, weight_decay %g >= 0",
+                        cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay);
+    DT_CHECK(create(ADAMW, numel, 2 * numel, out));
+    (*out)->adam = *cfg;
+    return DT_OK;
+}
+
+static void sgd_step(dt_optimizer *o, float *p, const float *g, int64_t n, float lr)
+{
+    const dt_sgd_config *c = &o->sgd;
+    float *buf = o->state;
+    for (int64_t i = 0; i < n; i++) {
+        float d = g[i];
+        if (c->weight_decay != 0)
+            d += c->weight_decay * p[i];
+        if (c->momentum != 0) {
+            buf[i] = o->steps == 0 ? d : c->momentum * buf[i] + d;
+            d = c->nesterov ? d + c->momentum * buf[i] : buf[i];
+        }
+        p[i] -= lr * d;
+    }
+}
+
+static void adamw_step(dt_optimizer *o, float *p, const float *g, int64_t n, float lr)
+{
+    const dt_adamw_config *c = &o->adam;
+    float *m = o->state, *v = o->state + o->numel;
+    double t = (double)(o->steps + 1);
+    float bc1 = (float)(1.0 - pow(c->beta1, t)), bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, t));
+    float step_size = lr / bc1;
+    for (int64_t i = 0; i < n; i++) {
+        p[i] *= 1.0f - lr * c->weight_decay;
+        m[i] += (g[i] - m[i]) * (1.0f - c->beta1);
+        v[i] = v[i] * c->beta2 + (1.0f - c->beta2) * g[i] * g[i];
+        float denom = sqrtf(v[i]) / bc2_sqrt + c->eps;
+        p[i] -= step_size * m[i] / denom;
+    }
+}
+
+dt_status dt_optimizer_step(dt_optimizer *o, float *param, const float *grad, int64_t n, float lr)
+{
+    if (n != o->numel)
+        return dt__fail(DT_ERR_INVALID, "optimizer step over %lld parameters, but its state is for %lld", (long long)n,
+                        (long long)o->numel);
+    if (!isfinite(lr) || lr < 0)
+        return dt__fail(DT_ERR_INVALID, "optimizer step with learning rate %g", lr);
+    if (o->kind == SGD)
+        sgd_step(o, param, grad, n, lr);
+    else
+        adamw_step(o, param, grad, n, lr);
+    o->steps++;
+    return DT_OK;
+}
+
+int64_t dt_optimizer_steps(const dt_optimizer *o) { return o->steps; }
+void dt_optimizer_set_steps(dt_optimizer *o, int64_t steps) { o->steps = steps; }
+
+float *dt_optimizer_state(dt_optimizer *o, int64_t *count)
+{
+    *count = o->kind == ADAMW ? 2 * o->numel : (o->sgd.momentum > 0 ? o->numel : 0);
+    return o->state;
+}
+
+void dt_optimizer_destroy(dt_optimizer *o)
+{
+    if (!o)
+        return;
+    free(o->state);
+    free(o);
+}

@@ -1,0 +1,92 @@
+/* Activation arena: chunks of at least 64 MiB; allocations are 64-byte
+ * aligned and never move, and reset keeps the chunks for the next step. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "dtrain/tensor.h"
+
+#define MIN_CHUNK (64u << 20)
+#define ALIGN 64
+
+typedef struct chunk {
+    struct chunk *next;
+    size_t size, used;
+    unsigned char *mem;
+} chunk;
+
+struct dt_arena {
+    chunk *chunks, *current;
+};
+
+dt_status dt_arena_create(dt_arena **out)
+{
+    *out = calloc(1, sizeof **out);
+    return *out ? DT_OK : dt__fail(DT_ERR_NOMEM, "out of memory for the activation arena");
+}
+
+float *dt_arena_alloc(dt_arena *a, int64_t count)
+{
+    if (count < 0)
+        return NULL;
+    size_t bytes = ((size_t)count * sizeof(float) + ALIGN - 1) / ALIGN * ALIGN;
+    if (bytes == 0)
+        bytes = ALIGN;
+    for (chunk *c = a->current; c; c = c->next) {
+        if (c->size - c->used >= bytes) {
+            a->current = c;
+            float *p = (float *)(c->mem + c->used);
+            c->used += bytes;
+            memset(p, 0, bytes);
+            return p;
+        }
+    }
+    size_t size = bytes > MIN_CHUNK ? bytes : MIN_CHUNK;
+    chunk *c = calloc(1, sizeof *c);
+    if (!c || !(c->mem = aligned_alloc(ALIGN, size))) {
+        free(c);
+        return NULL;
+    }
+    c->size = size;
+    c->used = bytes;
+    /* append after the current chunk so earlier chunks are reused first next step */
+    if (!a->chunks) {
+        a->chunks = c;
+    } else {
+        chunk *last = a->chunks;
+        while (last->next)
+            last = last->next;
+        last->next = c;
+    }
+    a->current = c;
+    memset(c->mem, 0, bytes);
+    return (float *)c->mem;
+}
+
+void dt_arena_reset(dt_arena *a)
+{
+    for (chunk *c = a->chunks; c; c = c->next)
+        c->used = 0;
+    a->current = a->chunks;
+}
+
+size_t dt_arena_bytes_in_use(const dt_arena *a)
+{
+    size_t n = 0;
+    for (chunk *c = a->chunks; c; c = c->next)
+        n += c->used;
+    return n;
+}
+
+void dt_arena_destroy(dt_arena *a)
+{
+    if (!a)
+        return;
+    for (chunk *c = a->chunks; c;) {
+        chunk *n = c->next;
+        free(c->mem);
+        free(c);
+        c = n;
+    }
+    free(a);
+}

@@ -1,0 +1,140 @@
+/* A small persistent thread pool (the process's one compute pool singleton).
+ * Workers sleep on a condition variable between jobs, so an idle pool costs
+ * nothing, unlike spinning OpenMP workers fighting OpenBLAS for the cores. */
+#include "tensor/threads.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "base/env.h"
+#include "base/status.h"
+#include "dtrain/tensor.h"
+
+#define MAX_THREADS 256
+
+void openblas_set_num_threads(int); /* from OpenBLAS; no header declares it portably */
+
+/* One job at a time: callers from several threads queue on `call`. */
+static pthread_mutex_t call = PTHREAD_MUTEX_INITIALIZER;
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    pthread_t threads[MAX_THREADS];
+    int nthreads; /* including the caller */
+    int started;  /* workers running */
+    uint64_t generation;
+    int pending;
+    dt__range_fn fn;
+    void *arg;
+    int64_t n, chunk;
+    bool configured;
+} pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
+
+static void run_chunk(int index)
+{
+    int64_t begin = (int64_t)index * pool.chunk, end = begin + pool.chunk;
+    if (end > pool.n)
+        end = pool.n;
+    if (begin < end)
+        pool.fn(begin, end, pool.arg);
+}
+
+static void *worker(void *arg)
+{
+    int index = (int)(intptr_t)arg;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&pool.mu);
+    for (;;) {
+        while (pool.generation == seen)
+            pthread_cond_wait(&pool.work, &pool.mu);
+        seen = pool.generation;
+        pthread_mutex_unlock(&pool.mu);
+        run_chunk(index);
+        pthread_mutex_lock(&pool.mu);
+        if (--pool.pending == 0)
+            pthread_cond_signal(&pool.done);
+    }
+    return NULL;
+}
+
+static int available_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    return 1;
+}
+
+dt_status dt_set_threads(int n)
+{
+    if (n < 0 || n > MAX_THREADS)
+        return dt__fail(DT_ERR_INVALID, "thread count %d outside 0..%d", n, MAX_THREADS);
+    if (n == 0)
+        n = available_cores();
+    pthread_mutex_lock(&pool.mu);
+    pool.nthreads = n;
+    pool.configured = true;
+    pthread_mutex_unlock(&pool.mu);
+    openblas_set_num_threads(n);
+    return DT_OK;
+}
+
+static void configure_once(void)
+{
+    if (pool.configured)
+        return;
+    int64_t n = 0;
+    if (dt__env_int("DT_THREADS", 0, MAX_THREADS, &n) != DT_OK)
+        n = 0; /* a bad value was reported when the trainer parsed its config */
+    dt_set_threads((int)n);
+}
+
+int dt_get_threads(void)
+{
+    configure_once();
+    return pool.nthreads;
+}
+
+void dt__parallel_for(int64_t n, int64_t grain, dt__range_fn fn, void *arg)
+{
+    configure_once();
+    int threads = pool.nthreads;
+    if (grain < 1)
+        grain = 1;
+    if (threads <= 1 || n <= grain) {
+        if (n > 0)
+            fn(0, n, arg);
+        return;
+    }
+    int64_t chunks = (n + grain - 1) / grain;
+    if (chunks > threads)
+        chunks = threads;
+    pthread_mutex_lock(&call);
+    pthread_mutex_lock(&pool.mu);
+    while (pool.started < (int)chunks - 1) {
+        if (pthread_create(&pool.threads[pool.started], NULL, worker, (void *)(intptr_t)(pool.started + 1)) != 0)
+            break;
+        pthread_detach(pool.threads[pool.started]);
+        pool.started++;
+    }
+    if (pool.started < (int)chunks - 1)
+        chunks = pool.started + 1; /* could not start more workers: use fewer chunks */
+    pool.fn = fn;
+    pool.arg = arg;
+    pool.n = n;
+    pool.chunk = (n + chunks - 1) / chunks;
+    /* Every started worker wakes and runs its chunk index (empty beyond n). */
+    pool.pending = pool.started;
+    pool.generation++;
+    pthread_cond_broadcast(&pool.work);
+    pthread_mutex_unlock(&pool.mu);
+    run_chunk(0);
+    pthread_mutex_lock(&pool.mu);
+    while (pool.pending > 0)
+        pthread_cond_wait(&pool.done, &pool.mu);
+    pthread_mutex_unlock(&pool.mu);
+    pthread_mutex_unlock(&call);
+}
