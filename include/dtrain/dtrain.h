@@ -5,6 +5,10 @@
 #include "dtrain/base.h"
 #include "dtrain/comm.h"
 #include "dtrain/store.h"
+#include "dtrain/tensor.h"
+#include "dtrain/nn.h"
+#include "dtrain/optim.h"
+#include "dtrain/data.h"
 
 #define DTRAIN_VERSION "0.1.0"
 

@@ -1,0 +1,70 @@
+/* dtrain datasets and the sharded sampler.
+ *
+ * Loaders check every file they read and fail with a message naming the file
+ * and what is wrong with it (missing, not gzip, bad magic, truncated, counts
+ * that disagree). */
+#ifndef DTRAIN_DATA_H
+#define DTRAIN_DATA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtrain/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The Debian package dataset-fashion-mnist installs the files here. */
+#define DT_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+/* An idx image set with its labels (MNIST / Fashion-MNIST layout). */
+typedef struct {
+    int64_t count;
+    int rows, cols;
+    uint8_t *images; /* count * rows * cols, row major */
+    uint8_t *labels; /* count */
+} dt_idx_set;
+
+/* Load an image file (magic 0x803) and a label file (magic 0x801); either may
+ * be gzip-compressed or raw. */
+dt_status dt_idx_load(const char *images_path, const char *labels_path, dt_idx_set *out);
+/* Load "train" or "t10k" from a directory holding the standard file names
+ * (*-images-idx3-ubyte.gz, *-labels-idx1-ubyte.gz). */
+dt_status dt_idx_load_dir(const char *dir, const char *split, dt_idx_set *out);
+/* Images of the given samples as floats in [0, 1] ([n, rows*cols]) and labels. */
+void dt_idx_batch(const dt_idx_set *s, const int64_t *indices, int64_t n, float *x, int32_t *y);
+void dt_idx_free(dt_idx_set *s);
+
+/* Seeded, per-epoch shuffled, sharded sampler (as torch's DistributedSampler):
+ * each epoch is a permutation of [0, size) from (seed, epoch); with drop_last
+ * it is cut to a multiple of world, otherwise padded by wrapping around; rank
+ * r takes every world-th sample from position r.  The position is counted in
+ * samples of the whole epoch, so a run resumed with a different world size
+ * continues where the old one stopped. */
+typedef struct {
+    int64_t size;
+    uint64_t seed;
+    int rank, world;
+    bool shuffle, drop_last;
+    int64_t epoch;
+    int64_t position; /* samples of this epoch consumed by all ranks together */
+    int64_t *perm;    /* this epoch's order; internal */
+    int64_t perm_epoch;
+} dt_sampler;
+
+dt_status dt_sampler_init(dt_sampler *s, int64_t size, uint64_t seed, int rank, int world, bool shuffle,
+                          bool drop_last);
+/* Samples per rank per epoch. */
+int64_t dt_sampler_per_rank(const dt_sampler *s);
+/* Up to `batch` indices for this rank (fewer at the end of an epoch; the
+ * next call starts the next epoch).  Returns how many were written. */
+int64_t dt_sampler_next(dt_sampler *s, int64_t batch, int64_t *indices);
+/* Resume at (epoch, position), possibly with a new rank/world. */
+dt_status dt_sampler_seek(dt_sampler *s, int64_t epoch, int64_t position, int rank, int world);
+void dt_sampler_free(dt_sampler *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

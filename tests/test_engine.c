@@ -1,0 +1,621 @@
+/* Unit tests of the training engine: every layer's backward against central
+ * finite differences, gradient-ready order, optimizers and clipping against
+ * values PyTorch 1.13 computed (golden numbers below), schedules, arena,
+ * compute threads, idx loading and its error messages, the sampler, and a
+ * short real Fashion-MNIST training run. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "check.h"
+#include "dtrain/dtrain.h"
+
+#define EXPECT_NEAR(got, want, tol)                                                                     \
+    do {                                                                                                \
+        double g_ = (got), w_ = (want);                                                                 \
+        check_count++;                                                                                  \
+        if (!(fabs(g_ - w_) <= (tol) * fmax(1.0, fabs(w_)))) {                                          \
+            check_failures++;                                                                           \
+            fprintf(stderr, "%s:%d: %s is %.9g, expected %.9g\n", __FILE__, __LINE__, #got, g_, w_);    \
+        }                                                                                               \
+    } while (0)
+
+/* ---- finite differences ---- */
+
+typedef struct {
+    dt_layer *layer;
+    dt_params *params;
+    dt_arena *arena;
+    const float *r; /* loss = sum(y * r) */
+    uint64_t dropout_seed;
+} fd_case;
+
+static double loss_of(fd_case *c, dt_tensor *x, dt_rng *rng)
+{
+    dt_arena_reset(c->arena);
+    dt_rng_seed(rng, c->dropout_seed); /* same dropout mask every evaluation */
+    dt_ctx ctx = {.arena = c->arena, .params = c->params, .rng = rng, .training = true};
+    dt_tensor y;
+    if (c->layer->ops->forward(c->layer, &ctx, x, &y) != DT_OK)
+        return NAN;
+    double l = 0;
+    for (int64_t i = 0; i < dt_tensor_numel(&y); i++)
+        l += (double)y.data[i] * c->r[i];
+    return l;
+}
+
+/* Check dL/dx (unless ids) and dL/dparams of one layer on input x. */
+static void fd_check(const char *what, fd_case *c, dt_tensor *x, int64_t out_numel, int check_dx)
+{
+    dt_rng rng;
+    float *r = malloc((size_t)out_numel * sizeof *r);
+    dt_rng_seed(&rng, 99);
+    for (int64_t i = 0; i < out_numel; i++)
+        r[i] = dt_rng_normal(&rng);
+    c->r = r;
+    /* analytic */
+    dt_params_zero_grads(c->params);
+    dt_arena_reset(c->arena);
+    dt_rng_seed(&rng, c->dropout_seed);
+    dt_ctx ctx = {.arena = c->arena, .params = c->params, .rng = &rng, .training = true};
+    dt_tensor y, dy, dx = {0};
+    EXPECT_STATUS(c->layer->ops->forward(c->layer, &ctx, x, &y), DT_OK);
+    EXPECT_EQ(dt_tensor_numel(&y), out_numel);
+    dy = y;
+    dy.data = r;
+    EXPECT_STATUS(c->layer->ops->backward(c->layer, &ctx, &dy, &dx, check_dx), DT_OK);
+    int64_t nx = dt_tensor_numel(x);
+    float *dx_copy = malloc((size_t)nx * sizeof *dx_copy);
+    if (check_dx)
+        memcpy(dx_copy, dx.data, (size_t)nx * sizeof *dx_copy);
+    const float eps = 1e-2f;
+    int bad = 0;
+    for (int64_t i = 0; check_dx && i < nx; i++) {
+        float keep = x->data[i];
+        x->data[i] = keep + eps;
+        double lp = loss_of(c, x, &rng);
+        x->data[i] = keep - eps;
+        double lm = loss_of(c, x, &rng);
+        x->data[i] = keep;
+        double num = (lp - lm) / (2 * eps);
+        if (fabs(num - dx_copy[i]) > 2e-2 * fmax(1.0, fabs(num))) {
+            if (bad++ < 3)
+                fprintf(stderr, "%s: dx[%lld] analytic %.6g numeric %.6g\n", what, (long long)i, dx_copy[i], num);
+        }
+    }
+    float *values = dt_params_values(c->params), *grads = dt_params_grads(c->params);
+    int64_t np = dt_params_numel(c->params);
+    float *g_copy = malloc((size_t)(np ? np : 1) * sizeof *g_copy);
+    memcpy(g_copy, grads, (size_t)np * sizeof *g_copy);
+    for (int64_t i = 0; i < np; i++) {
+        float keep = values[i];
+        values[i] = keep + eps;
+        double lp = loss_of(c, x, &rng);
+        values[i] = keep - eps;
+        double lm = loss_of(c, x, &rng);
+        values[i] = keep;
+        double num = (lp - lm) / (2 * eps);
+        if (fabs(num - g_copy[i]) > 2e-2 * fmax(1.0, fabs(num))) {
+            if (bad++ < 3)
+                fprintf(stderr, "%s: dparam[%lld] analytic %.6g numeric %.6g\n", what, (long long)i, g_copy[i], num);
+        }
+    }
+    check_count++;
+    if (bad) {
+        check_failures++;
+        fprintf(stderr, "%s: %d gradients disagree with finite differences\n", what, bad);
+    }
+    free(r);
+    free(dx_copy);
+    free(g_copy);
+}
+
+static void fd_layer(const char *what, dt_params *p, dt_layer *l, int ndim, const int64_t *shape, int64_t out_numel,
+                     int ids, int64_t vocab)
+{
+    EXPECT_STATUS(dt_params_finalize(p), DT_OK);
+    dt_rng rng;
+    dt_rng_seed(&rng, 5);
+    l->ops->init(l, p, &rng);
+    /* perturb weights away from their initial symmetric values */
+    for (int64_t i = 0; i < dt_params_numel(p); i++)
+        dt_params_values(p)[i] += 0.1f * dt_rng_normal(&rng);
+    dt_tensor x = dt_tensor_view(NULL, ndim, shape);
+    int64_t n = dt_tensor_numel(&x);
+    x.data = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        float v = dt_rng_normal(&rng);
+        if (!ids && fabsf(v) < 0.05f) /* keep ReLU away from its kink */
+            v = v < 0 ? -0.3f : 0.3f;
+        x.data[i] = ids ? (float)(dt_rng_next(&rng) % (uint64_t)vocab) : v;
+    }
+    fd_case c = {.layer = l, .params = p, .dropout_seed = 7};
+    dt_arena_create(&c.arena);
+    fd_check(what, &c, &x, out_numel, !ids);
+    dt_arena_destroy(c.arena);
+    free(x.data);
+    dt_layer_destroy(l);
+    dt_params_destroy(p);
+}
+
+static void test_layers(void)
+{
+    dt_params *p;
+    dt_layer *l;
+    dt_params_create(&p);
+    EXPECT_STATUS(dt_linear_create(p, "lin", 5, 3, true, &l), DT_OK);
+    fd_layer("linear", p, l, 3, (int64_t[]){2, 2, 5}, 12, 0, 0);
+
+    dt_params_create(&p);
+    dt_relu_create("relu", &l);
+    fd_layer("relu", p, l, 2, (int64_t[]){3, 4}, 12, 0, 0);
+
+    dt_params_create(&p);
+    dt_gelu_create("gelu", &l);
+    fd_layer("gelu", p, l, 2, (int64_t[]){3, 4}, 12, 0, 0);
+
+    dt_params_create(&p);
+    EXPECT_STATUS(dt_layernorm_create(p, "ln", 6, 1e-5f, &l), DT_OK);
+    fd_layer("layernorm", p, l, 2, (int64_t[]){3, 6}, 18, 0, 0);
+
+    dt_params_create(&p);
+    EXPECT_STATUS(dt_embedding_create(p, "emb", 7, 4, &l), DT_OK);
+    fd_layer("embedding", p, l, 2, (int64_t[]){2, 3}, 24, 1, 7);
+
+    dt_params_create(&p);
+    EXPECT_STATUS(dt_dropout_create("drop", 0.3f, &l), DT_OK);
+    fd_layer("dropout", p, l, 2, (int64_t[]){4, 5}, 20, 0, 0);
+
+    /* bad arguments are refused with the layer named */
+    dt_params_create(&p);
+    EXPECT_STATUS(dt_linear_create(p, "bad", 0, 3, true, &l), DT_ERR_INVALID);
+    EXPECT_STATUS(dt_dropout_create("bad", 1.0f, &l), DT_ERR_INVALID);
+    EXPECT_STATUS(dt_linear_create(p, "dup", 2, 2, false, &l), DT_OK);
+    dt_layer *l2;
+    EXPECT_STATUS(dt_linear_create(p, "dup", 2, 2, false, &l2), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "dup.weight");
+    dt_layer_destroy(l);
+    dt_params_destroy(p);
+}
+
+static void test_loss(void)
+{
+    float z[6] = {1.0f, 2.0f, 0.5f, -1.0f, 0.0f, 3.0f}, g[6];
+    int32_t t[2] = {1, 2};
+    dt_tensor logits = dt_tensor_view(z, 2, (int64_t[]){2, 3}), dz = dt_tensor_view(g, 2, (int64_t[]){2, 3});
+    float loss;
+    EXPECT_STATUS(dt_softmax_cross_entropy(&logits, t, &loss, &dz), DT_OK);
+    /* log-sum-exp by hand */
+    double l0 = log(exp(1.0) + exp(2.0) + exp(0.5)) - 2.0, l1 = log(exp(-1.0) + exp(0.0) + exp(3.0)) - 3.0;
+    EXPECT_NEAR(loss, (l0 + l1) / 2, 1e-6);
+    for (int i = 0; i < 6; i++) { /* finite differences of the loss itself */
+        float keep = z[i], lp, lm;
+        z[i] = keep + 1e-3f;
+        dt_softmax_cross_entropy(&logits, t, &lp, NULL);
+        z[i] = keep - 1e-3f;
+        dt_softmax_cross_entropy(&logits, t, &lm, NULL);
+        z[i] = keep;
+        EXPECT_NEAR(g[i], (lp - lm) / 2e-3, 2e-3);
+    }
+    int32_t ignored[2] = {-1, 2};
+    EXPECT_STATUS(dt_softmax_cross_entropy(&logits, ignored, &loss, &dz), DT_OK);
+    EXPECT_NEAR(loss, l1, 1e-6);
+    EXPECT(g[0] == 0 && g[1] == 0 && g[2] == 0);
+    int32_t bad[2] = {3, 0};
+    EXPECT_STATUS(dt_softmax_cross_entropy(&logits, bad, &loss, NULL), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "target 3");
+}
+
+static int ready_order[16], ready_count;
+static void on_ready(int index, void *user)
+{
+    (void)user;
+    if (ready_count < 16)
+        ready_order[ready_count] = index;
+    ready_count++;
+}
+
+/* A whole MLP + loss against finite differences, and the gradient-ready order. */
+static void test_mlp(void)
+{
+    dt_model *m;
+    EXPECT_STATUS(dt_mlp_create((int64_t[]){6, 5, 4, 3}, 4, &m), DT_OK);
+    dt_model_init(m, 11);
+    dt_params *p = dt_model_params(m);
+    EXPECT_EQ(dt_params_count(p), 6);
+    EXPECT(dt_params_find(p, "fc3.bias") == 5 && dt_params_find(p, "fc1.weight") == 0);
+    EXPECT_EQ(dt_params_numel(p), 6 * 5 + 5 + 5 * 4 + 4 + 4 * 3 + 3);
+    dt_arena *arena;
+    dt_arena_create(&arena);
+    float xs[2 * 6];
+    dt_rng rng;
+    dt_rng_seed(&rng, 3);
+    for (int i = 0; i < 12; i++)
+        xs[i] = dt_rng_normal(&rng);
+    int32_t t[2] = {2, 0};
+    dt_tensor x = dt_tensor_view(xs, 2, (int64_t[]){2, 6}), y;
+    dt_ctx ctx = {.arena = arena, .training = true, .rng = &rng};
+    dt_params_on_grad_ready(p, on_ready, NULL);
+    dt_params_zero_grads(p);
+    EXPECT_STATUS(dt_model_forward(m, &ctx, &x, &y), DT_OK);
+    float loss;
+    float *g = dt_arena_alloc(arena, dt_tensor_numel(&y));
+    dt_tensor dy = y;
+    dy.data = g;
+    EXPECT_STATUS(dt_softmax_cross_entropy(&y, t, &loss, &dy), DT_OK);
+    EXPECT_STATUS(dt_model_backward(m, &ctx, &dy), DT_OK);
+    int want[6] = {4, 5, 2, 3, 0, 1}; /* backward order: fc3, fc2, fc1 (weight, then bias) */
+    EXPECT_EQ(ready_count, 6);
+    for (int i = 0; i < 6 && i < ready_count; i++)
+        EXPECT_EQ(ready_order[i], want[i]);
+    dt_params_on_grad_ready(p, NULL, NULL);
+    float *vals = dt_params_values(p), *grads = dt_params_grads(p);
+    int bad = 0;
+    for (int64_t i = 0; i < dt_params_numel(p); i++) {
+        float keep = vals[i], lp, lm;
+        vals[i] = keep + 1e-2f;
+        dt_arena_reset(arena);
+        dt_model_forward(m, &ctx, &x, &y);
+        dt_softmax_cross_entropy(&y, t, &lp, NULL);
+        vals[i] = keep - 1e-2f;
+        dt_arena_reset(arena);
+        dt_model_forward(m, &ctx, &x, &y);
+        dt_softmax_cross_entropy(&y, t, &lm, NULL);
+        vals[i] = keep;
+        double num = (lp - lm) / 2e-2;
+        if (fabs(num - grads[i]) > 2e-2 * fmax(0.05, fabs(num)))
+            bad++;
+    }
+    EXPECT_EQ(bad, 0);
+    /* a wrong input width is an error naming the layer */
+    dt_tensor wrong = dt_tensor_view(xs, 2, (int64_t[]){3, 4});
+    dt_arena_reset(arena);
+    EXPECT_STATUS(dt_model_forward(m, &ctx, &wrong, &y), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "fc1");
+    dt_arena_destroy(arena);
+    dt_model_destroy(m);
+}
+
+static void test_optim(void)
+{
+    const float p0[4] = {0.5f, -1.25f, 2.0f, 0.0f};
+    const float grads[3][4] = {{0.1f, -0.2f, 0.3f, -0.4f}, {0.05f, 0.5f, -0.25f, 1.0f}, {-0.3f, 0.2f, 0.1f, 0.0f}};
+    struct {
+        const char *name;
+        int adam;
+        dt_sgd_config sgd;
+        dt_adamw_config aw;
+        float lr;
+        double want[4]; /* torch.optim after 3 steps */
+    } cases[] = {
+        {"sgd momentum+wd", 0, {0.9f, 0.01f, false}, {0, 0, 0, 0}, 0.1f, {0.490640402, -1.30381954, 1.94507861, -0.0816519484}},
+        {"sgd nesterov", 0, {0.9f, 0.0f, true}, {0, 0, 0, 0}, 0.1f, {0.509060025, -1.35472, 1.94558001, -0.133440003}},
+        {"adamw", 1, {0, 0, false}, {0.9f, 0.999f, 1e-8f, 0.1f}, 0.01f, {0.482681274, -1.24612093, 1.98177397, 0.00214394415}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        dt_optimizer *o;
+        EXPECT_STATUS(cases[k].adam ? dt_adamw_create(&cases[k].aw, 4, &o) : dt_sgd_create(&cases[k].sgd, 4, &o), DT_OK);
+        float p[4];
+        memcpy(p, p0, sizeof p);
+        for (int s = 0; s < 3; s++)
+            EXPECT_STATUS(dt_optimizer_step(o, p, grads[s], 4, cases[k].lr), DT_OK);
+        for (int i = 0; i < 4; i++)
+            EXPECT_NEAR(p[i], cases[k].want[i], 2e-6);
+        EXPECT_EQ(dt_optimizer_steps(o), 3);
+        EXPECT_STATUS(dt_optimizer_step(o, p, grads[0], 3, 0.1f), DT_ERR_INVALID);
+        dt_optimizer_destroy(o);
+    }
+    dt_optimizer *o;
+    EXPECT_STATUS(dt_sgd_create(&(dt_sgd_config){.momentum = 1.5f}, 4, &o), DT_ERR_INVALID);
+    EXPECT_STATUS(dt_adamw_create(&(dt_adamw_config){.beta1 = 0.9f, .beta2 = 1.0f, .eps = 1e-8f}, 4, &o), DT_ERR_INVALID);
+
+    float g[3] = {3, 4, 0};
+    EXPECT_NEAR(dt_clip_grad_norm(g, 3, 2.0f), 5.0, 1e-7);
+    EXPECT_NEAR(g[0], 1.19999981, 1e-6);
+    EXPECT_NEAR(g[1], 1.59999967, 1e-6);
+
+    dt_lr_schedule cst = {.kind = DT_LR_CONSTANT, .base_lr = 0.1f, .warmup_steps = 4};
+    EXPECT_NEAR(dt_lr_at(&cst, 0), 0.025, 1e-7);
+    EXPECT_NEAR(dt_lr_at(&cst, 3), 0.1, 1e-7);
+    EXPECT_NEAR(dt_lr_at(&cst, 100), 0.1, 1e-7);
+    dt_lr_schedule cos_s = {.kind = DT_LR_COSINE, .base_lr = 1.0f, .min_lr = 0.1f, .warmup_steps = 10, .total_steps = 110};
+    EXPECT_NEAR(dt_lr_at(&cos_s, 9), 1.0, 1e-7);
+    EXPECT_NEAR(dt_lr_at(&cos_s, 10), 1.0, 1e-6);
+    EXPECT_NEAR(dt_lr_at(&cos_s, 60), 0.55, 1e-6);
+    EXPECT_NEAR(dt_lr_at(&cos_s, 110), 0.1, 1e-6);
+    EXPECT_NEAR(dt_lr_at(&cos_s, 500), 0.1, 1e-6);
+}
+
+static void test_gelu_golden(void)
+{
+    float xs[5] = {-3.0f, -0.5f, 0.0f, 0.7f, 2.5f};
+    double want[5] = {-0.00363743305, -0.154285997, 0, 0.530570149, 2.48491573}; /* torch gelu(tanh) */
+    dt_layer *l;
+    dt_gelu_create("g", &l);
+    dt_arena *a;
+    dt_arena_create(&a);
+    dt_ctx ctx = {.arena = a};
+    dt_tensor x = dt_tensor_view(xs, 1, (int64_t[]){5}), y;
+    EXPECT_STATUS(l->ops->forward(l, &ctx, &x, &y), DT_OK);
+    for (int i = 0; i < 5; i++)
+        EXPECT_NEAR(y.data[i], want[i], 1e-6);
+    dt_arena_destroy(a);
+    dt_layer_destroy(l);
+}
+
+static void test_arena_and_threads(void)
+{
+    dt_arena *a;
+    dt_arena_create(&a);
+    float *p1 = dt_arena_alloc(a, 10), *p2 = dt_arena_alloc(a, 100 << 20); /* forces a second chunk */
+    EXPECT(p1 && p2 && ((uintptr_t)p1 % 64) == 0);
+    p1[0] = 42;
+    float *p3 = dt_arena_alloc(a, 5);
+    EXPECT(p1[0] == 42 && p3 != p1);
+    dt_arena_reset(a);
+    EXPECT_EQ(dt_arena_bytes_in_use(a), 0);
+    EXPECT(dt_arena_alloc(a, 10) == p1 && p1[0] == 0); /* reused and zeroed */
+    dt_arena_destroy(a);
+
+    int64_t n = 1000003;
+    float *x = malloc((size_t)n * 4), *y = malloc((size_t)n * 4), *z = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(i % 97), y[i] = 1.0f;
+    for (int t = 1; t <= 3; t++) {
+        EXPECT_STATUS(dt_set_threads(t), DT_OK);
+        EXPECT_EQ(dt_get_threads(), t);
+        memcpy(z, y, (size_t)n * 4);
+        dt_vec_axpy(z, 2.0f, x, n);
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            bad += z[i] != 1.0f + 2.0f * (float)(i % 97);
+        EXPECT_EQ(bad, 0);
+    }
+    EXPECT_STATUS(dt_set_threads(-1), DT_ERR_INVALID);
+    dt_set_threads(0);
+    EXPECT(dt_get_threads() >= 1);
+    free(x);
+    free(y);
+    free(z);
+}
+
+/* ---- data ---- */
+
+static void write_gz(const char *path, const uint8_t *bytes, size_t n)
+{
+    gzFile f = gzopen(path, "wb");
+    gzwrite(f, bytes, (unsigned)n);
+    gzclose(f);
+}
+
+static void idx_files(const char *dir, uint32_t nimg, uint32_t nlab, uint32_t magic, size_t cut, int bad_label)
+{
+    uint8_t buf[16 + 3 * 2 * 2];
+    size_t n = 0;
+    uint32_t hdr[4] = {magic, nimg, 2, 2};
+    for (int i = 0; i < 4; i++)
+        for (int b = 3; b >= 0; b--)
+            buf[n++] = (uint8_t)(hdr[i] >> (8 * b));
+    for (uint32_t i = 0; i < nimg * 4; i++)
+        buf[n++] = (uint8_t)(i * 20);
+    char path[512];
+    snprintf(path, sizeof path, "%s/img.gz", dir);
+    write_gz(path, buf, n - cut);
+    uint8_t lab[8 + 3] = {0, 0, 8, 1, 0, 0, 0, (uint8_t)nlab, 1, 9, 4};
+    if (bad_label)
+        lab[10] = 12;
+    snprintf(path, sizeof path, "%s/lab.gz", dir);
+    write_gz(path, lab, 8 + nlab);
+}
+
+static void test_idx(void)
+{
+    char dir[] = "/tmp/dtrain-idx-XXXXXX", img[600], lab[600];
+    EXPECT(mkdtemp(dir) != NULL);
+    snprintf(img, sizeof img, "%s/img.gz", dir);
+    snprintf(lab, sizeof lab, "%s/lab.gz", dir);
+    dt_idx_set s;
+    idx_files(dir, 3, 3, 0x803, 0, 0);
+    EXPECT_STATUS(dt_idx_load(img, lab, &s), DT_OK);
+    EXPECT(s.count == 3 && s.rows == 2 && s.cols == 2 && s.labels[1] == 9 && s.images[5] == 100);
+    float x[8];
+    int32_t y[2];
+    dt_idx_batch(&s, (int64_t[]){2, 0}, 2, x, y);
+    EXPECT(y[0] == 4 && y[1] == 1 && fabsf(x[0] - 160.0f / 255.0f) < 1e-7f);
+    dt_idx_free(&s);
+
+    idx_files(dir, 3, 3, 0x804, 0, 0);
+    EXPECT_STATUS(dt_idx_load(img, lab, &s), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "bad magic");
+    EXPECT_CONTAINS(dt_last_error(), "img.gz");
+    idx_files(dir, 3, 3, 0x803, 5, 0);
+    EXPECT_STATUS(dt_idx_load(img, lab, &s), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "truncated");
+    idx_files(dir, 3, 2, 0x803, 0, 0);
+    EXPECT_STATUS(dt_idx_load(img, lab, &s), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "3 images but");
+    idx_files(dir, 3, 3, 0x803, 0, 1);
+    EXPECT_STATUS(dt_idx_load(img, lab, &s), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "label 12");
+    EXPECT_STATUS(dt_idx_load("/nonexistent/images.gz", lab, &s), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "/nonexistent/images.gz");
+    EXPECT_STATUS(dt_idx_load_dir(dir, "validation", &s), DT_ERR_INVALID);
+    unlink(img);
+    unlink(lab);
+    rmdir(dir);
+}
+
+static void test_sampler(void)
+{
+    enum { N = 10, W = 3 };
+    int seen[N] = {0};
+    int64_t idx[16];
+    for (int r = 0; r < W; r++) {
+        dt_sampler s;
+        EXPECT_STATUS(dt_sampler_init(&s, N, 42, r, W, true, false), DT_OK);
+        EXPECT_EQ(dt_sampler_per_rank(&s), 4); /* padded to 12 */
+        int64_t got = dt_sampler_next(&s, 16, idx);
+        EXPECT_EQ(got, 4);
+        for (int64_t i = 0; i < got; i++)
+            seen[idx[i]]++;
+        dt_sampler_free(&s);
+    }
+    int covered = 0, twice = 0;
+    for (int i = 0; i < N; i++)
+        covered += seen[i] > 0, twice += seen[i] == 2;
+    EXPECT_EQ(covered, N);
+    EXPECT_EQ(twice, 2); /* the two padding samples */
+
+    /* epochs differ, seeds repeat, resume and re-shard continue exactly */
+    dt_sampler a, b;
+    dt_sampler_init(&a, 1000, 7, 0, 1, true, true);
+    dt_sampler_init(&b, 1000, 7, 0, 1, true, true);
+    int64_t e0[100], e1[100], x[100];
+    dt_sampler_next(&a, 100, e0);
+    dt_sampler_next(&b, 100, x);
+    EXPECT(memcmp(e0, x, sizeof x) == 0);
+    for (int i = 0; i < 9; i++)
+        dt_sampler_next(&a, 100, x);
+    EXPECT_EQ(dt_sampler_next(&a, 100, e1), 100);
+    EXPECT_EQ(a.epoch, 1);
+    EXPECT(memcmp(e0, e1, sizeof e0) != 0);
+    dt_sampler_free(&a);
+    dt_sampler_free(&b);
+
+    /* 4 ranks consume 2 steps of 5, then the job resumes on 2 ranks */
+    int used[40] = {0};
+    for (int r = 0; r < 4; r++) {
+        dt_sampler_init(&a, 40, 3, r, 4, true, true);
+        for (int step = 0; step < 2; step++) {
+            int64_t n = dt_sampler_next(&a, 5, x);
+            for (int64_t i = 0; i < n; i++)
+                used[x[i]]++;
+        }
+        EXPECT_EQ(a.position, 40);
+        dt_sampler_free(&a);
+    }
+    dt_sampler_init(&a, 40, 3, 0, 4, true, true);
+    for (int r = 0; r < 4; r++) /* the whole epoch was used exactly once */
+        ;
+    int all_once = 1;
+    for (int i = 0; i < 40; i++)
+        all_once &= used[i] == 1;
+    EXPECT(all_once);
+    dt_sampler_free(&a);
+    memset(used, 0, sizeof used);
+    for (int r = 0; r < 4; r++) {
+        dt_sampler_init(&a, 40, 3, r, 4, true, true);
+        int64_t n = dt_sampler_next(&a, 5, x); /* one step: 20 samples globally */
+        for (int64_t i = 0; i < n; i++)
+            used[x[i]]++;
+        dt_sampler_free(&a);
+    }
+    for (int r = 0; r < 2; r++) {
+        dt_sampler_init(&a, 40, 3, 0, 1, true, true);
+        EXPECT_STATUS(dt_sampler_seek(&a, 0, 20, r, 2), DT_OK);
+        int64_t n = dt_sampler_next(&a, 10, x);
+        EXPECT_EQ(n, 10);
+        for (int64_t i = 0; i < n; i++)
+            used[x[i]]++;
+        dt_sampler_free(&a);
+    }
+    all_once = 1;
+    for (int i = 0; i < 40; i++)
+        all_once &= used[i] == 1;
+    EXPECT(all_once);
+    EXPECT_STATUS(dt_sampler_init(&a, 2, 1, 0, 4, true, true), DT_ERR_INVALID);
+    EXPECT_STATUS(dt_sampler_init(&a, 10, 1, 3, 3, true, true), DT_ERR_INVALID);
+}
+
+/* Train the MLP briefly on real Fashion-MNIST: the loss falls and test accuracy passes 75%. */
+static void test_fashion_mnist(void)
+{
+    dt_idx_set train, test;
+    if (access(DT_FASHION_MNIST_DIR "/train-images-idx3-ubyte.gz", R_OK) != 0) {
+        fprintf(stderr, "test_engine: %s missing (scripts/setup.sh installs dataset-fashion-mnist)\n",
+                DT_FASHION_MNIST_DIR);
+        check_failures++;
+        return;
+    }
+    EXPECT_STATUS(dt_idx_load_dir(DT_FASHION_MNIST_DIR, "train", &train), DT_OK);
+    EXPECT_STATUS(dt_idx_load_dir(DT_FASHION_MNIST_DIR, "t10k", &test), DT_OK);
+    EXPECT(train.count == 60000 && test.count == 10000 && train.rows == 28);
+    dt_model *m;
+    dt_mlp_create((int64_t[]){784, 128, 10}, 3, &m);
+    dt_model_init(m, 1);
+    dt_params *p = dt_model_params(m);
+    dt_optimizer *o;
+    dt_sgd_create(&(dt_sgd_config){.momentum = 0.9f}, dt_params_numel(p), &o);
+    dt_sampler s;
+    dt_sampler_init(&s, train.count, 1, 0, 1, true, true);
+    dt_arena *arena;
+    dt_arena_create(&arena);
+    enum { B = 64 };
+    int64_t idx[B];
+    float *x = malloc(B * 784 * sizeof *x);
+    int32_t y[B];
+    float first = 0, last = 0;
+    for (int step = 0; step < 300; step++) {
+        int64_t n = dt_sampler_next(&s, B, idx);
+        dt_idx_batch(&train, idx, n, x, y);
+        dt_arena_reset(arena);
+        dt_ctx ctx = {.arena = arena, .training = true};
+        dt_tensor in = dt_tensor_view(x, 2, (int64_t[]){n, 784}), out;
+        dt_params_zero_grads(p);
+        dt_model_forward(m, &ctx, &in, &out);
+        dt_tensor g = out;
+        g.data = dt_arena_alloc(arena, dt_tensor_numel(&out));
+        float loss;
+        dt_softmax_cross_entropy(&out, y, &loss, &g);
+        dt_model_backward(m, &ctx, &g);
+        dt_optimizer_step(o, dt_params_values(p), dt_params_grads(p), dt_params_numel(p), 0.05f);
+        if (step < 20)
+            first += loss / 20;
+        if (step >= 280)
+            last += loss / 20;
+    }
+    int correct = 0;
+    for (int64_t base = 0; base < 2000; base += B) {
+        int64_t n = 0;
+        for (; n < B && base + n < 2000; n++)
+            idx[n] = base + n;
+        dt_idx_batch(&test, idx, n, x, y);
+        dt_arena_reset(arena);
+        dt_ctx ctx = {.arena = arena};
+        dt_tensor in = dt_tensor_view(x, 2, (int64_t[]){n, 784}), out;
+        dt_model_forward(m, &ctx, &in, &out);
+        for (int64_t i = 0; i < n; i++) {
+            int best = 0;
+            for (int c = 1; c < 10; c++)
+                best = out.data[i * 10 + c] > out.data[i * 10 + best] ? c : best;
+            correct += best == y[i];
+        }
+    }
+    printf("fashion-mnist mlp: loss %.3f -> %.3f over 300 steps, test accuracy %.1f%% (2000 images)\n", first, last,
+           correct / 20.0);
+    EXPECT(last < first * 0.6f);
+    EXPECT(correct > 1500);
+    free(x);
+    dt_arena_destroy(arena);
+    dt_sampler_free(&s);
+    dt_optimizer_destroy(o);
+    dt_model_destroy(m);
+    dt_idx_free(&train);
+    dt_idx_free(&test);
+}
+
+int main(void)
+{
+    test_layers();
+    test_loss();
+    test_mlp();
+    test_optim();
+    test_gelu_golden();
+    test_arena_and_threads();
+    test_idx();
+    test_sampler();
+    test_fashion_mnist();
+    return CHECK_DONE("test_engine");
+}
