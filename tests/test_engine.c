@@ -165,6 +165,10 @@ static void test_layers(void)
     fd_layer("embedding", p, l, 2, (int64_t[]){2, 3}, 24, 1, 7);
 
     dt_params_create(&p);
+    EXPECT_STATUS(dt_attention_create(p, "attn", 8, 2, &l), DT_OK);
+    fd_layer("attention", p, l, 3, (int64_t[]){2, 5, 8}, 80, 0, 0);
+
+    dt_params_create(&p);
     EXPECT_STATUS(dt_dropout_create("drop", 0.3f, &l), DT_OK);
     fd_layer("dropout", p, l, 2, (int64_t[]){4, 5}, 20, 0, 0);
 
@@ -274,6 +278,76 @@ static void test_mlp(void)
     dt_arena_reset(arena);
     EXPECT_STATUS(dt_model_forward(m, &ctx, &wrong, &y), DT_ERR_INVALID);
     EXPECT_CONTAINS(dt_last_error(), "fc1");
+    dt_arena_destroy(arena);
+    dt_model_destroy(m);
+}
+
+/* A whole tiny GPT + loss against finite differences (every parameter). */
+static void test_gpt(void)
+{
+    dt_model *m;
+    dt_gpt_config cfg = {.vocab = 11, .context = 6, .layers = 2, .heads = 2, .dim = 8};
+    EXPECT_STATUS(dt_gpt_create(&cfg, &m), DT_OK);
+    dt_model_init(m, 4);
+    dt_params *p = dt_model_params(m);
+    EXPECT(dt_params_find(p, "transformer.h.1.attn.c_attn.weight") >= 0);
+    EXPECT(dt_params_find(p, "transformer.ln_f.bias") >= 0);
+    EXPECT(dt_params_find(p, "lm_head.weight") < 0); /* tied to wte */
+    /* 2 blocks x (ln 16 + c_attn 216 + c_proj 72 + ln 16 + fc 288 + proj 264) + wte 88 + wpe 48 + ln_f 16 */
+    EXPECT_EQ(dt_params_numel(p), 2 * (16 + 216 + 72 + 16 + 288 + 264) + 88 + 48 + 16);
+    dt_rng rng;
+    dt_rng_seed(&rng, 8);
+    for (int64_t i = 0; i < dt_params_numel(p); i++) /* larger weights than 0.02 so every path matters */
+        dt_params_values(p)[i] += 0.3f * dt_rng_normal(&rng);
+    float ids[2 * 5];
+    int32_t t[2 * 5];
+    for (int i = 0; i < 10; i++) {
+        ids[i] = (float)(dt_rng_next(&rng) % 11);
+        t[i] = (int32_t)(dt_rng_next(&rng) % 11);
+    }
+    dt_arena *arena;
+    dt_arena_create(&arena);
+    dt_ctx ctx = {.arena = arena, .training = true, .rng = &rng};
+    dt_tensor x = dt_tensor_view(ids, 2, (int64_t[]){2, 5}), y;
+    ready_count = 0;
+    dt_params_on_grad_ready(p, on_ready, NULL);
+    dt_params_zero_grads(p);
+    EXPECT_STATUS(dt_model_forward(m, &ctx, &x, &y), DT_OK);
+    EXPECT(y.ndim == 3 && y.shape[2] == 11);
+    float loss;
+    dt_tensor g = y;
+    g.data = dt_arena_alloc(arena, dt_tensor_numel(&y));
+    dt_softmax_cross_entropy(&y, t, &loss, &g);
+    EXPECT_STATUS(dt_model_backward(m, &ctx, &g), DT_OK);
+    EXPECT_EQ(ready_count, dt_params_count(p)); /* every parameter exactly once, wte included */
+    EXPECT_EQ(ready_order[ready_count < 16 ? 0 : 0], dt_params_find(p, "transformer.ln_f.weight"));
+    dt_params_on_grad_ready(p, NULL, NULL);
+    float *vals = dt_params_values(p), *grads = dt_params_grads(p);
+    int bad = 0;
+    for (int64_t i = 0; i < dt_params_numel(p); i++) {
+        float keep = vals[i], lp, lm;
+        vals[i] = keep + 1e-2f;
+        dt_arena_reset(arena);
+        dt_model_forward(m, &ctx, &x, &y);
+        dt_softmax_cross_entropy(&y, t, &lp, NULL);
+        vals[i] = keep - 1e-2f;
+        dt_arena_reset(arena);
+        dt_model_forward(m, &ctx, &x, &y);
+        dt_softmax_cross_entropy(&y, t, &lm, NULL);
+        vals[i] = keep;
+        double num = (lp - lm) / 2e-2;
+        if (fabs(num - grads[i]) > 3e-2 * fmax(0.05, fabs(num)) && bad++ < 5)
+            fprintf(stderr, "gpt: %s[%lld] analytic %.6g numeric %.6g\n", "param", (long long)i, grads[i], num);
+    }
+    EXPECT_EQ(bad, 0);
+    float too_long[7] = {0};
+    dt_tensor lx = dt_tensor_view(too_long, 2, (int64_t[]){1, 7});
+    dt_arena_reset(arena);
+    EXPECT_STATUS(dt_model_forward(m, &ctx, &lx, &y), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "time <= 6");
+    cfg.heads = 3;
+    dt_model *bad_model;
+    EXPECT_STATUS(dt_gpt_create(&cfg, &bad_model), DT_ERR_INVALID);
     dt_arena_destroy(arena);
     dt_model_destroy(m);
 }
@@ -611,6 +685,7 @@ int main(void)
     test_layers();
     test_loss();
     test_mlp();
+    test_gpt();
     test_optim();
     test_gelu_golden();
     test_arena_and_threads();

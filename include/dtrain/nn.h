@@ -88,6 +88,9 @@ dt_status dt_dropout_create(const char *name, float prob, dt_layer **l);
 /* Embedding: input tensor of token ids stored as floats (exact up to 2^24),
  * output [..., dim]. */
 dt_status dt_embedding_create(dt_params *p, const char *name, int64_t vocab, int64_t dim, dt_layer **l);
+/* Causal multi-head self-attention over [batch, time, dim], with parameters
+ * "<name>.c_attn.{weight,bias}" [3*dim, dim] and "<name>.c_proj.*" [dim, dim]. */
+dt_status dt_attention_create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_layer **l);
 void dt_layer_destroy(dt_layer *l);
 
 /* Residual add: y = a + b; the backward of an add passes dy to both inputs. */
@@ -104,6 +107,14 @@ typedef struct dt_model dt_model;
 /* An MLP: sizes[0] inputs, hidden layers sizes[1..n-2] with ReLU, sizes[n-1] outputs.
  * Parameters are "fc1.weight", "fc1.bias", ... (PyTorch's nn.Linear layout). */
 dt_status dt_mlp_create(const int64_t *sizes, int nsizes, dt_model **out);
+/* GPT (decoder-only, pre-LayerNorm, learned positions, GELU MLP 4x, output
+ * tied to the token embedding).  Input: token ids [batch, time] as floats;
+ * output: logits [batch, time, vocab].  gpt-mini: {256, 128, 4, 4, 256, 0}. */
+typedef struct {
+    int64_t vocab, context, layers, heads, dim;
+    float dropout;
+} dt_gpt_config;
+dt_status dt_gpt_create(const dt_gpt_config *cfg, dt_model **out);
 dt_params *dt_model_params(dt_model *m);
 /* Initialise every parameter from `seed` (PyTorch's nn.Linear scheme). */
 void dt_model_init(dt_model *m, uint64_t seed);

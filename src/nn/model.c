@@ -5,6 +5,7 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/model_internal.h"
 
 struct dt_model {
     dt_params *params;
@@ -13,7 +14,9 @@ struct dt_model {
     int n;
 };
 
-static dt_status model_new(int cap, dt_model **out)
+void dt__model_append(dt_model *m, dt_layer *l) { m->layers[m->n++] = l; }
+
+dt_status dt__model_new(int cap, dt_model **out)
 {
     dt_model *m = calloc(1, sizeof *m);
     if (!m || dt_params_create(&m->params) != DT_OK || !(m->layers = calloc((size_t)cap, sizeof *m->layers)) ||
@@ -33,7 +36,7 @@ dt_status dt_mlp_create(const int64_t *sizes, int nsizes, dt_model **out)
         if (sizes[i] <= 0)
             return dt__fail(DT_ERR_INVALID, "mlp: layer size %d is %lld", i, (long long)sizes[i]);
     dt_model *m = NULL;
-    DT_CHECK(model_new(2 * nsizes, &m));
+    DT_CHECK(dt__model_new(2 * nsizes, &m));
     dt_status s = DT_OK;
     for (int i = 0; s == DT_OK && i + 1 < nsizes; i++) {
         char name[32];

@@ -1,0 +1,170 @@
+/* Causal multi-head self-attention over [B, T, D] (GPT-2 layout):
+ * qkv = x Wqkv^T + b (q, k, v side by side, head h at columns h*hd),
+ * O = softmax(Q K^T / sqrt(hd) + causal mask) V per (batch, head),
+ * y = merge(O) Wproj^T + b.  Saves Q, K, V and the probabilities for backward. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/status.h"
+#include "dtrain/nn.h"
+
+typedef struct {
+    dt_layer base;
+    int64_t dim, heads, hd;
+    dt_layer *c_attn, *c_proj;
+    int64_t B, T;
+    float *q, *k, *v, *p; /* [B, H, T, hd] x3 and [B, H, T, T] */
+    dt_tensor x;
+} attention;
+
+static size_t head_off(const attention *A, int64_t b, int64_t h) { return (size_t)((b * A->heads + h) * A->T * A->hd); }
+
+static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
+{
+    attention *A = (attention *)l;
+    if (x->ndim != 3 || x->shape[2] != A->dim)
+        return dt__fail(DT_ERR_INVALID, "%s: expects [batch, time, %lld]", l->name, (long long)A->dim);
+    int64_t B = x->shape[0], T = x->shape[1], D = A->dim, H = A->heads, hd = A->hd;
+    A->B = B;
+    A->T = T;
+    A->x = *x;
+    dt_tensor qkv;
+    DT_CHECK(A->c_attn->ops->forward(A->c_attn, ctx, x, &qkv));
+    A->q = dt_arena_alloc(ctx->arena, B * T * D);
+    A->k = dt_arena_alloc(ctx->arena, B * T * D);
+    A->v = dt_arena_alloc(ctx->arena, B * T * D);
+    A->p = dt_arena_alloc(ctx->arena, B * H * T * T);
+    float *merged = dt_arena_alloc(ctx->arena, B * T * D);
+    if (!A->q || !A->k || !A->v || !A->p || !merged)
+        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+    /* split heads: [B, T, 3D] -> three [B, H, T, hd] */
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++) {
+                const float *row = qkv.data + (b * T + t) * 3 * D + h * hd;
+                size_t o = head_off(A, b, h) + (size_t)(t * hd);
+                for (int64_t i = 0; i < hd; i++) {
+                    A->q[o + i] = row[i];
+                    A->k[o + i] = row[D + i];
+                    A->v[o + i] = row[2 * D + i];
+                }
+            }
+    float scale = 1.0f / sqrtf((float)hd);
+    float *o_head = dt_arena_alloc(ctx->arena, T * hd);
+    if (!o_head)
+        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            size_t off = head_off(A, b, h);
+            float *P = A->p + (size_t)((b * H + h) * T * T);
+            dt_sgemm(0, 1, T, T, hd, scale, A->q + off, A->k + off, 0.0f, P);
+            for (int64_t i = 0; i < T; i++) {
+                float *row = P + i * T, mx = row[0];
+                for (int64_t j = 1; j <= i; j++)
+                    mx = row[j] > mx ? row[j] : mx;
+                double sum = 0;
+                for (int64_t j = 0; j <= i; j++) {
+                    row[j] = expf(row[j] - mx);
+                    sum += row[j];
+                }
+                float inv = (float)(1.0 / sum);
+                for (int64_t j = 0; j <= i; j++)
+                    row[j] *= inv;
+                for (int64_t j = i + 1; j < T; j++)
+                    row[j] = 0.0f; /* causal mask */
+            }
+            dt_sgemm(0, 0, T, hd, T, 1.0f, P, A->v + off, 0.0f, o_head);
+            for (int64_t t = 0; t < T; t++)
+                dt_vec_copy(merged + (b * T + t) * D + h * hd, o_head + t * hd, hd);
+        }
+    dt_tensor m = dt_tensor_view(merged, 3, (int64_t[]){B, T, D});
+    return A->c_proj->ops->forward(A->c_proj, ctx, &m, y);
+}
+
+static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
+{
+    attention *A = (attention *)l;
+    int64_t B = A->B, T = A->T, D = A->dim, H = A->heads, hd = A->hd;
+    dt_tensor dmerged;
+    DT_CHECK(A->c_proj->ops->backward(A->c_proj, ctx, dy, &dmerged, true));
+    float *dqkv = dt_arena_alloc(ctx->arena, B * T * 3 * D), *dO = dt_arena_alloc(ctx->arena, T * hd),
+          *dP = dt_arena_alloc(ctx->arena, T * T), *dq = dt_arena_alloc(ctx->arena, T * hd),
+          *dk = dt_arena_alloc(ctx->arena, T * hd), *dv = dt_arena_alloc(ctx->arena, T * hd);
+    if (!dqkv || !dO || !dP || !dq || !dk || !dv)
+        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            size_t off = head_off(A, b, h);
+            const float *P = A->p + (size_t)((b * H + h) * T * T);
+            for (int64_t t = 0; t < T; t++)
+                dt_vec_copy(dO + t * hd, dmerged.data + (b * T + t) * D + h * hd, hd);
+            dt_sgemm(0, 1, T, T, hd, 1.0f, dO, A->v + off, 0.0f, dP); /* dP = dO V^T */
+            dt_sgemm(1, 0, T, hd, T, 1.0f, P, dO, 0.0f, dv);         /* dV = P^T dO */
+            for (int64_t i = 0; i < T; i++) { /* dS = P * (dP - sum_j dP P), scaled */
+                float *g = dP + i * T;
+                const float *pr = P + i * T;
+                double dot = 0;
+                for (int64_t j = 0; j <= i; j++)
+                    dot += (double)g[j] * pr[j];
+                for (int64_t j = 0; j < T; j++)
+                    g[j] = j <= i ? pr[j] * (g[j] - (float)dot) * scale : 0.0f;
+            }
+            dt_sgemm(0, 0, T, hd, T, 1.0f, dP, A->k + off, 0.0f, dq); /* dQ = dS K */
+            dt_sgemm(1, 0, T, hd, T, 1.0f, dP, A->q + off, 0.0f, dk); /* dK = dS^T Q */
+            for (int64_t t = 0; t < T; t++) {
+                float *row = dqkv + (b * T + t) * 3 * D + h * hd;
+                dt_vec_copy(row, dq + t * hd, hd);
+                dt_vec_copy(row + D, dk + t * hd, hd);
+                dt_vec_copy(row + 2 * D, dv + t * hd, hd);
+            }
+        }
+    dt_tensor g = dt_tensor_view(dqkv, 3, (int64_t[]){B, T, 3 * D});
+    return A->c_attn->ops->backward(A->c_attn, ctx, &g, dx, need_dx);
+}
+
+static void init(dt_layer *l, dt_params *p, dt_rng *rng)
+{
+    attention *A = (attention *)l;
+    A->c_attn->ops->init(A->c_attn, p, rng);
+    A->c_proj->ops->init(A->c_proj, p, rng);
+}
+
+static void destroy(dt_layer *l)
+{
+    attention *A = (attention *)l;
+    dt_layer_destroy(A->c_attn);
+    dt_layer_destroy(A->c_proj);
+    free(A);
+}
+
+static const dt_layer_ops ops = {"attention", forward, backward, init, destroy};
+
+dt_status dt_attention_create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_layer **l)
+{
+    if (dim <= 0 || heads <= 0 || dim % heads != 0)
+        return dt__fail(DT_ERR_INVALID, "attention %s: dim %lld is not a positive multiple of %lld heads", name,
+                        (long long)dim, (long long)heads);
+    attention *A = calloc(1, sizeof *A);
+    if (!A)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    A->base.ops = &ops;
+    snprintf(A->base.name, sizeof A->base.name, "%s", name);
+    A->dim = dim;
+    A->heads = heads;
+    A->hd = dim / heads;
+    char sub[96];
+    snprintf(sub, sizeof sub, "%s.c_attn", name);
+    dt_status s = dt_linear_create(p, sub, dim, 3 * dim, true, &A->c_attn);
+    snprintf(sub, sizeof sub, "%s.c_proj", name);
+    if (s == DT_OK)
+        s = dt_linear_create(p, sub, dim, dim, true, &A->c_proj);
+    if (s != DT_OK) {
+        dt_layer_destroy(A->c_attn);
+        free(A);
+        return s;
+    }
+    *l = &A->base;
+    return DT_OK;
+}
