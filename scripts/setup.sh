@@ -11,6 +11,8 @@ PACKAGES=(
     libopenblas-dev                    # GEMM (cblas_sgemm)
     zlib1g-dev                         # .gz datasets
     dataset-fashion-mnist              # the MLP/CNN data (idx .gz files)
+    fortunes                           # the default text for the byte-level GPT
+    python3-torch                      # the PyTorch cross-check test and training benchmarks
     iproute2                           # ip netns / tc for the multi-host tests
     python3                            # small helpers in the test scripts
     procps                             # ps/kill used by the tests

@@ -9,6 +9,7 @@
 #include "dtrain/nn.h"
 #include "dtrain/optim.h"
 #include "dtrain/data.h"
+#include "dtrain/ckpt.h"
 
 #define DTRAIN_VERSION "0.1.0"
 

@@ -1,0 +1,140 @@
+/* safetensors writer and reader for the flat parameter layout. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "base/status.h"
+#include "dtrain/ckpt.h"
+
+#define MAX_HEADER (100u << 20)
+
+dt_status dt_safetensors_write(const char *path, dt_params *p, const float *data, const char *const *metadata,
+                               uint32_t *crc)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (!root)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    if (metadata) {
+        cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+        for (int i = 0; metadata[i] && metadata[i + 1]; i += 2)
+            cJSON_AddStringToObject(meta, metadata[i], metadata[i + 1]);
+    }
+    for (int i = 0; i < dt_params_count(p); i++) {
+        const dt_param_info *pi = dt_params_info(p, i);
+        cJSON *t = cJSON_AddObjectToObject(root, pi->name);
+        cJSON_AddStringToObject(t, "dtype", "F32");
+        cJSON *shape = cJSON_AddArrayToObject(t, "shape");
+        for (int d = 0; d < pi->ndim; d++)
+            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)pi->shape[d]));
+        cJSON *off = cJSON_AddArrayToObject(t, "data_offsets");
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)(pi->offset * 4)));
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)((pi->offset + pi->numel) * 4)));
+    }
+    char *json = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!json)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    size_t hlen = strlen(json), padded = (hlen + 7) / 8 * 8, dlen = (size_t)dt_params_numel(p) * 4;
+    unsigned char *buf = malloc(8 + padded + dlen);
+    if (!buf) {
+        free(json);
+        return dt__fail(DT_ERR_NOMEM, "out of memory for %s", path);
+    }
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    memcpy(buf + 8, json, hlen);
+    memset(buf + 8 + hlen, ' ', padded - hlen);
+    memcpy(buf + 8 + padded, data, dlen); /* little-endian hosts: f32 bytes as they are */
+    free(json);
+    dt_status s = dt_atomic_write(path, buf, 8 + padded + dlen);
+    if (s == DT_OK && crc)
+        *crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), buf, (uInt)(8 + padded + dlen));
+    free(buf);
+    return s;
+}
+
+static dt_status read_file(const char *path, unsigned char **out, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return dt__fail_errno(DT_ERR_INVALID, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = n > 0 ? malloc((size_t)n) : NULL;
+    if (n <= 0 || !buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        fclose(f);
+        return dt__fail(DT_ERR_INVALID, "%s: empty or unreadable", path);
+    }
+    fclose(f);
+    *out = buf;
+    *len = (size_t)n;
+    return DT_OK;
+}
+
+static dt_status check_tensor(const char *path, const dt_param_info *pi, const cJSON *t, size_t data_len, uint64_t *begin)
+{
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(t, "dtype");
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape");
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+    if (!cJSON_IsString(dtype) || strcmp(dtype->valuestring, "F32") != 0)
+        return dt__fail(DT_ERR_INVALID, "%s: tensor %s is not F32", path, pi->name);
+    if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) != pi->ndim)
+        return dt__fail(DT_ERR_INVALID, "%s: tensor %s has the wrong number of dimensions", path, pi->name);
+    for (int d = 0; d < pi->ndim; d++) {
+        const cJSON *v = cJSON_GetArrayItem(shape, d);
+        if (!cJSON_IsNumber(v) || (int64_t)v->valuedouble != pi->shape[d])
+            return dt__fail(DT_ERR_INVALID, "%s: tensor %s dimension %d is %g, the model has %lld", path, pi->name, d,
+                            cJSON_IsNumber(v) ? v->valuedouble : -1.0, (long long)pi->shape[d]);
+    }
+    if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2)
+        return dt__fail(DT_ERR_INVALID, "%s: tensor %s has no data_offsets", path, pi->name);
+    double b = cJSON_GetArrayItem(off, 0)->valuedouble, e = cJSON_GetArrayItem(off, 1)->valuedouble;
+    if (!(b >= 0 && e >= b && e <= (double)data_len && e - b == (double)pi->numel * 4))
+        return dt__fail(DT_ERR_INVALID, "%s: tensor %s has byte range [%g, %g) but needs %lld bytes inside %zu (truncated?)",
+                        path, pi->name, b, e, (long long)pi->numel * 4, data_len);
+    *begin = (uint64_t)b;
+    return DT_OK;
+}
+
+dt_status dt_safetensors_read(const char *path, dt_params *p, float *data)
+{
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    DT_CHECK(read_file(path, &buf, &len));
+    uint64_t hlen = 0;
+    for (int i = 0; len >= 8 && i < 8; i++)
+        hlen |= (uint64_t)buf[i] << (8 * i);
+    dt_status s = DT_OK;
+    cJSON *root = NULL;
+    if (len < 8 || hlen > MAX_HEADER || 8 + hlen > len)
+        s = dt__fail(DT_ERR_INVALID, "%s: not a safetensors file (header length %llu, file %zu bytes)", path,
+                     (unsigned long long)hlen, len);
+    else if (!(root = cJSON_ParseWithLength((const char *)buf + 8, (size_t)hlen)) || !cJSON_IsObject(root))
+        s = dt__fail(DT_ERR_INVALID, "%s: the header is not valid JSON", path);
+    int tensors = 0;
+    for (const cJSON *it = root ? root->child : NULL; s == DT_OK && it; it = it->next)
+        if (strcmp(it->string, "__metadata__") != 0) {
+            tensors++;
+            if (dt_params_find(p, it->string) < 0)
+                s = dt__fail(DT_ERR_INVALID, "%s: tensor %s is not a parameter of this model", path, it->string);
+        }
+    if (s == DT_OK && tensors != dt_params_count(p))
+        s = dt__fail(DT_ERR_INVALID, "%s: has %d tensors, the model has %d parameters", path, tensors, dt_params_count(p));
+    size_t data_len = s == DT_OK ? len - 8 - (size_t)hlen : 0;
+    for (int i = 0; s == DT_OK && i < dt_params_count(p); i++) {
+        const dt_param_info *pi = dt_params_info(p, i);
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, pi->name);
+        uint64_t begin = 0;
+        if (!t)
+            s = dt__fail(DT_ERR_INVALID, "%s: parameter %s is missing", path, pi->name);
+        else if ((s = check_tensor(path, pi, t, data_len, &begin)) == DT_OK)
+            memcpy(data + pi->offset, buf + 8 + hlen + begin, (size_t)pi->numel * 4);
+    }
+    cJSON_Delete(root);
+    free(buf);
+    return s;
+}
