@@ -53,6 +53,7 @@ run unit/base 60 "$BIN/test_base"
 run unit/transport 120 "$BIN/test_transport"
 run unit/engine 300 "$BIN/test_engine"
 run engine/pytorch-crosscheck 300 tests/cases/torch_crosscheck.sh
+run engine/dtrain-cli 300 tests/cases/dtrain_cli.sh
 
 # ---- every collective on localhost, world sizes 1..8 ----
 for n in 1 2 3 4 7 8; do

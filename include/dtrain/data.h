@@ -36,6 +36,25 @@ dt_status dt_idx_load_dir(const char *dir, const char *split, dt_idx_set *out);
 void dt_idx_batch(const dt_idx_set *s, const int64_t *indices, int64_t n, float *x, int32_t *y);
 void dt_idx_free(dt_idx_set *s);
 
+/* The Debian package fortunes installs English text here. */
+#define DT_FORTUNES_DIR "/usr/share/games/fortunes"
+
+/* Byte-level text: the bytes of one file, or of every extension-less regular
+ * file in a directory, in name order (so the fortunes directory reads its
+ * text files and skips the .dat indexes). */
+typedef struct {
+    uint8_t *bytes;
+    int64_t len;
+} dt_text;
+
+dt_status dt_text_load(const char *path, dt_text *out);
+/* Sample i is the window of context+1 bytes starting at i*context: input
+ * bytes [0, context), targets shifted by one.  Returns the sample count. */
+int64_t dt_text_samples(const dt_text *t, int64_t context);
+/* Inputs as float token ids [n, context] and int targets [n, context]. */
+void dt_text_batch(const dt_text *t, int64_t context, const int64_t *indices, int64_t n, float *x, int32_t *y);
+void dt_text_free(dt_text *t);
+
 /* Seeded, per-epoch shuffled, sharded sampler (as torch's DistributedSampler):
  * each epoch is a permutation of [0, size) from (seed, epoch); with drop_last
  * it is cut to a multiple of world, otherwise padded by wrapping around; rank

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The trainer: configuration errors name the key; an mlp learns Fashion-MNIST;
+# a run resumed from a checkpoint follows the uninterrupted run's losses bit for
+# bit; corrupt or truncated checkpoints are refused; a gpt trains on the
+# fortunes text and generates from its checkpoint.
+. "$(dirname "$0")/lib.sh"
+T="$BIN/dtrain"
+"$T" --help >"$WORK/help" || fail "--help"
+expect_grep "$WORK/help" "grad_clip"
+check_err() { # pattern args...
+    local want=$1; shift
+    "$T" "$@" >"$WORK/out" 2>"$WORK/err" && fail "dtrain $* succeeded"
+    expect_grep "$WORK/err" "$want"
+}
+check_err "key 'bogus' is unknown" train --config configs/mlp.json --set bogus=1
+check_err "key 'lr' = -1 is outside" train --config configs/mlp.json --set lr=-1
+check_err "key 'optimizer' = \"lamb\" is not one of" train --config configs/mlp.json --set optimizer=lamb
+check_err "key 'heads' must divide dim" train --config configs/gpt-mini.json --set heads=3
+check_err "cannot read config /nonexistent.json" train --config /nonexistent.json
+echo '{"steps": 10,}' >"$WORK/bad.json"
+check_err "is not valid JSON" train --config "$WORK/bad.json"
+check_err "/nonexistent/dir" train --config configs/mlp.json --set data_path=/nonexistent/dir
+check_err "unknown command 'fly'" fly
+
+# mlp: learns, logs, checkpoints
+"$T" train --config configs/mlp.json --set steps=200 --set log_interval=50 --set eval_interval=0 \
+    --set checkpoint_dir="$WORK/mlp" --set metrics_file="$WORK/mlp.jsonl" >"$WORK/mlp.out" || fail "mlp training"
+expect_grep "$WORK/mlp.out" "^step 200/200 \| loss [0-9.]+ \| lr 5.00e-02 \| grad norm [0-9.]+ \| [0-9]+ samples/s \| ETA"
+acc=$(sed -n 's/^eval at step 200 | loss [0-9.]* | accuracy \([0-9.]*\)%$/\1/p' "$WORK/mlp.out")
+python3 -c "import sys; sys.exit(0 if float('$acc') > 75 else 1)" || fail "mlp accuracy $acc% after 200 steps"
+[ "$(grep -c '"loss"' "$WORK/mlp.jsonl")" = 4 ] || fail "expected 4 metrics lines"
+[ -f "$WORK/mlp/step-00000200/manifest.json" ] || fail "no checkpoint manifest"
+"$T" eval "$WORK/mlp" >"$WORK/eval.out" 2>&1 || fail "eval"
+expect_grep "$WORK/eval.out" "eval: 10000 images, loss [0-9.]+, accuracy"
+
+# resume equivalence: 40 steps straight vs 20 + resume to 40 (dropout on, so the rng state matters too)
+common=(--config configs/gpt-mini.json --set layers=1 --set dim=64 --set heads=2 --set context=32 --set batch_size=4
+        --set dropout=0.1 --set log_interval=1 --set eval_interval=0 --set warmup_steps=5)
+"$T" train "${common[@]}" --set steps=40 --set metrics_file="$WORK/a.jsonl" >/dev/null || fail "run A"
+"$T" train "${common[@]}" --set steps=40 --set checkpoint_interval=20 --set checkpoint_dir="$WORK/b" \
+    --set metrics_file="$WORK/b.jsonl" >/dev/null || fail "run B"
+rm -rf "$WORK/b/step-00000040"
+head -n 20 "$WORK/b.jsonl" | grep '"loss"' >"$WORK/b1.jsonl"
+"$T" train "${common[@]}" --set steps=40 --set checkpoint_dir="$WORK/b" --set metrics_file="$WORK/c.jsonl" \
+    --resume "$WORK/b" >"$WORK/c.out" || fail "resumed run"
+expect_grep "$WORK/c.out" "resumed from .*step-00000020 at step 20"
+losses() { grep '"loss"' "$1" | sed 's/.*"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/'; }
+[ "$(losses "$WORK/a.jsonl" | wc -l)" = 40 ] && [ "$(losses "$WORK/c.jsonl" | wc -l)" = 20 ] || fail "missing metrics lines"
+diff <(losses "$WORK/a.jsonl" | sed -n '21,40p') <(losses "$WORK/c.jsonl") >"$WORK/diff" ||
+    { cat "$WORK/diff"; fail "the resumed run's losses differ from the uninterrupted run"; }
+echo "resume: steps 21-40 match the uninterrupted run bit for bit"
+
+# corrupt and truncated checkpoints are refused, naming the file
+cp -r "$WORK/b/step-00000020" "$WORK/bad1"
+printf 'X' | dd of="$WORK/bad1/model.safetensors" bs=1 seek=3000 conv=notrunc 2>/dev/null
+check_err "model.safetensors has checksum [0-9a-f]+, the manifest says [0-9a-f]+ \(corrupt\)" train "${common[@]}" --resume "$WORK/bad1"
+cp -r "$WORK/b/step-00000020" "$WORK/bad2"
+truncate -s 100 "$WORK/bad2/optim_v.safetensors"
+check_err "optim_v.safetensors has 100 bytes, the manifest says" eval "$WORK/bad2"
+cp -r "$WORK/b/step-00000020" "$WORK/bad3"
+rm "$WORK/bad3/manifest.json"
+check_err "no manifest.json|no complete checkpoint" eval "$WORK/bad3"
+
+# generate from the gpt checkpoint: the prompt, then the requested bytes
+"$T" generate "$WORK/b" --prompt "Hello" --tokens 20 --temperature 0 >"$WORK/gen" 2>/dev/null || fail "generate"
+[ "$(head -c 5 "$WORK/gen")" = "Hello" ] || fail "generate did not start with the prompt"
+[ "$(wc -c <"$WORK/gen")" -ge 25 ] || fail "generate produced too little"
+check_err "generate needs a gpt checkpoint" generate "$WORK/mlp"
+echo ok

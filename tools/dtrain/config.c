@@ -1,0 +1,256 @@
+/* The trainer's configuration: every key declared once, with its type, range
+ * and meaning; unknown keys and out-of-range values are errors naming the key. */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain_cli.h"
+
+typedef enum { K_INT, K_NUM, K_STR, K_BOOL, K_INTLIST } ktype;
+
+typedef struct {
+    const char *key;
+    ktype type;
+    size_t off, size;
+    double min, max;
+    const char *choices; /* K_STR: comma-separated allowed values, NULL = any */
+    const char *def;     /* default, as JSON */
+    const char *help;
+} spec;
+
+#define F(field) offsetof(dtrain_config, field), sizeof(((dtrain_config *)0)->field)
+static const spec specs[] = {
+    {"model", K_STR, F(model), 0, 0, "mlp,gpt", "\"mlp\"", "model family: mlp or gpt (cnn: not yet)"},
+    {"mlp_sizes", K_INTLIST, F(mlp_sizes), 1, 1 << 20, NULL, "[784, 256, 256, 10]", "mlp layer widths, input first"},
+    {"vocab", K_INT, F(vocab), 2, 1 << 20, NULL, "256", "gpt vocabulary (256 for bytes)"},
+    {"context", K_INT, F(context), 1, 1 << 16, NULL, "128", "gpt context length"},
+    {"layers", K_INT, F(layers), 1, 256, NULL, "4", "gpt transformer blocks"},
+    {"heads", K_INT, F(heads), 1, 256, NULL, "4", "gpt attention heads (must divide dim)"},
+    {"dim", K_INT, F(dim), 1, 1 << 16, NULL, "256", "gpt model width"},
+    {"dropout", K_NUM, F(dropout), 0, 0.99, NULL, "0", "dropout probability"},
+    {"data", K_STR, F(data), 0, 0, "fashion-mnist,text", "\"fashion-mnist\"", "dataset: fashion-mnist (mlp) or text (gpt)"},
+    {"data_path", K_STR, F(data_path), 0, 0, NULL, "\"\"", "dataset directory or file (default: the Debian package's)"},
+    {"batch_size", K_INT, F(batch_size), 1, 1 << 20, NULL, "128", "samples per step"},
+    {"steps", K_INT, F(steps), 1, 1LL << 40, NULL, "1000", "optimizer steps to train"},
+    {"seed", K_INT, F(seed), 0, 1LL << 62, NULL, "1", "seed of weights, shuffling and dropout"},
+    {"threads", K_INT, F(threads), 0, 256, NULL, "0", "compute threads (0: the cores available)"},
+    {"optimizer", K_STR, F(optimizer), 0, 0, "sgd,adamw", "\"adamw\"", "sgd or adamw"},
+    {"lr", K_NUM, F(lr), 0, 100, NULL, "0.001", "peak learning rate"},
+    {"min_lr", K_NUM, F(min_lr), 0, 100, NULL, "0", "learning rate at the end of the cosine"},
+    {"schedule", K_STR, F(schedule), 0, 0, "constant,cosine", "\"constant\"", "constant or cosine (after warm-up)"},
+    {"warmup_steps", K_INT, F(warmup_steps), 0, 1LL << 40, NULL, "0", "linear warm-up steps"},
+    {"momentum", K_NUM, F(momentum), 0, 0.999, NULL, "0.9", "sgd momentum"},
+    {"nesterov", K_BOOL, F(nesterov), 0, 1, NULL, "false", "sgd Nesterov momentum"},
+    {"weight_decay", K_NUM, F(weight_decay), 0, 10, NULL, "0", "sgd L2 / adamw decoupled decay"},
+    {"beta1", K_NUM, F(beta1), 0, 0.9999, NULL, "0.9", "adamw beta1"},
+    {"beta2", K_NUM, F(beta2), 0, 0.99999, NULL, "0.999", "adamw beta2"},
+    {"eps", K_NUM, F(eps), 1e-12, 1, NULL, "1e-8", "adamw epsilon"},
+    {"grad_clip", K_NUM, F(grad_clip), 0, 1e6, NULL, "0", "clip the global gradient norm (0: off)"},
+    {"log_interval", K_INT, F(log_interval), 1, 1LL << 40, NULL, "10", "steps between progress lines"},
+    {"eval_interval", K_INT, F(eval_interval), 0, 1LL << 40, NULL, "0", "steps between evaluations (0: at the end)"},
+    {"eval_batches", K_INT, F(eval_batches), 1, 1LL << 40, NULL, "20", "batches per evaluation"},
+    {"checkpoint_dir", K_STR, F(checkpoint_dir), 0, 0, NULL, "\"\"", "where checkpoints go (empty: none)"},
+    {"checkpoint_interval", K_INT, F(checkpoint_interval), 0, 1LL << 40, NULL, "0", "steps between checkpoints (0: at the end)"},
+    {"metrics_file", K_STR, F(metrics_file), 0, 0, NULL, "\"\"", "JSON-lines metrics file (empty: none)"},
+};
+#define NSPECS (sizeof specs / sizeof specs[0])
+
+static const spec *find(const char *key)
+{
+    for (size_t i = 0; i < NSPECS; i++)
+        if (strcmp(specs[i].key, key) == 0)
+            return &specs[i];
+    return NULL;
+}
+
+static dt_status bad(const char *origin, const char *key, const char *why)
+{
+    fprintf(stderr, "dtrain: %s: key '%s' %s\n", origin, key, why);
+    return DT_ERR_INVALID;
+}
+
+static dt_status set_value(dtrain_config *c, const spec *s, const cJSON *v, const char *origin)
+{
+    char *base = (char *)c + s->off;
+    char why[256];
+    switch (s->type) {
+    case K_INT:
+    case K_NUM: {
+        if (!cJSON_IsNumber(v))
+            return bad(origin, s->key, "must be a number");
+        double d = v->valuedouble;
+        if (s->type == K_INT && d != (double)(int64_t)d)
+            return bad(origin, s->key, "must be an integer");
+        if (d < s->min || d > s->max) {
+            snprintf(why, sizeof why, "= %g is outside [%g, %g]", d, s->min, s->max);
+            return bad(origin, s->key, why);
+        }
+        if (s->type == K_INT)
+            *(int64_t *)base = (int64_t)d;
+        else
+            *(double *)base = d;
+        return DT_OK;
+    }
+    case K_BOOL:
+        if (!cJSON_IsBool(v))
+            return bad(origin, s->key, "must be true or false");
+        *(bool *)base = cJSON_IsTrue(v);
+        return DT_OK;
+    case K_STR: {
+        if (!cJSON_IsString(v))
+            return bad(origin, s->key, "must be a string");
+        if (strlen(v->valuestring) >= s->size)
+            return bad(origin, s->key, "is too long");
+        if (s->choices) {
+            char list[256];
+            snprintf(list, sizeof list, ",%s,", s->choices);
+            char want[128];
+            snprintf(want, sizeof want, ",%s,", v->valuestring);
+            if (!strstr(list, want)) {
+                snprintf(why, sizeof why, "= \"%s\" is not one of %s", v->valuestring, s->choices);
+                return bad(origin, s->key, why);
+            }
+        }
+        snprintf(base, s->size, "%s", v->valuestring);
+        return DT_OK;
+    }
+    case K_INTLIST: {
+        int n = cJSON_GetArraySize(v);
+        if (!cJSON_IsArray(v) || n < 2 || n > 8)
+            return bad(origin, s->key, "must be a list of 2 to 8 integers");
+        for (int i = 0; i < n; i++) {
+            const cJSON *e = cJSON_GetArrayItem(v, i);
+            if (!cJSON_IsNumber(e) || e->valuedouble < s->min || e->valuedouble > s->max ||
+                e->valuedouble != (double)(int64_t)e->valuedouble)
+                return bad(origin, s->key, "must hold positive integers");
+            c->mlp_sizes[i] = (int64_t)e->valuedouble;
+        }
+        c->mlp_nsizes = n;
+        return DT_OK;
+    }
+    }
+    return DT_ERR_INVALID;
+}
+
+dt_status dtrain_config_from_json(const cJSON *json, const char *origin, dtrain_config *c)
+{
+    if (!cJSON_IsObject(json)) {
+        fprintf(stderr, "dtrain: %s: the configuration must be a JSON object\n", origin);
+        return DT_ERR_INVALID;
+    }
+    for (const cJSON *it = json->child; it; it = it->next) {
+        const spec *s = find(it->string);
+        if (!s)
+            return bad(origin, it->string, "is unknown (dtrain train --help lists the keys)");
+        if (set_value(c, s, it, origin) != DT_OK)
+            return DT_ERR_INVALID;
+    }
+    return DT_OK;
+}
+
+static dt_status load_file(const char *path, dtrain_config *c)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "dtrain: cannot read config %s: %s\n", path, strerror(errno));
+        return DT_ERR_INVALID;
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = malloc((size_t)n + 1);
+    size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
+    fclose(f);
+    if (!text || got != (size_t)n) {
+        free(text);
+        fprintf(stderr, "dtrain: cannot read config %s\n", path);
+        return DT_ERR_INVALID;
+    }
+    text[n] = '\0';
+    cJSON *json = cJSON_Parse(text);
+    if (!json) {
+        const char *at = cJSON_GetErrorPtr();
+        fprintf(stderr, "dtrain: %s is not valid JSON (near byte %ld)\n", path, at ? (long)(at - text) : -1L);
+        free(text);
+        return DT_ERR_INVALID;
+    }
+    dt_status s = dtrain_config_from_json(json, path, c);
+    cJSON_Delete(json);
+    free(text);
+    return s;
+}
+
+dt_status dtrain_config_load(const char *file, char **sets, int nsets, dtrain_config *c)
+{
+    memset(c, 0, sizeof *c);
+    for (size_t i = 0; i < NSPECS; i++) {
+        cJSON *v = cJSON_Parse(specs[i].def);
+        dt_status s = set_value(c, &specs[i], v, "defaults");
+        cJSON_Delete(v);
+        if (s != DT_OK)
+            return s;
+    }
+    if (file && load_file(file, c) != DT_OK)
+        return DT_ERR_INVALID;
+    for (int i = 0; i < nsets; i++) {
+        char *eq = strchr(sets[i], '=');
+        if (!eq || eq == sets[i]) {
+            fprintf(stderr, "dtrain: --set '%s' is not key=value\n", sets[i]);
+            return DT_ERR_INVALID;
+        }
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - sets[i]), sets[i]);
+        const spec *s = find(key);
+        if (!s)
+            return bad("--set", key, "is unknown (dtrain train --help lists the keys)");
+        cJSON *v = cJSON_Parse(eq + 1);
+        if (!v || (s->type == K_STR && !cJSON_IsString(v))) { /* bare words are strings */
+            cJSON_Delete(v);
+            v = cJSON_CreateString(eq + 1);
+        }
+        dt_status st = set_value(c, s, v, "--set");
+        cJSON_Delete(v);
+        if (st != DT_OK)
+            return st;
+    }
+    if (!strcmp(c->model, "mlp") && strcmp(c->data, "fashion-mnist"))
+        return bad("configuration", "data", "must be fashion-mnist for the mlp");
+    if (!strcmp(c->model, "gpt") && strcmp(c->data, "text"))
+        return bad("configuration", "data", "must be text for the gpt");
+    if (!strcmp(c->model, "gpt") && c->dim % c->heads)
+        return bad("configuration", "heads", "must divide dim");
+    if (!strcmp(c->model, "mlp") && (c->mlp_sizes[0] != 784 || c->mlp_sizes[c->mlp_nsizes - 1] != 10))
+        return bad("configuration", "mlp_sizes", "must start with 784 and end with 10 for Fashion-MNIST");
+    return DT_OK;
+}
+
+cJSON *dtrain_config_to_json(const dtrain_config *c)
+{
+    cJSON *j = cJSON_CreateObject();
+    for (size_t i = 0; i < NSPECS; i++) {
+        const spec *s = &specs[i];
+        const char *base = (const char *)c + s->off;
+        switch (s->type) {
+        case K_INT: cJSON_AddNumberToObject(j, s->key, (double)*(const int64_t *)base); break;
+        case K_NUM: cJSON_AddNumberToObject(j, s->key, *(const double *)base); break;
+        case K_BOOL: cJSON_AddBoolToObject(j, s->key, *(const bool *)base); break;
+        case K_STR: cJSON_AddStringToObject(j, s->key, base); break;
+        case K_INTLIST: {
+            cJSON *a = cJSON_AddArrayToObject(j, s->key);
+            for (int k = 0; k < c->mlp_nsizes; k++)
+                cJSON_AddItemToArray(a, cJSON_CreateNumber((double)c->mlp_sizes[k]));
+            break;
+        }
+        }
+    }
+    return j;
+}
+
+void dtrain_config_help(FILE *to)
+{
+    fprintf(to, "configuration keys (JSON file and --set key=value):\n");
+    for (size_t i = 0; i < NSPECS; i++)
+        fprintf(to, "  %-20s %-45s default %s\n", specs[i].key, specs[i].help, specs[i].def);
+}

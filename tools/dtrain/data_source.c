@@ -1,0 +1,149 @@
+#include "data_source.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+dt_status data_open(const dtrain_config *c, data_source *d)
+{
+    memset(d, 0, sizeof *d);
+    d->c = c;
+    d->gpt = strcmp(c->model, "gpt") == 0;
+    if (!d->gpt) {
+        const char *dir = c->data_path[0] ? c->data_path : DT_FASHION_MNIST_DIR;
+        if (dt_idx_load_dir(dir, "train", &d->train) != DT_OK || dt_idx_load_dir(dir, "t10k", &d->test) != DT_OK) {
+            fprintf(stderr, "dtrain: %s\n", dt_last_error());
+            return DT_ERR_INVALID;
+        }
+        d->train_samples = d->train.count;
+        d->eval_samples = d->test.count;
+        d->features = (int64_t)d->train.rows * d->train.cols;
+        return DT_OK;
+    }
+    const char *path = c->data_path[0] ? c->data_path : DT_FORTUNES_DIR;
+    if (dt_text_load(path, &d->text) != DT_OK) {
+        fprintf(stderr, "dtrain: %s\n", dt_last_error());
+        return DT_ERR_INVALID;
+    }
+    int64_t all = dt_text_samples(&d->text, c->context);
+    if (all < 2) {
+        fprintf(stderr, "dtrain: %s has %lld bytes, too few for windows of %lld\n", path, (long long)d->text.len,
+                (long long)c->context + 1);
+        return DT_ERR_INVALID;
+    }
+    d->eval_samples = all / 10 > 0 ? all / 10 : 1;
+    d->train_samples = all - d->eval_samples;
+    d->eval_begin = d->train_samples;
+    d->features = c->context;
+    return DT_OK;
+}
+
+void data_batch(const data_source *d, int eval, const int64_t *idx, int64_t n, float *x, int32_t *y)
+{
+    if (!d->gpt) {
+        dt_idx_batch(eval ? &d->test : &d->train, idx, n, x, y);
+        return;
+    }
+    int64_t shifted[4096];
+    for (int64_t done = 0; done < n; done += 4096) {
+        int64_t k = n - done < 4096 ? n - done : 4096;
+        for (int64_t i = 0; i < k; i++)
+            shifted[i] = idx[done + i] + (eval ? d->eval_begin : 0);
+        dt_text_batch(&d->text, d->c->context, shifted, k, x + done * d->features, y + done * d->features);
+    }
+}
+
+void data_close(data_source *d)
+{
+    dt_idx_free(&d->train);
+    dt_idx_free(&d->test);
+    dt_text_free(&d->text);
+}
+
+static void fill(prefetcher *p, batch *b)
+{
+    b->n = dt_sampler_next(p->sampler, p->batch_size, p->idx);
+    if (b->n == 0) /* an epoch ended exactly at the last batch: the next call starts the next one */
+        b->n = dt_sampler_next(p->sampler, p->batch_size, p->idx);
+    data_batch(p->d, 0, p->idx, b->n, b->x, b->y);
+    b->epoch = p->sampler->epoch;
+    b->position = p->sampler->position;
+}
+
+static void *producer(void *arg)
+{
+    prefetcher *p = arg;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        int slot = p->next_fill;
+        while (p->ready[slot] && !p->stop)
+            pthread_cond_wait(&p->cv, &p->mu);
+        if (p->stop)
+            break;
+        pthread_mutex_unlock(&p->mu);
+        fill(p, &p->slots[slot]); /* outside the lock: this is the work that overlaps compute */
+        pthread_mutex_lock(&p->mu);
+        p->ready[slot] = 1;
+        p->next_fill = 1 - slot;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+dt_status prefetch_start(prefetcher *p, const data_source *d, dt_sampler *s, int64_t batch_size)
+{
+    memset(p, 0, sizeof *p);
+    p->d = d;
+    p->sampler = s;
+    p->batch_size = batch_size;
+    p->idx = malloc((size_t)batch_size * sizeof *p->idx);
+    for (int i = 0; i < 2; i++) {
+        p->slots[i].x = malloc((size_t)(batch_size * d->features) * sizeof(float));
+        p->slots[i].y = malloc((size_t)(batch_size * d->features) * sizeof(int32_t));
+        if (!p->slots[i].x || !p->slots[i].y || !p->idx) {
+            fprintf(stderr, "dtrain: out of memory for batches\n");
+            return DT_ERR_NOMEM;
+        }
+    }
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    if (pthread_create(&p->thread, NULL, producer, p) != 0) {
+        fprintf(stderr, "dtrain: cannot start the prefetch thread\n");
+        return DT_ERR_SYSTEM;
+    }
+    return DT_OK;
+}
+
+const batch *prefetch_next(prefetcher *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int prev = 1 - p->next_take;
+    if (p->ready[prev] == 2) { /* the batch handed out last time is free again */
+        p->ready[prev] = 0;
+        pthread_cond_broadcast(&p->cv);
+    }
+    int slot = p->next_take;
+    while (p->ready[slot] != 1)
+        pthread_cond_wait(&p->cv, &p->mu);
+    p->ready[slot] = 2; /* in use by the trainer */
+    p->next_take = 1 - slot;
+    pthread_mutex_unlock(&p->mu);
+    return &p->slots[slot];
+}
+
+void prefetch_stop(prefetcher *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+    for (int i = 0; i < 2; i++) {
+        free(p->slots[i].x);
+        free(p->slots[i].y);
+    }
+    free(p->idx);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+}

@@ -1,0 +1,47 @@
+/* The dataset a configuration names, split into training and evaluation
+ * samples, and a prefetch thread that prepares the next batch. */
+#ifndef DTRAIN_DATA_SOURCE_H
+#define DTRAIN_DATA_SOURCE_H
+
+#include <pthread.h>
+
+#include "dtrain_cli.h"
+
+typedef struct {
+    const dtrain_config *c;
+    int gpt;
+    dt_idx_set train, test;
+    dt_text text;
+    int64_t train_samples, eval_samples, eval_begin; /* text: the last 10% of windows evaluate */
+    int64_t features; /* inputs per sample: 784, or the context */
+} data_source;
+
+dt_status data_open(const dtrain_config *c, data_source *d);
+/* Fill x (inputs) and y (targets) for `n` samples of the training or evaluation split. */
+void data_batch(const data_source *d, int eval, const int64_t *idx, int64_t n, float *x, int32_t *y);
+void data_close(data_source *d);
+
+typedef struct {
+    float *x;
+    int32_t *y;
+    int64_t n, epoch, position; /* sampler state after this batch */
+} batch;
+
+typedef struct {
+    const data_source *d;
+    dt_sampler *sampler;
+    int64_t batch_size;
+    batch slots[2];
+    int ready[2], stop, next_fill, next_take;
+    int64_t *idx;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} prefetcher;
+
+dt_status prefetch_start(prefetcher *p, const data_source *d, dt_sampler *s, int64_t batch_size);
+/* The next batch, valid until the following call. */
+const batch *prefetch_next(prefetcher *p);
+void prefetch_stop(prefetcher *p);
+
+#endif

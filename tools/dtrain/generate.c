@@ -1,0 +1,139 @@
+/* dtrain eval and dtrain generate: commands that load a checkpoint. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data_source.h"
+#include "dtrain_cli.h"
+
+static dt_status load(const char *checkpoint, dtrain_config *c, dt_model **m)
+{
+    char step_dir[2048];
+    dtrain_progress pr;
+    if (dtrain_checkpoint_open(checkpoint, step_dir, sizeof step_dir, c, &pr) != DT_OK)
+        return DT_ERR_INVALID;
+    dt_set_threads((int)c->threads);
+    if (dtrain_build_model(c, m) != DT_OK)
+        return DT_ERR_INVALID;
+    if (dtrain_checkpoint_load(step_dir, dt_model_params(*m), NULL) != DT_OK) {
+        dt_model_destroy(*m);
+        return DT_ERR_INVALID;
+    }
+    fprintf(stderr, "loaded %s (step %lld)\n", step_dir, (long long)pr.step);
+    return DT_OK;
+}
+
+int dtrain_eval(const char *checkpoint)
+{
+    dtrain_config c;
+    dt_model *m;
+    if (load(checkpoint, &c, &m) != DT_OK)
+        return 1;
+    data_source d;
+    if (data_open(&c, &d) != DT_OK)
+        return 1;
+    c.eval_batches = 1LL << 40; /* the whole evaluation split */
+    dt_arena *arena;
+    dt_arena_create(&arena);
+    int64_t B = c.batch_size, per = d.gpt ? c.context : 1;
+    float *x = malloc((size_t)(B * d.features) * sizeof *x);
+    int32_t *y = malloc((size_t)(B * per) * sizeof *y);
+    int64_t *idx = malloc((size_t)B * sizeof *idx);
+    double total = 0, correct = 0;
+    int64_t rows = 0;
+    for (int64_t start = 0; start < d.eval_samples; start += B) {
+        int64_t n = d.eval_samples - start < B ? d.eval_samples - start : B;
+        for (int64_t i = 0; i < n; i++)
+            idx[i] = start + i;
+        data_batch(&d, 1, idx, n, x, y);
+        dt_arena_reset(arena);
+        dt_ctx ctx = {.arena = arena};
+        dt_tensor in = dt_tensor_view(x, 2, (int64_t[]){n, d.features}), out;
+        float l;
+        if (dt_model_forward(m, &ctx, &in, &out) != DT_OK || dt_softmax_cross_entropy(&out, y, &l, NULL) != DT_OK) {
+            fprintf(stderr, "dtrain: evaluation failed: %s\n", dt_last_error());
+            return 1;
+        }
+        total += (double)l * (double)(n * per);
+        rows += n * per;
+        int64_t C = out.shape[out.ndim - 1];
+        for (int64_t r = 0; r < n * per; r++) {
+            int64_t best = 0;
+            for (int64_t k = 1; k < C; k++)
+                best = out.data[r * C + k] > out.data[r * C + best] ? k : best;
+            correct += best == y[r];
+        }
+    }
+    printf("eval: %lld %s, loss %.4f, accuracy %.2f%%\n", (long long)rows, d.gpt ? "tokens" : "images",
+           total / (double)rows, 100.0 * correct / (double)rows);
+    free(x);
+    free(y);
+    free(idx);
+    dt_arena_destroy(arena);
+    data_close(&d);
+    dt_model_destroy(m);
+    return 0;
+}
+
+int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, double temperature, uint64_t seed)
+{
+    dtrain_config c;
+    dt_model *m;
+    if (load(checkpoint, &c, &m) != DT_OK)
+        return 1;
+    if (strcmp(c.model, "gpt") != 0) {
+        fprintf(stderr, "dtrain: generate needs a gpt checkpoint, %s holds a %s\n", checkpoint, c.model);
+        return 2;
+    }
+    size_t plen = strlen(prompt);
+    int64_t cap = (int64_t)plen + tokens + 1;
+    float *seq = malloc((size_t)cap * sizeof *seq);
+    for (size_t i = 0; i < plen; i++)
+        seq[i] = (float)(unsigned char)prompt[i];
+    int64_t len = (int64_t)plen;
+    if (len == 0)
+        seq[len++] = (float)'\n'; /* an empty prompt starts a new line */
+    dt_arena *arena;
+    dt_arena_create(&arena);
+    dt_rng rng;
+    dt_rng_seed(&rng, seed);
+    fwrite(prompt, 1, plen, stdout);
+    float *prob = malloc((size_t)c.vocab * sizeof *prob);
+    for (int64_t t = 0; t < tokens; t++) {
+        int64_t T = len < c.context ? len : c.context;
+        dt_arena_reset(arena);
+        dt_ctx ctx = {.arena = arena};
+        dt_tensor in = dt_tensor_view(seq + len - T, 2, (int64_t[]){1, T}), out;
+        if (dt_model_forward(m, &ctx, &in, &out) != DT_OK) {
+            fprintf(stderr, "dtrain: generate: %s\n", dt_last_error());
+            return 1;
+        }
+        const float *z = out.data + (T - 1) * c.vocab;
+        int64_t next = 0;
+        if (temperature <= 0) { /* greedy */
+            for (int64_t k = 1; k < c.vocab; k++)
+                next = z[k] > z[next] ? k : next;
+        } else {
+            float mx = z[0];
+            for (int64_t k = 1; k < c.vocab; k++)
+                mx = z[k] > mx ? z[k] : mx;
+            double sum = 0;
+            for (int64_t k = 0; k < c.vocab; k++)
+                sum += prob[k] = expf((float)((z[k] - mx) / temperature));
+            double u = dt_rng_uniform(&rng) * sum, acc = 0;
+            for (next = 0; next < c.vocab - 1; next++)
+                if ((acc += prob[next]) > u)
+                    break;
+        }
+        seq[len++] = (float)next;
+        putchar((int)next);
+        fflush(stdout);
+    }
+    putchar('\n');
+    free(prob);
+    free(seq);
+    dt_arena_destroy(arena);
+    dt_model_destroy(m);
+    return 0;
+}
