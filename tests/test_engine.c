@@ -169,6 +169,10 @@ static void test_layers(void)
     fd_layer("attention", p, l, 3, (int64_t[]){2, 5, 8}, 80, 0, 0);
 
     dt_params_create(&p);
+    EXPECT_STATUS(dt_conv2d_create(p, "conv", 2, 3, 3, 1, &l), DT_OK);
+    fd_layer("conv2d", p, l, 4, (int64_t[]){2, 2, 5, 5}, 150, 0, 0);
+
+    dt_params_create(&p);
     EXPECT_STATUS(dt_dropout_create("drop", 0.3f, &l), DT_OK);
     fd_layer("dropout", p, l, 2, (int64_t[]){4, 5}, 20, 0, 0);
 
@@ -182,6 +186,102 @@ static void test_layers(void)
     EXPECT_CONTAINS(dt_last_error(), "dup.weight");
     dt_layer_destroy(l);
     dt_params_destroy(p);
+}
+
+/* Max pooling on well-separated values (a perturbation never changes the argmax). */
+static void test_maxpool(void)
+{
+    dt_layer *l;
+    EXPECT_STATUS(dt_maxpool2d_create("pool", &l), DT_OK);
+    enum { N = 2 * 2 * 4 * 5 };
+    float xs[N];
+    for (int i = 0; i < N; i++)
+        xs[i] = 0.1f * (float)((i * 37) % N) - 3.0f; /* a permutation: all distinct by 0.1 */
+    dt_params *p;
+    dt_params_create(&p);
+    dt_params_finalize(p);
+    dt_arena *a;
+    dt_arena_create(&a);
+    dt_ctx ctx = {.arena = a, .params = p};
+    dt_tensor x = dt_tensor_view(xs, 4, (int64_t[]){2, 2, 4, 5}), y, dx;
+    EXPECT_STATUS(l->ops->forward(l, &ctx, &x, &y), DT_OK);
+    EXPECT(y.shape[2] == 2 && y.shape[3] == 2); /* the odd column is dropped */
+    float g[16];
+    for (int i = 0; i < 16; i++)
+        g[i] = (float)(i + 1);
+    dt_tensor dy = y;
+    dy.data = g;
+    EXPECT_STATUS(l->ops->backward(l, &ctx, &dy, &dx, true), DT_OK);
+    int bad = 0;
+    for (int i = 0; i < N; i++) { /* numeric d(sum g*y)/dx_i */
+        float keep = xs[i], num;
+        double lp = 0, lm = 0;
+        xs[i] = keep + 1e-2f;
+        l->ops->forward(l, &ctx, &x, &y);
+        for (int k = 0; k < 16; k++)
+            lp += g[k] * y.data[k];
+        xs[i] = keep - 1e-2f;
+        l->ops->forward(l, &ctx, &x, &y);
+        for (int k = 0; k < 16; k++)
+            lm += g[k] * y.data[k];
+        xs[i] = keep;
+        num = (float)((lp - lm) / 2e-2);
+        bad += fabsf(num - dx.data[i]) > 1e-3f;
+    }
+    EXPECT_EQ(bad, 0);
+    dt_arena_destroy(a);
+    dt_params_destroy(p);
+    dt_layer_destroy(l);
+}
+
+/* A whole tiny CNN against finite differences. */
+static void test_cnn(void)
+{
+    dt_model *m;
+    EXPECT_STATUS(dt_cnn_create(8, 2, 3, 4, &m), DT_OK);
+    dt_model_init(m, 2);
+    dt_params *p = dt_model_params(m);
+    EXPECT_EQ(dt_params_numel(p), (2 * 25 + 2) + (3 * 2 * 25 + 3) + (12 * 4 + 4));
+    EXPECT(dt_params_find(p, "conv2.weight") >= 0 && dt_params_find(p, "fc.bias") >= 0);
+    dt_rng rng;
+    dt_rng_seed(&rng, 12);
+    float xs[2 * 64];
+    for (int i = 0; i < 128; i++)
+        xs[i] = dt_rng_normal(&rng);
+    int32_t t[2] = {3, 1};
+    dt_arena *arena;
+    dt_arena_create(&arena);
+    dt_ctx ctx = {.arena = arena, .training = true};
+    dt_tensor x = dt_tensor_view(xs, 2, (int64_t[]){2, 64}), y;
+    dt_params_zero_grads(p);
+    EXPECT_STATUS(dt_model_forward(m, &ctx, &x, &y), DT_OK);
+    EXPECT(y.ndim == 2 && y.shape[1] == 4);
+    dt_tensor g = y;
+    g.data = dt_arena_alloc(arena, dt_tensor_numel(&y));
+    float loss;
+    dt_softmax_cross_entropy(&y, t, &loss, &g);
+    EXPECT_STATUS(dt_model_backward(m, &ctx, &g), DT_OK);
+    float *vals = dt_params_values(p), *grads = dt_params_grads(p);
+    int bad = 0;
+    for (int64_t i = 0; i < dt_params_numel(p); i++) {
+        float keep = vals[i], lp, lm;
+        vals[i] = keep + 1e-3f;
+        dt_arena_reset(arena);
+        dt_model_forward(m, &ctx, &x, &y);
+        dt_softmax_cross_entropy(&y, t, &lp, NULL);
+        vals[i] = keep - 1e-3f;
+        dt_arena_reset(arena);
+        dt_model_forward(m, &ctx, &x, &y);
+        dt_softmax_cross_entropy(&y, t, &lm, NULL);
+        vals[i] = keep;
+        double num = (lp - lm) / 2e-3;
+        if (fabs(num - grads[i]) > 3e-2 * fmax(0.02, fabs(num)) && bad++ < 5)
+            fprintf(stderr, "cnn: param %lld analytic %.6g numeric %.6g\n", (long long)i, grads[i], num);
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_STATUS(dt_cnn_create(2, 2, 3, 4, &m), DT_ERR_INVALID);
+    dt_arena_destroy(arena);
+    dt_model_destroy(m);
 }
 
 static void test_loss(void)
@@ -685,6 +785,8 @@ int main(void)
     test_layers();
     test_loss();
     test_mlp();
+    test_maxpool();
+    test_cnn();
     test_gpt();
     test_optim();
     test_gelu_golden();

@@ -91,6 +91,14 @@ dt_status dt_embedding_create(dt_params *p, const char *name, int64_t vocab, int
 /* Causal multi-head self-attention over [batch, time, dim], with parameters
  * "<name>.c_attn.{weight,bias}" [3*dim, dim] and "<name>.c_proj.*" [dim, dim]. */
 dt_status dt_attention_create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_layer **l);
+/* conv2d over [batch, in, h, w]: square kernel k, stride 1, zero padding pad;
+ * parameters "<name>.weight" [out, in, k, k] and "<name>.bias" [out]. */
+dt_status dt_conv2d_create(dt_params *p, const char *name, int64_t in, int64_t out, int64_t k, int64_t pad,
+                           dt_layer **l);
+/* 2x2 max pooling with stride 2 over [batch, channels, h, w] (odd edges dropped). */
+dt_status dt_maxpool2d_create(const char *name, dt_layer **l);
+/* Keep the batch dimension, give each sample the shape shape[0..ndim). */
+dt_status dt_reshape_create(const char *name, int ndim, const int64_t *shape, dt_layer **l);
 void dt_layer_destroy(dt_layer *l);
 
 /* Residual add: y = a + b; the backward of an add passes dy to both inputs. */
@@ -115,6 +123,10 @@ typedef struct {
     float dropout;
 } dt_gpt_config;
 dt_status dt_gpt_create(const dt_gpt_config *cfg, dt_model **out);
+/* CNN for square single-channel images: conv5x5(c1, pad 2)-relu-pool2-
+ * conv5x5(c2, pad 2)-relu-pool2-linear(classes).  For Fashion-MNIST:
+ * {28, 32, 64, 10}.  Input [batch, size*size]. */
+dt_status dt_cnn_create(int64_t size, int64_t c1, int64_t c2, int64_t classes, dt_model **out);
 dt_params *dt_model_params(dt_model *m);
 /* Initialise every parameter from `seed` (PyTorch's nn.Linear scheme). */
 void dt_model_init(dt_model *m, uint64_t seed);

@@ -60,6 +60,46 @@ dt_status dt_mlp_create(const int64_t *sizes, int nsizes, dt_model **out)
     return DT_OK;
 }
 
+dt_status dt_cnn_create(int64_t size, int64_t c1, int64_t c2, int64_t classes, dt_model **out)
+{
+    if (size < 4 || c1 <= 0 || c2 <= 0 || classes <= 0)
+        return dt__fail(DT_ERR_INVALID, "cnn: image size %lld (>= 4), channels %lld and %lld, classes %lld", (long long)size,
+                        (long long)c1, (long long)c2, (long long)classes);
+    dt_model *m = NULL;
+    DT_CHECK(dt__model_new(10, &m));
+    dt_params *p = m->params;
+    int64_t after = size / 2 / 2;
+    dt_layer *l[10] = {0};
+    dt_status s = dt_reshape_create("image", 3, (int64_t[]){1, size, size}, &l[0]);
+    if (s == DT_OK)
+        s = dt_conv2d_create(p, "conv1", 1, c1, 5, 2, &l[1]);
+    if (s == DT_OK)
+        s = dt_relu_create("relu1", &l[2]);
+    if (s == DT_OK)
+        s = dt_maxpool2d_create("pool1", &l[3]);
+    if (s == DT_OK)
+        s = dt_conv2d_create(p, "conv2", c1, c2, 5, 2, &l[4]);
+    if (s == DT_OK)
+        s = dt_relu_create("relu2", &l[5]);
+    if (s == DT_OK)
+        s = dt_maxpool2d_create("pool2", &l[6]);
+    if (s == DT_OK)
+        s = dt_reshape_create("flatten", 1, (int64_t[]){c2 * after * after}, &l[7]);
+    if (s == DT_OK)
+        s = dt_linear_create(p, "fc", c2 * after * after, classes, true, &l[8]);
+    for (int i = 0; i < 9; i++)
+        if (l[i])
+            dt__model_append(m, l[i]);
+    if (s == DT_OK)
+        s = dt_params_finalize(p);
+    if (s != DT_OK) {
+        dt_model_destroy(m);
+        return s;
+    }
+    *out = m;
+    return DT_OK;
+}
+
 dt_params *dt_model_params(dt_model *m) { return m->params; }
 int dt_model_num_layers(const dt_model *m) { return m->n; }
 

@@ -33,6 +33,10 @@ python3 -c "import sys; sys.exit(0 if float('$acc') > 75 else 1)" || fail "mlp a
 "$T" eval "$WORK/mlp" >"$WORK/eval.out" 2>&1 || fail "eval"
 expect_grep "$WORK/eval.out" "eval: 10000 images, loss [0-9.]+, accuracy"
 
+# the cnn trains too
+"$T" train --config configs/cnn.json --set steps=20 --set log_interval=10 --set eval_batches=4 >"$WORK/cnn.out" || fail "cnn training"
+expect_grep "$WORK/cnn.out" "^eval at step 20 \| loss [0-9.]+ \| accuracy"
+
 # resume equivalence: 40 steps straight vs 20 + resume to 40 (dropout on, so the rng state matters too)
 common=(--config configs/gpt-mini.json --set layers=1 --set dim=64 --set heads=2 --set context=32 --set batch_size=4
         --set dropout=0.1 --set log_interval=1 --set eval_interval=0 --set warmup_steps=5)

@@ -22,15 +22,17 @@ typedef struct {
 
 #define F(field) offsetof(dtrain_config, field), sizeof(((dtrain_config *)0)->field)
 static const spec specs[] = {
-    {"model", K_STR, F(model), 0, 0, "mlp,gpt", "\"mlp\"", "model family: mlp or gpt (cnn: not yet)"},
+    {"model", K_STR, F(model), 0, 0, "mlp,cnn,gpt", "\"mlp\"", "model family: mlp, cnn or gpt"},
     {"mlp_sizes", K_INTLIST, F(mlp_sizes), 1, 1 << 20, NULL, "[784, 256, 256, 10]", "mlp layer widths, input first"},
+    {"conv1_channels", K_INT, F(conv1_channels), 1, 4096, NULL, "32", "cnn: channels of the first 5x5 conv"},
+    {"conv2_channels", K_INT, F(conv2_channels), 1, 4096, NULL, "64", "cnn: channels of the second 5x5 conv"},
     {"vocab", K_INT, F(vocab), 2, 1 << 20, NULL, "256", "gpt vocabulary (256 for bytes)"},
     {"context", K_INT, F(context), 1, 1 << 16, NULL, "128", "gpt context length"},
     {"layers", K_INT, F(layers), 1, 256, NULL, "4", "gpt transformer blocks"},
     {"heads", K_INT, F(heads), 1, 256, NULL, "4", "gpt attention heads (must divide dim)"},
     {"dim", K_INT, F(dim), 1, 1 << 16, NULL, "256", "gpt model width"},
     {"dropout", K_NUM, F(dropout), 0, 0.99, NULL, "0", "dropout probability"},
-    {"data", K_STR, F(data), 0, 0, "fashion-mnist,text", "\"fashion-mnist\"", "dataset: fashion-mnist (mlp) or text (gpt)"},
+    {"data", K_STR, F(data), 0, 0, "fashion-mnist,text", "\"fashion-mnist\"", "dataset: fashion-mnist (mlp, cnn) or text (gpt)"},
     {"data_path", K_STR, F(data_path), 0, 0, NULL, "\"\"", "dataset directory or file (default: the Debian package's)"},
     {"batch_size", K_INT, F(batch_size), 1, 1 << 20, NULL, "128", "samples per step"},
     {"steps", K_INT, F(steps), 1, 1LL << 40, NULL, "1000", "optimizer steps to train"},
@@ -215,8 +217,8 @@ dt_status dtrain_config_load(const char *file, char **sets, int nsets, dtrain_co
         if (st != DT_OK)
             return st;
     }
-    if (!strcmp(c->model, "mlp") && strcmp(c->data, "fashion-mnist"))
-        return bad("configuration", "data", "must be fashion-mnist for the mlp");
+    if (strcmp(c->model, "gpt") && strcmp(c->data, "fashion-mnist"))
+        return bad("configuration", "data", "must be fashion-mnist for the mlp and cnn");
     if (!strcmp(c->model, "gpt") && strcmp(c->data, "text"))
         return bad("configuration", "data", "must be text for the gpt");
     if (!strcmp(c->model, "gpt") && c->dim % c->heads)

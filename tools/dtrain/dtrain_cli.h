@@ -9,9 +9,10 @@
 #include "dtrain/dtrain.h"
 
 typedef struct {
-    char model[16]; /* mlp | gpt */
+    char model[16]; /* mlp | cnn | gpt */
     int64_t mlp_sizes[8];
     int mlp_nsizes;
+    int64_t conv1_channels, conv2_channels;
     int64_t vocab, context, layers, heads, dim;
     double dropout;
     char data[16]; /* fashion-mnist | text */

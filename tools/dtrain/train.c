@@ -17,9 +17,13 @@ static double now_s(void)
 
 dt_status dtrain_build_model(const dtrain_config *c, dt_model **m)
 {
-    dt_status s = strcmp(c->model, "gpt") == 0
-                      ? dt_gpt_create(&(dt_gpt_config){c->vocab, c->context, c->layers, c->heads, c->dim, (float)c->dropout}, m)
-                      : dt_mlp_create(c->mlp_sizes, c->mlp_nsizes, m);
+    dt_status s;
+    if (strcmp(c->model, "gpt") == 0)
+        s = dt_gpt_create(&(dt_gpt_config){c->vocab, c->context, c->layers, c->heads, c->dim, (float)c->dropout}, m);
+    else if (strcmp(c->model, "cnn") == 0)
+        s = dt_cnn_create(28, c->conv1_channels, c->conv2_channels, 10, m);
+    else
+        s = dt_mlp_create(c->mlp_sizes, c->mlp_nsizes, m);
     if (s != DT_OK)
         fprintf(stderr, "dtrain: cannot build the model: %s\n", dt_last_error());
     return s;
