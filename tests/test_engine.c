@@ -530,7 +530,10 @@ static void test_arena_and_threads(void)
     EXPECT(p1[0] == 42 && p3 != p1);
     dt_arena_reset(a);
     EXPECT_EQ(dt_arena_bytes_in_use(a), 0);
-    EXPECT(dt_arena_alloc(a, 10) == p1 && p1[0] == 0); /* reused and zeroed */
+    EXPECT(dt_arena_alloc(a, 10) == p1); /* reused */
+    p1[0] = 7;
+    dt_arena_reset(a);
+    EXPECT(dt_arena_calloc(a, 10) == p1 && p1[0] == 0); /* calloc clears */
     dt_arena_destroy(a);
 
     int64_t n = 1000003;

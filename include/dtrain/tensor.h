@@ -33,9 +33,11 @@ int64_t dt_tensor_numel(const dt_tensor *t);
 /* ---- activation arena: a bump allocator reset once per step ---- */
 typedef struct dt_arena dt_arena;
 dt_status dt_arena_create(dt_arena **out);
-/* Zero-initialised floats valid until the next reset; NULL when out of memory.
- * Earlier allocations never move. */
+/* Uninitialised floats valid until the next reset; NULL when out of memory.
+ * Earlier allocations never move.  Most layers overwrite their whole output,
+ * so the arena does not pay to clear it; dt_arena_calloc clears. */
 float *dt_arena_alloc(dt_arena *a, int64_t count);
+float *dt_arena_calloc(dt_arena *a, int64_t count);
 void dt_arena_reset(dt_arena *a);
 size_t dt_arena_bytes_in_use(const dt_arena *a);
 void dt_arena_destroy(dt_arena *a);

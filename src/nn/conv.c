@@ -92,7 +92,7 @@ static dt_status conv_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt
     float *dcols = need_dx ? dt_arena_alloc(ctx->arena, CKK * OH * OW) : NULL;
     if (need_dx) {
         *dx = L->x;
-        dx->data = dt_arena_alloc(ctx->arena, N * L->cin * H * W);
+        dx->data = dt_arena_calloc(ctx->arena, N * L->cin * H * W); /* col2im accumulates */
         if (!dx->data || !dcols)
             return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     }
@@ -205,7 +205,7 @@ static dt_status pool_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt
     if (!need_dx)
         return DT_OK;
     *dx = P->x;
-    if (!(dx->data = dt_arena_alloc(ctx->arena, dt_tensor_numel(&P->x))))
+    if (!(dx->data = dt_arena_calloc(ctx->arena, dt_tensor_numel(&P->x))))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     for (int64_t o = 0; o < dt_tensor_numel(dy); o++)
         dx->data[P->arg[o]] += dy->data[o];

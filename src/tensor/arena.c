@@ -37,7 +37,6 @@ float *dt_arena_alloc(dt_arena *a, int64_t count)
             a->current = c;
             float *p = (float *)(c->mem + c->used);
             c->used += bytes;
-            memset(p, 0, bytes);
             return p;
         }
     }
@@ -59,8 +58,15 @@ float *dt_arena_alloc(dt_arena *a, int64_t count)
         last->next = c;
     }
     a->current = c;
-    memset(c->mem, 0, bytes);
     return (float *)c->mem;
+}
+
+float *dt_arena_calloc(dt_arena *a, int64_t count)
+{
+    float *p = dt_arena_alloc(a, count);
+    if (p && count > 0)
+        memset(p, 0, (size_t)count * sizeof(float));
+    return p;
 }
 
 void dt_arena_reset(dt_arena *a)

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Training throughput of dtrain and PyTorch side by side, in one run, on the
+# same models and data; writes the "training throughput" section of
+# bench/RESULTS.md.
+#
+#   bench/train/run.sh [STEPS=30]
+#
+# gpt-mini and gpt-small (batch 16 x 128): tokens/s with 1 and 2 threads;
+# PyTorch at 2 threads both as shipped and with OMP_WAIT_POLICY=PASSIVE (its
+# best-tuned figure).  mlp and cnn (batch 128): samples/s at 1 thread, and the
+# seconds per 60,000-image epoch that implies.  The first 5 steps of every run
+# are warm-up.  GFLOP/s for the GPTs counts 6 x parameters x tokens (the
+# matmul work of forward and backward) plus attention.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+STEPS=${1:-30}
+BIN=build/bin
+[ -x $BIN/dtrain ] || { echo "build first: make build" >&2; exit 2; }
+/usr/bin/python3 -c "import torch" || { echo "needs python3-torch (scripts/setup.sh)" >&2; exit 2; }
+WORK=$(mktemp -d /tmp/dtrain-bench.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+dtrain_rate() { # config threads -> items/s over steps 6..STEPS+5
+    local cfg=$1 threads=$2
+    $BIN/dtrain train --config "$cfg" --set steps=$((STEPS + 5)) --set threads=$threads --set log_interval=1 \
+        --set eval_interval=0 --set eval_batches=1 --set metrics_file="$WORK/m.jsonl" >/dev/null
+    python3 - "$WORK/m.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
+key = "tokens_per_s" if "tokens_per_s" in rows[0] else "samples_per_s"
+timed = rows[5:]
+items = sum(r[key] * r["compute_s"] for r in timed)  # per step: rate x its compute time
+secs = sum(r["compute_s"] for r in timed)
+print(f"{items / secs:.1f}")
+PY
+}
+
+torch_rate() { # model threads [passive]
+    if [ "${3:-}" = passive ]; then
+        OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 bench/train/torch_train.py "$1" "$2" "$STEPS" | awk '{print $3}'
+    else
+        /usr/bin/python3 bench/train/torch_train.py "$1" "$2" "$STEPS" | awk '{print $3}'
+    fi
+}
+
+ratio() { python3 -c "print(f'{$1 / $2:.2f}')"; }
+gflops() { python3 -c "print(f'{$1 * (6 * $2 + 6 * $3 * 128 * $4) / 1e9:.1f}')"; } # rate params layers dim
+
+section="## Training throughput: dtrain vs PyTorch"
+{
+    echo "$section"
+    echo
+    echo "Measured $(date -u +%Y-%m-%d) on this 2-core VM with PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')"
+    echo "(Debian), $STEPS timed steps after 5 warm-up steps. Command: \`bench/train/run.sh $STEPS\`"
+    echo
+    echo "| model | threads | dtrain | PyTorch | PyTorch tuned (OMP_WAIT_POLICY=PASSIVE) | dtrain / best PyTorch | dtrain GFLOP/s |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    for m in gpt-mini gpt-small; do
+        case $m in gpt-mini) params=3257856 layers=4 dim=256 ;; gpt-small) params=10783488 layers=6 dim=384 ;; esac
+        for t in 1 2; do
+            d=$(dtrain_rate configs/$m.json $t)
+            p=$(torch_rate $m $t)
+            if [ $t = 2 ]; then pp=$(torch_rate $m $t passive); else pp=$p; fi
+            best=$(python3 -c "print(max($p, $pp))")
+            echo "| $m (tokens/s) | $t | $d | $p | $pp | $(ratio "$d" "$best") | $(gflops "$d" $params $layers $dim) |"
+        done
+    done
+    for m in mlp cnn; do
+        d=$(dtrain_rate configs/$m.json 1)
+        p=$(torch_rate $m 1)
+        echo "| $m (samples/s; s/epoch dtrain $(python3 -c "print(f'{60000 / $d:.1f}')"), PyTorch $(python3 -c "print(f'{60000 / $p:.1f}')")) | 1 | $d | $p | — | $(ratio "$d" "$p") | — |"
+    done
+    echo
+    echo "The core's fp32 FMA peak: 2 x 8-wide AVX2 FMA units x 2 flops x clock (about 3 GHz here) = ~96 GFLOP/s."
+} >"$WORK/section.md"
+cat "$WORK/section.md"
+
+out=bench/RESULTS.md
+[ -f $out ] || printf '# Benchmark results\n\nEach section names the command that produced it.\n\n' >$out
+python3 - "$out" "$WORK/section.md" "$section" <<'PY'
+import sys
+path, new, title = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3]
+text = open(path).read()
+start = text.find(title + "\n")
+if start < 0:
+    text = text.rstrip("\n") + "\n\n" + new
+else:
+    nxt = text.find("\n## ", start + len(title))
+    text = text[:start] + new + (text[nxt + 1:] if nxt >= 0 else "")
+open(path, "w").write(text)
+PY

@@ -1,0 +1,99 @@
+#!/usr/bin/python3
+"""PyTorch side of bench/train/run.sh: the same models, data and optimizer
+settings as dtrain's configs, timed the same way.
+
+usage: torch_train.py gpt-mini|gpt-small|mlp|cnn THREADS STEPS [--passive]
+prints one line: "<model> <threads> <items_per_s> <final_loss>" where items are
+tokens (gpt) or samples (mlp, cnn); the first 5 steps are warm-up.
+"""
+import gzip
+import math
+import os
+import struct
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
+from torch_crosscheck import GPT, MLP  # noqa: E402  (the models the cross-check validated)
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
+        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
+        self.fc = nn.Linear(64 * 7 * 7, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x.view(-1, 1, 28, 28))), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc(x.flatten(1))
+
+
+def fashion(split):
+    d = "/usr/share/datasets/fashion-mnist"
+    with gzip.open(f"{d}/{split}-images-idx3-ubyte.gz") as f:
+        _, n, r, c = struct.unpack(">IIII", f.read(16))
+        x = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).float().div(255).view(n, r * c)
+    with gzip.open(f"{d}/{split}-labels-idx1-ubyte.gz") as f:
+        f.read(8)
+        y = torch.frombuffer(bytearray(f.read()), dtype=torch.uint8).long()
+    return x, y
+
+
+def fortunes():
+    d = "/usr/share/games/fortunes"
+    data = b"".join(open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d))
+                    if "." not in n and os.path.isfile(os.path.join(d, n)) and not os.path.islink(os.path.join(d, n)))
+    return torch.tensor(list(data), dtype=torch.long)
+
+
+def main():
+    kind, threads, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    torch.set_num_threads(threads)
+    torch.manual_seed(1)
+    if kind.startswith("gpt"):
+        layers, heads, dim = (4, 4, 256) if kind == "gpt-mini" else (6, 6, 384)
+        model = GPT(256, 128, layers, heads, dim)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+        text = fortunes()
+        B, T = 16, 128
+        windows = (len(text) - 1) // T
+        per = B * T
+    else:
+        model = MLP([784, 256, 256, 10]) if kind == "mlp" else CNN()
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        x_all, y_all = fashion("train")
+        B = 128
+        per = B
+    g = torch.Generator().manual_seed(1)
+    t0 = None
+    loss = float("nan")
+    for step in range(steps + 5):
+        if step == 5:
+            t0 = time.perf_counter()
+        if kind.startswith("gpt"):
+            idx = torch.randint(0, windows, (B,), generator=g) * T
+            xb = torch.stack([text[i:i + T] for i in idx])
+            yb = torch.stack([text[i + 1:i + T + 1] for i in idx])
+        else:
+            idx = torch.randint(0, x_all.shape[0], (B,), generator=g)
+            xb, yb = x_all[idx], y_all[idx]
+        opt.zero_grad(set_to_none=True)
+        out = model(xb)
+        l = F.cross_entropy(out.reshape(-1, out.shape[-1]), yb.reshape(-1))
+        l.backward()
+        if kind.startswith("gpt"):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        loss = l.item()
+    rate = steps * per / (time.perf_counter() - t0)
+    print(f"{kind} {threads} {rate:.1f} {loss:.4f}")
+
+
+if __name__ == "__main__":
+    main()
