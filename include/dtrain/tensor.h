@@ -47,6 +47,14 @@ void dt_arena_destroy(dt_arena *a);
 dt_status dt_set_threads(int n);
 int dt_get_threads(void);
 
+/* OpenBLAS 0.3.21 takes AMD Zen 4 for Haswell and runs AVX2 kernels (1.7x
+ * slower on gpt-mini here).  It chooses its kernels when it is loaded, from
+ * OPENBLAS_CORETYPE.  This returns the value to set before the process starts
+ * ("SKYLAKEX" on a CPU with AVX-512 F/BW/DQ/VL while OpenBLAS picked Haswell
+ * or Zen kernels), or NULL when there is nothing to gain or the user chose a
+ * core type himself. */
+const char *dt_blas_coretype_hint(void);
+
 /* ---- kernels ---- */
 /* C[m,n] = alpha * op(A) op(B) + beta * C, row major; op transposes when trans_* != 0.
  * A is m x k (k x m when transposed), B is k x n (n x k when transposed). */

@@ -1,11 +1,33 @@
 /* GEMM through OpenBLAS and the element-wise vector kernels. */
 #include <cblas.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dtrain/tensor.h"
 #include "tensor/threads.h"
 
 #define GRAIN 32768 /* elements per chunk below which threading costs more than it saves */
+
+char *openblas_get_corename(void); /* from OpenBLAS */
+
+const char *dt_blas_coretype_hint(void)
+{
+    /* OpenBLAS records its own detection in OPENBLAS_CORETYPE as it loads, so a
+     * value equal to the detected core name is OpenBLAS's, anything else the
+     * user's choice, which stands. */
+    const char *core = openblas_get_corename(), *env = getenv("OPENBLAS_CORETYPE");
+    if (!core || (strcmp(core, "Haswell") != 0 && strcmp(core, "Zen") != 0))
+        return NULL; /* already AVX-512 kernels, or not an x86 build */
+    if (env && strcmp(env, core) != 0)
+        return NULL;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return "SKYLAKEX";
+#endif
+    return NULL;
+}
 
 void dt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
               const float *b, float beta, float *c)

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dtrain_cli.h"
 
@@ -126,8 +127,21 @@ static int cmd_generate(int argc, char **argv)
     return dtrain_generate(argv[2], prompt, tokens, temperature, (uint64_t)seed);
 }
 
+/* OpenBLAS picks its kernels when it loads: if it would pick slower ones than
+ * this CPU allows, run again with OPENBLAS_CORETYPE set (once: the variable is
+ * then set, so the hint is NULL). */
+static void use_fastest_blas(char **argv)
+{
+    const char *core = dt_blas_coretype_hint();
+    if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+    unsetenv("OPENBLAS_CORETYPE"); /* exec failed: carry on with what we have */
+}
+
 int main(int argc, char **argv)
 {
+    use_fastest_blas(argv);
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))
         return help(argc < 2 ? stderr : stdout, argc < 2 ? 2 : 0);
     if (!strcmp(argv[1], "--version")) {

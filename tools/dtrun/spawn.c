@@ -15,7 +15,7 @@ extern char **environ;
 
 static const char *const managed[] = {"DT_RANK=", "DT_WORLD_SIZE=", "DT_LOCAL_RANK=", "DT_LOCAL_WORLD_SIZE=",
                                       "DT_MASTER_ADDR=", "DT_MASTER_PORT=", "DT_JOB_TOKEN=", "DT_STORE=",
-                                      "DT_NODE_RANK=", NULL};
+                                      "DT_NODE_RANK=", "OPENBLAS_CORETYPE=", NULL};
 
 static bool is_managed(const char *entry)
 {
@@ -34,9 +34,10 @@ static char **child_env(const dtrun_opts *o, const dtrun_layout *l, int local)
     char **env = calloc(n + 16, sizeof *env);
     if (!env)
         return NULL;
+    const char *core = dt_blas_coretype_hint();
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (!is_managed(environ[i]))
+        if (!is_managed(environ[i]) || (!strncmp(environ[i], "OPENBLAS_CORETYPE=", 18) && !core))
             env[k++] = environ[i];
     char buf[512];
 #define ADD(...)                                  \
@@ -53,6 +54,8 @@ static char **child_env(const dtrun_opts *o, const dtrun_layout *l, int local)
     ADD("DT_JOB_TOKEN=%s", o->token);
     ADD("DT_STORE=external");
     ADD("DT_NODE_RANK=%d", o->node_rank);
+    if (core) /* NULL when the user chose: theirs passes through */
+        ADD("OPENBLAS_CORETYPE=%s", core);
 #undef ADD
     return env;
 }
