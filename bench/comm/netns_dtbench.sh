@@ -53,17 +53,4 @@ section="## dtbench, $N hosts at $RATE"
 cat "$WORK/section.md"
 
 # Replace this section in bench/RESULTS.md (keep the others).
-out=bench/RESULTS.md
-[ -f $out ] || printf '# Benchmark results\n\nEach section names the command that produced it.\n\n' >$out
-python3 - "$out" "$WORK/section.md" "$section" <<'PY'
-import sys
-path, new, title = sys.argv[1], open(sys.argv[2]).read(), sys.argv[3]
-text = open(path).read()
-start = text.find(title + "\n")
-if start < 0:
-    text = text.rstrip("\n") + "\n\n" + new
-else:
-    nxt = text.find("\n## ", start + len(title))
-    text = text[:start] + new + (text[nxt + 1:] if nxt >= 0 else "")
-open(path, "w").write(text)
-PY
+python3 bench/update_results.py bench/RESULTS.md "$WORK/section.md" "$section"

@@ -20,6 +20,10 @@ dt_status data_open(const dtrain_config *c, data_source *d);
 /* Fill x (inputs) and y (targets) for `n` samples of the training or evaluation split. */
 void data_batch(const data_source *d, int eval, const int64_t *idx, int64_t n, float *x, int32_t *y);
 void data_close(data_source *d);
+/* Loss and accuracy (per sample, or per token for text) over c->eval_batches
+ * batches of the evaluation split; *rows (optional) gets how many were scored. */
+void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, dt_arena *arena, double *loss,
+                     double *accuracy, int64_t *rows);
 
 typedef struct {
     float *x;

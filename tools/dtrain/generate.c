@@ -36,40 +36,15 @@ int dtrain_eval(const char *checkpoint)
     c.eval_batches = 1LL << 40; /* the whole evaluation split */
     dt_arena *arena;
     dt_arena_create(&arena);
-    int64_t B = c.batch_size, per = d.gpt ? c.context : 1;
-    float *x = malloc((size_t)(B * d.features) * sizeof *x);
-    int32_t *y = malloc((size_t)(B * per) * sizeof *y);
-    int64_t *idx = malloc((size_t)B * sizeof *idx);
-    double total = 0, correct = 0;
-    int64_t rows = 0;
-    for (int64_t start = 0; start < d.eval_samples; start += B) {
-        int64_t n = d.eval_samples - start < B ? d.eval_samples - start : B;
-        for (int64_t i = 0; i < n; i++)
-            idx[i] = start + i;
-        data_batch(&d, 1, idx, n, x, y);
-        dt_arena_reset(arena);
-        dt_ctx ctx = {.arena = arena};
-        dt_tensor in = dt_tensor_view(x, 2, (int64_t[]){n, d.features}), out;
-        float l;
-        if (dt_model_forward(m, &ctx, &in, &out) != DT_OK || dt_softmax_cross_entropy(&out, y, &l, NULL) != DT_OK) {
-            fprintf(stderr, "dtrain: evaluation failed: %s\n", dt_last_error());
-            return 1;
-        }
-        total += (double)l * (double)(n * per);
-        rows += n * per;
-        int64_t C = out.shape[out.ndim - 1];
-        for (int64_t r = 0; r < n * per; r++) {
-            int64_t best = 0;
-            for (int64_t k = 1; k < C; k++)
-                best = out.data[r * C + k] > out.data[r * C + best] ? k : best;
-            correct += best == y[r];
-        }
+    double loss, accuracy;
+    int64_t rows;
+    dtrain_evaluate(&c, m, &d, arena, &loss, &accuracy, &rows);
+    if (rows == 0) {
+        fprintf(stderr, "dtrain: evaluation failed: %s\n", dt_last_error());
+        return 1;
     }
-    printf("eval: %lld %s, loss %.4f, accuracy %.2f%%\n", (long long)rows, d.gpt ? "tokens" : "images",
-           total / (double)rows, 100.0 * correct / (double)rows);
-    free(x);
-    free(y);
-    free(idx);
+    printf("eval: %lld %s, loss %.4f, accuracy %.2f%%\n", (long long)rows, d.gpt ? "tokens" : "images", loss,
+           100.0 * accuracy);
     dt_arena_destroy(arena);
     data_close(&d);
     dt_model_destroy(m);

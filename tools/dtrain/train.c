@@ -40,9 +40,8 @@ static dt_status make_optimizer(const dtrain_config *c, int64_t n, dt_optimizer 
     return s;
 }
 
-/* Loss (and accuracy for classifiers) over eval_batches batches of the evaluation split. */
-static void evaluate(const dtrain_config *c, dt_model *m, const data_source *d, dt_arena *arena, double *loss,
-                     double *accuracy)
+void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, dt_arena *arena, double *loss,
+                     double *accuracy, int64_t *rows_out)
 {
     int64_t B = c->batch_size, F = d->features, per = d->gpt ? c->context : 1;
     float *x = malloc((size_t)(B * F) * sizeof *x);
@@ -73,6 +72,8 @@ static void evaluate(const dtrain_config *c, dt_model *m, const data_source *d, 
     }
     *loss = rows ? total / (double)rows : NAN;
     *accuracy = rows ? correct / (double)rows : NAN;
+    if (rows_out)
+        *rows_out = rows;
     free(x);
     free(y);
     free(idx);
@@ -194,7 +195,7 @@ int dtrain_train(const dtrain_config *c, const char *resume)
         int last = pr.step == c->steps;
         if ((c->eval_interval && pr.step % c->eval_interval == 0) || last) {
             double el, acc;
-            evaluate(c, m, &d, arena, &el, &acc);
+            dtrain_evaluate(c, m, &d, arena, &el, &acc, NULL);
             printf("eval at step %lld | loss %.4f | accuracy %.2f%%\n", (long long)pr.step, el, 100 * acc);
             if (metrics)
                 fprintf(metrics, "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_accuracy\": %.6f}\n", (long long)pr.step,
