@@ -25,8 +25,9 @@ static bool is_managed(const char *entry)
     return false;
 }
 
-/* environ minus the DT_* variables dtrun sets, plus this rank's values. */
-static char **child_env(const dtrun_opts *o, const dtrun_layout *l, int local)
+/* environ minus the DT_* variables dtrun sets, plus this rank's values;
+ * entries from *added on are dtrun's own strings (the caller frees them). */
+static char **child_env(const dtrun_opts *o, const dtrun_layout *l, int local, size_t *added)
 {
     size_t n = 0;
     while (environ[n])
@@ -39,6 +40,7 @@ static char **child_env(const dtrun_opts *o, const dtrun_layout *l, int local)
     for (size_t i = 0; i < n; i++)
         if (!is_managed(environ[i]) || (!strncmp(environ[i], "OPENBLAS_CORETYPE=", 18) && !core))
             env[k++] = environ[i];
+    *added = k;
     char buf[512];
 #define ADD(...)                                  \
     do {                                          \
@@ -70,7 +72,8 @@ dt_status dtrun_spawn(const dtrun_opts *o, const dtrun_layout *l, dtrun_child *k
         k->rank = l->first_rank + i;
         k->out_fd = k->err_fd = -1;
         int out[2], err[2];
-        char **env = child_env(o, l, i);
+        size_t added = 0;
+        char **env = child_env(o, l, i, &added);
         if (!env || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
             fprintf(stderr, "dtrun: cannot set up rank %d: %s\n", k->rank, strerror(errno));
             return DT_ERR_SYSTEM;
@@ -101,9 +104,8 @@ dt_status dtrun_spawn(const dtrun_opts *o, const dtrun_layout *l, dtrun_child *k
             (void)!write(2, "\n", 1);
             _exit(127);
         }
-        for (int j = 0; env[j]; j++)
-            if (!strncmp(env[j], "DT_", 3) && is_managed(env[j]))
-                free(env[j]);
+        for (size_t j = added; env[j]; j++) /* the strings dtrun made; environ's are not ours */
+            free(env[j]);
         free(env);
         close(out[1]);
         close(err[1]);
