@@ -188,6 +188,34 @@ static void test_layers(void)
     dt_params_destroy(p);
 }
 
+/* Parameters of m whose gradient (already in the registry) disagrees with
+ * central differences of the cross-entropy loss on (x, t): more than
+ * rtol * max(floor, |numeric|) apart.  The first few are printed. */
+static int model_fd_mismatches(const char *what, dt_model *m, dt_ctx *ctx, dt_arena *arena, const dt_tensor *x,
+                               const int32_t *t, float eps, double rtol, double floor)
+{
+    dt_params *p = dt_model_params(m);
+    float *vals = dt_params_values(p), *grads = dt_params_grads(p);
+    int bad = 0;
+    dt_tensor y;
+    for (int64_t i = 0; i < dt_params_numel(p); i++) {
+        float keep = vals[i], lp, lm;
+        vals[i] = keep + eps;
+        dt_arena_reset(arena);
+        dt_model_forward(m, ctx, x, &y);
+        dt_softmax_cross_entropy(&y, t, &lp, NULL);
+        vals[i] = keep - eps;
+        dt_arena_reset(arena);
+        dt_model_forward(m, ctx, x, &y);
+        dt_softmax_cross_entropy(&y, t, &lm, NULL);
+        vals[i] = keep;
+        double num = (lp - lm) / (2.0 * eps);
+        if (fabs(num - grads[i]) > rtol * fmax(floor, fabs(num)) && bad++ < 5)
+            fprintf(stderr, "%s: parameter element %lld analytic %.6g numeric %.6g\n", what, (long long)i, grads[i], num);
+    }
+    return bad;
+}
+
 /* Max pooling on well-separated values (a perturbation never changes the argmax). */
 static void test_maxpool(void)
 {
@@ -261,24 +289,7 @@ static void test_cnn(void)
     float loss;
     dt_softmax_cross_entropy(&y, t, &loss, &g);
     EXPECT_STATUS(dt_model_backward(m, &ctx, &g), DT_OK);
-    float *vals = dt_params_values(p), *grads = dt_params_grads(p);
-    int bad = 0;
-    for (int64_t i = 0; i < dt_params_numel(p); i++) {
-        float keep = vals[i], lp, lm;
-        vals[i] = keep + 1e-3f;
-        dt_arena_reset(arena);
-        dt_model_forward(m, &ctx, &x, &y);
-        dt_softmax_cross_entropy(&y, t, &lp, NULL);
-        vals[i] = keep - 1e-3f;
-        dt_arena_reset(arena);
-        dt_model_forward(m, &ctx, &x, &y);
-        dt_softmax_cross_entropy(&y, t, &lm, NULL);
-        vals[i] = keep;
-        double num = (lp - lm) / 2e-3;
-        if (fabs(num - grads[i]) > 3e-2 * fmax(0.02, fabs(num)) && bad++ < 5)
-            fprintf(stderr, "cnn: param %lld analytic %.6g numeric %.6g\n", (long long)i, grads[i], num);
-    }
-    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(model_fd_mismatches("cnn", m, &ctx, arena, &x, t, 1e-3f, 3e-2, 0.02), 0);
     EXPECT_STATUS(dt_cnn_create(2, 2, 3, 4, &m), DT_ERR_INVALID);
     dt_arena_destroy(arena);
     dt_model_destroy(m);
@@ -355,24 +366,7 @@ static void test_mlp(void)
     for (int i = 0; i < 6 && i < ready_count; i++)
         EXPECT_EQ(ready_order[i], want[i]);
     dt_params_on_grad_ready(p, NULL, NULL);
-    float *vals = dt_params_values(p), *grads = dt_params_grads(p);
-    int bad = 0;
-    for (int64_t i = 0; i < dt_params_numel(p); i++) {
-        float keep = vals[i], lp, lm;
-        vals[i] = keep + 1e-2f;
-        dt_arena_reset(arena);
-        dt_model_forward(m, &ctx, &x, &y);
-        dt_softmax_cross_entropy(&y, t, &lp, NULL);
-        vals[i] = keep - 1e-2f;
-        dt_arena_reset(arena);
-        dt_model_forward(m, &ctx, &x, &y);
-        dt_softmax_cross_entropy(&y, t, &lm, NULL);
-        vals[i] = keep;
-        double num = (lp - lm) / 2e-2;
-        if (fabs(num - grads[i]) > 2e-2 * fmax(0.05, fabs(num)))
-            bad++;
-    }
-    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(model_fd_mismatches("mlp", m, &ctx, arena, &x, t, 1e-2f, 2e-2, 0.05), 0);
     /* a wrong input width is an error naming the layer */
     dt_tensor wrong = dt_tensor_view(xs, 2, (int64_t[]){3, 4});
     dt_arena_reset(arena);
@@ -422,24 +416,7 @@ static void test_gpt(void)
     EXPECT_EQ(ready_count, dt_params_count(p)); /* every parameter exactly once, wte included */
     EXPECT_EQ(ready_order[ready_count < 16 ? 0 : 0], dt_params_find(p, "transformer.ln_f.weight"));
     dt_params_on_grad_ready(p, NULL, NULL);
-    float *vals = dt_params_values(p), *grads = dt_params_grads(p);
-    int bad = 0;
-    for (int64_t i = 0; i < dt_params_numel(p); i++) {
-        float keep = vals[i], lp, lm;
-        vals[i] = keep + 1e-2f;
-        dt_arena_reset(arena);
-        dt_model_forward(m, &ctx, &x, &y);
-        dt_softmax_cross_entropy(&y, t, &lp, NULL);
-        vals[i] = keep - 1e-2f;
-        dt_arena_reset(arena);
-        dt_model_forward(m, &ctx, &x, &y);
-        dt_softmax_cross_entropy(&y, t, &lm, NULL);
-        vals[i] = keep;
-        double num = (lp - lm) / 2e-2;
-        if (fabs(num - grads[i]) > 3e-2 * fmax(0.05, fabs(num)) && bad++ < 5)
-            fprintf(stderr, "gpt: %s[%lld] analytic %.6g numeric %.6g\n", "param", (long long)i, grads[i], num);
-    }
-    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(model_fd_mismatches("gpt", m, &ctx, arena, &x, t, 1e-2f, 3e-2, 0.05), 0);
     float too_long[7] = {0};
     dt_tensor lx = dt_tensor_view(too_long, 2, (int64_t[]){1, 7});
     dt_arena_reset(arena);

@@ -106,18 +106,10 @@ static dt_status read_manifest(const char *step_dir, cJSON **out)
 {
     char path[2300];
     snprintf(path, sizeof path, "%s/manifest.json", step_dir);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return fail("%s has no manifest.json (incomplete checkpoint?): %s", step_dir, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (text)
-        text[got] = '\0';
-    cJSON *j = text ? cJSON_Parse(text) : NULL;
+    char *text = dtrain_read_file(path);
+    if (!text)
+        return fail("%s has no readable manifest.json (incomplete checkpoint?): %s", step_dir, strerror(errno));
+    cJSON *j = cJSON_Parse(text);
     free(text);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
     if (!j || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, FORMAT) != 0) {

@@ -152,25 +152,33 @@ dt_status dtrain_config_from_json(const cJSON *json, const char *origin, dtrain_
     return DT_OK;
 }
 
-static dt_status load_file(const char *path, dtrain_config *c)
+char *dtrain_read_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
-    if (!f) {
+    if (!f)
+        return NULL;
+    char *text = NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1))) {
+        if (fread(text, 1, (size_t)n, f) == (size_t)n) {
+            text[n] = '\0';
+        } else {
+            free(text);
+            text = NULL;
+            errno = EIO;
+        }
+    }
+    fclose(f);
+    return text;
+}
+
+static dt_status load_file(const char *path, dtrain_config *c)
+{
+    char *text = dtrain_read_file(path);
+    if (!text) {
         fprintf(stderr, "dtrain: cannot read config %s: %s\n", path, strerror(errno));
         return DT_ERR_INVALID;
     }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (!text || got != (size_t)n) {
-        free(text);
-        fprintf(stderr, "dtrain: cannot read config %s\n", path);
-        return DT_ERR_INVALID;
-    }
-    text[n] = '\0';
     cJSON *json = cJSON_Parse(text);
     if (!json) {
         const char *at = cJSON_GetErrorPtr();

@@ -26,6 +26,9 @@ typedef struct {
     char checkpoint_dir[1024], metrics_file[1024];
 } dtrain_config;
 
+/* A whole file as a NUL-terminated string (caller frees); NULL with errno set. */
+char *dtrain_read_file(const char *path);
+
 /* Defaults, then the JSON file (may be NULL), then each "key=value". */
 dt_status dtrain_config_load(const char *file, char **sets, int nsets, dtrain_config *c);
 /* The effective configuration as JSON (caller deletes). */
