@@ -756,6 +756,59 @@ static void test_fashion_mnist(void)
     dt_idx_free(&test);
 }
 
+/* The vector conversions (F16C, threaded) agree bit for bit with the base
+ * layer's scalar reference on every kind of value, tails included. */
+static void test_half_storage(void)
+{
+    const int64_t n = 200003; /* several threads' chunks and a ragged tail */
+    float *src = malloc((size_t)n * sizeof *src), *back = malloc((size_t)n * sizeof *back);
+    uint16_t *h = malloc((size_t)n * sizeof *h);
+    dt_rng rng;
+    dt_rng_seed(&rng, 7);
+    const float special[] = {0.0f, -0.0f, 1.0f, 65504.0f, 65520.0f, 1e30f, -1e-30f, 5.9604645e-08f, 2.9802322e-08f,
+                             6.1e-5f, INFINITY, -INFINITY, 3.0e38f};
+    for (int64_t i = 0; i < n; i++) {
+        float scale = ldexpf(1.0f, (int)(dt_rng_next(&rng) % 60) - 30);
+        src[i] = i < 13 ? special[i] : (dt_rng_uniform(&rng) - 0.5f) * scale;
+    }
+    src[n - 1] = NAN;
+    dt_dtype kinds[2] = {DT_F16, DT_BF16};
+    for (int k = 0; k < 2; k++) {
+        EXPECT_EQ(dt_vec_to_half(h, src, n, kinds[k]), DT_OK);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n - 1; i++)
+            bad += h[i] != (kinds[k] == DT_F16 ? dt_f32_to_f16(src[i]) : dt_f32_to_bf16(src[i]));
+        EXPECT_EQ(bad, 0);
+        EXPECT_EQ(dt_vec_from_half(back, h, n, kinds[k]), DT_OK);
+        bad = 0;
+        for (int64_t i = 0; i < n - 1; i++) {
+            float want = kinds[k] == DT_F16 ? dt_f16_to_f32(h[i]) : dt_bf16_to_f32(h[i]);
+            bad += memcmp(&back[i], &want, sizeof want) != 0;
+        }
+        EXPECT_EQ(bad, 0);
+        EXPECT(isnan(back[n - 1]));
+        for (int64_t i = 0; i < n; i++)
+            back[i] = 1.0f;
+        EXPECT_EQ(dt_vec_add_half(back, h, n, kinds[k]), DT_OK);
+        float want = 1.0f + (kinds[k] == DT_F16 ? dt_f16_to_f32(h[20]) : dt_bf16_to_f32(h[20]));
+        EXPECT_EQ(memcmp(&back[20], &want, sizeof want), 0);
+    }
+    dt_tensor t = dt_tensor_view(src, 2, (int64_t[]){3, 4});
+    dt_tensor_half th = {.data = h};
+    EXPECT_EQ(dt_tensor_to_half(&t, DT_BF16, &th), DT_OK);
+    EXPECT_EQ(th.ndim, 2);
+    EXPECT_EQ(th.shape[1], 4);
+    dt_tensor tb = {.data = back};
+    EXPECT_EQ(dt_tensor_from_half(&th, &tb), DT_OK);
+    EXPECT_EQ(tb.shape[0], 3);
+    EXPECT_EQ(back[2], 1.0f);
+    EXPECT_EQ(dt_vec_to_half(h, src, 4, DT_F32), DT_ERR_INVALID);
+    EXPECT(strstr(dt_last_error(), "f16 or bf16") != NULL);
+    free(src);
+    free(back);
+    free(h);
+}
+
 int main(void)
 {
     test_layers();
@@ -767,6 +820,7 @@ int main(void)
     test_optim();
     test_gelu_golden();
     test_arena_and_threads();
+    test_half_storage();
     test_idx();
     test_sampler();
     test_fashion_mnist();

@@ -68,6 +68,27 @@ void dt_vec_scale(float *x, float alpha, int64_t n);
 /* Sum of squares in double (for norms). */
 double dt_vec_sumsq(const float *x, int64_t n);
 
+/* ---- half-precision storage (f16 or bf16) ----
+ * Compact copies of f32 data for the wire (gradient compression) and for
+ * storage; arithmetic stays in f32.  Conversions round to nearest even, keep
+ * infinities and NaNs, and turn f32 values beyond the f16 range into
+ * infinities.  `half` must be DT_F16 or DT_BF16 (else DT_ERR_INVALID). */
+typedef struct {
+    uint16_t *data;
+    dt_dtype dtype; /* DT_F16 or DT_BF16 */
+    int ndim;
+    int64_t shape[DT_MAX_DIMS];
+} dt_tensor_half;
+
+dt_status dt_vec_to_half(uint16_t *dst, const float *src, int64_t n, dt_dtype half);
+dt_status dt_vec_from_half(float *dst, const uint16_t *src, int64_t n, dt_dtype half);
+/* dst += src, the sum in f32. */
+dt_status dt_vec_add_half(float *dst, const uint16_t *src, int64_t n, dt_dtype half);
+/* Convert a whole tensor; the destination's data must hold numel elements,
+ * and it takes the source's shape. */
+dt_status dt_tensor_to_half(const dt_tensor *src, dt_dtype half, dt_tensor_half *dst);
+dt_status dt_tensor_from_half(const dt_tensor_half *src, dt_tensor *dst);
+
 #ifdef __cplusplus
 }
 #endif

@@ -55,6 +55,7 @@ static const spec specs[] = {
     {"eval_batches", K_INT, F(eval_batches), 1, 1LL << 40, NULL, "20", "batches per evaluation"},
     {"checkpoint_dir", K_STR, F(checkpoint_dir), 0, 0, NULL, "\"\"", "where checkpoints go (empty: none)"},
     {"checkpoint_interval", K_INT, F(checkpoint_interval), 0, 1LL << 40, NULL, "0", "steps between checkpoints (0: at the end)"},
+    {"checkpoint_initial", K_BOOL, F(checkpoint_initial), 0, 1, NULL, "false", "also checkpoint the initial weights (step 0)"},
     {"metrics_file", K_STR, F(metrics_file), 0, 0, NULL, "\"\"", "JSON-lines metrics file (empty: none)"},
 };
 #define NSPECS (sizeof specs / sizeof specs[0])
@@ -233,6 +234,8 @@ dt_status dtrain_config_load(const char *file, char **sets, int nsets, dtrain_co
         return bad("configuration", "heads", "must divide dim");
     if (!strcmp(c->model, "mlp") && (c->mlp_sizes[0] != 784 || c->mlp_sizes[c->mlp_nsizes - 1] != 10))
         return bad("configuration", "mlp_sizes", "must start with 784 and end with 10 for Fashion-MNIST");
+    if (c->checkpoint_initial && !c->checkpoint_dir[0])
+        return bad("configuration", "checkpoint_initial", "needs checkpoint_dir");
     return DT_OK;
 }
 

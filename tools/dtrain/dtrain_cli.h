@@ -20,7 +20,7 @@ typedef struct {
     int64_t batch_size, steps, seed, threads;
     char optimizer[8]; /* sgd | adamw */
     double lr, min_lr, momentum, weight_decay, beta1, beta2, eps, grad_clip;
-    bool nesterov;
+    bool nesterov, checkpoint_initial;
     char schedule[16]; /* constant | cosine */
     int64_t warmup_steps, log_interval, eval_interval, eval_batches, checkpoint_interval;
     char checkpoint_dir[1024], metrics_file[1024];

@@ -134,6 +134,12 @@ int dtrain_train(const dtrain_config *c, const char *resume)
     prefetcher pf;
     if (prefetch_start(&pf, &d, &sampler, c->batch_size) != DT_OK)
         return 1;
+    if (c->checkpoint_initial && !resume && c->checkpoint_dir[0]) {
+        char where[2048];
+        if (dtrain_checkpoint_save(c->checkpoint_dir, c, p, o, &pr, where, sizeof where) != DT_OK)
+            return 1;
+        printf("checkpoint %s (initial weights)\n", where);
+    }
     const char *unit = d.gpt ? "tokens" : "samples";
     printf("training %s (%lld parameters) on %s: %lld steps, batch %lld, %d threads\n", c->model,
            (long long)dt_params_numel(p), d.gpt ? "text" : "fashion-mnist", (long long)c->steps,
