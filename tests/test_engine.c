@@ -809,6 +809,77 @@ static void test_half_storage(void)
     free(h);
 }
 
+/* Loss and gradients of one step, for the thread-count comparison below. */
+static float gpt_step_grads(dt_model *m, dt_arena *arena, const float *ids, const int32_t *t, int64_t B, int64_t T,
+                            float *grads)
+{
+    dt_params *p = dt_model_params(m);
+    dt_arena_reset(arena);
+    dt_params_zero_grads(p);
+    dt_ctx ctx = {.arena = arena, .training = true};
+    dt_tensor x = dt_tensor_view((float *)ids, 2, (int64_t[]){B, T}), y;
+    float loss = NAN;
+    if (dt_model_forward(m, &ctx, &x, &y) != DT_OK)
+        return NAN;
+    dt_tensor g = y;
+    g.data = dt_arena_alloc(arena, dt_tensor_numel(&y));
+    dt_softmax_cross_entropy(&y, t, &loss, &g);
+    if (dt_model_backward(m, &ctx, &g) != DT_OK)
+        return NAN;
+    memcpy(grads, dt_params_grads(p), (size_t)dt_params_numel(p) * sizeof(float));
+    return loss;
+}
+
+/* Large products are split across the compute threads and attention heads
+ * run in parallel.  With a given thread count a step is bitwise repeatable;
+ * across thread counts the split changes which OpenBLAS kernel handles each
+ * part (it has separate kernels for small products), so results agree to
+ * rounding only. */
+static void test_thread_count_invariance(void)
+{
+    dt_model *m;
+    dt_gpt_config cfg = {.vocab = 64, .context = 64, .layers = 2, .heads = 4, .dim = 128};
+    EXPECT_STATUS(dt_gpt_create(&cfg, &m), DT_OK);
+    dt_model_init(m, 3);
+    int64_t B = 6, T = 64, n = dt_params_numel(dt_model_params(m));
+    float *ids = malloc((size_t)(B * T) * sizeof *ids), *ref = malloc((size_t)n * 4), *got = malloc((size_t)n * 4),
+          *again = malloc((size_t)n * 4);
+    int32_t *t = malloc((size_t)(B * T) * sizeof *t);
+    dt_rng rng;
+    dt_rng_seed(&rng, 5);
+    for (int64_t i = 0; i < B * T; i++) {
+        ids[i] = (float)(dt_rng_next(&rng) % 64);
+        t[i] = (int32_t)(dt_rng_next(&rng) % 64);
+    }
+    dt_arena *arena;
+    dt_arena_create(&arena);
+    dt_set_threads(1);
+    float ref_loss = gpt_step_grads(m, arena, ids, t, B, T, ref);
+    EXPECT(isfinite(ref_loss));
+    for (int threads = 2; threads <= 3; threads++) {
+        dt_set_threads(threads);
+        float loss = gpt_step_grads(m, arena, ids, t, B, T, got);
+        float loss2 = gpt_step_grads(m, arena, ids, t, B, T, again);
+        EXPECT_EQ(memcmp(&loss, &loss2, sizeof loss), 0);
+        EXPECT_EQ(memcmp(got, again, (size_t)n * 4), 0);
+        EXPECT_NEAR(loss, ref_loss, 1e-6);
+        double diff = 0, norm = 0;
+        for (int64_t i = 0; i < n; i++) {
+            diff += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+            norm += (double)ref[i] * ref[i];
+        }
+        EXPECT(sqrt(diff / norm) < 1e-5);
+    }
+    dt_set_threads(0);
+    dt_arena_destroy(arena);
+    dt_model_destroy(m);
+    free(ids);
+    free(t);
+    free(ref);
+    free(got);
+    free(again);
+}
+
 int main(void)
 {
     test_layers();
@@ -821,6 +892,7 @@ int main(void)
     test_gelu_golden();
     test_arena_and_threads();
     test_half_storage();
+    test_thread_count_invariance();
     test_idx();
     test_sampler();
     test_fashion_mnist();

@@ -4,8 +4,9 @@
  * parameter buffer, an activation arena, the caller).  Matrix products go to
  * OpenBLAS; element-wise kernels run on dtrain's compute threads.  The thread
  * count comes from dt_set_threads (the trainer's --threads), else DT_THREADS,
- * else the cores available to the process; OpenBLAS is pinned to the same
- * count so the two pools never oversubscribe the cores. */
+ * else the cores available to the process.  Large matrix products are split
+ * across those threads, each part one single-threaded OpenBLAS call, so
+ * OpenBLAS's own pool never competes with dtrain's for the cores. */
 #ifndef DTRAIN_TENSOR_H
 #define DTRAIN_TENSOR_H
 
@@ -60,6 +61,10 @@ const char *dt_blas_coretype_hint(void);
  * A is m x k (k x m when transposed), B is k x n (n x k when transposed). */
 void dt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
               const float *b, float beta, float *c);
+/* The same with explicit leading dimensions (row strides of A, B and C as
+ * stored), for operating on column slices of wider matrices. */
+void dt_sgemm_ld(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                 const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 void dt_vec_zero(float *x, int64_t n);
 void dt_vec_copy(float *dst, const float *src, int64_t n);
 /* y += alpha * x */

@@ -5,9 +5,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "tensor/threads.h"
 
 typedef struct {
     dt_layer base;
@@ -20,12 +22,64 @@ typedef struct {
 
 static size_t head_off(const attention *A, int64_t b, int64_t h) { return (size_t)((b * A->heads + h) * A->T * A->hd); }
 
+/* The (batch, head) pairs are independent: the compute threads take ranges
+ * of them, each head's small products running single-threaded. */
+typedef struct {
+    attention *A;
+    const float *qkv; /* forward: [B, T, 3D] */
+    float *merged;    /* forward: [B, T, D] */
+    const float *dmerged;
+    float *dqkv, *dP; /* backward: [B, T, 3D], [B, H, T, T] */
+} heads_args;
+
+static void softmax_causal(float *P, int64_t T)
+{
+    for (int64_t i = 0; i < T; i++) {
+        float *row = P + i * T, mx = row[0];
+        for (int64_t j = 1; j <= i; j++)
+            mx = row[j] > mx ? row[j] : mx;
+        double sum = 0;
+        for (int64_t j = 0; j <= i; j++) {
+            row[j] = expf(row[j] - mx);
+            sum += row[j];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int64_t j = 0; j <= i; j++)
+            row[j] *= inv;
+        for (int64_t j = i + 1; j < T; j++)
+            row[j] = 0.0f; /* causal mask */
+    }
+}
+
+static void forward_heads(int64_t begin, int64_t end, void *arg)
+{
+    heads_args *a = arg;
+    attention *A = a->A;
+    int64_t T = A->T, D = A->dim, H = A->heads, hd = A->hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t bh = begin; bh < end; bh++) {
+        int64_t b = bh / H, h = bh % H;
+        size_t off = head_off(A, b, h);
+        for (int64_t t = 0; t < T; t++) { /* this head's q, k, v out of [B, T, 3D] */
+            const float *row = a->qkv + (b * T + t) * 3 * D + h * hd;
+            memcpy(A->q + off + t * hd, row, (size_t)hd * sizeof(float));
+            memcpy(A->k + off + t * hd, row + D, (size_t)hd * sizeof(float));
+            memcpy(A->v + off + t * hd, row + 2 * D, (size_t)hd * sizeof(float));
+        }
+        float *P = A->p + (size_t)(bh * T * T);
+        dt_sgemm(0, 1, T, T, hd, scale, A->q + off, A->k + off, 0.0f, P);
+        softmax_causal(P, T);
+        /* O = P V, written straight into its columns of merged */
+        dt_sgemm_ld(0, 0, T, hd, T, 1.0f, P, T, A->v + off, hd, 0.0f, a->merged + b * T * D + h * hd, D);
+    }
+}
+
 static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
     attention *A = (attention *)l;
     if (x->ndim != 3 || x->shape[2] != A->dim)
         return dt__fail(DT_ERR_INVALID, "%s: expects [batch, time, %lld]", l->name, (long long)A->dim);
-    int64_t B = x->shape[0], T = x->shape[1], D = A->dim, H = A->heads, hd = A->hd;
+    int64_t B = x->shape[0], T = x->shape[1], D = A->dim, H = A->heads;
     A->B = B;
     A->T = T;
     A->x = *x;
@@ -38,88 +92,50 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     float *merged = dt_arena_alloc(ctx->arena, B * T * D);
     if (!A->q || !A->k || !A->v || !A->p || !merged)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    /* split heads: [B, T, 3D] -> three [B, H, T, hd] */
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t h = 0; h < H; h++) {
-                const float *row = qkv.data + (b * T + t) * 3 * D + h * hd;
-                size_t o = head_off(A, b, h) + (size_t)(t * hd);
-                for (int64_t i = 0; i < hd; i++) {
-                    A->q[o + i] = row[i];
-                    A->k[o + i] = row[D + i];
-                    A->v[o + i] = row[2 * D + i];
-                }
-            }
-    float scale = 1.0f / sqrtf((float)hd);
-    float *o_head = dt_arena_alloc(ctx->arena, T * hd);
-    if (!o_head)
-        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++) {
-            size_t off = head_off(A, b, h);
-            float *P = A->p + (size_t)((b * H + h) * T * T);
-            dt_sgemm(0, 1, T, T, hd, scale, A->q + off, A->k + off, 0.0f, P);
-            for (int64_t i = 0; i < T; i++) {
-                float *row = P + i * T, mx = row[0];
-                for (int64_t j = 1; j <= i; j++)
-                    mx = row[j] > mx ? row[j] : mx;
-                double sum = 0;
-                for (int64_t j = 0; j <= i; j++) {
-                    row[j] = expf(row[j] - mx);
-                    sum += row[j];
-                }
-                float inv = (float)(1.0 / sum);
-                for (int64_t j = 0; j <= i; j++)
-                    row[j] *= inv;
-                for (int64_t j = i + 1; j < T; j++)
-                    row[j] = 0.0f; /* causal mask */
-            }
-            dt_sgemm(0, 0, T, hd, T, 1.0f, P, A->v + off, 0.0f, o_head);
-            for (int64_t t = 0; t < T; t++)
-                dt_vec_copy(merged + (b * T + t) * D + h * hd, o_head + t * hd, hd);
-        }
+    dt__parallel_for(B * H, 1, forward_heads, &(heads_args){.A = A, .qkv = qkv.data, .merged = merged});
     dt_tensor m = dt_tensor_view(merged, 3, (int64_t[]){B, T, D});
     return A->c_proj->ops->forward(A->c_proj, ctx, &m, y);
+}
+
+static void backward_heads(int64_t begin, int64_t end, void *arg)
+{
+    heads_args *a = arg;
+    attention *A = a->A;
+    int64_t T = A->T, D = A->dim, H = A->heads, hd = A->hd;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int64_t bh = begin; bh < end; bh++) {
+        int64_t b = bh / H, h = bh % H;
+        size_t off = head_off(A, b, h);
+        const float *P = A->p + (size_t)(bh * T * T);
+        float *dP = a->dP + (size_t)(bh * T * T);
+        const float *dO = a->dmerged + b * T * D + h * hd; /* this head's columns, row stride D */
+        float *dq = a->dqkv + b * T * 3 * D + h * hd, *dk = dq + D, *dv = dq + 2 * D; /* row stride 3D */
+        dt_sgemm_ld(0, 1, T, T, hd, 1.0f, dO, D, A->v + off, hd, 0.0f, dP, T); /* dP = dO V^T */
+        dt_sgemm_ld(1, 0, T, hd, T, 1.0f, P, T, dO, D, 0.0f, dv, 3 * D);       /* dV = P^T dO */
+        for (int64_t i = 0; i < T; i++) { /* dS = P * (dP - sum_j dP P), scaled */
+            float *g = dP + i * T;
+            const float *pr = P + i * T;
+            double dot = 0;
+            for (int64_t j = 0; j <= i; j++)
+                dot += (double)g[j] * pr[j];
+            for (int64_t j = 0; j < T; j++)
+                g[j] = j <= i ? pr[j] * (g[j] - (float)dot) * scale : 0.0f;
+        }
+        dt_sgemm_ld(0, 0, T, hd, T, 1.0f, dP, T, A->k + off, hd, 0.0f, dq, 3 * D); /* dQ = dS K */
+        dt_sgemm_ld(1, 0, T, hd, T, 1.0f, dP, T, A->q + off, hd, 0.0f, dk, 3 * D); /* dK = dS^T Q */
+    }
 }
 
 static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
 {
     attention *A = (attention *)l;
-    int64_t B = A->B, T = A->T, D = A->dim, H = A->heads, hd = A->hd;
+    int64_t B = A->B, T = A->T, D = A->dim, H = A->heads;
     dt_tensor dmerged;
     DT_CHECK(A->c_proj->ops->backward(A->c_proj, ctx, dy, &dmerged, true));
-    float *dqkv = dt_arena_alloc(ctx->arena, B * T * 3 * D), *dO = dt_arena_alloc(ctx->arena, T * hd),
-          *dP = dt_arena_alloc(ctx->arena, T * T), *dq = dt_arena_alloc(ctx->arena, T * hd),
-          *dk = dt_arena_alloc(ctx->arena, T * hd), *dv = dt_arena_alloc(ctx->arena, T * hd);
-    if (!dqkv || !dO || !dP || !dq || !dk || !dv)
+    float *dqkv = dt_arena_alloc(ctx->arena, B * T * 3 * D), *dP = dt_arena_alloc(ctx->arena, B * H * T * T);
+    if (!dqkv || !dP)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++) {
-            size_t off = head_off(A, b, h);
-            const float *P = A->p + (size_t)((b * H + h) * T * T);
-            for (int64_t t = 0; t < T; t++)
-                dt_vec_copy(dO + t * hd, dmerged.data + (b * T + t) * D + h * hd, hd);
-            dt_sgemm(0, 1, T, T, hd, 1.0f, dO, A->v + off, 0.0f, dP); /* dP = dO V^T */
-            dt_sgemm(1, 0, T, hd, T, 1.0f, P, dO, 0.0f, dv);         /* dV = P^T dO */
-            for (int64_t i = 0; i < T; i++) { /* dS = P * (dP - sum_j dP P), scaled */
-                float *g = dP + i * T;
-                const float *pr = P + i * T;
-                double dot = 0;
-                for (int64_t j = 0; j <= i; j++)
-                    dot += (double)g[j] * pr[j];
-                for (int64_t j = 0; j < T; j++)
-                    g[j] = j <= i ? pr[j] * (g[j] - (float)dot) * scale : 0.0f;
-            }
-            dt_sgemm(0, 0, T, hd, T, 1.0f, dP, A->k + off, 0.0f, dq); /* dQ = dS K */
-            dt_sgemm(1, 0, T, hd, T, 1.0f, dP, A->q + off, 0.0f, dk); /* dK = dS^T Q */
-            for (int64_t t = 0; t < T; t++) {
-                float *row = dqkv + (b * T + t) * 3 * D + h * hd;
-                dt_vec_copy(row, dq + t * hd, hd);
-                dt_vec_copy(row + D, dk + t * hd, hd);
-                dt_vec_copy(row + 2 * D, dv + t * hd, hd);
-            }
-        }
+    dt__parallel_for(B * H, 1, backward_heads, &(heads_args){.A = A, .dmerged = dmerged.data, .dqkv = dqkv, .dP = dP});
     dt_tensor g = dt_tensor_view(dqkv, 3, (int64_t[]){B, T, 3 * D});
     return A->c_attn->ops->backward(A->c_attn, ctx, &g, dx, need_dx);
 }

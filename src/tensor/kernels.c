@@ -1,5 +1,6 @@
 /* GEMM through OpenBLAS and the element-wise vector kernels. */
 #include <cblas.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,14 +30,65 @@ const char *dt_blas_coretype_hint(void)
     return NULL;
 }
 
-void dt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-              const float *b, float beta, float *c)
+typedef struct {
+    int trans_a, trans_b;
+    int64_t m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+    bool split_rows; /* parts are row blocks of C (else column blocks) */
+} gemm_args;
+
+static void gemm_call(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                      int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)m,
+                (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+
+/* Blocks are counted in units of 16 rows/columns so that every part keeps
+ * whole micro-kernel tiles. */
+#define GEMM_UNIT 16
+
+static void gemm_range(int64_t begin, int64_t end, void *p)
+{
+    gemm_args *g = p;
+    if (g->split_rows) {
+        int64_t i0 = begin * GEMM_UNIT, i1 = end * GEMM_UNIT < g->m ? end * GEMM_UNIT : g->m;
+        const float *a = g->trans_a ? g->a + i0 : g->a + i0 * g->lda;
+        gemm_call(g->trans_a, g->trans_b, i1 - i0, g->n, g->k, g->alpha, a, g->lda, g->b, g->ldb, g->beta,
+                  g->c + i0 * g->ldc, g->ldc);
+    } else {
+        int64_t j0 = begin * GEMM_UNIT, j1 = end * GEMM_UNIT < g->n ? end * GEMM_UNIT : g->n;
+        const float *b = g->trans_b ? g->b + j0 * g->ldb : g->b + j0;
+        gemm_call(g->trans_a, g->trans_b, g->m, j1 - j0, g->k, g->alpha, g->a, g->lda, b, g->ldb, g->beta,
+                  g->c + j0, g->ldc);
+    }
+}
+
+void dt_sgemm_ld(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                 const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
     if (m == 0 || n == 0)
         return;
-    dt_get_threads(); /* make sure OpenBLAS was pinned before its first use */
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)m,
-                (int)n, (int)k, alpha, a, trans_a ? (int)m : (int)k, b, trans_b ? (int)k : (int)n, beta, c, (int)n);
+    int threads = dt_get_threads(); /* also pins OpenBLAS to one thread before its first use */
+    /* Below about 2^20 multiply-adds a part costs less than waking a thread.
+     * The split depends only on the shape and the thread count, so results
+     * repeat bitwise for a given thread count; across thread counts they
+     * agree to rounding (OpenBLAS has separate kernels for small products). */
+    if (threads <= 1 || dt__in_parallel() || (double)m * (double)n * (double)k < (double)(1 << 20)) {
+        gemm_call(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    gemm_args g = {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, a, b, c, m >= n};
+    int64_t units = ((g.split_rows ? m : n) + GEMM_UNIT - 1) / GEMM_UNIT;
+    dt__parallel_for(units, 1, gemm_range, &g);
+}
+
+void dt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+              const float *b, float beta, float *c)
+{
+    dt_sgemm_ld(trans_a, trans_b, m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
 }
 
 typedef struct {

@@ -33,6 +33,13 @@ static struct {
     bool configured;
 } pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .work = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER};
 
+/* Set on pool workers and on the caller while it runs its own chunk: a
+ * parallel_for from inside a chunk runs inline instead of waiting for a pool
+ * that is busy with the outer one. */
+static _Thread_local bool inside_pool;
+
+bool dt__in_parallel(void) { return inside_pool; }
+
 static void run_chunk(int index)
 {
     int64_t begin = (int64_t)index * pool.chunk, end = begin + pool.chunk;
@@ -46,6 +53,7 @@ static void *worker(void *arg)
 {
     int index = (int)(intptr_t)arg;
     uint64_t seen = 0;
+    inside_pool = true;
     pthread_mutex_lock(&pool.mu);
     for (;;) {
         while (pool.generation == seen)
@@ -78,7 +86,11 @@ dt_status dt_set_threads(int n)
     pool.nthreads = n;
     pool.configured = true;
     pthread_mutex_unlock(&pool.mu);
-    openblas_set_num_threads(n);
+    /* dt_sgemm splits large products across dtrain's own threads and calls
+     * OpenBLAS once per part, so OpenBLAS itself stays single-threaded: two
+     * pools would fight for the cores, and OpenBLAS's splits small products
+     * (attention's per-head ones) poorly. */
+    openblas_set_num_threads(1);
     return DT_OK;
 }
 
@@ -104,7 +116,7 @@ void dt__parallel_for(int64_t n, int64_t grain, dt__range_fn fn, void *arg)
     int threads = pool.nthreads;
     if (grain < 1)
         grain = 1;
-    if (threads <= 1 || n <= grain) {
+    if (threads <= 1 || n <= grain || inside_pool) {
         if (n > 0)
             fn(0, n, arg);
         return;
@@ -131,7 +143,9 @@ void dt__parallel_for(int64_t n, int64_t grain, dt__range_fn fn, void *arg)
     pool.generation++;
     pthread_cond_broadcast(&pool.work);
     pthread_mutex_unlock(&pool.mu);
+    inside_pool = true;
     run_chunk(0);
+    inside_pool = false;
     pthread_mutex_lock(&pool.mu);
     while (pool.pending > 0)
         pthread_cond_wait(&pool.done, &pool.mu);

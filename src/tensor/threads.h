@@ -2,6 +2,7 @@
 #ifndef DT_TENSOR_THREADS_H
 #define DT_TENSOR_THREADS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* fn(begin, end, arg) runs on disjoint chunks covering [0, n); chunks are at
@@ -10,5 +11,7 @@
  * that writes only its own chunk are deterministic. */
 typedef void (*dt__range_fn)(int64_t begin, int64_t end, void *arg);
 void dt__parallel_for(int64_t n, int64_t grain, dt__range_fn fn, void *arg);
+/* True on a thread that is running a parallel_for chunk (nested calls run inline). */
+bool dt__in_parallel(void);
 
 #endif
