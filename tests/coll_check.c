@@ -320,6 +320,77 @@ static void check_determinism(dt_comm *c, size_t n)
     free(y);
 }
 
+/* Nonblocking collectives: several in flight at once (allreduce, half-wire
+ * allreduce, broadcast, allgather, reduce_scatter) while the caller keeps
+ * working, each result equal to the blocking call's; then a blocking call and
+ * p2p after them (they wait for the queue). */
+static void check_nonblocking(dt_comm *c, size_t n)
+{
+    int rank = dt_comm_rank(c), size = dt_comm_size(c);
+    float *x = malloc(n * 4 + 4), *a = malloc(n * 4 + 4), *a_ref = malloc(n * 4 + 4);
+    float *h = malloc(n * 4 + 4), *h_ref = malloc(n * 4 + 4), *hb = malloc(n * 4 + 4), *hb_ref = malloc(n * 4 + 4);
+    float *bc = malloc(n * 4 + 4), *ag = malloc((size_t)size * n * 4 + 4), *rs = malloc(n * 4 + 4);
+    float *ag_ref = malloc((size_t)size * n * 4 + 4), *rs_in = malloc((size_t)size * n * 4 + 4);
+    float *rs_ref = malloc(n * 4 + 4);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = (float)((int)((i * 7 + (size_t)rank * 13) % 1001) - 500) / 64.0f; /* exact in f16 and bf16 sums */
+        bc[i] = rank == 0 ? x[i] : -1.0f;
+    }
+    for (size_t i = 0; i < (size_t)size * n; i++)
+        rs_in[i] = (float)((i + (size_t)rank) % 17);
+    CALL(dt_allreduce(x, a_ref, n, DT_F32, DT_AVG, c));
+    CALL(dt_allreduce_half(x, h_ref, n, DT_F16, DT_SUM, c));
+    CALL(dt_allreduce_half(x, hb_ref, n, DT_BF16, DT_AVG, c));
+    CALL(dt_allgather(x, ag_ref, n, DT_F32, c));
+    CALL(dt_reduce_scatter(rs_in, rs_ref, n, DT_F32, DT_SUM, c));
+    dt_request *r[5];
+    CALL(dt_iallreduce(x, a, n, DT_F32, DT_AVG, c, &r[0]));
+    CALL(dt_iallreduce_half(x, h, n, DT_F16, DT_SUM, c, &r[1]));
+    CALL(dt_ibroadcast(bc, n, DT_F32, 0, c, &r[2]));
+    CALL(dt_iallgather(x, ag, n, DT_F32, c, &r[3]));
+    CALL(dt_ireduce_scatter(rs_in, rs, n, DT_F32, DT_SUM, c, &r[4]));
+    volatile double busy = 0; /* the caller computes meanwhile */
+    for (int i = 0; i < 100000; i++)
+        busy += i * 0.5;
+    int done = 0;
+    CALL(dt_test(r[0], &done, NULL));
+    if (!done)
+        CALL(dt_wait(r[0], NULL));
+    for (int i = 1; i < 5; i++)
+        CALL(dt_wait(r[i], NULL));
+    dt_request *rb;
+    CALL(dt_iallreduce_half(x, hb, n, DT_BF16, DT_AVG, c, &rb));
+    CALL(dt_barrier(c)); /* waits for rb's collective first */
+    CALL(dt_wait(rb, NULL));
+    compare("iallreduce", a, a_ref, n, DT_F32, c);
+    compare("iallreduce_half f16", h, h_ref, n, DT_F32, c);
+    compare("iallreduce_half bf16", hb, hb_ref, n, DT_F32, c);
+    compare("ibroadcast", bc, x, rank == 0 ? n : 0, DT_F32, c);
+    compare("iallgather", ag, ag_ref, (size_t)size * n, DT_F32, c);
+    compare("ireduce_scatter", rs, rs_ref, n, DT_F32, c);
+    /* the half-wire sum of values whose sums stay exact in f16 (11 bits, so up
+     * to 4 ranks here) equals the f32 sum */
+    for (size_t i = 0; i < n; i++)
+        a_ref[i] *= (float)size;
+    if (size <= 4)
+        compare("allreduce_half f16 vs f32", h_ref, a_ref, n, DT_F32, c);
+    if (rank != 0) { /* broadcast result checked against rank 0's input, rebuilt here */
+        for (size_t i = 0; i < n; i++)
+            x[i] = (float)((int)((i * 7) % 1001) - 500) / 64.0f;
+        compare("ibroadcast", bc, x, n, DT_F32, c);
+    }
+    dt_request *bad;
+    CALL(dt_iallreduce_half(x, h, n, DT_F32, DT_SUM, c, &bad));
+    if (dt_wait(bad, NULL) != DT_ERR_INVALID || !strstr(dt_last_error(), "f16 or bf16")) {
+        fprintf(stderr, "MISMATCH rank %d: a bad wire format was not reported at dt_wait (%s)\n", rank,
+                dt_last_error());
+        failures++;
+    }
+    checks++;
+    free(x), free(a), free(a_ref), free(h), free(h_ref), free(hb), free(hb_ref), free(bc), free(ag), free(rs);
+    free(ag_ref), free(rs_in), free(rs_ref);
+}
+
 static void run_suite(dt_comm *c, const size_t *counts, int ncounts, int quick)
 {
     for (int ci = 0; ci < ncounts; ci++) {
@@ -357,6 +428,8 @@ int main(int argc, char **argv)
     run_suite(world, counts, 5, quick);
     check_determinism(world, 1000);
     check_determinism(world, big_count);
+    check_nonblocking(world, 1000);
+    check_nonblocking(world, big_count);
 
     /* Sub-communicators: odd/even halves in reverse key order, one rank opted out. */
     dt_comm *half = NULL, *quarter = NULL;
@@ -378,6 +451,7 @@ int main(int argc, char **argv)
         }
         size_t sub_counts[] = {7, 4096};
         run_suite(half, sub_counts, 2, 1);
+        check_nonblocking(half, 4096);
         CALL(dt_comm_split(half, dt_comm_rank(half) % 2, 0, &quarter));
         size_t q_counts[] = {1000};
         run_suite(quarter, q_counts, 1, 1);

@@ -15,7 +15,8 @@
  *  - results are bitwise identical on every rank and from run to run (the
  *    reduction order is fixed by the algorithm, never by timing);
  *  - collectives must be called by every rank of the communicator in the same
- *    order; a communicator is used by one thread at a time. */
+ *    order; a communicator is used by one thread at a time (nonblocking
+ *    collectives run on an internal progress thread; see below). */
 #ifndef DTRAIN_COMM_H
 #define DTRAIN_COMM_H
 
@@ -110,6 +111,28 @@ dt_status dt_scatter(const void *send, void *recv, size_t recvcount, dt_dtype dt
 /* Block j of send goes to rank j, arriving as block r of its recv.
  * In place: send == recv. */
 dt_status dt_alltoall(const void *send, void *recv, size_t count, dt_dtype dtype, dt_comm *c);
+
+/* Allreduce of f32 data sent as f16 or bf16 (`wire`): half the bytes on the
+ * wire, every sum in f32 (each input is rounded once, each result once; see
+ * docs/algorithms.md).  op is DT_SUM or DT_AVG.  For gradient compression. */
+dt_status dt_allreduce_half(const float *send, float *recv, size_t count, dt_dtype wire, dt_redop op, dt_comm *c);
+
+/* ---- nonblocking collectives ----
+ * Start the operation and return at once; it runs, in the order started, on
+ * the communicator's progress thread while the caller computes.  Buffers must
+ * stay untouched until dt_wait (or a dt_test that reports done) returns the
+ * operation's status; argument errors are reported there too, and `received`
+ * is not set for collectives.  Every rank must start the same collectives in
+ * the same order.  Any other call on the communicator (or one split from the
+ * same world) first waits for the started ones to finish. */
+dt_status dt_iallreduce(const void *send, void *recv, size_t count, dt_dtype dtype, dt_redop op, dt_comm *c,
+                        dt_request **req);
+dt_status dt_iallreduce_half(const float *send, float *recv, size_t count, dt_dtype wire, dt_redop op, dt_comm *c,
+                             dt_request **req);
+dt_status dt_ibroadcast(void *buf, size_t count, dt_dtype dtype, int root, dt_comm *c, dt_request **req);
+dt_status dt_iallgather(const void *send, void *recv, size_t sendcount, dt_dtype dtype, dt_comm *c, dt_request **req);
+dt_status dt_ireduce_scatter(const void *send, void *recv, size_t recvcount, dt_dtype dtype, dt_redop op, dt_comm *c,
+                             dt_request **req);
 
 #ifdef __cplusplus
 }

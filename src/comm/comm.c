@@ -37,6 +37,7 @@ static void world_release(dt__world *w)
 {
     if (--w->refs > 0)
         return;
+    dt__progress_stop(w);
     if (!w->engine_closed)
         dt__engine_destroy(w->eng);
     dt_store_close(w->store);
@@ -117,6 +118,7 @@ dt_status dt_comm_abort(dt_comm *c, const char *reason)
         return dt__fail(DT_ERR_INVALID, "dt_comm_abort: communicator is NULL");
     if (c->world->engine_closed)
         return dt__fail(DT_ERR_ABORTED, "aborted: %s", reason ? reason : "");
+    dt__progress_drain(c->world);
     return dt__engine_abort(c->world->eng, reason);
 }
 
@@ -136,7 +138,9 @@ dt_status dt_comm_destroy(dt_comm *c)
         return DT_OK;
     dt__world *w = c->world;
     dt_status s = DT_OK;
+    dt__progress_drain(w); /* queued collectives may use this communicator */
     if (c->id == WORLD_COMM_ID && !w->engine_closed) {
+        dt__progress_stop(w);
         s = dt__engine_destroy(w->eng);
         w->engine_closed = true;
     }
@@ -155,6 +159,7 @@ dt_status dt__comm_check(dt_comm *c, const char *op)
         return dt__fail(DT_ERR_INVALID, "%s: communicator is NULL", op);
     if (c->world->engine_closed)
         return dt__fail(DT_ERR_INVALID, "%s: the world communicator was already destroyed", op);
+    dt__progress_drain(c->world); /* earlier nonblocking collectives come first */
     dt_status s = dt__engine_status(c->world->eng);
     if (s != DT_OK)
         return dt__wrap(s, "%s: ", op);

@@ -10,6 +10,8 @@
 
 struct dt_store_server;
 struct dt_store_client;
+typedef struct dt__progress dt__progress;
+typedef struct dt__job dt__job;
 
 /* State shared by the world communicator and everything split from it. */
 typedef struct {
@@ -18,6 +20,7 @@ typedef struct {
     struct dt_store_client *store;
     int refs;
     bool engine_closed;
+    dt__progress *progress; /* the nonblocking collectives' thread, started on first use */
 } dt__world;
 
 typedef enum { DT_ALGO_AUTO = 0, DT_ALGO_RING, DT_ALGO_RD } dt__algo;
@@ -50,8 +53,21 @@ void *dt__comm_scratch(dt_comm *c, int slot, size_t bytes);
 struct dt_request {
     dt_comm *comm;
     size_t elem; /* bytes per element, to report counts */
+    dt__job *job; /* a nonblocking collective; NULL for point to point */
     dt__req req;
 };
+
+/* Nonblocking collectives run, in the order they were started, on one
+ * progress thread per world.  The engine is never used by two threads at
+ * once: any other call on the world's communicators first waits until that
+ * thread has finished everything queued (dt__progress_drain), and only the
+ * user's thread queues work. */
+void dt__progress_drain(dt__world *w);
+/* Stop the thread (after draining); called before the engine goes. */
+void dt__progress_stop(dt__world *w);
+/* Wait for / test a collective request (frees it when done). */
+dt_status dt__job_wait(dt_request *r);
+dt_status dt__job_test(dt_request *r, int *done);
 
 /* Tags of collective messages: bit 30 set, the low bits a sub-tag. */
 #define DT__TAG_COLL 0x40000000

@@ -64,6 +64,9 @@ dt_status dt_wait(dt_request *r, size_t *received)
 {
     if (!r)
         return dt__fail(DT_ERR_INVALID, "dt_wait: request is NULL");
+    if (r->job)
+        return dt__job_wait(r);
+    dt__progress_drain(r->comm->world);
     if (r->req.state == DT_REQ_PENDING) {
         dt_comm *c = r->comm;
         if (c->world->engine_closed) {
@@ -81,6 +84,9 @@ dt_status dt_test(dt_request *r, int *done, size_t *received)
     if (!r || !done)
         return dt__fail(DT_ERR_INVALID, "dt_test: NULL argument");
     *done = 0;
+    if (r->job)
+        return dt__job_test(r, done);
+    dt__progress_drain(r->comm->world);
     if (r->req.state == DT_REQ_PENDING && !r->comm->world->engine_closed)
         dt__engine_progress(r->comm->world->eng, 0);
     if (r->req.state == DT_REQ_PENDING && !r->comm->world->engine_closed)

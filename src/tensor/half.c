@@ -1,13 +1,7 @@
-/* f16 / bf16 storage: conversions between f32 arrays and half-precision ones,
- * rounding to nearest even, with the F16C instructions where the build has
- * them and the base layer's scalar conversions otherwise (and for tails). */
+/* f16 / bf16 storage: the base layer's array conversions, threaded. */
 #include <string.h>
 
-#if defined(__F16C__) && defined(__AVX2__)
-#include <immintrin.h>
-#define HAVE_F16C 1
-#endif
-
+#include "base/half.h"
 #include "base/status.h"
 #include "dtrain/tensor.h"
 #include "tensor/threads.h"
@@ -19,60 +13,25 @@ typedef struct {
     const float *fin;
     uint16_t *h;
     const uint16_t *hin;
-    int bf16;
+    bool bf16;
 } half_args;
 
 static void to_half_range(int64_t b, int64_t e, void *p)
 {
     half_args *a = p;
-    int64_t i = b;
-    if (a->bf16) {
-        for (; i < e; i++)
-            a->h[i] = dt_f32_to_bf16(a->fin[i]);
-        return;
-    }
-#ifdef HAVE_F16C
-    for (; i + 8 <= e; i += 8)
-        _mm_storeu_si128((__m128i *)(a->h + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(a->fin + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-#endif
-    for (; i < e; i++)
-        a->h[i] = dt_f32_to_f16(a->fin[i]);
+    dt__to_half_n(a->h + b, a->fin + b, (size_t)(e - b), a->bf16);
 }
 
 static void from_half_range(int64_t b, int64_t e, void *p)
 {
     half_args *a = p;
-    int64_t i = b;
-    if (a->bf16) {
-        for (; i < e; i++)
-            a->f[i] = dt_bf16_to_f32(a->hin[i]);
-        return;
-    }
-#ifdef HAVE_F16C
-    for (; i + 8 <= e; i += 8)
-        _mm256_storeu_ps(a->f + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a->hin + i))));
-#endif
-    for (; i < e; i++)
-        a->f[i] = dt_f16_to_f32(a->hin[i]);
+    dt__from_half_n(a->f + b, a->hin + b, (size_t)(e - b), a->bf16);
 }
 
 static void add_half_range(int64_t b, int64_t e, void *p)
 {
     half_args *a = p;
-    int64_t i = b;
-    if (a->bf16) {
-        for (; i < e; i++)
-            a->f[i] += dt_bf16_to_f32(a->hin[i]);
-        return;
-    }
-#ifdef HAVE_F16C
-    for (; i + 8 <= e; i += 8)
-        _mm256_storeu_ps(a->f + i, _mm256_add_ps(_mm256_loadu_ps(a->f + i),
-                                                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(a->hin + i)))));
-#endif
-    for (; i < e; i++)
-        a->f[i] += dt_f16_to_f32(a->hin[i]);
+    dt__add_half_n(a->f + b, a->hin + b, (size_t)(e - b), a->bf16);
 }
 
 static dt_status check_half(dt_dtype half)

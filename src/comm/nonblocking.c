@@ -1,0 +1,240 @@
+/* Nonblocking collectives: a FIFO of calls run by one progress thread per
+ * world, so that a caller's computation overlaps the communication.  Each
+ * queued call is the blocking collective itself, run on that thread; every
+ * rank queues the same calls in the same order, so they match up. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "comm/comm_internal.h"
+
+typedef enum { JOB_ALLREDUCE, JOB_ALLREDUCE_HALF, JOB_BROADCAST, JOB_ALLGATHER, JOB_REDUCE_SCATTER } job_kind;
+
+struct dt__job {
+    dt__job *next;
+    job_kind kind;
+    dt_comm *comm;
+    const void *send;
+    void *recv;
+    size_t count;
+    dt_dtype dtype, wire;
+    dt_redop op;
+    int root;
+    /* set by the progress thread under the lock */
+    bool done;
+    dt_status status;
+    char error[512];
+};
+
+struct dt__progress {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    dt__job *head, *tail;
+    int unfinished; /* queued or running */
+    bool stop;
+};
+
+/* True on a progress thread: the collectives it runs must not wait for it. */
+static _Thread_local bool on_progress_thread;
+
+static dt_status run_job(dt__job *j)
+{
+    switch (j->kind) {
+    case JOB_ALLREDUCE: return dt_allreduce(j->send, j->recv, j->count, j->dtype, j->op, j->comm);
+    case JOB_ALLREDUCE_HALF: return dt_allreduce_half(j->send, j->recv, j->count, j->wire, j->op, j->comm);
+    case JOB_BROADCAST: return dt_broadcast(j->recv, j->count, j->dtype, j->root, j->comm);
+    case JOB_ALLGATHER: return dt_allgather(j->send, j->recv, j->count, j->dtype, j->comm);
+    case JOB_REDUCE_SCATTER: return dt_reduce_scatter(j->send, j->recv, j->count, j->dtype, j->op, j->comm);
+    }
+    return dt__fail(DT_ERR_INVALID, "unknown nonblocking collective %d", (int)j->kind);
+}
+
+static void *progress_main(void *arg)
+{
+    dt__progress *p = arg;
+    on_progress_thread = true;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->head && !p->stop)
+            pthread_cond_wait(&p->work, &p->mu);
+        if (!p->head)
+            break;
+        dt__job *j = p->head;
+        pthread_mutex_unlock(&p->mu);
+        dt_status s = run_job(j);
+        char error[sizeof j->error];
+        snprintf(error, sizeof error, "%s", s != DT_OK ? dt_last_error() : "");
+        pthread_mutex_lock(&p->mu);
+        p->head = j->next;
+        if (!p->head)
+            p->tail = NULL;
+        j->status = s;
+        memcpy(j->error, error, sizeof error);
+        j->done = true;
+        p->unfinished--;
+        pthread_cond_broadcast(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static dt_status progress_start(dt__world *w)
+{
+    if (w->progress)
+        return DT_OK;
+    dt__progress *p = calloc(1, sizeof *p);
+    if (!p)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->work, NULL);
+    pthread_cond_init(&p->done, NULL);
+    if (pthread_create(&p->thread, NULL, progress_main, p) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        pthread_cond_destroy(&p->work);
+        pthread_cond_destroy(&p->done);
+        free(p);
+        return dt__fail(DT_ERR_SYSTEM, "cannot start the communication progress thread");
+    }
+    w->progress = p;
+    return DT_OK;
+}
+
+void dt__progress_drain(dt__world *w)
+{
+    dt__progress *p = w->progress;
+    if (!p || on_progress_thread)
+        return;
+    pthread_mutex_lock(&p->mu);
+    while (p->unfinished > 0) /* each queued collective ends by its own deadline */
+        pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void dt__progress_stop(dt__world *w)
+{
+    dt__progress *p = w->progress;
+    if (!p)
+        return;
+    dt__progress_drain(w);
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_cond_broadcast(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->work);
+    pthread_cond_destroy(&p->done);
+    free(p);
+    w->progress = NULL;
+}
+
+static dt_status submit(dt__job *proto, const char *op, dt_request **req)
+{
+    if (!req)
+        return dt__fail(DT_ERR_INVALID, "%s: request pointer is NULL", op);
+    *req = NULL;
+    if (!proto->comm)
+        return dt__fail(DT_ERR_INVALID, "%s: communicator is NULL", op);
+    dt__world *w = proto->comm->world;
+    if (w->engine_closed)
+        return dt__fail(DT_ERR_INVALID, "%s: the world communicator was already destroyed", op);
+    if (on_progress_thread)
+        return dt__fail(DT_ERR_INVALID, "%s: cannot be started from the progress thread", op);
+    dt_request *r = calloc(1, sizeof *r);
+    dt__job *j = malloc(sizeof *j);
+    if (!r || !j) {
+        free(r);
+        free(j);
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    }
+    dt_status s = progress_start(w);
+    if (s != DT_OK) {
+        free(r);
+        free(j);
+        return s;
+    }
+    *j = *proto;
+    j->next = NULL;
+    j->done = false;
+    r->comm = proto->comm;
+    r->elem = dt_dtype_size(proto->dtype);
+    r->job = j;
+    dt__progress *p = w->progress;
+    pthread_mutex_lock(&p->mu);
+    if (p->tail)
+        p->tail->next = j;
+    else
+        p->head = j;
+    p->tail = j;
+    p->unfinished++;
+    pthread_cond_signal(&p->work);
+    pthread_mutex_unlock(&p->mu);
+    *req = r;
+    return DT_OK;
+}
+
+static dt_status finish(dt_request *r)
+{
+    dt__job *j = r->job;
+    dt_status s = j->status == DT_OK ? DT_OK : dt__fail(j->status, "%s", j->error);
+    free(j);
+    free(r);
+    return s;
+}
+
+dt_status dt__job_wait(dt_request *r)
+{
+    dt__progress *p = r->comm->world->progress;
+    pthread_mutex_lock(&p->mu);
+    while (!r->job->done)
+        pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    return finish(r);
+}
+
+dt_status dt__job_test(dt_request *r, int *done)
+{
+    dt__progress *p = r->comm->world->progress;
+    pthread_mutex_lock(&p->mu);
+    *done = r->job->done;
+    pthread_mutex_unlock(&p->mu);
+    return *done ? finish(r) : DT_OK;
+}
+
+dt_status dt_iallreduce(const void *send, void *recv, size_t count, dt_dtype dtype, dt_redop op, dt_comm *c,
+                        dt_request **req)
+{
+    dt__job j = {.kind = JOB_ALLREDUCE, .comm = c, .send = send, .recv = recv, .count = count, .dtype = dtype, .op = op};
+    return submit(&j, "iallreduce", req);
+}
+
+dt_status dt_iallreduce_half(const float *send, float *recv, size_t count, dt_dtype wire, dt_redop op, dt_comm *c,
+                             dt_request **req)
+{
+    dt__job j = {.kind = JOB_ALLREDUCE_HALF, .comm = c, .send = send, .recv = recv, .count = count,
+                 .dtype = DT_F32, .wire = wire, .op = op};
+    return submit(&j, "iallreduce_half", req);
+}
+
+dt_status dt_ibroadcast(void *buf, size_t count, dt_dtype dtype, int root, dt_comm *c, dt_request **req)
+{
+    dt__job j = {.kind = JOB_BROADCAST, .comm = c, .recv = buf, .count = count, .dtype = dtype, .root = root};
+    return submit(&j, "ibroadcast", req);
+}
+
+dt_status dt_iallgather(const void *send, void *recv, size_t sendcount, dt_dtype dtype, dt_comm *c, dt_request **req)
+{
+    dt__job j = {.kind = JOB_ALLGATHER, .comm = c, .send = send, .recv = recv, .count = sendcount, .dtype = dtype};
+    return submit(&j, "iallgather", req);
+}
+
+dt_status dt_ireduce_scatter(const void *send, void *recv, size_t recvcount, dt_dtype dtype, dt_redop op, dt_comm *c,
+                             dt_request **req)
+{
+    dt__job j = {.kind = JOB_REDUCE_SCATTER, .comm = c, .send = send, .recv = recv, .count = recvcount,
+                 .dtype = dtype, .op = op};
+    return submit(&j, "ireduce_scatter", req);
+}
