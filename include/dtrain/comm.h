@@ -133,6 +133,9 @@ dt_status dt_ibroadcast(void *buf, size_t count, dt_dtype dtype, int root, dt_co
 dt_status dt_iallgather(const void *send, void *recv, size_t sendcount, dt_dtype dtype, dt_comm *c, dt_request **req);
 dt_status dt_ireduce_scatter(const void *send, void *recv, size_t recvcount, dt_dtype dtype, dt_redop op, dt_comm *c,
                              dt_request **req);
+/* Seconds the world's progress thread has spent running nonblocking
+ * collectives so far (0 before the first). */
+double dt_comm_async_seconds(dt_comm *c);
 
 #ifdef __cplusplus
 }

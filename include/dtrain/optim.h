@@ -33,6 +33,13 @@ dt_status dt_sgd_create(const dt_sgd_config *cfg, int64_t numel, dt_optimizer **
 dt_status dt_adamw_create(const dt_adamw_config *cfg, int64_t numel, dt_optimizer **out);
 /* One update with learning rate lr.  n must equal the optimizer's numel. */
 dt_status dt_optimizer_step(dt_optimizer *o, float *param, const float *grad, int64_t n, float lr);
+/* The same update in parts, for updating each gradient bucket as soon as its
+ * allreduce completes: update_range applies step t (t = steps taken so far)
+ * to elements [offset, offset+n) (param and grad point at element 0 of the
+ * shard), and end_step counts the step once every part is done. */
+dt_status dt_optimizer_update_range(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n,
+                                    float lr);
+void dt_optimizer_end_step(dt_optimizer *o);
 /* Steps taken so far (AdamW's bias correction uses it). */
 int64_t dt_optimizer_steps(const dt_optimizer *o);
 /* The state as one flat array (SGD: momentum; AdamW: m then v) for checkpoints;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/status.h"
 #include "comm/comm_internal.h"
 
@@ -35,6 +36,7 @@ struct dt__progress {
     dt__job *head, *tail;
     int unfinished; /* queued or running */
     bool stop;
+    double busy_s; /* time spent running collectives */
 };
 
 /* True on a progress thread: the collectives it runs must not wait for it. */
@@ -64,7 +66,9 @@ static void *progress_main(void *arg)
             break;
         dt__job *j = p->head;
         pthread_mutex_unlock(&p->mu);
+        int64_t t0 = dt__now_ns();
         dt_status s = run_job(j);
+        double took = (double)(dt__now_ns() - t0) / 1e9;
         char error[sizeof j->error];
         snprintf(error, sizeof error, "%s", s != DT_OK ? dt_last_error() : "");
         pthread_mutex_lock(&p->mu);
@@ -74,6 +78,7 @@ static void *progress_main(void *arg)
         j->status = s;
         memcpy(j->error, error, sizeof error);
         j->done = true;
+        p->busy_s += took;
         p->unfinished--;
         pthread_cond_broadcast(&p->done);
     }
@@ -237,4 +242,15 @@ dt_status dt_ireduce_scatter(const void *send, void *recv, size_t recvcount, dt_
     dt__job j = {.kind = JOB_REDUCE_SCATTER, .comm = c, .send = send, .recv = recv, .count = recvcount,
                  .dtype = dtype, .op = op};
     return submit(&j, "ireduce_scatter", req);
+}
+
+double dt_comm_async_seconds(dt_comm *c)
+{
+    dt__progress *p = c && !c->world->engine_closed ? c->world->progress : NULL;
+    if (!p)
+        return 0;
+    pthread_mutex_lock(&p->mu);
+    double s = p->busy_s;
+    pthread_mutex_unlock(&p->mu);
+    return s;
 }

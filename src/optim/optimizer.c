@@ -52,10 +52,11 @@ dt_status dt_adamw_create(const dt_adamw_config *cfg, int64_t numel, dt_optimize
     return DT_OK;
 }
 
-static void sgd_step(dt_optimizer *o, float *p, const float *g, int64_t n, float lr)
+/* p and g start at element `at` of the shard; the state is indexed from there too. */
+static void sgd_step(dt_optimizer *o, float *p, const float *g, int64_t at, int64_t n, float lr)
 {
     const dt_sgd_config *c = &o->sgd;
-    float *buf = o->state;
+    float *buf = o->state + at;
     for (int64_t i = 0; i < n; i++) {
         float d = g[i];
         if (c->weight_decay != 0)
@@ -68,10 +69,10 @@ static void sgd_step(dt_optimizer *o, float *p, const float *g, int64_t n, float
     }
 }
 
-static void adamw_step(dt_optimizer *o, float *p, const float *g, int64_t n, float lr)
+static void adamw_step(dt_optimizer *o, float *p, const float *g, int64_t at, int64_t n, float lr)
 {
     const dt_adamw_config *c = &o->adam;
-    float *m = o->state, *v = o->state + o->numel;
+    float *m = o->state + at, *v = o->state + o->numel + at;
     double t = (double)(o->steps + 1);
     float bc1 = (float)(1.0 - pow(c->beta1, t)), bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, t));
     float step_size = lr / bc1;
@@ -84,18 +85,36 @@ static void adamw_step(dt_optimizer *o, float *p, const float *g, int64_t n, flo
     }
 }
 
+static dt_status check_lr(float lr)
+{
+    if (!isfinite(lr) || lr < 0)
+        return dt__fail(DT_ERR_INVALID, "optimizer step with learning rate %g", lr);
+    return DT_OK;
+}
+
+dt_status dt_optimizer_update_range(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n,
+                                    float lr)
+{
+    if (offset < 0 || n < 0 || offset + n > o->numel)
+        return dt__fail(DT_ERR_INVALID, "optimizer update of [%lld, %lld) outside its %lld parameters",
+                        (long long)offset, (long long)(offset + n), (long long)o->numel);
+    DT_CHECK(check_lr(lr));
+    if (o->kind == SGD)
+        sgd_step(o, param + offset, grad + offset, offset, n, lr);
+    else
+        adamw_step(o, param + offset, grad + offset, offset, n, lr);
+    return DT_OK;
+}
+
+void dt_optimizer_end_step(dt_optimizer *o) { o->steps++; }
+
 dt_status dt_optimizer_step(dt_optimizer *o, float *param, const float *grad, int64_t n, float lr)
 {
     if (n != o->numel)
         return dt__fail(DT_ERR_INVALID, "optimizer step over %lld parameters, but its state is for %lld", (long long)n,
                         (long long)o->numel);
-    if (!isfinite(lr) || lr < 0)
-        return dt__fail(DT_ERR_INVALID, "optimizer step with learning rate %g", lr);
-    if (o->kind == SGD)
-        sgd_step(o, param, grad, n, lr);
-    else
-        adamw_step(o, param, grad, n, lr);
-    o->steps++;
+    DT_CHECK(dt_optimizer_update_range(o, param, grad, 0, n, lr));
+    dt_optimizer_end_step(o);
     return DT_OK;
 }
 

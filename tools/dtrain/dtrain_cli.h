@@ -17,7 +17,9 @@ typedef struct {
     double dropout;
     char data[16]; /* fashion-mnist | text */
     char data_path[1024];
-    int64_t batch_size, steps, seed, threads;
+    int64_t batch_size, steps, seed, threads, grad_accumulation;
+    char grad_compression[8]; /* none | f16 | bf16 */
+    double bucket_mb;
     char optimizer[8]; /* sgd | adamw */
     double lr, min_lr, momentum, weight_decay, beta1, beta2, eps, grad_clip;
     bool nesterov, checkpoint_initial;

@@ -88,15 +88,74 @@ static void format_eta(double seconds, char *buf, size_t len)
         snprintf(buf, len, "%ldm%02lds", s / 60, s % 60);
 }
 
+static dt_status make_ddp(const dtrain_config *c, dt_comm *world, dt_params *p, dt_ddp **ddp)
+{
+    dt_ddp_config dc = {(size_t)(c->bucket_mb * 1048576.0), DT_F32};
+    if (!strcmp(c->grad_compression, "f16"))
+        dc.wire = DT_F16;
+    else if (!strcmp(c->grad_compression, "bf16"))
+        dc.wire = DT_BF16;
+    if (c->bucket_mb > 0 && dc.bucket_bytes < sizeof(float))
+        dc.bucket_bytes = sizeof(float);
+    dt_status s = dt_ddp_create(world, p, &dc, ddp);
+    if (s != DT_OK)
+        fprintf(stderr, "dtrain: rank %d: %s\n", dt_comm_rank(world), dt_last_error());
+    else
+        dt_ddp_set_accumulation(*ddp, (int)c->grad_accumulation);
+    return s;
+}
+
+/* Dropout masks come from (seed, step, micro-batch, rank), so a resumed run,
+ * on any number of ranks, draws the same masks as the uninterrupted one. */
+static void seed_step_rng(dt_rng *rng, const dtrain_config *c, int64_t step, int64_t micro, int rank)
+{
+    uint64_t x = (uint64_t)c->seed ^ 0xd1ce5eedull;
+    x = x * 0x9e3779b97f4a7c15ull + (uint64_t)step;
+    x = x * 0x9e3779b97f4a7c15ull + (uint64_t)micro;
+    dt_rng_seed(rng, x * 0x9e3779b97f4a7c15ull + (uint64_t)rank);
+}
+
+/* One micro-batch: forward, loss, backward (gradients add to what is there). */
+static dt_status micro_step(dt_model *m, dt_arena *arena, dt_rng *rng, const batch *b, int64_t features,
+                            float *loss)
+{
+    dt_arena_reset(arena);
+    dt_ctx ctx = {.arena = arena, .rng = rng, .training = true};
+    dt_tensor in = dt_tensor_view(b->x, 2, (int64_t[]){b->n, features}), out;
+    dt_status s = dt_model_forward(m, &ctx, &in, &out);
+    if (s != DT_OK)
+        return s;
+    dt_tensor g = out;
+    if (!(g.data = dt_arena_alloc(arena, dt_tensor_numel(&out)))) {
+        fprintf(stderr, "dtrain: out of memory for the output gradient\n");
+        return DT_ERR_NOMEM;
+    }
+    if ((s = dt_softmax_cross_entropy(&out, b->y, loss, &g)) != DT_OK)
+        return s;
+    return dt_model_backward(m, &ctx, &g);
+}
+
+typedef struct {
+    double compute, comm, exposed;
+    int64_t items;
+} window_totals;
+
 int dtrain_train(const dtrain_config *c, const char *resume)
 {
     if (dt_set_threads((int)c->threads) != DT_OK) {
         fprintf(stderr, "dtrain: threads: %s\n", dt_last_error());
         return 2;
     }
+    dt_comm *world;
+    if (dt_comm_init_env(&world) != DT_OK) {
+        fprintf(stderr, "dtrain: cannot join the job: %s\n", dt_last_error());
+        return 1;
+    }
+    int rank = dt_comm_rank(world), nranks = dt_comm_size(world), lead = rank == 0;
     data_source d;
     dt_model *m = NULL;
     dt_optimizer *o = NULL;
+    dt_ddp *ddp = NULL;
     if (data_open(c, &d) != DT_OK)
         return 1;
     if (dtrain_build_model(c, &m) != DT_OK)
@@ -106,24 +165,26 @@ int dtrain_train(const dtrain_config *c, const char *resume)
     if (make_optimizer(c, dt_params_numel(p), &o) != DT_OK)
         return 1;
     dt_sampler sampler;
-    if (dt_sampler_init(&sampler, d.train_samples, (uint64_t)c->seed, 0, 1, true, true) != DT_OK) {
+    if (dt_dist_sampler_init(&sampler, d.train_samples, (uint64_t)c->seed, world) != DT_OK) {
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
         return 1;
     }
     dtrain_progress pr = {0};
-    dt_rng_seed(&pr.rng, (uint64_t)c->seed ^ 0xd1ce5eedull);
-    if (resume) {
+    if (resume) { /* every rank reads the checkpoint: it must be on a path they all see */
         char step_dir[2048];
         dtrain_config saved;
         if (dtrain_checkpoint_open(resume, step_dir, sizeof step_dir, &saved, &pr) != DT_OK ||
             dtrain_checkpoint_load(step_dir, p, o) != DT_OK)
             return 1;
         dt_optimizer_set_steps(o, pr.optimizer_steps);
-        dt_sampler_seek(&sampler, pr.epoch, pr.position, 0, 1);
-        printf("resumed from %s at step %lld\n", step_dir, (long long)pr.step);
+        dt_sampler_seek(&sampler, pr.epoch, pr.position, rank, nranks);
+        if (lead)
+            printf("resumed from %s at step %lld\n", step_dir, (long long)pr.step);
     }
+    if (make_ddp(c, world, p, &ddp) != DT_OK)
+        return 1;
     FILE *metrics = NULL;
-    if (c->metrics_file[0] && !(metrics = fopen(c->metrics_file, resume ? "a" : "w"))) {
+    if (lead && c->metrics_file[0] && !(metrics = fopen(c->metrics_file, resume ? "a" : "w"))) {
         fprintf(stderr, "dtrain: cannot write metrics file %s\n", c->metrics_file);
         return 1;
     }
@@ -131,57 +192,67 @@ int dtrain_train(const dtrain_config *c, const char *resume)
                             (float)c->min_lr, c->warmup_steps, c->steps};
     dt_arena *arena;
     dt_arena_create(&arena);
-    prefetcher pf;
-    if (prefetch_start(&pf, &d, &sampler, c->batch_size) != DT_OK)
-        return 1;
-    if (c->checkpoint_initial && !resume && c->checkpoint_dir[0]) {
+    if (lead && c->checkpoint_initial && !resume && c->checkpoint_dir[0]) {
         char where[2048];
         if (dtrain_checkpoint_save(c->checkpoint_dir, c, p, o, &pr, where, sizeof where) != DT_OK)
             return 1;
         printf("checkpoint %s (initial weights)\n", where);
     }
+    prefetcher pf;
+    if (prefetch_start(&pf, &d, &sampler, c->batch_size) != DT_OK)
+        return 1;
     const char *unit = d.gpt ? "tokens" : "samples";
-    printf("training %s (%lld parameters) on %s: %lld steps, batch %lld, %d threads\n", c->model,
-           (long long)dt_params_numel(p), d.gpt ? "text" : "fashion-mnist", (long long)c->steps,
-           (long long)c->batch_size, dt_get_threads());
-    fflush(stdout);
+    int64_t k = c->grad_accumulation, per_item = d.gpt ? c->context : 1;
+    if (lead) {
+        printf("training %s (%lld parameters) on %s: %lld steps, batch %lld x %d rank%s x %lld micro-batch%s = %lld, "
+               "%d threads per rank%s%s\n", c->model, (long long)dt_params_numel(p), d.gpt ? "text" : "fashion-mnist",
+               (long long)c->steps, (long long)c->batch_size, nranks, nranks > 1 ? "s" : "", (long long)k,
+               k > 1 ? "es" : "", (long long)(c->batch_size * nranks * k), dt_get_threads(),
+               strcmp(c->grad_compression, "none") ? ", gradients as " : "",
+               strcmp(c->grad_compression, "none") ? c->grad_compression : "");
+        fflush(stdout);
+    }
     int code = 0;
-    double window_start = now_s(), run_start = window_start, compute = 0;
-    int64_t window_items = 0, first_step = pr.step;
+    double window_start = now_s(), run_start = window_start;
+    window_totals win = {0};
+    int64_t first_step = pr.step;
     for (int64_t step = pr.step; step < c->steps; step++) {
-        const batch *b = prefetch_next(&pf);
         double t0 = now_s();
-        dt_arena_reset(arena);
         dt_params_zero_grads(p);
-        dt_ctx ctx = {.arena = arena, .rng = &pr.rng, .training = true};
-        dt_tensor in = dt_tensor_view(b->x, 2, (int64_t[]){b->n, d.features}), out;
-        float loss = 0;
-        dt_status s = dt_model_forward(m, &ctx, &in, &out);
-        dt_tensor g = out;
-        if (s == DT_OK && !(g.data = dt_arena_alloc(arena, dt_tensor_numel(&out))))
-            s = DT_ERR_NOMEM;
+        float loss = 0, norm = 0, lr = dt_lr_at(&sched, step);
+        dt_status s = DT_OK;
+        const batch *b = NULL;
+        for (int64_t micro = 0; s == DT_OK && micro < k; micro++) {
+            b = prefetch_next(&pf);
+            seed_step_rng(&pr.rng, c, step, micro, rank);
+            dt_ddp_set_sync(ddp, micro == k - 1); /* communicate on the last micro-batch only */
+            float l = 0;
+            s = micro_step(m, arena, &pr.rng, b, d.features, &l);
+            loss += l / (float)k;
+            win.items += b->n * per_item * nranks;
+        }
         if (s == DT_OK)
-            s = dt_softmax_cross_entropy(&out, b->y, &loss, &g);
-        if (s == DT_OK)
-            s = dt_model_backward(m, &ctx, &g);
-        float norm = dt_clip_grad_norm(dt_params_grads(p), dt_params_numel(p), (float)c->grad_clip);
-        float lr = dt_lr_at(&sched, step);
-        if (s == DT_OK)
-            s = dt_optimizer_step(o, dt_params_values(p), dt_params_grads(p), dt_params_numel(p), lr);
+            s = dt_ddp_step(ddp, o, lr, (float)c->grad_clip, &norm);
+        int log_now = (step + 1) % c->log_interval == 0 || step + 1 == c->steps;
+        if (s == DT_OK && log_now && nranks > 1) /* the loss over every rank's batch */
+            s = dt_allreduce(&loss, &loss, 1, DT_F32, DT_AVG, world);
         if (s != DT_OK || !isfinite(loss)) {
-            fprintf(stderr, "dtrain: step %lld failed: %s\n", (long long)step + 1,
+            fprintf(stderr, "dtrain: rank %d: step %lld failed: %s\n", rank, (long long)step + 1,
                     s != DT_OK ? dt_last_error() : "the loss is not finite (lower lr, or set grad_clip)");
             code = 1;
             break;
         }
-        compute += now_s() - t0;
-        window_items += b->n * (d.gpt ? c->context : 1);
+        double comm, exposed;
+        dt_ddp_last_timing(ddp, &comm, &exposed);
+        win.compute += now_s() - t0 - exposed;
+        win.comm += comm;
+        win.exposed += exposed;
         pr.step = step + 1;
         pr.epoch = b->epoch;
         pr.position = b->position;
         pr.optimizer_steps = dt_optimizer_steps(o);
-        if (pr.step % c->log_interval == 0 || pr.step == c->steps) {
-            double t = now_s(), rate = window_items / (t - window_start);
+        if (log_now && lead) {
+            double t = now_s(), rate = (double)win.items / (t - window_start);
             char eta[32];
             format_eta((double)(c->steps - pr.step) * (t - run_start) / (double)(pr.step - first_step), eta, sizeof eta);
             printf("step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f %s/s | ETA %s\n", (long long)pr.step,
@@ -190,16 +261,18 @@ int dtrain_train(const dtrain_config *c, const char *resume)
             if (metrics) {
                 fprintf(metrics,
                         "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"%s_per_s\": %.1f, "
-                        "\"compute_s\": %.4f, \"elapsed_s\": %.3f}\n",
-                        (long long)pr.step, loss, lr, norm, unit, rate, compute, t - run_start);
+                        "\"compute_s\": %.4f, \"comm_s\": %.4f, \"exposed_comm_s\": %.4f, \"elapsed_s\": %.3f}\n",
+                        (long long)pr.step, loss, lr, norm, unit, rate, win.compute, win.comm, win.exposed,
+                        t - run_start);
                 fflush(metrics);
             }
-            window_start = t;
-            window_items = 0;
-            compute = 0;
+        }
+        if (log_now) {
+            window_start = now_s();
+            win = (window_totals){0};
         }
         int last = pr.step == c->steps;
-        if ((c->eval_interval && pr.step % c->eval_interval == 0) || last) {
+        if (lead && ((c->eval_interval && pr.step % c->eval_interval == 0) || last)) {
             double el, acc;
             dtrain_evaluate(c, m, &d, arena, &el, &acc, NULL);
             printf("eval at step %lld | loss %.4f | accuracy %.2f%%\n", (long long)pr.step, el, 100 * acc);
@@ -207,7 +280,7 @@ int dtrain_train(const dtrain_config *c, const char *resume)
                 fprintf(metrics, "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_accuracy\": %.6f}\n", (long long)pr.step,
                         el, acc);
         }
-        if (c->checkpoint_dir[0] && ((c->checkpoint_interval && pr.step % c->checkpoint_interval == 0) || last)) {
+        if (lead && c->checkpoint_dir[0] && ((c->checkpoint_interval && pr.step % c->checkpoint_interval == 0) || last)) {
             char where[2048];
             if (dtrain_checkpoint_save(c->checkpoint_dir, c, p, o, &pr, where, sizeof where) == DT_OK)
                 printf("checkpoint %s\n", where);
@@ -218,6 +291,14 @@ int dtrain_train(const dtrain_config *c, const char *resume)
     prefetch_stop(&pf);
     if (metrics)
         fclose(metrics);
+    if (code != 0)
+        dt_comm_abort(world, "dtrain: a training step failed");
+    dt_ddp_destroy(ddp);
+    dt_status ds = dt_comm_destroy(world);
+    if (code == 0 && ds != DT_OK) {
+        fprintf(stderr, "dtrain: rank %d: leaving the job: %s\n", rank, dt_last_error());
+        code = 1;
+    }
     dt_arena_destroy(arena);
     dt_sampler_free(&sampler);
     dt_optimizer_destroy(o);

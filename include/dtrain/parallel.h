@@ -1,0 +1,81 @@
+/* dtrain data parallelism, Horovod style, for people who write their own
+ * training loop.  Every rank holds the whole model; gradients are averaged
+ * across ranks with bucketed allreduces that start during backward.
+ *
+ *   dt_comm *world;       dt_comm_init_env(&world);           // rank/size: dt_comm_rank/size
+ *   dt_ddp *ddp;          dt_ddp_create(world, params, NULL, &ddp);   // rank 0's weights everywhere
+ *   dt_sampler s;         dt_dist_sampler_init(&s, n, seed, world);   // this rank's shard
+ *   each step:  zero grads, forward, loss, backward (buckets go out as
+ *               gradients become ready), then
+ *               dt_ddp_step(ddp, optimizer, lr, clip, &norm);   // waits, averages, updates
+ *
+ * See examples/ddp_fashion_mnist.c and docs/ddp.md. */
+#ifndef DTRAIN_PARALLEL_H
+#define DTRAIN_PARALLEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "dtrain/comm.h"
+#include "dtrain/data.h"
+#include "dtrain/nn.h"
+#include "dtrain/optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct dt_ddp dt_ddp;
+
+typedef struct {
+    /* Gradient bytes per bucket (f32); 0 takes DT_BUCKET_MB (default 25 MiB). */
+    size_t bucket_bytes;
+    /* DT_F32: no compression.  DT_F16 or DT_BF16: gradients travel in that
+     * format, sums are taken in f32 (dt_allreduce_half). */
+    dt_dtype wire;
+} dt_ddp_config;
+
+/* Collective over c.  Checks that every rank registered the same parameters
+ * (names and shapes, in order: a mismatch names the first differing parameter
+ * and the ranks), broadcasts rank 0's values, checks every rank then holds
+ * the same bits (a checksum), builds the buckets and hooks the parameters'
+ * gradient-ready callback.  cfg may be NULL (defaults).  The communicator and
+ * parameters must outlive the returned object. */
+dt_status dt_ddp_create(dt_comm *c, dt_params *p, const dt_ddp_config *cfg, dt_ddp **out);
+
+/* Gradient accumulation: with `micro_batches` k > 1 the caller runs k
+ * forward/backward passes per step without zeroing gradients in between and
+ * calls dt_ddp_set_sync(d, false) before all but the last; communication
+ * happens only on the last, and the summed gradients are divided by k so the
+ * result is the mean over all k micro-batches of all ranks. */
+void dt_ddp_set_accumulation(dt_ddp *d, int micro_batches);
+void dt_ddp_set_sync(dt_ddp *d, bool sync);
+
+/* After backward: start the buckets still waiting (parameters that received
+ * no gradient this step contribute zeros) and wait for all of them.  The
+ * gradients are then the average across ranks.  dt_ddp_step calls it. */
+dt_status dt_ddp_finish(dt_ddp *d);
+
+/* Synchronise and update (Horovod's DistributedOptimizer step): without
+ * clipping (max_norm <= 0) each bucket is applied as soon as its allreduce
+ * completes, so the update overlaps the buckets still on the wire; with
+ * clipping every bucket is awaited, the global norm clipped, then the update
+ * applied.  *norm (optional) gets the gradient norm before clipping. */
+dt_status dt_ddp_step(dt_ddp *d, dt_optimizer *o, float lr, float max_norm, float *norm);
+
+/* Timing of the last synchronised step, in seconds: `comm` is the time the
+ * progress thread spent in this step's allreduces, `exposed` the time the
+ * caller spent waiting for them (communication not hidden behind backward). */
+void dt_ddp_last_timing(const dt_ddp *d, double *comm, double *exposed);
+int dt_ddp_buckets(const dt_ddp *d);
+/* Unhooks the gradient-ready callback.  Waits for anything still in flight. */
+void dt_ddp_destroy(dt_ddp *d);
+
+/* A sampler over `size` samples for this rank of c (dt_sampler_init with the
+ * rank and world size of c; shuffled, drop_last). */
+dt_status dt_dist_sampler_init(dt_sampler *s, int64_t size, uint64_t seed, const dt_comm *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
