@@ -15,9 +15,10 @@ build: setup
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
-# 4 local ranks allreduce, broadcast and allgather, and print what they got.
+# 2 local ranks train gpt-mini data-parallel on the fortunes text (about two
+# minutes), then print a sample generated from the checkpoint.
 demo: build
-	$(BUILD)/bin/dtrun -n 4 $(BUILD)/bin/collectives_demo
+	scripts/demo.sh $(BUILD)
 
 test: build
 	tests/run_tests.sh $(BUILD)

@@ -54,6 +54,10 @@ run unit/transport 120 "$BIN/test_transport"
 run unit/engine 300 "$BIN/test_engine"
 run engine/pytorch-crosscheck 300 tests/cases/torch_crosscheck.sh
 run engine/dtrain-cli 300 tests/cases/dtrain_cli.sh
+run ddp/equivalence-accumulation-resume 600 tests/cases/ddp_equivalence.sh
+run ddp/rank-dies-mid-training 60 tests/cases/ddp_rank_dies.sh
+run ddp/example-fashion-mnist 180 sh -c "\"$BIN/dtrun\" -n 2 \"$BIN/ddp_fashion_mnist\" 1 | tee /dev/stderr | grep -qE 'epoch 1: .* test accuracy (8[0-9]|9[0-9])\\.'"
+run ddp/demo-script 300 scripts/demo.sh "$BUILD" 12
 
 # ---- every collective on localhost, world sizes 1..8 ----
 for n in 1 2 3 4 7 8; do
