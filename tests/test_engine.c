@@ -835,6 +835,63 @@ static float gpt_step_grads(dt_model *m, dt_arena *arena, const float *ids, cons
  * across thread counts the split changes which OpenBLAS kernel handles each
  * part (it has separate kernels for small products), so results agree to
  * rounding only. */
+/* The row kernels against plain loops, bit for bit, at 1, 2 and 3 threads
+ * (sizes large enough that they do split). */
+static void test_row_kernels(void)
+{
+    enum { R = 700, C = 96, V = 50 };
+    float *x = malloc(sizeof(float) * R * C), *ids = malloc(sizeof(float) * R), *table = malloc(sizeof(float) * V * C);
+    float *out = malloc(sizeof(float) * R * C), *want = malloc(sizeof(float) * V * C);
+    float sum[C], sum_want[C];
+    dt_rng rng;
+    dt_rng_seed(&rng, 11);
+    for (int i = 0; i < R * C; i++)
+        x[i] = dt_rng_normal(&rng);
+    for (int i = 0; i < V * C; i++)
+        table[i] = dt_rng_normal(&rng);
+    for (int r = 0; r < R; r++)
+        ids[r] = (float)(dt_rng_next(&rng) % V);
+    double sumsq_ref = 0;
+    for (int i = 0; i < R * C; i++)
+        sumsq_ref += (double)x[i] * x[i];
+    for (int threads = 1; threads <= 3; threads++) {
+        dt_set_threads(threads);
+        dt_rows_fill(out, table + 7 * C, R, C);
+        EXPECT_EQ(memcmp(out + (R - 1) * C, table + 7 * C, sizeof(float) * C), 0);
+        for (int j = 0; j < C; j++)
+            sum[j] = sum_want[j] = (float)j;
+        dt_rows_sum_add(sum, x, R, C);
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < C; j++)
+                sum_want[j] += x[r * C + j];
+        EXPECT_EQ(memcmp(sum, sum_want, sizeof sum), 0);
+        dt_rows_gather(out, table, ids, R, C);
+        EXPECT_EQ(memcmp(out + 123 * C, table + (int)ids[123] * C, sizeof(float) * C), 0);
+        memcpy(want, table, sizeof(float) * V * C);
+        for (int r = 0; r < R; r++)
+            for (int j = 0; j < C; j++)
+                want[(int)ids[r] * C + j] += x[r * C + j];
+        dt_rows_scatter_add(table, ids, x, R, C);
+        EXPECT_EQ(memcmp(table, want, sizeof(float) * V * C), 0);
+        EXPECT_NEAR(dt_vec_sumsq(x, R * C), sumsq_ref, 1e-9 * sumsq_ref);
+    }
+    /* the norm's bits do not depend on the thread count */
+    static float big[1 << 20];
+    for (int i = 0; i < 1 << 20; i++)
+        big[i] = (float)(i % 977) * 1e-3f;
+    dt_set_threads(1);
+    double one = dt_vec_sumsq(big, 1 << 20);
+    dt_set_threads(3);
+    double three = dt_vec_sumsq(big, 1 << 20);
+    EXPECT_EQ(memcmp(&one, &three, sizeof one), 0);
+    dt_set_threads(0);
+    free(x);
+    free(ids);
+    free(table);
+    free(out);
+    free(want);
+}
+
 static void test_thread_count_invariance(void)
 {
     dt_model *m;
@@ -892,6 +949,7 @@ int main(void)
     test_gelu_golden();
     test_arena_and_threads();
     test_half_storage();
+    test_row_kernels();
     test_thread_count_invariance();
     test_idx();
     test_sampler();

@@ -70,8 +70,21 @@ void dt_vec_copy(float *dst, const float *src, int64_t n);
 /* y += alpha * x */
 void dt_vec_axpy(float *y, float alpha, const float *x, int64_t n);
 void dt_vec_scale(float *x, float alpha, int64_t n);
-/* Sum of squares in double (for norms). */
+/* Sum of squares in double (for norms), summed over fixed blocks in block
+ * order: bitwise the same for any thread count. */
 double dt_vec_sumsq(const float *x, int64_t n);
+
+/* Row kernels on row-major [rows, cols] matrices.  Each is threaded and gives
+ * the same bits for any thread count (sums over rows add in row order). */
+/* y[r, :] = row for every r (a bias broadcast). */
+void dt_rows_fill(float *y, const float *row, int64_t rows, int64_t cols);
+/* sum[j] += sum over r of x[r, j] (a bias gradient). */
+void dt_rows_sum_add(float *sum, const float *x, int64_t rows, int64_t cols);
+/* out[r, :] = table[ids[r], :]; ids are whole numbers stored as floats, which
+ * the caller has checked against the table's row count. */
+void dt_rows_gather(float *out, const float *table, const float *ids, int64_t n, int64_t cols);
+/* table[ids[r], :] += x[r, :] for r in order. */
+void dt_rows_scatter_add(float *table, const float *ids, const float *x, int64_t n, int64_t cols);
 
 /* ---- half-precision storage (f16 or bf16) ----
  * Compact copies of f32 data for the wire (gradient compression) and for

@@ -31,8 +31,8 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
         if (!(f >= 0 && f < (float)E->vocab) || f != floorf(f))
             return dt__fail(DT_ERR_INVALID, "%s: token id %g at position %lld is outside 0..%lld", l->name, f,
                             (long long)i, (long long)E->vocab - 1);
-        dt_vec_copy(y->data + i * E->dim, W + (int64_t)f * E->dim, E->dim);
     }
+    dt_rows_gather(y->data, W, x->data, n, E->dim);
     E->ids = *x;
     return DT_OK;
 }
@@ -43,8 +43,7 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
     embedding *E = (embedding *)l;
     float *dW = dt_param_grad(ctx->params, E->w);
     int64_t n = dt_tensor_numel(&E->ids);
-    for (int64_t i = 0; i < n; i++)
-        dt_vec_axpy(dW + (int64_t)E->ids.data[i] * E->dim, 1.0f, dy->data + i * E->dim, E->dim);
+    dt_rows_scatter_add(dW, E->ids.data, dy->data, n, E->dim);
     dt_params_grad_ready(ctx->params, E->w);
     return DT_OK;
 }

@@ -46,17 +46,15 @@ static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_
     float *out = dt_arena_alloc(ctx->arena, B * T * D);
     if (!out)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    const float *wte = dt_param_value(ctx->params, E->wte), *wpe = dt_param_value(ctx->params, E->wpe);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t t = 0; t < T; t++) {
-            float f = x->data[b * T + t];
-            if (!(f >= 0 && f < (float)E->vocab) || f != floorf(f))
-                return dt__fail(DT_ERR_INVALID, "%s: token id %g outside 0..%lld", l->name, f, (long long)E->vocab - 1);
-            float *row = out + (b * T + t) * D;
-            const float *te = wte + (int64_t)f * D, *pe = wpe + t * D;
-            for (int64_t i = 0; i < D; i++)
-                row[i] = te[i] + pe[i];
-        }
+    for (int64_t i = 0; i < B * T; i++) {
+        float f = x->data[i];
+        if (!(f >= 0 && f < (float)E->vocab) || f != floorf(f))
+            return dt__fail(DT_ERR_INVALID, "%s: token id %g outside 0..%lld", l->name, f, (long long)E->vocab - 1);
+    }
+    const float *wpe = dt_param_value(ctx->params, E->wpe);
+    dt_rows_gather(out, dt_param_value(ctx->params, E->wte), x->data, B * T, D);
+    for (int64_t b = 0; b < B; b++) /* each sequence adds positions 0..T-1 */
+        dt_vec_axpy(out + b * T * D, 1.0f, wpe, T * D);
     E->ids = *x;
     dt_tensor h = dt_tensor_view(out, 3, (int64_t[]){B, T, D});
     return E->drop->ops->forward(E->drop, ctx, &h, y);
@@ -69,13 +67,8 @@ static dt_status embed_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, d
     dt_tensor g;
     DT_CHECK(E->drop->ops->backward(E->drop, ctx, dy, &g, true));
     int64_t B = E->ids.shape[0], T = E->ids.shape[1], D = E->dim;
-    float *dwte = dt_param_grad(ctx->params, E->wte), *dwpe = dt_param_grad(ctx->params, E->wpe);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t t = 0; t < T; t++) {
-            const float *row = g.data + (b * T + t) * D;
-            dt_vec_axpy(dwte + (int64_t)E->ids.data[b * T + t] * D, 1.0f, row, D);
-            dt_vec_axpy(dwpe + t * D, 1.0f, row, D);
-        }
+    dt_rows_scatter_add(dt_param_grad(ctx->params, E->wte), E->ids.data, g.data, B * T, D);
+    dt_rows_sum_add(dt_param_grad(ctx->params, E->wpe), g.data, B, T * D); /* rows are sequences */
     dt_params_grad_ready(ctx->params, E->wpe);
     dt_params_grad_ready(ctx->params, E->wte); /* final: the tied head added its part earlier */
     return DT_OK;

@@ -6,6 +6,7 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "tensor/threads.h"
 
 typedef struct {
     dt_layer base;
@@ -15,6 +16,42 @@ typedef struct {
     dt_tensor x;
     float *xhat, *rstd;
 } layernorm;
+
+/* Rows are independent, so forward and the input gradient split by rows;
+ * the weight and bias gradients sum over rows, so they split by columns and
+ * add rows in order (the same bits for any thread count). */
+typedef struct {
+    const layernorm *L;
+    const float *x, *dy, *w, *b;
+    float *y, *dx, *dw, *db;
+    int64_t rows;
+} ln_args;
+
+#define GRAIN_ROWS 16
+
+static void forward_rows(int64_t r0, int64_t r1, void *p)
+{
+    ln_args *a = p;
+    const layernorm *L = a->L;
+    int64_t D = L->dim;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = a->x + r * D;
+        double mean = 0, var = 0;
+        for (int64_t i = 0; i < D; i++)
+            mean += xr[i];
+        mean /= (double)D;
+        for (int64_t i = 0; i < D; i++)
+            var += (xr[i] - mean) * (xr[i] - mean);
+        var /= (double)D;
+        float rstd = (float)(1.0 / sqrt(var + L->eps));
+        L->rstd[r] = rstd;
+        for (int64_t i = 0; i < D; i++) {
+            float h = (float)(xr[i] - mean) * rstd;
+            L->xhat[r * D + i] = h;
+            a->y[r * D + i] = h * a->w[i] + a->b[i];
+        }
+    }
+}
 
 static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
@@ -29,56 +66,61 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     L->rstd = dt_arena_alloc(ctx->arena, n);
     if (!y->data || !L->xhat || !L->rstd)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    const float *w = dt_param_value(ctx->params, L->w), *b = dt_param_value(ctx->params, L->b);
-    for (int64_t r = 0; r < n; r++) {
-        const float *xr = x->data + r * D;
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < D; i++)
-            mean += xr[i];
-        mean /= (double)D;
-        for (int64_t i = 0; i < D; i++)
-            var += (xr[i] - mean) * (xr[i] - mean);
-        var /= (double)D;
-        float rstd = (float)(1.0 / sqrt(var + L->eps));
-        L->rstd[r] = rstd;
-        for (int64_t i = 0; i < D; i++) {
-            float h = (float)(xr[i] - mean) * rstd;
-            L->xhat[r * D + i] = h;
-            y->data[r * D + i] = h * w[i] + b[i];
-        }
-    }
+    ln_args a = {.L = L, .x = x->data, .y = y->data, .rows = n, .w = dt_param_value(ctx->params, L->w),
+                 .b = dt_param_value(ctx->params, L->b)};
+    dt__parallel_for(n, GRAIN_ROWS, forward_rows, &a);
     L->x = *x;
     return DT_OK;
+}
+
+static void input_grad_rows(int64_t r0, int64_t r1, void *p)
+{
+    ln_args *a = p;
+    const layernorm *L = a->L;
+    int64_t D = L->dim;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *g = a->dy + r * D, *h = L->xhat + r * D;
+        double mean_gw = 0, mean_gwh = 0;
+        for (int64_t i = 0; i < D; i++) {
+            float gw = g[i] * a->w[i];
+            mean_gw += gw;
+            mean_gwh += gw * h[i];
+        }
+        mean_gw /= (double)D;
+        mean_gwh /= (double)D;
+        for (int64_t i = 0; i < D; i++)
+            a->dx[r * D + i] = L->rstd[r] * (float)(g[i] * a->w[i] - mean_gw - h[i] * mean_gwh);
+    }
+}
+
+static void param_grad_cols(int64_t c0, int64_t c1, void *p)
+{
+    ln_args *a = p;
+    int64_t D = a->L->dim;
+    float *restrict dw = a->dw, *restrict db = a->db;
+    for (int64_t r = 0; r < a->rows; r++) {
+        const float *restrict g = a->dy + r * D, *restrict h = a->L->xhat + r * D;
+        for (int64_t i = c0; i < c1; i++) {
+            dw[i] += g[i] * h[i];
+            db[i] += g[i];
+        }
+    }
 }
 
 static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
 {
     layernorm *L = (layernorm *)l;
     int64_t D = L->dim, n = dt_tensor_numel(&L->x) / D;
-    const float *w = dt_param_value(ctx->params, L->w);
-    float *dw = dt_param_grad(ctx->params, L->w), *db = dt_param_grad(ctx->params, L->b);
+    ln_args a = {.L = L, .dy = dy->data, .rows = n, .w = dt_param_value(ctx->params, L->w),
+                 .dw = dt_param_grad(ctx->params, L->w), .db = dt_param_grad(ctx->params, L->b)};
     if (need_dx) {
         *dx = L->x;
         if (!(dx->data = dt_arena_alloc(ctx->arena, n * D)))
             return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+        a.dx = dx->data;
+        dt__parallel_for(n, GRAIN_ROWS, input_grad_rows, &a);
     }
-    for (int64_t r = 0; r < n; r++) {
-        const float *g = dy->data + r * D, *h = L->xhat + r * D;
-        double mean_gw = 0, mean_gwh = 0;
-        for (int64_t i = 0; i < D; i++) {
-            float gw = g[i] * w[i];
-            mean_gw += gw;
-            mean_gwh += gw * h[i];
-            dw[i] += g[i] * h[i];
-            db[i] += g[i];
-        }
-        if (!need_dx)
-            continue;
-        mean_gw /= (double)D;
-        mean_gwh /= (double)D;
-        for (int64_t i = 0; i < D; i++)
-            dx->data[r * D + i] = L->rstd[r] * (float)(g[i] * w[i] - mean_gw - h[i] * mean_gwh);
-    }
+    dt__parallel_for(D, n >= 1024 ? 16 : D, param_grad_cols, &a); /* split only when there are many rows */
     dt_params_grad_ready(ctx->params, L->w);
     dt_params_grad_ready(ctx->params, L->b);
     return DT_OK;

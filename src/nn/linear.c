@@ -29,9 +29,7 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     const float *W = dt_param_value(ctx->params, L->w);
     if (L->b >= 0) {
-        const float *b = dt_param_value(ctx->params, L->b);
-        for (int64_t i = 0; i < n; i++)
-            dt_vec_copy(y->data + i * L->out, b, L->out);
+        dt_rows_fill(y->data, dt_param_value(ctx->params, L->b), n, L->out);
     }
     dt_sgemm(0, 1, n, L->out, L->in, 1.0f, x->data, W, L->b >= 0 ? 1.0f : 0.0f, y->data);
     L->x = *x;
@@ -46,9 +44,7 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
     dt_sgemm(1, 0, L->out, L->in, n, 1.0f, dy->data, L->x.data, 1.0f, dt_param_grad(ctx->params, L->w));
     dt_params_grad_ready(ctx->params, L->w);
     if (L->b >= 0) {
-        float *db = dt_param_grad(ctx->params, L->b);
-        for (int64_t i = 0; i < n; i++)
-            dt_vec_axpy(db, 1.0f, dy->data + i * L->out, L->out);
+        dt_rows_sum_add(dt_param_grad(ctx->params, L->b), dy->data, n, L->out);
         dt_params_grad_ready(ctx->params, L->b);
     }
     if (need_dx) {

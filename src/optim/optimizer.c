@@ -1,10 +1,12 @@
 /* SGD (momentum, Nesterov, L2 weight decay) and AdamW over a flat shard,
  * in the same operation order as PyTorch's single-tensor implementations. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "base/status.h"
 #include "dtrain/optim.h"
+#include "tensor/threads.h"
 
 typedef enum { SGD, ADAMW } kind;
 
@@ -52,38 +54,54 @@ dt_status dt_adamw_create(const dt_adamw_config *cfg, int64_t numel, dt_optimize
     return DT_OK;
 }
 
-/* p and g start at element `at` of the shard; the state is indexed from there too. */
-static void sgd_step(dt_optimizer *o, float *p, const float *g, int64_t at, int64_t n, float lr)
+/* One update over elements [begin, end) of a range; p, g and the state are
+ * indexed from the range's start `at`.  Every element is independent, so the
+ * update splits across threads with the same bits for any thread count. */
+typedef struct {
+    dt_optimizer *o;
+    float *p;
+    const float *g;
+    int64_t at;
+    float lr;
+    float bc1, bc2_sqrt; /* AdamW bias corrections */
+} update_args;
+
+static void sgd_range(int64_t begin, int64_t end, void *arg)
 {
-    const dt_sgd_config *c = &o->sgd;
-    float *buf = o->state + at;
-    for (int64_t i = 0; i < n; i++) {
+    update_args *a = arg;
+    const dt_sgd_config *c = &a->o->sgd;
+    float *p = a->p, *buf = a->o->state + a->at;
+    const float *g = a->g;
+    bool first = a->o->steps == 0;
+    for (int64_t i = begin; i < end; i++) {
         float d = g[i];
         if (c->weight_decay != 0)
             d += c->weight_decay * p[i];
         if (c->momentum != 0) {
-            buf[i] = o->steps == 0 ? d : c->momentum * buf[i] + d;
+            buf[i] = first ? d : c->momentum * buf[i] + d;
             d = c->nesterov ? d + c->momentum * buf[i] : buf[i];
         }
-        p[i] -= lr * d;
+        p[i] -= a->lr * d;
     }
 }
 
-static void adamw_step(dt_optimizer *o, float *p, const float *g, int64_t at, int64_t n, float lr)
+static void adamw_range(int64_t begin, int64_t end, void *arg)
 {
-    const dt_adamw_config *c = &o->adam;
-    float *m = o->state + at, *v = o->state + o->numel + at;
-    double t = (double)(o->steps + 1);
-    float bc1 = (float)(1.0 - pow(c->beta1, t)), bc2_sqrt = (float)sqrt(1.0 - pow(c->beta2, t));
-    float step_size = lr / bc1;
-    for (int64_t i = 0; i < n; i++) {
+    update_args *a = arg;
+    const dt_adamw_config *c = &a->o->adam;
+    float *p = a->p, *m = a->o->state + a->at, *v = a->o->state + a->o->numel + a->at;
+    const float *g = a->g;
+    float lr = a->lr, step_size = lr / a->bc1;
+    for (int64_t i = begin; i < end; i++) {
         p[i] *= 1.0f - lr * c->weight_decay;
         m[i] += (g[i] - m[i]) * (1.0f - c->beta1);
         v[i] = v[i] * c->beta2 + (1.0f - c->beta2) * g[i] * g[i];
-        float denom = sqrtf(v[i]) / bc2_sqrt + c->eps;
+        float denom = sqrtf(v[i]) / a->bc2_sqrt + c->eps;
         p[i] -= step_size * m[i] / denom;
     }
 }
+
+#define UPDATE_GRAIN 16384
 
 static dt_status check_lr(float lr)
 {
@@ -99,10 +117,15 @@ dt_status dt_optimizer_update_range(dt_optimizer *o, float *param, const float *
         return dt__fail(DT_ERR_INVALID, "optimizer update of [%lld, %lld) outside its %lld parameters",
                         (long long)offset, (long long)(offset + n), (long long)o->numel);
     DT_CHECK(check_lr(lr));
-    if (o->kind == SGD)
-        sgd_step(o, param + offset, grad + offset, offset, n, lr);
-    else
-        adamw_step(o, param + offset, grad + offset, offset, n, lr);
+    update_args a = {o, param + offset, grad + offset, offset, lr, 1, 1};
+    if (o->kind == SGD) {
+        dt__parallel_for(n, UPDATE_GRAIN, sgd_range, &a);
+    } else {
+        double t = (double)(o->steps + 1);
+        a.bc1 = (float)(1.0 - pow(o->adam.beta1, t));
+        a.bc2_sqrt = (float)sqrt(1.0 - pow(o->adam.beta2, t));
+        dt__parallel_for(n, UPDATE_GRAIN, adamw_range, &a);
+    }
     return DT_OK;
 }
 

@@ -138,13 +138,3 @@ void dt_vec_scale(float *x, float alpha, int64_t n)
 {
     dt__parallel_for(n, GRAIN, scale_range, &(vec_args){.y = x, .alpha = alpha});
 }
-
-/* Sequential on purpose: a fixed summation order keeps norms (and so gradient
- * clipping) bitwise reproducible whatever the thread count. */
-double dt_vec_sumsq(const float *x, int64_t n)
-{
-    double s = 0;
-    for (int64_t i = 0; i < n; i++)
-        s += (double)x[i] * x[i];
-    return s;
-}
