@@ -53,8 +53,8 @@ section="## Training throughput: dtrain vs PyTorch"
     echo "Measured $(date -u +%Y-%m-%d) on this 2-core VM with PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')"
     echo "(Debian), $STEPS timed steps after 5 warm-up steps. Command: \`bench/train/run.sh $STEPS\`"
     echo
-    echo "| model | threads | dtrain | PyTorch | PyTorch tuned (OMP_WAIT_POLICY=PASSIVE) | dtrain / best PyTorch | dtrain GFLOP/s |"
-    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    echo "| model | threads | dtrain | PyTorch | PyTorch tuned (OMP_WAIT_POLICY=PASSIVE) | dtrain / best PyTorch | dtrain GFLOP/s | dtrain / its 1 thread |"
+    echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     for m in gpt-mini gpt-small; do
         case $m in gpt-mini) params=3257856 layers=4 dim=256 ;; gpt-small) params=10783488 layers=6 dim=384 ;; esac
         for t in 1 2; do
@@ -62,13 +62,14 @@ section="## Training throughput: dtrain vs PyTorch"
             p=$(torch_rate $m $t)
             if [ $t = 2 ]; then pp=$(torch_rate $m $t passive); else pp=$p; fi
             best=$(python3 -c "print(max($p, $pp))")
-            echo "| $m (tokens/s) | $t | $d | $p | $pp | $(ratio "$d" "$best") | $(gflops "$d" $params $layers $dim) |"
+            if [ $t = 1 ]; then d1=$d; speedup="—"; else speedup=$(ratio "$d" "$d1"); fi
+            echo "| $m (tokens/s) | $t | $d | $p | $pp | $(ratio "$d" "$best") | $(gflops "$d" $params $layers $dim) | $speedup |"
         done
     done
     for m in mlp cnn; do
         d=$(dtrain_rate configs/$m.json 1)
         p=$(torch_rate $m 1)
-        echo "| $m (samples/s; s/epoch dtrain $(python3 -c "print(f'{60000 / $d:.1f}')"), PyTorch $(python3 -c "print(f'{60000 / $p:.1f}')")) | 1 | $d | $p | — | $(ratio "$d" "$p") | — |"
+        echo "| $m (samples/s; s/epoch dtrain $(python3 -c "print(f'{60000 / $d:.1f}')"), PyTorch $(python3 -c "print(f'{60000 / $p:.1f}')")) | 1 | $d | $p | — | $(ratio "$d" "$p") | — | — |"
     done
     echo
     echo "GFLOP/s counts 6 x parameters x tokens plus attention. For scale: this AMD EPYC core (AVX-512 with"

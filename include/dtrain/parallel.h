@@ -28,7 +28,9 @@ extern "C" {
 typedef struct dt_ddp dt_ddp;
 
 typedef struct {
-    /* Gradient bytes per bucket (f32); 0 takes DT_BUCKET_MB (default 25 MiB). */
+    /* Gradient bytes per bucket (f32); 0 takes DT_BUCKET_MB, or when that is
+     * unset 25 MiB or an eighth of the model's gradient bytes, whichever is
+     * smaller, but at least 1 MiB (so that a small model still overlaps). */
     size_t bucket_bytes;
     /* DT_F32: no compression.  DT_F16 or DT_BF16: gradients travel in that
      * format, sums are taken in f32 (dt_allreduce_half). */

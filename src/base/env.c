@@ -22,7 +22,7 @@ static const dt__tunable tunables[] = {
     {"DT_SMALL_MSG", "65536", "messages up to this many bytes use recursive doubling / trees"},
     {"DT_SOCKET_BUFFER", "4194304", "SO_SNDBUF/SO_RCVBUF bytes of peer connections"},
     {"DT_IFADDR", NULL, "IPv4 address to listen on for peers (default: the one that reaches the store)"},
-    {"DT_BUCKET_MB", "25", "data parallel: MiB of gradients per allreduce bucket"},
+    {"DT_BUCKET_MB", NULL, "data parallel: MiB of gradients per allreduce bucket (default: 25, or an eighth of the gradients when that is smaller, but at least 1)"},
     {"DT_DEBUG", "warn", "log level: warn, info, trace"},
     {NULL, NULL, NULL},
 };

@@ -116,6 +116,22 @@ static dt_status check_same_values(dt_ddp *d)
     return s;
 }
 
+/* DT_BUCKET_MB when set; else 25 MiB, or an eighth of the gradient bytes when
+ * that is smaller (but at least 1 MiB): with a single bucket a small model
+ * would send nothing until backward ends, and so overlap nothing. */
+static dt_status default_bucket_bytes(int64_t numel, size_t *bytes)
+{
+    int64_t mb;
+    if (dt__env_str("DT_BUCKET_MB")) {
+        DT_CHECK(dt__env_int("DT_BUCKET_MB", 1, 1 << 16, &mb));
+        *bytes = (size_t)mb << 20;
+        return DT_OK;
+    }
+    size_t eighth = (size_t)numel * sizeof(float) / 8, lo = (size_t)1 << 20, hi = (size_t)25 << 20;
+    *bytes = eighth < lo ? lo : eighth > hi ? hi : eighth;
+    return DT_OK;
+}
+
 static dt_status build_buckets(dt_ddp *d)
 {
     int n = dt_params_count(d->params);
@@ -298,11 +314,8 @@ dt_status dt_ddp_create(dt_comm *c, dt_params *p, const dt_ddp_config *cfg, dt_d
     dt_status s = DT_OK;
     if (d->cfg.wire != DT_F32 && d->cfg.wire != DT_F16 && d->cfg.wire != DT_BF16)
         s = dt__fail(DT_ERR_INVALID, "data parallel: gradient wire format must be f32, f16 or bf16");
-    if (s == DT_OK && d->cfg.bucket_bytes == 0) {
-        int64_t mb;
-        s = dt__env_int("DT_BUCKET_MB", 1, 1 << 16, &mb);
-        d->cfg.bucket_bytes = (size_t)mb << 20;
-    }
+    if (s == DT_OK && d->cfg.bucket_bytes == 0)
+        s = default_bucket_bytes(dt_params_numel(p), &d->cfg.bucket_bytes);
     if (s == DT_OK && dt_comm_size(c) > 1) {
         s = check_same_model(d);
         if (s == DT_OK)

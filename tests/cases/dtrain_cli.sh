@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The trainer: configuration errors name the key; an mlp learns Fashion-MNIST;
 # a run resumed from a checkpoint follows the uninterrupted run's losses bit for
-# bit; corrupt or truncated checkpoints are refused; a gpt trains on the
+# bit; corrupt or truncated checkpoints are refused; stop_at_accuracy stops
+# every rank early; a gpt trains on the
 # fortunes text and generates from its checkpoint.
 . "$(dirname "$0")/lib.sh"
 T="$BIN/dtrain"
@@ -32,6 +33,16 @@ python3 -c "import sys; sys.exit(0 if float('$acc') > 75 else 1)" || fail "mlp a
 [ -f "$WORK/mlp/step-00000200/manifest.json" ] || fail "no checkpoint manifest"
 "$T" eval "$WORK/mlp" >"$WORK/eval.out" 2>&1 || fail "eval"
 expect_grep "$WORK/eval.out" "eval: 10000 images, loss [0-9.]+, accuracy"
+
+# stop_at_accuracy ends the run at the first evaluation that reaches it, on one rank and on two
+"$T" train --config configs/mlp.json --set steps=400 --set eval_interval=25 --set eval_batches=8 \
+    --set stop_at_accuracy=0.6 --set metrics_file="$WORK/stop.jsonl" >"$WORK/stop.out" || fail "stop_at_accuracy run"
+expect_grep "$WORK/stop.out" "^reached accuracy 60.00% at step [0-9]+: stopping"
+[ "$(grep -c '"eval_accuracy"' "$WORK/stop.jsonl")" -lt 16 ] || fail "stop_at_accuracy did not stop early"
+grep -q '"train_s"' "$WORK/stop.jsonl" || fail "evaluation metrics lack train_s"
+"$BIN/dtrun" -n 2 "$T" train --config configs/mlp.json --set steps=400 --set eval_interval=25 --set eval_batches=8 \
+    --set batch_size=64 --set stop_at_accuracy=0.6 >"$WORK/stop2.out" 2>&1 || { cat "$WORK/stop2.out"; fail "2-rank stop"; }
+expect_grep "$WORK/stop2.out" "reached accuracy 60.00% at step [0-9]+: stopping"
 
 # the cnn trains too
 "$T" train --config configs/cnn.json --set steps=20 --set log_interval=10 --set eval_batches=4 >"$WORK/cnn.out" || fail "cnn training"

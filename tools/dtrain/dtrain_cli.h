@@ -19,7 +19,7 @@ typedef struct {
     char data_path[1024];
     int64_t batch_size, steps, seed, threads, grad_accumulation;
     char grad_compression[8]; /* none | f16 | bf16 */
-    double bucket_mb;
+    double bucket_mb, stop_at_accuracy;
     char optimizer[8]; /* sgd | adamw */
     double lr, min_lr, momentum, weight_decay, beta1, beta2, eps, grad_clip;
     bool nesterov, checkpoint_initial;

@@ -213,7 +213,7 @@ int dtrain_train(const dtrain_config *c, const char *resume)
         fflush(stdout);
     }
     int code = 0;
-    double window_start = now_s(), run_start = window_start;
+    double window_start = now_s(), run_start = window_start, eval_s = 0;
     window_totals win = {0};
     int64_t first_step = pr.step;
     for (int64_t step = pr.step; step < c->steps; step++) {
@@ -272,13 +272,29 @@ int dtrain_train(const dtrain_config *c, const char *resume)
             win = (window_totals){0};
         }
         int last = pr.step == c->steps;
-        if (lead && ((c->eval_interval && pr.step % c->eval_interval == 0) || last)) {
-            double el, acc;
+        int eval_now = (c->eval_interval && pr.step % c->eval_interval == 0) || last, reached = 0;
+        if (lead && eval_now) {
+            double el, acc, e0 = now_s();
             dtrain_evaluate(c, m, &d, arena, &el, &acc, NULL);
+            eval_s += now_s() - e0;
             printf("eval at step %lld | loss %.4f | accuracy %.2f%%\n", (long long)pr.step, el, 100 * acc);
-            if (metrics)
-                fprintf(metrics, "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_accuracy\": %.6f}\n", (long long)pr.step,
-                        el, acc);
+            if (metrics) /* train_s: wall time so far less the time spent evaluating */
+                fprintf(metrics,
+                        "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_accuracy\": %.6f, \"elapsed_s\": %.3f, "
+                        "\"train_s\": %.3f}\n",
+                        (long long)pr.step, el, acc, now_s() - run_start, now_s() - run_start - eval_s);
+            reached = c->stop_at_accuracy > 0 && acc >= c->stop_at_accuracy;
+        }
+        if (eval_now && c->stop_at_accuracy > 0 && !last) { /* rank 0 alone evaluated: it decides for all */
+            if (nranks > 1 && dt_broadcast(&reached, 1, DT_I32, 0, world) != DT_OK) {
+                fprintf(stderr, "dtrain: rank %d: step %lld failed: %s\n", rank, (long long)pr.step, dt_last_error());
+                code = 1;
+                break;
+            }
+            if (reached && lead)
+                printf("reached accuracy %.2f%% at step %lld: stopping\n", 100 * c->stop_at_accuracy,
+                       (long long)pr.step);
+            last = reached;
         }
         if (lead && c->checkpoint_dir[0] && ((c->checkpoint_interval && pr.step % c->checkpoint_interval == 0) || last)) {
             char where[2048];
@@ -287,6 +303,8 @@ int dtrain_train(const dtrain_config *c, const char *resume)
             else
                 fprintf(stderr, "dtrain: checkpoint at step %lld failed; training continues\n", (long long)pr.step);
         }
+        if (last)
+            break;
     }
     prefetch_stop(&pf);
     if (metrics)
