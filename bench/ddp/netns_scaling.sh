@@ -8,7 +8,10 @@
 # gpt-mini, batch 16 x 128 per rank, 1 thread per rank.  Scaling efficiency =
 # aggregate tokens/s of 2 ranks / (2 x tokens/s of 1 process), each system
 # against its own single-process figure.  dtrain also runs with f16 gradient
-# compression.  Needs root and a built tree.
+# compression.  Every figure is the better of 2 runs (this machine is shared).
+# The "ceiling" row runs two single processes side by side with no
+# communication at all: what sharing the 2 cores costs before any network
+# work.  Needs root and a built tree.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 STEPS=${1:-30}
@@ -33,7 +36,19 @@ print(f"{sum(r['comm_s'] for r in rows) / len(rows) * 1000:.0f} ms comm, "
       f"{sum(r['exposed_comm_s'] for r in rows) / len(rows) * 1000:.0f} ms exposed")
 PY
 }
+best_of_2() { # cmd...: the run with the higher leading number
+    local a b
+    a=$("$@"); b=$("$@")
+    python3 -c "import sys; a, b = sys.argv[1], sys.argv[2]; print(a if float(a.split()[0]) >= float(b.split()[0]) else b)" "$a" "$b"
+}
 dtrain_one() { $BIN/dtrain train "${CFG[@]}" --set steps=$((STEPS + 5)) --set metrics_file="$WORK/one.jsonl" >/dev/null; rate_of "$WORK/one.jsonl"; }
+side_by_side() { # two independent single processes at once: aggregate tokens/s
+    $BIN/dtrain train "${CFG[@]}" --set steps=$((STEPS + 5)) --set metrics_file="$WORK/s1.jsonl" >/dev/null &
+    local p=$!
+    $BIN/dtrain train "${CFG[@]}" --set steps=$((STEPS + 5)) --set metrics_file="$WORK/s0.jsonl" >/dev/null
+    wait $p
+    python3 -c "print(f'{$(rate_of "$WORK/s0.jsonl") + $(rate_of "$WORK/s1.jsonl"):.1f}')"
+}
 dtrain_two() { # extra --set args
     ip netns exec dt1 $BIN/dtrun --nnodes 2 --node-rank 1 --master 10.77.0.1:29500 --token-file "$WORK/tok" -n 1 \
         $BIN/dtrain train "${CFG[@]}" --set steps=$((STEPS + 5)) "$@" >"$WORK/n1" 2>&1 &
@@ -54,7 +69,7 @@ torch_two() {
 }
 eff() { python3 -c "print(f'{float(\"$1\".split()[0]) / (2 * $2):.2f}')"; }
 
-d1=$(dtrain_one); t1=$(torch_one)
+d1=$(best_of_2 dtrain_one); t1=$(best_of_2 torch_one); sbs=$(best_of_2 side_by_side)
 section="## Data parallel scaling, 2 hosts"
 {
     echo "$section"
@@ -66,15 +81,18 @@ section="## Data parallel scaling, 2 hosts"
     echo
     echo "| link | system | 2-rank tokens/s (per-step comm / exposed) | efficiency |"
     echo "| --- | --- | ---: | ---: |"
+    echo "| none | ceiling: 2 dtrain processes side by side, no communication | $sbs | $(eff "$sbs" "$d1") |"
     for rate in $RATES; do
         scripts/netns-cluster.sh up 2 --rate "$rate" >/dev/null
-        d2=$(dtrain_two); echo "| $rate | dtrain | $d2 | $(eff "$d2" "$d1") |"
-        c2=$(dtrain_two --set grad_compression=f16); echo "| $rate | dtrain, f16 gradients | $c2 | $(eff "$c2" "$d1") |"
-        t2=$(torch_two); echo "| $rate | PyTorch DDP (gloo) | $t2 | $(eff "$t2" "$t1") |"
+        d2=$(best_of_2 dtrain_two); echo "| $rate | dtrain | $d2 | $(eff "$d2" "$d1") |"
+        c2=$(best_of_2 dtrain_two --set grad_compression=f16); echo "| $rate | dtrain, f16 gradients | $c2 | $(eff "$c2" "$d1") |"
+        t2=$(best_of_2 torch_two); echo "| $rate | PyTorch DDP (gloo) | $t2 | $(eff "$t2" "$t1") |"
         scripts/netns-cluster.sh down >/dev/null
     done
     echo
-    echo "Both cores run both ranks here, so the 2-rank runs also compete for CPU with the other rank."
+    echo "Both ranks, both progress threads and the kernel's whole network path (veth, bridge, tbf) share the"
+    echo "same 2 cores here, so every byte on the wire costs compute time that separate hosts would not pay;"
+    echo "the ceiling row shows what the sharing alone costs."
 } >"$WORK/section.md"
 cat "$WORK/section.md"
 python3 bench/update_results.py bench/RESULTS.md "$WORK/section.md" "$section"
