@@ -2,7 +2,6 @@
  * result is bitwise the same whatever the thread count: work that writes
  * whole rows splits by rows; sums over rows split by columns, and each column
  * adds its rows in row order. */
-#include <stdlib.h>
 #include <string.h>
 
 #include "dtrain/tensor.h"
