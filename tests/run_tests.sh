@@ -51,6 +51,7 @@ BIG=524288; [ "$QUICK" = 1 ] && BIG=65536
 # ---- unit tests ----
 run unit/base 60 "$BIN/test_base"
 run unit/transport 120 "$BIN/test_transport"
+run transport/shared-memory 200 tests/cases/shm_transport.sh
 run unit/engine 300 "$BIN/test_engine"
 run engine/pytorch-crosscheck 300 tests/cases/torch_crosscheck.sh
 run engine/dtrain-cli 300 tests/cases/dtrain_cli.sh
@@ -69,10 +70,21 @@ done
 run "collectives/world16" 300 "$BIN/dtrun" -n 16 "$BIN/coll_check" --quick --big 4096
 run "collectives/world64" 400 "$BIN/dtrun" -n 64 "$BIN/coll_check" --quick --big 64
 for algo in ring rd; do
-    for n in 3 4; do
-        run "collectives/world$n-DT_ALGO=$algo" 300 env DT_ALGO=$algo "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big 65536
+    for tr in tcp shm; do
+        for n in 3 4; do
+            run "collectives/world$n-DT_ALGO=$algo-DT_TRANSPORT=$tr" 300 env DT_ALGO=$algo DT_TRANSPORT=$tr \
+                "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big 65536
+        done
     done
 done
+# Both transports forced, and mixed: rank 1 refuses shared memory, so its
+# pairs use TCP while the other ranks' pairs use shared memory.
+for tr in tcp shm; do
+    run "collectives/world4-DT_TRANSPORT=$tr" 300 env DT_TRANSPORT=$tr "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 65536
+done
+run "collectives/world4-mixed-shm-tcp" 300 "$BIN/dtrun" -n 4 sh -c '[ "$DT_RANK" = 1 ] && export DT_TRANSPORT=tcp; exec "$0" "$@"' "$BIN/coll_check" --quick --big 65536
+run "collectives/shm-ring-only-small-ring" 300 env DT_SHM_COPY_MIN=0 DT_SHM_RING=4096 "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 65536
+run "collectives/shm-copy-from-sender" 300 env DT_SHM_COPY_MIN=1 DT_SHM_RING=8192 "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 65536
 run "collectives/tiny-segments" 200 env DT_RING_SEGMENT=1024 DT_SMALL_MSG=0 "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 20000
 
 # ---- launcher ----

@@ -14,6 +14,7 @@
 #include "transport/auth.h"
 #include "transport/engine.h"
 #include "transport/frame.h"
+#include "transport/shm.h"
 #include "transport/socket.h"
 
 static const char *TOKEN = "unit-test-token";
@@ -198,6 +199,9 @@ static void hostile_peer(int port, const char *prefix, const void *bytes, size_t
     size_t alen;
     EXPECT_STATUS(dt_store_get(store, key, 5, &addr, &alen), DT_OK);
     int p0;
+    char *sp = strchr(addr, ' '); /* "ip:port host-id" */
+    if (sp)
+        *sp = '\0';
     dt__parse_hostport(addr, host, sizeof host, &p0);
     free(addr);
     snprintf(label, sizeof label, "dtrain-peer:%s", prefix);
@@ -256,12 +260,78 @@ static void test_engine_garbage(void)
     hostile_peer(port, "g4", big, sizeof big, &a);
     EXPECT_STATUS(a.recv, DT_ERR_TRUNCATE);
     EXPECT_CONTAINS(a.message, "exceeds the 64-byte receive buffer");
+
+    /* a shared-memory frame (payload "by address") over TCP */
+    uint8_t ref[DT_FRAME_HDR + DT_FRAME_REF_BYTES];
+    f.type = DT_FRAME_DATA_REF;
+    f.len = 64;
+    dt__frame_encode(&f, ref);
+    memset(ref + DT_FRAME_HDR, 0, DT_FRAME_REF_BYTES);
+    hostile_peer(port, "g5", ref, sizeof ref, &a);
+    EXPECT_STATUS(a.recv, DT_ERR_PEER);
+    EXPECT_CONTAINS(a.message, "sent a shared-memory frame (type 4) over TCP");
     dt_store_server_stop(srv);
+}
+
+/* The shared-memory ring: wrap-around, partial writes, dropping reads, the
+ * sleep/wake hand-shake, the process_vm_readv copy and a stale name. */
+static void test_shm_ring(void)
+{
+    char name[64];
+    snprintf(name, sizeof name, "/dtrain-test-%d", (int)getpid());
+    dt__shm_pair *a = NULL, *b = NULL;
+    EXPECT_STATUS(dt__shm_create(name, 3000, &a), DT_ERR_INVALID); /* not a power of two */
+    EXPECT_STATUS(dt__shm_create(name, 8192, &b), DT_OK); /* a crashed job's leftover */
+    dt__shm_close(b);
+    EXPECT_STATUS(dt__shm_create(name, 4096, &a), DT_OK); /* replaces it */
+    EXPECT_STATUS(dt__shm_attach(name, &b), DT_OK);
+    dt__shm_unlink(name);
+    dt__shm_pair *gone = NULL;
+    EXPECT_STATUS(dt__shm_attach(name, &gone), DT_ERR_SYSTEM); /* the name is removed */
+    dt__shm_announce(a, 0);
+    dt__shm_announce(b, 1);
+    EXPECT(dt__shm_probe_peer(a, 0) && dt__shm_probe_peer(b, 1));
+    dt__shm_ring *tx = dt__shm_tx(a, 0), *rx = dt__shm_rx(b, 1);
+    EXPECT(dt__shm_writable(tx) == 4096 && dt__shm_readable(rx) == 0);
+
+    /* 3000 + 3000 bytes: the second write stops at the 4096-byte capacity
+     * and wraps once the reader has made room. */
+    uint8_t src[6000], dst[6000];
+    for (size_t i = 0; i < sizeof src; i++)
+        src[i] = (uint8_t)(i * 7 + 1);
+    struct iovec iov[2] = {{src, 3000}, {src + 3000, 3000}};
+    EXPECT(dt__shm_write(tx, iov, 2) == 4096);
+    EXPECT(dt__shm_write(tx, iov, 1) == 0);
+    EXPECT(!dt__shm_sleep_rx(rx)); /* data is there: no sleep */
+    EXPECT(dt__shm_sleep_tx(tx, 1)); /* full: the producer may sleep... */
+    EXPECT(dt__shm_read(rx, dst, 1000) == 1000);
+    EXPECT(dt__shm_wake_producer(rx)); /* ...and the reader must wake it, once */
+    EXPECT(!dt__shm_wake_producer(rx));
+    EXPECT(dt__shm_read(rx, NULL, 100) == 100); /* dropped */
+    struct iovec rest = {src + 4096, sizeof src - 4096};
+    EXPECT(dt__shm_write(tx, &rest, 1) == 1100);
+    EXPECT(dt__shm_read(rx, dst + 1100, 5000) == 4096);
+    EXPECT(memcmp(dst, src, 1000) == 0 && memcmp(dst + 1100, src + 1100, 4096) == 0);
+    EXPECT(dt__shm_readable(rx) == 0 && dt__shm_sleep_rx(rx)); /* empty: sleep announced */
+    struct iovec one = {src, 1};
+    EXPECT(dt__shm_write(tx, &one, 1) == 1);
+    EXPECT(dt__shm_wake_consumer(tx) && !dt__shm_wake_consumer(tx));
+    dt__shm_awake_rx(rx);
+    EXPECT(dt__shm_read(rx, dst, 1) == 1 && dst[0] == src[0]);
+
+    /* the copy out of a process's memory (here: our own) */
+    uint64_t word = 0x1122334455667788ull, got = 0;
+    EXPECT_STATUS(dt__shm_read_remote(getpid(), (uint64_t)(uintptr_t)&word, &got, sizeof got), DT_OK);
+    EXPECT(got == word);
+    EXPECT_STATUS(dt__shm_read_remote(getpid(), 8, &got, sizeof got), DT_ERR_SYSTEM);
+    dt__shm_close(a);
+    dt__shm_close(b);
 }
 
 int main(void)
 {
     test_frame();
+    test_shm_ring();
     test_store();
     test_engine_garbage();
     return CHECK_DONE("test_transport");

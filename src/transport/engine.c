@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "transport/engine_internal.h"
+#include "transport/socket.h"
 
 int dt__engine_rank(const dt__engine *e) { return e->rank; }
 int dt__engine_size(const dt__engine *e) { return e->size; }
@@ -59,6 +61,56 @@ static void close_peer(peer *p)
     p->fd = -1;
 }
 
+/* ---- the byte stream to a peer: its socket, or its shared-memory rings ---- */
+
+/* Wake a shared-memory peer sleeping in poll (a full socket buffer means
+ * it has wake-ups pending already). */
+static void ring_doorbell(peer *p)
+{
+    const uint8_t bell = 0;
+    if (p->fd >= 0)
+        (void)send(p->fd, &bell, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* sendmsg's contract: bytes written, or -1 with errno (EAGAIN when full). */
+static ssize_t chan_send(peer *p, struct iovec *iov, int n)
+{
+    if (!p->shm) {
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        return sendmsg(p->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    size_t w = dt__shm_write(p->tx, iov, n);
+    if (w == 0) {
+        errno = EAGAIN;
+        return -1;
+    }
+    if (dt__shm_wake_consumer(p->tx))
+        ring_doorbell(p);
+    return (ssize_t)w;
+}
+
+/* recv's contract (dst NULL drops the bytes); a ring never reports EOF:
+ * the end of a shared-memory peer shows on its socket. */
+static ssize_t chan_recv(peer *p, void *dst, size_t len)
+{
+    if (!p->shm) {
+        uint8_t discard[65536];
+        return dst ? recv(p->fd, dst, len, MSG_DONTWAIT)
+                   : recv(p->fd, discard, len < sizeof discard ? len : sizeof discard, MSG_DONTWAIT);
+    }
+    size_t r = dt__shm_read(p->rx, dst, len);
+    if (r == 0) {
+        errno = EAGAIN;
+        return -1;
+    }
+    if (dt__shm_wake_producer(p->rx))
+        ring_doorbell(p);
+    return (ssize_t)r;
+}
+
+/* Bytes that follow a header in the stream. */
+static size_t stream_len(const dt__frame *f) { return f->type == DT_FRAME_DATA_REF ? DT_FRAME_REF_BYTES : (size_t)f->len; }
+
 /* Best effort: tell every peer why this rank is failing (an ABORT frame whose
  * tag carries the status), so that ranks seeing the cascade of closed
  * connections still learn the original cause.  Peers with a frame half
@@ -76,8 +128,9 @@ static void notify_peers(dt__engine *e, dt_status code, const char *text)
         uint8_t hdr[DT_FRAME_HDR];
         dt__frame_encode(&f, hdr);
         struct iovec iov[2] = {{hdr, sizeof hdr}, {(void *)text, len}};
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
-        (void)sendmsg(p->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (p->shm && dt__shm_writable(p->tx) < sizeof hdr + len)
+            continue; /* no half frames in a ring; the peer sees the close */
+        (void)chan_send(p, iov, 2);
     }
 }
 
@@ -94,6 +147,7 @@ static dt_status fail_with(dt__engine *e, dt_status code, bool notify, const cha
                 complete(p->target, code);
             p->target = NULL;
             complete_list(&p->sendq, &p->sendq_tail, code);
+            complete_list(&p->unacked, &p->unacked_tail, code);
             complete_list(&p->posted, &p->posted_tail, code);
             free_unexpected(p);
             /* FIN after the notice, no close yet: closing with unread input
@@ -171,21 +225,50 @@ static bool matches(const dt__req *r, const dt__frame *f)
 
 static dt_status peer_read(dt__engine *e, int pi);
 
+static void enqueue(dt__req **head, dt__req **tail, dt__req *r)
+{
+    r->next = NULL;
+    if (*tail)
+        (*tail)->next = r;
+    else
+        *head = r;
+    *tail = r;
+}
+
+/* Write one ACK frame if the ring has room for all of it; false when not. */
+static bool write_ack(dt__engine *e, peer *p)
+{
+    if (dt__shm_writable(p->tx) < DT_FRAME_HDR)
+        return false;
+    dt__frame f = {.type = DT_FRAME_ACK, .src = (uint32_t)e->rank};
+    uint8_t hdr[DT_FRAME_HDR];
+    dt__frame_encode(&f, hdr);
+    struct iovec iov = {hdr, sizeof hdr};
+    (void)chan_send(p, &iov, 1);
+    p->acks_owed--;
+    return true;
+}
+
 static dt_status peer_write(dt__engine *e, int pi)
 {
     peer *p = &e->peers[pi];
-    while (p->sendq && p->fd >= 0) {
+    while ((p->sendq || p->acks_owed) && p->fd >= 0) {
         dt__req *r = p->sendq;
+        if (p->acks_owed && (!r || r->off == 0)) { /* only between frames */
+            if (!write_ack(e, p))
+                return DT_OK;
+            continue;
+        }
         struct iovec iov[2];
         int n = 0;
-        size_t total = DT_FRAME_HDR + r->len;
+        size_t body = r->by_ref ? sizeof r->ref : r->len;
+        size_t total = DT_FRAME_HDR + body;
         if (r->off < DT_FRAME_HDR)
             iov[n++] = (struct iovec){r->hdr + r->off, DT_FRAME_HDR - r->off};
         size_t poff = r->off > DT_FRAME_HDR ? r->off - DT_FRAME_HDR : 0;
-        if (r->len > poff)
-            iov[n++] = (struct iovec){r->buf + poff, r->len - poff};
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
-        ssize_t w = sendmsg(p->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (body > poff)
+            iov[n++] = (struct iovec){(r->by_ref ? r->ref : r->buf) + poff, body - poff};
+        ssize_t w = chan_send(p, iov, n);
         if (w < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
                 return DT_OK;
@@ -201,19 +284,12 @@ static dt_status peer_write(dt__engine *e, int pi)
         p->sendq = r->next;
         if (!p->sendq)
             p->sendq_tail = NULL;
-        complete(r, DT_OK);
+        if (r->by_ref)
+            enqueue(&p->unacked, &p->unacked_tail, r); /* done when the peer has read it */
+        else
+            complete(r, DT_OK);
     }
     return DT_OK;
-}
-
-static void enqueue(dt__req **head, dt__req **tail, dt__req *r)
-{
-    r->next = NULL;
-    if (*tail)
-        (*tail)->next = r;
-    else
-        *head = r;
-    *tail = r;
 }
 
 static dt_status queue_frame(dt__engine *e, dt__req *r, int pi, uint8_t type, uint32_t comm_id,
@@ -230,8 +306,13 @@ static dt_status queue_frame(dt__engine *e, dt__req *r, int pi, uint8_t type, ui
     r->seq = seq;
     r->buf = (uint8_t *)buf;
     r->len = len;
-    dt__frame_encode(&f, r->hdr);
     peer *p = &e->peers[pi];
+    if (p->send_refs && type == DT_FRAME_DATA && e->shm_copy_min && len >= e->shm_copy_min) {
+        f.type = DT_FRAME_DATA_REF;
+        r->by_ref = true;
+        dt__put_u64(r->ref, (uint64_t)(uintptr_t)buf);
+    }
+    dt__frame_encode(&f, r->hdr);
     bool was_idle = p->sendq == NULL;
     enqueue(&p->sendq, &p->sendq_tail, r);
     return was_idle ? peer_write(e, pi) : DT_OK;
@@ -428,6 +509,15 @@ static dt_status payload_done(dt__engine *e, peer *p)
                                    p->name, p->posted->tag);
         return DT_OK;
     }
+    if (f->type == DT_FRAME_DATA_REF) {
+        if (p->dst && f->len) {
+            dt_status s = dt__shm_read_remote(p->pid, dt__get_u64(p->ref), p->dst, (size_t)f->len);
+            if (s != DT_OK)
+                return dt__engine_fail(e, DT_ERR_PEER, "copying a %llu-byte message out of %s's memory: %s",
+                                       (unsigned long long)f->len, p->name, dt_last_error());
+        }
+        p->acks_owed++;
+    }
     if (p->target) {
         dt__req *r = p->target;
         p->target = NULL;
@@ -452,16 +542,31 @@ static dt_status header_done(dt__engine *e, int pi)
         return dt__engine_fail(e, DT_ERR_PEER, "malformed frame from %s (%s); connection closed", p->name,
                                dt_last_error());
     }
+    uint8_t type = p->cur.type;
+    if ((type == DT_FRAME_DATA_REF || type == DT_FRAME_ACK) && !p->shm)
+        return dt__engine_fail(e, DT_ERR_PEER, "%s sent a shared-memory frame (type %d) over TCP; connection closed",
+                               p->name, type);
+    if (type == DT_FRAME_ACK) {
+        dt__req *r = p->unacked;
+        if (!r)
+            return dt__engine_fail(e, DT_ERR_PEER, "%s acknowledged a message this rank never sent", p->name);
+        p->unacked = r->next;
+        if (!p->unacked)
+            p->unacked_tail = NULL;
+        complete(r, DT_OK);
+        p->hdr_got = 0;
+        return DT_OK;
+    }
     p->in_payload = true;
     p->got = 0;
     p->dst = NULL;
-    if (p->cur.type == DT_FRAME_ABORT) {
+    if (type == DT_FRAME_ABORT) {
         p->control = malloc((size_t)p->cur.len + 1);
         p->dst = p->control;
-    } else if (p->cur.type == DT_FRAME_DATA) {
+    } else if (type == DT_FRAME_DATA || type == DT_FRAME_DATA_REF) {
         DT_CHECK(route_data(e, p, &p->cur));
     }
-    return p->cur.len == 0 ? payload_done(e, p) : DT_OK;
+    return stream_len(&p->cur) == 0 ? payload_done(e, p) : DT_OK;
 }
 
 static dt_status peer_eof(dt__engine *e, int pi, int err)
@@ -480,17 +585,14 @@ static dt_status peer_eof(dt__engine *e, int pi, int err)
 static dt_status peer_read(dt__engine *e, int pi)
 {
     peer *p = &e->peers[pi];
-    uint8_t discard[65536];
     for (int budget = 0; budget < 64 && p->fd >= 0; budget++) {
         ssize_t n;
         if (!p->in_payload) {
-            n = recv(p->fd, p->hdr + p->hdr_got, DT_FRAME_HDR - p->hdr_got, MSG_DONTWAIT);
+            n = chan_recv(p, p->hdr + p->hdr_got, DT_FRAME_HDR - p->hdr_got);
         } else {
-            size_t want = (size_t)p->cur.len - p->got;
-            if (p->dst)
-                n = recv(p->fd, p->dst + p->got, want, MSG_DONTWAIT);
-            else
-                n = recv(p->fd, discard, want < sizeof discard ? want : sizeof discard, MSG_DONTWAIT);
+            size_t want = stream_len(&p->cur) - p->got;
+            uint8_t *to = p->cur.type == DT_FRAME_DATA_REF ? p->ref : p->dst;
+            n = chan_recv(p, to ? to + p->got : NULL, want);
         }
         if (n == 0)
             return peer_eof(e, pi, 0);
@@ -505,34 +607,156 @@ static dt_status peer_read(dt__engine *e, int pi)
                 DT_CHECK(header_done(e, pi));
         } else {
             p->got += (size_t)n;
-            if (p->got == p->cur.len)
+            if (p->got == stream_len(&p->cur))
                 DT_CHECK(payload_done(e, p));
         }
     }
     return DT_OK;
 }
 
+/* ---- shared-memory peers: rings, doorbells, sleeping ---- */
+
+/* Doorbell bytes (dropped) or the end of the connection on the socket of a
+ * shared-memory peer.  At the end, whatever it wrote into the ring before
+ * going (its goodbye, or why it failed) is read first. */
+static dt_status shm_socket_event(dt__engine *e, int pi)
+{
+    peer *p = &e->peers[pi];
+    uint8_t sink[256];
+    for (;;) {
+        ssize_t n = recv(p->fd, sink, sizeof sink, MSG_DONTWAIT);
+        if (n > 0)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return DT_OK;
+        if (n < 0 && errno == EINTR)
+            continue;
+        int err = n < 0 ? errno : 0;
+        while (p->fd >= 0 && dt__shm_readable(p->rx) > 0)
+            DT_CHECK(peer_read(e, pi));
+        return p->fd >= 0 ? peer_eof(e, pi, err) : DT_OK;
+    }
+}
+
+/* Move what the rings allow; *moved says whether any byte moved. */
+static dt_status shm_pump(dt__engine *e, bool *moved)
+{
+    for (int i = 0; i < e->size; i++) {
+        peer *p = &e->peers[i];
+        if (!p->shm || p->fd < 0)
+            continue;
+        if (dt__shm_readable(p->rx) > 0) {
+            DT_CHECK(peer_read(e, i));
+            *moved = true;
+        }
+        if ((p->sendq || p->acks_owed) && dt__shm_writable(p->tx) >= (p->sendq ? 1 : DT_FRAME_HDR)) {
+            DT_CHECK(peer_write(e, i));
+            *moved = true;
+        }
+    }
+    return DT_OK;
+}
+
+/* True when some ring has work for this rank. */
+static bool shm_ready(dt__engine *e)
+{
+    for (int i = 0; i < e->size; i++) {
+        peer *p = &e->peers[i];
+        if (p->shm && p->fd >= 0 &&
+            (dt__shm_readable(p->rx) > 0 || ((p->sendq || p->acks_owed) && dt__shm_writable(p->tx) >= DT_FRAME_HDR)))
+            return true;
+    }
+    return false;
+}
+
+/* Announce sleep on every ring; false (do not sleep) when work arrived. */
+static bool shm_arm(dt__engine *e)
+{
+    for (int i = 0; i < e->size; i++) {
+        peer *p = &e->peers[i];
+        if (!p->shm || p->fd < 0)
+            continue;
+        if (!dt__shm_sleep_rx(p->rx))
+            return false;
+        if ((p->sendq || p->acks_owed) && !dt__shm_sleep_tx(p->tx, p->sendq ? 1 : DT_FRAME_HDR))
+            return false;
+    }
+    return true;
+}
+
+static void shm_disarm(dt__engine *e)
+{
+    for (int i = 0; i < e->size; i++)
+        if (e->peers[i].shm) {
+            dt__shm_awake_rx(e->peers[i].rx);
+            dt__shm_awake_tx(e->peers[i].tx);
+        }
+}
+
+/* Before sleeping: a short busy poll of the rings, which a peer on another
+ * core answers in microseconds (a doorbell costs two system calls and a
+ * wake-up). */
+static bool shm_spin(dt__engine *e)
+{
+    if (e->shm_spin_ns <= 0)
+        return false;
+    int64_t until = dt__now_ns() + e->shm_spin_ns;
+    do {
+        for (int k = 0; k < 64; k++) {
+            if (shm_ready(e))
+                return true;
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
+    } while (dt__now_ns() < until);
+    return false;
+}
+
 dt_status dt__engine_progress(dt__engine *e, int timeout_ms)
 {
     DT_CHECK(dt__engine_status(e));
+    bool armed = false;
+    if (e->nshm) {
+        bool moved = false;
+        DT_CHECK(shm_pump(e, &moved));
+        if (moved || (timeout_ms > 0 && shm_spin(e)))
+            timeout_ms = 0;
+        else if (timeout_ms > 0)
+            armed = shm_arm(e);
+        if (timeout_ms > 0 && !armed)
+            timeout_ms = 0;
+    }
     int n = 0;
     for (int i = 0; i < e->size; i++) {
         peer *p = &e->peers[i];
         if (p->fd < 0)
             continue;
-        e->pfds[n] = (struct pollfd){.fd = p->fd, .events = (short)(POLLIN | (p->sendq ? POLLOUT : 0))};
+        bool out = p->sendq && !p->shm;
+        e->pfds[n] = (struct pollfd){.fd = p->fd, .events = (short)(POLLIN | (out ? POLLOUT : 0))};
         e->pfd_peer[n++] = i;
     }
     int rc = poll(e->pfds, (nfds_t)n, timeout_ms);
+    if (armed)
+        shm_disarm(e);
     if (rc < 0 && errno != EINTR)
         return dt__engine_fail(e, DT_ERR_SYSTEM, "poll: %s", strerror(errno));
     for (int k = 0; rc > 0 && k < n; k++) {
         short ev = e->pfds[k].revents;
         int pi = e->pfd_peer[k];
+        if (e->peers[pi].shm) {
+            if (ev & (POLLIN | POLLHUP | POLLERR))
+                DT_CHECK(shm_socket_event(e, pi));
+            continue;
+        }
         if (ev & (POLLIN | POLLHUP | POLLERR))
             DT_CHECK(peer_read(e, pi));
         if (ev & POLLOUT)
             DT_CHECK(peer_write(e, pi));
+    }
+    if (e->nshm) {
+        bool moved = false;
+        DT_CHECK(shm_pump(e, &moved));
     }
     return dt__engine_status(e);
 }

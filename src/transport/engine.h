@@ -1,4 +1,7 @@
-/* The progress engine: one TCP connection per peer, driven by poll().
+/* The progress engine: one connection per peer, driven by poll().
+ *
+ * Peers on the same host (same host id, both allowing it) are reached through
+ * shared memory instead (transport/shm.h): the same frames, through a ring.
  *
  * Requests are owned by the caller and linked into the engine while pending.
  * Sends are queued per peer and written header+payload with one sendmsg;
@@ -39,6 +42,8 @@ typedef struct dt__req {
     size_t received; /* recv: bytes of the matched message */
     size_t off;      /* send: header+payload bytes written */
     uint8_t hdr[DT_FRAME_HDR];
+    bool by_ref;     /* send: DATA_REF, the payload's address follows hdr */
+    uint8_t ref[DT_FRAME_REF_BYTES];
     dt_status status;
 } dt__req;
 
@@ -49,7 +54,13 @@ typedef struct {
     double timeout_s;
     int sock_buffer;
     const char *listen_ip; /* NULL: the address that reaches the store */
+    int transport;         /* DT__TRANSPORT_*: how to reach peers on this host */
+    size_t shm_ring;       /* bytes per direction of a shared-memory ring; 0: auto */
+    size_t shm_copy_min;   /* shared memory: payloads from this size are read from the sender */
+    int shm_spin_us;       /* shared memory: poll before sleeping */
 } dt__engine_config;
+
+enum { DT__TRANSPORT_AUTO = 0, DT__TRANSPORT_TCP = 1, DT__TRANSPORT_SHM = 2 };
 
 /* Listen, publish this rank's address in the store, connect to every peer. */
 dt_status dt__engine_create(const dt__engine_config *cfg, struct dt_store_client *store,

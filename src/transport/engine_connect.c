@@ -6,6 +6,7 @@
  * early arrivals, so the order cannot deadlock.  Every link is authenticated
  * with the job token; the connector's rank is covered by the MAC. */
 #include <poll.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +22,35 @@
 
 #define HANDSHAKE_SECONDS 10.0
 
+/* This process's host: ranks with equal ids can share memory.  The network
+ * and mount namespaces count, so namespace "hosts" of one machine (the test
+ * cluster) stay apart, as do containers.  "-": never share (DT_TRANSPORT=tcp). */
+static void host_id(int transport, char *out, size_t len)
+{
+    if (transport == DT__TRANSPORT_TCP) {
+        snprintf(out, len, "-");
+        return;
+    }
+    char boot[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof boot, f))
+            boot[0] = '\0';
+        fclose(f);
+        boot[strcspn(boot, "\n")] = '\0';
+    }
+    if (!boot[0])
+        gethostname(boot, sizeof boot - 1);
+    struct stat net = {0}, mnt = {0};
+    stat("/proc/self/ns/net", &net);
+    stat("/proc/self/ns/mnt", &mnt);
+    snprintf(out, len, "%s/%llu/%llu", boot, (unsigned long long)net.st_ino, (unsigned long long)mnt.st_ino);
+}
+
+/* Rank r's published "ip:port host-id": the address into out, the host id
+ * into host ("" for "-"). */
 static dt_status peer_address(dt_store_client *store, const dt__engine_config *cfg, int r,
-                              int64_t deadline, char *out, size_t outlen)
+                              int64_t deadline, char *out, size_t outlen, char *host)
 {
     char key[128];
     snprintf(key, sizeof key, "%s/addr/%d", cfg->key_prefix, r);
@@ -32,17 +60,21 @@ static dt_status peer_address(dt_store_client *store, const dt__engine_config *c
     dt_status s = dt_store_get(store, key, left > 0 ? left : 0.001, &val, &len);
     if (s != DT_OK)
         return dt__wrap(s, "rank %d never published its address: ", r);
-    snprintf(out, outlen, "%s", (char *)val);
+    char *text = val, *sp = strchr(text, ' ');
+    if (sp)
+        *sp = '\0';
+    snprintf(out, outlen, "%s", text);
+    snprintf(host, 128, "%s", sp && strcmp(sp + 1, "-") != 0 ? sp + 1 : "");
     free(val);
     return DT_OK;
 }
 
 static dt_status connect_lower(dt__engine *e, const dt__engine_config *cfg, dt_store_client *store,
-                               const char *label, int r, int64_t deadline)
+                               const char *label, int r, int64_t deadline, char *peer_host)
 {
     char addr[80], host[64];
     int port;
-    DT_CHECK(peer_address(store, cfg, r, deadline, addr, sizeof addr));
+    DT_CHECK(peer_address(store, cfg, r, deadline, addr, sizeof addr, peer_host));
     DT_CHECK(dt__parse_hostport(addr, host, sizeof host, &port));
     peer *p = &e->peers[r];
     snprintf(p->name, sizeof p->name, "rank %d (%s)", r, addr);
@@ -63,7 +95,7 @@ static dt_status connect_lower(dt__engine *e, const dt__engine_config *cfg, dt_s
 
 /* Accept one connection; a stranger or a bad token is logged and dropped. */
 static dt_status accept_one(dt__engine *e, const dt__engine_config *cfg, dt_store_client *store,
-                            const char *label, int lfd, int64_t deadline, int *remaining)
+                            const char *label, int lfd, int64_t deadline, int *remaining, char (*hosts)[128])
 {
     int fd;
     char from[64];
@@ -84,7 +116,7 @@ static dt_status accept_one(dt__engine *e, const dt__engine_config *cfg, dt_stor
     }
     peer *p = &e->peers[info];
     char addr[80];
-    DT_CHECK(peer_address(store, cfg, (int)info, deadline, addr, sizeof addr));
+    DT_CHECK(peer_address(store, cfg, (int)info, deadline, addr, sizeof addr, hosts[info]));
     snprintf(p->name, sizeof p->name, "rank %d (%s)", (int)info, addr);
     dt__sock_tune(fd, cfg->sock_buffer);
     p->fd = fd;
@@ -92,20 +124,23 @@ static dt_status accept_one(dt__engine *e, const dt__engine_config *cfg, dt_stor
     return DT_OK;
 }
 
-static dt_status build_mesh(dt__engine *e, const dt__engine_config *cfg, dt_store_client *store)
+static dt_status build_mesh(dt__engine *e, const dt__engine_config *cfg, dt_store_client *store,
+                            char (*hosts)[128], int64_t deadline)
 {
-    int64_t deadline = dt__deadline_after(cfg->timeout_s);
     const char *ip = cfg->listen_ip ? cfg->listen_ip : dt_store_local_ip(store);
     int lfd, port;
     DT_CHECK(dt__sock_listen(ip, 0, &lfd, &port));
-    char label[160], key[128], addr[80];
+    char label[160], key[128], addr[240];
     snprintf(label, sizeof label, "dtrain-peer:%s", cfg->key_prefix);
     snprintf(key, sizeof key, "%s/addr/%d", cfg->key_prefix, e->rank);
-    snprintf(addr, sizeof addr, "%s:%d", ip, port);
-    snprintf(e->peers[e->rank].name, sizeof e->peers[e->rank].name, "rank %d (%s)", e->rank, addr);
+    snprintf(e->peers[e->rank].name, sizeof e->peers[e->rank].name, "rank %d (%s:%d)", e->rank, ip, port);
+    host_id(cfg->transport, hosts[e->rank], 128);
+    snprintf(addr, sizeof addr, "%s:%d %s", ip, port, hosts[e->rank]);
+    if (strcmp(hosts[e->rank], "-") == 0)
+        hosts[e->rank][0] = '\0';
     dt_status s = dt_store_set(store, key, addr, strlen(addr) + 1);
     for (int r = 0; s == DT_OK && r < e->rank; r++)
-        s = connect_lower(e, cfg, store, label, r, deadline);
+        s = connect_lower(e, cfg, store, label, r, deadline, hosts[r]);
     int remaining = e->size - 1 - e->rank;
     while (s == DT_OK && remaining > 0) {
         if (dt__now_ns() >= deadline) {
@@ -119,9 +154,27 @@ static dt_status build_mesh(dt__engine *e, const dt__engine_config *cfg, dt_stor
         }
         struct pollfd pf = {.fd = lfd, .events = POLLIN};
         if (poll(&pf, 1, dt__ms_left(deadline, 500)) > 0)
-            s = accept_one(e, cfg, store, label, lfd, deadline, &remaining);
+            s = accept_one(e, cfg, store, label, lfd, deadline, &remaining, hosts);
     }
     close(lfd);
+    return s;
+}
+
+/* TCP to every peer, then shared memory to those on this host. */
+static dt_status connect_all(dt__engine *e, const dt__engine_config *cfg, dt_store_client *store)
+{
+    int64_t deadline = dt__deadline_after(cfg->timeout_s);
+    char(*hosts)[128] = calloc((size_t)e->size, sizeof *hosts);
+    if (!hosts)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    dt_status s = build_mesh(e, cfg, store, hosts, deadline);
+    for (int r = 0; s == DT_OK && cfg->transport == DT__TRANSPORT_SHM && r < e->size; r++)
+        if (!hosts[r][0] || strcmp(hosts[r], hosts[e->rank]) != 0)
+            s = dt__fail(DT_ERR_INVALID, "DT_TRANSPORT=shm, but %s is on another host or uses DT_TRANSPORT=tcp",
+                         e->peers[r].name);
+    if (s == DT_OK && cfg->transport != DT__TRANSPORT_TCP)
+        s = dt__engine_shm_setup(e, cfg, store, hosts, deadline);
+    free(hosts);
     return s;
 }
 
@@ -146,7 +199,7 @@ dt_status dt__engine_create(const dt__engine_config *cfg, dt_store_client *store
         e->peers[i].fd = -1;
         snprintf(e->peers[i].name, sizeof e->peers[i].name, "rank %d", i);
     }
-    dt_status s = cfg->size > 1 ? build_mesh(e, cfg, store) : DT_OK;
+    dt_status s = cfg->size > 1 ? connect_all(e, cfg, store) : DT_OK;
     if (s != DT_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", dt_last_error());
@@ -162,7 +215,7 @@ static bool goodbyes_done(dt__engine *e)
 {
     for (int i = 0; i < e->size; i++) {
         peer *p = &e->peers[i];
-        if (p->fd >= 0 && (p->bye.state == DT_REQ_PENDING || !p->bye_received))
+        if (p->fd >= 0 && (p->bye.state == DT_REQ_PENDING || !p->bye_received || p->acks_owed || p->unacked))
             return false;
     }
     return true;
@@ -193,6 +246,8 @@ dt_status dt__engine_destroy(dt__engine *e)
         }
     }
     dt__engine_close(e); /* completes what is pending, frees buffers, closes sockets */
+    for (int i = 0; e->peers && i < e->size; i++)
+        dt__shm_close(e->peers[i].shm);
     free(e->peers);
     free(e->pfds);
     free(e->pfd_peer);

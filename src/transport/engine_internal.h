@@ -5,6 +5,7 @@
 #include <poll.h>
 
 #include "transport/engine.h"
+#include "transport/shm.h"
 
 typedef struct unexpected {
     struct unexpected *next;
@@ -30,6 +31,15 @@ typedef struct {
     uint8_t *control;   /* ABORT text being filled */
     bool bye_sent, bye_received;
     dt__req bye;
+    /* Shared-memory channel (same host): frames go through the rings and fd
+     * only carries doorbell bytes and the end of the connection. */
+    dt__shm_pair *shm;
+    dt__shm_ring *tx, *rx;
+    pid_t pid;            /* the peer's process, to read DATA_REF payloads */
+    bool send_refs;       /* the peer can read our memory: send large payloads by address */
+    uint8_t ref[DT_FRAME_REF_BYTES]; /* address of the DATA_REF payload being received */
+    dt__req *unacked, *unacked_tail; /* DATA_REF sends waiting for their ACK */
+    unsigned acks_owed;   /* DATA_REF payloads read, ACK not yet written */
 } peer;
 
 struct dt__engine {
@@ -40,7 +50,15 @@ struct dt__engine {
     int *pfd_peer;
     dt_status failed;
     char fail_msg[1024];
+    int nshm;              /* peers reached through shared memory */
+    size_t shm_copy_min;   /* DATA_REF from this many payload bytes */
+    int64_t shm_spin_ns;   /* poll the rings this long before sleeping */
 };
+
+/* Set up the shared-memory channels to the peers on this host (after the TCP
+ * mesh is built); peer_host[i] is rank i's host id ("" for no shm). */
+dt_status dt__engine_shm_setup(dt__engine *e, const dt__engine_config *cfg, struct dt_store_client *store,
+                               char (*peer_host)[128], int64_t deadline);
 
 /* Queue an empty BYE frame behind everything already queued to peer pi. */
 dt_status dt__engine_queue_bye(dt__engine *e, int pi);

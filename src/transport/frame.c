@@ -43,11 +43,11 @@ dt_status dt__frame_decode(const uint8_t in[DT_FRAME_HDR], uint32_t world_size, 
     f->seq = dt__get_u64(in + 16);
     f->len = dt__get_u64(in + 24);
     f->src = dt__get_u32(in + 32);
-    if (f->type < DT_FRAME_DATA || f->type > DT_FRAME_BYE)
+    if (f->type < DT_FRAME_DATA || f->type > DT_FRAME_ACK)
         return dt__fail(DT_ERR_PROTOCOL, "unknown frame type %d", f->type);
     if (f->src >= world_size)
         return dt__fail(DT_ERR_PROTOCOL, "sender rank %u outside the world of %u", f->src, world_size);
-    uint64_t max = f->type == DT_FRAME_DATA ? DT_FRAME_MAX_PAYLOAD
+    uint64_t max = f->type == DT_FRAME_DATA || f->type == DT_FRAME_DATA_REF ? DT_FRAME_MAX_PAYLOAD
                    : f->type == DT_FRAME_ABORT ? DT_FRAME_MAX_CONTROL : 0;
     if (f->len > max)
         return dt__fail(DT_ERR_PROTOCOL, "payload length %llu exceeds the limit %llu for frame type %d",

@@ -3,7 +3,7 @@
  *   off size field
  *     0   4  magic "DTRN"
  *     4   1  version (DT_FRAME_VERSION)
- *     5   1  type (DATA, ABORT, BYE)
+ *     5   1  type (DATA, ABORT, BYE, DATA_REF, ACK)
  *     6   2  flags (must be 0)
  *     8   4  communicator id
  *    12   4  tag (collectives use the DT_TAG_INTERNAL bit)
@@ -24,7 +24,13 @@
 #define DT_FRAME_MAX_PAYLOAD (1ull << 40)
 #define DT_FRAME_MAX_CONTROL 4096
 
-enum { DT_FRAME_DATA = 1, DT_FRAME_ABORT = 2, DT_FRAME_BYE = 3 };
+/* DATA_REF and ACK exist only on shared-memory channels: a DATA_REF frame is
+ * a DATA frame whose `len` payload bytes stay in the sender's memory; the
+ * stream carries the 8-byte address instead, the receiver copies the payload
+ * from there (process_vm_readv) and answers with an ACK, which completes the
+ * sender's oldest unacknowledged DATA_REF send. */
+enum { DT_FRAME_DATA = 1, DT_FRAME_ABORT = 2, DT_FRAME_BYE = 3, DT_FRAME_DATA_REF = 4, DT_FRAME_ACK = 5 };
+#define DT_FRAME_REF_BYTES 8
 
 typedef struct {
     uint8_t type;
