@@ -3,7 +3,7 @@
 # DT_ERR_PEER naming the dead rank and its host:port within 10 s, later calls
 # fail at once, and dtrun exits non-zero naming the rank.
 . "$(dirname "$0")/lib.sh"
-"$BIN/dtrun" -n 4 "$BIN/fault_peer" "$WORK" --victim 2 --delay-ms 700 --count 4194304 >"$WORK/out" 2>"$WORK/err"
+"$BIN/dtrun" -n 4 "$BIN/fault_peer" "$WORK" --victim 2 --delay-ms 700 --count 4194304 --iters 100000000 >"$WORK/out" 2>"$WORK/err"
 rc=$?
 [ $rc != 0 ] || fail "dtrun exited 0"
 expect_grep "$WORK/err" "dtrun: rank 2 \(pid [0-9]+\) was killed by signal 9"

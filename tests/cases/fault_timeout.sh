@@ -3,7 +3,7 @@
 # (or DT_ERR_PEER once a timed-out rank closes its links) within DT_TIMEOUT.
 . "$(dirname "$0")/lib.sh"
 t0=$(now)
-DT_TIMEOUT=3 "$BIN/dtrun" -n 3 "$BIN/fault_peer" "$WORK" --victim 1 --freeze 1 --delay-ms 500 --count 65536 >"$WORK/out" 2>"$WORK/err"
+DT_TIMEOUT=3 "$BIN/dtrun" -n 3 "$BIN/fault_peer" "$WORK" --victim 1 --freeze 1 --delay-ms 500 --count 65536 --iters 100000000 >"$WORK/out" 2>"$WORK/err"
 [ $? != 0 ] || fail "dtrun exited 0"
 less_than "$(elapsed "$t0")" 15 || fail "the job took $(elapsed "$t0") s to end"
 frozen=$(cat "$WORK/killed")

@@ -31,7 +31,7 @@ DT_SHM_RING=5000 "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64 >"$WORK/ba
 expect_grep "$WORK/bad" "DT_SHM_RING=5000: expected a power of two"
 
 # kill -9 of a rank whose peers reach it through shared memory
-"$BIN/dtrun" -n 3 "$BIN/fault_peer" "$WORK" --victim 1 --delay-ms 500 --count 1048576 >"$WORK/out" 2>"$WORK/err" && fail "dtrun exited 0 after a kill"
+"$BIN/dtrun" -n 3 "$BIN/fault_peer" "$WORK" --victim 1 --delay-ms 500 --count 1048576 --iters 100000000 >"$WORK/out" 2>"$WORK/err" && fail "dtrun exited 0 after a kill"
 killed=$(cat "$WORK/killed") || fail "the victim never recorded its kill"
 for r in 0 2; do
     expect_grep "$WORK/result.$r" "^status=DT_ERR_PEER$"
