@@ -12,6 +12,7 @@
 #include "check.h"
 #include "dtrain/store.h"
 #include "transport/auth.h"
+#include "transport/bufcache.h"
 #include "transport/engine.h"
 #include "transport/frame.h"
 #include "transport/shm.h"
@@ -328,9 +329,48 @@ static void test_shm_ring(void)
     dt__shm_close(b);
 }
 
+/* Early-message buffers are reused by size, and the cache stays bounded. */
+static void test_bufcache(void)
+{
+    dt__bufcache c = {0};
+    size_t cap;
+    void *a = dt__bufcache_get(&c, 1000, &cap);
+    EXPECT(a != NULL);
+    EXPECT_EQ(cap, 1000);
+    dt__bufcache_put(&c, a, cap);
+    EXPECT_EQ(c.n, 1);
+    EXPECT(dt__bufcache_get(&c, 800, &cap) == a); /* fits, not 4x too big */
+    EXPECT_EQ(cap, 1000);
+    EXPECT_EQ(c.n, 0);
+    dt__bufcache_put(&c, a, cap);
+    void *b = dt__bufcache_get(&c, 100, &cap); /* 1000 is more than 4x: a new one */
+    EXPECT(b != a);
+    EXPECT_EQ(cap, 100);
+    void *big = dt__bufcache_get(&c, 4000, &cap);
+    EXPECT(big != a);
+    dt__bufcache_put(&c, big, cap);
+    dt__bufcache_put(&c, b, 100);
+    EXPECT_EQ(c.n, 3);
+    EXPECT_EQ(c.bytes, 5100);
+    for (int i = 0; i < DT__BUFCACHE_SLOTS + 4; i++) /* overflow: the smallest go */
+        dt__bufcache_put(&c, malloc(2000), 2000);
+    EXPECT_EQ(c.n, DT__BUFCACHE_SLOTS);
+    EXPECT(c.bytes <= DT__BUFCACHE_BYTES);
+    bool kept_big = false;
+    for (int i = 0; i < c.n; i++)
+        kept_big |= c.cap[i] == 4000;
+    EXPECT(kept_big);
+    dt__bufcache_put(&c, malloc(16), 16); /* smaller than all: freed at once */
+    EXPECT_EQ(c.n, DT__BUFCACHE_SLOTS);
+    dt__bufcache_clear(&c);
+    EXPECT_EQ(c.n, 0);
+    EXPECT_EQ(c.bytes, 0);
+}
+
 int main(void)
 {
     test_frame();
+    test_bufcache();
     test_shm_ring();
     test_store();
     test_engine_garbage();

@@ -36,17 +36,17 @@ static void complete_list(dt__req **head, dt__req **tail, dt_status s)
     *head = *tail = NULL;
 }
 
-static void free_unexpected(peer *p)
+static void free_unexpected(dt__engine *e, peer *p)
 {
     for (unexpected *u = p->unexp; u;) {
         unexpected *n = u->next;
-        free(u->data);
+        dt__bufcache_put(&e->early, u->data, u->cap);
         free(u);
         u = n;
     }
     p->unexp = p->unexp_tail = NULL;
     if (p->stash) {
-        free(p->stash->data);
+        dt__bufcache_put(&e->early, p->stash->data, p->stash->cap);
         free(p->stash);
         p->stash = NULL;
     }
@@ -149,7 +149,7 @@ static dt_status fail_with(dt__engine *e, dt_status code, bool notify, const cha
             complete_list(&p->sendq, &p->sendq_tail, code);
             complete_list(&p->unacked, &p->unacked_tail, code);
             complete_list(&p->posted, &p->posted_tail, code);
-            free_unexpected(p);
+            free_unexpected(e, p);
             /* FIN after the notice, no close yet: closing with unread input
              * would send RST and the peer would lose the notice. */
             if (p->fd >= 0)
@@ -385,12 +385,12 @@ static unexpected *take_unexpected(peer *p, const dt__req *r)
 }
 
 /* Complete receive r with buffered message u (copied if it fits) and free u. */
-static void deliver_buffered(dt__req *r, unexpected *u)
+static void deliver_buffered(dt__engine *e, dt__req *r, unexpected *u)
 {
     if (u->f.len <= r->len && u->f.len)
         memcpy(r->buf, u->data, (size_t)u->f.len);
     finish_recv(r, &u->f);
-    free(u->data);
+    dt__bufcache_put(&e->early, u->data, u->cap);
     free(u);
 }
 
@@ -413,7 +413,7 @@ dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, 
     peer *p = &e->peers[pi];
     unexpected *u = take_unexpected(p, r);
     if (u) {
-        deliver_buffered(r, u);
+        deliver_buffered(e, r, u);
         return r->status == DT_OK ? DT_OK
                                   : dt__fail(DT_ERR_TRUNCATE, "message of %zu bytes from %s exceeds the %zu-byte receive buffer",
                                              r->received, p->name, cap);
@@ -434,15 +434,16 @@ static dt_status route_data(dt__engine *e, peer *p, const dt__frame *f)
         return DT_OK;
     }
     unexpected *u = calloc(1, sizeof *u);
-    uint8_t *data = f->len ? malloc((size_t)f->len) : NULL;
+    size_t cap = 0;
+    uint8_t *data = f->len && u ? dt__bufcache_get(&e->early, (size_t)f->len, &cap) : NULL;
     if (!u || (f->len && !data)) {
         free(u);
-        free(data);
         return dt__engine_fail(e, DT_ERR_NOMEM, "cannot buffer a %llu-byte message from %s",
                                (unsigned long long)f->len, p->name);
     }
     u->f = *f;
     u->data = data;
+    u->cap = cap;
     p->stash = u;
     p->dst = data;
     return DT_OK;
@@ -450,13 +451,13 @@ static dt_status route_data(dt__engine *e, peer *p, const dt__frame *f)
 
 /* The buffered message just completed.  A receive posted while it was still
  * arriving takes it now; otherwise it joins the peer's unexpected queue. */
-static void stash_unexpected(peer *p)
+static void stash_unexpected(dt__engine *e, peer *p)
 {
     unexpected *u = p->stash;
     p->stash = NULL;
     dt__req *r = take_posted(p, &u->f);
     if (r) {
-        deliver_buffered(r, u);
+        deliver_buffered(e, r, u);
         return;
     }
     u->next = NULL;
@@ -476,7 +477,7 @@ static dt_status deliver_local(dt__engine *e, const dt__frame *f, const void *bu
     if (p->target)
         finish_recv(p->target, f);
     if (p->stash)
-        stash_unexpected(p);
+        stash_unexpected(e, p);
     p->target = NULL;
     p->dst = NULL;
     return DT_OK;
@@ -526,7 +527,7 @@ static dt_status payload_done(dt__engine *e, peer *p)
             return dt__engine_fail(e, DT_ERR_TRUNCATE, "message of %llu bytes from %s exceeds the %zu-byte receive buffer (tag %d)",
                                    (unsigned long long)f->len, p->name, r->len, f->tag);
     } else if (p->stash) {
-        stash_unexpected(p);
+        stash_unexpected(e, p);
     }
     return DT_OK;
 }
@@ -702,6 +703,12 @@ static bool shm_spin(dt__engine *e)
         return false;
     int64_t until = dt__now_ns() + e->shm_spin_ns;
     do {
+        if (e->shm_spin_yields) {
+            if (shm_ready(e))
+                return true;
+            sched_yield();
+            continue;
+        }
         for (int k = 0; k < 64; k++) {
             if (shm_ready(e))
                 return true;

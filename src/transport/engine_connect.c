@@ -248,6 +248,7 @@ dt_status dt__engine_destroy(dt__engine *e)
     dt__engine_close(e); /* completes what is pending, frees buffers, closes sockets */
     for (int i = 0; e->peers && i < e->size; i++)
         dt__shm_close(e->peers[i].shm);
+    dt__bufcache_clear(&e->early);
     free(e->peers);
     free(e->pfds);
     free(e->pfd_peer);

@@ -4,6 +4,7 @@
 
 #include <poll.h>
 
+#include "transport/bufcache.h"
 #include "transport/engine.h"
 #include "transport/shm.h"
 
@@ -11,6 +12,7 @@ typedef struct unexpected {
     struct unexpected *next;
     dt__frame f;
     uint8_t *data;
+    size_t cap; /* of data, from the engine's buffer cache */
 } unexpected;
 
 typedef struct {
@@ -53,6 +55,8 @@ struct dt__engine {
     int nshm;              /* peers reached through shared memory */
     size_t shm_copy_min;   /* DATA_REF from this many payload bytes */
     int64_t shm_spin_ns;   /* poll the rings this long before sleeping */
+    bool shm_spin_yields;  /* oversubscribed host: sched_yield between polls */
+    dt__bufcache early;    /* payload buffers of messages that beat their receive */
 };
 
 /* Set up the shared-memory channels to the peers on this host (after the TCP

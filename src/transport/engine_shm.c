@@ -197,11 +197,14 @@ dt_status dt__engine_shm_setup(dt__engine *e, const dt__engine_config *cfg, dt_s
     free(pairs);
     if (st == DT_OK && e->nshm) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        /* Spinning only pays when every local rank has a core of its own. */
-        e->shm_spin_ns = e->nshm + 1 <= cpus ? (int64_t)cfg->shm_spin_us * 1000 : 0;
+        /* With a core per local rank, pause-spin; with more ranks than cores a
+         * spinning rank would hold the core its peer needs, so poll with
+         * sched_yield instead: the peer runs at once, no doorbell. */
+        e->shm_spin_ns = (int64_t)cfg->shm_spin_us * 1000;
+        e->shm_spin_yields = e->nshm + 1 > cpus;
         e->shm_copy_min = cfg->shm_copy_min;
-        DT_INFO("shared memory to %d ranks on this host (rings of %zu bytes, spin %lld us)", e->nshm, s.ring,
-                (long long)(e->shm_spin_ns / 1000));
+        DT_INFO("shared memory to %d ranks on this host (rings of %zu bytes, %s %lld us before sleeping)", e->nshm,
+                s.ring, e->shm_spin_yields ? "yielding poll" : "spin", (long long)(e->shm_spin_ns / 1000));
     }
     return st;
 }

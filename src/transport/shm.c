@@ -68,7 +68,8 @@ static dt_status map_fd(int fd, size_t bytes, const char *name, dt__shm_pair **o
     dt__shm_pair *p = calloc(1, sizeof *p);
     if (!p)
         return dt__fail(DT_ERR_NOMEM, "out of memory");
-    p->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* MAP_POPULATE: fault the ring pages in now, not during the first messages. */
+    p->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (p->base == MAP_FAILED) {
         int err = errno;
         free(p);
