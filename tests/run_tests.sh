@@ -69,7 +69,7 @@ done
 # Larger worlds (up to the 64 ranks the API promises), smaller buffers: 64 processes share 2 cores.
 run "collectives/world16" 300 "$BIN/dtrun" -n 16 "$BIN/coll_check" --quick --big 4096
 run "collectives/world64" 400 "$BIN/dtrun" -n 64 "$BIN/coll_check" --quick --big 64
-for algo in ring rd; do
+for algo in ring rd rhd; do
     for tr in tcp shm; do
         for n in 3 4; do
             run "collectives/world$n-DT_ALGO=$algo-DT_TRANSPORT=$tr" 300 env DT_ALGO=$algo DT_TRANSPORT=$tr \
@@ -77,6 +77,8 @@ for algo in ring rd; do
         done
     done
 done
+# Halving-doubling with two folded pairs (6 = 4 + 2).
+run "collectives/world6-DT_ALGO=rhd" 300 env DT_ALGO=rhd "$BIN/dtrun" -n 6 "$BIN/coll_check" --quick --big 65536
 # Both transports forced, and mixed: rank 1 refuses shared memory, so its
 # pairs use TCP while the other ranks' pairs use shared memory.
 for tr in tcp shm; do

@@ -39,7 +39,7 @@ dt_status dt_allgather(const void *send, void *recv, size_t sendcount, dt_dtype 
     if (n == 1)
         return DT_OK;
     bool pow2 = (n & (n - 1)) == 0;
-    if (!pow2 || dt__coll_use_ring(c, n * bytes)) {
+    if (!pow2 || dt__coll_pick(c, DT__COLL_ALLGATHER, n * bytes) == DT__ALG_RING) {
         size_t *off = malloc(2 * n * sizeof *off);
         if (!off)
             return dt__coll_error(&k, dt__fail(DT_ERR_NOMEM, "out of memory"));

@@ -17,16 +17,24 @@ dt_status dt_allreduce(const void *send, void *recv, size_t count, dt_dtype t, d
     if (send != recv)
         memcpy(recv, send, bytes);
     if (c->size > 1) {
-        if (dt__coll_use_ring(c, bytes)) {
-            size_t *off = malloc(2 * (size_t)c->size * sizeof *off);
+        dt__alg alg = dt__coll_pick(c, DT__COLL_ALLREDUCE, bytes);
+        if (alg == DT__ALG_RD) {
+            DT_CHECK(dt__rd_allreduce(&k, recv, count, t, op));
+        } else {
+            /* The ring cuts the buffer into n blocks, halving-doubling into the
+             * largest power of two p <= n (the other ranks fold in). */
+            int blocks = c->size;
+            while (alg == DT__ALG_RHD && (blocks & (blocks - 1)))
+                blocks &= blocks - 1;
+            size_t *off = malloc(2 * (size_t)blocks * sizeof *off);
             if (!off)
                 return dt__coll_error(&k, dt__fail(DT_ERR_NOMEM, "out of memory"));
-            dt__split_blocks(count, c->size, off, off + c->size);
-            dt_status s = dt__ring_run(&k, recv, off, off + c->size, t, op, DT_RING_RS | DT_RING_AG);
+            dt__split_blocks(count, blocks, off, off + blocks);
+            dt_status s = alg == DT__ALG_RING
+                              ? dt__ring_run(&k, recv, off, off + blocks, t, op, DT_RING_RS | DT_RING_AG)
+                              : dt__rhd_run(&k, recv, count, off, off + blocks, t, op, DT_RING_RS | DT_RING_AG);
             free(off);
             DT_CHECK(s);
-        } else {
-            DT_CHECK(dt__rd_allreduce(&k, recv, count, t, op));
         }
     }
     dt__reduce_finish(recv, count, t, op, c->size);

@@ -83,7 +83,7 @@ dt_status dt_broadcast(void *buf, size_t count, dt_dtype t, int root, dt_comm *c
     size_t bytes = count * es;
     if (bytes == 0 || c->size == 1)
         return DT_OK;
-    if (dt__coll_use_ring(c, bytes))
+    if (dt__coll_pick(c, DT__COLL_BROADCAST, bytes) == DT__ALG_RING)
         return dt__chain_bcast(&k, buf, bytes, root);
     return dt__coll_error(&k, dt__tree_bcast(&k, buf, bytes, root));
 }

@@ -52,15 +52,6 @@ dt_status dt__coll_error(dt__coll *k, dt_status s)
     return dt__wrap(dt__engine_status(e), "%s: ", k->op);
 }
 
-bool dt__coll_use_ring(const dt_comm *c, size_t bytes)
-{
-    if (c->algo == DT_ALGO_RING)
-        return true;
-    if (c->algo == DT_ALGO_RD)
-        return false;
-    return bytes > c->small_bytes;
-}
-
 dt_status dt__coll_check_buffers(const char *op, const void *send, size_t send_bytes, const void *recv,
                                  size_t recv_bytes)
 {

@@ -27,8 +27,17 @@ dt_status dt__coll_progress(dt__coll *k);
 /* Any failure inside a collective leaves peers mid-protocol: fail the engine
  * (cancelling every pending request) and prefix the message with the op. */
 dt_status dt__coll_error(dt__coll *k, dt_status s);
-/* Choose ring or latency-optimal for `bytes` (DT_ALGO overrides). */
-bool dt__coll_use_ring(const dt_comm *c, size_t bytes);
+/* Algorithm families; which one a call uses is chosen by dt__coll_pick. */
+typedef enum {
+    DT__ALG_RD,   /* latency-optimal: recursive doubling, binomial trees */
+    DT__ALG_RHD,  /* recursive halving-doubling (Rabenseifner) */
+    DT__ALG_RING, /* bandwidth-optimal: pipelined ring, pipelined chain */
+} dt__alg;
+typedef enum { DT__COLL_ALLREDUCE, DT__COLL_REDUCE_SCATTER, DT__COLL_ALLGATHER, DT__COLL_BROADCAST, DT__COLL_REDUCE } dt__coll_kind;
+/* The algorithm for a collective of `bytes` (the whole buffer, as dtbench
+ * counts it) on c: DT_ALGO when set, else by size against the communicator's
+ * thresholds (docs/algorithms.md).  Never returns one the collective lacks. */
+dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes);
 /* Check a (send, recv) pair: same pointer (in place) or disjoint ranges. */
 dt_status dt__coll_check_buffers(const char *op, const void *send, size_t send_bytes, const void *recv,
                                  size_t recv_bytes);
@@ -47,5 +56,10 @@ void dt__split_blocks(size_t count, int n, size_t *offsets, size_t *lengths);
 dt_status dt__rd_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op);
 dt_status dt__tree_bcast(dt__coll *k, void *buf, size_t bytes, int root);
 dt_status dt__chain_bcast(dt__coll *k, void *buf, size_t bytes, int root);
+/* Recursive halving (phase RS: rank r ends with block r reduced) and/or
+ * doubling (phase AG) over p blocks of buf.  Both phases together work on any
+ * world size (extra ranks fold in); one phase alone needs a power of two. */
+dt_status dt__rhd_run(dt__coll *k, void *buf, size_t count, const size_t *offsets, const size_t *lengths,
+                      dt_dtype t, dt_redop op, int phases);
 
 #endif

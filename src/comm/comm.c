@@ -23,13 +23,23 @@ static dt_status read_tunables(dt_comm *c)
         c->algo = DT_ALGO_RING;
     else if (strcmp(algo, "rd") == 0)
         c->algo = DT_ALGO_RD;
+    else if (strcmp(algo, "rhd") == 0)
+        c->algo = DT_ALGO_RHD;
     else
-        return dt__fail(DT_ERR_INVALID, "DT_ALGO='%s': expected auto, ring or rd", algo);
+        return dt__fail(DT_ERR_INVALID, "DT_ALGO='%s': expected auto, ring, rd or rhd", algo);
     int64_t v;
     DT_CHECK(dt__env_int("DT_RING_SEGMENT", 1024, 1LL << 30, &v));
     c->segment_bytes = (size_t)v;
-    DT_CHECK(dt__env_int("DT_SMALL_MSG", 0, 1LL << 30, &v));
-    c->small_bytes = (size_t)v;
+    /* Unset: SIZE_MAX, the default for the communicator's topology. */
+    c->small_bytes = c->ring_bytes = SIZE_MAX;
+    if (dt__env_str("DT_SMALL_MSG")) {
+        DT_CHECK(dt__env_int("DT_SMALL_MSG", 0, 1LL << 30, &v));
+        c->small_bytes = (size_t)v;
+    }
+    if (dt__env_str("DT_RING_MSG")) {
+        DT_CHECK(dt__env_int("DT_RING_MSG", 0, 1LL << 40, &v));
+        c->ring_bytes = (size_t)v;
+    }
     return DT_OK;
 }
 
@@ -117,6 +127,7 @@ dt_status dt_comm_init_env(dt_comm **out)
         world_release(w);
         return s;
     }
+    c->one_host = dt__comm_one_host(c);
     DT_INFO("rank %d of %d joined (launcher %s, store %s:%d)", env.rank, env.size, env.launcher,
             env.master_host, env.master_port);
     *out = c;
@@ -136,6 +147,14 @@ dt_status dt_comm_abort(dt_comm *c, const char *reason)
         return dt__fail(DT_ERR_ABORTED, "aborted: %s", reason ? reason : "");
     dt__progress_drain(c->world);
     return dt__engine_abort(c->world->eng, reason);
+}
+
+bool dt__comm_one_host(const dt_comm *c)
+{
+    for (int i = 0; i < c->size; i++)
+        if (!dt__engine_is_local(c->world->eng, c->ranks[i]))
+            return false;
+    return true;
 }
 
 void *dt__comm_scratch(dt_comm *c, int slot, size_t bytes)

@@ -23,7 +23,7 @@ typedef struct {
     dt__progress *progress; /* the nonblocking collectives' thread, started on first use */
 } dt__world;
 
-typedef enum { DT_ALGO_AUTO = 0, DT_ALGO_RING, DT_ALGO_RD } dt__algo;
+typedef enum { DT_ALGO_AUTO = 0, DT_ALGO_RING, DT_ALGO_RD, DT_ALGO_RHD } dt__algo;
 
 struct dt_comm {
     dt__world *world;
@@ -37,7 +37,9 @@ struct dt_comm {
     double timeout_s;
     dt__algo algo;
     size_t segment_bytes; /* ring pipeline segment */
-    size_t small_bytes;   /* at or below: latency-optimal algorithms */
+    size_t small_bytes;   /* at or below: latency-optimal algorithms (DT_SMALL_MSG) */
+    size_t ring_bytes;    /* above: ring; between the two: halving-doubling (DT_RING_MSG) */
+    bool one_host;        /* every member shares memory with every other */
     /* Grow-only scratch buffers reused across calls: fresh large allocations
      * cost a page fault per 4 KiB, which measured as half the time of a
      * 64 MiB reduce_scatter. */
@@ -45,6 +47,11 @@ struct dt_comm {
     size_t scratch_size[2];
 };
 
+/* Whether all of c's members reach each other through shared memory: the
+ * algorithm thresholds differ (docs/algorithms.md).  Collective, no messages:
+ * each rank decides from what the engine knows of its own peers, and a host's
+ * ranks share memory with each other or with none, so all ranks agree. */
+bool dt__comm_one_host(const dt_comm *c);
 /* Scratch slots: TMP holds incoming partials, WORK a private copy of the input. */
 enum { DT__SCRATCH_TMP = 0, DT__SCRATCH_WORK = 1 };
 /* A buffer of at least `bytes` owned by the communicator; NULL when out of memory. */

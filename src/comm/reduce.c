@@ -84,15 +84,16 @@ dt_status dt_reduce(const void *send, void *recv, size_t count, dt_dtype t, dt_r
     }
     memcpy(work, send, bytes);
     dt_status s;
+    bool ring = dt__coll_pick(c, DT__COLL_REDUCE, bytes) == DT__ALG_RING;
     if (c->size == 1)
         s = DT_OK;
-    else if (dt__coll_use_ring(c, bytes))
+    else if (ring)
         s = ring_then_gather(&k, work, recv, count, t, op, root, off);
     else
         s = tree(&k, work, count, t, op, root);
     s = dt__coll_error(&k, s);
     if (s == DT_OK && is_root) {
-        if (c->size == 1 || !dt__coll_use_ring(c, bytes))
+        if (c->size == 1 || !ring)
             memcpy(recv, work, bytes);
         dt__reduce_finish(recv, count, t, op, c->size);
     }

@@ -1,4 +1,5 @@
-/* Reduce-scatter: the ring's reduce-scatter phase for large messages, a
+/* Reduce-scatter: the ring's reduce-scatter phase for large messages,
+ * recursive halving for mid-sized ones on a power of two ranks, a
  * recursive-doubling allreduce for small ones. */
 #include <stdlib.h>
 #include <string.h>
@@ -28,15 +29,17 @@ dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_d
     if (!in_place)
         memcpy(work, send, n * bytes);
     dt_status s = DT_OK;
-    if (n > 1 && dt__coll_use_ring(c, n * bytes)) {
-        for (size_t b = 0; b < n; b++) {
-            off[b] = b * recvcount;
-            off[n + b] = recvcount;
-        }
-        s = dt__ring_run(&k, work, off, off + n, t, op, DT_RING_RS);
-    } else if (n > 1) {
-        s = dt__rd_allreduce(&k, work, n * recvcount, t, op);
+    dt__alg alg = dt__coll_pick(c, DT__COLL_REDUCE_SCATTER, n * bytes);
+    for (size_t b = 0; b < n; b++) {
+        off[b] = b * recvcount;
+        off[n + b] = recvcount;
     }
+    if (n > 1 && alg == DT__ALG_RING)
+        s = dt__ring_run(&k, work, off, off + n, t, op, DT_RING_RS);
+    else if (n > 1 && alg == DT__ALG_RHD)
+        s = dt__rhd_run(&k, work, n * recvcount, off, off + n, t, op, DT_RING_RS);
+    else if (n > 1)
+        s = dt__rd_allreduce(&k, work, n * recvcount, t, op);
     if (s == DT_OK) {
         memmove(recv, work + (size_t)c->rank * bytes, bytes);
         dt__reduce_finish(recv, recvcount, t, op, c->size);

@@ -62,6 +62,7 @@ static dt_status make_child(dt_comm *c, const int32_t *pairs, int color, dt_comm
             sub->rank = i;
     }
     free(m);
+    sub->one_host = dt__comm_one_host(sub);
     c->world->refs++;
     *out = sub;
     return DT_OK;

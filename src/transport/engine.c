@@ -17,6 +17,7 @@
 int dt__engine_rank(const dt__engine *e) { return e->rank; }
 int dt__engine_size(const dt__engine *e) { return e->size; }
 const char *dt__engine_peer_name(dt__engine *e, int p) { return e->peers[p].name; }
+bool dt__engine_is_local(const dt__engine *e, int p) { return p == e->rank || e->peers[p].shm != NULL; }
 
 static void complete(dt__req *r, dt_status s)
 {

@@ -71,6 +71,8 @@ dt_status dt__engine_destroy(dt__engine *e);
 
 int dt__engine_rank(const dt__engine *e);
 int dt__engine_size(const dt__engine *e);
+/* True when world rank `peer` is this rank or reached through shared memory. */
+bool dt__engine_is_local(const dt__engine *e, int peer);
 /* "rank 3 (10.0.0.4:4242)" for messages. */
 const char *dt__engine_peer_name(dt__engine *e, int peer);
 

@@ -1,0 +1,35 @@
+/* Which algorithm a collective uses.  The thresholds and the measurements
+ * behind them are in docs/algorithms.md. */
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "comm/coll.h"
+
+static bool pow2(int n) { return (n & (n - 1)) == 0; }
+
+dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
+{
+    /* Halving-doubling exists for allreduce (any size of world) and for
+     * reduce-scatter on a power of two; allgather's doubling is the RD one. */
+    bool has_rhd = kind == DT__COLL_ALLREDUCE || (kind == DT__COLL_REDUCE_SCATTER && pow2(c->size));
+    switch (c->algo) {
+    case DT_ALGO_RING:
+        return DT__ALG_RING;
+    case DT_ALGO_RD:
+        return DT__ALG_RD;
+    case DT_ALGO_RHD:
+        return has_rhd ? DT__ALG_RHD : DT__ALG_RING;
+    case DT_ALGO_AUTO:
+        break;
+    }
+    /* Measured defaults (docs/algorithms.md): through shared memory a step
+     * costs microseconds, so recursive doubling pays longer; over TCP the
+     * extra bytes it sends cost more than the ring's extra steps sooner. */
+    size_t small = c->small_bytes != SIZE_MAX ? c->small_bytes : c->one_host ? 65536 : 16384;
+    size_t ring = c->ring_bytes != SIZE_MAX ? c->ring_bytes : c->one_host ? 2097152 : 1048576;
+    if (bytes <= small)
+        return DT__ALG_RD;
+    if (bytes <= ring && has_rhd)
+        return DT__ALG_RHD;
+    return DT__ALG_RING;
+}
