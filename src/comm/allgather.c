@@ -38,6 +38,8 @@ dt_status dt_allgather(const void *send, void *recv, size_t sendcount, dt_dtype 
         memcpy(out + (size_t)c->rank * bytes, send, bytes);
     if (n == 1)
         return DT_OK;
+    if (dt__hier_use(c, n * bytes))
+        return dt__coll_error(&k, dt__hier_allgather(c, recv, sendcount, t));
     bool pow2 = (n & (n - 1)) == 0;
     if (!pow2 || dt__coll_pick(c, DT__COLL_ALLGATHER, n * bytes) == DT__ALG_RING) {
         size_t *off = malloc(2 * n * sizeof *off);

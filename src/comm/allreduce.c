@@ -5,6 +5,29 @@
 #include "base/status.h"
 #include "comm/coll.h"
 
+dt_status dt__allreduce_flat(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op)
+{
+    dt_comm *c = k->c;
+    if (c->size == 1)
+        return DT_OK;
+    dt__alg alg = dt__coll_pick(c, DT__COLL_ALLREDUCE, count * dt_dtype_size(t));
+    if (alg == DT__ALG_RD)
+        return dt__rd_allreduce(k, buf, count, t, op);
+    /* The ring cuts the buffer into n blocks, halving-doubling into the
+     * largest power of two p <= n (the other ranks fold in). */
+    int blocks = c->size;
+    while (alg == DT__ALG_RHD && (blocks & (blocks - 1)))
+        blocks &= blocks - 1;
+    size_t *off = malloc(2 * (size_t)blocks * sizeof *off);
+    if (!off)
+        return dt__coll_error(k, dt__fail(DT_ERR_NOMEM, "out of memory"));
+    dt__split_blocks(count, blocks, off, off + blocks);
+    dt_status s = alg == DT__ALG_RING ? dt__ring_run(k, buf, off, off + blocks, t, op, DT_RING_RS | DT_RING_AG)
+                                      : dt__rhd_run(k, buf, count, off, off + blocks, t, op, DT_RING_RS | DT_RING_AG);
+    free(off);
+    return s;
+}
+
 dt_status dt_allreduce(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, dt_comm *c)
 {
     DT_CHECK(dt__check_dtype_op("allreduce", t, op));
@@ -16,27 +39,10 @@ dt_status dt_allreduce(const void *send, void *recv, size_t count, dt_dtype t, d
         return DT_OK;
     if (send != recv)
         memcpy(recv, send, bytes);
-    if (c->size > 1) {
-        dt__alg alg = dt__coll_pick(c, DT__COLL_ALLREDUCE, bytes);
-        if (alg == DT__ALG_RD) {
-            DT_CHECK(dt__rd_allreduce(&k, recv, count, t, op));
-        } else {
-            /* The ring cuts the buffer into n blocks, halving-doubling into the
-             * largest power of two p <= n (the other ranks fold in). */
-            int blocks = c->size;
-            while (alg == DT__ALG_RHD && (blocks & (blocks - 1)))
-                blocks &= blocks - 1;
-            size_t *off = malloc(2 * (size_t)blocks * sizeof *off);
-            if (!off)
-                return dt__coll_error(&k, dt__fail(DT_ERR_NOMEM, "out of memory"));
-            dt__split_blocks(count, blocks, off, off + blocks);
-            dt_status s = alg == DT__ALG_RING
-                              ? dt__ring_run(&k, recv, off, off + blocks, t, op, DT_RING_RS | DT_RING_AG)
-                              : dt__rhd_run(&k, recv, count, off, off + blocks, t, op, DT_RING_RS | DT_RING_AG);
-            free(off);
-            DT_CHECK(s);
-        }
-    }
+    if (dt__hier_use(c, bytes))
+        DT_CHECK(dt__coll_error(&k, dt__hier_allreduce(c, recv, count, t, op)));
+    else
+        DT_CHECK(dt__allreduce_flat(&k, recv, count, t, op));
     dt__reduce_finish(recv, count, t, op, c->size);
     return DT_OK;
 }

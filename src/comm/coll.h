@@ -52,6 +52,21 @@ dt_status dt__ring_run(dt__coll *k, void *buf, const size_t *offsets, const size
 /* Equal-ish blocks of `count` (the first count % n get one more). */
 void dt__split_blocks(size_t count, int n, size_t *offsets, size_t *lengths);
 
+/* Allreduce of buf in place with the flat algorithms of k's communicator
+ * (no final division for DT_AVG). */
+dt_status dt__allreduce_flat(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op);
+
+/* Hierarchical collectives (hier.c).  Setup is collective over the world
+ * communicator; dt__hier_use says whether a call of `bytes` takes the
+ * hierarchical path.  The operations work in place on the full buffer and
+ * leave DT_AVG's division to the caller. */
+dt_status dt__hier_setup(dt_comm *c);
+void dt__hier_destroy(dt_comm *c);
+bool dt__hier_use(const dt_comm *c, size_t bytes);
+dt_status dt__hier_allreduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op);
+dt_status dt__hier_reduce_scatter(dt_comm *c, void *work, size_t recvcount, dt_dtype t, dt_redop op);
+dt_status dt__hier_allgather(dt_comm *c, void *recv, size_t sendcount, dt_dtype t);
+
 /* Latency-optimal building blocks. */
 dt_status dt__rd_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op);
 dt_status dt__tree_bcast(dt__coll *k, void *buf, size_t bytes, int root);

@@ -8,6 +8,7 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "comm/coll.h"
 #include "comm/comm_internal.h"
 #include "comm/launch_env.h"
 #include "dtrain/store.h"
@@ -36,6 +37,10 @@ static dt_status read_tunables(dt_comm *c)
         DT_CHECK(dt__env_int("DT_SMALL_MSG", 0, 1LL << 30, &v));
         c->small_bytes = (size_t)v;
     }
+    const char *hier = dt__env_str("DT_HIER");
+    if (hier && strcmp(hier, "auto") != 0 && strcmp(hier, "off") != 0)
+        return dt__fail(DT_ERR_INVALID, "DT_HIER='%s': expected auto or off", hier);
+    c->hier_auto = !hier || strcmp(hier, "auto") == 0;
     if (dt__env_str("DT_RING_MSG")) {
         DT_CHECK(dt__env_int("DT_RING_MSG", 0, 1LL << 40, &v));
         c->ring_bytes = (size_t)v;
@@ -128,6 +133,11 @@ dt_status dt_comm_init_env(dt_comm **out)
         return s;
     }
     c->one_host = dt__comm_one_host(c);
+    s = dt__hier_setup(c);
+    if (s != DT_OK) {
+        dt_comm_destroy(c);
+        return dt__wrap(s, "setting up hierarchical collectives: ");
+    }
     DT_INFO("rank %d of %d joined (launcher %s, store %s:%d)", env.rank, env.size, env.launcher,
             env.master_host, env.master_port);
     *out = c;
@@ -174,6 +184,7 @@ dt_status dt_comm_destroy(dt_comm *c)
     dt__world *w = c->world;
     dt_status s = DT_OK;
     dt__progress_drain(w); /* queued collectives may use this communicator */
+    dt__hier_destroy(c);
     if (c->id == WORLD_COMM_ID && !w->engine_closed) {
         dt__progress_stop(w);
         s = dt__engine_destroy(w->eng);

@@ -40,6 +40,12 @@ struct dt_comm {
     size_t small_bytes;   /* at or below: latency-optimal algorithms (DT_SMALL_MSG) */
     size_t ring_bytes;    /* above: ring; between the two: halving-doubling (DT_RING_MSG) */
     bool one_host;        /* every member shares memory with every other */
+    /* Hierarchy (src/comm/hier.c), world communicator only: NULL local when
+     * the flat algorithms run. */
+    bool hier_auto;       /* DT_HIER=auto */
+    dt_comm *local, *cross; /* this host's ranks; the ranks of my local index on every host */
+    int nhosts;
+    int *members;         /* nhosts x L comm ranks, host h's in local order */
     /* Grow-only scratch buffers reused across calls: fresh large allocations
      * cost a page fault per 4 KiB, which measured as half the time of a
      * 64 MiB reduce_scatter. */

@@ -34,7 +34,9 @@ dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_d
         off[b] = b * recvcount;
         off[n + b] = recvcount;
     }
-    if (n > 1 && alg == DT__ALG_RING)
+    if (dt__hier_use(c, n * bytes))
+        s = dt__coll_error(&k, dt__hier_reduce_scatter(c, work, recvcount, t, op));
+    else if (n > 1 && alg == DT__ALG_RING)
         s = dt__ring_run(&k, work, off, off + n, t, op, DT_RING_RS);
     else if (n > 1 && alg == DT__ALG_RHD)
         s = dt__rhd_run(&k, work, n * recvcount, off, off + n, t, op, DT_RING_RS);

@@ -54,6 +54,9 @@ static dt_status make_child(dt_comm *c, const int32_t *pairs, int color, dt_comm
     sub->size = cnt;
     sub->coll_seq = sub->split_seq = sub->p2p_seq = 0;
     memset(sub->scratch, 0, sizeof sub->scratch);
+    sub->local = sub->cross = NULL; /* split communicators run flat */
+    sub->members = NULL;
+    sub->hier_auto = false;
     memset(sub->scratch_size, 0, sizeof sub->scratch_size);
     sub->id = child_id(c->id, c->split_seq, color);
     for (int i = 0; i < cnt; i++) {
