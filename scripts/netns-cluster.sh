@@ -9,15 +9,19 @@
 #
 # --rate shapes both directions of every host's link (tbf on eth0 for what a
 # host sends, tbf on the bridge port for what it receives), so each host has
-# a full-duplex link of that rate.  --delay needs per-packet delay emulation;
-# this kernel has no tc netem, and the user-space emulator arrives with the
-# communication performance work, so --delay refuses clearly until then.
+# a full-duplex link of that rate.  --delay D (e.g. 100us) holds every packet
+# that crosses the bridge for D: this kernel has no tc netem, so an iptables
+# FORWARD rule in the bridge namespace queues bridged packets (NFQUEUE) to
+# build/bin/dt-netdelay (needs iptables and libnetfilter-queue-dev:
+# scripts/setup.sh --bench).
 set -euo pipefail
 
 BR_NS=dtbr
 SUBNET=10.77.0
+NETDELAY=${NETDELAY:-$(cd "$(dirname "$0")/.." && pwd)/build/bin/dt-netdelay}
+DELAY_LOG=/tmp/dt-netdelay.log
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -e/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
 die() { echo "netns-cluster: $*" >&2; exit 2; }
 
 need_root() {
@@ -56,8 +60,16 @@ up() {
             *) die "unknown option '$1'" ;;
         esac
     done
+    local delay_us=""
     if [ -n "$delay" ]; then
-        die "--delay $delay: this kernel has no tc netem and the user-space delay emulator is not built yet; run without --delay"
+        case $delay in
+            *us) delay_us=${delay%us} ;;
+            *ms) delay_us=$(( ${delay%ms} * 1000 )) ;;
+            *) die "--delay '$delay': use a number with us or ms (e.g. 100us)" ;;
+        esac
+        [[ "$delay_us" =~ ^[0-9]+$ ]] || die "--delay '$delay': use a whole number with us or ms"
+        [ -x "$NETDELAY" ] || die "--delay needs $NETDELAY (install libnetfilter-queue-dev with scripts/setup.sh --bench, then make build)"
+        command -v iptables-legacy >/dev/null || die "--delay needs iptables-legacy (scripts/setup.sh --bench installs iptables)"
     fi
     local burst=""
     [ -n "$rate" ] && burst=$(burst_for "$rate")
@@ -80,7 +92,20 @@ up() {
             tc -n $BR_NS qdisc add dev vb$i root tbf rate "$rate" burst "$burst" latency 50ms
         fi
     done
-    echo "netns-cluster: $n hosts dt0..dt$((n - 1)) at $SUBNET.1..$SUBNET.$n${rate:+, links $rate}"
+    if [ -n "$delay_us" ]; then
+        # Bridged IPv4 packets go through iptables in the bridge namespace.
+        ip netns exec $BR_NS sysctl -qw net.bridge.bridge-nf-call-iptables=1 \
+            || die "cannot enable bridge netfilter in $BR_NS"
+        ip netns exec $BR_NS iptables-legacy -A FORWARD -j NFQUEUE --queue-num 0
+        ip netns exec $BR_NS "$NETDELAY" --queue 0 --delay-us "$delay_us" 2>"$DELAY_LOG" &
+        local i=0
+        until grep -q "per packet" "$DELAY_LOG" 2>/dev/null; do
+            sleep 0.1
+            i=$((i + 1))
+            [ $i -lt 50 ] || die "dt-netdelay did not start: $(cat "$DELAY_LOG")"
+        done
+    fi
+    echo "netns-cluster: $n hosts dt0..dt$((n - 1)) at $SUBNET.1..$SUBNET.$n${rate:+, links $rate}${delay:+, $delay per hop}"
 }
 
 case ${1:-} in

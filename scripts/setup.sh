@@ -2,6 +2,10 @@
 # Install the Debian packages that dtrain's build, tests and benchmarks need.
 # Idempotent and silent when everything is present; `make demo` and
 # `make test` run it first.  Debian/apt only.
+#
+#   scripts/setup.sh           what build, tests and demo need
+#   scripts/setup.sh --bench   also the peers and tools of bench/comm (OpenMPI,
+#                              iptables and libnetfilter-queue for --delay)
 set -euo pipefail
 
 PACKAGES=(
@@ -17,6 +21,13 @@ PACKAGES=(
     python3                            # small helpers in the test scripts
     procps                             # ps/kill used by the tests
 )
+
+case ${1:-} in
+    --bench) PACKAGES+=(openmpi-bin libopenmpi-dev iptables libnetfilter-queue-dev) ;;
+    "") ;;
+    -h|--help) sed -n '2,/^set -e/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup: unknown option '$1' (use --bench or nothing)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -10,6 +10,9 @@
 #                  dtrain shared memory, OpenMPI vader, gloo TCP loopback)
 #   hostsN-RATE    N network-namespace hosts, one rank each, links shaped to
 #                  RATE (e.g. hosts4-1000mbit, hosts8-200mbit); needs root
+#   hostsN-RATE-DELAY  the same with DELAY added to every hop (e.g.
+#                  hosts4-1000mbit-100us; user-space emulator, see
+#                  scripts/netns-cluster.sh)
 # Environment: OPS (default "allreduce broadcast allgather reduce_scatter
 # alltoall"), MINBYTES (8), MAXBYTES (67108864), ITERS (10), WARMUP (2).
 #
@@ -23,7 +26,7 @@ BIN=build/bin
 OPS=${OPS:-allreduce broadcast allgather reduce_scatter alltoall}
 MINBYTES=${MINBYTES:-8} MAXBYTES=${MAXBYTES:-67108864} ITERS=${ITERS:-10} WARMUP=${WARMUP:-2}
 PY=/usr/bin/python3
-[ "${1:-}" = -h ] || [ "${1:-}" = --help ] && { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0; }
+[ "${1:-}" = -h ] || [ "${1:-}" = --help ] && { sed -n '2,/^set -e/p' "$0" | grep '^#'  | sed 's/^# \{0,1\}//'; exit 0; }
 [ -x $BIN/dtbench ] || { echo "build first: make build" >&2; exit 2; }
 command -v mpicc >/dev/null || { echo "needs OpenMPI: apt-get install openmpi-bin libopenmpi-dev" >&2; exit 2; }
 $PY -c 'import torch' 2>/dev/null || { echo "needs python3-torch" >&2; exit 2; }
@@ -130,21 +133,21 @@ EOF
 }
 
 scenario() {
-    local sc=$1 n rate="" link="" kind
+    local sc=$1 n rate="" link="" kind delay=""
     if [[ $sc =~ ^local([0-9]+)$ ]]; then
         kind=local n=${BASH_REMATCH[1]}
-    elif [[ $sc =~ ^hosts([0-9]+)-([0-9]+[kmg]bit)$ ]]; then
-        kind=ns n=${BASH_REMATCH[1]} rate=${BASH_REMATCH[2]}
+    elif [[ $sc =~ ^hosts([0-9]+)-([0-9]+[kmg]bit)(-([0-9]+[um]s))?$ ]]; then
+        kind=ns n=${BASH_REMATCH[1]} rate=${BASH_REMATCH[2]} delay=${BASH_REMATCH[4]}
         [ "$(id -u)" = 0 ] || { echo "$sc: needs root (network namespaces)" >&2; return 2; }
-        scripts/netns-cluster.sh up "$n" --rate "$rate" >/dev/null
+        scripts/netns-cluster.sh up "$n" --rate "$rate" ${delay:+--delay "$delay"} >/dev/null
         link=$($PY -c "r='$rate'; m={'gbit':1e9,'mbit':1e6,'kbit':1e3}; u=r[-4:]; print(float(r[:-4])*m[u]/8/1e9)")
     else
-        echo "unknown scenario '$sc' (localN or hostsN-RATE)" >&2
+        echo "unknown scenario '$sc' (localN, hostsN-RATE or hostsN-RATE-DELAY)" >&2
         return 2
     fi
     local title
     if [ $kind = local ]; then title="## Collectives side by side: one host, $n ranks"
-    else title="## Collectives side by side: $n hosts at $rate"; fi
+    else title="## Collectives side by side: $n hosts at $rate${delay:+, $delay per hop}"; fi
     {
         echo "$title"
         echo
@@ -155,6 +158,7 @@ scenario() {
         else
             echo "$n network namespaces, one rank each, both directions of each link shaped to $rate"
             echo "with tbf (the wire: $link GB/s). OpenMPI: TCP BTL; gloo: GLOO_SOCKET_IFNAME=eth0."
+            [ -n "$delay" ] && echo "Every packet that crosses the bridge is held $delay (dt-netdelay, NFQUEUE)."
         fi
         echo "dtrain/best: the better peer's time over dtrain's (above 1: dtrain is faster). Command:"
         echo
