@@ -67,7 +67,10 @@ static void *progress_main(void *arg)
         dt__job *j = p->head;
         pthread_mutex_unlock(&p->mu);
         int64_t t0 = dt__now_ns();
+        dt__engine *eng = j->comm->world->eng;
+        dt__engine_allow_poll_spin(eng, false);
         dt_status s = run_job(j);
+        dt__engine_allow_poll_spin(eng, true);
         double took = (double)(dt__now_ns() - t0) / 1e9;
         char error[sizeof j->error];
         snprintf(error, sizeof error, "%s", s != DT_OK ? dt_last_error() : "");

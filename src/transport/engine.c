@@ -17,6 +17,7 @@
 int dt__engine_rank(const dt__engine *e) { return e->rank; }
 int dt__engine_size(const dt__engine *e) { return e->size; }
 const char *dt__engine_peer_name(dt__engine *e, int p) { return e->peers[p].name; }
+void dt__engine_allow_poll_spin(dt__engine *e, bool allow) { e->poll_spin_off = !allow; }
 bool dt__engine_is_local(const dt__engine *e, int p) { return p == e->rank || e->peers[p].shm != NULL; }
 
 static void complete(dt__req *r, dt_status s)
@@ -744,7 +745,18 @@ dt_status dt__engine_progress(dt__engine *e, int timeout_ms)
         e->pfds[n] = (struct pollfd){.fd = p->fd, .events = (short)(POLLIN | (out ? POLLOUT : 0))};
         e->pfd_peer[n++] = i;
     }
-    int rc = poll(e->pfds, (nfds_t)n, timeout_ms);
+    int rc = 0;
+    if (timeout_ms > 0 && e->poll_spin_ns > 0 && !e->poll_spin_off && e->nshm + 1 < e->size) {
+        /* A wake-up from a blocking poll costs tens of microseconds; with
+         * peers over TCP look without blocking first, giving the core away
+         * between looks (the 8-byte allreduce on 4 namespace hosts: 107 ->
+         * 72 us with 200 us of looking). */
+        int64_t until = dt__now_ns() + e->poll_spin_ns;
+        while ((rc = poll(e->pfds, (nfds_t)n, 0)) == 0 && dt__now_ns() < until)
+            sched_yield();
+    }
+    if (rc == 0)
+        rc = poll(e->pfds, (nfds_t)n, timeout_ms);
     if (armed)
         shm_disarm(e);
     if (rc < 0 && errno != EINTR)

@@ -58,6 +58,7 @@ typedef struct {
     size_t shm_ring;       /* bytes per direction of a shared-memory ring; 0: auto */
     size_t shm_copy_min;   /* shared memory: payloads from this size are read from the sender */
     int shm_spin_us;       /* shared memory: poll before sleeping */
+    int poll_spin_us;      /* sockets: poll without blocking (yielding) this long before sleeping */
 } dt__engine_config;
 
 enum { DT__TRANSPORT_AUTO = 0, DT__TRANSPORT_TCP = 1, DT__TRANSPORT_SHM = 2 };
@@ -71,6 +72,10 @@ dt_status dt__engine_destroy(dt__engine *e);
 
 int dt__engine_rank(const dt__engine *e);
 int dt__engine_size(const dt__engine *e);
+/* Whether progress may look at the sockets without blocking (DT_POLL_SPIN_US)
+ * before sleeping: on by default; the nonblocking collectives' thread turns
+ * it off so that it never takes cycles from the computation it overlaps. */
+void dt__engine_allow_poll_spin(dt__engine *e, bool allow);
 /* True when world rank `peer` is this rank or reached through shared memory. */
 bool dt__engine_is_local(const dt__engine *e, int peer);
 /* "rank 3 (10.0.0.4:4242)" for messages. */

@@ -188,6 +188,7 @@ dt_status dt__engine_create(const dt__engine_config *cfg, dt_store_client *store
     e->rank = cfg->rank;
     e->size = cfg->size;
     e->timeout_s = cfg->timeout_s;
+    e->poll_spin_ns = (int64_t)cfg->poll_spin_us * 1000;
     e->peers = calloc((size_t)cfg->size, sizeof *e->peers);
     e->pfds = calloc((size_t)cfg->size, sizeof *e->pfds);
     e->pfd_peer = calloc((size_t)cfg->size, sizeof *e->pfd_peer);

@@ -56,6 +56,8 @@ struct dt__engine {
     size_t shm_copy_min;   /* DATA_REF from this many payload bytes */
     int64_t shm_spin_ns;   /* poll the rings this long before sleeping */
     bool shm_spin_yields;  /* oversubscribed host: sched_yield between polls */
+    int64_t poll_spin_ns;  /* sockets: non-blocking polls (with sched_yield) before sleeping */
+    bool poll_spin_off;    /* set while the progress thread runs a collective */
     dt__bufcache early;    /* payload buffers of messages that beat their receive */
 };
 
