@@ -20,7 +20,7 @@ static const dt__tunable tunables[] = {
     {"DT_ALGO", "auto", "force a collective algorithm: auto, ring, rd (recursive doubling / trees), rhd (recursive halving-doubling)"},
     {"DT_RING_SEGMENT", "262144", "bytes per pipelined segment of the ring algorithms"},
     {"DT_SMALL_MSG", NULL, "messages up to this many bytes use recursive doubling / trees (default: 65536 when all ranks share memory, else 16384)"},
-    {"DT_RING_MSG", NULL, "above this many bytes the ring; between DT_SMALL_MSG and this, recursive halving-doubling where it exists (default: 2097152 when all ranks share memory, else 1048576)"},
+    {"DT_RING_MSG", NULL, "above this many bytes the ring; between DT_SMALL_MSG and this, recursive halving-doubling where it exists (default: 2097152 when all ranks share memory, else 262144)"},
     {"DT_HIER", "auto", "hierarchical collectives when several hosts each run the same number (>1) of ranks: auto or off"},
     {"DT_SOCKET_BUFFER", "4194304", "SO_SNDBUF/SO_RCVBUF bytes of peer connections"},
     {"DT_TRANSPORT", "auto", "peers on the same host: auto (shared memory), shm (require it), tcp (never)"},

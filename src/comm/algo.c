@@ -26,7 +26,7 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
      * costs microseconds, so recursive doubling pays longer; over TCP the
      * extra bytes it sends cost more than the ring's extra steps sooner. */
     size_t small = c->small_bytes != SIZE_MAX ? c->small_bytes : c->one_host ? 65536 : 16384;
-    size_t ring = c->ring_bytes != SIZE_MAX ? c->ring_bytes : c->one_host ? 2097152 : 1048576;
+    size_t ring = c->ring_bytes != SIZE_MAX ? c->ring_bytes : c->one_host ? 2097152 : 262144;
     if (bytes <= small)
         return DT__ALG_RD;
     if (bytes <= ring && has_rhd)
