@@ -1,6 +1,9 @@
-/* Broadcast: binomial tree for small messages (log2 n steps), a pipelined
- * chain for large ones (every link carries the message once, in segments, so
- * the time approaches N/B for any n). */
+/* Broadcast: binomial tree for small messages (log2 n steps); for large ones
+ * a pipelined chain between hosts (every link carries the message once, in
+ * segments, so the time approaches N/B for any n), and on one host a scatter
+ * from the root followed by a ring allgather (a chain there forwards every
+ * byte through every rank's rings one after the other: 4 ranks on 2 cores,
+ * 64 MiB, 240 ms against 60). */
 #include <stdlib.h>
 
 #include "base/status.h"
@@ -70,6 +73,31 @@ dt_status dt__chain_bcast(dt__coll *k, void *buf, size_t bytes, int root)
     return s;
 }
 
+#define SCATTER_SUBTAG (DT__SUBTAG_MAX - 2)
+
+static dt_status scatter_allgather(dt__coll *k, uint8_t *buf, size_t bytes, int root, size_t *off)
+{
+    int n = k->c->size, r = k->c->rank;
+    size_t *len = off + n;
+    dt__split_blocks(bytes, n, off, len);
+    dt__req *rq = calloc((size_t)n, sizeof *rq);
+    if (!rq)
+        return dt__fail(DT_ERR_NOMEM, "%s: out of memory", k->op);
+    dt_status s = DT_OK;
+    int nreq = 0;
+    if (r == root) {
+        for (int b = 0; s == DT_OK && b < n; b++)
+            if (b != root)
+                s = dt__coll_send(k, &rq[nreq++], b, SCATTER_SUBTAG, buf + off[b], len[b]);
+    } else {
+        s = dt__coll_recv(k, &rq[nreq++], root, SCATTER_SUBTAG, buf + off[r], len[r]);
+    }
+    if (s == DT_OK)
+        s = dt__coll_wait(k, rq, (size_t)nreq);
+    free(rq);
+    return s == DT_OK ? dt__ring_run(k, buf, off, len, DT_U8, DT_SUM, DT_RING_AG) : s;
+}
+
 dt_status dt_broadcast(void *buf, size_t count, dt_dtype t, int root, dt_comm *c)
 {
     size_t es = dt_dtype_size(t);
@@ -83,7 +111,15 @@ dt_status dt_broadcast(void *buf, size_t count, dt_dtype t, int root, dt_comm *c
     size_t bytes = count * es;
     if (bytes == 0 || c->size == 1)
         return DT_OK;
-    if (dt__coll_pick(c, DT__COLL_BROADCAST, bytes) == DT__ALG_RING)
-        return dt__chain_bcast(&k, buf, bytes, root);
+    if (dt__coll_pick(c, DT__COLL_BROADCAST, bytes) == DT__ALG_RING) {
+        /* Two ranks: the chain is one direct transfer, and the allgather
+         * would send half of it back to the root. */
+        if (!c->one_host || c->algo != DT_ALGO_AUTO || c->size == 2)
+            return dt__chain_bcast(&k, buf, bytes, root);
+        size_t *off = malloc(2 * (size_t)c->size * sizeof *off);
+        dt_status s = off ? scatter_allgather(&k, buf, bytes, root, off) : dt__fail(DT_ERR_NOMEM, "broadcast: out of memory");
+        free(off);
+        return dt__coll_error(&k, s);
+    }
     return dt__coll_error(&k, dt__tree_bcast(&k, buf, bytes, root));
 }
