@@ -7,6 +7,14 @@
 
 static bool pow2(int n) { return (n & (n - 1)) == 0; }
 
+size_t dt__coll_small_bytes(const dt_comm *c)
+{
+    /* Measured defaults (docs/algorithms.md): through shared memory a step
+     * costs microseconds, so recursive doubling pays longer; over TCP the
+     * extra bytes it sends cost more than the ring's extra steps sooner. */
+    return c->small_bytes != SIZE_MAX ? c->small_bytes : c->one_host ? 65536 : 16384;
+}
+
 dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
 {
     /* Halving-doubling exists for allreduce (any size of world) and for
@@ -22,10 +30,7 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
     case DT_ALGO_AUTO:
         break;
     }
-    /* Measured defaults (docs/algorithms.md): through shared memory a step
-     * costs microseconds, so recursive doubling pays longer; over TCP the
-     * extra bytes it sends cost more than the ring's extra steps sooner. */
-    size_t small = c->small_bytes != SIZE_MAX ? c->small_bytes : c->one_host ? 65536 : 16384;
+    size_t small = dt__coll_small_bytes(c);
     size_t ring = c->ring_bytes != SIZE_MAX ? c->ring_bytes : c->one_host ? 2097152 : 262144;
     if (bytes <= small)
         return DT__ALG_RD;

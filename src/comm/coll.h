@@ -38,6 +38,8 @@ typedef enum { DT__COLL_ALLREDUCE, DT__COLL_REDUCE_SCATTER, DT__COLL_ALLGATHER, 
  * counts it) on c: DT_ALGO when set, else by size against the communicator's
  * thresholds (docs/algorithms.md).  Never returns one the collective lacks. */
 dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes);
+/* At or below this many bytes the latency-optimal algorithms run. */
+size_t dt__coll_small_bytes(const dt_comm *c);
 /* Check a (send, recv) pair: same pointer (in place) or disjoint ranges. */
 dt_status dt__coll_check_buffers(const char *op, const void *send, size_t send_bytes, const void *recv,
                                  size_t recv_bytes);

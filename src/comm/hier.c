@@ -120,8 +120,7 @@ bool dt__hier_use(const dt_comm *c, size_t bytes)
 {
     if (!c->local || c->algo != DT_ALGO_AUTO)
         return false;
-    size_t small = c->small_bytes != SIZE_MAX ? c->small_bytes : 16384;
-    return bytes > small;
+    return bytes > dt__coll_small_bytes(c);
 }
 
 /* One local ring pass per host h, hosts in the same order on every rank: on
