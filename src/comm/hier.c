@@ -44,6 +44,8 @@ static bool hosts_valid(const dt_comm *c, const int32_t *colors, int color, int 
 {
     int hosts = 0, in_mine = 0;
     for (int i = 0; i < c->size; i++) {
+        if (colors[i] < 0 || colors[i] > i)
+            return false; /* a colour is the lowest rank of its host */
         if (colors[i] == i)
             hosts++;
         if (colors[i] == color) {

@@ -124,12 +124,9 @@ dt_status dt__rhd_run(dt__coll *k, void *buf, size_t count, const size_t *offset
     if (p != n && phases != (DT_RING_RS | DT_RING_AG))
         return dt__coll_error(k, dt__fail(DT_ERR_INTERNAL, "%s: halving-doubling reduce-scatter or allgather needs a power-of-two world, not %d",
                                           k->op, n));
-    size_t es = dt_dtype_size(t), maxblock = 0;
-    for (int b = 0; b < p; b++)
-        if (lengths[b] > maxblock)
-            maxblock = lengths[b];
-    /* The fold receives a whole buffer; the halving at most half of it. */
-    size_t tmp_bytes = p != n ? count * es : (phases & DT_RING_RS ? (count - count / 2 + maxblock) * es : 0);
+    size_t es = dt_dtype_size(t);
+    /* Incoming partials (the fold's whole buffer, the halving's halves). */
+    size_t tmp_bytes = p != n || (phases & DT_RING_RS) ? count * es : 0;
     rhd h = {.k = k, .buf = buf, .off = offsets, .len = lengths, .es = es, .p = p, .rem = n - p};
     h.tmp = tmp_bytes ? dt__comm_scratch(k->c, DT__SCRATCH_TMP, tmp_bytes) : NULL;
     dt_status s = tmp_bytes && !h.tmp ? dt__fail(DT_ERR_NOMEM, "%s: out of memory", k->op)
