@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "dtrain_cli.h"
 
@@ -32,41 +34,58 @@ static int optimizer_files(dt_optimizer *o, dt_params *p, float **m, float **v)
     return (*m != NULL) + (*v != NULL);
 }
 
-dt_status dtrain_checkpoint_save(const char *dir, const dtrain_config *c, dt_params *p, dt_optimizer *o,
-                                 const dtrain_progress *pr, char *written, size_t written_len)
+dtrain_state dtrain_state_live(dt_params *p, dt_optimizer *o)
 {
-    char step_dir[2048], path[2300];
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return fail("cannot create checkpoint directory %s: %s", dir, strerror(errno));
-    snprintf(step_dir, sizeof step_dir, "%s/step-%08" PRId64, dir, pr->step);
-    if (mkdir(step_dir, 0755) != 0 && errno != EEXIST)
-        return fail("cannot create %s: %s", step_dir, strerror(errno));
     float *m, *v;
     optimizer_files(o, p, &m, &v);
+    return (dtrain_state){dt_params_values(p), m, v};
+}
+
+/* Remove a flat directory (a checkpoint holds only files). */
+static void remove_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        char f[2300];
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+                unlink(f);
+            }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+static dt_status write_files(const char *tmp_dir, const dtrain_config *c, dt_params *p, const dtrain_state *st,
+                             const dtrain_progress *pr)
+{
+    char path[2300];
     struct {
         const char *name;
         const float *data;
-    } files[] = {{"model.safetensors", dt_params_values(p)}, {"optim_m.safetensors", m}, {"optim_v.safetensors", v}};
-    cJSON *manifest = cJSON_CreateObject(), *jfiles = cJSON_CreateObject();
+    } files[] = {{"model.safetensors", st->values}, {"optim_m.safetensors", st->m}, {"optim_v.safetensors", st->v}};
+    cJSON *manifest = cJSON_CreateObject(), *jfiles = cJSON_AddObjectToObject(manifest, "files");
     cJSON_AddStringToObject(manifest, "format", FORMAT);
     for (size_t i = 0; i < 3; i++) {
         if (!files[i].data)
             continue;
-        snprintf(path, sizeof path, "%s/%s", step_dir, files[i].name);
+        snprintf(path, sizeof path, "%s/%s", tmp_dir, files[i].name);
         uint32_t crc;
-        if (dt_safetensors_write(path, p, files[i].data, NULL, &crc) != DT_OK) {
+        uint64_t size;
+        if (dt_safetensors_write(path, p, files[i].data, NULL, &crc) != DT_OK ||
+            dt_file_crc32(path, &crc, &size) != DT_OK) {
             cJSON_Delete(manifest);
-            cJSON_Delete(jfiles);
             return fail("checkpoint not written: %s%s", dt_last_error(), "");
         }
-        uint64_t size;
-        dt_file_crc32(path, &crc, &size);
         cJSON *f = cJSON_AddObjectToObject(jfiles, files[i].name);
         cJSON_AddNumberToObject(f, "bytes", (double)size);
         cJSON_AddNumberToObject(f, "crc32", (double)crc);
     }
-    cJSON_AddItemToObject(manifest, "files", jfiles);
     cJSON_AddNumberToObject(manifest, "step", (double)pr->step);
+    cJSON_AddNumberToObject(manifest, "world_size", (double)pr->world_size);
+    cJSON_AddNumberToObject(manifest, "global_batch", (double)pr->global_batch);
     cJSON *s = cJSON_AddObjectToObject(manifest, "sampler");
     cJSON_AddNumberToObject(s, "epoch", (double)pr->epoch);
     cJSON_AddNumberToObject(s, "position", (double)pr->position);
@@ -82,11 +101,43 @@ dt_status dtrain_checkpoint_save(const char *dir, const dtrain_config *c, dt_par
     cJSON_AddItemToObject(manifest, "config", dtrain_config_to_json(c));
     char *text = cJSON_Print(manifest);
     cJSON_Delete(manifest);
-    snprintf(path, sizeof path, "%s/manifest.json", step_dir);
-    dt_status st = dt_atomic_write(path, text, strlen(text));
+    snprintf(path, sizeof path, "%s/manifest.json", tmp_dir);
+    dt_status st_ = text ? dt_atomic_write(path, text, strlen(text)) : DT_ERR_NOMEM;
     free(text);
-    if (st != DT_OK)
+    if (st_ != DT_OK)
         return fail("checkpoint manifest not written: %s%s", dt_last_error(), "");
+    return DT_OK;
+}
+
+dt_status dtrain_checkpoint_save(const char *dir, const dtrain_config *c, dt_params *p, const dtrain_state *st,
+                                 const dtrain_progress *pr, char *written, size_t written_len)
+{
+    char step_dir[2048], tmp_dir[2100], old_dir[2100];
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return fail("cannot create checkpoint directory %s: %s", dir, strerror(errno));
+    snprintf(step_dir, sizeof step_dir, "%s/step-%08" PRId64, dir, pr->step);
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/.step-%08" PRId64 ".tmp", dir, pr->step);
+    snprintf(old_dir, sizeof old_dir, "%s/.step-%08" PRId64 ".old", dir, pr->step);
+    remove_dir(tmp_dir); /* left by a writer that died */
+    if (mkdir(tmp_dir, 0755) != 0)
+        return fail("cannot create %s: %s", tmp_dir, strerror(errno));
+    dt_status s = write_files(tmp_dir, c, p, st, pr);
+    /* The step directory appears whole, by one rename; one already there for
+     * this step (a run restarted from an earlier one) is replaced. */
+    if (s == DT_OK && rename(step_dir, old_dir) != 0 && errno != ENOENT)
+        s = fail("cannot replace %s: %s", step_dir, strerror(errno));
+    if (s == DT_OK && rename(tmp_dir, step_dir) != 0)
+        s = fail("cannot rename %s into place: %s", tmp_dir, strerror(errno));
+    if (s != DT_OK) {
+        remove_dir(tmp_dir);
+        return s;
+    }
+    remove_dir(old_dir);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) { /* make the rename durable */
+        fsync(fd);
+        close(fd);
+    }
     if (written)
         snprintf(written, written_len, "%s", step_dir);
     return DT_OK;
@@ -151,41 +202,47 @@ static dt_status verify(const char *step_dir, const cJSON *manifest)
     return DT_OK;
 }
 
-/* The newest step-* directory under root whose manifest exists. */
-static dt_status newest(const char *root, char *out, size_t len)
+/* Steps of the complete checkpoints (step-N/manifest.json) under root,
+ * newest first; *n of them (caller frees).  NULL with *n = 0 when none. */
+static long *complete_steps(const char *root, int *n)
 {
+    *n = 0;
     DIR *d = opendir(root);
     if (!d)
-        return fail("cannot open checkpoint directory %s: %s", root, strerror(errno));
-    long best = -1;
+        return NULL;
+    long *steps = NULL;
+    int cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         long step;
-        char tail;
-        if (sscanf(e->d_name, "step-%ld%c", &step, &tail) != 1 || step <= best)
-            continue;
-        char m[2300];
+        char tail, m[2300];
         struct stat st;
+        if (sscanf(e->d_name, "step-%ld%c", &step, &tail) != 1 || step < 0)
+            continue;
         snprintf(m, sizeof m, "%s/%s/manifest.json", root, e->d_name);
-        if (stat(m, &st) == 0)
-            best = step;
+        if (stat(m, &st) != 0)
+            continue;
+        if (*n == cap) {
+            long *grown = realloc(steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *steps);
+            if (!grown)
+                break;
+            steps = grown;
+        }
+        steps[(*n)++] = step;
     }
     closedir(d);
-    if (best < 0)
-        return fail("%s holds no complete checkpoint (no step-*/manifest.json)%s", root, "");
-    snprintf(out, len, "%s/step-%08ld", root, best);
-    return DT_OK;
+    for (int i = 1; i < *n; i++) /* insertion sort, descending */
+        for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
+            long t = steps[j];
+            steps[j] = steps[j - 1];
+            steps[j - 1] = t;
+        }
+    return steps;
 }
 
-dt_status dtrain_checkpoint_open(const char *path, char *step_dir, size_t len, dtrain_config *c, dtrain_progress *pr)
+/* Read and verify one step directory's manifest into c and pr. */
+static dt_status open_one(const char *step_dir, dtrain_config *c, dtrain_progress *pr)
 {
-    char probe[2300];
-    struct stat st;
-    snprintf(probe, sizeof probe, "%s/manifest.json", path);
-    if (stat(probe, &st) == 0)
-        snprintf(step_dir, len, "%s", path);
-    else if (newest(path, step_dir, len) != DT_OK)
-        return DT_ERR_INVALID;
     cJSON *m = NULL;
     if (read_manifest(step_dir, &m) != DT_OK)
         return DT_ERR_INVALID;
@@ -196,11 +253,13 @@ dt_status dtrain_checkpoint_open(const char *path, char *step_dir, size_t len, d
     }
     if (s == DT_OK) {
         const cJSON *rng = cJSON_GetObjectItemCaseSensitive(m, "rng");
-        double step, epoch, position, osteps;
+        double step, epoch, position, osteps, world = 0, global = 0;
         if (!num(m, "step", &step) || !num(cJSON_GetObjectItemCaseSensitive(m, "sampler"), "epoch", &epoch) ||
             !num(cJSON_GetObjectItemCaseSensitive(m, "sampler"), "position", &position) ||
             !num(cJSON_GetObjectItemCaseSensitive(m, "optimizer"), "steps", &osteps) || cJSON_GetArraySize(rng) != 4)
             s = fail("%s: the manifest lacks step, sampler, optimizer or rng fields%s", step_dir, "");
+        num(m, "world_size", &world); /* absent from older checkpoints */
+        num(m, "global_batch", &global);
         for (int i = 0; s == DT_OK && i < 4; i++) {
             const cJSON *w = cJSON_GetArrayItem(rng, i);
             if (!cJSON_IsString(w))
@@ -213,10 +272,58 @@ dt_status dtrain_checkpoint_open(const char *path, char *step_dir, size_t len, d
             pr->epoch = (int64_t)epoch;
             pr->position = (int64_t)position;
             pr->optimizer_steps = (int64_t)osteps;
+            pr->world_size = (int64_t)world;
+            pr->global_batch = (int64_t)global;
         }
     }
     cJSON_Delete(m);
     return s;
+}
+
+dt_status dtrain_checkpoint_open(const char *path, char *step_dir, size_t len, dtrain_config *c, dtrain_progress *pr)
+{
+    char probe[2300];
+    struct stat st;
+    snprintf(probe, sizeof probe, "%s/manifest.json", path);
+    if (stat(probe, &st) == 0) { /* one step directory, named by the user: no fallback */
+        snprintf(step_dir, len, "%s", path);
+        return open_one(step_dir, c, pr);
+    }
+    int n;
+    long *steps = complete_steps(path, &n);
+    if (n == 0) {
+        free(steps);
+        return fail("%s holds no complete checkpoint (no step-*/manifest.json)%s", path, "");
+    }
+    dt_status s = DT_ERR_INVALID;
+    for (int i = 0; i < n && s != DT_OK; i++) {
+        snprintf(step_dir, len, "%s/step-%08ld", path, steps[i]);
+        s = open_one(step_dir, c, pr);
+        if (s != DT_OK)
+            fprintf(stderr, "dtrain: skipping checkpoint %s (see above); %s\n", step_dir,
+                    i + 1 < n ? "falling back to the previous one" : "no older one is left");
+    }
+    free(steps);
+    return s;
+}
+
+bool dtrain_checkpoint_exists(const char *root)
+{
+    int n;
+    free(complete_steps(root, &n));
+    return n > 0;
+}
+
+void dtrain_checkpoint_prune(const char *root, int keep)
+{
+    int n;
+    long *steps = complete_steps(root, &n);
+    for (int i = keep; keep > 0 && i < n; i++) {
+        char dir[2300];
+        snprintf(dir, sizeof dir, "%s/step-%08ld", root, steps[i]);
+        remove_dir(dir);
+    }
+    free(steps);
 }
 
 dt_status dtrain_checkpoint_load(const char *step_dir, dt_params *p, dt_optimizer *o)

@@ -59,6 +59,8 @@ static const spec specs[] = {
     {"stop_at_accuracy", K_NUM, F(stop_at_accuracy), 0, 1, NULL, "0", "stop after the first evaluation at or above this accuracy (0: off)"},
     {"checkpoint_dir", K_STR, F(checkpoint_dir), 0, 0, NULL, "\"\"", "where checkpoints go (empty: none)"},
     {"checkpoint_interval", K_INT, F(checkpoint_interval), 0, 1LL << 40, NULL, "0", "steps between checkpoints (0: at the end)"},
+    {"checkpoint_seconds", K_NUM, F(checkpoint_seconds), 0, 1e9, NULL, "0", "also checkpoint when this many seconds passed since the last one (0: off)"},
+    {"checkpoint_keep", K_INT, F(checkpoint_keep), 0, 1LL << 20, NULL, "3", "complete checkpoints kept, newest first (0: all)"},
     {"checkpoint_initial", K_BOOL, F(checkpoint_initial), 0, 1, NULL, "false", "also checkpoint the initial weights (step 0)"},
     {"metrics_file", K_STR, F(metrics_file), 0, 0, NULL, "\"\"", "JSON-lines metrics file (empty: none)"},
 };

@@ -24,7 +24,8 @@ typedef struct {
     double lr, min_lr, momentum, weight_decay, beta1, beta2, eps, grad_clip;
     bool nesterov, checkpoint_initial;
     char schedule[16]; /* constant | cosine */
-    int64_t warmup_steps, log_interval, eval_interval, eval_batches, checkpoint_interval;
+    int64_t warmup_steps, log_interval, eval_interval, eval_batches, checkpoint_interval, checkpoint_keep;
+    double checkpoint_seconds;
     char checkpoint_dir[1024], metrics_file[1024];
 } dtrain_config;
 
@@ -41,16 +42,49 @@ void dtrain_config_help(FILE *to);
 /* What a checkpoint carries besides the tensors. */
 typedef struct {
     int64_t step, epoch, position, optimizer_steps;
+    int64_t world_size, global_batch; /* of the run that wrote it; 0 when unknown */
     dt_rng rng;
 } dtrain_progress;
 
-/* Write <dir>/step-NNNNNNNN/ (tensors first, manifest last). */
-dt_status dtrain_checkpoint_save(const char *dir, const dtrain_config *c, dt_params *p, dt_optimizer *o,
+/* The tensors a checkpoint holds: weights, and the optimizer's moments (NULL
+ * when the optimizer has none).  Either live or a snapshot. */
+typedef struct {
+    const float *values, *m, *v;
+} dtrain_state;
+
+/* The live state of a model's parameters and its optimizer. */
+dtrain_state dtrain_state_live(dt_params *p, dt_optimizer *o);
+
+/* Write <dir>/step-NNNNNNNN/: every file into a hidden temporary directory,
+ * the manifest last, then one rename, so a step directory is whole or absent.
+ * On failure (disk full, permissions) nothing already there is touched. */
+dt_status dtrain_checkpoint_save(const char *dir, const dtrain_config *c, dt_params *p, const dtrain_state *st,
                                  const dtrain_progress *pr, char *written, size_t written_len);
 /* Resolve `path` (a step directory, or a root holding step-* directories: the
- * newest complete one), verify every file's size and checksum, read the
- * configuration from its manifest. */
+ * newest complete one whose files all verify, falling back to older ones and
+ * saying so), verify every file's size and checksum, read the configuration
+ * from its manifest. */
 dt_status dtrain_checkpoint_open(const char *path, char *step_dir, size_t len, dtrain_config *c, dtrain_progress *pr);
+/* Whether root holds at least one complete checkpoint (not verified). */
+bool dtrain_checkpoint_exists(const char *root);
+/* Delete all but the newest `keep` complete checkpoints (keep 0: none deleted). */
+void dtrain_checkpoint_prune(const char *root, int keep);
+
+/* Background checkpoint writer: submit copies the state at a step boundary
+ * and returns; a thread writes it, prunes to checkpoint_keep and prints the
+ * outcome.  A failed write is reported and the previous checkpoints stay. */
+typedef struct dtrain_ckpt_writer dtrain_ckpt_writer;
+/* kept_step: the step of the checkpoint already on disk that a failed write
+ * leaves in place (the one resumed from), -1 for none. */
+dt_status dtrain_ckpt_writer_start(const dtrain_config *c, dt_params *p, dt_optimizer *o, int64_t kept_step,
+                                   dtrain_ckpt_writer **out);
+/* Waits for the write in flight (if any), then snapshots; *stall_s (may be
+ * NULL) is the time training was held up. */
+dt_status dtrain_ckpt_writer_submit(dtrain_ckpt_writer *w, const dtrain_progress *pr, const char *label,
+                                    double *stall_s);
+/* Wait for the write in flight; false when any write so far failed. */
+bool dtrain_ckpt_writer_flush(dtrain_ckpt_writer *w);
+void dtrain_ckpt_writer_stop(dtrain_ckpt_writer *w);
 /* Load weights (and optimizer state when o is non-NULL) from a verified step directory. */
 dt_status dtrain_checkpoint_load(const char *step_dir, dt_params *p, dt_optimizer *o);
 

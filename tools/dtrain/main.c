@@ -95,6 +95,20 @@ static int cmd_train(int argc, char **argv)
             return 2;
     }
     free(sets);
+    /* --resume auto, and every restart under dtrun --max-restarts: the newest
+     * complete checkpoint in checkpoint_dir when there is one. */
+    const char *restart = getenv("DT_RESTART");
+    bool restarted = restart && atoi(restart) > 0;
+    if ((resume && !strcmp(resume, "auto")) || (!resume && restarted)) {
+        if (!c.checkpoint_dir[0] && resume) {
+            fprintf(stderr, "dtrain train: --resume auto needs checkpoint_dir in the configuration\n");
+            return 2;
+        }
+        resume = c.checkpoint_dir[0] && dtrain_checkpoint_exists(c.checkpoint_dir) ? c.checkpoint_dir : NULL;
+        if (!resume && restarted && (!getenv("DT_RANK") || atoi(getenv("DT_RANK")) == 0))
+            printf("restart %s: no checkpoint to resume from%s; training from the start\n", restart,
+                   c.checkpoint_dir[0] ? " yet" : " (no checkpoint_dir configured)");
+    }
     return dtrain_train(&c, resume);
 }
 

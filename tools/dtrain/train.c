@@ -140,8 +140,34 @@ typedef struct {
     int64_t items;
 } window_totals;
 
-int dtrain_train(const dtrain_config *c, const char *resume)
+/* A run resumed on a different number of ranks keeps the global batch of the
+ * run that wrote the checkpoint: per-rank batch unchanged, the accumulation
+ * adjusted.  When no whole accumulation gives it, the nearest smaller global
+ * batch that does is used, and the run says so. */
+static void keep_global_batch(dtrain_config *c, const dtrain_progress *pr, int nranks, bool lead)
 {
+    int64_t want = pr->global_batch, per = c->batch_size * nranks;
+    if (want <= 0 || pr->world_size == nranks || want == per * c->grad_accumulation)
+        return;
+    int64_t k = want / per > 0 ? want / per : 1;
+    if (lead) {
+        if (k * per == want)
+            printf("elastic: %lld ranks now (the checkpoint was written by %lld): gradient accumulation %lld -> %lld "
+                   "keeps the global batch at %lld\n", (long long)nranks, (long long)pr->world_size,
+                   (long long)c->grad_accumulation, (long long)k, (long long)want);
+        else
+            printf("elastic: %lld ranks now (the checkpoint was written by %lld): the global batch %lld is not a "
+                   "multiple of %lld ranks x batch %lld; using accumulation %lld, global batch %lld\n",
+                   (long long)nranks, (long long)pr->world_size, (long long)want, (long long)nranks,
+                   (long long)c->batch_size, (long long)k, (long long)(k * per));
+        fflush(stdout);
+    }
+    c->grad_accumulation = k;
+}
+
+int dtrain_train(const dtrain_config *config, const char *resume)
+{
+    dtrain_config adjusted = *config, *c = &adjusted;
     if (dt_set_threads((int)c->threads) != DT_OK) {
         fprintf(stderr, "dtrain: threads: %s\n", dt_last_error());
         return 2;
@@ -180,7 +206,13 @@ int dtrain_train(const dtrain_config *c, const char *resume)
         dt_sampler_seek(&sampler, pr.epoch, pr.position, rank, nranks);
         if (lead)
             printf("resumed from %s at step %lld\n", step_dir, (long long)pr.step);
+        keep_global_batch(c, &pr, nranks, lead);
     }
+    pr.world_size = nranks;
+    pr.global_batch = c->batch_size * nranks * c->grad_accumulation;
+    dtrain_ckpt_writer *writer = NULL;
+    if (lead && c->checkpoint_dir[0] && dtrain_ckpt_writer_start(c, p, o, resume ? pr.step : -1, &writer) != DT_OK)
+        return 1;
     if (make_ddp(c, world, p, &ddp) != DT_OK)
         return 1;
     FILE *metrics = NULL;
@@ -192,11 +224,10 @@ int dtrain_train(const dtrain_config *c, const char *resume)
                             (float)c->min_lr, c->warmup_steps, c->steps};
     dt_arena *arena;
     dt_arena_create(&arena);
-    if (lead && c->checkpoint_initial && !resume && c->checkpoint_dir[0]) {
-        char where[2048];
-        if (dtrain_checkpoint_save(c->checkpoint_dir, c, p, o, &pr, where, sizeof where) != DT_OK)
+    if (writer && c->checkpoint_initial && !resume) {
+        dtrain_ckpt_writer_submit(writer, &pr, " (initial weights)", NULL);
+        if (!dtrain_ckpt_writer_flush(writer))
             return 1;
-        printf("checkpoint %s (initial weights)\n", where);
     }
     prefetcher pf;
     if (prefetch_start(&pf, &d, &sampler, c->batch_size) != DT_OK)
@@ -213,7 +244,7 @@ int dtrain_train(const dtrain_config *c, const char *resume)
         fflush(stdout);
     }
     int code = 0;
-    double window_start = now_s(), run_start = window_start, eval_s = 0;
+    double window_start = now_s(), run_start = window_start, eval_s = 0, last_ckpt = window_start;
     window_totals win = {0};
     int64_t first_step = pr.step;
     for (int64_t step = pr.step; step < c->steps; step++) {
@@ -296,17 +327,21 @@ int dtrain_train(const dtrain_config *c, const char *resume)
                        (long long)pr.step);
             last = reached;
         }
-        if (lead && c->checkpoint_dir[0] && ((c->checkpoint_interval && pr.step % c->checkpoint_interval == 0) || last)) {
-            char where[2048];
-            if (dtrain_checkpoint_save(c->checkpoint_dir, c, p, o, &pr, where, sizeof where) == DT_OK)
-                printf("checkpoint %s\n", where);
-            else
-                fprintf(stderr, "dtrain: checkpoint at step %lld failed; training continues\n", (long long)pr.step);
+        bool by_time = c->checkpoint_seconds > 0 && now_s() - last_ckpt >= c->checkpoint_seconds;
+        if (writer && ((c->checkpoint_interval && pr.step % c->checkpoint_interval == 0) || by_time || last)) {
+            double stall = 0;
+            dtrain_ckpt_writer_submit(writer, &pr, "", &stall);
+            last_ckpt = now_s();
+            win.compute -= stall; /* not compute: time held up by the writer */
         }
         if (last)
             break;
     }
     prefetch_stop(&pf);
+    if (writer) { /* the last checkpoint is on disk before the job reports success */
+        dtrain_ckpt_writer_flush(writer);
+        dtrain_ckpt_writer_stop(writer);
+    }
     if (metrics)
         fclose(metrics);
     if (code != 0)
