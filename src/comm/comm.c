@@ -62,8 +62,15 @@ static void world_release(dt__world *w)
 
 static dt_status init_world(const dt__launch_env *env, dt__world *w)
 {
-    int64_t sockbuf, ring, copy_min, spin, poll_spin;
+    int64_t sockbuf, ring, copy_min, spin, poll_spin, restart;
     DT_CHECK(dt__env_int("DT_SOCKET_BUFFER", 0, 1LL << 30, &sockbuf));
+    /* A job restarted by dtrun rendezvouses again in the same store: its
+     * keys are those of the new generation, not the dead one's. */
+    restart = 0;
+    if (dt__env_str("DT_RESTART"))
+        DT_CHECK(dt__env_int("DT_RESTART", 0, 1LL << 30, &restart));
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "w%lld", (long long)restart);
     ring = 0; /* auto */
     if (dt__env_str("DT_SHM_RING"))
         DT_CHECK(dt__env_int("DT_SHM_RING", 4096, 1LL << 30, &ring));
@@ -81,7 +88,7 @@ static dt_status init_world(const dt__launch_env *env, dt__world *w)
     else if (tr && strcmp(tr, "auto") != 0)
         return dt__fail(DT_ERR_INVALID, "DT_TRANSPORT='%s': expected auto, shm or tcp", tr);
     dt__engine_config cfg = {.rank = env->rank, .size = env->size, .token = env->token,
-                             .key_prefix = "w", .timeout_s = env->timeout_s, .sock_buffer = (int)sockbuf,
+                             .key_prefix = prefix, .timeout_s = env->timeout_s, .sock_buffer = (int)sockbuf,
                              .listen_ip = dt__env_str("DT_IFADDR"), .transport = transport,
                              .shm_ring = (size_t)ring, .shm_copy_min = (size_t)copy_min, .shm_spin_us = (int)spin,
                              .poll_spin_us = (int)poll_spin};

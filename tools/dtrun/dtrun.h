@@ -9,6 +9,9 @@
 
 typedef struct {
     int nproc, nnodes, node_rank;
+    int nnodes_min;      /* --nnodes MIN:MAX: nnodes is MAX; MIN == MAX unless elastic */
+    int max_restarts;    /* restarts after failures (membership changes do not count) */
+    double rejoin_timeout; /* elastic: how long a generation waits for missing nodes */
     char master_host[256];
     int master_port; /* 0: pick a free port (single node only) */
     char token[256];
@@ -17,10 +20,13 @@ typedef struct {
     char **argv; /* PROGRAM ARGS... */
 } dtrun_opts;
 
-/* Where this node's ranks sit in the job, decided at join time. */
+/* Where this node's ranks sit in the job, decided by node 0 for each
+ * generation (the first run is generation 0, each restart the next). */
 typedef struct {
-    int world_size, first_rank;
+    int world_size, first_rank, nodes, generation;
 } dtrun_layout;
+
+typedef enum { DTRUN_JOINED, DTRUN_LATE, DTRUN_STOP, DTRUN_LOST } dtrun_join_result;
 
 typedef struct {
     pid_t pid;
@@ -35,16 +41,32 @@ typedef struct {
 /* Parse argv; prints usage and exits for --help / bad options. */
 void dtrun_parse(int argc, char **argv, dtrun_opts *o);
 
-/* Register this node in the store and wait for the others (join timeout). */
-dt_status dtrun_join(const dtrun_opts *o, dt_store_client *store, dtrun_layout *out);
-/* Multi-node end: say this node is done; node 0 waits for the rest. */
-void dtrun_finish(const dtrun_opts *o, dt_store_client *store, bool ok);
+/* Register this node in generation g and wait for node 0's membership
+ * decision.  Node 0 makes it: every node joined, or (elastic) at least MIN
+ * after --rejoin-timeout; stop_reason non-NULL makes node 0 end the job.
+ * DTRUN_LATE: the generation was closed without this node (it joins the
+ * next); DTRUN_STOP: the job ends, why says so; DTRUN_LOST: the store did
+ * not answer (why says how). */
+dtrun_join_result dtrun_join(const dtrun_opts *o, dt_store_client *store, int g, const char *stop_reason,
+                             dtrun_layout *out, char *why, size_t why_len);
+
+/* Run the job: generations of join, spawn, supervise, until success, a
+ * failure with no restart left, or a signal.  Returns dtrun's exit code. */
+int dtrun_run(const dtrun_opts *o, dt_store_client **store);
 
 /* Fork+exec the local ranks with the DT_* environment; *started counts the
  * children running (kids[0..*started-1]) even when a later one failed. */
 dt_status dtrun_spawn(const dtrun_opts *o, const dtrun_layout *l, dtrun_child *kids, int *started);
-/* Forward output, signals and failures until every rank has exited.
- * Returns the exit code dtrun should end with. */
-int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n);
+/* Called about every 200 ms while ranks run: true stops them (SIGTERM, then
+ * SIGKILL), e.g. because another node failed. */
+typedef bool (*dtrun_stop_hook)(void *arg);
+
+typedef enum { DTRUN_OK, DTRUN_FAILED, DTRUN_STOPPED, DTRUN_SIGNALLED } dtrun_outcome;
+
+/* Forward output, signals and failures until every rank has exited.  Returns
+ * the exit code dtrun should end with; *outcome (may be NULL) says why they
+ * ended and what[] (may be NULL) names the failed rank. */
+int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_hook hook, void *arg,
+                    dtrun_outcome *outcome, char *what, size_t what_len);
 
 #endif

@@ -33,32 +33,13 @@ int main(int argc, char **argv)
         o.master_port = dt_store_server_port(server);
     }
     dt_store_client *store = NULL;
-    dtrun_layout layout = {.world_size = o.nproc, .first_rank = 0};
     if (dt_store_connect(o.master_host, o.master_port, o.token, o.join_timeout, &store) != DT_OK) {
         fprintf(stderr, "dtrun: node %d: cannot reach the rendezvous store: %s\n", o.node_rank, dt_last_error());
         dt_store_server_stop(server);
         return 1;
     }
-    if (o.nnodes > 1 && dtrun_join(&o, store, &layout) != DT_OK) {
-        if (dt_last_error()[0])
-            fprintf(stderr, "dtrun: node %d: joining failed: %s\n", o.node_rank, dt_last_error());
-        dt_store_close(store);
-        dt_store_server_stop(server);
-        return 1;
-    }
-    dtrun_child *kids = calloc((size_t)o.nproc, sizeof *kids);
-    int code = 1, started = 0;
-    if (kids && dtrun_spawn(&o, &layout, kids, &started) == DT_OK) {
-        code = dtrun_supervise(&o, kids, o.nproc);
-    } else if (started > 0) { /* stop whatever did start */
-        for (int i = 0; i < started; i++)
-            kill(kids[i].pid, SIGTERM);
-        dtrun_supervise(&o, kids, started);
-        code = 1;
-    }
-    dtrun_finish(&o, store, code == 0);
+    int code = dtrun_run(&o, &store);
     dt_store_close(store);
     dt_store_server_stop(server);
-    free(kids);
     return code;
 }

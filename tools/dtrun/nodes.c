@@ -1,6 +1,13 @@
-/* Multi-node join through the rendezvous store: every dtrun claims its node
- * rank, publishes "nproc hostname" and waits for the others, so each knows
- * the world size and where its ranks start. */
+/* Membership through the rendezvous store, one generation at a time (the
+ * first run is generation 0, each restart the next).  Every dtrun registers
+ * "nproc hostname" under dtrun/g<G>/node/<node rank>; node 0 decides who
+ * takes part and publishes dtrun/g<G>/members:
+ *
+ *   "run N id:nproc id:nproc ..."   the N nodes of this generation, in order
+ *   "stop REASON"                    the job ends
+ *
+ * A node that registers after the decision is not in it: it joins the next
+ * generation (and node 0, seeing it wait, starts that generation). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,88 +32,154 @@ static void list_missing(const int *nproc, int n, char *buf, size_t len)
             used += (size_t)snprintf(buf + used, len - used, "%s%d", used ? ", " : "", i);
 }
 
-dt_status dtrun_join(const dtrun_opts *o, dt_store_client *store, dtrun_layout *out)
+/* Node 0: collect the registrations of generation g and publish the decision. */
+static dt_status decide(const dtrun_opts *o, dt_store_client *store, int g, const char *stop_reason)
 {
-    char key[64], val[320], host[256] = "?";
-    gethostname(host, sizeof host - 1);
-    int64_t claims = 0;
-    snprintf(key, sizeof key, "dtrun/claim/%d", o->node_rank);
-    dt_status s = dt_store_add(store, key, 1, &claims);
-    if (s != DT_OK)
-        return s;
-    if (claims > 1) {
-        fprintf(stderr, "dtrun: node rank %d joined twice: another dtrun already runs with --node-rank %d\n",
-                o->node_rank, o->node_rank);
-        return DT_ERR_INVALID;
-    }
-    snprintf(key, sizeof key, "dtrun/node/%d", o->node_rank);
-    snprintf(val, sizeof val, "%d %s", o->nproc, host);
-    if ((s = dt_store_set(store, key, val, strlen(val) + 1)) != DT_OK)
-        return s;
+    char key[96], *members = malloc(16 * (size_t)o->nnodes + 600);
     int *nproc = calloc((size_t)o->nnodes, sizeof *nproc);
-    if (!nproc)
+    if (!members || !nproc) {
+        free(members);
+        free(nproc);
         return DT_ERR_NOMEM;
+    }
     double start = now_s(), last_note = start;
     int joined = 0;
-    while (joined < o->nnodes && now_s() - start < o->join_timeout) {
+    dt_status s = DT_OK;
+    bool elastic = o->nnodes_min < o->nnodes;
+    while (!stop_reason && joined < o->nnodes) {
         for (int i = 0; i < o->nnodes; i++) {
             if (nproc[i])
                 continue;
             void *v = NULL;
             size_t len = 0;
-            snprintf(key, sizeof key, "dtrun/node/%d", i);
-            s = dt_store_get(store, key, 0.2, &v, &len);
+            snprintf(key, sizeof key, "dtrun/g%d/node/%d", g, i);
+            s = dt_store_get(store, key, joined ? 0 : 0.1, &v, &len);
             if (s == DT_OK) {
                 int np = atoi(v);
                 nproc[i] = np > 0 ? np : 1;
                 joined++;
                 free(v);
-            } else if (s != DT_ERR_TIMEOUT) {
-                free(nproc);
-                return s;
-            }
+            } else if (s != DT_ERR_TIMEOUT)
+                goto out;
         }
-        if (joined < o->nnodes && now_s() - last_note > 10) {
-            char missing[512];
+        s = DT_OK;
+        double waited = now_s() - start;
+        if (joined >= o->nnodes || (elastic && joined >= o->nnodes_min && waited >= o->rejoin_timeout))
+            break;
+        char missing[512];
+        if (waited >= o->join_timeout) {
             list_missing(nproc, o->nnodes, missing, sizeof missing);
-            fprintf(stderr, "dtrun: node %d: %d of %d nodes joined; waiting for node(s) %s\n", o->node_rank,
-                    joined, o->nnodes, missing);
+            snprintf(members, 600, "stop node(s) %s of %d did not join within %.0f s (--join-timeout)%s", missing,
+                     o->nnodes, o->join_timeout, elastic ? ", fewer than the minimum" : "");
+            goto publish;
+        }
+        if (now_s() - last_note > 10) {
+            list_missing(nproc, o->nnodes, missing, sizeof missing);
+            fprintf(stderr, "dtrun: node 0: %d of %d nodes joined%s; waiting for node(s) %s\n", joined, o->nnodes,
+                    g ? " the restart" : "", missing);
             last_note = now_s();
         }
+        nanosleep(&(struct timespec){0, 100000000L}, NULL);
     }
-    if (joined < o->nnodes) {
-        char missing[512];
-        list_missing(nproc, o->nnodes, missing, sizeof missing);
-        fprintf(stderr, "dtrun: node(s) %s of %d did not join within %.0f s (--join-timeout); giving up\n", missing,
-                o->nnodes, o->join_timeout);
-        free(nproc);
-        return DT_ERR_TIMEOUT;
+    if (stop_reason) {
+        snprintf(members, 600, "stop %s", stop_reason);
+    } else {
+        size_t used = (size_t)sprintf(members, "run %d", joined);
+        for (int i = 0; i < o->nnodes; i++)
+            if (nproc[i])
+                used += (size_t)sprintf(members + used, " %d:%d", i, nproc[i]);
+        if (joined < o->nnodes) {
+            char missing[512];
+            list_missing(nproc, o->nnodes, missing, sizeof missing);
+            fprintf(stderr, "dtrun: node(s) %s did not join within %.0f s (--rejoin-timeout); going on with %d of %d "
+                            "nodes\n", missing, o->rejoin_timeout, joined, o->nnodes);
+        }
     }
-    out->world_size = 0;
-    out->first_rank = 0;
-    for (int i = 0; i < o->nnodes; i++) {
-        if (i < o->node_rank)
-            out->first_rank += nproc[i];
-        out->world_size += nproc[i];
-    }
+publish:
+    snprintf(key, sizeof key, "dtrun/g%d/members", g);
+    s = dt_store_set(store, key, members, strlen(members) + 1);
+out:
+    free(members);
     free(nproc);
-    return DT_OK;
+    return s;
 }
 
-void dtrun_finish(const dtrun_opts *o, dt_store_client *store, bool ok)
+/* Parse "run N id:np ..." into this node's layout; false when not a member. */
+static bool place(const char *members, int node, int g, dtrun_layout *out)
 {
-    if (o->nnodes == 1 || !store)
-        return;
-    /* The store may be unreachable (a failed node, a dead link): try briefly. */
-    dt_store_set_io_timeout(store, ok ? 5 : 1);
-    int64_t done = 0;
-    if (dt_store_add(store, "dtrun/done", 1, &done) != DT_OK || o->node_rank != 0)
-        return;
-    /* Node 0 serves the store: keep it up briefly so the other nodes can finish. */
-    double start = now_s();
-    while (done < o->nnodes && now_s() - start < 10) {
-        nanosleep(&(struct timespec){0, 100000000L}, NULL);
-        if (dt_store_add(store, "dtrun/done", 0, &done) != DT_OK)
-            return;
+    const char *p = members + 3;
+    char *end;
+    out->nodes = (int)strtol(p, &end, 10);
+    out->world_size = out->first_rank = 0;
+    out->generation = g;
+    bool found = false;
+    for (p = end; *p == ' ';) {
+        int id = (int)strtol(p + 1, &end, 10);
+        if (*end != ':')
+            break;
+        int np = (int)strtol(end + 1, &end, 10);
+        if (id == node)
+            found = true;
+        if (id < node)
+            out->first_rank += np;
+        out->world_size += np;
+        p = end;
     }
+    return found;
+}
+
+dtrun_join_result dtrun_join(const dtrun_opts *o, dt_store_client *store, int g, const char *stop_reason,
+                             dtrun_layout *out, char *why, size_t why_len)
+{
+    char key[96], val[320], host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    int64_t claims = 0;
+    snprintf(key, sizeof key, "dtrun/g%d/claim/%d", g, o->node_rank);
+    if (dt_store_add(store, key, 1, &claims) != DT_OK)
+        goto lost;
+    if (claims > 1) {
+        snprintf(why, why_len, "node rank %d joined twice: another dtrun already runs with --node-rank %d",
+                 o->node_rank, o->node_rank);
+        return DTRUN_STOP;
+    }
+    snprintf(key, sizeof key, "dtrun/g%d/node/%d", g, o->node_rank);
+    snprintf(val, sizeof val, "%d %s", o->nproc, host);
+    if (dt_store_set(store, key, val, strlen(val) + 1) != DT_OK)
+        goto lost;
+    snprintf(key, sizeof key, "dtrun/g%d/registered", g); /* node 0 watches this for nodes waiting to join */
+    if (dt_store_add(store, key, 1, &claims) != DT_OK)
+        goto lost;
+    if (o->node_rank == 0 && decide(o, store, g, stop_reason) != DT_OK)
+        goto lost;
+    snprintf(key, sizeof key, "dtrun/g%d/members", g);
+    void *v = NULL;
+    size_t len = 0;
+    /* Node 0 decides within its join timeout; a late node may wait for the
+     * whole of the current generation, so it waits without limit. */
+    for (;;) {
+        dt_status s = dt_store_get(store, key, 1.0, &v, &len);
+        if (s == DT_OK)
+            break;
+        if (s != DT_ERR_TIMEOUT)
+            goto lost;
+    }
+    dtrun_join_result r;
+    const char *m = v;
+    if (len < 5 || m[len - 1] != '\0') {
+        snprintf(why, why_len, "node 0 published a malformed membership");
+        r = DTRUN_STOP;
+    } else if (!strncmp(m, "stop ", 5)) {
+        snprintf(why, why_len, "%s", m + 5);
+        r = DTRUN_STOP;
+    } else if (!strncmp(m, "run ", 4) && place(m, o->node_rank, g, out)) {
+        r = DTRUN_JOINED;
+    } else {
+        snprintf(why, why_len, "generation %d started without this node", g);
+        r = DTRUN_LATE;
+    }
+    free(v);
+    return r;
+lost:
+    snprintf(why, why_len, "lost the rendezvous store: %s", dt_last_error());
+    return DTRUN_LOST;
 }

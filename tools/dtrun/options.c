@@ -17,20 +17,32 @@ static const char usage[] =
     "\n"
     "options:\n"
     "  -n, --nproc N          ranks on this node (required, 1..1024)\n"
-    "      --nnodes M         nodes in the job (default 1); run dtrun once per node\n"
+    "      --nnodes M|MIN:MAX nodes in the job (default 1); run dtrun once per node.\n"
+    "                         MIN:MAX is elastic: a generation starts with every\n"
+    "                         node, or with at least MIN once --rejoin-timeout passed\n"
     "      --node-rank R      this node's index 0..M-1 (default 0); node 0 serves the store\n"
     "      --master ADDR:PORT rendezvous store address (default 127.0.0.1 and a free\n"
     "                         port on one node; required with --nnodes > 1)\n"
     "      --token-file FILE  read the job token from FILE (default: DT_JOB_TOKEN,\n"
     "                         or a fresh random token on a single node)\n"
     "      --join-timeout S   seconds to wait for every node to join (default 300)\n"
+    "      --max-restarts R   when a rank fails, stop every rank, rendezvous again and\n"
+    "                         restart them all, up to R times (default 0). The program\n"
+    "                         sees DT_RESTART=generation; dtrain resumes from its\n"
+    "                         newest complete checkpoint\n"
+    "      --rejoin-timeout S elastic: seconds a generation waits for missing nodes\n"
+    "                         before going on with at least MIN (default 30). A node\n"
+    "                         that arrives later joins at the next restart, which its\n"
+    "                         arrival triggers\n"
     "      --no-prefix        do not prefix output lines with the rank\n"
     "  -h, --help             this help\n"
     "      --version          print the version\n"
     "\n"
     "Exit status: 0 when every rank exited 0; otherwise non-zero, after naming the\n"
     "first rank that failed and how (exit status or signal). Other ranks are sent\n"
-    "SIGTERM, then SIGKILL after 3 s.\n"
+    "SIGTERM, then SIGKILL after 3 s. With --max-restarts, a failure is followed\n"
+    "by a restart until R restarts are spent. Node 0 serves the rendezvous: the\n"
+    "job cannot outlive it.\n"
     "\n"
     "examples:\n"
     "  dtrun -n 4 build/bin/collectives_demo\n"
@@ -76,24 +88,40 @@ static void read_token_file(const char *path, char *token, size_t len)
 void dtrun_parse(int argc, char **argv, dtrun_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->nnodes = 1;
+    o->nnodes = o->nnodes_min = 1;
     o->join_timeout = 300;
+    o->rejoin_timeout = 30;
     o->prefix = true;
     snprintf(o->master_host, sizeof o->master_host, "127.0.0.1");
-    enum { NNODES = 1000, NODE_RANK, MASTER, TOKEN_FILE, JOIN_TIMEOUT, NO_PREFIX, VERSION };
+    enum { NNODES = 1000, NODE_RANK, MASTER, TOKEN_FILE, JOIN_TIMEOUT, NO_PREFIX, VERSION, MAX_RESTARTS, REJOIN };
     static const struct option longopts[] = {
         {"nproc", required_argument, 0, 'n'},       {"nnodes", required_argument, 0, NNODES},
         {"node-rank", required_argument, 0, NODE_RANK}, {"master", required_argument, 0, MASTER},
         {"token-file", required_argument, 0, TOKEN_FILE}, {"join-timeout", required_argument, 0, JOIN_TIMEOUT},
         {"no-prefix", no_argument, 0, NO_PREFIX},   {"help", no_argument, 0, 'h'},
-        {"version", no_argument, 0, VERSION},       {0, 0, 0, 0},
+        {"version", no_argument, 0, VERSION},       {"max-restarts", required_argument, 0, MAX_RESTARTS},
+        {"rejoin-timeout", required_argument, 0, REJOIN}, {0, 0, 0, 0},
     };
     bool have_master = false;
     int c;
     while ((c = getopt_long(argc, argv, "+n:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'n': o->nproc = (int)number(optarg, 1, 1024, "-n"); break;
-        case NNODES: o->nnodes = (int)number(optarg, 1, 4096, "--nnodes"); break;
+        case NNODES: {
+            char *colon = strchr(optarg, ':');
+            if (colon) {
+                *colon = '\0';
+                o->nnodes_min = (int)number(optarg, 1, 4096, "--nnodes MIN");
+                o->nnodes = (int)number(colon + 1, 1, 4096, "--nnodes MAX");
+                *colon = ':';
+                if (o->nnodes_min > o->nnodes)
+                    die("--nnodes %s: MIN is above MAX", optarg);
+            } else
+                o->nnodes = o->nnodes_min = (int)number(optarg, 1, 4096, "--nnodes");
+            break;
+        }
+        case MAX_RESTARTS: o->max_restarts = (int)number(optarg, 0, 1000000, "--max-restarts"); break;
+        case REJOIN: o->rejoin_timeout = (double)number(optarg, 1, 86400, "--rejoin-timeout"); break;
         case NODE_RANK: o->node_rank = (int)number(optarg, 0, 4095, "--node-rank"); break;
         case MASTER: {
             const char *colon = strrchr(optarg, ':');

@@ -105,14 +105,17 @@ static void install_handlers(void)
     signal(SIGPIPE, SIG_IGN);
 }
 
-int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n)
+int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_hook hook, void *arg,
+                    dtrun_outcome *outcome, char *what_out, size_t what_len)
 {
     (void)o;
     install_handlers();
+    bool stopped = false;
+    double next_look = now_s() + 0.2;
     struct pollfd *pfds = calloc((size_t)(2 * n + 1), sizeof *pfds);
     int living = n, failed = -1, forwarded = 0, code = 0;
     double kill_at = 0, exited_at = 0;
-    while (living > 0 || (exited_at > 0 && now_s() - exited_at < 1.0)) {
+    while (living > 0 || (exited_at > 0 && now_s() - exited_at < 0.5)) {
         int np = 0;
         pfds[np++] = (struct pollfd){.fd = wake_pipe[0], .events = POLLIN};
         for (int i = 0; i < n; i++) {
@@ -123,7 +126,7 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n)
         }
         if (living == 0 && np == 1)
             break; /* every rank exited and every pipe is drained */
-        poll(pfds, (nfds_t)np, kill_at > 0 || living == 0 ? 100 : 1000);
+        poll(pfds, (nfds_t)np, kill_at > 0 || living == 0 || hook ? 100 : 1000);
         char drain[64];
         while (read(wake_pipe[0], drain, sizeof drain) > 0)
             ;
@@ -170,6 +173,14 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n)
             signal_all(kids, n, SIGTERM);
             kill_at = now_s() + KILL_AFTER;
         }
+        if (hook && !stopped && failed < 0 && !forwarded && living > 0 && now_s() >= next_look) {
+            next_look = now_s() + 0.2;
+            if (hook(arg)) { /* another node ended this generation */
+                stopped = true;
+                signal_all(kids, n, SIGTERM);
+                kill_at = now_s() + KILL_AFTER;
+            }
+        }
         if (kill_at > 0 && living > 0 && now_s() >= kill_at) {
             signal_all(kids, n, SIGKILL);
             kill_at = now_s() + 3600;
@@ -185,12 +196,13 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n)
             close(kids[i].err_fd);
     }
     free(pfds);
-    if (failed >= 0) {
-        char what[256];
-        describe(&kids[failed], what, sizeof what);
-        fprintf(stderr, "dtrun: job failed: %s\n", what);
+    if (outcome)
+        *outcome = forwarded ? DTRUN_SIGNALLED : failed >= 0 ? DTRUN_FAILED : stopped ? DTRUN_STOPPED : DTRUN_OK;
+    if (failed >= 0 && !forwarded) {
+        if (what_out)
+            describe(&kids[failed], what_out, what_len);
         const dtrun_child *k = &kids[failed];
         return WIFEXITED(k->status) ? WEXITSTATUS(k->status) : 128 + WTERMSIG(k->status);
     }
-    return code;
+    return stopped && !code ? 1 : code;
 }
