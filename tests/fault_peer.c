@@ -2,9 +2,12 @@
  * mid-operation.  Survivors record the error they got and how long after the
  * kill it came, in DIR/result.<rank>, for tests/run_tests.sh to check.
  *
- * usage: fault_peer DIR [--victim R] [--freeze 1 | --abort-at K] [--delay-ms MS] [--count N] [--iters N]
+ * usage: fault_peer DIR [--victim R] [--freeze 1 | --abort-at K | --stall-ms MS] [--delay-ms MS] [--count N]
+ *                  [--iters N]
  * (--freeze 1: the victim SIGSTOPs itself instead, a frozen process;
- *  --abort-at K: the victim calls dt_comm_abort before its K-th allreduce) */
+ *  --abort-at K: the victim calls dt_comm_abort before its K-th allreduce;
+ *  --stall-ms MS: the victim sleeps MS before its third allreduce, a busy
+ *  but healthy rank, and lives on) */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -16,7 +19,7 @@
 #include "dtrain/dtrain.h"
 
 static const char *dir;
-static int delay_ms = 500, freeze, abort_at = -1;
+static int delay_ms = 500, freeze, abort_at = -1, stall_ms;
 
 static double wall(void)
 {
@@ -43,7 +46,8 @@ static void *killer(void *arg)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: fault_peer DIR [--victim R] [--delay-ms MS] [--count N] [--iters N]\n");
+        fprintf(stderr, "usage: fault_peer DIR [--victim R] [--freeze 1 | --abort-at K | --stall-ms MS] [--delay-ms MS] "
+                        "[--count N] [--iters N]\n");
         return 2;
     }
     dir = argv[1];
@@ -62,6 +66,8 @@ int main(int argc, char **argv)
             freeze = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--abort-at"))
             abort_at = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--stall-ms"))
+            stall_ms = atoi(argv[i + 1]);
     }
     signal(SIGTERM, SIG_IGN); /* report our own error before dtrun's SIGKILL */
     dt_comm *c;
@@ -77,7 +83,7 @@ int main(int argc, char **argv)
     if (rf)
         fclose(rf);
     pthread_t th;
-    if (rank == victim && abort_at < 0)
+    if (rank == victim && abort_at < 0 && stall_ms == 0)
         pthread_create(&th, NULL, killer, NULL);
     double start = wall();
     dt_status s = DT_OK;
@@ -91,6 +97,8 @@ int main(int argc, char **argv)
             free(buf);
             return s == DT_ERR_ABORTED ? 4 : 1;
         }
+        if (rank == victim && done == 2 && stall_ms > 0)
+            usleep((useconds_t)stall_ms * 1000);
         s = dt_allreduce(buf, buf, count, DT_F32, DT_SUM, c);
     }
     double failed_at = wall();

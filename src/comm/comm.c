@@ -12,6 +12,7 @@
 #include "comm/comm_internal.h"
 #include "comm/launch_env.h"
 #include "dtrain/store.h"
+#include "transport/heartbeat.h"
 
 #define WORLD_COMM_ID 1u
 
@@ -55,6 +56,7 @@ static void world_release(dt__world *w)
     dt__progress_stop(w);
     if (!w->engine_closed)
         dt__engine_destroy(w->eng);
+    dt__heartbeat_stop(w->heartbeat);
     dt_store_close(w->store);
     dt_store_server_stop(w->server);
     free(w);
@@ -98,7 +100,17 @@ static dt_status init_world(const dt__launch_env *env, dt__world *w)
         DT_CHECK(dt_store_connect(env->master_host, env->master_port, env->token,
                                    env->timeout_s, &w->store));
     }
-    return dt__engine_create(&cfg, w->store, &w->eng);
+    DT_CHECK(dt__engine_create(&cfg, w->store, &w->eng));
+    int64_t heartbeat;
+    DT_CHECK(dt__env_int("DT_HEARTBEAT_TIMEOUT", 0, 86400, &heartbeat));
+    if (env->size > 1 && heartbeat > 0) {
+        dt__heartbeat_config hc = {.host = env->master_host, .port = env->master_port, .token = env->token,
+                                   .key_prefix = prefix, .rank = env->rank, .size = env->size,
+                                   .timeout_s = (double)heartbeat};
+        DT_CHECK(dt__heartbeat_start(&hc, &w->heartbeat));
+        dt__engine_set_heartbeat(w->eng, w->heartbeat);
+    }
+    return DT_OK;
 }
 
 dt_status dt_comm_init_env(dt_comm **out)

@@ -18,6 +18,7 @@ typedef struct {
     dt__engine *eng;
     struct dt_store_server *server; /* when this rank serves the store */
     struct dt_store_client *store;
+    struct dt__heartbeat *heartbeat; /* NULL with one rank or DT_HEARTBEAT_TIMEOUT=0 */
     int refs;
     bool engine_closed;
     dt__progress *progress; /* the nonblocking collectives' thread, started on first use */

@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "transport/engine_internal.h"
+#include "transport/heartbeat.h"
 #include "transport/socket.h"
 
 int dt__engine_rank(const dt__engine *e) { return e->rank; }
@@ -788,16 +789,37 @@ static const char *req_what(dt__engine *e, const dt__req *r, char *buf, size_t l
     return buf;
 }
 
+void dt__engine_set_heartbeat(dt__engine *e, struct dt__heartbeat *h) { e->heartbeat = h; }
+
+/* Waiting on rs for longer than a heartbeat period: is its peer still alive? */
+static dt_status check_heartbeat(dt__engine *e, const dt__req *r)
+{
+    if (dt__heartbeat_check(e->heartbeat, r->peer, e->peers[r->peer].name) == DT_OK)
+        return DT_OK;
+    char why[1024], what[256];
+    snprintf(why, sizeof why, "%s", dt_last_error());
+    return dt__engine_fail(e, DT_ERR_PEER, "%s (waiting for %s)", why, req_what(e, r, what, sizeof what));
+}
+
 dt_status dt__engine_wait_all(dt__engine *e, dt__req *rs, size_t n, int64_t deadline_ns)
 {
+    int64_t start = dt__now_ns(), period_ns = INT64_MAX;
+    int nap_ms = 1000;
+    if (e->heartbeat) {
+        period_ns = (int64_t)(dt__heartbeat_period(e->heartbeat) * 1e9);
+        nap_ms = (int)(period_ns / 1000000) + 1;
+    }
     for (size_t i = 0; i < n; i++) {
         while (rs[i].state == DT_REQ_PENDING) {
-            if (dt__now_ns() >= deadline_ns) {
+            int64_t now = dt__now_ns();
+            if (now >= deadline_ns) {
                 char what[256];
                 return dt__engine_fail(e, DT_ERR_TIMEOUT, "timed out after %.0f s waiting for %s", e->timeout_s,
                                        req_what(e, &rs[i], what, sizeof what));
             }
-            DT_CHECK(dt__engine_progress(e, dt__ms_left(deadline_ns, 1000)));
+            if (now - start >= period_ns)
+                DT_CHECK(check_heartbeat(e, &rs[i]));
+            DT_CHECK(dt__engine_progress(e, dt__ms_left(deadline_ns, nap_ms)));
         }
         if (rs[i].status != DT_OK)
             return dt__engine_status(e) != DT_OK ? e->failed : dt__fail(rs[i].status, "request failed");

@@ -26,6 +26,7 @@
 
 typedef struct dt__engine dt__engine;
 struct dt_store_client;
+struct dt__heartbeat;
 
 enum { DT_REQ_SEND = 1, DT_REQ_RECV = 2 };
 enum { DT_REQ_IDLE = 0, DT_REQ_PENDING = 1, DT_REQ_DONE = 2 };
@@ -76,6 +77,9 @@ int dt__engine_size(const dt__engine *e);
  * before sleeping: on by default; the nonblocking collectives' thread turns
  * it off so that it never takes cycles from the computation it overlaps. */
 void dt__engine_allow_poll_spin(dt__engine *e, bool allow);
+/* Waits longer than the heartbeat period check the awaited peer's heartbeat
+ * (transport/heartbeat.h) and fail when it stopped; NULL: deadlines only. */
+void dt__engine_set_heartbeat(dt__engine *e, struct dt__heartbeat *h);
 /* True when world rank `peer` is this rank or reached through shared memory. */
 bool dt__engine_is_local(const dt__engine *e, int peer);
 /* "rank 3 (10.0.0.4:4242)" for messages. */

@@ -59,6 +59,7 @@ struct dt__engine {
     int64_t poll_spin_ns;  /* sockets: non-blocking polls (with sched_yield) before sleeping */
     bool poll_spin_off;    /* set while the progress thread runs a collective */
     dt__bufcache early;    /* payload buffers of messages that beat their receive */
+    struct dt__heartbeat *heartbeat; /* NULL: no liveness checks while waiting */
 };
 
 /* Set up the shared-memory channels to the peers on this host (after the TCP

@@ -49,7 +49,8 @@ void dt_store_close(dt_store_client *c)
 {
     if (!c)
         return;
-    close(c->fd);
+    if (c->fd >= 0)
+        close(c->fd);
     free(c);
 }
 
@@ -64,26 +65,33 @@ static dt_status request(dt_store_client *c, int op, const char *key, const void
     dt__put_u32(hdr + 4, (uint32_t)klen);
     dt__put_u32(hdr + 8, (uint32_t)vlen);
     dt__put_u32(hdr + 12, (uint32_t)timeout_ms);
+    if (c->fd < 0)
+        return dt__fail(DT_ERR_PEER, "%s: the connection was lost by an earlier request", c->what);
     /* The reply to GET may legitimately take timeout_ms; allow io_timeout more. */
     int64_t deadline = dt__deadline_after(timeout_ms / 1000.0 + c->io_timeout);
-    DT_CHECK(dt__sock_send_all(c->fd, hdr, sizeof hdr, deadline, c->what));
-    DT_CHECK(dt__sock_send_all(c->fd, key, klen, deadline, c->what));
-    if (vlen)
-        DT_CHECK(dt__sock_send_all(c->fd, val, vlen, deadline, c->what));
-    uint8_t resp[DT_STORE_RESP_HDR];
-    DT_CHECK(dt__sock_recv_all(c->fd, resp, sizeof resp, deadline, c->what));
+    uint8_t resp[DT_STORE_RESP_HDR] = {0};
+    dt_status s = dt__sock_send_all(c->fd, hdr, sizeof hdr, deadline, c->what);
+    if (s == DT_OK)
+        s = dt__sock_send_all(c->fd, key, klen, deadline, c->what);
+    if (s == DT_OK && vlen)
+        s = dt__sock_send_all(c->fd, val, vlen, deadline, c->what);
+    if (s == DT_OK)
+        s = dt__sock_recv_all(c->fd, resp, sizeof resp, deadline, c->what);
     uint32_t len = dt__get_u32(resp + 4);
-    if (resp[0] > DT_STORE_BAD || len > DT_STORE_MAX_VALUE)
-        return dt__fail(DT_ERR_PROTOCOL, "%s sent a malformed reply", c->what);
-    *rstatus = resp[0];
-    void *buf = malloc(len + 1);
-    if (!buf)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    dt_status s = dt__sock_recv_all(c->fd, buf, len, deadline, c->what);
-    if (s != DT_OK) {
+    if (s == DT_OK && (resp[0] > DT_STORE_BAD || len > DT_STORE_MAX_VALUE))
+        s = dt__fail(DT_ERR_PROTOCOL, "%s sent a malformed reply", c->what);
+    void *buf = s == DT_OK ? malloc(len + 1) : NULL;
+    if (s == DT_OK && !buf)
+        s = dt__fail(DT_ERR_NOMEM, "out of memory");
+    if (s == DT_OK)
+        s = dt__sock_recv_all(c->fd, buf, len, deadline, c->what);
+    if (s != DT_OK) { /* a half-done exchange leaves the stream unusable */
         free(buf);
+        close(c->fd);
+        c->fd = -1;
         return s;
     }
+    *rstatus = resp[0];
     ((char *)buf)[len] = '\0';
     if (rval) {
         *rval = buf;

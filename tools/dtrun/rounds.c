@@ -39,17 +39,18 @@ static int64_t counter(dt_store_client *st, int g, const char *what, int64_t add
     return v;
 }
 
-/* End generation g with `why` unless another node did first. */
-static void end_generation(dt_store_client *st, int g, const char *why)
+/* End generation g with `why` unless another node did first; false when the
+ * store did not answer. */
+static bool end_generation(dt_store_client *st, int g, const char *why)
 {
     bool ok = true;
     if (counter(st, g, "ended", 1, &ok) != 1 || !ok)
-        return;
+        return ok;
     char key[96];
     int64_t gen;
     snprintf(key, sizeof key, "dtrun/g%d/why", g);
     dt_store_set(st, key, why, strlen(why) + 1);
-    dt_store_add(st, "dtrun/gen", 1, &gen);
+    return dt_store_add(st, "dtrun/gen", 1, &gen) == DT_OK;
 }
 
 static void read_why(dt_store_client *st, int g, char *why, size_t len)
@@ -124,7 +125,9 @@ static dt_status reconnect(const dtrun_opts *o, dt_store_client **store)
     dt_store_close(*store);
     *store = NULL;
     dt_status s = dt_store_connect(o->master_host, o->master_port, o->token, o->join_timeout, store);
-    if (s != DT_OK)
+    if (s == DT_OK)
+        dt_store_set_io_timeout(*store, 10);
+    else
         fprintf(stderr, "dtrun: node %d: the rendezvous store is gone: %s\n", o->node_rank, dt_last_error());
     return s;
 }
@@ -207,13 +210,16 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
             snprintf(why, sizeof why, "failure: %s", what);
             if (o->nnodes > 1)
                 snprintf(why + strlen(why), sizeof why - strlen(why), " on node %d", o->node_rank);
-            end_generation(*store, g, why);
+            if (!lost) /* a store that did not answer the watch would stall us again */
+                lost = !end_generation(*store, g, why);
         } else if (w.scale_up) {
-            end_generation(*store, g, "membership: a node is waiting to join");
+            lost |= !end_generation(*store, g, "membership: a node is waiting to join");
         }
         if (lost) {
             fprintf(stderr, "dtrun: node %d: lost the rendezvous store: %s\n", o->node_rank, dt_last_error());
-            if (o->node_rank == 0 || reconnect(o, store) != DT_OK)
+            if (!restartable && outcome == DTRUN_FAILED)
+                fprintf(stderr, "dtrun: job failed: %s\n", what);
+            if (!restartable || o->node_rank == 0 || reconnect(o, store) != DT_OK)
                 return last_code;
             int64_t now_gen = g + 1;
             dt_store_add(*store, "dtrun/gen", 0, &now_gen);

@@ -1,0 +1,169 @@
+#include "transport/heartbeat.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "dtrain/store.h"
+
+typedef struct {
+    int64_t value;      /* last counter read */
+    int64_t changed_ns; /* when it was first seen with that value; 0: never read */
+    int64_t checked_ns; /* last read */
+} peer_beat;
+
+struct dt__heartbeat {
+    dt__heartbeat_config cfg;
+    char host[256], token[256], prefix[64];
+    double period_s;
+    dt_store_client *beat, *check; /* one each: the thread must never wait behind a check */
+    peer_beat *peers;
+    int64_t store_ok_ns; /* last time a check reached the store */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    bool stop, running;
+};
+
+static void key_of(const dt__heartbeat *h, int rank, char *key, size_t len)
+{
+    snprintf(key, len, "%s/hb/%d", h->prefix, rank);
+}
+
+/* A client whose connection broke (a request timed out) is replaced. */
+static dt_status request_add(dt__heartbeat *h, dt_store_client **c, const char *key, int64_t delta, int64_t *value)
+{
+    if (!*c) {
+        DT_CHECK(dt_store_connect(h->host, h->cfg.port, h->token, h->period_s, c));
+        dt_store_set_io_timeout(*c, h->period_s);
+    }
+    dt_status s = dt_store_add(*c, key, delta, value);
+    if (s != DT_OK) {
+        dt_store_close(*c);
+        *c = NULL;
+    }
+    return s;
+}
+
+static void *beat_loop(void *arg)
+{
+    dt__heartbeat *h = arg;
+    char key[128];
+    key_of(h, h->cfg.rank, key, sizeof key);
+    pthread_mutex_lock(&h->mu);
+    while (!h->stop) {
+        pthread_mutex_unlock(&h->mu);
+        int64_t v;
+        if (request_add(h, &h->beat, key, 1, &v) != DT_OK)
+            DT_INFO("heartbeat: %s", dt_last_error());
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        int64_t ns = until.tv_nsec + (int64_t)(h->period_s * 1e9);
+        until.tv_sec += (time_t)(ns / 1000000000);
+        until.tv_nsec = (long)(ns % 1000000000);
+        pthread_mutex_lock(&h->mu);
+        if (!h->stop)
+            pthread_cond_timedwait(&h->wake, &h->mu, &until);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
+dt_status dt__heartbeat_start(const dt__heartbeat_config *cfg, dt__heartbeat **out)
+{
+    *out = NULL;
+    if (strlen(cfg->host) >= 256 || strlen(cfg->token) >= 256 || strlen(cfg->key_prefix) >= 64)
+        return dt__fail(DT_ERR_INVALID, "heartbeat: store address, token or key prefix too long");
+    dt__heartbeat *h = calloc(1, sizeof *h);
+    if (!h || !(h->peers = calloc((size_t)cfg->size, sizeof *h->peers))) {
+        free(h);
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    }
+    h->cfg = *cfg;
+    snprintf(h->host, sizeof h->host, "%s", cfg->host);
+    snprintf(h->token, sizeof h->token, "%s", cfg->token);
+    snprintf(h->prefix, sizeof h->prefix, "%s", cfg->key_prefix);
+    h->period_s = cfg->timeout_s / 10;
+    h->store_ok_ns = dt__now_ns();
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->wake, NULL);
+    char key[128];
+    int64_t v;
+    key_of(h, cfg->rank, key, sizeof key);
+    dt_status s = request_add(h, &h->beat, key, 1, &v); /* the first beat before anyone checks */
+    if (s == DT_OK && pthread_create(&h->thread, NULL, beat_loop, h) != 0)
+        s = dt__fail(DT_ERR_SYSTEM, "heartbeat: cannot start its thread");
+    if (s != DT_OK) {
+        dt__heartbeat_stop(h);
+        return dt__wrap(s, "heartbeat: ");
+    }
+    h->running = true;
+    *out = h;
+    return DT_OK;
+}
+
+void dt__heartbeat_stop(dt__heartbeat *h)
+{
+    if (!h)
+        return;
+    if (h->running) {
+        pthread_mutex_lock(&h->mu);
+        h->stop = true;
+        pthread_cond_signal(&h->wake);
+        pthread_mutex_unlock(&h->mu);
+        pthread_join(h->thread, NULL);
+    }
+    dt_store_close(h->beat);
+    dt_store_close(h->check);
+    pthread_mutex_destroy(&h->mu);
+    pthread_cond_destroy(&h->wake);
+    free(h->peers);
+    free(h);
+}
+
+double dt__heartbeat_period(const dt__heartbeat *h) { return h->period_s; }
+
+dt_status dt__heartbeat_check(dt__heartbeat *h, int peer, const char *peer_name)
+{
+    if (peer < 0 || peer >= h->cfg.size || peer == h->cfg.rank)
+        return DT_OK;
+    peer_beat *p = &h->peers[peer];
+    int64_t now = dt__now_ns(), period_ns = (int64_t)(h->period_s * 1e9);
+    if (p->checked_ns && now - p->checked_ns < period_ns)
+        return DT_OK;
+    p->checked_ns = now;
+    /* A healthy peer moves its counter every period; silence for the timeout
+     * less one period means nine beats in a row went missing. */
+    int64_t limit_ns = (int64_t)(h->cfg.timeout_s * 1e9) - period_ns;
+    char key[128];
+    int64_t v = 0;
+    key_of(h, peer, key, sizeof key);
+    if (request_add(h, &h->check, key, 0, &v) != DT_OK) {
+        double silent = (double)(now - h->store_ok_ns) / 1e9;
+        if (now - h->store_ok_ns >= limit_ns)
+            return dt__fail(DT_ERR_PEER,
+                            "waiting for %s, this rank could not reach the rendezvous store at %s:%d for %.1f s to "
+                            "read its heartbeat (DT_HEARTBEAT_TIMEOUT=%.0f): this host or the store's host lost "
+                            "its network, or the store's process is frozen: %s",
+                            peer_name, h->host, h->cfg.port, silent, h->cfg.timeout_s, dt_last_error());
+        return DT_OK;
+    }
+    h->store_ok_ns = now;
+    if (!p->changed_ns || v != p->value) {
+        p->value = v;
+        p->changed_ns = now;
+        return DT_OK;
+    }
+    if (now - p->changed_ns >= limit_ns)
+        return dt__fail(DT_ERR_PEER,
+                        "%s sent no heartbeat for %.1f s or more (DT_HEARTBEAT_TIMEOUT=%.0f) while this rank waited on it: "
+                        "the process is stopped or frozen, or its host lost its network",
+                        peer_name, (double)(now - p->changed_ns) / 1e9, h->cfg.timeout_s);
+    return DT_OK;
+}
