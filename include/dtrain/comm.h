@@ -57,6 +57,12 @@ int dt_comm_local_size(const dt_comm *c);
  * *out = NULL.  Sub-communicators share the parent's connections. */
 dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out);
 
+/* Label the following collectives on c (up to 31 characters are kept; NULL
+ * or "" clears it).  With DT_DEBUG=coll the label is recorded with each
+ * call and shown in mismatch reports and failure dumps, e.g. "step 12" or
+ * "grad bucket 3".  Costs nothing otherwise. */
+dt_status dt_comm_set_tag(dt_comm *c, const char *tag);
+
 /* Tell every rank the job is aborting (they fail with DT_ERR_ABORTED and see
  * `reason`), then fail locally.  Returns DT_ERR_ABORTED.  The caller decides
  * whether to exit; the communicator must still be destroyed. */

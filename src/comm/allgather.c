@@ -5,6 +5,7 @@
 
 #include "base/status.h"
 #include "comm/coll.h"
+#include "comm/colltrace.h"
 
 static dt_status recursive_doubling(dt__coll *k, uint8_t *recv, size_t bytes)
 {
@@ -31,6 +32,7 @@ dt_status dt_allgather(const void *send, void *recv, size_t sendcount, dt_dtype 
     DT_CHECK(dt__coll_check_buffers("allgather", send, bytes, recv, n * bytes));
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "allgather"));
+    DT_CHECK(dt__coll_trace(&k, sendcount, t, -1, -1));
     if (bytes == 0)
         return DT_OK;
     uint8_t *out = recv;

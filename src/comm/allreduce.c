@@ -4,6 +4,7 @@
 #include "base/reduce.h"
 #include "base/status.h"
 #include "comm/coll.h"
+#include "comm/colltrace.h"
 
 dt_status dt__allreduce_flat(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op)
 {
@@ -35,6 +36,7 @@ dt_status dt_allreduce(const void *send, void *recv, size_t count, dt_dtype t, d
     DT_CHECK(dt__coll_check_buffers("allreduce", send, bytes, recv, bytes));
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "allreduce"));
+    DT_CHECK(dt__coll_trace(&k, count, t, (int)op, -1));
     if (count == 0)
         return DT_OK;
     if (send != recv)

@@ -16,6 +16,7 @@
 #include "base/half.h"
 #include "base/status.h"
 #include "comm/coll.h"
+#include "comm/colltrace.h"
 
 #define SUBTAG_EXCHANGE 0x3ffffff0u
 
@@ -58,6 +59,7 @@ dt_status dt_allreduce_half(const float *send, float *recv, size_t count, dt_dty
     DT_CHECK(dt__coll_check_buffers(name, send, count * 4, recv, count * 4));
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, name));
+    DT_CHECK(dt__coll_trace(&k, count, wire, (int)op, -1));
     if (count == 0)
         return DT_OK;
     bool bf16 = wire == DT_BF16;

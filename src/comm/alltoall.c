@@ -6,6 +6,7 @@
 
 #include "base/status.h"
 #include "comm/coll.h"
+#include "comm/colltrace.h"
 
 static dt_status exchange(dt__coll *k, const uint8_t *src, uint8_t *dst, size_t bytes, dt__req *rq)
 {
@@ -31,6 +32,7 @@ dt_status dt_alltoall(const void *send, void *recv, size_t count, dt_dtype t, dt
     DT_CHECK(dt__coll_check_buffers("alltoall", send, n * bytes, recv, n * bytes));
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "alltoall"));
+    DT_CHECK(dt__coll_trace(&k, count, t, -1, -1));
     if (bytes == 0)
         return DT_OK;
     const uint8_t *src = send;

@@ -2,11 +2,13 @@
  * to rank r+2^i and from rank r-2^i. */
 #include "base/status.h"
 #include "comm/coll.h"
+#include "comm/colltrace.h"
 
 dt_status dt_barrier(dt_comm *c)
 {
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "barrier"));
+    DT_CHECK(dt__coll_trace(&k, 0, DT_U8, -1, -1));
     int n = c->size, r = c->rank;
     dt_status s = DT_OK;
     for (int dist = 1, round = 0; s == DT_OK && dist < n; dist <<= 1, round++) {

@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "comm/coll.h"
+#include "comm/colltrace.h"
 
 dt_status dt__tree_bcast(dt__coll *k, void *buf, size_t bytes, int root)
 {
@@ -108,6 +109,7 @@ dt_status dt_broadcast(void *buf, size_t count, dt_dtype t, int root, dt_comm *c
     DT_CHECK(dt__coll_check_buffers("broadcast", buf, count * es, buf, count * es));
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "broadcast"));
+    DT_CHECK(dt__coll_trace(&k, count, t, -1, root));
     size_t bytes = count * es;
     if (bytes == 0 || c->size == 1)
         return DT_OK;

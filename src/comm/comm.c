@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "comm/coll.h"
+#include "comm/colltrace.h"
 #include "comm/comm_internal.h"
 #include "comm/launch_env.h"
 #include "dtrain/store.h"
@@ -57,6 +58,7 @@ static void world_release(dt__world *w)
     if (!w->engine_closed)
         dt__engine_destroy(w->eng);
     dt__heartbeat_stop(w->heartbeat);
+    dt__colltrace_destroy(w->trace);
     dt_store_close(w->store);
     dt_store_server_stop(w->server);
     free(w);
@@ -110,6 +112,9 @@ static dt_status init_world(const dt__launch_env *env, dt__world *w)
         DT_CHECK(dt__heartbeat_start(&hc, &w->heartbeat));
         dt__engine_set_heartbeat(w->eng, w->heartbeat);
     }
+    DT_CHECK(dt__colltrace_create(&w->trace));
+    if (w->trace)
+        dt__engine_set_fail_hook(w->eng, dt__colltrace_dump, w);
     return DT_OK;
 }
 
@@ -166,6 +171,14 @@ dt_status dt_comm_init_env(dt_comm **out)
 }
 
 int dt_comm_rank(const dt_comm *c) { return c ? c->rank : -1; }
+
+dt_status dt_comm_set_tag(dt_comm *c, const char *tag)
+{
+    if (!c)
+        return dt__fail(DT_ERR_INVALID, "dt_comm_set_tag: communicator is NULL");
+    snprintf(c->tag, sizeof c->tag, "%s", tag ? tag : "");
+    return DT_OK;
+}
 int dt_comm_size(const dt_comm *c) { return c ? c->size : 0; }
 int dt_comm_local_rank(const dt_comm *c) { return c ? c->local_rank : -1; }
 int dt_comm_local_size(const dt_comm *c) { return c ? c->local_size : 0; }

@@ -12,6 +12,7 @@ struct dt_store_server;
 struct dt_store_client;
 typedef struct dt__progress dt__progress;
 typedef struct dt__job dt__job;
+typedef struct dt__colltrace dt__colltrace;
 
 /* State shared by the world communicator and everything split from it. */
 typedef struct {
@@ -19,6 +20,7 @@ typedef struct {
     struct dt_store_server *server; /* when this rank serves the store */
     struct dt_store_client *store;
     struct dt__heartbeat *heartbeat; /* NULL with one rank or DT_HEARTBEAT_TIMEOUT=0 */
+    dt__colltrace *trace;            /* DT_DEBUG=coll, else NULL */
     int refs;
     bool engine_closed;
     dt__progress *progress; /* the nonblocking collectives' thread, started on first use */
@@ -35,6 +37,7 @@ struct dt_comm {
     uint64_t coll_seq;  /* collectives issued on this communicator */
     uint64_t split_seq; /* splits issued (derives child ids) */
     uint64_t p2p_seq;
+    char tag[32];       /* dt_comm_set_tag: recorded with collectives under DT_DEBUG=coll */
     double timeout_s;
     dt__algo algo;
     size_t segment_bytes; /* ring pipeline segment */

@@ -5,6 +5,7 @@
 
 #include "base/status.h"
 #include "comm/coll.h"
+#include "comm/colltrace.h"
 
 static dt_status check_root(const char *op, dt_comm *c, int root, dt_dtype t)
 {
@@ -57,6 +58,7 @@ dt_status dt_gather(const void *send, void *recv, size_t sendcount, dt_dtype t, 
                                     is_root ? (size_t)c->size * bytes : bytes));
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "gather"));
+    DT_CHECK(dt__coll_trace(&k, sendcount, t, -1, root));
     if (bytes == 0)
         return DT_OK;
     if (!is_root)
@@ -75,6 +77,7 @@ dt_status dt_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t,
                                     recv, bytes));
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "scatter"));
+    DT_CHECK(dt__coll_trace(&k, recvcount, t, -1, root));
     if (bytes == 0)
         return DT_OK;
     if (!is_root)

@@ -7,6 +7,7 @@
 #include "base/reduce.h"
 #include "base/status.h"
 #include "comm/coll.h"
+#include "comm/colltrace.h"
 
 #define GATHER_SUBTAG (DT__SUBTAG_MAX - 1)
 
@@ -74,6 +75,7 @@ dt_status dt_reduce(const void *send, void *recv, size_t count, dt_dtype t, dt_r
     DT_CHECK(dt__coll_check_buffers("reduce", send, bytes, is_root ? recv : send, bytes));
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "reduce"));
+    DT_CHECK(dt__coll_trace(&k, count, t, (int)op, root));
     if (count == 0)
         return DT_OK;
     uint8_t *work = dt__comm_scratch(c, DT__SCRATCH_WORK, bytes);

@@ -7,6 +7,7 @@
 #include "base/reduce.h"
 #include "base/status.h"
 #include "comm/coll.h"
+#include "comm/colltrace.h"
 
 dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op, dt_comm *c)
 {
@@ -18,6 +19,7 @@ dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_d
     DT_CHECK(dt__coll_check_buffers("reduce_scatter", send, n * bytes, recv, in_place ? n * bytes : bytes));
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "reduce_scatter"));
+    DT_CHECK(dt__coll_trace(&k, recvcount, t, (int)op, -1));
     if (bytes == 0)
         return DT_OK;
     uint8_t *work = in_place ? recv : dt__comm_scratch(c, DT__SCRATCH_WORK, n * bytes);

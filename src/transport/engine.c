@@ -158,6 +158,8 @@ static dt_status fail_with(dt__engine *e, dt_status code, bool notify, const cha
             if (p->fd >= 0)
                 shutdown(p->fd, SHUT_WR);
         }
+        if (e->fail_hook)
+            e->fail_hook(e->fail_hook_arg, code, e->fail_msg);
     }
     return dt__engine_status(e);
 }
@@ -503,7 +505,10 @@ static dt_status payload_done(dt__engine *e, peer *p)
          * once (the reporter may have been unable to reach every rank). */
         char msg[DT_FRAME_MAX_CONTROL + 256];
         bool known = f->tag <= DT_ERR_INVALID && f->tag >= DT_ERR_INTERNAL;
-        snprintf(msg, sizeof msg, "%s (reported by %s)", text, p->name);
+        if (strstr(text, " (reported by ")) /* passed on: the first reporter is named already */
+            snprintf(msg, sizeof msg, "%s", text);
+        else
+            snprintf(msg, sizeof msg, "%s (reported by %s)", text, p->name);
         return fail_with(e, known ? (dt_status)f->tag : DT_ERR_ABORTED, true, msg);
     }
     if (f->type == DT_FRAME_BYE) {
@@ -790,6 +795,12 @@ static const char *req_what(dt__engine *e, const dt__req *r, char *buf, size_t l
 }
 
 void dt__engine_set_heartbeat(dt__engine *e, struct dt__heartbeat *h) { e->heartbeat = h; }
+
+void dt__engine_set_fail_hook(dt__engine *e, void (*hook)(void *arg, dt_status code, const char *why), void *arg)
+{
+    e->fail_hook = hook;
+    e->fail_hook_arg = arg;
+}
 
 /* Waiting on rs for longer than a heartbeat period: is its peer still alive? */
 static dt_status check_heartbeat(dt__engine *e, const dt__req *r)

@@ -80,6 +80,9 @@ void dt__engine_allow_poll_spin(dt__engine *e, bool allow);
 /* Waits longer than the heartbeat period check the awaited peer's heartbeat
  * (transport/heartbeat.h) and fail when it stopped; NULL: deadlines only. */
 void dt__engine_set_heartbeat(dt__engine *e, struct dt__heartbeat *h);
+/* Called once, at the engine's first failure, in the failing thread (e.g.
+ * to print what the collectives were doing); NULL: nothing. */
+void dt__engine_set_fail_hook(dt__engine *e, void (*hook)(void *arg, dt_status code, const char *why), void *arg);
 /* True when world rank `peer` is this rank or reached through shared memory. */
 bool dt__engine_is_local(const dt__engine *e, int peer);
 /* "rank 3 (10.0.0.4:4242)" for messages. */

@@ -60,6 +60,8 @@ struct dt__engine {
     bool poll_spin_off;    /* set while the progress thread runs a collective */
     dt__bufcache early;    /* payload buffers of messages that beat their receive */
     struct dt__heartbeat *heartbeat; /* NULL: no liveness checks while waiting */
+    void (*fail_hook)(void *arg, dt_status code, const char *why);
+    void *fail_hook_arg;
 };
 
 /* Set up the shared-memory channels to the peers on this host (after the TCP

@@ -29,6 +29,8 @@ struct dt__heartbeat {
     pthread_mutex_t mu;
     pthread_cond_t wake;
     bool stop, running;
+    char note[1024];        /* guarded by mu */
+    uint64_t note_version;  /* guarded by mu */
 };
 
 static void key_of(const dt__heartbeat *h, int rank, char *key, size_t len)
@@ -51,10 +53,26 @@ static dt_status request_add(dt__heartbeat *h, dt_store_client **c, const char *
     return s;
 }
 
+/* Publish the note through client c when it changed since *published. */
+static void publish_note(dt__heartbeat *h, dt_store_client *c, uint64_t *published)
+{
+    char note[sizeof h->note], key[128];
+    pthread_mutex_lock(&h->mu);
+    uint64_t version = h->note_version;
+    memcpy(note, h->note, sizeof note);
+    pthread_mutex_unlock(&h->mu);
+    if (version == *published || !c)
+        return;
+    snprintf(key, sizeof key, "%s/coll/%d", h->prefix, h->cfg.rank);
+    if (dt_store_set(c, key, note, strlen(note) + 1) == DT_OK)
+        *published = version;
+}
+
 static void *beat_loop(void *arg)
 {
     dt__heartbeat *h = arg;
     char key[128];
+    uint64_t published = 0;
     key_of(h, h->cfg.rank, key, sizeof key);
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
@@ -62,6 +80,7 @@ static void *beat_loop(void *arg)
         int64_t v;
         if (request_add(h, &h->beat, key, 1, &v) != DT_OK)
             DT_INFO("heartbeat: %s", dt_last_error());
+        publish_note(h, h->beat, &published);
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         int64_t ns = until.tv_nsec + (int64_t)(h->period_s * 1e9);
@@ -165,5 +184,47 @@ dt_status dt__heartbeat_check(dt__heartbeat *h, int peer, const char *peer_name)
                         "%s sent no heartbeat for %.1f s or more (DT_HEARTBEAT_TIMEOUT=%.0f) while this rank waited on it: "
                         "the process is stopped or frozen, or its host lost its network",
                         peer_name, (double)(now - p->changed_ns) / 1e9, h->cfg.timeout_s);
+    return DT_OK;
+}
+
+void dt__heartbeat_set_note(dt__heartbeat *h, const char *text)
+{
+    pthread_mutex_lock(&h->mu);
+    snprintf(h->note, sizeof h->note, "%s", text);
+    h->note_version++;
+    pthread_mutex_unlock(&h->mu);
+}
+
+static dt_status check_client(dt__heartbeat *h)
+{
+    if (!h->check) {
+        DT_CHECK(dt_store_connect(h->host, h->cfg.port, h->token, h->period_s, &h->check));
+        dt_store_set_io_timeout(h->check, h->period_s);
+    }
+    return DT_OK;
+}
+
+void dt__heartbeat_publish_note(dt__heartbeat *h)
+{
+    uint64_t published = 0;
+    if (check_client(h) == DT_OK)
+        publish_note(h, h->check, &published);
+}
+
+dt_status dt__heartbeat_read_note(dt__heartbeat *h, int rank, char *buf, size_t len)
+{
+    char key[128];
+    void *v = NULL;
+    size_t n = 0;
+    buf[0] = '\0';
+    snprintf(key, sizeof key, "%s/coll/%d", h->prefix, rank);
+    DT_CHECK(check_client(h));
+    dt_status s = dt_store_get(h->check, key, 0, &v, &n);
+    if (s == DT_ERR_TIMEOUT) /* no such key: the rank never published */
+        return DT_OK;
+    if (s != DT_OK)
+        return s;
+    snprintf(buf, len, "%.*s", (int)n, (const char *)v);
+    free(v);
     return DT_OK;
 }

@@ -40,4 +40,13 @@ double dt__heartbeat_period(const dt__heartbeat *h);
  * (the caller's engine is single-threaded). */
 dt_status dt__heartbeat_check(dt__heartbeat *h, int peer, const char *peer_name);
 
+/* DT_DEBUG=coll: text the beat thread publishes as <prefix>/coll/<rank>
+ * (this rank's recent collectives), so that others can print it even when
+ * this rank is stuck.  Any thread. */
+void dt__heartbeat_set_note(dt__heartbeat *h, const char *text);
+/* Publish the note now (the checking thread, e.g. at a failure). */
+void dt__heartbeat_publish_note(dt__heartbeat *h);
+/* Read rank's published note ("" when it has none); the checking thread. */
+dt_status dt__heartbeat_read_note(dt__heartbeat *h, int rank, char *buf, size_t len);
+
 #endif

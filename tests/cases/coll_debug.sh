@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# DT_DEBUG=coll: (1) rank 1 calls allgather where the others call allreduce:
+# every rank fails at once with a mismatch naming both calls and their tags;
+# (2) rank 2 stops calling collectives: the others time out and print every
+# rank's recent collectives, rank 2's ending one before theirs.
+. "$(dirname "$0")/lib.sh"
+export DT_DEBUG=coll DT_TIMEOUT=30
+t0=$(now)
+"$BIN/dtrun" -n 3 "$BIN/coll_mismatch" mismatch >"$WORK/out" 2>"$WORK/err" && fail "a mismatched sequence succeeded"
+less_than "$(elapsed "$t0")" 10 || fail "the mismatch took $(elapsed "$t0") s to report (it needs no timeout)"
+for r in 0 1 2; do
+    expect_grep "$WORK/out" "^\[$r\] rank $r: DT_ERR_INVALID: .*collective mismatch \(DT_DEBUG=coll\): rank 0 calls #4 allreduce\(256 x f32, sum\) 'step 3' but rank 1 calls #4 allgather\(256 x f32\) 'step 3'"
+done
+expect_grep "$WORK/err" "^\[1\]   rank 1 \(this rank\): .*#3 broadcast\(16 x f32, root 0\) 'step 2' \| #4 allgather\(256 x f32\) 'step 3'$"
+DT_TIMEOUT=3 "$BIN/dtrun" -n 3 "$BIN/coll_mismatch" stall >"$WORK/out" 2>"$WORK/err" && fail "a stalled rank went unnoticed"
+expect_grep "$WORK/out" "^\[0\] rank 0: DT_ERR_TIMEOUT: allreduce: timed out after 3 s waiting for a message from rank 2"
+expect_grep "$WORK/err" "^\[0\]   rank 0 \(this rank\): .* \| #4 allreduce\(256 x f32, sum\) 'step 3'$"
+expect_grep "$WORK/err" "^\[0\]   rank 2 \(its newest 4, as published up to a heartbeat period ago\): .*#3 broadcast\(16 x f32, root 0\) 'step 2'$"
+# Without DT_DEBUG=coll the mismatch is not checked, and costs nothing: the
+# same program fails some other way (here: the allgather's messages never
+# match), but never with the mismatch report.
+DT_DEBUG= DT_TIMEOUT=3 "$BIN/dtrun" -n 3 "$BIN/coll_mismatch" mismatch >"$WORK/out" 2>"$WORK/err"
+expect_no_grep "$WORK/out" "collective mismatch"
+echo ok
