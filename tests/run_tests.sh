@@ -122,11 +122,13 @@ if [ -n "$netns_reason" ]; then
     skip netns/dtbench-4-hosts "$netns_reason"
     skip netns/link-down "$netns_reason"
     skip netns/hierarchical-3x2 "$netns_reason"
+    skip netns/chaos-restarts-bit-equal "$netns_reason"
 else
     run netns/collectives-4-hosts 500 tests/cases/netns_collectives.sh
     run netns/dtbench-4-hosts 300 tests/cases/netns_dtbench.sh
     run netns/link-down 120 tests/cases/netns_linkdown.sh
     run netns/hierarchical-3x2 500 tests/cases/netns_hier.sh
+    run netns/chaos-restarts-bit-equal 600 tests/cases/chaos.sh
     scripts/netns-cluster.sh down
 fi
 

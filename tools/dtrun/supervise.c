@@ -86,8 +86,11 @@ static void describe(const dtrun_child *k, char *buf, size_t len)
 static void signal_all(dtrun_child *kids, int n, int sig)
 {
     for (int i = 0; i < n; i++)
-        if (!kids[i].exited && kids[i].pid > 0)
+        if (!kids[i].exited && kids[i].pid > 0) {
             kill(kids[i].pid, sig);
+            if (sig == SIGTERM) /* a stopped (SIGSTOP) rank acts on it only once continued */
+                kill(kids[i].pid, SIGCONT);
+        }
 }
 
 static void install_handlers(void)
