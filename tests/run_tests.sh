@@ -97,6 +97,7 @@ run dtrun/signal-forwarded 30 tests/cases/dtrun_signal.sh
 run dtrun/bad-arguments 30 tests/cases/dtrun_args.sh
 run dtrun/join-timeout 30 tests/cases/dtrun_join_timeout.sh
 run dtrun/two-nodes-localhost 200 tests/cases/dtrun_two_nodes.sh
+run dtrun/max-restarts 60 tests/cases/dtrun_restarts.sh
 run launch/slurm-and-openmpi-env 200 tests/cases/launch_env.sh
 run install/pkg-config 120 tests/cases/install_pkgconfig.sh
 
@@ -123,12 +124,14 @@ if [ -n "$netns_reason" ]; then
     skip netns/link-down "$netns_reason"
     skip netns/hierarchical-3x2 "$netns_reason"
     skip netns/chaos-restarts-bit-equal "$netns_reason"
+    skip netns/elastic-leave-and-rejoin "$netns_reason"
 else
     run netns/collectives-4-hosts 500 tests/cases/netns_collectives.sh
     run netns/dtbench-4-hosts 300 tests/cases/netns_dtbench.sh
     run netns/link-down 120 tests/cases/netns_linkdown.sh
     run netns/hierarchical-3x2 500 tests/cases/netns_hier.sh
     run netns/chaos-restarts-bit-equal 600 tests/cases/chaos.sh
+    run netns/elastic-leave-and-rejoin 400 tests/cases/elastic.sh
     scripts/netns-cluster.sh down
 fi
 

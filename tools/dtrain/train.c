@@ -147,14 +147,15 @@ typedef struct {
 static void keep_global_batch(dtrain_config *c, const dtrain_progress *pr, int nranks, bool lead)
 {
     int64_t want = pr->global_batch, per = c->batch_size * nranks;
-    if (want <= 0 || pr->world_size == nranks || want == per * c->grad_accumulation)
+    if (want <= 0 || pr->world_size == nranks)
         return;
     int64_t k = want / per > 0 ? want / per : 1;
+    int64_t before = pr->world_size > 0 ? want / (c->batch_size * pr->world_size) : c->grad_accumulation;
     if (lead) {
         if (k * per == want)
             printf("elastic: %lld ranks now (the checkpoint was written by %lld): gradient accumulation %lld -> %lld "
                    "keeps the global batch at %lld\n", (long long)nranks, (long long)pr->world_size,
-                   (long long)c->grad_accumulation, (long long)k, (long long)want);
+                   (long long)before, (long long)k, (long long)want);
         else
             printf("elastic: %lld ranks now (the checkpoint was written by %lld): the global batch %lld is not a "
                    "multiple of %lld ranks x batch %lld; using accumulation %lld, global batch %lld\n",
@@ -224,7 +225,11 @@ int dtrain_train(const dtrain_config *config, const char *resume)
                             (float)c->min_lr, c->warmup_steps, c->steps};
     dt_arena *arena;
     dt_arena_create(&arena);
-    if (writer && c->checkpoint_initial && !resume) {
+    /* Under a restarting dtrun the initial weights are a checkpoint too: a
+     * restart before the first periodic one then still knows the job's global
+     * batch (and world size) and keeps it. */
+    const char *restartable = getenv("DT_RESTARTABLE");
+    if (writer && !resume && (c->checkpoint_initial || (restartable && !strcmp(restartable, "1")))) {
         dtrain_ckpt_writer_submit(writer, &pr, " (initial weights)", NULL);
         if (!dtrain_ckpt_writer_flush(writer))
             return 1;

@@ -15,7 +15,8 @@ extern char **environ;
 
 static const char *const managed[] = {"DT_RANK=", "DT_WORLD_SIZE=", "DT_LOCAL_RANK=", "DT_LOCAL_WORLD_SIZE=",
                                       "DT_MASTER_ADDR=", "DT_MASTER_PORT=", "DT_JOB_TOKEN=", "DT_STORE=",
-                                      "DT_NODE_RANK=", "DT_RESTART=", "OPENBLAS_CORETYPE=", NULL};
+                                      "DT_NODE_RANK=", "DT_RESTART=", "DT_RESTARTABLE=", "OPENBLAS_CORETYPE=",
+                                      NULL};
 
 static bool is_managed(const char *entry)
 {
@@ -57,6 +58,8 @@ static char **child_env(const dtrun_opts *o, const dtrun_layout *l, int local, s
     ADD("DT_STORE=external");
     ADD("DT_NODE_RANK=%d", o->node_rank);
     ADD("DT_RESTART=%d", l->generation);
+    if (o->max_restarts > 0 || o->nnodes_min < o->nnodes)
+        ADD("DT_RESTARTABLE=1");
     if (core) /* NULL when the user chose: theirs passes through */
         ADD("OPENBLAS_CORETYPE=%s", core);
 #undef ADD

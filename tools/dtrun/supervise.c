@@ -168,7 +168,7 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_ho
                     culprit = i;
             }
         }
-        if (culprit >= 0 && failed < 0 && !forwarded) {
+        if (culprit >= 0 && failed < 0 && !forwarded && !stopped) { /* stopped: our SIGTERM, not a failure */
             failed = culprit;
             char what[256];
             describe(&kids[culprit], what, sizeof what);
