@@ -31,7 +31,7 @@ static const dt__tunable tunables[] = {
     {"DT_POLL_SPIN_US", "200", "with peers over TCP: microseconds a blocking call keeps looking at its sockets (yielding the core between looks) before sleeping in poll; 0: sleep at once"},
     {"DT_IFADDR", NULL, "IPv4 address to listen on for peers (default: the one that reaches the store)"},
     {"DT_BUCKET_MB", NULL, "data parallel: MiB of gradients per allreduce bucket (default: 25, or an eighth of the gradients when that is smaller, but at least 1)"},
-    {"DT_DEBUG", "warn", "log level: warn, info, trace"},
+    {"DT_DEBUG", "warn", "log level: warn, info, trace; add coll (e.g. info,coll) to check and record collectives"},
     {NULL, NULL, NULL},
 };
 
