@@ -72,6 +72,16 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+static void writer_free(dtrain_ckpt_writer *w)
+{
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w->values);
+    free(w->m);
+    free(w->v);
+    free(w);
+}
+
 dt_status dtrain_ckpt_writer_start(const dtrain_config *c, dt_params *p, dt_optimizer *o, int64_t kept_step,
                                    dtrain_ckpt_writer **out)
 {
@@ -101,12 +111,7 @@ dt_status dtrain_ckpt_writer_start(const dtrain_config *c, dt_params *p, dt_opti
     pthread_cond_init(&w->cv, NULL);
     if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
         fprintf(stderr, "dtrain: cannot start the checkpoint writer thread\n");
-        pthread_mutex_destroy(&w->mu);
-        pthread_cond_destroy(&w->cv);
-        free(w->values);
-        free(w->m);
-        free(w->v);
-        free(w);
+        writer_free(w);
         return DT_ERR_SYSTEM;
     }
     *out = w;
@@ -156,10 +161,5 @@ void dtrain_ckpt_writer_stop(dtrain_ckpt_writer *w)
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL); /* a pending write still completes */
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
-    free(w->values);
-    free(w->m);
-    free(w->v);
-    free(w);
+    writer_free(w);
 }
