@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checkpoints under faults: only the newest checkpoint_keep are kept; a corrupt
-# newest checkpoint is skipped for the previous one (and the run says so); a
+# or truncated newest checkpoint is skipped for the previous one (and the run
+# says so); a
 # full disk or a read-only file system fails the checkpoint, not the training,
 # and leaves what was on disk intact.
 . "$(dirname "$0")/lib.sh"
@@ -23,6 +24,15 @@ expect_grep "$WORK/r.err" "optim_m.safetensors has checksum .* \(corrupt\)"
 expect_grep "$WORK/r.err" "skipping checkpoint .*step-00000050 .*falling back to the previous one"
 expect_grep "$WORK/r.out" "resumed from .*step-00000040 at step 40"
 echo "corrupt step-50 skipped, resumed from step-40"
+
+# a truncated newest checkpoint (step-60, written by the run above) is skipped too
+truncate -s 1000 "$WORK/k/step-00000060/model.safetensors"
+"$T" train "${common[@]}" --set steps=70 --set checkpoint_dir="$WORK/k" --set checkpoint_keep=0 \
+    --resume auto >"$WORK/t.out" 2>"$WORK/t.err" || { cat "$WORK/t.out" "$WORK/t.err"; fail "resume auto"; }
+expect_grep "$WORK/t.err" "model.safetensors .*truncated"
+expect_grep "$WORK/t.err" "skipping checkpoint .*step-00000060 .*falling back to the previous one"
+expect_grep "$WORK/t.out" "resumed from .*step-00000040 at step 40"
+echo "truncated step-60 and corrupt step-50 skipped, resumed from step-40"
 
 # --resume auto with nothing there starts from the start
 "$T" train "${common[@]}" --set steps=5 --set checkpoint_dir="$WORK/empty" --resume auto >"$WORK/e.out" 2>&1 ||
