@@ -208,6 +208,7 @@ static void linger_and_close(dt__engine *e, double seconds)
 dt_status dt__engine_close(dt__engine *e)
 {
     bool failed = e->failed != DT_OK;
+    e->fail_hook = NULL; /* an orderly end is not a failure to report */
     dt_status s = fail_with(e, DT_ERR_INVALID, false, "the communicator was destroyed");
     if (e->peers)
         linger_and_close(e, failed ? 1.0 : 0.0);
