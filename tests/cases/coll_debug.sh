@@ -2,7 +2,8 @@
 # DT_DEBUG=coll: (1) rank 1 calls allgather where the others call allreduce:
 # every rank fails at once with a mismatch naming both calls and their tags;
 # (2) rank 2 stops calling collectives: the others time out and print every
-# rank's recent collectives, rank 2's ending one before theirs.
+# rank's recent collectives, rank 2's ending one before theirs; (3) a correct
+# program (coll_check: every collective) passes and prints nothing extra.
 . "$(dirname "$0")/lib.sh"
 export DT_DEBUG=coll DT_TIMEOUT=30
 t0=$(now)
@@ -16,6 +17,12 @@ DT_TIMEOUT=3 "$BIN/dtrun" -n 3 "$BIN/coll_mismatch" stall >"$WORK/out" 2>"$WORK/
 expect_grep "$WORK/out" "^\[0\] rank 0: DT_ERR_TIMEOUT: allreduce: timed out after 3 s waiting for a message from rank 2"
 expect_grep "$WORK/err" "^\[0\]   rank 0 \(this rank\): .* \| #4 allreduce\(256 x f32, sum\) 'step 3'$"
 expect_grep "$WORK/err" "^\[0\]   rank 2 \(its newest 4, as published up to a heartbeat period ago\): .*#3 broadcast\(16 x f32, root 0\) 'step 2'$"
+# Every collective, sub-communicators and nonblocking ones included, passes
+# the check when the program is right, and an orderly end prints no dump.
+"$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 4096 >"$WORK/out" 2>"$WORK/err" ||
+    { cat "$WORK/out" "$WORK/err"; fail "coll_check under DT_DEBUG=coll"; }
+expect_grep "$WORK/out" "0 mismatches"
+expect_no_grep "$WORK/err" "recent collectives"
 # Without DT_DEBUG=coll the mismatch is not checked, and costs nothing: the
 # same program fails some other way (here: the allgather's messages never
 # match), but never with the mismatch report.
