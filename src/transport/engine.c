@@ -258,6 +258,7 @@ static bool write_ack(dt__engine *e, peer *p)
 static dt_status peer_write(dt__engine *e, int pi)
 {
     peer *p = &e->peers[pi];
+    p->last_io = dt__now_ns();
     while ((p->sendq || p->acks_owed) && p->fd >= 0) {
         dt__req *r = p->sendq;
         if (p->acks_owed && (!r || r->off == 0)) { /* only between frames */
@@ -595,6 +596,7 @@ static dt_status peer_eof(dt__engine *e, int pi, int err)
 static dt_status peer_read(dt__engine *e, int pi)
 {
     peer *p = &e->peers[pi];
+    p->last_io = dt__now_ns();
     for (int budget = 0; budget < 64 && p->fd >= 0; budget++) {
         ssize_t n;
         if (!p->in_payload) {
@@ -729,9 +731,39 @@ static bool shm_spin(dt__engine *e)
     return false;
 }
 
+static const char *req_what(dt__engine *e, const dt__req *r, char *buf, size_t len);
+
+/* Heartbeats: a peer this rank has pending work with, and nothing read from
+ * or written to for a heartbeat period, is asked whether it still beats. */
+static dt_status watch_silent_peers(dt__engine *e)
+{
+    int64_t now = dt__now_ns();
+    if (now - e->last_watch_ns < e->heartbeat_period_ns / 4)
+        return DT_OK;
+    e->last_watch_ns = now;
+    for (int i = 0; i < e->size; i++) {
+        peer *p = &e->peers[i];
+        const dt__req *r = p->target ? p->target : p->posted ? p->posted : p->sendq ? p->sendq : p->unacked;
+        if (i == e->rank || !r || now - p->last_io < e->heartbeat_period_ns)
+            continue;
+        if (dt__heartbeat_check(e->heartbeat, i, p->name) != DT_OK) {
+            char why[1024], what[256];
+            snprintf(why, sizeof why, "%s", dt_last_error());
+            return dt__engine_fail(e, DT_ERR_PEER, "%s (waiting for %s)", why, req_what(e, r, what, sizeof what));
+        }
+    }
+    return DT_OK;
+}
+
 dt_status dt__engine_progress(dt__engine *e, int timeout_ms)
 {
     DT_CHECK(dt__engine_status(e));
+    if (e->heartbeat) {
+        DT_CHECK(watch_silent_peers(e));
+        int period_ms = (int)(e->heartbeat_period_ns / 1000000) + 1;
+        if (timeout_ms > period_ms)
+            timeout_ms = period_ms;
+    }
     bool armed = false;
     if (e->nshm) {
         bool moved = false;
@@ -795,7 +827,11 @@ static const char *req_what(dt__engine *e, const dt__req *r, char *buf, size_t l
     return buf;
 }
 
-void dt__engine_set_heartbeat(dt__engine *e, struct dt__heartbeat *h) { e->heartbeat = h; }
+void dt__engine_set_heartbeat(dt__engine *e, struct dt__heartbeat *h)
+{
+    e->heartbeat = h;
+    e->heartbeat_period_ns = h ? (int64_t)(dt__heartbeat_period(h) * 1e9) : 0;
+}
 
 void dt__engine_set_fail_hook(dt__engine *e, void (*hook)(void *arg, dt_status code, const char *why), void *arg)
 {
@@ -803,35 +839,16 @@ void dt__engine_set_fail_hook(dt__engine *e, void (*hook)(void *arg, dt_status c
     e->fail_hook_arg = arg;
 }
 
-/* Waiting on rs for longer than a heartbeat period: is its peer still alive? */
-static dt_status check_heartbeat(dt__engine *e, const dt__req *r)
-{
-    if (dt__heartbeat_check(e->heartbeat, r->peer, e->peers[r->peer].name) == DT_OK)
-        return DT_OK;
-    char why[1024], what[256];
-    snprintf(why, sizeof why, "%s", dt_last_error());
-    return dt__engine_fail(e, DT_ERR_PEER, "%s (waiting for %s)", why, req_what(e, r, what, sizeof what));
-}
-
 dt_status dt__engine_wait_all(dt__engine *e, dt__req *rs, size_t n, int64_t deadline_ns)
 {
-    int64_t start = dt__now_ns(), period_ns = INT64_MAX;
-    int nap_ms = 1000;
-    if (e->heartbeat) {
-        period_ns = (int64_t)(dt__heartbeat_period(e->heartbeat) * 1e9);
-        nap_ms = (int)(period_ns / 1000000) + 1;
-    }
     for (size_t i = 0; i < n; i++) {
         while (rs[i].state == DT_REQ_PENDING) {
-            int64_t now = dt__now_ns();
-            if (now >= deadline_ns) {
+            if (dt__now_ns() >= deadline_ns) {
                 char what[256];
                 return dt__engine_fail(e, DT_ERR_TIMEOUT, "timed out after %.0f s waiting for %s", e->timeout_s,
                                        req_what(e, &rs[i], what, sizeof what));
             }
-            if (now - start >= period_ns)
-                DT_CHECK(check_heartbeat(e, &rs[i]));
-            DT_CHECK(dt__engine_progress(e, dt__ms_left(deadline_ns, nap_ms)));
+            DT_CHECK(dt__engine_progress(e, dt__ms_left(deadline_ns, 1000)));
         }
         if (rs[i].status != DT_OK)
             return dt__engine_status(e) != DT_OK ? e->failed : dt__fail(rs[i].status, "request failed");

@@ -42,6 +42,7 @@ typedef struct {
     uint8_t ref[DT_FRAME_REF_BYTES]; /* address of the DATA_REF payload being received */
     dt__req *unacked, *unacked_tail; /* DATA_REF sends waiting for their ACK */
     unsigned acks_owed;   /* DATA_REF payloads read, ACK not yet written */
+    int64_t last_io;      /* when this rank last read from or wrote to the peer */
 } peer;
 
 struct dt__engine {
@@ -60,6 +61,7 @@ struct dt__engine {
     bool poll_spin_off;    /* set while the progress thread runs a collective */
     dt__bufcache early;    /* payload buffers of messages that beat their receive */
     struct dt__heartbeat *heartbeat; /* NULL: no liveness checks while waiting */
+    int64_t heartbeat_period_ns, last_watch_ns;
     void (*fail_hook)(void *arg, dt_status code, const char *why);
     void *fail_hook_arg;
 };
