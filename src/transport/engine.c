@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,22 +119,74 @@ static size_t stream_len(const dt__frame *f) { return f->type == DT_FRAME_DATA_R
  * tag carries the status), so that ranks seeing the cascade of closed
  * connections still learn the original cause.  Peers with a frame half
  * written cannot take it; they see the connection close instead. */
+static size_t frame_bytes(const dt__req *r) { return DT_FRAME_HDR + (r->by_ref ? sizeof r->ref : r->len); }
+
+/* Send what is left of r's frame (header, then payload or address). */
+static ssize_t send_rest(peer *p, dt__req *r)
+{
+    struct iovec iov[2];
+    int n = 0;
+    size_t body = r->by_ref ? sizeof r->ref : r->len;
+    if (r->off < DT_FRAME_HDR)
+        iov[n++] = (struct iovec){r->hdr + r->off, DT_FRAME_HDR - r->off};
+    size_t poff = r->off > DT_FRAME_HDR ? r->off - DT_FRAME_HDR : 0;
+    if (body > poff)
+        iov[n++] = (struct iovec){(r->by_ref ? r->ref : r->buf) + poff, body - poff};
+    return chan_send(p, iov, n);
+}
+
+/* Before a failure notice: a frame already half sent must be finished, or
+ * the notice would land inside it and the peer would only see a cut-off
+ * message.  The peer is normally alive and reading; give up at the deadline. */
+static bool finish_frame(peer *p, int64_t deadline)
+{
+    dt__req *r = p->sendq;
+    while (r && r->off > 0 && r->off < frame_bytes(r)) {
+        ssize_t w = send_rest(p, r);
+        if (w > 0) {
+            r->off += (size_t)w;
+            continue;
+        }
+        if ((w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || dt__now_ns() >= deadline)
+            return false;
+        struct pollfd pf = {.fd = p->fd, .events = POLLOUT};
+        poll(&pf, 1, p->shm ? 1 : dt__ms_left(deadline, 50)); /* a ring has no POLLOUT: look again soon */
+    }
+    return true;
+}
+
+static void send_notice(peer *p, const uint8_t *hdr, const char *text, size_t len, int64_t deadline)
+{
+    struct iovec iov[2] = {{(void *)hdr, DT_FRAME_HDR}, {(void *)text, len}};
+    while (p->shm && dt__shm_writable(p->tx) < DT_FRAME_HDR + len && dt__now_ns() < deadline)
+        poll(NULL, 0, 1); /* no half frames in a ring: wait for room */
+    if (!p->shm || dt__shm_writable(p->tx) >= DT_FRAME_HDR + len)
+        (void)chan_send(p, iov, 2); /* else the peer sees the close */
+}
+
 static void notify_peers(dt__engine *e, dt_status code, const char *text)
 {
     size_t len = strlen(text);
     if (len > DT_FRAME_MAX_CONTROL)
         len = DT_FRAME_MAX_CONTROL;
-    for (int i = 0; e->peers && i < e->size; i++) {
-        peer *p = &e->peers[i];
-        if (p->fd < 0 || p->bye_received || (p->sendq && p->sendq->off > 0))
-            continue;
-        dt__frame f = {.type = DT_FRAME_ABORT, .tag = code, .len = len, .src = (uint32_t)e->rank};
-        uint8_t hdr[DT_FRAME_HDR];
-        dt__frame_encode(&f, hdr);
-        struct iovec iov[2] = {{hdr, sizeof hdr}, {(void *)text, len}};
-        if (p->shm && dt__shm_writable(p->tx) < sizeof hdr + len)
-            continue; /* no half frames in a ring; the peer sees the close */
-        (void)chan_send(p, iov, 2);
+    dt__frame f = {.type = DT_FRAME_ABORT, .tag = code, .len = len, .src = (uint32_t)e->rank};
+    uint8_t hdr[DT_FRAME_HDR];
+    dt__frame_encode(&f, hdr);
+    /* Peers between frames first (at once), then those with a frame half
+     * sent, each given a moment to take the rest (a dead or frozen one will
+     * not, and is skipped when its moment is up). */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; e->peers && i < e->size; i++) {
+            peer *p = &e->peers[i];
+            bool partial = p->sendq && p->sendq->off > 0;
+            if (p->fd < 0 || p->bye_received || partial != (pass == 1))
+                continue;
+            if (p->shm && p->pid > 0 && kill(p->pid, 0) != 0)
+                continue; /* that process is gone */
+            int64_t deadline = dt__deadline_after(0.2);
+            if (!partial || finish_frame(p, deadline))
+                send_notice(p, hdr, text, len, deadline);
+        }
     }
 }
 
@@ -266,16 +319,7 @@ static dt_status peer_write(dt__engine *e, int pi)
                 return DT_OK;
             continue;
         }
-        struct iovec iov[2];
-        int n = 0;
-        size_t body = r->by_ref ? sizeof r->ref : r->len;
-        size_t total = DT_FRAME_HDR + body;
-        if (r->off < DT_FRAME_HDR)
-            iov[n++] = (struct iovec){r->hdr + r->off, DT_FRAME_HDR - r->off};
-        size_t poff = r->off > DT_FRAME_HDR ? r->off - DT_FRAME_HDR : 0;
-        if (body > poff)
-            iov[n++] = (struct iovec){(r->by_ref ? r->ref : r->buf) + poff, body - poff};
-        ssize_t w = chan_send(p, iov, n);
+        ssize_t w = send_rest(p, r);
         if (w < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
                 return DT_OK;
@@ -286,7 +330,7 @@ static dt_status peer_write(dt__engine *e, int pi)
                                    strerror(err));
         }
         r->off += (size_t)w;
-        if (r->off < total)
+        if (r->off < frame_bytes(r))
             return DT_OK;
         p->sendq = r->next;
         if (!p->sendq)
