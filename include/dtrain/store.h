@@ -21,9 +21,6 @@
 
 #ifdef __cplusplus
 extern "C" {
-#ifdef __cplusplus
-}
-#endif
 #endif
 
 #define DT_STORE_MAX_KEY 512
