@@ -115,10 +115,6 @@ static ssize_t chan_recv(peer *p, void *dst, size_t len)
 /* Bytes that follow a header in the stream. */
 static size_t stream_len(const dt__frame *f) { return f->type == DT_FRAME_DATA_REF ? DT_FRAME_REF_BYTES : (size_t)f->len; }
 
-/* Best effort: tell every peer why this rank is failing (an ABORT frame whose
- * tag carries the status), so that ranks seeing the cascade of closed
- * connections still learn the original cause.  Peers with a frame half
- * written cannot take it; they see the connection close instead. */
 static size_t frame_bytes(const dt__req *r) { return DT_FRAME_HDR + (r->by_ref ? sizeof r->ref : r->len); }
 
 /* Send what is left of r's frame (header, then payload or address). */
@@ -164,6 +160,10 @@ static void send_notice(peer *p, const uint8_t *hdr, const char *text, size_t le
         (void)chan_send(p, iov, 2); /* else the peer sees the close */
 }
 
+/* Best effort: tell every peer why this rank is failing (an ABORT frame whose
+ * tag carries the status), so that ranks seeing the cascade of closed
+ * connections still learn the original cause.  A peer that does not take the
+ * rest of a half-written frame in time sees the connection close instead. */
 static void notify_peers(dt__engine *e, dt_status code, const char *text)
 {
     size_t len = strlen(text);

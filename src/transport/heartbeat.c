@@ -33,18 +33,26 @@ struct dt__heartbeat {
     uint64_t note_version;  /* guarded by mu */
 };
 
-static void key_of(const dt__heartbeat *h, int rank, char *key, size_t len)
+/* <prefix>/<what>/<rank>: "hb" the counter, "coll" the DT_DEBUG=coll note. */
+static void key_of(const dt__heartbeat *h, const char *what, int rank, char *key, size_t len)
 {
-    snprintf(key, len, "%s/hb/%d", h->prefix, rank);
+    snprintf(key, len, "%s/%s/%d", h->prefix, what, rank);
 }
 
-/* A client whose connection broke (a request timed out) is replaced. */
-static dt_status request_add(dt__heartbeat *h, dt_store_client **c, const char *key, int64_t delta, int64_t *value)
+/* Connect *c if it is not (first use, or dropped after a failed request). */
+static dt_status connected(dt__heartbeat *h, dt_store_client **c)
 {
     if (!*c) {
         DT_CHECK(dt_store_connect(h->host, h->cfg.port, h->token, h->period_s, c));
         dt_store_set_io_timeout(*c, h->period_s);
     }
+    return DT_OK;
+}
+
+/* A client whose connection broke (a request timed out) is replaced. */
+static dt_status request_add(dt__heartbeat *h, dt_store_client **c, const char *key, int64_t delta, int64_t *value)
+{
+    DT_CHECK(connected(h, c));
     dt_status s = dt_store_add(*c, key, delta, value);
     if (s != DT_OK) {
         dt_store_close(*c);
@@ -63,7 +71,7 @@ static void publish_note(dt__heartbeat *h, dt_store_client *c, uint64_t *publish
     pthread_mutex_unlock(&h->mu);
     if (version == *published || !c)
         return;
-    snprintf(key, sizeof key, "%s/coll/%d", h->prefix, h->cfg.rank);
+    key_of(h, "coll", h->cfg.rank, key, sizeof key);
     if (dt_store_set(c, key, note, strlen(note) + 1) == DT_OK)
         *published = version;
 }
@@ -73,7 +81,7 @@ static void *beat_loop(void *arg)
     dt__heartbeat *h = arg;
     char key[128];
     uint64_t published = 0;
-    key_of(h, h->cfg.rank, key, sizeof key);
+    key_of(h, "hb", h->cfg.rank, key, sizeof key);
     pthread_mutex_lock(&h->mu);
     while (!h->stop) {
         pthread_mutex_unlock(&h->mu);
@@ -114,7 +122,7 @@ dt_status dt__heartbeat_start(const dt__heartbeat_config *cfg, dt__heartbeat **o
     pthread_cond_init(&h->wake, NULL);
     char key[128];
     int64_t v;
-    key_of(h, cfg->rank, key, sizeof key);
+    key_of(h, "hb", cfg->rank, key, sizeof key);
     dt_status s = request_add(h, &h->beat, key, 1, &v); /* the first beat before anyone checks */
     if (s == DT_OK && pthread_create(&h->thread, NULL, beat_loop, h) != 0)
         s = dt__fail(DT_ERR_SYSTEM, "heartbeat: cannot start its thread");
@@ -162,7 +170,7 @@ dt_status dt__heartbeat_check(dt__heartbeat *h, int peer, const char *peer_name)
     int64_t limit_ns = (int64_t)(h->cfg.timeout_s * 1e9) - period_ns;
     char key[128];
     int64_t v = 0;
-    key_of(h, peer, key, sizeof key);
+    key_of(h, "hb", peer, key, sizeof key);
     if (request_add(h, &h->check, key, 0, &v) != DT_OK) {
         double silent = (double)(now - h->store_ok_ns) / 1e9;
         if (now - h->store_ok_ns >= limit_ns)
@@ -195,19 +203,10 @@ void dt__heartbeat_set_note(dt__heartbeat *h, const char *text)
     pthread_mutex_unlock(&h->mu);
 }
 
-static dt_status check_client(dt__heartbeat *h)
-{
-    if (!h->check) {
-        DT_CHECK(dt_store_connect(h->host, h->cfg.port, h->token, h->period_s, &h->check));
-        dt_store_set_io_timeout(h->check, h->period_s);
-    }
-    return DT_OK;
-}
-
 void dt__heartbeat_publish_note(dt__heartbeat *h)
 {
     uint64_t published = 0;
-    if (check_client(h) == DT_OK)
+    if (connected(h, &h->check) == DT_OK)
         publish_note(h, h->check, &published);
 }
 
@@ -217,8 +216,8 @@ dt_status dt__heartbeat_read_note(dt__heartbeat *h, int rank, char *buf, size_t 
     void *v = NULL;
     size_t n = 0;
     buf[0] = '\0';
-    snprintf(key, sizeof key, "%s/coll/%d", h->prefix, rank);
-    DT_CHECK(check_client(h));
+    key_of(h, "coll", rank, key, sizeof key);
+    DT_CHECK(connected(h, &h->check));
     dt_status s = dt_store_get(h->check, key, 0, &v, &n);
     if (s == DT_ERR_TIMEOUT) /* no such key: the rank never published */
         return DT_OK;

@@ -7,6 +7,11 @@
 
 #include "dtrain/dtrain.h"
 
+/* Seconds a store request may take: a healthy store answers within
+ * milliseconds, and a node whose link is down must not wait the client's
+ * default 30 s per request. */
+#define DTRUN_STORE_IO_TIMEOUT 10.0
+
 typedef struct {
     int nproc, nnodes, node_rank;
     int nnodes_min;      /* --nnodes MIN:MAX: nnodes is MAX; MIN == MAX unless elastic */

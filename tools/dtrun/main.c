@@ -38,9 +38,7 @@ int main(int argc, char **argv)
         dt_store_server_stop(server);
         return 1;
     }
-    /* A healthy store answers within milliseconds; a host whose link is down
-     * must not keep this node waiting for the default 30 s per request. */
-    dt_store_set_io_timeout(store, 10);
+    dt_store_set_io_timeout(store, DTRUN_STORE_IO_TIMEOUT);
     int code = dtrun_run(&o, &store);
     dt_store_close(store);
     dt_store_server_stop(server);

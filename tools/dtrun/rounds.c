@@ -118,18 +118,25 @@ static bool wait_success(const dtrun_opts *o, dt_store_client *st, const dtrun_l
     return true;
 }
 
-static dt_status reconnect(const dtrun_opts *o, dt_store_client **store)
+/* Connect again (after the store stopped answering) and continue with the
+ * generation now running, or `next` when the store cannot say: *g is set so
+ * that the loop's g++ lands on it. */
+static dt_status reconnect(const dtrun_opts *o, dt_store_client **store, int next, int *g)
 {
     fprintf(stderr, "dtrun: node %d: reconnecting to the rendezvous store at %s:%d (up to %.0f s)\n", o->node_rank,
             o->master_host, o->master_port, o->join_timeout);
     dt_store_close(*store);
     *store = NULL;
     dt_status s = dt_store_connect(o->master_host, o->master_port, o->token, o->join_timeout, store);
-    if (s == DT_OK)
-        dt_store_set_io_timeout(*store, 10);
-    else
+    if (s != DT_OK) {
         fprintf(stderr, "dtrun: node %d: the rendezvous store is gone: %s\n", o->node_rank, dt_last_error());
-    return s;
+        return s;
+    }
+    dt_store_set_io_timeout(*store, DTRUN_STORE_IO_TIMEOUT);
+    int64_t now_gen = next;
+    dt_store_add(*store, "dtrun/gen", 0, &now_gen);
+    *g = (int)now_gen - 1;
+    return DT_OK;
 }
 
 /* Spawn and supervise one generation's ranks. */
@@ -167,11 +174,8 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
         dtrun_join_result j = dtrun_join(o, *store, g, stop_reason, &l, why, sizeof why);
         if (j == DTRUN_LOST) {
             fprintf(stderr, "dtrun: node %d: %s\n", o->node_rank, why);
-            if (o->node_rank == 0 || reconnect(o, store) != DT_OK)
+            if (o->node_rank == 0 || reconnect(o, store, g, &g) != DT_OK)
                 return 1;
-            int64_t now_gen = g;
-            dt_store_add(*store, "dtrun/gen", 0, &now_gen);
-            g = (int)now_gen - 1;
             continue;
         }
         if (j == DTRUN_STOP) {
@@ -219,11 +223,8 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
             fprintf(stderr, "dtrun: node %d: lost the rendezvous store: %s\n", o->node_rank, dt_last_error());
             if (!restartable && outcome == DTRUN_FAILED)
                 fprintf(stderr, "dtrun: job failed: %s\n", what);
-            if (!restartable || o->node_rank == 0 || reconnect(o, store) != DT_OK)
+            if (!restartable || o->node_rank == 0 || reconnect(o, store, g + 1, &g) != DT_OK)
                 return last_code;
-            int64_t now_gen = g + 1;
-            dt_store_add(*store, "dtrun/gen", 0, &now_gen);
-            g = (int)now_gen - 1;
             continue;
         }
         read_why(*store, g, why, sizeof why);
