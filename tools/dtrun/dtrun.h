@@ -2,6 +2,7 @@
 #ifndef DTRUN_H
 #define DTRUN_H
 
+#include <sched.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -22,6 +23,7 @@ typedef struct {
     char token[256];
     double join_timeout;
     bool prefix;
+    bool bind;   /* --bind auto (default): a block of CPUs per local rank */
     char **argv; /* PROGRAM ARGS... */
 } dtrun_opts;
 
@@ -62,6 +64,11 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store);
 /* Fork+exec the local ranks with the DT_* environment; *started counts the
  * children running (kids[0..*started-1]) even when a later one failed. */
 dt_status dtrun_spawn(const dtrun_opts *o, const dtrun_layout *l, dtrun_child *kids, int *started);
+/* --bind auto: the CPUs local rank `local` is bound to, when this node has
+ * at least two ranks and at least one allowed CPU per rank; returns how many
+ * CPUs (0: no binding, out is empty). */
+int dtrun_cpu_block(const dtrun_opts *o, int local, cpu_set_t *out);
+
 /* Called about every 200 ms while ranks run: true stops them (SIGTERM, then
  * SIGKILL), e.g. because another node failed. */
 typedef bool (*dtrun_stop_hook)(void *arg);

@@ -34,6 +34,10 @@ static const char usage[] =
     "                         before going on with at least MIN (default 30). A node\n"
     "                         that arrives later joins at the next restart, which its\n"
     "                         arrival triggers\n"
+    "      --bind auto|none   auto (default): with 2 or more ranks on this node and at\n"
+    "                         least one CPU each, bind each rank to its own block of\n"
+    "                         the CPUs dtrun may use (ranks that poll shared memory\n"
+    "                         must not share a core); none: leave placement to the OS\n"
     "      --no-prefix        do not prefix output lines with the rank\n"
     "  -h, --help             this help\n"
     "      --version          print the version\n"
@@ -92,15 +96,17 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
     o->join_timeout = 300;
     o->rejoin_timeout = 30;
     o->prefix = true;
+    o->bind = true;
     snprintf(o->master_host, sizeof o->master_host, "127.0.0.1");
-    enum { NNODES = 1000, NODE_RANK, MASTER, TOKEN_FILE, JOIN_TIMEOUT, NO_PREFIX, VERSION, MAX_RESTARTS, REJOIN };
+    enum { NNODES = 1000, NODE_RANK, MASTER, TOKEN_FILE, JOIN_TIMEOUT, NO_PREFIX, VERSION, MAX_RESTARTS, REJOIN, BIND };
     static const struct option longopts[] = {
         {"nproc", required_argument, 0, 'n'},       {"nnodes", required_argument, 0, NNODES},
         {"node-rank", required_argument, 0, NODE_RANK}, {"master", required_argument, 0, MASTER},
         {"token-file", required_argument, 0, TOKEN_FILE}, {"join-timeout", required_argument, 0, JOIN_TIMEOUT},
         {"no-prefix", no_argument, 0, NO_PREFIX},   {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, VERSION},       {"max-restarts", required_argument, 0, MAX_RESTARTS},
-        {"rejoin-timeout", required_argument, 0, REJOIN}, {0, 0, 0, 0},
+        {"rejoin-timeout", required_argument, 0, REJOIN}, {"bind", required_argument, 0, BIND},
+        {0, 0, 0, 0},
     };
     bool have_master = false;
     int c;
@@ -136,6 +142,11 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
         case TOKEN_FILE: read_token_file(optarg, o->token, sizeof o->token); break;
         case JOIN_TIMEOUT: o->join_timeout = (double)number(optarg, 1, 86400, "--join-timeout"); break;
         case NO_PREFIX: o->prefix = false; break;
+        case BIND:
+            if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "none") != 0)
+                die("--bind '%s': expected auto or none", optarg);
+            o->bind = strcmp(optarg, "auto") == 0;
+            break;
         case 'h': fputs(usage, stdout); exit(0);
         case VERSION: printf("dtrun %s\n", DTRAIN_VERSION); exit(0);
         default: die("%s", "invalid option");

@@ -82,6 +82,8 @@ dt_status dtrun_spawn(const dtrun_opts *o, const dtrun_layout *l, dtrun_child *k
             fprintf(stderr, "dtrun: cannot set up rank %d: %s\n", k->rank, strerror(errno));
             return DT_ERR_SYSTEM;
         }
+        cpu_set_t cpus;
+        bool bound = dtrun_cpu_block(o, i, &cpus) > 0;
         pid_t pid = fork();
         if (pid < 0) {
             fprintf(stderr, "dtrun: fork for rank %d failed: %s\n", k->rank, strerror(errno));
@@ -97,6 +99,10 @@ dt_status dtrun_spawn(const dtrun_opts *o, const dtrun_layout *l, dtrun_child *k
             signal(SIGINT, SIG_DFL);
             signal(SIGTERM, SIG_DFL);
             signal(SIGPIPE, SIG_DFL);
+            if (bound && sched_setaffinity(0, sizeof cpus, &cpus) != 0) {
+                const char *msg = "dtrun: warning: cannot bind the rank to its CPUs; running unbound\n";
+                (void)!write(2, msg, strlen(msg));
+            }
             if (o->prefix) {
                 dup2(out[1], 1);
                 dup2(err[1], 2);
