@@ -937,6 +937,47 @@ static void test_thread_count_invariance(void)
     free(again);
 }
 
+/* Buckets in backward order: each at most the limit (unless one parameter is
+ * larger), the last (sent after backward, exposed) at most a quarter of it,
+ * together every gradient exactly once. */
+static void test_ddp_buckets(void)
+{
+    dt_params *p = NULL;
+    EXPECT_STATUS(dt_params_create(&p), DT_OK);
+    const int64_t sizes[] = {3000, 500, 700, 9000, 4000, 4000, 2500, 6000, 1000};
+    int64_t total = 0;
+    for (int i = 0; i < 9; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "w%d", i);
+        int64_t shape[1] = {sizes[i]};
+        int idx;
+        EXPECT_STATUS(dt_params_add(p, name, 1, shape, &idx), DT_OK);
+        total += sizes[i];
+    }
+    EXPECT_STATUS(dt_params_finalize(p), DT_OK);
+    dt_comm *world = NULL;
+    EXPECT_STATUS(dt_comm_init_env(&world), DT_OK);
+    dt_ddp_config cfg = {.bucket_bytes = 8000 * sizeof(float), .wire = DT_F32};
+    dt_ddp *d = NULL;
+    EXPECT_STATUS(dt_ddp_create(world, p, &cfg, &d), DT_OK);
+    int nb = dt_ddp_buckets(d);
+    int64_t sum = 0;
+    for (int b = 0; b < nb; b++) {
+        int64_t n = dt_ddp_bucket_numel(d, b);
+        EXPECT(n > 0);
+        EXPECT(n <= 9000);
+        sum += n;
+    }
+    EXPECT_EQ(sum, total);
+    /* registration order w0 (3000) then w1 (500) would exceed 2000: w0 alone */
+    EXPECT_EQ(dt_ddp_bucket_numel(d, nb - 1), 3000);
+    EXPECT_EQ(dt_ddp_bucket_numel(d, nb - 2), 1200);
+    EXPECT_EQ(dt_ddp_bucket_numel(d, 0), 7000);
+    dt_ddp_destroy(d);
+    dt_comm_destroy(world);
+    dt_params_destroy(p);
+}
+
 int main(void)
 {
     test_layers();
@@ -954,5 +995,6 @@ int main(void)
     test_idx();
     test_sampler();
     test_fashion_mnist();
+    test_ddp_buckets();
     return CHECK_DONE("test_engine");
 }

@@ -69,7 +69,10 @@ dt_status dt_ddp_step(dt_ddp *d, dt_optimizer *o, float lr, float max_norm, floa
  * progress thread spent in this step's allreduces, `exposed` the time the
  * caller spent waiting for them (communication not hidden behind backward). */
 void dt_ddp_last_timing(const dt_ddp *d, double *comm, double *exposed);
+/* Number of buckets, and gradient elements in bucket b (0 <= b < that; b in
+ * backward order: bucket 0 is sent first). */
 int dt_ddp_buckets(const dt_ddp *d);
+int64_t dt_ddp_bucket_numel(const dt_ddp *d, int b);
 /* Unhooks the gradient-ready callback.  Waits for anything still in flight. */
 void dt_ddp_destroy(dt_ddp *d);
 

@@ -2,7 +2,7 @@
  * gradient-ready callback while backward continues.
  *
  * Buckets are runs of parameters in reverse registration order (roughly the
- * order backward finishes them).  The flat gradient buffer holds parameters
+ * order backward finishes them); the last one is smaller (build_buckets).  The flat gradient buffer holds parameters
  * in registration order, so every bucket is one contiguous range of it and is
  * reduced in place: no packing copies.  Buckets start strictly in index order
  * (bucket b only after b-1), so every rank issues the same collectives in the
@@ -132,6 +132,10 @@ static dt_status default_bucket_bytes(int64_t numel, size_t *bytes)
     return DT_OK;
 }
 
+/* The bucket backward fills last is sent after backward ends, in full view:
+ * it gets a quarter of the size limit, so what is left exposed is small.
+ * Buckets are cut walking the parameters in registration order (the end of
+ * backward first) and then put in backward order. */
 static dt_status build_buckets(dt_ddp *d)
 {
     int n = dt_params_count(d->params);
@@ -142,15 +146,24 @@ static dt_status build_buckets(dt_ddp *d)
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     int64_t limit = (int64_t)(d->cfg.bucket_bytes / sizeof(float));
     bucket *b = NULL;
-    for (int i = n - 1; i >= 0; i--) {
+    for (int i = 0; i < n; i++) {
         const dt_param_info *info = dt_params_info(d->params, i);
-        if (!b || (b->count > 0 && b->count + info->numel > limit))
+        int64_t cap = d->nbuckets == 1 ? (limit + 3) / 4 : limit;
+        if (!b || (b->count > 0 && b->count + info->numel > cap)) {
             b = &d->buckets[d->nbuckets++];
-        b->offset = info->offset; /* walking down: each parameter starts the range */
+            b->offset = info->offset;
+        }
         b->count += info->numel;
         b->params++;
-        d->bucket_of[i] = (int)(b - d->buckets);
+        d->bucket_of[i] = d->nbuckets - 1;
     }
+    for (int lo = 0, hi = d->nbuckets - 1; lo < hi; lo++, hi--) {
+        bucket t = d->buckets[lo];
+        d->buckets[lo] = d->buckets[hi];
+        d->buckets[hi] = t;
+    }
+    for (int i = 0; i < n; i++)
+        d->bucket_of[i] = d->nbuckets - 1 - d->bucket_of[i];
     return DT_OK;
 }
 
@@ -289,6 +302,8 @@ dt_status dt_ddp_step(dt_ddp *d, dt_optimizer *o, float lr, float max_norm, floa
 void dt_ddp_set_accumulation(dt_ddp *d, int micro_batches) { d->micro_batches = micro_batches > 1 ? micro_batches : 1; }
 void dt_ddp_set_sync(dt_ddp *d, bool sync) { d->sync = sync; }
 int dt_ddp_buckets(const dt_ddp *d) { return d->nbuckets; }
+
+int64_t dt_ddp_bucket_numel(const dt_ddp *d, int b) { return b >= 0 && b < d->nbuckets ? d->buckets[b].count : 0; }
 
 void dt_ddp_last_timing(const dt_ddp *d, double *comm, double *exposed)
 {
