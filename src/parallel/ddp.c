@@ -2,9 +2,10 @@
  * gradient-ready callback while backward continues.
  *
  * Buckets are runs of parameters in reverse registration order (roughly the
- * order backward finishes them); the last one is smaller (build_buckets).  The flat gradient buffer holds parameters
- * in registration order, so every bucket is one contiguous range of it and is
- * reduced in place: no packing copies.  Buckets start strictly in index order
+ * order backward finishes them); the last one is smaller (build_buckets).
+ * The flat gradient buffer holds parameters in registration order, so every
+ * bucket is one contiguous range of it and is reduced in place: no packing
+ * copies.  Buckets start strictly in index order
  * (bucket b only after b-1), so every rank issues the same collectives in the
  * same order whatever order its callbacks fire in. */
 #include <math.h>

@@ -832,10 +832,12 @@ dt_status dt__engine_progress(dt__engine *e, int timeout_ms)
         if (timeout_ms > 0 && !armed)
             timeout_ms = 0;
     }
-    int64_t now = dt__now_ns();
-    if (timeout_ms == 0 && e->nshm + 1 == e->size && now - e->sockets_seen_ns < SHM_SOCKET_LOOK_NS)
-        return dt__engine_status(e);
-    e->sockets_seen_ns = now;
+    if (timeout_ms == 0 && e->nshm + 1 == e->size) { /* only shm-only ranks pay this clock read */
+        int64_t now = dt__now_ns();
+        if (now - e->sockets_seen_ns < SHM_SOCKET_LOOK_NS)
+            return dt__engine_status(e);
+        e->sockets_seen_ns = now;
+    }
     int n = 0;
     for (int i = 0; i < e->size; i++) {
         peer *p = &e->peers[i];

@@ -59,7 +59,7 @@ struct dt__engine {
     bool shm_spin_yields;  /* oversubscribed host: sched_yield between polls */
     int64_t poll_spin_ns;  /* sockets: non-blocking polls (with sched_yield) before sleeping */
     bool poll_spin_off;    /* set while the progress thread runs a collective */
-    int64_t sockets_seen_ns; /* last poll of the sockets (shm-only ranks skip most) */
+    int64_t sockets_seen_ns; /* shm-only ranks: last non-blocking look at the sockets */
     dt__bufcache early;    /* payload buffers of messages that beat their receive */
     struct dt__heartbeat *heartbeat; /* NULL: no liveness checks while waiting */
     int64_t heartbeat_period_ns, last_watch_ns;
