@@ -70,7 +70,7 @@ done
 # Larger worlds (up to the 64 ranks the API promises), smaller buffers: 64 processes share 2 cores.
 run "collectives/world16" 300 "$BIN/dtrun" -n 16 "$BIN/coll_check" --quick --big 4096
 run "collectives/world64" 400 "$BIN/dtrun" -n 64 "$BIN/coll_check" --quick --big 64
-for algo in ring rd rhd; do
+for algo in ring rd rhd direct; do
     for tr in tcp shm; do
         for n in 3 4; do
             run "collectives/world$n-DT_ALGO=$algo-DT_TRANSPORT=$tr" 300 env DT_ALGO=$algo DT_TRANSPORT=$tr \
@@ -78,6 +78,7 @@ for algo in ring rd rhd; do
         done
     done
 done
+run "collectives/direct-allreduce-threshold" 200 tests/cases/direct_allreduce.sh
 # Halving-doubling with two folded pairs (6 = 4 + 2).
 run "collectives/world6-DT_ALGO=rhd" 300 env DT_ALGO=rhd "$BIN/dtrun" -n 6 "$BIN/coll_check" --quick --big 65536
 # Both transports forced, and mixed: rank 1 refuses shared memory, so its

@@ -15,6 +15,13 @@ size_t dt__coll_small_bytes(const dt_comm *c)
     return c->small_bytes != SIZE_MAX ? c->small_bytes : c->one_host ? 65536 : 16384;
 }
 
+size_t dt__coll_direct_bytes(const dt_comm *c)
+{
+    if (c->direct_bytes != SIZE_MAX)
+        return c->direct_bytes;
+    return c->direct_tuned;
+}
+
 dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
 {
     /* Halving-doubling exists for allreduce (any size of world) and for
@@ -27,9 +34,13 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
         return DT__ALG_RD;
     case DT_ALGO_RHD:
         return has_rhd ? DT__ALG_RHD : DT__ALG_RING;
+    case DT_ALGO_DIRECT:
+        return kind == DT__COLL_ALLREDUCE ? DT__ALG_DIRECT : DT__ALG_RD;
     case DT_ALGO_AUTO:
         break;
     }
+    if (kind == DT__COLL_ALLREDUCE && c->size > 2 && bytes <= dt__coll_direct_bytes(c))
+        return DT__ALG_DIRECT;
     size_t small = dt__coll_small_bytes(c);
     size_t ring = c->ring_bytes != SIZE_MAX ? c->ring_bytes : c->one_host ? 2097152 : 262144;
     if (bytes <= small)

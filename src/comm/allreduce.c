@@ -12,6 +12,8 @@ dt_status dt__allreduce_flat(dt__coll *k, void *buf, size_t count, dt_dtype t, d
     if (c->size == 1)
         return DT_OK;
     dt__alg alg = dt__coll_pick(c, DT__COLL_ALLREDUCE, count * dt_dtype_size(t));
+    if (alg == DT__ALG_DIRECT)
+        return dt__direct_allreduce(k, buf, count, t, op);
     if (alg == DT__ALG_RD)
         return dt__rd_allreduce(k, buf, count, t, op);
     /* The ring cuts the buffer into n blocks, halving-doubling into the

@@ -32,12 +32,19 @@ typedef enum {
     DT__ALG_RD,   /* latency-optimal: recursive doubling, binomial trees */
     DT__ALG_RHD,  /* recursive halving-doubling (Rabenseifner) */
     DT__ALG_RING, /* bandwidth-optimal: pipelined ring, pipelined chain */
+    DT__ALG_DIRECT, /* allreduce only: every rank sends to every rank, one step */
 } dt__alg;
 typedef enum { DT__COLL_ALLREDUCE, DT__COLL_REDUCE_SCATTER, DT__COLL_ALLGATHER, DT__COLL_BROADCAST, DT__COLL_REDUCE } dt__coll_kind;
 /* The algorithm for a collective of `bytes` (the whole buffer, as dtbench
  * counts it) on c: DT_ALGO when set, else by size against the communicator's
  * thresholds (docs/algorithms.md).  Never returns one the collective lacks. */
 dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes);
+/* At or below this many bytes allreduce runs the direct algorithm (n > 2):
+ * DT_DIRECT_MSG, else what dt__tune_direct measured, else 0. */
+size_t dt__coll_direct_bytes(const dt_comm *c);
+/* Collective over c (world creation): times direct against recursive
+ * doubling on the real links and sets c's measured threshold. */
+dt_status dt__tune_direct(dt_comm *c);
 /* At or below this many bytes the latency-optimal algorithms run. */
 size_t dt__coll_small_bytes(const dt_comm *c);
 /* Check a (send, recv) pair: same pointer (in place) or disjoint ranges. */
@@ -70,6 +77,7 @@ dt_status dt__hier_reduce_scatter(dt_comm *c, void *work, size_t recvcount, dt_d
 dt_status dt__hier_allgather(dt_comm *c, void *recv, size_t sendcount, dt_dtype t);
 
 /* Latency-optimal building blocks. */
+dt_status dt__direct_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op);
 dt_status dt__rd_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op);
 dt_status dt__tree_bcast(dt__coll *k, void *buf, size_t bytes, int root);
 dt_status dt__chain_bcast(dt__coll *k, void *buf, size_t bytes, int root);

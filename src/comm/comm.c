@@ -28,13 +28,19 @@ static dt_status read_tunables(dt_comm *c)
         c->algo = DT_ALGO_RD;
     else if (strcmp(algo, "rhd") == 0)
         c->algo = DT_ALGO_RHD;
+    else if (strcmp(algo, "direct") == 0)
+        c->algo = DT_ALGO_DIRECT;
     else
-        return dt__fail(DT_ERR_INVALID, "DT_ALGO='%s': expected auto, ring, rd or rhd", algo);
+        return dt__fail(DT_ERR_INVALID, "DT_ALGO='%s': expected auto, ring, rd, rhd or direct", algo);
     int64_t v;
     DT_CHECK(dt__env_int("DT_RING_SEGMENT", 1024, 1LL << 30, &v));
     c->segment_bytes = (size_t)v;
     /* Unset: SIZE_MAX, the default for the communicator's topology. */
-    c->small_bytes = c->ring_bytes = SIZE_MAX;
+    c->direct_bytes = c->small_bytes = c->ring_bytes = SIZE_MAX;
+    if (dt__env_str("DT_DIRECT_MSG")) {
+        DT_CHECK(dt__env_int("DT_DIRECT_MSG", 0, 1LL << 20, &v));
+        c->direct_bytes = (size_t)v;
+    }
     if (dt__env_str("DT_SMALL_MSG")) {
         DT_CHECK(dt__env_int("DT_SMALL_MSG", 0, 1LL << 30, &v));
         c->small_bytes = (size_t)v;
@@ -159,6 +165,11 @@ dt_status dt_comm_init_env(dt_comm **out)
         return s;
     }
     c->one_host = dt__comm_one_host(c);
+    s = dt__tune_direct(c);
+    if (s != DT_OK) {
+        dt_comm_destroy(c);
+        return dt__wrap(s, "timing the direct allreduce at start-up: ");
+    }
     s = dt__hier_setup(c);
     if (s != DT_OK) {
         dt_comm_destroy(c);

@@ -26,7 +26,7 @@ typedef struct {
     dt__progress *progress; /* the nonblocking collectives' thread, started on first use */
 } dt__world;
 
-typedef enum { DT_ALGO_AUTO = 0, DT_ALGO_RING, DT_ALGO_RD, DT_ALGO_RHD } dt__algo;
+typedef enum { DT_ALGO_AUTO = 0, DT_ALGO_RING, DT_ALGO_RD, DT_ALGO_RHD, DT_ALGO_DIRECT } dt__algo;
 
 struct dt_comm {
     dt__world *world;
@@ -41,6 +41,8 @@ struct dt_comm {
     double timeout_s;
     dt__algo algo;
     size_t segment_bytes; /* ring pipeline segment */
+    size_t direct_bytes;  /* at or below: direct (one-shot) allreduce (DT_DIRECT_MSG) */
+    size_t direct_tuned;  /* the same, measured at start-up when DT_DIRECT_MSG is unset */
     size_t small_bytes;   /* at or below: latency-optimal algorithms (DT_SMALL_MSG) */
     size_t ring_bytes;    /* above: ring; between the two: halving-doubling (DT_RING_MSG) */
     bool one_host;        /* every member shares memory with every other */

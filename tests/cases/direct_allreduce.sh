@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The direct (one-shot) allreduce: its threshold measured at start-up (every
+# rank reaches the same verdict), not with 2 ranks or DT_ALGO forced, set by
+# DT_DIRECT_MSG (results still checked bit for bit by coll_check), and bad
+# settings named.
+. "$(dirname "$0")/lib.sh"
+
+# Across "hosts" (TCP between every pair): every rank times both algorithms
+# and all of them settle on the same threshold.
+DT_TRANSPORT=tcp DT_DEBUG=info "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 4096 >"$WORK/tuned" 2>&1 \
+    || { cat "$WORK/tuned"; fail "run with the start-up timing failed"; }
+[ "$(grep -cE 'INFO allreduce of 8 bytes across 3 ranks: direct [0-9]+ us, recursive doubling [0-9]+ us' "$WORK/tuned")" = 3 ] \
+    || { cat "$WORK/tuned"; fail "not every rank timed the two algorithms"; }
+verdicts=$(grep -oE 'INFO allreduce: direct algorithm up to [0-9]+ bytes' "$WORK/tuned" | sort | uniq -c)
+[ "$(echo "$verdicts" | wc -l)" = 1 ] && [ "$(echo "$verdicts" | awk '{print $1}')" = 3 ] \
+    || { cat "$WORK/tuned"; fail "the ranks disagree on the threshold: $verdicts"; }
+
+# Shared memory: timed as well, same agreement.
+DT_DEBUG=info "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 4096 >"$WORK/local" 2>&1 || { cat "$WORK/local"; fail "local run failed"; }
+[ "$(grep -oE 'INFO allreduce: direct algorithm up to [0-9]+ bytes' "$WORK/local" | sort -u | wc -l)" = 1 ] \
+    || { cat "$WORK/local"; fail "the ranks disagree on the threshold"; }
+# Two ranks (direct is recursive doubling there) and DT_ALGO forced: nothing timed.
+DT_DEBUG=info "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64 >"$WORK/two" 2>&1 || { cat "$WORK/two"; fail "2-rank run failed"; }
+expect_no_grep "$WORK/two" "direct algorithm up to"
+DT_ALGO=rd DT_DEBUG=info "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 64 >"$WORK/rd" 2>&1 || { cat "$WORK/rd"; fail "DT_ALGO=rd run failed"; }
+expect_no_grep "$WORK/rd" "direct algorithm up to"
+
+# DT_DIRECT_MSG set: no timing; direct up to 4 KiB, the other algorithms
+# above, on a world that is not a power of two.
+DT_TRANSPORT=tcp DT_DIRECT_MSG=4096 DT_DEBUG=info "$BIN/dtrun" -n 5 "$BIN/coll_check" --quick --big 65536 >"$WORK/forced" 2>&1 \
+    || { cat "$WORK/forced"; fail "DT_DIRECT_MSG=4096 run failed"; }
+expect_no_grep "$WORK/forced" "direct algorithm up to"
+expect_grep "$WORK/forced" "coll_check: world 5: [0-9]+ checks, 0 mismatches"
+
+# Bad settings are named.
+DT_DIRECT_MSG=lots "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64 >"$WORK/bad" 2>&1 && fail "DT_DIRECT_MSG=lots accepted"
+expect_grep "$WORK/bad" "DT_DIRECT_MSG"
+DT_ALGO=oneshot "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64 >"$WORK/bad" 2>&1 && fail "DT_ALGO=oneshot accepted"
+expect_grep "$WORK/bad" "DT_ALGO='oneshot': expected auto, ring, rd, rhd or direct"
+echo "ok"
