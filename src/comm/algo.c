@@ -42,7 +42,11 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
     if (kind == DT__COLL_ALLREDUCE && c->size > 2 && bytes <= dt__coll_direct_bytes(c))
         return DT__ALG_DIRECT;
     size_t small = dt__coll_small_bytes(c);
-    size_t ring = c->ring_bytes != SIZE_MAX ? c->ring_bytes : c->one_host ? 2097152 : 262144;
+    /* Across hosts with 4 ranks or fewer halving-doubling saves at most 2
+     * steps and measured level with the ring up to 128 KiB, and at 256 KiB
+     * it stalled for 10-200 ms in most runs on shaped links while the ring
+     * did not (docs/algorithms.md). */
+    size_t ring = c->ring_bytes != SIZE_MAX ? c->ring_bytes : c->one_host ? 2097152 : c->size <= 4 ? 131072 : 262144;
     if (bytes <= small)
         return DT__ALG_RD;
     if (bytes <= ring && has_rhd)
