@@ -4,7 +4,7 @@
  * every rank's (deterministic) input.  Inputs are small integers, exact in
  * every dtype, so the reference does not depend on reduction order.
  *
- * usage: coll_check [--quick] [--big N]   (exit 0 when everything matched) */
+ * usage: coll_check [--quick] [--big N] [--hashes]   (exit 0 when everything matched) */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -290,6 +290,8 @@ static uint64_t fnv(const void *p, size_t n)
     return h;
 }
 
+static int print_hashes; /* --hashes: rank 0 prints the bits' hashes (compared across runs) */
+
 /* Inexact float data: every rank must still get the same bits, every time. */
 static void check_determinism(dt_comm *c, size_t n)
 {
@@ -307,6 +309,8 @@ static void check_determinism(dt_comm *c, size_t n)
     h[1] = fnv(y, n * 4);
     uint64_t *all = malloc((size_t)size * sizeof h);
     CALL(dt_allgather(h, all, 2, DT_I64, c));
+    if (print_hashes && rank == 0)
+        printf("hash count %zu: sum %016llx avg %016llx\n", n, (unsigned long long)h[0], (unsigned long long)h[1]);
     for (int r = 0; r < size; r++)
         if (all[2 * r] != h[0] || all[2 * r + 1] != h[1]) {
             fprintf(stderr, "MISMATCH rank %d: allreduce of inexact f32 (count %zu) differs from rank %d's bits\n",
@@ -415,10 +419,12 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--hashes"))
+            print_hashes = 1;
         else if (!strcmp(argv[i], "--big") && i + 1 < argc)
             big_count = (size_t)strtoull(argv[++i], NULL, 10);
         else {
-            fprintf(stderr, "usage: coll_check [--quick] [--big COUNT]\n");
+            fprintf(stderr, "usage: coll_check [--quick] [--big COUNT] [--hashes]\n");
             return 2;
         }
     }
@@ -426,6 +432,8 @@ int main(int argc, char **argv)
     int rank = dt_comm_rank(world), size = dt_comm_size(world);
     size_t counts[] = {0, 1, 7, 1000, big_count};
     run_suite(world, counts, 5, quick);
+    check_determinism(world, 2);
+    check_determinism(world, 200);
     check_determinism(world, 1000);
     check_determinism(world, big_count);
     check_nonblocking(world, 1000);

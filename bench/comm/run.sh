@@ -14,7 +14,9 @@
 #                  hosts4-1000mbit-100us; user-space emulator, see
 #                  scripts/netns-cluster.sh)
 # Environment: OPS (default "allreduce broadcast allgather reduce_scatter
-# alltoall"), MINBYTES (8), MAXBYTES (67108864), ITERS (10), WARMUP (2).
+# alltoall"), MINBYTES (8), MAXBYTES (67108864), ITERS (10), WARMUP (2),
+# RUNS (1: with more, the systems take turns RUNS times and each figure is
+# the median run's).
 #
 # Each table gives time (us) and busbw (GB/s) per system and size, and
 # dtrain/best = the better peer's time divided by dtrain's (above 1: dtrain is
@@ -24,7 +26,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=build/bin
 OPS=${OPS:-allreduce broadcast allgather reduce_scatter alltoall}
-MINBYTES=${MINBYTES:-8} MAXBYTES=${MAXBYTES:-67108864} ITERS=${ITERS:-10} WARMUP=${WARMUP:-2}
+MINBYTES=${MINBYTES:-8} MAXBYTES=${MAXBYTES:-67108864} ITERS=${ITERS:-10} WARMUP=${WARMUP:-2} RUNS=${RUNS:-1}
+[[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || { echo "RUNS='$RUNS': expected a positive whole number" >&2; exit 2; }
 PY=/usr/bin/python3
 [ "${1:-}" = -h ] || [ "${1:-}" = --help ] && { sed -n '2,/^set -e/p' "$0" | grep '^#'  | sed 's/^# \{0,1\}//'; exit 0; }
 [ -x $BIN/dtbench ] || { echo "build first: make build" >&2; exit 2; }
@@ -106,13 +109,13 @@ table() { # title, link GB/s or "" -> markdown on stdout; inputs in $WORK/{d,m,g
     echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |$([ -n "$link" ] && echo ' ---: |')"
     $PY - "$WORK/d" "$WORK/m" "$WORK/g" "$link" <<'EOF'
 import sys
-def load(p):
-    out = {}
+def load(p):  # size -> (time, busbw) of the median run (by time)
+    runs = {}
     for line in open(p):
         f = line.split()
         if len(f) == 4 and f[0].isdigit():
-            out[int(f[0])] = (float(f[1]), float(f[3]))
-    return out
+            runs.setdefault(int(f[0]), []).append((float(f[1]), float(f[3])))
+    return {size: sorted(r)[len(r) // 2] for size, r in runs.items()}
 d, m, g = (load(p) for p in sys.argv[1:4])
 link = float(sys.argv[4]) if sys.argv[4] else None
 for size in sorted(d):
@@ -151,7 +154,7 @@ scenario() {
     {
         echo "$title"
         echo
-        echo "Measured $(date -u +%Y-%m-%d) on a 2-core VM, one run, f32 sum, $ITERS timed iterations per size."
+        echo "Measured $(date -u +%Y-%m-%d) on a 2-core VM, $([ "$RUNS" = 1 ] && echo "one run" || echo "median of $RUNS runs (the systems in turn)"), f32 sum, $ITERS timed iterations per size."
         if [ $kind = local ]; then
             echo "$n ranks on one host, each system with its default transport (dtrain: shared"
             echo "memory; OpenMPI: vader; gloo: TCP over loopback)."
@@ -162,16 +165,24 @@ scenario() {
         fi
         echo "dtrain/best: the better peer's time over dtrain's (above 1: dtrain is faster). Command:"
         echo
-        echo "    bench/comm/run.sh $sc"
+        local envs="" v def
+        for v in OPS:"allreduce broadcast allgather reduce_scatter alltoall" MINBYTES:8 MAXBYTES:67108864 ITERS:10 WARMUP:2 RUNS:1; do
+            def=${v#*:} v=${v%%:*}
+            [ "${!v}" != "$def" ] && envs+="$v=$( [[ "${!v}" == *" "* ]] && echo "\"${!v}\"" || echo "${!v}") "
+        done
+        echo "    ${envs}bench/comm/run.sh $sc"
         echo
     } >"$WORK/section.md"
     for op in $OPS; do
-        echo "[$sc] $op: dtrain" >&2
-        ${kind}_dtrain "$n" "$op" >"$WORK/d"
-        echo "[$sc] $op: OpenMPI" >&2
-        ${kind}_mpi "$n" "$op" >"$WORK/m" 2>"$WORK/m.err" || { echo "OpenMPI failed:" >&2; tail -5 "$WORK/m.err" >&2; }
-        echo "[$sc] $op: gloo" >&2
-        ${kind}_gloo "$n" "$op" >"$WORK/g" 2>"$WORK/g.err" || { echo "gloo failed:" >&2; tail -5 "$WORK/g.err" >&2; }
+        : >"$WORK/d"; : >"$WORK/m"; : >"$WORK/g"
+        for ((run = 1; run <= RUNS; run++)); do
+            echo "[$sc] $op (run $run of $RUNS): dtrain" >&2
+            ${kind}_dtrain "$n" "$op" >>"$WORK/d"
+            echo "[$sc] $op (run $run of $RUNS): OpenMPI" >&2
+            ${kind}_mpi "$n" "$op" >>"$WORK/m" 2>"$WORK/m.err" || { echo "OpenMPI failed:" >&2; tail -5 "$WORK/m.err" >&2; }
+            echo "[$sc] $op (run $run of $RUNS): gloo" >&2
+            ${kind}_gloo "$n" "$op" >>"$WORK/g" 2>"$WORK/g.err" || { echo "gloo failed:" >&2; tail -5 "$WORK/g.err" >&2; }
+        done
         { echo "### $op"; echo; [ "$op" = reduce_scatter ] && { echo "(gloo's torch backend has no reduce_scatter.)"; echo; }
           table "$link"; echo; } >>"$WORK/section.md"
     done

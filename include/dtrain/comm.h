@@ -13,7 +13,9 @@
  *    the same job) fail, with DT_ERR_PEER / DT_ERR_TIMEOUT / DT_ERR_ABORTED
  *    and a message naming the rank and its host:port;
  *  - results are bitwise identical on every rank and from run to run (the
- *    reduction order is fixed by the algorithm, never by timing);
+ *    reduction order is fixed by the algorithm, never by timing; the one
+ *    choice made by timing at start-up, direct or recursive-doubling
+ *    allreduce for small messages, is between two that give the same bits);
  *  - collectives must be called by every rank of the communicator in the same
  *    order; a communicator is used by one thread at a time (nonblocking
  *    collectives run on an internal progress thread; see below). */

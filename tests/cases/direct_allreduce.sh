@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The direct (one-shot) allreduce: its threshold measured at start-up (every
 # rank reaches the same verdict), not with 2 ranks or DT_ALGO forced, set by
-# DT_DIRECT_MSG (results still checked bit for bit by coll_check), and bad
-# settings named.
+# DT_DIRECT_MSG (results still checked bit for bit by coll_check), the same
+# bits as recursive doubling, and bad settings named.
 . "$(dirname "$0")/lib.sh"
 
 # Across "hosts" (TCP between every pair): every rank times both algorithms
@@ -31,6 +31,19 @@ DT_TRANSPORT=tcp DT_DIRECT_MSG=4096 DT_DEBUG=info "$BIN/dtrun" -n 5 "$BIN/coll_c
     || { cat "$WORK/forced"; fail "DT_DIRECT_MSG=4096 run failed"; }
 expect_no_grep "$WORK/forced" "direct algorithm up to"
 expect_grep "$WORK/forced" "coll_check: world 5: [0-9]+ checks, 0 mismatches"
+
+# Direct combines in recursive doubling's order: the same bits whichever the
+# start-up timing picks (folded pairs at 3, 5, 6 and 7 ranks, none at 4 and 8).
+for n in 3 4 5 6 7 8; do
+    for algo in rd direct; do
+        DT_TRANSPORT=tcp DT_ALGO=$algo "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big 64 --hashes >"$WORK/h.$algo" 2>&1 \
+            || { cat "$WORK/h.$algo"; fail "DT_ALGO=$algo on $n ranks failed"; }
+        grep '^\[0\] hash' "$WORK/h.$algo" >"$WORK/hashes.$algo"
+    done
+    [ "$(wc -l <"$WORK/hashes.rd")" -ge 3 ] || { cat "$WORK/h.rd"; fail "no hashes printed"; }
+    cmp -s "$WORK/hashes.rd" "$WORK/hashes.direct" \
+        || { paste "$WORK/hashes.rd" "$WORK/hashes.direct"; fail "$n ranks: direct and recursive doubling give different bits"; }
+done
 
 # Bad settings are named.
 DT_DIRECT_MSG=lots "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64 >"$WORK/bad" 2>&1 && fail "DT_DIRECT_MSG=lots accepted"
