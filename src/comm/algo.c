@@ -46,10 +46,11 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
         return DT__ALG_DIRECT;
     size_t small = dt__coll_small_bytes(c);
     /* Across hosts with 4 ranks or fewer halving-doubling saves at most 2
-     * steps and measured level with the ring up to 128 KiB, and at 256 KiB
-     * it stalled for 10-200 ms in most runs on shaped links while the ring
-     * did not (docs/algorithms.md). */
-    size_t ring = c->ring_bytes != SIZE_MAX ? c->ring_bytes : c->one_host ? 2097152 : c->size <= 4 ? 131072 : 262144;
+     * steps, and on shaped links its exchanges of 128 and 256 KiB stalled
+     * for 10-200 ms in most runs while the ring never did; up to 64 KiB it
+     * did not, and it keeps the 2 latencies it saves where hops are slow
+     * (docs/algorithms.md). */
+    size_t ring = c->ring_bytes != SIZE_MAX ? c->ring_bytes : c->one_host ? 2097152 : c->size <= 4 ? 65536 : 262144;
     if (bytes <= small)
         return DT__ALG_RD;
     if (bytes <= ring && has_rhd)
