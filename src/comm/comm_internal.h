@@ -26,6 +26,10 @@ typedef struct {
     dt__progress *progress; /* the nonblocking collectives' thread, started on first use */
 } dt__world;
 
+/* Communicator id of the world's start-up timing (src/comm/tune.c): its
+ * messages and sequence numbers never meet the user's collectives. */
+#define DT__TUNE_COMM_ID 2u
+
 typedef enum { DT_ALGO_AUTO = 0, DT_ALGO_RING, DT_ALGO_RD, DT_ALGO_RHD, DT_ALGO_DIRECT } dt__algo;
 
 struct dt_comm {

@@ -18,7 +18,8 @@ static int by_key_then_rank(const void *a, const void *b)
     return x->rank - y->rank;
 }
 
-/* Ids 0 and 1 are reserved (none, world); FNV-1a of (parent, split number, colour). */
+/* Ids 0 to 2 are reserved (none, world, the world's start-up timing);
+ * FNV-1a of (parent, split number, colour). */
 static uint32_t child_id(uint32_t parent, uint64_t split_seq, int color)
 {
     uint32_t h = 2166136261u;
@@ -28,7 +29,7 @@ static uint32_t child_id(uint32_t parent, uint64_t split_seq, int color)
     memcpy(bytes + 12, &color, 4);
     for (int i = 0; i < 16; i++)
         h = (h ^ bytes[i]) * 16777619u;
-    return h < 2 ? h + 2 : h;
+    return h < 3 ? h + 3 : h;
 }
 
 static dt_status make_child(dt_comm *c, const int32_t *pairs, int color, dt_comm **out)

@@ -8,6 +8,7 @@
  * figures that motivate it. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/clock.h"
 #include "base/log.h"
@@ -68,16 +69,29 @@ dt_status dt__tune_direct(dt_comm *c)
     static const size_t sizes[] = {8, 4096}; /* bytes timed; direct up to 1 KiB, then 4 KiB */
     static const size_t limits[] = {1024, 4096};
     float buf[4096 / sizeof(float)] = {0};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    /* A twin of c with its own id and sequence numbers, so the user's
+     * collectives are still numbered from 1 (DT_DEBUG=coll names them). */
+    dt_comm twin = *c;
+    twin.id = DT__TUNE_COMM_ID;
+    twin.coll_seq = 0;
+    memset(twin.scratch, 0, sizeof twin.scratch);
+    memset(twin.scratch_size, 0, sizeof twin.scratch_size);
+    dt_status s = DT_OK;
+    for (size_t i = 0; s == DT_OK && i < sizeof sizes / sizeof sizes[0]; i++) {
         bool wins;
         double t[2];
-        DT_CHECK(direct_wins(c, buf, sizes[i] / sizeof(float), &wins, t));
+        s = direct_wins(&twin, buf, sizes[i] / sizeof(float), &wins, t);
+        if (s != DT_OK)
+            break;
         DT_INFO("allreduce of %zu bytes across %d ranks: direct %.0f us, recursive doubling %.0f us", sizes[i],
                 c->size, t[0] * 1e6, t[1] * 1e6);
         if (!wins)
             break;
         c->direct_tuned = limits[i];
     }
-    DT_INFO("allreduce: direct algorithm up to %zu bytes", c->direct_tuned);
-    return DT_OK;
+    free(twin.scratch[0]);
+    free(twin.scratch[1]);
+    if (s == DT_OK)
+        DT_INFO("allreduce: direct algorithm up to %zu bytes", c->direct_tuned);
+    return s;
 }
