@@ -40,7 +40,8 @@ typedef enum { DT__COLL_ALLREDUCE, DT__COLL_REDUCE_SCATTER, DT__COLL_ALLGATHER, 
  * thresholds (docs/algorithms.md).  Never returns one the collective lacks. */
 dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes);
 /* At or below this many bytes allreduce runs the direct algorithm (n > 2):
- * DT_DIRECT_MSG, else what dt__tune_direct measured, else 0. */
+ * DT_DIRECT_MSG, else what dt__tune_direct measured (0 when it did not run),
+ * capped at the small threshold. */
 size_t dt__coll_direct_bytes(const dt_comm *c);
 /* Collective over c (world creation): times direct against recursive
  * doubling on the real links and sets c's measured threshold. */

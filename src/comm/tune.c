@@ -77,7 +77,7 @@ dt_status dt__tune_direct(dt_comm *c)
     memset(twin.scratch, 0, sizeof twin.scratch);
     memset(twin.scratch_size, 0, sizeof twin.scratch_size);
     dt_status s = DT_OK;
-    for (size_t i = 0; s == DT_OK && i < sizeof sizes / sizeof sizes[0]; i++) {
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         bool wins;
         double t[2];
         s = direct_wins(&twin, buf, sizes[i] / sizeof(float), &wins, t);
