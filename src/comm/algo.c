@@ -15,13 +15,18 @@ size_t dt__coll_small_bytes(const dt_comm *c)
     return c->small_bytes != SIZE_MAX ? c->small_bytes : c->one_host ? 65536 : 16384;
 }
 
+size_t dt__coll_allreduce_small_bytes(const dt_comm *c)
+{
+    return c->small_bytes == SIZE_MAX && c->small_tuned ? c->small_tuned : dt__coll_small_bytes(c);
+}
+
 size_t dt__coll_direct_bytes(const dt_comm *c)
 {
     if (c->direct_bytes != SIZE_MAX)
         return c->direct_bytes;
     /* Measured: only where recursive doubling would run otherwise, whose
      * bits direct reproduces, so the timing never changes a result. */
-    size_t small = dt__coll_small_bytes(c);
+    size_t small = dt__coll_allreduce_small_bytes(c);
     return c->direct_tuned < small ? c->direct_tuned : small;
 }
 
@@ -44,7 +49,7 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
     }
     if (kind == DT__COLL_ALLREDUCE && c->size > 2 && bytes <= dt__coll_direct_bytes(c))
         return DT__ALG_DIRECT;
-    size_t small = dt__coll_small_bytes(c);
+    size_t small = kind == DT__COLL_ALLREDUCE ? dt__coll_allreduce_small_bytes(c) : dt__coll_small_bytes(c);
     /* Across hosts with 4 ranks or fewer halving-doubling saves at most 2
      * steps, and on shaped links its exchanges of 128 and 256 KiB stalled
      * for 10-200 ms in most runs while the ring never did; up to 64 KiB it

@@ -8,10 +8,14 @@
 
 dt_status dt__allreduce_flat(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op)
 {
+    return dt__allreduce_alg(k, buf, count, t, op, dt__coll_pick(k->c, DT__COLL_ALLREDUCE, count * dt_dtype_size(t)));
+}
+
+dt_status dt__allreduce_alg(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op, dt__alg alg)
+{
     dt_comm *c = k->c;
     if (c->size == 1)
         return DT_OK;
-    dt__alg alg = dt__coll_pick(c, DT__COLL_ALLREDUCE, count * dt_dtype_size(t));
     if (alg == DT__ALG_DIRECT)
         return dt__direct_allreduce(k, buf, count, t, op);
     if (alg == DT__ALG_RD)

@@ -39,15 +39,22 @@ typedef enum { DT__COLL_ALLREDUCE, DT__COLL_REDUCE_SCATTER, DT__COLL_ALLGATHER, 
  * counts it) on c: DT_ALGO when set, else by size against the communicator's
  * thresholds (docs/algorithms.md).  Never returns one the collective lacks. */
 dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes);
+/* Allreduce on c's members with algorithm alg (no hierarchy). */
+dt_status dt__allreduce_alg(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op, dt__alg alg);
 /* At or below this many bytes allreduce runs the direct algorithm (n > 2):
- * DT_DIRECT_MSG, else what dt__tune_direct measured (0 when it did not run),
- * capped at the small threshold. */
+ * DT_DIRECT_MSG, else what dt__tune_allreduce measured (0 when it did not
+ * run), capped at allreduce's small threshold. */
 size_t dt__coll_direct_bytes(const dt_comm *c);
 /* Collective over c (world creation): times direct against recursive
- * doubling on the real links and sets c's measured threshold. */
-dt_status dt__tune_direct(dt_comm *c);
-/* At or below this many bytes the latency-optimal algorithms run. */
+ * doubling, and across hosts recursive doubling against halving-doubling,
+ * on the real links, and sets c's measured thresholds.  All three give the
+ * same bits, so the verdict never changes a result. */
+dt_status dt__tune_allreduce(dt_comm *c);
+/* At or below this many bytes the latency-optimal algorithms run
+ * (DT_SMALL_MSG, else the default for the topology). */
 size_t dt__coll_small_bytes(const dt_comm *c);
+/* The same for allreduce: there it may come from the start-up timing. */
+size_t dt__coll_allreduce_small_bytes(const dt_comm *c);
 /* Check a (send, recv) pair: same pointer (in place) or disjoint ranges. */
 dt_status dt__coll_check_buffers(const char *op, const void *send, size_t send_bytes, const void *recv,
                                  size_t recv_bytes);

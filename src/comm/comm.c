@@ -165,10 +165,10 @@ dt_status dt_comm_init_env(dt_comm **out)
         return s;
     }
     c->one_host = dt__comm_one_host(c);
-    s = dt__tune_direct(c);
+    s = dt__tune_allreduce(c);
     if (s != DT_OK) {
         dt_comm_destroy(c);
-        return dt__wrap(s, "timing the direct allreduce at start-up: ");
+        return dt__wrap(s, "timing the small-message allreduce algorithms at start-up: ");
     }
     s = dt__hier_setup(c);
     if (s != DT_OK) {

@@ -48,6 +48,7 @@ struct dt_comm {
     size_t direct_bytes;  /* at or below: direct (one-shot) allreduce (DT_DIRECT_MSG) */
     size_t direct_tuned;  /* the same, measured at start-up when DT_DIRECT_MSG is unset */
     size_t small_bytes;   /* at or below: latency-optimal algorithms (DT_SMALL_MSG) */
+    size_t small_tuned;   /* allreduce's recursive doubling limit, measured at start-up (0: not) */
     size_t ring_bytes;    /* above: ring; between the two: halving-doubling (DT_RING_MSG) */
     bool one_host;        /* every member shares memory with every other */
     /* Hierarchy (src/comm/hier.c), world communicator only: NULL local when

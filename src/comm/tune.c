@@ -1,10 +1,16 @@
-/* Start-up measurement of where the direct allreduce pays.
+/* Start-up measurement of which small-message allreduce pays.
  *
- * Direct saves log2(n) - 1 message latencies and costs n - 1 messages per
- * rank instead of log2(n).  Which one is bigger depends on the links (a hop
- * of 30 us or of 300 us) and on what a message costs the CPU, neither known
- * in advance, so the world communicator times both algorithms once, on the
- * real links, before any user collective.  docs/algorithms.md has the
+ * Two choices depend on the links, neither known in advance:
+ *   - direct (one-shot) saves log2(n) - 1 message latencies and costs n - 1
+ *     messages per rank instead of log2(n): a hop of 30 us or of 300 us
+ *     against what a message costs the CPU;
+ *   - halving-doubling puts 1.5x the buffer on each rank's link where
+ *     recursive doubling puts 2x, and takes twice its steps: at 200 mbit the
+ *     bytes cost more than the steps from 8 KiB, at 1000 mbit they do not.
+ * So the world communicator times the candidates once, on the real links,
+ * before any user collective.  The three algorithms combine the inputs in
+ * the same order (docs/algorithms.md), so a verdict that differs from run to
+ * run changes the speed, never the bits.  docs/algorithms.md has the
  * figures that motivate it. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,9 +22,15 @@
 #include "comm/coll.h"
 
 enum { TUNE_REPS = 9, TUNE_WARMUP = 2, TUNE_MAX_RANKS = 16 };
-#define TUNE_WIN 0.9 /* direct must be at least 10% faster */
+#define TUNE_WIN 0.9             /* the challenger must be at least 10% faster */
+#define TUNE_MAX_BYTES 16384     /* the largest size timed */
 
 typedef dt_status (*allreduce_fn)(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op);
+
+static dt_status rhd_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op)
+{
+    return dt__allreduce_alg(k, buf, count, t, op, DT__ALG_RHD);
+}
 
 static int by_value(const void *a, const void *b)
 {
@@ -44,12 +56,14 @@ static dt_status median_time(dt_comm *c, allreduce_fn fn, float *buf, size_t cou
     return DT_OK;
 }
 
-/* Times direct and recursive doubling at `count` floats; true when direct
- * wins on the slowest rank's figures (the same verdict on every rank). */
-static dt_status direct_wins(dt_comm *c, float *buf, size_t count, bool *wins, double t[2])
+/* Times the challenger and the incumbent at `bytes`; true when the
+ * challenger wins on the slowest rank's figures (the same verdict on every
+ * rank).  t[0]: challenger, t[1]: incumbent. */
+static dt_status challenger_wins(dt_comm *c, allreduce_fn challenger, allreduce_fn incumbent, float *buf,
+                                 size_t bytes, bool *wins, double t[2])
 {
-    DT_CHECK(median_time(c, dt__direct_allreduce, buf, count, &t[0]));
-    DT_CHECK(median_time(c, dt__rd_allreduce, buf, count, &t[1]));
+    DT_CHECK(median_time(c, challenger, buf, bytes / sizeof(float), &t[0]));
+    DT_CHECK(median_time(c, incumbent, buf, bytes / sizeof(float), &t[1]));
     double mine[2] = {t[0], t[1]};
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "allreduce (start-up timing)"));
@@ -60,15 +74,58 @@ static dt_status direct_wins(dt_comm *c, float *buf, size_t count, bool *wins, d
     return DT_OK;
 }
 
-dt_status dt__tune_direct(dt_comm *c)
+/* Direct up to 1 KiB when it wins at 8 bytes, up to 4 KiB when it also wins
+ * there. */
+static dt_status tune_direct(dt_comm *twin, dt_comm *c, float *buf)
+{
+    static const size_t sizes[] = {8, 4096}, limits[] = {1024, 4096};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        bool wins;
+        double t[2];
+        DT_CHECK(challenger_wins(twin, dt__direct_allreduce, dt__rd_allreduce, buf, sizes[i], &wins, t));
+        DT_INFO("allreduce of %zu bytes across %d ranks: direct %.0f us, recursive doubling %.0f us", sizes[i],
+                c->size, t[0] * 1e6, t[1] * 1e6);
+        if (!wins)
+            break;
+        c->direct_tuned = limits[i];
+    }
+    DT_INFO("allreduce: direct algorithm up to %zu bytes", c->direct_tuned);
+    return DT_OK;
+}
+
+/* Across hosts recursive doubling runs up to 16 KiB by default; down to 8
+ * KiB when halving-doubling wins at 16, down to 4 KiB when it also wins at
+ * 8.  Only where halving-doubling is what runs above (the ring's bits
+ * differ). */
+static dt_status tune_doubling(dt_comm *twin, dt_comm *c, float *buf)
+{
+    if (c->one_host || c->small_bytes != SIZE_MAX || c->ring_bytes != SIZE_MAX ||
+        dt__coll_small_bytes(c) != TUNE_MAX_BYTES)
+        return DT_OK;
+    static const size_t sizes[] = {16384, 8192}, limits[] = {8192, 4096};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        bool wins;
+        double t[2];
+        DT_CHECK(challenger_wins(twin, rhd_allreduce, dt__rd_allreduce, buf, sizes[i], &wins, t));
+        DT_INFO("allreduce of %zu bytes across %d ranks: halving-doubling %.0f us, recursive doubling %.0f us",
+                sizes[i], c->size, t[0] * 1e6, t[1] * 1e6);
+        if (!wins)
+            break;
+        c->small_tuned = limits[i];
+    }
+    DT_INFO("allreduce: recursive doubling up to %zu bytes", dt__coll_allreduce_small_bytes(c));
+    return DT_OK;
+}
+
+dt_status dt__tune_allreduce(dt_comm *c)
 {
     c->direct_tuned = 0;
-    if (c->size < 3 || c->size > TUNE_MAX_RANKS || c->algo != DT_ALGO_AUTO ||
-        c->direct_bytes != SIZE_MAX)
+    c->small_tuned = 0;
+    if (c->size < 3 || c->size > TUNE_MAX_RANKS || c->algo != DT_ALGO_AUTO)
         return DT_OK;
-    static const size_t sizes[] = {8, 4096}; /* bytes timed; direct up to 1 KiB, then 4 KiB */
-    static const size_t limits[] = {1024, 4096};
-    float buf[4096 / sizeof(float)] = {0};
+    float *buf = calloc(TUNE_MAX_BYTES / sizeof(float), sizeof(float));
+    if (!buf)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
     /* A twin of c with its own id and sequence numbers, so the user's
      * collectives are still numbered from 1 (DT_DEBUG=coll names them). */
     dt_comm twin = *c;
@@ -76,22 +133,11 @@ dt_status dt__tune_direct(dt_comm *c)
     twin.coll_seq = 0;
     memset(twin.scratch, 0, sizeof twin.scratch);
     memset(twin.scratch_size, 0, sizeof twin.scratch_size);
-    dt_status s = DT_OK;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        bool wins;
-        double t[2];
-        s = direct_wins(&twin, buf, sizes[i] / sizeof(float), &wins, t);
-        if (s != DT_OK)
-            break;
-        DT_INFO("allreduce of %zu bytes across %d ranks: direct %.0f us, recursive doubling %.0f us", sizes[i],
-                c->size, t[0] * 1e6, t[1] * 1e6);
-        if (!wins)
-            break;
-        c->direct_tuned = limits[i];
-    }
+    dt_status s = c->direct_bytes == SIZE_MAX ? tune_direct(&twin, c, buf) : DT_OK;
+    if (s == DT_OK)
+        s = tune_doubling(&twin, c, buf);
     free(twin.scratch[0]);
     free(twin.scratch[1]);
-    if (s == DT_OK)
-        DT_INFO("allreduce: direct algorithm up to %zu bytes", c->direct_tuned);
+    free(buf);
     return s;
 }

@@ -2,7 +2,9 @@
 # The direct (one-shot) allreduce: its threshold measured at start-up (every
 # rank reaches the same verdict), not with 2 ranks or DT_ALGO forced, set by
 # DT_DIRECT_MSG (results still checked bit for bit by coll_check), the same
-# bits as recursive doubling, and bad settings named.
+# bits as recursive doubling, and bad settings named.  Across hosts the
+# recursive doubling / halving-doubling threshold is measured the same way,
+# and halving-doubling gives recursive doubling's bits too.
 . "$(dirname "$0")/lib.sh"
 
 # Across "hosts" (TCP between every pair): every rank times both algorithms
@@ -14,11 +16,22 @@ DT_TRANSPORT=tcp DT_DEBUG=info "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big
 verdicts=$(grep -oE 'INFO allreduce: direct algorithm up to [0-9]+ bytes' "$WORK/tuned" | sort | uniq -c)
 [ "$(echo "$verdicts" | wc -l)" = 1 ] && [ "$(echo "$verdicts" | awk '{print $1}')" = 3 ] \
     || { cat "$WORK/tuned"; fail "the ranks disagree on the threshold: $verdicts"; }
+[ "$(grep -cE 'INFO allreduce of 16384 bytes across 3 ranks: halving-doubling [0-9]+ us, recursive doubling [0-9]+ us' "$WORK/tuned")" = 3 ] \
+    || { cat "$WORK/tuned"; fail "not every rank timed recursive doubling against halving-doubling"; }
+verdicts=$(grep -oE 'INFO allreduce: recursive doubling up to (4096|8192|16384) bytes' "$WORK/tuned" | sort | uniq -c)
+[ "$(echo "$verdicts" | wc -l)" = 1 ] && [ "$(echo "$verdicts" | awk '{print $1}')" = 3 ] \
+    || { cat "$WORK/tuned"; fail "the ranks disagree on the recursive doubling threshold: $verdicts"; }
+# DT_SMALL_MSG set: that threshold stands, nothing timed for it.
+DT_TRANSPORT=tcp DT_SMALL_MSG=8192 DT_DEBUG=info "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 4096 >"$WORK/small" 2>&1 \
+    || { cat "$WORK/small"; fail "run with DT_SMALL_MSG=8192 failed"; }
+expect_no_grep "$WORK/small" "halving-doubling"
+expect_grep "$WORK/small" "direct algorithm up to"
 
 # Shared memory: timed as well, same agreement.
 DT_DEBUG=info "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 4096 >"$WORK/local" 2>&1 || { cat "$WORK/local"; fail "local run failed"; }
 [ "$(grep -oE 'INFO allreduce: direct algorithm up to [0-9]+ bytes' "$WORK/local" | sort -u | wc -l)" = 1 ] \
     || { cat "$WORK/local"; fail "the ranks disagree on the threshold"; }
+expect_no_grep "$WORK/local" "halving-doubling" # one host: the bytes cost no link
 # Two ranks (direct is recursive doubling there) and DT_ALGO forced: nothing timed.
 DT_DEBUG=info "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64 >"$WORK/two" 2>&1 || { cat "$WORK/two"; fail "2-rank run failed"; }
 expect_no_grep "$WORK/two" "direct algorithm up to"
@@ -32,10 +45,11 @@ DT_TRANSPORT=tcp DT_DIRECT_MSG=4096 DT_DEBUG=info "$BIN/dtrun" -n 5 "$BIN/coll_c
 expect_no_grep "$WORK/forced" "direct algorithm up to"
 expect_grep "$WORK/forced" "coll_check: world 5: [0-9]+ checks, 0 mismatches"
 
-# Direct combines in recursive doubling's order: the same bits whichever the
-# start-up timing picks (folded pairs at 3, 5, 6 and 7 ranks, none at 4 and 8).
+# Direct and halving-doubling combine in recursive doubling's order: the same
+# bits whichever the start-up timing picks (folded pairs at 3, 5, 6 and 7
+# ranks, none at 4 and 8).
 for n in 3 4 5 6 7 8; do
-    for algo in rd direct; do
+    for algo in rd direct rhd; do
         DT_TRANSPORT=tcp DT_ALGO=$algo "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big 64 --hashes >"$WORK/h.$algo" 2>&1 \
             || { cat "$WORK/h.$algo"; fail "DT_ALGO=$algo on $n ranks failed"; }
         grep '^\[0\] hash' "$WORK/h.$algo" >"$WORK/hashes.$algo"
@@ -43,6 +57,8 @@ for n in 3 4 5 6 7 8; do
     [ "$(wc -l <"$WORK/hashes.rd")" -ge 3 ] || { cat "$WORK/h.rd"; fail "no hashes printed"; }
     cmp -s "$WORK/hashes.rd" "$WORK/hashes.direct" \
         || { paste "$WORK/hashes.rd" "$WORK/hashes.direct"; fail "$n ranks: direct and recursive doubling give different bits"; }
+    cmp -s "$WORK/hashes.rd" "$WORK/hashes.rhd" \
+        || { paste "$WORK/hashes.rd" "$WORK/hashes.rhd"; fail "$n ranks: halving-doubling and recursive doubling give different bits"; }
 done
 
 # Bad settings are named.
