@@ -276,6 +276,27 @@ static void check_p2p(dt_comm *c, size_t n)
             CALL(dt_send(a, n, DT_F32, right, 3, c));
         }
         compare("send/recv ring shift", b, want, n, DT_F32, c);
+        /* A cycle of blocking sends still completes: a message whose
+         * receive is not posted is buffered (over shared memory, after a
+         * few milliseconds in the sender's memory). */
+        memset(b, 0, n * 4);
+        CALL(dt_send(a, n, DT_F32, right, 4, c));
+        CALL(dt_recv(b, n, DT_F32, left, 4, c, NULL));
+        compare("cycle of blocking sends", b, want, n, DT_F32, c);
+        /* Received in the other order than sent: the first message waits
+         * (unexpected) while the second is taken. */
+        float *b2 = malloc(n * 4 + 4);
+        memset(b, 0, n * 4);
+        CALL(dt_isend(a, n, DT_F32, right, 5, c, &rq[0]));
+        CALL(dt_isend(a, n, DT_F32, right, 6, c, &rq[1]));
+        CALL(dt_irecv(b2, n, DT_F32, left, 6, c, &rq[2]));
+        CALL(dt_wait(rq[2], NULL));
+        CALL(dt_recv(b, n, DT_F32, left, 5, c, NULL));
+        CALL(dt_wait(rq[0], NULL));
+        CALL(dt_wait(rq[1], NULL));
+        compare("received out of order, first", b, want, n, DT_F32, c);
+        compare("received out of order, second", b2, want, n, DT_F32, c);
+        free(b2);
     }
     free(a);
     free(b);

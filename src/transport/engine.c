@@ -44,6 +44,7 @@ static void free_unexpected(dt__engine *e, peer *p)
 {
     for (unexpected *u = p->unexp; u;) {
         unexpected *n = u->next;
+        e->refs_waiting -= u->in_sender;
         dt__bufcache_put(&e->early, u->data, u->cap);
         free(u);
         u = n;
@@ -299,12 +300,12 @@ static bool write_ack(dt__engine *e, peer *p)
 {
     if (dt__shm_writable(p->tx) < DT_FRAME_HDR)
         return false;
-    dt__frame f = {.type = DT_FRAME_ACK, .src = (uint32_t)e->rank};
+    dt__frame f = {.type = DT_FRAME_ACK, .seq = p->acks[p->acks_head], .src = (uint32_t)e->rank};
     uint8_t hdr[DT_FRAME_HDR];
     dt__frame_encode(&f, hdr);
     struct iovec iov = {hdr, sizeof hdr};
     (void)chan_send(p, &iov, 1);
-    p->acks_owed--;
+    (void)dt__ref_ack_taken(p);
     return true;
 }
 
@@ -362,6 +363,7 @@ static dt_status queue_frame(dt__engine *e, dt__req *r, int pi, uint8_t type, ui
         f.type = DT_FRAME_DATA_REF;
         r->by_ref = true;
         dt__put_u64(r->ref, (uint64_t)(uintptr_t)buf);
+        dt__put_u64(r->ref + 8, p->ref_next++);
     }
     dt__frame_encode(&f, r->hdr);
     bool was_idle = p->sendq == NULL;
@@ -435,14 +437,25 @@ static unexpected *take_unexpected(peer *p, const dt__req *r)
     return NULL;
 }
 
-/* Complete receive r with buffered message u (copied if it fits) and free u. */
-static void deliver_buffered(dt__engine *e, dt__req *r, unexpected *u)
+/* Complete receive r with buffered message u (copied if it fits, from our
+ * buffer or the sender's memory) and free u. */
+static dt_status deliver_buffered(dt__engine *e, peer *p, dt__req *r, unexpected *u)
 {
-    if (u->f.len <= r->len && u->f.len)
+    bool fits = u->f.len <= r->len;
+    dt_status s = DT_OK;
+    if (u->in_sender) {
+        e->refs_waiting--;
+        s = dt__ref_copy(e, p, u->ref_addr, u->ref_id, fits ? r->buf : NULL, (size_t)u->f.len);
+    } else if (fits && u->f.len) {
         memcpy(r->buf, u->data, (size_t)u->f.len);
-    finish_recv(r, &u->f);
+    }
+    if (s == DT_OK)
+        finish_recv(r, &u->f);
+    else
+        complete(r, s);
     dt__bufcache_put(&e->early, u->data, u->cap);
     free(u);
+    return s;
 }
 
 dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, int32_t tag,
@@ -464,7 +477,7 @@ dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, 
     peer *p = &e->peers[pi];
     unexpected *u = take_unexpected(p, r);
     if (u) {
-        deliver_buffered(e, r, u);
+        DT_CHECK(deliver_buffered(e, p, r, u));
         return r->status == DT_OK ? DT_OK
                                   : dt__fail(DT_ERR_TRUNCATE, "message of %zu bytes from %s exceeds the %zu-byte receive buffer",
                                              r->received, p->name, cap);
@@ -475,7 +488,8 @@ dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, 
     return DT_OK;
 }
 
-/* Route an arriving DATA frame: to its posted receive, or into a buffer. */
+/* Route an arriving DATA frame: to its posted receive, or into a buffer (a
+ * DATA_REF's payload stays with its sender until the receive is posted). */
 static dt_status route_data(dt__engine *e, peer *p, const dt__frame *f)
 {
     dt__req *r = take_posted(p, f);
@@ -486,8 +500,9 @@ static dt_status route_data(dt__engine *e, peer *p, const dt__frame *f)
     }
     unexpected *u = calloc(1, sizeof *u);
     size_t cap = 0;
-    uint8_t *data = f->len && u ? dt__bufcache_get(&e->early, (size_t)f->len, &cap) : NULL;
-    if (!u || (f->len && !data)) {
+    bool buffered = f->len && f->type == DT_FRAME_DATA;
+    uint8_t *data = buffered && u ? dt__bufcache_get(&e->early, (size_t)f->len, &cap) : NULL;
+    if (!u || (buffered && !data)) {
         free(u);
         return dt__engine_fail(e, DT_ERR_NOMEM, "cannot buffer a %llu-byte message from %s",
                                (unsigned long long)f->len, p->name);
@@ -502,21 +517,20 @@ static dt_status route_data(dt__engine *e, peer *p, const dt__frame *f)
 
 /* The buffered message just completed.  A receive posted while it was still
  * arriving takes it now; otherwise it joins the peer's unexpected queue. */
-static void stash_unexpected(dt__engine *e, peer *p)
+static dt_status stash_unexpected(dt__engine *e, peer *p)
 {
     unexpected *u = p->stash;
     p->stash = NULL;
     dt__req *r = take_posted(p, &u->f);
-    if (r) {
-        deliver_buffered(e, r, u);
-        return;
-    }
+    if (r)
+        return deliver_buffered(e, p, r, u);
     u->next = NULL;
     if (p->unexp_tail)
         p->unexp_tail->next = u;
     else
         p->unexp = u;
     p->unexp_tail = u;
+    return DT_OK;
 }
 
 static dt_status deliver_local(dt__engine *e, const dt__frame *f, const void *buf)
@@ -528,7 +542,7 @@ static dt_status deliver_local(dt__engine *e, const dt__frame *f, const void *bu
     if (p->target)
         finish_recv(p->target, f);
     if (p->stash)
-        stash_unexpected(e, p);
+        DT_CHECK(stash_unexpected(e, p));
     p->target = NULL;
     p->dst = NULL;
     return DT_OK;
@@ -565,13 +579,17 @@ static dt_status payload_done(dt__engine *e, peer *p)
         return DT_OK;
     }
     if (f->type == DT_FRAME_DATA_REF) {
-        if (p->dst && f->len) {
-            dt_status s = dt__shm_read_remote(p->pid, dt__get_u64(p->ref), p->dst, (size_t)f->len);
-            if (s != DT_OK)
-                return dt__engine_fail(e, DT_ERR_PEER, "copying a %llu-byte message out of %s's memory: %s",
-                                       (unsigned long long)f->len, p->name, dt_last_error());
+        uint64_t addr = dt__get_u64(p->ref), id = dt__get_u64(p->ref + 8);
+        if (p->stash) { /* copied when its receive is posted (engine_ref.c) */
+            p->stash->in_sender = true;
+            p->stash->ref_addr = addr;
+            p->stash->ref_id = id;
+            p->stash->since = dt__now_ns();
+            e->refs_waiting++;
+            e->refs_deferred++;
+        } else {
+            DT_CHECK(dt__ref_copy(e, p, addr, id, p->dst, (size_t)f->len));
         }
-        p->acks_owed++;
     }
     if (p->target) {
         dt__req *r = p->target;
@@ -581,7 +599,7 @@ static dt_status payload_done(dt__engine *e, peer *p)
             return dt__engine_fail(e, DT_ERR_TRUNCATE, "message of %llu bytes from %s exceeds the %zu-byte receive buffer (tag %d)",
                                    (unsigned long long)f->len, p->name, r->len, f->tag);
     } else if (p->stash) {
-        stash_unexpected(e, p);
+        return stash_unexpected(e, p);
     }
     return DT_OK;
 }
@@ -602,12 +620,10 @@ static dt_status header_done(dt__engine *e, int pi)
         return dt__engine_fail(e, DT_ERR_PEER, "%s sent a shared-memory frame (type %d) over TCP; connection closed",
                                p->name, type);
     if (type == DT_FRAME_ACK) {
-        dt__req *r = p->unacked;
+        dt__req *r = dt__ref_take_unacked(p, p->cur.seq);
         if (!r)
-            return dt__engine_fail(e, DT_ERR_PEER, "%s acknowledged a message this rank never sent", p->name);
-        p->unacked = r->next;
-        if (!p->unacked)
-            p->unacked_tail = NULL;
+            return dt__engine_fail(e, DT_ERR_PEER, "%s acknowledged a message this rank never sent (id %llu)", p->name,
+                                   (unsigned long long)p->cur.seq);
         complete(r, DT_OK);
         p->hdr_got = 0;
         return DT_OK;
@@ -815,6 +831,12 @@ static dt_status watch_silent_peers(dt__engine *e)
 dt_status dt__engine_progress(dt__engine *e, int timeout_ms)
 {
     DT_CHECK(dt__engine_status(e));
+    if (e->refs_waiting) {
+        DT_CHECK(dt__ref_fetch_stale(e));
+        int wait_ms = DT__REF_WAIT_NS / 1000000 + 1; /* wake up to copy the rest once stale */
+        if (e->refs_waiting && timeout_ms > wait_ms)
+            timeout_ms = wait_ms;
+    }
     if (e->heartbeat) {
         DT_CHECK(watch_silent_peers(e));
         int period_ms = (int)(e->heartbeat_period_ns / 1000000) + 1;

@@ -57,12 +57,14 @@ typedef struct {
     const char *listen_ip; /* NULL: the address that reaches the store */
     int transport;         /* DT__TRANSPORT_*: how to reach peers on this host */
     size_t shm_ring;       /* bytes per direction of a shared-memory ring; 0: auto */
-    size_t shm_copy_min;   /* shared memory: payloads from this size are read from the sender */
+    size_t shm_copy_min;   /* shared memory: payloads from this size are read from the sender;
+                              DT__SHM_COPY_AUTO: decided by the host (engine_shm.c) */
     int shm_spin_us;       /* shared memory: poll before sleeping */
     int poll_spin_us;      /* sockets: poll without blocking (yielding) this long before sleeping */
 } dt__engine_config;
 
 enum { DT__TRANSPORT_AUTO = 0, DT__TRANSPORT_TCP = 1, DT__TRANSPORT_SHM = 2 };
+#define DT__SHM_COPY_AUTO SIZE_MAX
 
 /* Listen, publish this rank's address in the store, connect to every peer. */
 dt_status dt__engine_create(const dt__engine_config *cfg, struct dt_store_client *store,

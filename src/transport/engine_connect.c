@@ -246,9 +246,16 @@ dt_status dt__engine_destroy(dt__engine *e)
             s = dt__engine_progress(e, dt__ms_left(deadline, 1000));
         }
     }
+    if (e->refs_copied)
+        DT_INFO("shared memory: %llu payloads copied from their senders' memory, %llu of them after waiting for their "
+                "receive, %llu buffered after waiting %d ms",
+                (unsigned long long)e->refs_copied, (unsigned long long)e->refs_deferred,
+                (unsigned long long)e->refs_buffered, DT__REF_WAIT_NS / 1000000);
     dt__engine_close(e); /* completes what is pending, frees buffers, closes sockets */
-    for (int i = 0; e->peers && i < e->size; i++)
+    for (int i = 0; e->peers && i < e->size; i++) {
         dt__shm_close(e->peers[i].shm);
+        free(e->peers[i].acks);
+    }
     dt__bufcache_clear(&e->early);
     free(e->peers);
     free(e->pfds);

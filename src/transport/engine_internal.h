@@ -13,6 +13,10 @@ typedef struct unexpected {
     dt__frame f;
     uint8_t *data;
     size_t cap; /* of data, from the engine's buffer cache */
+    /* A DATA_REF payload not copied yet: still in the sender's memory. */
+    bool in_sender;
+    uint64_t ref_addr, ref_id;
+    int64_t since; /* when its frame arrived */
 } unexpected;
 
 typedef struct {
@@ -39,9 +43,11 @@ typedef struct {
     dt__shm_ring *tx, *rx;
     pid_t pid;            /* the peer's process, to read DATA_REF payloads */
     bool send_refs;       /* the peer can read our memory: send large payloads by address */
-    uint8_t ref[DT_FRAME_REF_BYTES]; /* address of the DATA_REF payload being received */
+    uint8_t ref[DT_FRAME_REF_BYTES]; /* address and id of the DATA_REF payload being received */
+    uint64_t ref_next;    /* id of the next DATA_REF sent to the peer */
     dt__req *unacked, *unacked_tail; /* DATA_REF sends waiting for their ACK */
-    unsigned acks_owed;   /* DATA_REF payloads read, ACK not yet written */
+    uint64_t *acks;       /* ids of DATA_REF payloads read, ACK not yet written: */
+    size_t acks_head, acks_owed, acks_cap; /* acks[head .. head+owed) */
     int64_t last_io;      /* when this rank last read from or wrote to the peer */
 } peer;
 
@@ -55,6 +61,10 @@ struct dt__engine {
     char fail_msg[1024];
     int nshm;              /* peers reached through shared memory */
     size_t shm_copy_min;   /* DATA_REF from this many payload bytes */
+    int refs_waiting;      /* unexpected DATA_REF payloads still in their senders' memory */
+    /* DATA_REF payloads copied: in all, after waiting for their receive, and
+     * into a buffer after DT__REF_WAIT_NS (reported at destroy, DT_DEBUG=info) */
+    uint64_t refs_copied, refs_deferred, refs_buffered;
     int64_t shm_spin_ns;   /* poll the rings this long before sleeping */
     bool shm_spin_yields;  /* oversubscribed host: sched_yield between polls */
     int64_t poll_spin_ns;  /* sockets: non-blocking polls (with sched_yield) before sleeping */
@@ -71,6 +81,25 @@ struct dt__engine {
  * mesh is built); peer_host[i] is rank i's host id ("" for no shm). */
 dt_status dt__engine_shm_setup(dt__engine *e, const dt__engine_config *cfg, struct dt_store_client *store,
                                char (*peer_host)[128], int64_t deadline);
+
+/* ---- DATA_REF bookkeeping (engine_ref.c) ---- */
+
+/* How long an unexpected DATA_REF payload may wait for its receive before it
+ * is copied into a buffer of this rank's own. */
+#define DT__REF_WAIT_NS 4000000
+/* The single-copy threshold when the host's ranks outnumber its cores and
+ * DT_SHM_COPY_MIN is not set. */
+#define DT__SHM_COPY_SHARED_CORES 262144
+
+/* Copy len bytes at addr in p's memory to dst (none when dst is NULL: a
+ * truncated message) and owe p the ACK of id.  Fails the engine on error. */
+dt_status dt__ref_copy(dt__engine *e, peer *p, uint64_t addr, uint64_t id, void *dst, size_t len);
+/* The oldest owed ACK's id, now written (acks_owed > 0). */
+uint64_t dt__ref_ack_taken(peer *p);
+/* Unlink and return this rank's DATA_REF send to p with that id (NULL: none). */
+dt__req *dt__ref_take_unacked(peer *p, uint64_t id);
+/* Copy out every unexpected DATA_REF payload older than DT__REF_WAIT_NS. */
+dt_status dt__ref_fetch_stale(dt__engine *e);
 
 /* Queue an empty BYE frame behind everything already queued to peer pi. */
 dt_status dt__engine_queue_bye(dt__engine *e, int pi);

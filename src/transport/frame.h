@@ -19,18 +19,19 @@
 
 #include "dtrain/base.h"
 
-#define DT_FRAME_VERSION 1
+#define DT_FRAME_VERSION 2
 #define DT_FRAME_HDR 40
 #define DT_FRAME_MAX_PAYLOAD (1ull << 40)
 #define DT_FRAME_MAX_CONTROL 4096
 
 /* DATA_REF and ACK exist only on shared-memory channels: a DATA_REF frame is
  * a DATA frame whose `len` payload bytes stay in the sender's memory; the
- * stream carries the 8-byte address instead, the receiver copies the payload
- * from there (process_vm_readv) and answers with an ACK, which completes the
- * sender's oldest unacknowledged DATA_REF send. */
+ * stream carries 16 bytes instead, the payload's address and an id that the
+ * sender gives each DATA_REF to that peer.  The receiver copies the payload
+ * from there (process_vm_readv) once its receive is posted and answers with
+ * an ACK whose sequence field is the id, which completes that send. */
 enum { DT_FRAME_DATA = 1, DT_FRAME_ABORT = 2, DT_FRAME_BYE = 3, DT_FRAME_DATA_REF = 4, DT_FRAME_ACK = 5 };
-#define DT_FRAME_REF_BYTES 8
+#define DT_FRAME_REF_BYTES 16
 
 typedef struct {
     uint8_t type;
