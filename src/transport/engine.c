@@ -653,10 +653,14 @@ static dt_status peer_eof(dt__engine *e, int pi, int err)
                            p->in_payload || p->hdr_got ? " in the middle of a message" : "");
 }
 
+/* Payload bytes one peer_read may put into buffers before returning. */
+#define READ_BUFFER_BUDGET (256u << 10)
+
 static dt_status peer_read(dt__engine *e, int pi)
 {
     peer *p = &e->peers[pi];
     p->last_io = dt__now_ns();
+    size_t buffered = 0; /* payload bytes this call put into buffers of ours */
     for (int budget = 0; budget < 64 && p->fd >= 0; budget++) {
         ssize_t n;
         if (!p->in_payload) {
@@ -679,8 +683,21 @@ static dt_status peer_read(dt__engine *e, int pi)
                 DT_CHECK(header_done(e, pi));
         } else {
             p->got += (size_t)n;
-            if (p->got == stream_len(&p->cur))
+            if (p->got == stream_len(&p->cur)) {
+                bool posted = p->target != NULL;
+                if (p->stash && p->cur.type == DT_FRAME_DATA)
+                    buffered += (size_t)p->cur.len;
                 DT_CHECK(payload_done(e, p));
+                /* A receive completed, or a good deal was buffered: give the
+                 * caller its turn before reading on.  Reading on would
+                 * buffer what follows before its receive is posted (a root
+                 * running ahead in a loop of broadcasts), and a rank that
+                 * falls behind would stay behind: 2 ranks, 256 KiB
+                 * broadcasts, 25 ms in one call, fresh buffers faulting in
+                 * page by page. */
+                if (posted || buffered >= READ_BUFFER_BUDGET)
+                    return DT_OK;
+            }
         }
     }
     return DT_OK;
