@@ -406,15 +406,8 @@ static dt__req *take_posted(peer *p, const dt__frame *f)
 {
     dt__req *prev = NULL;
     for (dt__req *r = p->posted; r; prev = r, r = r->next) {
-        if (!matches(r, f))
-            continue;
-        if (prev)
-            prev->next = r->next;
-        else
-            p->posted = r->next;
-        if (p->posted_tail == r)
-            p->posted_tail = prev;
-        return r;
+        if (matches(r, f))
+            return dt__req_unlink(&p->posted, &p->posted_tail, prev, r);
     }
     return NULL;
 }

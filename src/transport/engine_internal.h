@@ -82,6 +82,18 @@ struct dt__engine {
 dt_status dt__engine_shm_setup(dt__engine *e, const dt__engine_config *cfg, struct dt_store_client *store,
                                char (*peer_host)[128], int64_t deadline);
 
+/* Unlink r, which follows prev (NULL: r is the head), from a request queue. */
+static inline dt__req *dt__req_unlink(dt__req **head, dt__req **tail, dt__req *prev, dt__req *r)
+{
+    if (prev)
+        prev->next = r->next;
+    else
+        *head = r->next;
+    if (*tail == r)
+        *tail = prev;
+    return r;
+}
+
 /* ---- DATA_REF bookkeeping (engine_ref.c) ---- */
 
 /* How long an unexpected DATA_REF payload may wait for its receive before it

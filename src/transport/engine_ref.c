@@ -60,15 +60,8 @@ dt__req *dt__ref_take_unacked(peer *p, uint64_t id)
 {
     dt__req *prev = NULL;
     for (dt__req *r = p->unacked; r; prev = r, r = r->next) {
-        if (dt__get_u64(r->ref + 8) != id)
-            continue;
-        if (prev)
-            prev->next = r->next;
-        else
-            p->unacked = r->next;
-        if (p->unacked_tail == r)
-            p->unacked_tail = prev;
-        return r;
+        if (dt__get_u64(r->ref + 8) == id)
+            return dt__req_unlink(&p->unacked, &p->unacked_tail, prev, r);
     }
     return NULL;
 }
