@@ -86,9 +86,11 @@ static dt_status init_world(const dt__launch_env *env, dt__world *w)
         DT_CHECK(dt__env_int("DT_SHM_RING", 4096, 1LL << 30, &ring));
     if (ring & (ring - 1))
         return dt__fail(DT_ERR_INVALID, "DT_SHM_RING=%lld: expected a power of two", (long long)ring);
-    copy_min = -1; /* auto */
-    if (dt__env_str("DT_SHM_COPY_MIN"))
+    size_t shm_copy_min = DT__SHM_COPY_AUTO;
+    if (dt__env_str("DT_SHM_COPY_MIN")) {
         DT_CHECK(dt__env_int("DT_SHM_COPY_MIN", 0, 1LL << 40, &copy_min));
+        shm_copy_min = (size_t)copy_min;
+    }
     DT_CHECK(dt__env_int("DT_SHM_SPIN_US", 0, 1000000, &spin));
     DT_CHECK(dt__env_int("DT_POLL_SPIN_US", 0, 1000000, &poll_spin));
     const char *tr = dt__env_str("DT_TRANSPORT");
@@ -102,7 +104,7 @@ static dt_status init_world(const dt__launch_env *env, dt__world *w)
     dt__engine_config cfg = {.rank = env->rank, .size = env->size, .token = env->token,
                              .key_prefix = prefix, .timeout_s = env->timeout_s, .sock_buffer = (int)sockbuf,
                              .listen_ip = dt__env_str("DT_IFADDR"), .transport = transport,
-                             .shm_ring = (size_t)ring, .shm_copy_min = copy_min < 0 ? DT__SHM_COPY_AUTO : (size_t)copy_min, .shm_spin_us = (int)spin,
+                             .shm_ring = (size_t)ring, .shm_copy_min = shm_copy_min, .shm_spin_us = (int)spin,
                              .poll_spin_us = (int)poll_spin};
     if (env->size > 1) {
         if (env->serve_store)

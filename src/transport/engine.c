@@ -436,12 +436,10 @@ static dt_status deliver_buffered(dt__engine *e, peer *p, dt__req *r, unexpected
 {
     bool fits = u->f.len <= r->len;
     dt_status s = DT_OK;
-    if (u->in_sender) {
-        e->refs_waiting--;
-        s = dt__ref_copy(e, p, u->ref_addr, u->ref_id, fits ? r->buf : NULL, (size_t)u->f.len);
-    } else if (fits && u->f.len) {
+    if (u->in_sender)
+        s = dt__ref_fetch(e, p, u, fits ? r->buf : NULL);
+    else if (fits && u->f.len)
         memcpy(r->buf, u->data, (size_t)u->f.len);
-    }
     if (s == DT_OK)
         finish_recv(r, &u->f);
     else
@@ -573,16 +571,10 @@ static dt_status payload_done(dt__engine *e, peer *p)
     }
     if (f->type == DT_FRAME_DATA_REF) {
         uint64_t addr = dt__get_u64(p->ref), id = dt__get_u64(p->ref + 8);
-        if (p->stash) { /* copied when its receive is posted (engine_ref.c) */
-            p->stash->in_sender = true;
-            p->stash->ref_addr = addr;
-            p->stash->ref_id = id;
-            p->stash->since = dt__now_ns();
-            e->refs_waiting++;
-            e->refs_deferred++;
-        } else {
+        if (p->stash) /* copied when its receive is posted */
+            dt__ref_defer(e, p->stash, addr, id);
+        else
             DT_CHECK(dt__ref_copy(e, p, addr, id, p->dst, (size_t)f->len));
-        }
     }
     if (p->target) {
         dt__req *r = p->target;

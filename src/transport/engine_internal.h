@@ -110,6 +110,11 @@ dt_status dt__ref_copy(dt__engine *e, peer *p, uint64_t addr, uint64_t id, void 
 uint64_t dt__ref_ack_taken(peer *p);
 /* Unlink and return this rank's DATA_REF send to p with that id (NULL: none). */
 dt__req *dt__ref_take_unacked(peer *p, uint64_t id);
+/* Unexpected message u is a DATA_REF whose payload stays at addr in the
+ * sender's memory until its receive is posted (or DT__REF_WAIT_NS pass). */
+void dt__ref_defer(dt__engine *e, unexpected *u, uint64_t addr, uint64_t id);
+/* Copy waiting payload u to dst (NULL: truncated) and owe its ACK. */
+dt_status dt__ref_fetch(dt__engine *e, peer *p, unexpected *u, void *dst);
 /* Copy out every unexpected DATA_REF payload older than DT__REF_WAIT_NS. */
 dt_status dt__ref_fetch_stale(dt__engine *e);
 

@@ -66,6 +66,23 @@ dt__req *dt__ref_take_unacked(peer *p, uint64_t id)
     return NULL;
 }
 
+void dt__ref_defer(dt__engine *e, unexpected *u, uint64_t addr, uint64_t id)
+{
+    u->in_sender = true;
+    u->ref_addr = addr;
+    u->ref_id = id;
+    u->since = dt__now_ns();
+    e->refs_waiting++;
+    e->refs_deferred++;
+}
+
+dt_status dt__ref_fetch(dt__engine *e, peer *p, unexpected *u, void *dst)
+{
+    u->in_sender = false;
+    e->refs_waiting--;
+    return dt__ref_copy(e, p, u->ref_addr, u->ref_id, dst, (size_t)u->f.len);
+}
+
 dt_status dt__ref_fetch_stale(dt__engine *e)
 {
     int64_t now = dt__now_ns();
@@ -79,10 +96,8 @@ dt_status dt__ref_fetch_stale(dt__engine *e)
             if (len && !data)
                 return dt__engine_fail(e, DT_ERR_NOMEM, "cannot buffer a %zu-byte message from %s", len, p->name);
             u->data = data;
-            u->in_sender = false;
-            e->refs_waiting--;
             e->refs_buffered++;
-            DT_CHECK(dt__ref_copy(e, p, u->ref_addr, u->ref_id, data, len));
+            DT_CHECK(dt__ref_fetch(e, p, u, data));
         }
     }
     return DT_OK;
