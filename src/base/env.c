@@ -27,7 +27,7 @@ static const dt__tunable tunables[] = {
     {"DT_SOCKET_BUFFER", "4194304", "SO_SNDBUF/SO_RCVBUF bytes of peer connections"},
     {"DT_TRANSPORT", "auto", "peers on the same host: auto (shared memory), shm (require it), tcp (never)"},
     {"DT_SHM_RING", NULL, "bytes of each direction's shared-memory ring, a power of two (default: 1 MiB, less when many ranks share a host, so that a host's rings take at most 64 MiB of /dev/shm)"},
-    {"DT_SHM_COPY_MIN", NULL, "shared-memory messages of at least this many bytes are copied once, from the sender's memory (0: never; default: 262144 when the host's ranks outnumber its cores, else 0)"},
+    {"DT_SHM_COPY_MIN", NULL, "shared-memory messages of at least this many bytes are copied once, from the sender's memory (0: never; default: 262144 when the host's ranks outnumber its cores, else 0); reducing collectives always use the ring"},
     {"DT_SHM_SPIN_US", "50", "microseconds a rank polls its shared-memory rings before sleeping"},
     {"DT_POLL_SPIN_US", "200", "with peers over TCP: microseconds a blocking call keeps looking at its sockets (yielding the core between looks) before sleeping in poll; 0: sleep at once"},
     {"DT_IFADDR", NULL, "IPv4 address to listen on for peers (default: the one that reaches the store)"},

@@ -41,7 +41,7 @@ dt_status dt_allreduce(const void *send, void *recv, size_t count, dt_dtype t, d
     size_t bytes = count * dt_dtype_size(t);
     DT_CHECK(dt__coll_check_buffers("allreduce", send, bytes, recv, bytes));
     dt__coll k;
-    DT_CHECK(dt__coll_begin(&k, c, "allreduce"));
+    DT_CHECK(dt__coll_begin_reducing(&k, c, "allreduce"));
     DT_CHECK(dt__coll_trace(&k, count, t, (int)op, -1));
     if (count == 0)
         return DT_OK;

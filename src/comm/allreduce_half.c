@@ -58,7 +58,7 @@ dt_status dt_allreduce_half(const float *send, float *recv, size_t count, dt_dty
         return dt__fail(DT_ERR_INVALID, "%s: only sum and avg are supported", name);
     DT_CHECK(dt__coll_check_buffers(name, send, count * 4, recv, count * 4));
     dt__coll k;
-    DT_CHECK(dt__coll_begin(&k, c, name));
+    DT_CHECK(dt__coll_begin_reducing(&k, c, name));
     DT_CHECK(dt__coll_trace(&k, count, wire, (int)op, -1));
     if (count == 0)
         return DT_OK;

@@ -12,6 +12,14 @@ dt_status dt__coll_begin(dt__coll *k, dt_comm *c, const char *op)
     k->op = op;
     k->seq = ++c->coll_seq;
     k->deadline = dt__deadline_after(c->timeout_s);
+    k->reduces = false;
+    return DT_OK;
+}
+
+dt_status dt__coll_begin_reducing(dt__coll *k, dt_comm *c, const char *op)
+{
+    DT_CHECK(dt__coll_begin(k, c, op));
+    k->reduces = true;
     return DT_OK;
 }
 
@@ -19,7 +27,8 @@ static int32_t coll_tag(uint32_t subtag) { return (int32_t)(DT__TAG_COLL | (subt
 
 dt_status dt__coll_send(dt__coll *k, dt__req *r, int peer, uint32_t subtag, const void *buf, size_t len)
 {
-    return dt__engine_isend(k->c->world->eng, r, k->c->ranks[peer], k->c->id, coll_tag(subtag), k->seq, buf, len);
+    return dt__engine_isend(k->c->world->eng, r, k->c->ranks[peer], k->c->id, coll_tag(subtag), k->seq, buf,
+                            len, !k->reduces);
 }
 
 dt_status dt__coll_recv(dt__coll *k, dt__req *r, int peer, uint32_t subtag, void *buf, size_t len)

@@ -138,7 +138,7 @@ static dt_status local_passes(dt_comm *c, uint8_t *buf, size_t unit, dt_dtype t,
             off[L + j] = unit;
         }
         dt__coll k;
-        DT_CHECK(dt__coll_begin(&k, c->local, what));
+        DT_CHECK(((phase & DT_RING_RS) ? dt__coll_begin_reducing : dt__coll_begin)(&k, c->local, what));
         DT_CHECK(dt__ring_run(&k, buf, off, off + L, t, op, phase));
     }
     return DT_OK;
@@ -152,15 +152,15 @@ dt_status dt__hier_allreduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt
         return dt__fail(DT_ERR_NOMEM, "allreduce: out of memory");
     dt__split_blocks(count, L, off, off + L);
     dt__coll k;
-    dt_status s = dt__coll_begin(&k, c->local, "allreduce (within the host)");
+    dt_status s = dt__coll_begin_reducing(&k, c->local, "allreduce (within the host)");
     if (s == DT_OK)
         s = dt__ring_run(&k, buf, off, off + L, t, op, DT_RING_RS);
     if (s == DT_OK)
-        s = dt__coll_begin(&k, c->cross, "allreduce (across hosts)");
+        s = dt__coll_begin_reducing(&k, c->cross, "allreduce (across hosts)");
     if (s == DT_OK)
         s = dt__allreduce_flat(&k, (uint8_t *)buf + off[li] * es, off[L + li], t, op);
     if (s == DT_OK)
-        s = dt__coll_begin(&k, c->local, "allreduce (within the host)");
+        s = dt__coll_begin_reducing(&k, c->local, "allreduce (within the host)");
     if (s == DT_OK)
         s = dt__ring_run(&k, buf, off, off + L, t, op, DT_RING_AG);
     free(off);
@@ -176,7 +176,7 @@ dt_status dt__hier_reduce_scatter(dt_comm *c, void *work, size_t recvcount, dt_d
     dt_status s = local_passes(c, work, recvcount, t, op, DT_RING_RS, "reduce_scatter (within the host)", off);
     dt__coll k;
     if (s == DT_OK)
-        s = dt__coll_begin(&k, c->cross, "reduce_scatter (across hosts)");
+        s = dt__coll_begin_reducing(&k, c->cross, "reduce_scatter (across hosts)");
     for (int b = 0; s == DT_OK && b < X; b++) {
         off[b] = (size_t)c->cross->ranks[b] * recvcount;
         off[X + b] = recvcount;

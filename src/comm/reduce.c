@@ -74,7 +74,7 @@ dt_status dt_reduce(const void *send, void *recv, size_t count, dt_dtype t, dt_r
     bool is_root = c && c->rank == root;
     DT_CHECK(dt__coll_check_buffers("reduce", send, bytes, is_root ? recv : send, bytes));
     dt__coll k;
-    DT_CHECK(dt__coll_begin(&k, c, "reduce"));
+    DT_CHECK(dt__coll_begin_reducing(&k, c, "reduce"));
     DT_CHECK(dt__coll_trace(&k, count, t, (int)op, root));
     if (count == 0)
         return DT_OK;

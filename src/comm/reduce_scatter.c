@@ -18,7 +18,7 @@ dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_d
     bool in_place = send == recv;
     DT_CHECK(dt__coll_check_buffers("reduce_scatter", send, n * bytes, recv, in_place ? n * bytes : bytes));
     dt__coll k;
-    DT_CHECK(dt__coll_begin(&k, c, "reduce_scatter"));
+    DT_CHECK(dt__coll_begin_reducing(&k, c, "reduce_scatter"));
     DT_CHECK(dt__coll_trace(&k, recvcount, t, (int)op, -1));
     if (bytes == 0)
         return DT_OK;

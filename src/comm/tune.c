@@ -45,7 +45,7 @@ static dt_status median_time(dt_comm *c, allreduce_fn fn, float *buf, size_t cou
     double took[TUNE_REPS - TUNE_WARMUP];
     for (int rep = 0; rep < TUNE_REPS; rep++) {
         dt__coll k;
-        DT_CHECK(dt__coll_begin(&k, c, "allreduce (start-up timing)"));
+        DT_CHECK(dt__coll_begin_reducing(&k, c, "allreduce (start-up timing)"));
         int64_t t0 = dt__now_ns();
         DT_CHECK(fn(&k, buf, count, DT_F32, DT_SUM));
         if (rep >= TUNE_WARMUP)
@@ -66,7 +66,7 @@ static dt_status challenger_wins(dt_comm *c, allreduce_fn challenger, allreduce_
     DT_CHECK(median_time(c, incumbent, buf, bytes / sizeof(float), &t[1]));
     double mine[2] = {t[0], t[1]};
     dt__coll k;
-    DT_CHECK(dt__coll_begin(&k, c, "allreduce (start-up timing)"));
+    DT_CHECK(dt__coll_begin_reducing(&k, c, "allreduce (start-up timing)"));
     DT_CHECK(dt__rd_allreduce(&k, mine, 2, DT_F64, DT_MAX));
     t[0] = mine[0];
     t[1] = mine[1];

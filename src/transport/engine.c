@@ -345,7 +345,7 @@ static dt_status peer_write(dt__engine *e, int pi)
 }
 
 static dt_status queue_frame(dt__engine *e, dt__req *r, int pi, uint8_t type, uint32_t comm_id,
-                             int32_t tag, uint64_t seq, const void *buf, size_t len)
+                             int32_t tag, uint64_t seq, const void *buf, size_t len, bool by_ref_ok)
 {
     dt__frame f = {.type = type, .comm_id = comm_id, .tag = tag, .seq = seq, .len = len,
                    .src = (uint32_t)e->rank};
@@ -359,7 +359,7 @@ static dt_status queue_frame(dt__engine *e, dt__req *r, int pi, uint8_t type, ui
     r->buf = (uint8_t *)buf;
     r->len = len;
     peer *p = &e->peers[pi];
-    if (p->send_refs && type == DT_FRAME_DATA && e->shm_copy_min && len >= e->shm_copy_min) {
+    if (by_ref_ok && p->send_refs && type == DT_FRAME_DATA && e->shm_copy_min && len >= e->shm_copy_min) {
         f.type = DT_FRAME_DATA_REF;
         r->by_ref = true;
         dt__put_u64(r->ref, (uint64_t)(uintptr_t)buf);
@@ -376,7 +376,7 @@ static dt_status queue_frame(dt__engine *e, dt__req *r, int pi, uint8_t type, ui
 static dt_status deliver_local(dt__engine *e, const dt__frame *f, const void *buf);
 
 dt_status dt__engine_isend(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, int32_t tag,
-                           uint64_t seq, const void *buf, size_t len)
+                           uint64_t seq, const void *buf, size_t len, bool by_ref_ok)
 {
     DT_CHECK(dt__engine_status(e));
     if (pi < 0 || pi >= e->size)
@@ -392,7 +392,7 @@ dt_status dt__engine_isend(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, 
     }
     if (e->peers[pi].bye_sent)
         return dt__fail(DT_ERR_INVALID, "send to %s after the communicator was destroyed", e->peers[pi].name);
-    return queue_frame(e, r, pi, DT_FRAME_DATA, comm_id, tag, seq, buf, len);
+    return queue_frame(e, r, pi, DT_FRAME_DATA, comm_id, tag, seq, buf, len, by_ref_ok);
 }
 
 static void finish_recv(dt__req *r, const dt__frame *f)
@@ -963,5 +963,5 @@ dt_status dt__engine_queue_bye(dt__engine *e, int pi)
 {
     peer *p = &e->peers[pi];
     p->bye_sent = true;
-    return queue_frame(e, &p->bye, pi, DT_FRAME_BYE, 0, 0, 0, NULL, 0);
+    return queue_frame(e, &p->bye, pi, DT_FRAME_BYE, 0, 0, 0, NULL, 0, false);
 }

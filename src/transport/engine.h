@@ -90,8 +90,11 @@ bool dt__engine_is_local(const dt__engine *e, int peer);
 /* "rank 3 (10.0.0.4:4242)" for messages. */
 const char *dt__engine_peer_name(dt__engine *e, int peer);
 
+/* by_ref_ok: a shared-memory payload of at least shm_copy_min bytes may be
+ * read from this rank's memory by the receiver (DATA_REF) instead of passing
+ * through the ring; false keeps every byte in the ring. */
 dt_status dt__engine_isend(dt__engine *e, dt__req *r, int peer, uint32_t comm_id, int32_t tag,
-                           uint64_t seq, const void *buf, size_t len);
+                           uint64_t seq, const void *buf, size_t len, bool by_ref_ok);
 dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int peer, uint32_t comm_id, int32_t tag,
                            uint64_t seq, bool any_seq, void *buf, size_t cap);
 /* Poll the sockets once, waiting at most timeout_ms for activity. */
