@@ -138,7 +138,8 @@ static dt_status local_passes(dt_comm *c, uint8_t *buf, size_t unit, dt_dtype t,
             off[L + j] = unit;
         }
         dt__coll k;
-        DT_CHECK(((phase & DT_RING_RS) ? dt__coll_begin_reducing : dt__coll_begin)(&k, c->local, what));
+        DT_CHECK(dt__coll_begin(&k, c->local, what));
+        k.reduces = (phase & DT_RING_RS) != 0;
         DT_CHECK(dt__ring_run(&k, buf, off, off + L, t, op, phase));
     }
     return DT_OK;
