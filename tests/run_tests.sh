@@ -70,7 +70,8 @@ done
 # Larger worlds (up to the 64 ranks the API promises), smaller buffers: 64 processes share 2 cores.
 run "collectives/world16" 300 "$BIN/dtrun" -n 16 "$BIN/coll_check" --quick --big 4096
 run "collectives/world64" 400 "$BIN/dtrun" -n 64 "$BIN/coll_check" --quick --big 64
-for algo in ring rd rhd direct; do
+# shm with DT_TRANSPORT=tcp: no arena to be had, so the automatic choice.
+for algo in ring rd rhd direct shm; do
     for tr in tcp shm; do
         for n in 3 4; do
             run "collectives/world$n-DT_ALGO=$algo-DT_TRANSPORT=$tr" 300 env DT_ALGO=$algo DT_TRANSPORT=$tr \
@@ -87,12 +88,15 @@ for tr in tcp shm; do
     run "collectives/world4-DT_TRANSPORT=$tr" 300 env DT_TRANSPORT=$tr "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 65536
 done
 run "collectives/world4-mixed-shm-tcp" 300 "$BIN/dtrun" -n 4 sh -c '[ "$DT_RANK" = 1 ] && export DT_TRANSPORT=tcp; exec "$0" "$@"' "$BIN/coll_check" --quick --big 65536
-run "collectives/shm-ring-only-small-ring" 300 env DT_SHM_COPY_MIN=0 DT_SHM_RING=4096 "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 65536
+run "collectives/shm-arena" 300 tests/cases/shm_arena.sh
+# The message algorithms over the pair rings (the arena off), as auto picks them.
+run "collectives/world4-DT_SHM_COLL=off" 300 env DT_SHM_COLL=off "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 65536
+run "collectives/shm-ring-only-small-ring" 300 env DT_SHM_COLL=off DT_SHM_COPY_MIN=0 DT_SHM_RING=4096 "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 65536
 # process_vm_readv between sibling ranks: root, or no Yama ptrace restriction.
 if [ "$(id -u)" = 0 ] || [ "$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo 0)" = 0 ]; then
     run "collectives/shm-copy-from-sender" 300 tests/cases/shm_copy_from_sender.sh
 else skip collectives/shm-copy-from-sender "process_vm_readv between ranks needs root or kernel.yama.ptrace_scope=0"; fi
-run "collectives/tiny-segments" 200 env DT_RING_SEGMENT=1024 DT_SMALL_MSG=0 "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 20000
+run "collectives/tiny-segments" 200 env DT_SHM_COLL=off DT_RING_SEGMENT=1024 DT_SMALL_MSG=0 "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 20000
 
 # ---- launcher ----
 run dtrun/prefix-and-success 30 tests/cases/dtrun_prefix.sh

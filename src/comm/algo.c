@@ -35,6 +35,7 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
     /* Halving-doubling exists for allreduce (any size of world) and for
      * reduce-scatter on a power of two; allgather's doubling is the RD one. */
     bool has_rhd = kind == DT__COLL_ALLREDUCE || (kind == DT__COLL_REDUCE_SCATTER && pow2(c->size));
+    bool has_shm = c->one_host && c->size > 1 && c->shm_coll_on && !c->arena_failed && kind != DT__COLL_REDUCE;
     switch (c->algo) {
     case DT_ALGO_RING:
         return DT__ALG_RING;
@@ -44,9 +45,12 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
         return has_rhd ? DT__ALG_RHD : DT__ALG_RING;
     case DT_ALGO_DIRECT:
         return kind == DT__COLL_ALLREDUCE ? DT__ALG_DIRECT : DT__ALG_RD;
+    case DT_ALGO_SHM: /* where the arena cannot serve: as auto */
     case DT_ALGO_AUTO:
         break;
     }
+    if (has_shm)
+        return DT__ALG_SHM;
     if (kind == DT__COLL_ALLREDUCE && c->size > 2 && bytes <= dt__coll_direct_bytes(c))
         return DT__ALG_DIRECT;
     size_t small = kind == DT__COLL_ALLREDUCE ? dt__coll_allreduce_small_bytes(c) : dt__coll_small_bytes(c);

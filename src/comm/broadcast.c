@@ -113,7 +113,15 @@ dt_status dt_broadcast(void *buf, size_t count, dt_dtype t, int root, dt_comm *c
     size_t bytes = count * es;
     if (bytes == 0 || c->size == 1)
         return DT_OK;
-    if (dt__coll_pick(c, DT__COLL_BROADCAST, bytes) == DT__ALG_RING) {
+    dt__alg alg = dt__coll_pick(c, DT__COLL_BROADCAST, bytes);
+    if (alg == DT__ALG_SHM) {
+        bool ran;
+        DT_CHECK(dt__shm_broadcast(&k, buf, bytes, root, &ran));
+        if (ran)
+            return DT_OK;
+        alg = dt__coll_pick(c, DT__COLL_BROADCAST, bytes);
+    }
+    if (alg == DT__ALG_RING) {
         /* Two ranks: the chain is one direct transfer, and the allgather
          * would send half of it back to the root. */
         if (!c->one_host || c->algo != DT_ALGO_AUTO || c->size == 2)

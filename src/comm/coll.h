@@ -42,8 +42,16 @@ typedef enum {
     DT__ALG_RHD,  /* recursive halving-doubling (Rabenseifner) */
     DT__ALG_RING, /* bandwidth-optimal: pipelined ring, pipelined chain */
     DT__ALG_DIRECT, /* allreduce only: every rank sends to every rank, one step */
+    DT__ALG_SHM,    /* one host: through the shared arena (shm_coll.c), no messages */
 } dt__alg;
-typedef enum { DT__COLL_ALLREDUCE, DT__COLL_REDUCE_SCATTER, DT__COLL_ALLGATHER, DT__COLL_BROADCAST, DT__COLL_REDUCE } dt__coll_kind;
+typedef enum {
+    DT__COLL_ALLREDUCE,
+    DT__COLL_REDUCE_SCATTER,
+    DT__COLL_ALLGATHER,
+    DT__COLL_BROADCAST,
+    DT__COLL_REDUCE,
+    DT__COLL_ALLTOALL
+} dt__coll_kind;
 /* The algorithm for a collective of `bytes` (the whole buffer, as dtbench
  * counts it) on c: DT_ALGO when set, else by size against the communicator's
  * thresholds (docs/algorithms.md).  Never returns one the collective lacks. */
@@ -92,6 +100,21 @@ bool dt__hier_use(const dt_comm *c, size_t bytes);
 dt_status dt__hier_allreduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt_redop op);
 dt_status dt__hier_reduce_scatter(dt_comm *c, void *work, size_t recvcount, dt_dtype t, dt_redop op);
 dt_status dt__hier_allgather(dt_comm *c, void *recv, size_t sendcount, dt_dtype t);
+
+/* Shared-memory collectives (shm_coll.c), for k's communicator when
+ * dt__coll_pick says DT__ALG_SHM.  The first call sets the arena up
+ * (collective); *ran is false when some rank could not have it, and then the
+ * caller runs a message algorithm instead (every rank the same).  Reductions
+ * combine contributions in rank order.  allgather: recv holds this rank's
+ * block already; reduce_scatter and alltoall may run in place. */
+dt_status dt__shm_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op, bool *ran);
+dt_status dt__shm_broadcast(dt__coll *k, void *buf, size_t bytes, int root, bool *ran);
+dt_status dt__shm_allgather(dt__coll *k, void *recv, size_t bytes, bool *ran);
+dt_status dt__shm_reduce_scatter(dt__coll *k, const void *send, void *recv, size_t recvcount, dt_dtype t,
+                                 dt_redop op, bool *ran);
+dt_status dt__shm_alltoall(dt__coll *k, const void *send, void *recv, size_t bytes, bool *ran);
+/* Unmap the communicator's arena (NULL: nothing). */
+void dt__shm_coll_destroy(dt_comm *c);
 
 /* Latency-optimal building blocks. */
 dt_status dt__direct_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op);

@@ -30,8 +30,10 @@ static dt_status read_tunables(dt_comm *c)
         c->algo = DT_ALGO_RHD;
     else if (strcmp(algo, "direct") == 0)
         c->algo = DT_ALGO_DIRECT;
+    else if (strcmp(algo, "shm") == 0)
+        c->algo = DT_ALGO_SHM;
     else
-        return dt__fail(DT_ERR_INVALID, "DT_ALGO='%s': expected auto, ring, rd, rhd or direct", algo);
+        return dt__fail(DT_ERR_INVALID, "DT_ALGO='%s': expected auto, ring, rd, rhd, direct or shm", algo);
     int64_t v;
     DT_CHECK(dt__env_int("DT_RING_SEGMENT", 1024, 1LL << 30, &v));
     c->segment_bytes = (size_t)v;
@@ -53,6 +55,14 @@ static dt_status read_tunables(dt_comm *c)
         DT_CHECK(dt__env_int("DT_RING_MSG", 0, 1LL << 40, &v));
         c->ring_bytes = (size_t)v;
     }
+    const char *shm_coll = dt__env_str("DT_SHM_COLL");
+    if (shm_coll && strcmp(shm_coll, "auto") != 0 && strcmp(shm_coll, "off") != 0)
+        return dt__fail(DT_ERR_INVALID, "DT_SHM_COLL='%s': expected auto or off", shm_coll);
+    c->shm_coll_on = !shm_coll || strcmp(shm_coll, "auto") == 0;
+    DT_CHECK(dt__env_int("DT_SHM_COLL_SLOT", 4096, 1LL << 30, &v));
+    if (v % 4096)
+        return dt__fail(DT_ERR_INVALID, "DT_SHM_COLL_SLOT=%lld: expected a multiple of 4096", (long long)v);
+    c->shm_coll_slot = (size_t)v;
     return DT_OK;
 }
 
@@ -216,6 +226,21 @@ bool dt__comm_one_host(const dt_comm *c)
     return true;
 }
 
+void dt__comm_twin(const dt_comm *c, uint32_t id, dt_comm *twin)
+{
+    *twin = *c;
+    twin->id = id;
+    twin->coll_seq = 0;
+    memset(twin->scratch, 0, sizeof twin->scratch);
+    memset(twin->scratch_size, 0, sizeof twin->scratch_size);
+}
+
+void dt__comm_twin_done(dt_comm *twin)
+{
+    free(twin->scratch[0]);
+    free(twin->scratch[1]);
+}
+
 void *dt__comm_scratch(dt_comm *c, int slot, size_t bytes)
 {
     if (c->scratch_size[slot] < bytes) {
@@ -234,6 +259,7 @@ dt_status dt_comm_destroy(dt_comm *c)
     dt_status s = DT_OK;
     dt__progress_drain(w); /* queued collectives may use this communicator */
     dt__hier_destroy(c);
+    dt__shm_coll_destroy(c);
     if (c->id == WORLD_COMM_ID && !w->engine_closed) {
         dt__progress_stop(w);
         s = dt__engine_destroy(w->eng);

@@ -10,6 +10,7 @@
 
 struct dt_store_server;
 struct dt_store_client;
+struct dt__arena;
 typedef struct dt__progress dt__progress;
 typedef struct dt__job dt__job;
 typedef struct dt__colltrace dt__colltrace;
@@ -30,7 +31,7 @@ typedef struct {
  * messages and sequence numbers never meet the user's collectives. */
 #define DT__TUNE_COMM_ID 2u
 
-typedef enum { DT_ALGO_AUTO = 0, DT_ALGO_RING, DT_ALGO_RD, DT_ALGO_RHD, DT_ALGO_DIRECT } dt__algo;
+typedef enum { DT_ALGO_AUTO = 0, DT_ALGO_RING, DT_ALGO_RD, DT_ALGO_RHD, DT_ALGO_DIRECT, DT_ALGO_SHM } dt__algo;
 
 struct dt_comm {
     dt__world *world;
@@ -51,6 +52,13 @@ struct dt_comm {
     size_t small_tuned;   /* allreduce's recursive doubling limit, measured at start-up (0: not) */
     size_t ring_bytes;    /* above: ring; between the two: halving-doubling (DT_RING_MSG) */
     bool one_host;        /* every member shares memory with every other */
+    /* Shared-memory collectives (src/comm/shm_coll.c) on a one-host
+     * communicator: the arena is made at the first collective that wants it. */
+    bool shm_coll_on;      /* DT_SHM_COLL=auto */
+    size_t shm_coll_slot;  /* bytes per rank and round (DT_SHM_COLL_SLOT) */
+    struct dt__arena *arena;
+    bool arena_failed;     /* some rank could not have it: messages, for good */
+    uint32_t arena_round;  /* rounds run on the arena, the same count on every rank */
     /* Hierarchy (src/comm/hier.c), world communicator only: NULL local when
      * the flat algorithms run. */
     bool hier_auto;       /* DT_HIER=auto */
@@ -69,6 +77,16 @@ struct dt_comm {
  * each rank decides from what the engine knows of its own peers, and a host's
  * ranks share memory with each other or with none, so all ranks agree. */
 bool dt__comm_one_host(const dt_comm *c);
+/* Id of the communicator split from `parent` as its split number split_seq
+ * with `color` (the same on every rank).  Internal twins of a communicator
+ * take split number UINT64_MAX, which no split reaches. */
+uint32_t dt__comm_child_id(uint32_t parent, uint64_t split_seq, int color);
+/* A copy of c with its own id and sequence numbers and no scratch buffers,
+ * for internal collectives (start-up timing, set-ups) that must not take the
+ * numbers of the user's collectives (DT_DEBUG=coll names them).  Release its
+ * scratch with dt__comm_twin_done. */
+void dt__comm_twin(const dt_comm *c, uint32_t id, dt_comm *twin);
+void dt__comm_twin_done(dt_comm *twin);
 /* Scratch slots: TMP holds incoming partials, WORK a private copy of the input. */
 enum { DT__SCRATCH_TMP = 0, DT__SCRATCH_WORK = 1 };
 /* A buffer of at least `bytes` owned by the communicator; NULL when out of memory. */

@@ -22,6 +22,16 @@ dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_d
     DT_CHECK(dt__coll_trace(&k, recvcount, t, (int)op, -1));
     if (bytes == 0)
         return DT_OK;
+    dt__alg alg = dt__coll_pick(c, DT__COLL_REDUCE_SCATTER, n * bytes);
+    if (alg == DT__ALG_SHM) {
+        bool ran;
+        DT_CHECK(dt__shm_reduce_scatter(&k, send, recv, recvcount, t, op, &ran));
+        if (ran) {
+            dt__reduce_finish(recv, recvcount, t, op, c->size);
+            return DT_OK;
+        }
+        alg = dt__coll_pick(c, DT__COLL_REDUCE_SCATTER, n * bytes);
+    }
     uint8_t *work = in_place ? recv : dt__comm_scratch(c, DT__SCRATCH_WORK, n * bytes);
     size_t *off = malloc(2 * n * sizeof *off);
     if (!work || !off) {
@@ -31,7 +41,6 @@ dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_d
     if (!in_place)
         memcpy(work, send, n * bytes);
     dt_status s = DT_OK;
-    dt__alg alg = dt__coll_pick(c, DT__COLL_REDUCE_SCATTER, n * bytes);
     for (size_t b = 0; b < n; b++) {
         off[b] = b * recvcount;
         off[n + b] = recvcount;

@@ -20,7 +20,7 @@ static int by_key_then_rank(const void *a, const void *b)
 
 /* Ids 0 to 2 are reserved (none, world, the world's start-up timing);
  * FNV-1a of (parent, split number, colour). */
-static uint32_t child_id(uint32_t parent, uint64_t split_seq, int color)
+uint32_t dt__comm_child_id(uint32_t parent, uint64_t split_seq, int color)
 {
     uint32_t h = 2166136261u;
     uint8_t bytes[16];
@@ -58,8 +58,11 @@ static dt_status make_child(dt_comm *c, const int32_t *pairs, int color, dt_comm
     sub->local = sub->cross = NULL; /* split communicators run flat */
     sub->members = NULL;
     sub->hier_auto = false;
+    sub->arena = NULL; /* its own, at its first collective */
+    sub->arena_failed = false;
+    sub->arena_round = 0;
     memset(sub->scratch_size, 0, sizeof sub->scratch_size);
-    sub->id = child_id(c->id, c->split_seq, color);
+    sub->id = dt__comm_child_id(c->id, c->split_seq, color);
     for (int i = 0; i < cnt; i++) {
         ranks[i] = c->ranks[m[i].rank];
         if (m[i].rank == c->rank)

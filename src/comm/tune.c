@@ -126,18 +126,12 @@ dt_status dt__tune_allreduce(dt_comm *c)
     float *buf = calloc(TUNE_MAX_BYTES / sizeof(float), sizeof(float));
     if (!buf)
         return dt__fail(DT_ERR_NOMEM, "out of memory");
-    /* A twin of c with its own id and sequence numbers, so the user's
-     * collectives are still numbered from 1 (DT_DEBUG=coll names them). */
-    dt_comm twin = *c;
-    twin.id = DT__TUNE_COMM_ID;
-    twin.coll_seq = 0;
-    memset(twin.scratch, 0, sizeof twin.scratch);
-    memset(twin.scratch_size, 0, sizeof twin.scratch_size);
+    dt_comm twin;
+    dt__comm_twin(c, DT__TUNE_COMM_ID, &twin);
     dt_status s = c->direct_bytes == SIZE_MAX ? tune_direct(&twin, c, buf) : DT_OK;
     if (s == DT_OK)
         s = tune_doubling(&twin, c, buf);
-    free(twin.scratch[0]);
-    free(twin.scratch[1]);
+    dt__comm_twin_done(&twin);
     free(buf);
     return s;
 }

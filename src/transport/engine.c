@@ -20,6 +20,12 @@ int dt__engine_rank(const dt__engine *e) { return e->rank; }
 int dt__engine_size(const dt__engine *e) { return e->size; }
 const char *dt__engine_peer_name(dt__engine *e, int p) { return e->peers[p].name; }
 void dt__engine_allow_poll_spin(dt__engine *e, bool allow) { e->poll_spin_off = !allow; }
+
+void dt__engine_shm_spin_policy(const dt__engine *e, int64_t *spin_ns, bool *yields)
+{
+    *spin_ns = e->shm_spin_ns;
+    *yields = e->shm_spin_yields;
+}
 bool dt__engine_is_local(const dt__engine *e, int p) { return p == e->rank || e->peers[p].shm != NULL; }
 
 static void complete(dt__req *r, dt_status s)

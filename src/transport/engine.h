@@ -79,6 +79,10 @@ int dt__engine_size(const dt__engine *e);
  * before sleeping: on by default; the nonblocking collectives' thread turns
  * it off so that it never takes cycles from the computation it overlaps. */
 void dt__engine_allow_poll_spin(dt__engine *e, bool allow);
+/* How long a rank waiting on its local peers polls before sleeping, and
+ * whether it yields the core between looks (the host's ranks outnumber its
+ * cores); the shared-memory collectives wait the way the engine does. */
+void dt__engine_shm_spin_policy(const dt__engine *e, int64_t *spin_ns, bool *yields);
 /* Waits longer than the heartbeat period check the awaited peer's heartbeat
  * (transport/heartbeat.h) and fail when it stopped; NULL: deadlines only. */
 void dt__engine_set_heartbeat(dt__engine *e, struct dt__heartbeat *h);

@@ -76,18 +76,63 @@ static void prefault_writable(void *base, size_t bytes)
         atomic_fetch_add_explicit((_Atomic uint8_t *)((uint8_t *)base + off), 0, memory_order_relaxed);
 }
 
-static dt_status map_fd(int fd, size_t bytes, const char *name, dt__shm_pair **out)
+static dt_status map_fd(int fd, size_t bytes, const char *name, void **base)
+{
+    void *b = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (b == MAP_FAILED)
+        return dt__fail(DT_ERR_SYSTEM, "mapping shared segment %s (%zu bytes): %s", name, bytes, strerror(errno));
+    prefault_writable(b, bytes);
+    *base = b;
+    return DT_OK;
+}
+
+dt_status dt__shm_segment_create(const char *name, size_t bytes, void **base)
+{
+    *base = NULL;
+    shm_unlink(name); /* a stale segment of a crashed job with the same name */
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0)
+        return dt__fail(DT_ERR_SYSTEM, "creating shared segment %s: %s", name, strerror(errno));
+    /* Reserve every page now: on a full /dev/shm a lazily backed page would
+     * be a SIGBUS in the middle of a collective instead of an error here. */
+    int err = ftruncate(fd, (off_t)bytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)bytes);
+    dt_status s = DT_OK;
+    if (err)
+        s = dt__fail(DT_ERR_SYSTEM, "reserving %zu bytes for shared segment %s: %s (is /dev/shm too small?)", bytes,
+                     name, strerror(err));
+    else
+        s = map_fd(fd, bytes, name, base);
+    close(fd);
+    if (s != DT_OK)
+        shm_unlink(name);
+    return s;
+}
+
+dt_status dt__shm_segment_attach(const char *name, size_t min_bytes, void **base, size_t *bytes)
+{
+    *base = NULL;
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0)
+        return dt__fail(DT_ERR_SYSTEM, "opening shared segment %s: %s", name, strerror(errno));
+    struct stat st;
+    dt_status s = DT_OK;
+    if (fstat(fd, &st) != 0 || (size_t)st.st_size < min_bytes)
+        s = dt__fail(DT_ERR_PROTOCOL, "shared segment %s is too small (%lld bytes)", name, (long long)st.st_size);
+    else
+        s = map_fd(fd, (size_t)st.st_size, name, base);
+    close(fd);
+    *bytes = s == DT_OK ? (size_t)st.st_size : 0;
+    return s;
+}
+
+static dt_status new_pair(void *base, size_t bytes, dt__shm_pair **out)
 {
     dt__shm_pair *p = calloc(1, sizeof *p);
-    if (!p)
+    if (!p) {
+        munmap(base, bytes);
         return dt__fail(DT_ERR_NOMEM, "out of memory");
-    p->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p->base == MAP_FAILED) {
-        int err = errno;
-        free(p);
-        return dt__fail(DT_ERR_SYSTEM, "mapping shared segment %s (%zu bytes): %s", name, bytes, strerror(err));
     }
-    prefault_writable(p->base, bytes);
+    p->base = base;
     p->bytes = bytes;
     *out = p;
     return DT_OK;
@@ -99,25 +144,10 @@ dt_status dt__shm_create(const char *name, size_t ring_bytes, dt__shm_pair **out
     if (ring_bytes < PAGE || (ring_bytes & (ring_bytes - 1)))
         return dt__fail(DT_ERR_INVALID, "shared-memory ring of %zu bytes: need a power of two of at least %u",
                         ring_bytes, PAGE);
-    shm_unlink(name); /* a stale segment of a crashed job with the same name */
-    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd < 0)
-        return dt__fail(DT_ERR_SYSTEM, "creating shared segment %s: %s", name, strerror(errno));
     size_t bytes = seg_bytes(ring_bytes);
-    /* Reserve every page now: on a full /dev/shm a lazily backed page would
-     * be a SIGBUS in the middle of a collective instead of an error here. */
-    int err = ftruncate(fd, (off_t)bytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)bytes);
-    dt_status s = DT_OK;
-    if (err)
-        s = dt__fail(DT_ERR_SYSTEM, "reserving %zu bytes for shared segment %s: %s (is /dev/shm too small?)", bytes,
-                     name, strerror(err));
-    else
-        s = map_fd(fd, bytes, name, out);
-    close(fd);
-    if (s != DT_OK) {
-        shm_unlink(name);
-        return s;
-    }
+    void *base;
+    DT_CHECK(dt__shm_segment_create(name, bytes, &base));
+    DT_CHECK(new_pair(base, bytes, out));
     dt__shm_pair *p = *out;
     map_rings(p, ring_bytes);
     p->hdr->version = SEG_VERSION;
@@ -129,18 +159,10 @@ dt_status dt__shm_create(const char *name, size_t ring_bytes, dt__shm_pair **out
 dt_status dt__shm_attach(const char *name, dt__shm_pair **out)
 {
     *out = NULL;
-    int fd = shm_open(name, O_RDWR, 0);
-    if (fd < 0)
-        return dt__fail(DT_ERR_SYSTEM, "opening shared segment %s: %s", name, strerror(errno));
-    struct stat st;
-    dt_status s = DT_OK;
-    if (fstat(fd, &st) != 0 || (size_t)st.st_size < seg_bytes(PAGE))
-        s = dt__fail(DT_ERR_PROTOCOL, "shared segment %s is too small (%lld bytes)", name, (long long)st.st_size);
-    else
-        s = map_fd(fd, (size_t)st.st_size, name, out);
-    close(fd);
-    if (s != DT_OK)
-        return s;
+    void *base;
+    size_t bytes;
+    DT_CHECK(dt__shm_segment_attach(name, seg_bytes(PAGE), &base, &bytes));
+    DT_CHECK(new_pair(base, bytes, out));
     dt__shm_pair *p = *out;
     seg_header *h = p->base;
     uint64_t rb = h->ring_bytes;

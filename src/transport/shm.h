@@ -30,6 +30,12 @@
 typedef struct dt__shm_ring dt__shm_ring;
 typedef struct dt__shm_pair dt__shm_pair;
 
+/* A POSIX shared segment of `bytes`, created (replacing a stale one with the
+ * same name), every page reserved on /dev/shm and touched, and mapped. */
+dt_status dt__shm_segment_create(const char *name, size_t bytes, void **base);
+/* Map an existing segment of at least min_bytes; *bytes gets its size. */
+dt_status dt__shm_segment_attach(const char *name, size_t min_bytes, void **base, size_t *bytes);
+
 /* Lower rank of the pair: create the segment `name` (replacing a stale one)
  * with rings of `ring_bytes` (a power of two) each. */
 dt_status dt__shm_create(const char *name, size_t ring_bytes, dt__shm_pair **out);

@@ -65,5 +65,5 @@ done
 DT_DIRECT_MSG=lots "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64 >"$WORK/bad" 2>&1 && fail "DT_DIRECT_MSG=lots accepted"
 expect_grep "$WORK/bad" "DT_DIRECT_MSG"
 DT_ALGO=oneshot "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64 >"$WORK/bad" 2>&1 && fail "DT_ALGO=oneshot accepted"
-expect_grep "$WORK/bad" "DT_ALGO='oneshot': expected auto, ring, rd, rhd or direct"
+expect_grep "$WORK/bad" "DT_ALGO='oneshot': expected auto, ring, rd, rhd, direct or shm"
 echo "ok"

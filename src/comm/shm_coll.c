@@ -1,0 +1,338 @@
+/* Collectives of a communicator whose ranks all share one host, through a
+ * shared arena (transport/arena.h) instead of messages.
+ *
+ * Every operation runs in rounds of at most one slot per rank.  A round g:
+ * wait until every rank has finished reading round g-2 (which used the same
+ * set of slots), copy this rank's part into its slot, publish READY, wait for
+ * every rank's READY, then read what is needed straight out of the others'
+ * slots and publish DONE.  Allreduce of more than a few KiB adds a middle
+ * stage: rank j reduces the j-th block of every slot into its own slot and
+ * publishes REDUCED, and everyone copies the reduced blocks out.
+ *
+ * Reductions always combine the slots in rank order (((s0 op s1) op s2) ...),
+ * so every rank gets the same bits, whatever the size of a round. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/reduce.h"
+#include "base/status.h"
+#include "comm/coll.h"
+#include "transport/arena.h"
+#include "transport/heartbeat.h"
+
+/* Up to this many bytes per round every rank reduces the whole round itself
+ * (one wait instead of two; n times the reading). */
+#define ONE_SHOT_BYTES 16384
+/* Pause-spin this long before yielding between looks (as the engine does). */
+#define PURE_SPIN_NS 5000
+/* Longest sleep between looks at the sockets (a peer's death) and the clock. */
+#define SLEEP_SLICE_NS 5000000
+
+typedef struct {
+    dt__coll *k;
+    dt__arena *a;
+    int n, me;
+    int64_t spin_ns;
+    bool yields;
+} arena_op;
+
+/* Over a twin of c (comm_internal.h): the user's collectives keep their numbers. */
+static dt_status setup_on_twin(dt_comm *c, dt_comm *twin)
+{
+    dt__coll k;
+    DT_CHECK(dt__coll_begin(&k, twin, "shared-memory collectives set-up"));
+    char name[64] = "";
+    dt__arena *a = NULL;
+    /* reduce_scatter and alltoall put n pieces of at least 64 elements in a slot. */
+    size_t least = ((size_t)c->size * 64 * 8 + 4095) / 4096 * 4096;
+    if (c->shm_coll_slot < least)
+        c->shm_coll_slot = least;
+    if (c->rank == 0) {
+        snprintf(name, sizeof name, "/dtrain-arena-%ld-%08x-%llu", (long)getpid(), c->id,
+                 (unsigned long long)k.seq);
+        if (dt__arena_create(name, c->size, c->shm_coll_slot, &a) != DT_OK) {
+            DT_WARN("shared-memory collectives off, the collectives of these %d ranks go as messages: %s", c->size,
+                    dt_last_error());
+            name[0] = '\0';
+        }
+    }
+    DT_CHECK(dt__coll_error(&k, dt__tree_bcast(&k, name, sizeof name, 0)));
+    name[sizeof name - 1] = '\0';
+    if (c->rank != 0 && name[0] && dt__arena_attach(name, c->size, c->shm_coll_slot, &a) != DT_OK)
+        DT_WARN("shared-memory collectives off, the collectives of these %d ranks go as messages: %s", c->size,
+                dt_last_error());
+    /* Every rank learns whether every rank has the arena before anyone uses it. */
+    int32_t ok = a != NULL;
+    dt__coll agree;
+    DT_CHECK(dt__coll_begin(&agree, twin, "shared-memory collectives set-up"));
+    dt_status s = dt__coll_error(&agree, dt__rd_allreduce(&agree, &ok, 1, DT_I32, DT_MIN));
+    if (c->rank == 0 && name[0])
+        dt__arena_unlink(name); /* everyone has mapped it or given up: nothing left behind in /dev/shm */
+    if (s != DT_OK || !ok) {
+        dt__arena_close(a);
+        c->arena_failed = true;
+        return s;
+    }
+    c->arena = a;
+    DT_INFO("shared-memory collectives: an arena of 2 x %d slots of %zu bytes", c->size, c->shm_coll_slot);
+    return DT_OK;
+}
+
+static dt_status setup(dt_comm *c)
+{
+    dt_comm twin;
+    dt__comm_twin(c, dt__comm_child_id(c->id, UINT64_MAX, 0), &twin);
+    dt_status s = setup_on_twin(c, &twin);
+    dt__comm_twin_done(&twin);
+    return s;
+}
+
+/* Ready to run k on the arena (set up at the communicator's first use); false
+ * when the arena cannot be had, and then every rank runs the messages. */
+static dt_status op_begin(arena_op *o, dt__coll *k, bool *usable)
+{
+    dt_comm *c = k->c;
+    if (!c->arena && !c->arena_failed)
+        DT_CHECK(setup(c));
+    *usable = c->arena != NULL;
+    *o = (arena_op){k, c->arena, c->size, c->rank, 0, false};
+    dt__engine_shm_spin_policy(c->world->eng, &o->spin_ns, &o->yields);
+    return DT_OK;
+}
+
+static uint32_t next_round(arena_op *o) { return ++o->k->c->arena_round; }
+
+/* While asleep on a flag: the deadline, a peer's end (its socket closes) or
+ * silence (heartbeat), an abort from anyone. */
+static dt_status check_health(arena_op *o, int rank, int64_t waiting_since)
+{
+    dt__coll *k = o->k;
+    dt__world *w = k->c->world;
+    int peer = k->c->ranks[rank];
+    if (dt__now_ns() >= k->deadline)
+        return dt__engine_fail(w->eng, DT_ERR_TIMEOUT, "%s (collective #%llu) timed out after %.0f s waiting for %s",
+                               k->op, (unsigned long long)k->seq, k->c->timeout_s,
+                               dt__engine_peer_name(w->eng, peer));
+    DT_CHECK(dt__engine_progress(w->eng, 0));
+    if (w->heartbeat && dt__now_ns() - waiting_since > (int64_t)(dt__heartbeat_period(w->heartbeat) * 1e9) &&
+        dt__heartbeat_check(w->heartbeat, peer, dt__engine_peer_name(w->eng, peer)) != DT_OK)
+        return dt__engine_fail(w->eng, DT_ERR_PEER, "%s", dt_last_error());
+    return DT_OK;
+}
+
+static dt_status wait_rank(arena_op *o, int rank, dt__arena_flag f, uint32_t g)
+{
+    if (dt__arena_reached(o->a, rank, f, g))
+        return DT_OK;
+    int64_t start = dt__now_ns(), now = start;
+    while (now - start < o->spin_ns) {
+        if (o->yields || now - start > PURE_SPIN_NS) {
+            sched_yield();
+        } else {
+            for (int i = 0; i < 64; i++)
+#if defined(__x86_64__) || defined(__i386__)
+                __builtin_ia32_pause();
+#else
+                ;
+#endif
+        }
+        if (dt__arena_reached(o->a, rank, f, g))
+            return DT_OK;
+        now = dt__now_ns();
+    }
+    while (!dt__arena_reached(o->a, rank, f, g)) {
+        DT_CHECK(check_health(o, rank, start));
+        dt__arena_sleep(o->a, rank, f, g, SLEEP_SLICE_NS);
+    }
+    return DT_OK;
+}
+
+static dt_status wait_all(arena_op *o, dt__arena_flag f, uint32_t g)
+{
+    for (int j = 0; j < o->n; j++)
+        if (j != o->me)
+            DT_CHECK(wait_rank(o, j, f, g));
+    return DT_OK;
+}
+
+/* Round g may overwrite its set once every rank has read round g-2. */
+static dt_status claim(arena_op *o, uint32_t g) { return wait_all(o, DT__ARENA_DONE, g - 2); }
+
+static uint8_t *slot(const arena_op *o, uint32_t g, int rank) { return dt__arena_slot(o->a, g, rank); }
+
+/* out = slot 0 op slot 1 op ... op slot n-1 over `count` elements at byte
+ * offset `at` of each slot, lower rank first.  Partial results go to tmp
+ * (private memory) so that out may be one of the slots still to be read. */
+static void reduce_slots(const arena_op *o, uint32_t g, size_t at, size_t count, dt_dtype t, dt_redop op,
+                         void *tmp, void *out)
+{
+    for (int j = 1; j < o->n; j++)
+        dt__reduce(j == o->n - 1 ? out : tmp, j == 1 ? slot(o, g, 0) + at : tmp, slot(o, g, j) + at, count, t, op);
+}
+
+/* Block j of count elements cut into n (the first count % n get one more). */
+static void block(size_t count, int n, int j, size_t *lo, size_t *len)
+{
+    size_t base = count / (size_t)n, rem = count % (size_t)n, b = (size_t)j;
+    *lo = b * base + (b < rem ? b : rem);
+    *len = base + (b < rem ? 1 : 0);
+}
+
+static dt_status allreduce_round(arena_op *o, uint8_t *buf, size_t count, dt_dtype t, dt_redop op)
+{
+    size_t es = dt_dtype_size(t), bytes = count * es;
+    uint32_t g = next_round(o);
+    DT_CHECK(claim(o, g));
+    memcpy(slot(o, g, o->me), buf, bytes);
+    dt__arena_publish(o->a, o->me, DT__ARENA_READY, g);
+    DT_CHECK(wait_all(o, DT__ARENA_READY, g));
+    if (bytes <= ONE_SHOT_BYTES) {
+        reduce_slots(o, g, 0, count, t, op, buf, buf);
+    } else {
+        size_t lo, len;
+        block(count, o->n, o->me, &lo, &len);
+        /* buf's block is free scratch: its input is in the slot, and the
+         * reduced block comes back into it below. */
+        reduce_slots(o, g, lo * es, len, t, op, buf + lo * es, slot(o, g, o->me) + lo * es);
+        dt__arena_publish(o->a, o->me, DT__ARENA_REDUCED, g);
+        for (int j = 0; j < o->n; j++) {
+            if (j != o->me)
+                DT_CHECK(wait_rank(o, j, DT__ARENA_REDUCED, g));
+            block(count, o->n, j, &lo, &len);
+            memcpy(buf + lo * es, slot(o, g, j) + lo * es, len * es);
+        }
+    }
+    dt__arena_publish(o->a, o->me, DT__ARENA_DONE, g);
+    return DT_OK;
+}
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+dt_status dt__shm_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op, bool *ran)
+{
+    arena_op o;
+    DT_CHECK(op_begin(&o, k, ran));
+    if (!*ran)
+        return DT_OK;
+    size_t es = dt_dtype_size(t), per = dt__arena_slot_bytes(o.a) / es;
+    for (size_t off = 0; off < count; off += per)
+        DT_CHECK(dt__coll_error(k, allreduce_round(&o, (uint8_t *)buf + off * es, min_size(per, count - off), t, op)));
+    return DT_OK;
+}
+
+/* The root fills a whole set of slots per round; nobody else writes. */
+dt_status dt__shm_broadcast(dt__coll *k, void *buf, size_t bytes, int root, bool *ran)
+{
+    arena_op o;
+    DT_CHECK(op_begin(&o, k, ran));
+    if (!*ran)
+        return DT_OK;
+    size_t per = dt__arena_slot_bytes(o.a) * (size_t)o.n;
+    for (size_t off = 0; off < bytes; off += per) {
+        size_t m = min_size(per, bytes - off);
+        uint32_t g = next_round(&o);
+        uint8_t *set = slot(&o, g, 0), *part = (uint8_t *)buf + off;
+        if (o.me == root) {
+            DT_CHECK(dt__coll_error(k, claim(&o, g)));
+            memcpy(set, part, m);
+            dt__arena_publish(o.a, o.me, DT__ARENA_READY, g);
+        } else {
+            DT_CHECK(dt__coll_error(k, wait_rank(&o, root, DT__ARENA_READY, g)));
+            memcpy(part, set, m);
+        }
+        dt__arena_publish(o.a, o.me, DT__ARENA_DONE, g);
+    }
+    return DT_OK;
+}
+
+/* recv holds n blocks of `bytes`, this rank's already in place. */
+dt_status dt__shm_allgather(dt__coll *k, void *recv, size_t bytes, bool *ran)
+{
+    arena_op o;
+    DT_CHECK(op_begin(&o, k, ran));
+    if (!*ran)
+        return DT_OK;
+    uint8_t *out = recv;
+    size_t per = dt__arena_slot_bytes(o.a);
+    for (size_t off = 0; off < bytes; off += per) {
+        size_t m = min_size(per, bytes - off);
+        uint32_t g = next_round(&o);
+        DT_CHECK(dt__coll_error(k, claim(&o, g)));
+        memcpy(slot(&o, g, o.me), out + (size_t)o.me * bytes + off, m);
+        dt__arena_publish(o.a, o.me, DT__ARENA_READY, g);
+        for (int j = 0; j < o.n; j++)
+            if (j != o.me) {
+                DT_CHECK(dt__coll_error(k, wait_rank(&o, j, DT__ARENA_READY, g)));
+                memcpy(out + (size_t)j * bytes + off, slot(&o, g, j), m);
+            }
+        dt__arena_publish(o.a, o.me, DT__ARENA_DONE, g);
+    }
+    return DT_OK;
+}
+
+/* Each round moves `per` elements of every block: a rank's slot holds its n
+ * pieces side by side, and rank j reduces piece j of every slot.  In place
+ * (send == recv) is safe: a round writes recv only where this round or an
+ * earlier one has already read. */
+dt_status dt__shm_reduce_scatter(dt__coll *k, const void *send, void *recv, size_t recvcount, dt_dtype t,
+                                 dt_redop op, bool *ran)
+{
+    arena_op o;
+    DT_CHECK(op_begin(&o, k, ran));
+    if (!*ran)
+        return DT_OK;
+    size_t es = dt_dtype_size(t), per = dt__arena_slot_bytes(o.a) / ((size_t)o.n * es);
+    const uint8_t *in = send;
+    uint8_t *out = recv;
+    for (size_t off = 0; off < recvcount; off += per) {
+        size_t m = min_size(per, recvcount - off);
+        uint32_t g = next_round(&o);
+        DT_CHECK(dt__coll_error(k, claim(&o, g)));
+        for (int j = 0; j < o.n; j++)
+            memcpy(slot(&o, g, o.me) + (size_t)j * m * es, in + ((size_t)j * recvcount + off) * es, m * es);
+        dt__arena_publish(o.a, o.me, DT__ARENA_READY, g);
+        DT_CHECK(dt__coll_error(k, wait_all(&o, DT__ARENA_READY, g)));
+        reduce_slots(&o, g, (size_t)o.me * m * es, m, t, op, out + off * es, out + off * es);
+        dt__arena_publish(o.a, o.me, DT__ARENA_DONE, g);
+    }
+    return DT_OK;
+}
+
+/* As reduce_scatter, without the reduction: piece j of rank i's slot is
+ * rank i's block for rank j. */
+dt_status dt__shm_alltoall(dt__coll *k, const void *send, void *recv, size_t bytes, bool *ran)
+{
+    arena_op o;
+    DT_CHECK(op_begin(&o, k, ran));
+    if (!*ran)
+        return DT_OK;
+    size_t per = dt__arena_slot_bytes(o.a) / (size_t)o.n;
+    const uint8_t *in = send;
+    uint8_t *out = recv;
+    for (size_t off = 0; off < bytes; off += per) {
+        size_t m = min_size(per, bytes - off);
+        uint32_t g = next_round(&o);
+        DT_CHECK(dt__coll_error(k, claim(&o, g)));
+        for (int j = 0; j < o.n; j++)
+            memcpy(slot(&o, g, o.me) + (size_t)j * m, in + (size_t)j * bytes + off, m);
+        dt__arena_publish(o.a, o.me, DT__ARENA_READY, g);
+        for (int j = 0; j < o.n; j++) {
+            if (j != o.me)
+                DT_CHECK(dt__coll_error(k, wait_rank(&o, j, DT__ARENA_READY, g)));
+            memcpy(out + (size_t)j * bytes + off, slot(&o, g, j) + (size_t)o.me * m, m);
+        }
+        dt__arena_publish(o.a, o.me, DT__ARENA_DONE, g);
+    }
+    return DT_OK;
+}
+
+void dt__shm_coll_destroy(dt_comm *c)
+{
+    dt__arena_close(c->arena);
+    c->arena = NULL;
+}

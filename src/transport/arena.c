@@ -1,0 +1,162 @@
+#include "transport/arena.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/status.h"
+#include "transport/shm.h"
+
+#define ARENA_MAGIC 0x414e52414e525444ull /* "DTRNARNA" */
+#define ARENA_VERSION 1u
+#define PAGE 4096u
+
+typedef struct {
+    uint64_t magic;
+    uint32_t version, nranks;
+    uint64_t slot_bytes;
+} arena_header;
+
+/* One rank's flags, on a line of their own: only that rank writes them. */
+typedef struct {
+    _Alignas(128) _Atomic uint32_t flag[DT__ARENA_NFLAGS];
+    _Atomic uint32_t sleepers; /* ranks in (or about to enter) a futex wait on a flag */
+} rank_ctl;
+
+struct dt__arena {
+    void *base;
+    size_t bytes, slot_bytes;
+    int nranks;
+    rank_ctl *ctl;
+    uint8_t *slots;
+};
+
+static size_t ctl_bytes(int nranks) { return ((size_t)nranks * sizeof(rank_ctl) + PAGE - 1) / PAGE * PAGE; }
+
+static size_t arena_bytes(int nranks, size_t slot_bytes)
+{
+    return PAGE + ctl_bytes(nranks) + 2 * (size_t)nranks * slot_bytes;
+}
+
+static dt_status check_geometry(int nranks, size_t slot_bytes)
+{
+    if (nranks < 1 || nranks > 4096 || slot_bytes < PAGE || slot_bytes % PAGE || slot_bytes > ((size_t)1 << 30))
+        return dt__fail(DT_ERR_INVALID,
+                        "shared-memory collectives for %d ranks with slots of %zu bytes: need 1-4096 ranks and a "
+                        "multiple of %u bytes up to 1 GiB",
+                        nranks, slot_bytes, PAGE);
+    return DT_OK;
+}
+
+static dt_status wrap(void *base, size_t bytes, int nranks, size_t slot_bytes, dt__arena **out)
+{
+    dt__arena *a = calloc(1, sizeof *a);
+    if (!a) {
+        munmap(base, bytes);
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    }
+    a->base = base;
+    a->bytes = bytes;
+    a->nranks = nranks;
+    a->slot_bytes = slot_bytes;
+    a->ctl = (rank_ctl *)((uint8_t *)base + PAGE);
+    a->slots = (uint8_t *)base + PAGE + ctl_bytes(nranks);
+    *out = a;
+    return DT_OK;
+}
+
+dt_status dt__arena_create(const char *name, int nranks, size_t slot_bytes, dt__arena **out)
+{
+    *out = NULL;
+    DT_CHECK(check_geometry(nranks, slot_bytes));
+    size_t bytes = arena_bytes(nranks, slot_bytes);
+    void *base;
+    DT_CHECK(dt__shm_segment_create(name, bytes, &base));
+    DT_CHECK(wrap(base, bytes, nranks, slot_bytes, out));
+    arena_header *h = base;
+    h->version = ARENA_VERSION;
+    h->nranks = (uint32_t)nranks;
+    h->slot_bytes = slot_bytes;
+    __atomic_store_n(&h->magic, ARENA_MAGIC, __ATOMIC_RELEASE);
+    return DT_OK;
+}
+
+dt_status dt__arena_attach(const char *name, int nranks, size_t slot_bytes, dt__arena **out)
+{
+    *out = NULL;
+    DT_CHECK(check_geometry(nranks, slot_bytes));
+    void *base;
+    size_t bytes;
+    DT_CHECK(dt__shm_segment_attach(name, PAGE, &base, &bytes));
+    const arena_header *h = base;
+    if (__atomic_load_n(&h->magic, __ATOMIC_ACQUIRE) != ARENA_MAGIC || h->version != ARENA_VERSION ||
+        h->nranks != (uint32_t)nranks || h->slot_bytes != slot_bytes || bytes != arena_bytes(nranks, slot_bytes)) {
+        munmap(base, bytes);
+        return dt__fail(DT_ERR_PROTOCOL,
+                        "shared segment %s is not an arena for %d ranks with %zu-byte slots (another program's, or "
+                        "another version or setting)",
+                        name, nranks, slot_bytes);
+    }
+    return wrap(base, bytes, nranks, slot_bytes, out);
+}
+
+void dt__arena_unlink(const char *name) { dt__shm_unlink(name); }
+
+void dt__arena_close(dt__arena *a)
+{
+    if (!a)
+        return;
+    munmap(a->base, a->bytes);
+    free(a);
+}
+
+size_t dt__arena_slot_bytes(const dt__arena *a) { return a->slot_bytes; }
+
+uint8_t *dt__arena_slot(const dt__arena *a, uint32_t g, int rank)
+{
+    return a->slots + ((size_t)(g & 1) * (size_t)a->nranks + (size_t)rank) * a->slot_bytes;
+}
+
+/* Whether counter value v is round g or later, across wrap-around. */
+static bool at_least(uint32_t v, uint32_t g) { return (int32_t)(v - g) >= 0; }
+
+static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout)
+{
+    /* Shared between processes, so not FUTEX_PRIVATE_FLAG. */
+    return syscall(SYS_futex, (uint32_t *)word, op, val, timeout, NULL, 0);
+}
+
+void dt__arena_publish(dt__arena *a, int rank, dt__arena_flag f, uint32_t g)
+{
+    rank_ctl *c = &a->ctl[rank];
+    /* Both sequentially consistent, against the sleeper's increment and
+     * re-check in dt__arena_sleep: one of the two sides sees the other. */
+    atomic_store(&c->flag[f], g);
+    if (atomic_load(&c->sleepers))
+        futex(&c->flag[f], FUTEX_WAKE, INT_MAX, NULL);
+}
+
+bool dt__arena_reached(const dt__arena *a, int rank, dt__arena_flag f, uint32_t g)
+{
+    return at_least(atomic_load_explicit(&a->ctl[rank].flag[f], memory_order_acquire), g);
+}
+
+void dt__arena_sleep(dt__arena *a, int rank, dt__arena_flag f, uint32_t g, int64_t timeout_ns)
+{
+    rank_ctl *c = &a->ctl[rank];
+    atomic_fetch_add(&c->sleepers, 1);
+    uint32_t seen = atomic_load(&c->flag[f]);
+    if (!at_least(seen, g) && timeout_ns > 0) {
+        struct timespec ts = {(time_t)(timeout_ns / 1000000000), (long)(timeout_ns % 1000000000)};
+        /* Returns at once when the flag moved since `seen` (EAGAIN). */
+        futex(&c->flag[f], FUTEX_WAIT, seen, &ts);
+    }
+    atomic_fetch_sub(&c->sleepers, 1);
+}

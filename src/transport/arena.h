@@ -1,0 +1,61 @@
+/* Host-wide shared segment for the collectives of ranks on one host.
+ *
+ * Where the pair rings (shm.h) move a collective as messages, one step per
+ * peer and segment, an arena lets every rank of the host see every other
+ * rank's data at once: each rank copies its part into its own slot, and the
+ * ranks then read (and reduce) straight out of each other's slots.  A 1 MiB
+ * allreduce of 4 ranks is two waits on the others instead of the ring's six
+ * dependent message steps per segment, which is what counts when ranks share
+ * cores (docs/design.md has the measurements).
+ *
+ * Layout: one control line per rank, then two sets of `nranks` slots of
+ * `slot_bytes` each; consecutive rounds of a collective alternate sets, so a
+ * rank can fill the next round's slot while the others still read the last.
+ *
+ * Progress is published through per-rank round counters (flags): a rank
+ * stores round g into its flag once its part of round g is done, and waiters
+ * compare with wrap-around.  Waiting is the caller's loop over
+ * dt__arena_reached and dt__arena_sleep (a futex on the flag word, so a
+ * sleeping rank costs nothing and wakes within microseconds of the store). */
+#ifndef DT_TRANSPORT_ARENA_H
+#define DT_TRANSPORT_ARENA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/base.h"
+
+typedef struct dt__arena dt__arena;
+
+/* The three stages of a round, one flag each per rank. */
+typedef enum {
+    DT__ARENA_READY,   /* this rank's input for the round is in its slot */
+    DT__ARENA_REDUCED, /* this rank's share of the round is reduced, in its slot */
+    DT__ARENA_DONE,    /* this rank has finished reading every slot of the round */
+    DT__ARENA_NFLAGS
+} dt__arena_flag;
+
+/* Create the segment `name` (replacing a stale one) for nranks slots of
+ * slot_bytes per set; every page is reserved now. */
+dt_status dt__arena_create(const char *name, int nranks, size_t slot_bytes, dt__arena **out);
+/* Map a segment another rank created; its geometry must be nranks x slot_bytes. */
+dt_status dt__arena_attach(const char *name, int nranks, size_t slot_bytes, dt__arena **out);
+/* Remove the name (mappings stay valid). */
+void dt__arena_unlink(const char *name);
+void dt__arena_close(dt__arena *a);
+
+size_t dt__arena_slot_bytes(const dt__arena *a);
+/* Rank `rank`'s slot in the set of round g. */
+uint8_t *dt__arena_slot(const dt__arena *a, uint32_t g, int rank);
+
+/* Record that `rank` (the caller) has reached round g at this flag, and wake
+ * any rank asleep on it. */
+void dt__arena_publish(dt__arena *a, int rank, dt__arena_flag f, uint32_t g);
+/* Whether `rank` has reached round g (or later) at this flag. */
+bool dt__arena_reached(const dt__arena *a, int rank, dt__arena_flag f, uint32_t g);
+/* Sleep until `rank` reaches round g at this flag or timeout_ns passes (or a
+ * signal arrives); the caller re-checks in any case. */
+void dt__arena_sleep(dt__arena *a, int rank, dt__arena_flag f, uint32_t g, int64_t timeout_ns);
+
+#endif

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Shared-memory collectives (the arena): every check of coll_check right with
+# rounds of one page (many rounds per call, reduce_scatter and alltoall cut
+# into pieces), the same bits whatever the round size and on every rank, no
+# name left in /dev/shm, a rank that cannot join turning the arena off for
+# everyone (messages instead, still right), and bad settings named.
+. "$(dirname "$0")/lib.sh"
+
+ls /dev/shm >"$WORK/shm.before" 2>/dev/null
+DT_DEBUG=info DT_SHM_COLL_SLOT=4096 "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 65536 --hashes >"$WORK/small" 2>&1 \
+    || { cat "$WORK/small"; fail "coll_check with 4 KiB arena rounds failed"; }
+[ "$(grep -c 'shared-memory collectives: an arena of 2 x 4 slots of 4096 bytes' "$WORK/small")" = 4 ] \
+    || { cat "$WORK/small"; fail "not every rank set the arena up"; }
+expect_grep "$WORK/small" "coll_check: world 4: [0-9]+ checks, 0 mismatches"
+
+# Default round size: the same bits (reductions go in rank order, whatever the rounds).
+"$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 65536 --hashes >"$WORK/default" 2>&1 \
+    || { cat "$WORK/default"; fail "coll_check with the default arena failed"; }
+grep '^\[0\] hash' "$WORK/small" >"$WORK/h.small"
+grep '^\[0\] hash' "$WORK/default" >"$WORK/h.default"
+[ "$(wc -l <"$WORK/h.small")" -ge 2 ] || { cat "$WORK/small"; fail "no hashes printed"; }
+cmp -s "$WORK/h.small" "$WORK/h.default" \
+    || { paste "$WORK/h.small" "$WORK/h.default"; fail "the arena's bits depend on its round size"; }
+
+# 3 ranks (blocks of unequal length) and 2.
+for n in 2 3; do
+    DT_SHM_COLL_SLOT=8192 "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big 20000 >"$WORK/w$n" 2>&1 \
+        || { cat "$WORK/w$n"; fail "coll_check on $n ranks through the arena failed"; }
+done
+
+# Nothing of the arenas (world and split communicators) left behind.
+ls /dev/shm >"$WORK/shm.after" 2>/dev/null
+new=$(comm -13 <(sort "$WORK/shm.before") <(sort "$WORK/shm.after") | grep dtrain-arena || true)
+[ -z "$new" ] || fail "arena segments left in /dev/shm: $new"
+
+# One rank asks for another geometry: it cannot map rank 0's arena, every rank
+# hears so and the collectives go as messages, still right.
+"$BIN/dtrun" -n 3 sh -c '[ "$DT_RANK" = 2 ] && export DT_SHM_COLL_SLOT=8192; exec "$0" "$@"' \
+    "$BIN/coll_check" --quick --big 4096 >"$WORK/mismatch" 2>&1 \
+    || { cat "$WORK/mismatch"; fail "coll_check with one rank unable to map the arena failed"; }
+expect_grep "$WORK/mismatch" "^\[2\].*shared-memory collectives off.*not an arena for 3 ranks with 8192-byte slots"
+expect_grep "$WORK/mismatch" "coll_check: world 3: [0-9]+ checks, 0 mismatches"
+
+# Bad settings are named.
+DT_SHM_COLL=sometimes "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64 >"$WORK/bad" 2>&1 && fail "DT_SHM_COLL=sometimes accepted"
+expect_grep "$WORK/bad" "DT_SHM_COLL='sometimes': expected auto or off"
+DT_SHM_COLL_SLOT=5000 "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64 >"$WORK/bad" 2>&1 && fail "DT_SHM_COLL_SLOT=5000 accepted"
+expect_grep "$WORK/bad" "DT_SHM_COLL_SLOT=5000: expected a multiple of 4096"
+echo ok
