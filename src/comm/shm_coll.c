@@ -280,6 +280,18 @@ dt_status dt__shm_allgather(dt__coll *k, void *recv, size_t bytes, bool *ran)
     return DT_OK;
 }
 
+/* Round g of reduce_scatter or alltoall: claim its set, put n pieces of m
+ * bytes side by side in this rank's slot (piece j from in + j * stride),
+ * publish READY. */
+static dt_status post_pieces(arena_op *o, uint32_t g, const uint8_t *in, size_t stride, size_t m)
+{
+    DT_CHECK(claim(o, g));
+    for (int j = 0; j < o->n; j++)
+        memcpy(slot(o, g, o->me) + (size_t)j * m, in + (size_t)j * stride, m);
+    dt__arena_publish(o->a, o->me, DT__ARENA_READY, g);
+    return DT_OK;
+}
+
 /* Each round moves `per` elements of every block: a rank's slot holds its n
  * pieces side by side, and rank j reduces piece j of every slot.  In place
  * (send == recv) is safe: a round writes recv only where this round or an
@@ -297,10 +309,7 @@ dt_status dt__shm_reduce_scatter(dt__coll *k, const void *send, void *recv, size
     for (size_t off = 0; off < recvcount; off += per) {
         size_t m = min_size(per, recvcount - off);
         uint32_t g = next_round(&o);
-        DT_CHECK(dt__coll_error(k, claim(&o, g)));
-        for (int j = 0; j < o.n; j++)
-            memcpy(slot(&o, g, o.me) + (size_t)j * m * es, in + ((size_t)j * recvcount + off) * es, m * es);
-        dt__arena_publish(o.a, o.me, DT__ARENA_READY, g);
+        DT_CHECK(dt__coll_error(k, post_pieces(&o, g, in + off * es, recvcount * es, m * es)));
         DT_CHECK(dt__coll_error(k, wait_all(&o, DT__ARENA_READY, g)));
         reduce_slots(&o, g, (size_t)o.me * m * es, m, t, op, out + off * es, out + off * es);
         dt__arena_publish(o.a, o.me, DT__ARENA_DONE, g);
@@ -322,10 +331,7 @@ dt_status dt__shm_alltoall(dt__coll *k, const void *send, void *recv, size_t byt
     for (size_t off = 0; off < bytes; off += per) {
         size_t m = min_size(per, bytes - off);
         uint32_t g = next_round(&o);
-        DT_CHECK(dt__coll_error(k, claim(&o, g)));
-        for (int j = 0; j < o.n; j++)
-            memcpy(slot(&o, g, o.me) + (size_t)j * m, in + (size_t)j * bytes + off, m);
-        dt__arena_publish(o.a, o.me, DT__ARENA_READY, g);
+        DT_CHECK(dt__coll_error(k, post_pieces(&o, g, in + off, bytes, m)));
         for (int j = 0; j < o.n; j++) {
             if (j != o.me)
                 DT_CHECK(dt__coll_error(k, wait_rank(&o, j, DT__ARENA_READY, g)));
