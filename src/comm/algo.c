@@ -45,7 +45,7 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
         return has_rhd ? DT__ALG_RHD : DT__ALG_RING;
     case DT_ALGO_DIRECT:
         return kind == DT__COLL_ALLREDUCE ? DT__ALG_DIRECT : DT__ALG_RD;
-    case DT_ALGO_SHM: /* where the arena cannot serve: as auto */
+    case DT_ALGO_SHM: /* where the arena cannot serve: the flat choice by size */
     case DT_ALGO_AUTO:
         break;
     }
