@@ -323,17 +323,24 @@ static void check_determinism(dt_comm *c, size_t n)
         seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
         x[i] = (float)((double)(seed % 2000003) / 1000.0 - 1000.0) * 1.000123f;
     }
-    uint64_t h[2];
+    uint64_t h[4];
     CALL(dt_allreduce(x, y, n, DT_F32, DT_SUM, c));
     h[0] = fnv(y, n * 4);
     CALL(dt_allreduce(x, y, n, DT_F32, DT_AVG, c));
     h[1] = fnv(y, n * 4);
+    CALL(dt_allreduce_half(x, y, n, DT_F16, DT_SUM, c));
+    h[2] = fnv(y, n * 4);
+    CALL(dt_allreduce_half(x, y, n, DT_BF16, DT_AVG, c));
+    h[3] = fnv(y, n * 4);
     uint64_t *all = malloc((size_t)size * sizeof h);
-    CALL(dt_allgather(h, all, 2, DT_I64, c));
-    if (print_hashes && rank == 0)
+    CALL(dt_allgather(h, all, 4, DT_I64, c));
+    if (print_hashes && rank == 0) {
         printf("hash count %zu: sum %016llx avg %016llx\n", n, (unsigned long long)h[0], (unsigned long long)h[1]);
+        printf("hash half count %zu: f16 sum %016llx bf16 avg %016llx\n", n, (unsigned long long)h[2],
+               (unsigned long long)h[3]);
+    }
     for (int r = 0; r < size; r++)
-        if (all[2 * r] != h[0] || all[2 * r + 1] != h[1]) {
+        if (memcmp(all + 4 * r, h, sizeof h) != 0) {
             fprintf(stderr, "MISMATCH rank %d: allreduce of inexact f32 (count %zu) differs from rank %d's bits\n",
                     rank, n, r);
             failures++;

@@ -108,6 +108,9 @@ dt_status dt__hier_allgather(dt_comm *c, void *recv, size_t sendcount, dt_dtype 
  * combine contributions in rank order.  allgather: recv holds this rank's
  * block already; reduce_scatter and alltoall may run in place. */
 dt_status dt__shm_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op, bool *ran);
+/* f32 carried as f16/bf16 (bf16 true), summed in f32; avg divides once. */
+dt_status dt__shm_allreduce_half(dt__coll *k, const float *send, float *recv, size_t count, bool bf16, bool avg,
+                                 bool *ran);
 dt_status dt__shm_broadcast(dt__coll *k, void *buf, size_t bytes, int root, bool *ran);
 dt_status dt__shm_allgather(dt__coll *k, void *recv, size_t bytes, bool *ran);
 dt_status dt__shm_reduce_scatter(dt__coll *k, const void *send, void *recv, size_t recvcount, dt_dtype t,

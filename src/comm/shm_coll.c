@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/half.h"
 #include "base/log.h"
 #include "base/reduce.h"
 #include "base/status.h"
@@ -224,6 +225,55 @@ dt_status dt__shm_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt
     size_t es = dt_dtype_size(t), per = dt__arena_slot_bytes(o.a) / es;
     for (size_t off = 0; off < count; off += per)
         DT_CHECK(dt__coll_error(k, allreduce_round(&o, (uint8_t *)buf + off * es, min_size(per, count - off), t, op)));
+    return DT_OK;
+}
+
+/* One round of the f16/bf16-wire allreduce, with the bits of the message
+ * version (allreduce_half.c): inputs rounded once into the slots, block j
+ * summed in f32 in rank order by rank j and rounded once, widened by all. */
+static dt_status allreduce_half_round(arena_op *o, const float *send, float *recv, size_t count, bool bf16,
+                                      bool avg, float *acc)
+{
+    uint32_t g = next_round(o);
+    uint16_t *mine = (uint16_t *)slot(o, g, o->me);
+    DT_CHECK(claim(o, g));
+    dt__to_half_n(mine, send, count, bf16);
+    dt__arena_publish(o->a, o->me, DT__ARENA_READY, g);
+    DT_CHECK(wait_all(o, DT__ARENA_READY, g));
+    size_t lo, len;
+    block(count, o->n, o->me, &lo, &len);
+    memset(acc, 0, len * sizeof *acc);
+    for (int j = 0; j < o->n; j++)
+        dt__add_half_n(acc, (const uint16_t *)slot(o, g, j) + lo, len, bf16);
+    if (avg)
+        for (size_t i = 0; i < len; i++)
+            acc[i] /= (float)o->n;
+    dt__to_half_n(mine + lo, acc, len, bf16);
+    dt__arena_publish(o->a, o->me, DT__ARENA_REDUCED, g);
+    for (int j = 0; j < o->n; j++) {
+        if (j != o->me)
+            DT_CHECK(wait_rank(o, j, DT__ARENA_REDUCED, g));
+        block(count, o->n, j, &lo, &len);
+        dt__from_half_n(recv + lo, (const uint16_t *)slot(o, g, j) + lo, len, bf16);
+    }
+    dt__arena_publish(o->a, o->me, DT__ARENA_DONE, g);
+    return DT_OK;
+}
+
+dt_status dt__shm_allreduce_half(dt__coll *k, const float *send, float *recv, size_t count, bool bf16, bool avg,
+                                 bool *ran)
+{
+    arena_op o;
+    DT_CHECK(op_begin(&o, k, ran));
+    if (!*ran)
+        return DT_OK;
+    size_t per = dt__arena_slot_bytes(o.a) / 2;
+    float *acc = dt__comm_scratch(k->c, DT__SCRATCH_TMP, (per / (size_t)o.n + 1) * sizeof *acc);
+    if (!acc)
+        return dt__coll_error(k, dt__fail(DT_ERR_NOMEM, "%s: out of memory", k->op));
+    for (size_t off = 0; off < count; off += per)
+        DT_CHECK(dt__coll_error(
+            k, allreduce_half_round(&o, send + off, recv + off, min_size(per, count - off), bf16, avg, acc)));
     return DT_OK;
 }
 

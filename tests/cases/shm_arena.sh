@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Shared-memory collectives (the arena): every check of coll_check right with
 # rounds of one page (many rounds per call, reduce_scatter and alltoall cut
-# into pieces), the same bits whatever the round size and on every rank, no
+# into pieces), the same bits whatever the round size and on every rank (the
+# f16/bf16-wire allreduce the same bits as over messages), no
 # name left in /dev/shm, a rank that cannot join turning the arena off for
 # everyone (messages instead, still right), and bad settings named.
 . "$(dirname "$0")/lib.sh"
@@ -21,6 +22,15 @@ grep '^\[0\] hash' "$WORK/default" >"$WORK/h.default"
 [ "$(wc -l <"$WORK/h.small")" -ge 2 ] || { cat "$WORK/small"; fail "no hashes printed"; }
 cmp -s "$WORK/h.small" "$WORK/h.default" \
     || { paste "$WORK/h.small" "$WORK/h.default"; fail "the arena's bits depend on its round size"; }
+
+# The f16/bf16-wire allreduce gives the bits of its message version.
+DT_SHM_COLL=off "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 65536 --hashes >"$WORK/off" 2>&1 \
+    || { cat "$WORK/off"; fail "coll_check with the arena off failed"; }
+grep '^\[0\] hash half' "$WORK/off" >"$WORK/h.off"
+grep '^\[0\] hash half' "$WORK/default" >"$WORK/h.half"
+[ "$(wc -l <"$WORK/h.half")" -ge 2 ] || { cat "$WORK/default"; fail "no half-wire hashes printed"; }
+cmp -s "$WORK/h.off" "$WORK/h.half" \
+    || { paste "$WORK/h.off" "$WORK/h.half"; fail "the half-wire allreduce differs between the arena and the messages"; }
 
 # 3 ranks (blocks of unequal length) and 2.
 for n in 2 3; do
