@@ -7,6 +7,15 @@
 # everyone (messages instead, still right), and bad settings named.
 . "$(dirname "$0")/lib.sh"
 
+# same_hashes PATTERN RUN_A RUN_B WHY: the lines rank 0 printed that match
+# PATTERN are present (at least 2) and equal in both runs' output.
+same_hashes() {
+    grep "$1" "$WORK/$2" >"$WORK/h.$2"
+    grep "$1" "$WORK/$3" >"$WORK/h.$3"
+    [ "$(wc -l <"$WORK/h.$3")" -ge 2 ] || { cat "$WORK/$3"; fail "no hashes matching $1 printed"; }
+    cmp -s "$WORK/h.$2" "$WORK/h.$3" || { paste "$WORK/h.$2" "$WORK/h.$3"; fail "$4"; }
+}
+
 ls /dev/shm >"$WORK/shm.before" 2>/dev/null
 DT_DEBUG=info DT_SHM_COLL_SLOT=4096 "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 65536 --hashes >"$WORK/small" 2>&1 \
     || { cat "$WORK/small"; fail "coll_check with 4 KiB arena rounds failed"; }
@@ -17,20 +26,12 @@ expect_grep "$WORK/small" "coll_check: world 4: [0-9]+ checks, 0 mismatches"
 # Default round size: the same bits (reductions go in rank order, whatever the rounds).
 "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 65536 --hashes >"$WORK/default" 2>&1 \
     || { cat "$WORK/default"; fail "coll_check with the default arena failed"; }
-grep '^\[0\] hash' "$WORK/small" >"$WORK/h.small"
-grep '^\[0\] hash' "$WORK/default" >"$WORK/h.default"
-[ "$(wc -l <"$WORK/h.small")" -ge 2 ] || { cat "$WORK/small"; fail "no hashes printed"; }
-cmp -s "$WORK/h.small" "$WORK/h.default" \
-    || { paste "$WORK/h.small" "$WORK/h.default"; fail "the arena's bits depend on its round size"; }
+same_hashes '^\[0\] hash' small default "the arena's bits depend on its round size"
 
 # The f16/bf16-wire allreduce gives the bits of its message version.
 DT_SHM_COLL=off "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 65536 --hashes >"$WORK/off" 2>&1 \
     || { cat "$WORK/off"; fail "coll_check with the arena off failed"; }
-grep '^\[0\] hash half' "$WORK/off" >"$WORK/h.off"
-grep '^\[0\] hash half' "$WORK/default" >"$WORK/h.half"
-[ "$(wc -l <"$WORK/h.half")" -ge 2 ] || { cat "$WORK/default"; fail "no half-wire hashes printed"; }
-cmp -s "$WORK/h.off" "$WORK/h.half" \
-    || { paste "$WORK/h.off" "$WORK/h.half"; fail "the half-wire allreduce differs between the arena and the messages"; }
+same_hashes '^\[0\] hash half' off default "the half-wire allreduce differs between the arena and the messages"
 
 # 3 ranks (blocks of unequal length) and 2.
 for n in 2 3; do
