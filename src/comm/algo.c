@@ -35,7 +35,7 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
     /* Halving-doubling exists for allreduce (any size of world) and for
      * reduce-scatter on a power of two; allgather's doubling is the RD one. */
     bool has_rhd = kind == DT__COLL_ALLREDUCE || (kind == DT__COLL_REDUCE_SCATTER && pow2(c->size));
-    bool has_shm = c->one_host && c->size > 1 && c->shm_coll_on && !c->arena_failed && kind != DT__COLL_REDUCE;
+    bool has_shm = c->arena && kind != DT__COLL_REDUCE;
     switch (c->algo) {
     case DT_ALGO_RING:
         return DT__ALG_RING;

@@ -43,13 +43,8 @@ dt_status dt_allgather(const void *send, void *recv, size_t sendcount, dt_dtype 
     if (dt__hier_use(c, n * bytes))
         return dt__coll_error(&k, dt__hier_allgather(c, recv, sendcount, t));
     dt__alg alg = dt__coll_pick(c, DT__COLL_ALLGATHER, n * bytes);
-    if (alg == DT__ALG_SHM) {
-        bool ran;
-        DT_CHECK(dt__shm_allgather(&k, recv, bytes, &ran));
-        if (ran)
-            return DT_OK;
-        alg = dt__coll_pick(c, DT__COLL_ALLGATHER, n * bytes);
-    }
+    if (alg == DT__ALG_SHM)
+        return dt__shm_allgather(&k, recv, bytes);
     bool pow2 = (n & (n - 1)) == 0;
     if (!pow2 || alg == DT__ALG_RING) {
         size_t *off = malloc(2 * n * sizeof *off);

@@ -16,13 +16,8 @@ dt_status dt__allreduce_alg(dt__coll *k, void *buf, size_t count, dt_dtype t, dt
     dt_comm *c = k->c;
     if (c->size == 1)
         return DT_OK;
-    if (alg == DT__ALG_SHM) {
-        bool ran;
-        DT_CHECK(dt__shm_allreduce(k, buf, count, t, op, &ran));
-        if (ran)
-            return DT_OK;
-        alg = dt__coll_pick(c, DT__COLL_ALLREDUCE, count * dt_dtype_size(t));
-    }
+    if (alg == DT__ALG_SHM)
+        return dt__shm_allreduce(k, buf, count, t, op);
     if (alg == DT__ALG_DIRECT)
         return dt__direct_allreduce(k, buf, count, t, op);
     if (alg == DT__ALG_RD)

@@ -63,12 +63,8 @@ dt_status dt_allreduce_half(const float *send, float *recv, size_t count, dt_dty
     if (count == 0)
         return DT_OK;
     bool bf16 = wire == DT_BF16;
-    if (dt__coll_pick(c, DT__COLL_ALLREDUCE, count * 2) == DT__ALG_SHM) {
-        bool ran;
-        DT_CHECK(dt__shm_allreduce_half(&k, send, recv, count, bf16, op == DT_AVG, &ran));
-        if (ran)
-            return DT_OK;
-    }
+    if (dt__coll_pick(c, DT__COLL_ALLREDUCE, count * 2) == DT__ALG_SHM)
+        return dt__shm_allreduce_half(&k, send, recv, count, bf16, op == DT_AVG);
     int n = c->size, r = c->rank;
     size_t *off = malloc(2 * (size_t)n * sizeof *off);
     if (!off)

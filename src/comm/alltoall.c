@@ -35,12 +35,8 @@ dt_status dt_alltoall(const void *send, void *recv, size_t count, dt_dtype t, dt
     DT_CHECK(dt__coll_trace(&k, count, t, -1, -1));
     if (bytes == 0)
         return DT_OK;
-    if (dt__coll_pick(c, DT__COLL_ALLTOALL, n * bytes) == DT__ALG_SHM) {
-        bool ran;
-        DT_CHECK(dt__shm_alltoall(&k, send, recv, bytes, &ran));
-        if (ran)
-            return DT_OK;
-    }
+    if (dt__coll_pick(c, DT__COLL_ALLTOALL, n * bytes) == DT__ALG_SHM)
+        return dt__shm_alltoall(&k, send, recv, bytes);
     const uint8_t *src = send;
     uint8_t *copy = NULL;
     if (send == recv) {

@@ -114,13 +114,8 @@ dt_status dt_broadcast(void *buf, size_t count, dt_dtype t, int root, dt_comm *c
     if (bytes == 0 || c->size == 1)
         return DT_OK;
     dt__alg alg = dt__coll_pick(c, DT__COLL_BROADCAST, bytes);
-    if (alg == DT__ALG_SHM) {
-        bool ran;
-        DT_CHECK(dt__shm_broadcast(&k, buf, bytes, root, &ran));
-        if (ran)
-            return DT_OK;
-        alg = dt__coll_pick(c, DT__COLL_BROADCAST, bytes);
-    }
+    if (alg == DT__ALG_SHM)
+        return dt__shm_broadcast(&k, buf, bytes, root);
     if (alg == DT__ALG_RING) {
         /* Two ranks: the chain is one direct transfer, and the allgather
          * would send half of it back to the root. */

@@ -101,21 +101,23 @@ dt_status dt__hier_allreduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt
 dt_status dt__hier_reduce_scatter(dt_comm *c, void *work, size_t recvcount, dt_dtype t, dt_redop op);
 dt_status dt__hier_allgather(dt_comm *c, void *recv, size_t sendcount, dt_dtype t);
 
-/* Shared-memory collectives (shm_coll.c), for k's communicator when
- * dt__coll_pick says DT__ALG_SHM.  The first call sets the arena up
- * (collective); *ran is false when some rank could not have it, and then the
- * caller runs a message algorithm instead (every rank the same).  Reductions
- * combine contributions in rank order.  allgather: recv holds this rank's
- * block already; reduce_scatter and alltoall may run in place. */
-dt_status dt__shm_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op, bool *ran);
+/* Shared-memory collectives (shm_coll.c).  Setup runs where a communicator
+ * is made (collective over its ranks): with every rank on one host, DT_ALGO
+ * auto or shm and DT_SHM_COLL=auto, it maps one arena for all of them; if
+ * any rank cannot, each warns and c->arena stays NULL (messages, for good).
+ * An error only when the set-up exchange itself fails. */
+dt_status dt__shm_coll_setup(dt_comm *c);
+/* For k's communicator when dt__coll_pick says DT__ALG_SHM (c->arena set).
+ * Reductions combine contributions in rank order.  allgather: recv holds
+ * this rank's block already; reduce_scatter and alltoall may run in place. */
+dt_status dt__shm_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op);
 /* f32 carried as f16/bf16 (bf16 true), summed in f32; avg divides once. */
-dt_status dt__shm_allreduce_half(dt__coll *k, const float *send, float *recv, size_t count, bool bf16, bool avg,
-                                 bool *ran);
-dt_status dt__shm_broadcast(dt__coll *k, void *buf, size_t bytes, int root, bool *ran);
-dt_status dt__shm_allgather(dt__coll *k, void *recv, size_t bytes, bool *ran);
+dt_status dt__shm_allreduce_half(dt__coll *k, const float *send, float *recv, size_t count, bool bf16, bool avg);
+dt_status dt__shm_broadcast(dt__coll *k, void *buf, size_t bytes, int root);
+dt_status dt__shm_allgather(dt__coll *k, void *recv, size_t bytes);
 dt_status dt__shm_reduce_scatter(dt__coll *k, const void *send, void *recv, size_t recvcount, dt_dtype t,
-                                 dt_redop op, bool *ran);
-dt_status dt__shm_alltoall(dt__coll *k, const void *send, void *recv, size_t bytes, bool *ran);
+                                 dt_redop op);
+dt_status dt__shm_alltoall(dt__coll *k, const void *send, void *recv, size_t bytes);
 /* Unmap the communicator's arena (NULL: nothing). */
 void dt__shm_coll_destroy(dt_comm *c);
 

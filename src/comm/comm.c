@@ -179,6 +179,11 @@ dt_status dt_comm_init_env(dt_comm **out)
         return s;
     }
     c->one_host = dt__comm_one_host(c);
+    s = dt__shm_coll_setup(c);
+    if (s != DT_OK) {
+        dt_comm_destroy(c);
+        return dt__wrap(s, "setting up shared-memory collectives: ");
+    }
     s = dt__tune_allreduce(c);
     if (s != DT_OK) {
         dt_comm_destroy(c);

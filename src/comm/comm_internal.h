@@ -53,11 +53,10 @@ struct dt_comm {
     size_t ring_bytes;    /* above: ring; between the two: halving-doubling (DT_RING_MSG) */
     bool one_host;        /* every member shares memory with every other */
     /* Shared-memory collectives (src/comm/shm_coll.c) on a one-host
-     * communicator: the arena is made at the first collective that wants it. */
+     * communicator: the arena is made with the communicator. */
     bool shm_coll_on;      /* DT_SHM_COLL=auto */
     size_t shm_coll_slot;  /* bytes per rank and round (DT_SHM_COLL_SLOT) */
-    struct dt__arena *arena;
-    bool arena_failed;     /* some rank could not have it: messages, for good */
+    struct dt__arena *arena; /* NULL: collectives go as messages */
     uint32_t arena_round;  /* rounds run on the arena, the same count on every rank */
     /* Hierarchy (src/comm/hier.c), world communicator only: NULL local when
      * the flat algorithms run. */

@@ -24,13 +24,9 @@ dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_d
         return DT_OK;
     dt__alg alg = dt__coll_pick(c, DT__COLL_REDUCE_SCATTER, n * bytes);
     if (alg == DT__ALG_SHM) {
-        bool ran;
-        DT_CHECK(dt__shm_reduce_scatter(&k, send, recv, recvcount, t, op, &ran));
-        if (ran) {
-            dt__reduce_finish(recv, recvcount, t, op, c->size);
-            return DT_OK;
-        }
-        alg = dt__coll_pick(c, DT__COLL_REDUCE_SCATTER, n * bytes);
+        DT_CHECK(dt__shm_reduce_scatter(&k, send, recv, recvcount, t, op));
+        dt__reduce_finish(recv, recvcount, t, op, c->size);
+        return DT_OK;
     }
     uint8_t *work = in_place ? recv : dt__comm_scratch(c, DT__SCRATCH_WORK, n * bytes);
     size_t *off = malloc(2 * n * sizeof *off);

@@ -58,8 +58,7 @@ static dt_status make_child(dt_comm *c, const int32_t *pairs, int color, dt_comm
     sub->local = sub->cross = NULL; /* split communicators run flat */
     sub->members = NULL;
     sub->hier_auto = false;
-    sub->arena = NULL; /* its own, at its first collective */
-    sub->arena_failed = false;
+    sub->arena = NULL; /* its own: dt_comm_split sets it up */
     sub->arena_round = 0;
     memset(sub->scratch_size, 0, sizeof sub->scratch_size);
     sub->id = dt__comm_child_id(c->id, c->split_seq, color);
@@ -92,5 +91,9 @@ dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out)
     if (s == DT_OK && color != DT_UNDEFINED)
         s = make_child(c, pairs, color, out);
     free(pairs);
+    if (s == DT_OK && *out && (s = dt__shm_coll_setup(*out)) != DT_OK) {
+        dt_comm_destroy(*out);
+        *out = NULL;
+    }
     return s == DT_OK ? DT_OK : dt__wrap(s, "split: ");
 }

@@ -121,8 +121,8 @@ dt_status dt__tune_allreduce(dt_comm *c)
 {
     c->direct_tuned = 0;
     c->small_tuned = 0;
-    /* One host with the arena on: allreduce never sends messages there. */
-    if (c->size < 3 || c->size > TUNE_MAX_RANKS || c->algo != DT_ALGO_AUTO || (c->one_host && c->shm_coll_on))
+    /* With the arena, allreduce never sends messages. */
+    if (c->size < 3 || c->size > TUNE_MAX_RANKS || c->algo != DT_ALGO_AUTO || c->arena)
         return DT_OK;
     float *buf = calloc(TUNE_MAX_BYTES / sizeof(float), sizeof(float));
     if (!buf)

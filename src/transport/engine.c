@@ -11,6 +11,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/spin.h"
 #include "base/status.h"
 #include "transport/engine_internal.h"
 #include "transport/heartbeat.h"
@@ -737,9 +738,10 @@ static dt_status shm_pump(dt__engine *e, bool *moved)
     return DT_OK;
 }
 
-/* True when some ring has work for this rank. */
-static bool shm_ready(dt__engine *e)
+/* True when some ring has work for this rank (an engine). */
+static bool shm_ready(void *engine)
 {
+    dt__engine *e = engine;
     for (int i = 0; i < e->size; i++) {
         peer *p = &e->peers[i];
         if (p->shm && p->fd >= 0 &&
@@ -773,9 +775,6 @@ static void shm_disarm(dt__engine *e)
         }
 }
 
-/* Pause-spin this long before yielding between looks (see shm_spin). */
-#define SHM_PURE_SPIN_NS 5000
-
 /* Before sleeping: a busy poll of the rings, which a peer on another core
  * answers in microseconds (a doorbell costs two system calls and a wake-up).
  * After the first few microseconds every look also yields the core: a peer
@@ -785,26 +784,7 @@ static void shm_disarm(dt__engine *e)
  * spin plus a wake-up (70 us for an 8-byte allreduce instead of 4). */
 static bool shm_spin(dt__engine *e)
 {
-    if (e->shm_spin_ns <= 0)
-        return false;
-    int64_t start = dt__now_ns(), now = start;
-    do {
-        if (e->shm_spin_yields || now - start > SHM_PURE_SPIN_NS) {
-            if (shm_ready(e))
-                return true;
-            sched_yield();
-        } else {
-            for (int k = 0; k < 64; k++) {
-                if (shm_ready(e))
-                    return true;
-#if defined(__x86_64__) || defined(__i386__)
-                __builtin_ia32_pause();
-#endif
-            }
-        }
-        now = dt__now_ns();
-    } while (now - start < e->shm_spin_ns);
-    return false;
+    return dt__spin_until(shm_ready, e, e->shm_spin_ns, e->shm_spin_yields, 1);
 }
 
 /* A rank whose every peer is on shared memory looks at its sockets (doorbell
