@@ -12,6 +12,11 @@
 # The "ceiling" row runs two single processes side by side with no
 # communication at all: what sharing the 2 cores costs before any network
 # work.  Needs root and a built tree.
+#
+# Each namespace host gets a CPU of its own (taskset: host i on CPU i, a
+# single process on CPU 0), as two machines would; both systems are then
+# measured again with placement left to the scheduler ("unpinned" rows),
+# which moves one host's threads onto the other's core.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 STEPS=${1:-30}
@@ -41,29 +46,32 @@ best_of_2() { # cmd...: the run with the higher leading number
     a=$("$@"); b=$("$@")
     python3 -c "import sys; a, b = sys.argv[1], sys.argv[2]; print(a if float(a.split()[0]) >= float(b.split()[0]) else b)" "$a" "$b"
 }
-dtrain_one() { $BIN/dtrain train "${CFG[@]}" --set steps=$((STEPS + 5)) --set metrics_file="$WORK/one.jsonl" >/dev/null; rate_of "$WORK/one.jsonl"; }
+[ "$(nproc)" -ge 2 ] || { echo "needs 2 CPUs (one per namespace host)" >&2; exit 2; }
+PIN=1 # 1: host i runs on CPU i (cpu_of); 0: the scheduler places everything
+cpu_of() { if [ "$PIN" = 1 ]; then echo "taskset -c $1"; fi; }
+dtrain_one() { $(cpu_of 0) $BIN/dtrain train "${CFG[@]}" --set steps=$((STEPS + 5)) --set metrics_file="$WORK/one.jsonl" >/dev/null; rate_of "$WORK/one.jsonl"; }
 side_by_side() { # two independent single processes at once: aggregate tokens/s
-    $BIN/dtrain train "${CFG[@]}" --set steps=$((STEPS + 5)) --set metrics_file="$WORK/s1.jsonl" >/dev/null &
+    $(cpu_of 1) $BIN/dtrain train "${CFG[@]}" --set steps=$((STEPS + 5)) --set metrics_file="$WORK/s1.jsonl" >/dev/null &
     local p=$!
-    $BIN/dtrain train "${CFG[@]}" --set steps=$((STEPS + 5)) --set metrics_file="$WORK/s0.jsonl" >/dev/null
+    $(cpu_of 0) $BIN/dtrain train "${CFG[@]}" --set steps=$((STEPS + 5)) --set metrics_file="$WORK/s0.jsonl" >/dev/null
     wait $p
     python3 -c "print(f'{$(rate_of "$WORK/s0.jsonl") + $(rate_of "$WORK/s1.jsonl"):.1f}')"
 }
 dtrain_two() { # extra --set args
-    ip netns exec dt1 $BIN/dtrun --nnodes 2 --node-rank 1 --master 10.77.0.1:29500 --token-file "$WORK/tok" -n 1 \
+    $(cpu_of 1) ip netns exec dt1 $BIN/dtrun --nnodes 2 --node-rank 1 --master 10.77.0.1:29500 --token-file "$WORK/tok" -n 1 \
         $BIN/dtrain train "${CFG[@]}" --set steps=$((STEPS + 5)) "$@" >"$WORK/n1" 2>&1 &
     local p=$!
-    ip netns exec dt0 $BIN/dtrun --nnodes 2 --node-rank 0 --master 10.77.0.1:29500 --token-file "$WORK/tok" -n 1 \
+    $(cpu_of 0) ip netns exec dt0 $BIN/dtrun --nnodes 2 --node-rank 0 --master 10.77.0.1:29500 --token-file "$WORK/tok" -n 1 \
         $BIN/dtrain train "${CFG[@]}" --set steps=$((STEPS + 5)) --set metrics_file="$WORK/two.jsonl" "$@" >"$WORK/n0" 2>&1
     wait $p
     echo "$(rate_of "$WORK/two.jsonl") ($(exposed_of "$WORK/two.jsonl"))"
 }
-torch_one() { /usr/bin/python3 bench/ddp/torch_ddp.py "$STEPS" | awk '{print $2}'; }
+torch_one() { $(cpu_of 0) /usr/bin/python3 bench/ddp/torch_ddp.py "$STEPS" | awk '{print $2}'; }
 torch_two() {
-    ip netns exec dt1 env RANK=1 WORLD_SIZE=2 MASTER_ADDR=10.77.0.1 MASTER_PORT=29600 GLOO_SOCKET_IFNAME=eth0 \
+    $(cpu_of 1) ip netns exec dt1 env RANK=1 WORLD_SIZE=2 MASTER_ADDR=10.77.0.1 MASTER_PORT=29600 GLOO_SOCKET_IFNAME=eth0 \
         /usr/bin/python3 bench/ddp/torch_ddp.py "$STEPS" >"$WORK/t1" 2>&1 &
     local p=$!
-    ip netns exec dt0 env RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.77.0.1 MASTER_PORT=29600 GLOO_SOCKET_IFNAME=eth0 \
+    $(cpu_of 0) ip netns exec dt0 env RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.77.0.1 MASTER_PORT=29600 GLOO_SOCKET_IFNAME=eth0 \
         /usr/bin/python3 bench/ddp/torch_ddp.py "$STEPS" | awk '{print $2}'
     wait $p
 }
@@ -75,7 +83,8 @@ section="## Data parallel scaling, 2 hosts"
     echo "$section"
     echo
     echo "Measured $(date -u +%Y-%m-%d) on this 2-core VM: 2 network namespaces, one rank each, 1 compute thread per"
-    echo "rank; gpt-mini, batch 16 x 128 per rank; $STEPS timed steps after 5 warm-up. Single process: dtrain $d1,"
+    echo "rank, each namespace host on a CPU of its own (taskset) unless the row says unpinned; gpt-mini, batch"
+    echo "16 x 128 per rank; $STEPS timed steps after 5 warm-up. Single process (on one CPU): dtrain $d1,"
     echo "PyTorch $t1 tokens/s. Efficiency = 2-rank aggregate / (2 x own single-process rate). Command:"
     echo "\`bench/ddp/netns_scaling.sh $STEPS \"$RATES\"\`"
     echo
@@ -84,15 +93,22 @@ section="## Data parallel scaling, 2 hosts"
     echo "| none | ceiling: 2 dtrain processes side by side, no communication | $sbs | $(eff "$sbs" "$d1") |"
     for rate in $RATES; do
         scripts/netns-cluster.sh up 2 --rate "$rate" >/dev/null
-        d2=$(best_of_2 dtrain_two); echo "| $rate | dtrain | $d2 | $(eff "$d2" "$d1") |"
-        c2=$(best_of_2 dtrain_two --set grad_compression=f16); echo "| $rate | dtrain, f16 gradients | $c2 | $(eff "$c2" "$d1") |"
-        t2=$(best_of_2 torch_two); echo "| $rate | PyTorch DDP (gloo) | $t2 | $(eff "$t2" "$t1") |"
+        for PIN in 1 0; do
+            how=""
+            [ "$PIN" = 0 ] && how=", unpinned"
+            d2=$(best_of_2 dtrain_two); echo "| $rate | dtrain$how | $d2 | $(eff "$d2" "$d1") |"
+            c2=$(best_of_2 dtrain_two --set grad_compression=f16)
+            echo "| $rate | dtrain, f16 gradients$how | $c2 | $(eff "$c2" "$d1") |"
+            t2=$(best_of_2 torch_two); echo "| $rate | PyTorch DDP (gloo)$how | $t2 | $(eff "$t2" "$t1") |"
+        done
+        PIN=1
         scripts/netns-cluster.sh down >/dev/null
     done
     echo
-    echo "Both ranks, both progress threads and the kernel's whole network path (veth, bridge, tbf) share the"
-    echo "same 2 cores here, so every byte on the wire costs compute time that separate hosts would not pay;"
-    echo "the ceiling row shows what the sharing alone costs."
+    echo "A host's rank, its progress thread and the kernel's network path (veth, bridge, tbf) share that host's"
+    echo "one CPU, so every byte on the wire costs compute time; the ceiling row shows what two processes on"
+    echo "the machine cost each other before any network work. Unpinned, the scheduler moves threads between"
+    echo "the two CPUs (a rank's progress thread onto the other rank's core), which separate hosts cannot do."
 } >"$WORK/section.md"
 cat "$WORK/section.md"
 python3 bench/update_results.py bench/RESULTS.md "$WORK/section.md" "$section"

@@ -10,9 +10,12 @@ import os
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
+# torch.set_num_threads does not reach the OpenMP pool of Debian's OpenBLAS,
+# which otherwise takes every core: "N threads" must mean N for both systems.
+os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = "1"
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))

@@ -13,9 +13,13 @@ import struct
 import sys
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+# torch.set_num_threads does not reach the OpenMP pool of Debian's OpenBLAS,
+# which otherwise takes every core: "N threads" must mean N for both systems.
+_THREADS = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2].isdigit() else "1"
+os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = _THREADS
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
 from torch_crosscheck import GPT, MLP  # noqa: E402  (the models the cross-check validated)

@@ -31,9 +31,9 @@
  * median of 3: 4 KiB 15.7 against 21.1 us, 32 KiB 29.5 against 41.2; 64 KiB
  * 78.8 against 49.9. */
 #define ONE_SHOT_BYTES 32768
-/* CPU pauses between looks at a flag while spinning: looking after every
- * pause measured slower (2 ranks, 4 KiB allreduce: 2.8 against 1.9 us),
- * unlike the engine's look at its rings. */
+/* CPU pauses between looks at a flag while spinning.  A look after every
+ * pause (the engine's cadence on its rings) was no faster here: 2 ranks,
+ * 4 KiB allreduce, 1.9-2.8 against 1.9-2.1 us over three A/B runs. */
 #define SPIN_PAUSES 64
 /* Longest sleep between looks at the sockets (a peer's death) and the clock. */
 #define SLEEP_SLICE_NS 5000000
