@@ -51,7 +51,9 @@ section="## Training throughput: dtrain vs PyTorch"
     echo "$section"
     echo
     echo "Measured $(date -u +%Y-%m-%d) on this 2-core VM with PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)')"
-    echo "(Debian), $STEPS timed steps after 5 warm-up steps. Command: \`bench/train/run.sh $STEPS\`"
+    echo "(Debian), $STEPS timed steps after 5 warm-up steps. PyTorch's threads are torch.set_num_threads plus"
+    echo "OMP_NUM_THREADS and OPENBLAS_NUM_THREADS (Debian's OpenBLAS pool ignores the first and otherwise"
+    echo "takes every core). Command: \`bench/train/run.sh $STEPS\`"
     echo
     echo "| model | threads | dtrain | PyTorch | PyTorch tuned (OMP_WAIT_POLICY=PASSIVE) | dtrain / best PyTorch | dtrain GFLOP/s | dtrain / its 1 thread |"
     echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
