@@ -10,15 +10,15 @@ import os
 import sys
 import time
 
-# torch.set_num_threads does not reach the OpenMP pool of Debian's OpenBLAS,
-# which otherwise takes every core: "N threads" must mean N for both systems.
-os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = "1"
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+import torch_threads  # noqa: E402  (bench/train; before torch)
+
+torch_threads.hold(1)
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
 from torch_crosscheck import GPT  # noqa: E402
 from torch_train import fortunes  # noqa: E402
 

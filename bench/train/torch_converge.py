@@ -16,9 +16,9 @@ import math
 import os
 import sys
 
-# torch.set_num_threads does not reach the OpenMP pool of Debian's OpenBLAS,
-# which otherwise takes every core: "N threads" must mean N for both systems.
-os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = "1"
+import torch_threads  # this directory; before torch
+
+torch_threads.hold(1)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 

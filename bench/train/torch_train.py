@@ -13,10 +13,9 @@ import struct
 import sys
 import time
 
-# torch.set_num_threads does not reach the OpenMP pool of Debian's OpenBLAS,
-# which otherwise takes every core: "N threads" must mean N for both systems.
-_THREADS = sys.argv[2] if len(sys.argv) > 2 and sys.argv[2].isdigit() else "1"
-os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = _THREADS
+import torch_threads  # this directory; before torch
+
+torch_threads.hold(sys.argv[2] if len(sys.argv) > 2 and sys.argv[2].isdigit() else 1)
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
