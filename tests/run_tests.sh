@@ -21,7 +21,8 @@ failed_names=()
 
 note() { printf '%-58s %s\n' "$1" "$2"; }
 
-# run NAME SECONDS CMD...: pass when CMD exits 0 within SECONDS.
+# run NAME SECONDS CMD...: pass when CMD exits 0 within SECONDS; exit 77 is a
+# skip, its last line of output the reason.
 run() {
     local name=$1 limit=$2; shift 2
     [[ "$name" =~ $FILTER ]] || return 0
@@ -30,6 +31,8 @@ run() {
     local rc=$?
     if [ $rc -eq 0 ]; then
         passed=$((passed + 1)); note "$name" "ok ($((SECONDS - start)) s)"
+    elif [ $rc -eq 77 ]; then
+        skipped=$((skipped + 1)); note "$name" "skipped: $(tail -n 1 "$log")"
     else
         failed=$((failed + 1)); failed_names+=("$name")
         [ $rc -eq 124 ] && note "$name" "FAILED: timed out after $limit s" || note "$name" "FAILED (exit $rc)"
@@ -52,6 +55,7 @@ BIG=524288; [ "$QUICK" = 1 ] && BIG=65536
 run unit/base 60 "$BIN/test_base"
 run unit/transport 120 "$BIN/test_transport"
 run transport/shared-memory 200 tests/cases/shm_transport.sh
+run transport/tcp-congestion-control 60 tests/cases/tcp_congestion.sh
 run unit/engine 300 "$BIN/test_engine"
 run engine/pytorch-crosscheck 300 tests/cases/torch_crosscheck.sh
 run engine/dtrain-cli 300 tests/cases/dtrain_cli.sh

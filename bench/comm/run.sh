@@ -16,7 +16,8 @@
 # Environment: OPS (default "allreduce broadcast allgather reduce_scatter
 # alltoall"), MINBYTES (8), MAXBYTES (67108864), ITERS (10), WARMUP (2),
 # RUNS (1: with more, the systems take turns RUNS times and each figure is
-# the median run's).
+# the median run's), CC (the namespace hosts' TCP congestion control, reno;
+# scripts/netns-cluster.sh --cc says why).
 #
 # Each table gives time (us) and busbw (GB/s) per system and size, and
 # dtrain/best = the better peer's time divided by dtrain's (above 1: dtrain is
@@ -27,6 +28,7 @@ cd "$(dirname "$0")/../.."
 BIN=build/bin
 OPS=${OPS:-allreduce broadcast allgather reduce_scatter alltoall}
 MINBYTES=${MINBYTES:-8} MAXBYTES=${MAXBYTES:-67108864} ITERS=${ITERS:-10} WARMUP=${WARMUP:-2} RUNS=${RUNS:-1}
+CC=${CC:-reno}
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || { echo "RUNS='$RUNS': expected a positive whole number" >&2; exit 2; }
 PY=/usr/bin/python3
 [ "${1:-}" = -h ] || [ "${1:-}" = --help ] && { sed -n '2,/^set -e/p' "$0" | grep '^#'  | sed 's/^# \{0,1\}//'; exit 0; }
@@ -142,7 +144,7 @@ scenario() {
     elif [[ $sc =~ ^hosts([0-9]+)-([0-9]+[kmg]bit)(-([0-9]+[um]s))?$ ]]; then
         kind=ns n=${BASH_REMATCH[1]} rate=${BASH_REMATCH[2]} delay=${BASH_REMATCH[4]}
         [ "$(id -u)" = 0 ] || { echo "$sc: needs root (network namespaces)" >&2; return 2; }
-        scripts/netns-cluster.sh up "$n" --rate "$rate" ${delay:+--delay "$delay"} >/dev/null
+        scripts/netns-cluster.sh up "$n" --rate "$rate" ${delay:+--delay "$delay"} --cc "$CC" >/dev/null
         link=$($PY -c "r='$rate'; m={'gbit':1e9,'mbit':1e6,'kbit':1e3}; u=r[-4:]; print(float(r[:-4])*m[u]/8/1e9)")
     else
         echo "unknown scenario '$sc' (localN, hostsN-RATE or hostsN-RATE-DELAY)" >&2
@@ -160,13 +162,14 @@ scenario() {
             echo "memory; OpenMPI: vader; gloo: TCP over loopback)."
         else
             echo "$n network namespaces, one rank each, both directions of each link shaped to $rate"
-            echo "with tbf (the wire: $link GB/s). OpenMPI: TCP BTL; gloo: GLOO_SOCKET_IFNAME=eth0."
+            echo "with tbf (the wire: $link GB/s), TCP congestion control $CC on every host. OpenMPI: TCP BTL;"
+            echo "gloo: GLOO_SOCKET_IFNAME=eth0."
             [ -n "$delay" ] && echo "Every packet that crosses the bridge is held $delay (dt-netdelay, NFQUEUE)."
         fi
         echo "dtrain/best: the better peer's time over dtrain's (above 1: dtrain is faster). Command:"
         echo
         local envs="" v def
-        for v in OPS:"allreduce broadcast allgather reduce_scatter alltoall" MINBYTES:8 MAXBYTES:67108864 ITERS:10 WARMUP:2 RUNS:1; do
+        for v in OPS:"allreduce broadcast allgather reduce_scatter alltoall" MINBYTES:8 MAXBYTES:67108864 ITERS:10 WARMUP:2 RUNS:1 CC:reno; do
             def=${v#*:} v=${v%%:*}
             [ "${!v}" != "$def" ] && envs+="$v=$( [[ "${!v}" == *" "* ]] && echo "\"${!v}\"" || echo "${!v}") "
         done

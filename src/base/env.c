@@ -25,6 +25,7 @@ static const dt__tunable tunables[] = {
     {"DT_RING_MSG", NULL, "above this many bytes the ring; between DT_SMALL_MSG and this, recursive halving-doubling where it exists (default: 2097152 when all ranks share memory, else 65536 up to 4 ranks and 262144 above)"},
     {"DT_HIER", "auto", "hierarchical collectives when several hosts each run the same number (>1) of ranks: auto or off"},
     {"DT_SOCKET_BUFFER", "4194304", "SO_SNDBUF/SO_RCVBUF bytes of peer connections"},
+    {"DT_TCP_CONGESTION", NULL, "TCP congestion control of peer connections, e.g. reno or cubic (default: the system's; under bbr, long collectives lose its 200 ms round-trip probes: docs/environment.md)"},
     {"DT_TRANSPORT", "auto", "peers on the same host: auto (shared memory), shm (require it), tcp (never)"},
     {"DT_SHM_RING", NULL, "bytes of each direction's shared-memory ring, a power of two (default: 1 MiB, less when many ranks share a host, so that a host's rings take at most 64 MiB of /dev/shm)"},
     {"DT_SHM_COPY_MIN", NULL, "shared-memory messages of at least this many bytes are copied once, from the sender's memory (0: never; default: 262144 when the host's ranks outnumber its cores, else 0); reducing collectives always use the ring"},

@@ -14,6 +14,7 @@
 #include "comm/launch_env.h"
 #include "dtrain/store.h"
 #include "transport/heartbeat.h"
+#include "transport/socket.h"
 
 #define WORLD_COMM_ID 1u
 
@@ -84,6 +85,8 @@ static dt_status init_world(const dt__launch_env *env, dt__world *w)
 {
     int64_t sockbuf, ring, copy_min, spin, poll_spin, restart;
     DT_CHECK(dt__env_int("DT_SOCKET_BUFFER", 0, 1LL << 30, &sockbuf));
+    const char *congestion = dt__env_str("DT_TCP_CONGESTION");
+    DT_CHECK(dt__sock_check_congestion(congestion)); /* before any peer waits on this rank */
     /* A job restarted by dtrun rendezvouses again in the same store: its
      * keys are those of the new generation, not the dead one's. */
     restart = 0;
@@ -113,6 +116,7 @@ static dt_status init_world(const dt__launch_env *env, dt__world *w)
         return dt__fail(DT_ERR_INVALID, "DT_TRANSPORT='%s': expected auto, shm or tcp", tr);
     dt__engine_config cfg = {.rank = env->rank, .size = env->size, .token = env->token,
                              .key_prefix = prefix, .timeout_s = env->timeout_s, .sock_buffer = (int)sockbuf,
+                             .tcp_congestion = congestion,
                              .listen_ip = dt__env_str("DT_IFADDR"), .transport = transport,
                              .shm_ring = (size_t)ring, .shm_copy_min = shm_copy_min, .shm_spin_us = (int)spin,
                              .poll_spin_us = (int)poll_spin};

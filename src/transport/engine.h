@@ -54,6 +54,7 @@ typedef struct {
     const char *key_prefix; /* namespace of this job's keys in the store */
     double timeout_s;
     int sock_buffer;
+    const char *tcp_congestion; /* congestion control of peer connections; NULL: the system's */
     const char *listen_ip; /* NULL: the address that reaches the store */
     int transport;         /* DT__TRANSPORT_*: how to reach peers on this host */
     size_t shm_ring;       /* bytes per direction of a shared-memory ring; 0: auto */

@@ -82,7 +82,11 @@ static dt_status connect_lower(dt__engine *e, const dt__engine_config *cfg, dt_s
     dt_status s = dt__sock_connect(host, port, deadline, &fd);
     if (s != DT_OK)
         return dt__wrap(s, "connecting to %s: ", p->name);
-    dt__sock_tune(fd, cfg->sock_buffer);
+    s = dt__sock_tune(fd, cfg->sock_buffer, cfg->tcp_congestion);
+    if (s != DT_OK) {
+        close(fd);
+        return s;
+    }
     int64_t hs = dt__deadline_after(HANDSHAKE_SECONDS);
     s = dt__auth_connect(fd, cfg->token, label, e->rank, hs < deadline ? hs : deadline, p->name);
     if (s != DT_OK) {
@@ -118,7 +122,11 @@ static dt_status accept_one(dt__engine *e, const dt__engine_config *cfg, dt_stor
     char addr[80];
     DT_CHECK(peer_address(store, cfg, (int)info, deadline, addr, sizeof addr, hosts[info]));
     snprintf(p->name, sizeof p->name, "rank %d (%s)", (int)info, addr);
-    dt__sock_tune(fd, cfg->sock_buffer);
+    s = dt__sock_tune(fd, cfg->sock_buffer, cfg->tcp_congestion);
+    if (s != DT_OK) {
+        close(fd);
+        return s;
+    }
     p->fd = fd;
     (*remaining)--;
     return DT_OK;

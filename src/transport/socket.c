@@ -55,7 +55,36 @@ dt_status dt__sock_set_nonblock(int fd)
     return DT_OK;
 }
 
-void dt__sock_tune(int fd, int bufsize)
+/* First line of a /proc file, or "?" where it cannot be read. */
+static void read_line(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f || !fgets(buf, (int)len, f))
+        snprintf(buf, len, "?");
+    buf[strcspn(buf, "\n")] = '\0';
+    if (f)
+        fclose(f);
+}
+
+static dt_status set_congestion(int fd, const char *name)
+{
+    if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, (socklen_t)strlen(name)) == 0)
+        return DT_OK;
+    int e = errno;
+    char avail[256], allowed[256];
+    read_line("/proc/sys/net/ipv4/tcp_available_congestion_control", avail, sizeof avail);
+    read_line("/proc/sys/net/ipv4/tcp_allowed_congestion_control", allowed, sizeof allowed);
+    if (e == ENOENT)
+        return dt__fail(DT_ERR_INVALID, "DT_TCP_CONGESTION='%s': this kernel has no such TCP congestion control "
+                        "(available: %s)", name, avail);
+    if (e == EPERM)
+        return dt__fail(DT_ERR_INVALID, "DT_TCP_CONGESTION='%s': not permitted without CAP_NET_ADMIN "
+                        "(allowed: %s)", name, allowed);
+    errno = e;
+    return dt__fail_errno(DT_ERR_INVALID, "DT_TCP_CONGESTION='%s': setsockopt(TCP_CONGESTION)", name);
+}
+
+dt_status dt__sock_tune(int fd, int bufsize, const char *congestion)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -64,6 +93,19 @@ void dt__sock_tune(int fd, int bufsize)
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bufsize, sizeof bufsize);
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufsize, sizeof bufsize);
     }
+    return congestion && congestion[0] ? set_congestion(fd, congestion) : DT_OK;
+}
+
+dt_status dt__sock_check_congestion(const char *name)
+{
+    if (!name || !name[0])
+        return DT_OK;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return dt__fail_errno(DT_ERR_SYSTEM, "socket");
+    dt_status s = set_congestion(fd, name);
+    close(fd);
+    return s;
 }
 
 dt_status dt__sock_listen(const char *bind_ip, int port, int *fd_out, int *port_out)

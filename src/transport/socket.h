@@ -21,8 +21,13 @@ dt_status dt__sock_connect(const char *host, int port, int64_t deadline_ns, int 
 dt_status dt__sock_accept(int listen_fd, int *fd_out, char *peer, size_t peerlen);
 
 dt_status dt__sock_set_nonblock(int fd);
-/* TCP_NODELAY, socket buffers of `bufsize` bytes (0 keeps the kernel's), keepalive. */
-void dt__sock_tune(int fd, int bufsize);
+/* TCP_NODELAY, socket buffers of `bufsize` bytes (0 keeps the kernel's),
+ * keepalive, and the congestion control `congestion` (NULL or "" keeps the
+ * system's default); fails only when the kernel refuses the congestion control. */
+dt_status dt__sock_tune(int fd, int bufsize, const char *congestion);
+/* Whether this process may use TCP congestion control `name` on its sockets;
+ * the error names what the kernel offers. */
+dt_status dt__sock_check_congestion(const char *name);
 
 /* Send/receive exactly len bytes on a nonblocking socket, polling until the
  * deadline.  `what` names the other side for error messages. */
