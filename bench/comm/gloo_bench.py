@@ -2,14 +2,17 @@
 """The torch.distributed (gloo) side of bench/comm/run.sh: times one collective
 over a range of sizes with dtbench's size convention and columns.
 
-usage: gloo_bench.py OP MINBYTES MAXBYTES FACTOR ITERS WARMUP
+usage: gloo_bench.py OP MINBYTES MAXBYTES FACTOR ITERS WARMUP [MINTIME]
        (env: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; GLOO_SOCKET_IFNAME
        across namespaces)
 OP: allreduce, broadcast, allgather, reduce_scatter, alltoall (f32, sum).
 Prints "size_bytes time_us algbw_GBps busbw_GBps" per size on rank 0; time is
-the slowest rank's mean.  gloo's torch backend has no reduce_scatter: the
+the slowest rank's mean.  MINTIME (seconds, default 0): a size whose ITERS
+calls would take less gets as many calls as the slowest rank's warm-up says
+fill it (dtbench -t).  gloo's torch backend has no reduce_scatter: the
 script prints nothing for it.
 """
+import math
 import os
 import sys
 import time
@@ -28,7 +31,10 @@ def bus_factor(op, n):
 
 def main():
     op = sys.argv[1]
-    minb, maxb, factor, iters, warmup = (int(x) for x in sys.argv[2:7])
+    minb, maxb, factor, least, warmup = (int(x) for x in sys.argv[2:7])
+    mintime = float(sys.argv[7]) if len(sys.argv) > 7 else 0.0
+    if mintime > 0 and warmup < 1:
+        raise SystemExit("gloo_bench: MINTIME needs a warm-up call to time")
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     n, rank = dist.get_world_size(), dist.get_rank()
@@ -59,8 +65,15 @@ def main():
             else:
                 raise SystemExit(f"unknown op {op}")
 
+        warm_start = time.perf_counter()
         for _ in range(warmup):
             once()
+        iters = least
+        if mintime > 0:
+            warm = torch.tensor([(time.perf_counter() - warm_start) / warmup], dtype=torch.float64)
+            dist.all_reduce(warm, op=dist.ReduceOp.MAX)
+            want = math.ceil(mintime / warm.item()) if warm.item() > 0 else 1000000
+            iters = min(max(want, least), 1000000)
         dist.barrier()
         t0 = time.perf_counter()
         for _ in range(iters):

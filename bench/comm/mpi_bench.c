@@ -3,11 +3,14 @@
  * two tables line up.  Built by the script with mpicc (not part of the
  * project's build: OpenMPI is only a peer to compare against).
  *
- *   mpirun ... mpi_bench OP MINBYTES MAXBYTES FACTOR ITERS WARMUP
+ *   mpirun ... mpi_bench OP MINBYTES MAXBYTES FACTOR ITERS WARMUP [MINTIME]
  *
+ * MINTIME (seconds, default 0): a size whose ITERS calls would take less gets
+ * as many calls as the slowest rank's warm-up says fill it (dtbench -t).
  * OP: allreduce, broadcast, allgather, reduce_scatter, alltoall (f32, sum).
  * Prints "size_bytes time_us algbw_GBps busbw_GBps" per size on rank 0;
  * time is the slowest rank's mean. */
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,17 +47,18 @@ int main(int argc, char **argv)
     int rank, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
-    if (argc != 7) {
+    if (argc != 7 && argc != 8) {
         if (rank == 0)
-            fprintf(stderr, "usage: mpi_bench OP MINBYTES MAXBYTES FACTOR ITERS WARMUP\n");
+            fprintf(stderr, "usage: mpi_bench OP MINBYTES MAXBYTES FACTOR ITERS WARMUP [MINTIME]\n");
         MPI_Finalize();
         return 2;
     }
     const char *op = argv[1];
     size_t minb = strtoull(argv[2], NULL, 10), maxb = strtoull(argv[3], NULL, 10);
-    int factor = atoi(argv[4]), iters = atoi(argv[5]), warmup = atoi(argv[6]);
+    int factor = atoi(argv[4]), least = atoi(argv[5]), warmup = atoi(argv[6]);
+    double mintime = argc == 8 ? atof(argv[7]) : 0;
     float *a = malloc(maxb + 64), *b = malloc(maxb + 64);
-    if (!a || !b || factor < 2 || iters < 1) {
+    if (!a || !b || factor < 2 || least < 1 || mintime < 0 || (mintime > 0 && warmup < 1)) {
         fprintf(stderr, "mpi_bench: bad arguments or out of memory\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
@@ -64,9 +68,17 @@ int main(int argc, char **argv)
         size_t count = bytes / 4;
         if (count < (size_t)n && strcmp(op, "allreduce") != 0 && strcmp(op, "broadcast") != 0)
             continue; /* fewer elements than ranks */
+        double warm_start = MPI_Wtime();
         for (int i = 0; i < warmup; i++)
             if (run_once(op, a, b, count, n) != MPI_SUCCESS)
                 MPI_Abort(MPI_COMM_WORLD, 1);
+        int iters = least;
+        if (mintime > 0) {
+            double warm = (MPI_Wtime() - warm_start) / warmup, slowest;
+            MPI_Allreduce(&warm, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            double want = slowest > 0 ? ceil(mintime / slowest) : 1e6;
+            iters = want > 1e6 ? 1000000 : want > least ? (int)want : least;
+        }
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
         for (int i = 0; i < iters; i++)

@@ -27,16 +27,19 @@ static const char usage[] =
     "  -r, --root R       root of broadcast/reduce/gather/scatter (default 0)\n"
     "  -n, --iters N      timed iterations per size (default 20)\n"
     "  -w, --warmup N     untimed iterations per size (default 5)\n"
+    "  -t, --mintime S    time each size for at least S seconds: where the warm-up\n"
+    "                     says -n calls take less, more calls (default 0: exactly -n)\n"
     "  -c, --check 0|1    verify results (default 1)\n"
     "      --json         one JSON object per size instead of the table\n"
     "  -h, --help         this help\n"
     "\n"
     "size is the total bytes of the operation as in nccl-tests: the buffer of\n"
     "allreduce/broadcast/reduce, the gathered output of allgather/gather, the input\n"
-    "of reduce_scatter/scatter/alltoall.  time_us is the slowest rank's mean; algbw =\n"
-    "size/time; busbw = algbw x (allreduce 2(n-1)/n; reduce_scatter, allgather,\n"
-    "gather, scatter, alltoall (n-1)/n; broadcast, reduce, sendrecv 1).  #wrong counts\n"
-    "elements that differ from the expected result, summed over ranks.\n";
+    "of reduce_scatter/scatter/alltoall.  time_us is the slowest rank's mean over\n"
+    "the iters timed calls; algbw = size/time; busbw = algbw x (allreduce 2(n-1)/n;\n"
+    "reduce_scatter, allgather, gather, scatter, alltoall (n-1)/n; broadcast, reduce,\n"
+    "sendrecv 1).  #wrong counts elements that differ from the expected result,\n"
+    "summed over ranks.\n";
 
 enum { ALLREDUCE, BROADCAST, REDUCE, REDUCE_SCATTER, ALLGATHER, GATHER, SCATTER, ALLTOALL, BARRIER, SENDRECV };
 static const char *op_names[] = {"allreduce", "broadcast", "reduce",   "reduce_scatter", "allgather",
@@ -44,6 +47,7 @@ static const char *op_names[] = {"allreduce", "broadcast", "reduce",   "reduce_s
 
 typedef struct {
     int op, root, iters, warmup, check, json;
+    double mintime; /* seconds each size is timed for at least; 0: exactly iters calls */
     size_t minb, maxb;
     double factor;
     dt_dtype dtype;
@@ -90,9 +94,11 @@ static void parse(int argc, char **argv, options *o)
     static const struct option longopts[] = {
         {"minbytes", 1, 0, 'b'}, {"maxbytes", 1, 0, 'e'}, {"stepfactor", 1, 0, 'f'}, {"dtype", 1, 0, 'd'},
         {"op", 1, 0, 'o'},       {"root", 1, 0, 'r'},     {"iters", 1, 0, 'n'},      {"warmup", 1, 0, 'w'},
-        {"check", 1, 0, 'c'},    {"json", 0, 0, 'j'},     {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
+        {"check", 1, 0, 'c'},    {"json", 0, 0, 'j'},     {"help", 0, 0, 'h'},       {"mintime", 1, 0, 't'},
+        {0, 0, 0, 0}};
     int c;
-    while ((c = getopt_long(argc, argv, "b:e:f:d:o:r:n:w:c:h", longopts, NULL)) != -1) {
+    char *end;
+    while ((c = getopt_long(argc, argv, "b:e:f:d:o:r:n:w:t:c:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'b': o->minb = parse_size(optarg); break;
         case 'e': o->maxb = parse_size(optarg); break;
@@ -112,6 +118,11 @@ static void parse(int argc, char **argv, options *o)
         case 'r': o->root = parse_int(optarg, 0, 1 << 20); break;
         case 'n': o->iters = parse_int(optarg, 1, 1000000); break;
         case 'w': o->warmup = parse_int(optarg, 0, 1000000); break;
+        case 't':
+            o->mintime = strtod(optarg, &end);
+            if (*end || end == optarg || !(o->mintime >= 0 && o->mintime <= 3600))
+                bad("the minimum time must be 0 to 3600 seconds, got", optarg);
+            break;
         case 'c': o->check = parse_int(optarg, 0, 1); break;
         case 'j': o->json = 1; break;
         case 'h': fputs(usage, stdout); exit(0);
@@ -129,6 +140,19 @@ static void parse(int argc, char **argv, options *o)
         bad("unexpected argument", argv[optind + 1]);
     if (o->minb > o->maxb)
         bad("-b is larger than -e", "");
+    if (o->mintime > 0 && o->warmup == 0)
+        bad("--mintime needs a warm-up call to time (-w 1 or more), got -w", "0");
+}
+
+/* Most calls one size may take under --mintime. */
+#define MAX_ITERS 1000000
+
+/* Calls to time so that they take at least mintime, given `per_call` seconds
+ * each in the warm-up; never fewer than `least`. */
+static int iters_for(double mintime, double per_call, int least)
+{
+    double want = per_call > 0 ? ceil(mintime / per_call) : MAX_ITERS;
+    return want > MAX_ITERS ? MAX_ITERS : want > least ? (int)want : least;
 }
 
 static double now_s(void)
@@ -365,11 +389,14 @@ int main(int argc, char **argv)
         return fail(c, "out of memory for the buffers");
     if (b.rank == 0 && !o.json) {
         const char *algo = getenv("DT_ALGO");
-        printf("# dtbench %s: %d ranks, dtype %s, redop %s, %d iterations after %d warm-up, algorithm %s\n",
-               op_names[o.op], b.size, dt_dtype_name(o.dtype), dt_redop_name(o.redop), o.iters, o.warmup,
+        char timed[64] = "";
+        if (o.mintime > 0)
+            snprintf(timed, sizeof timed, " (more to last %g s)", o.mintime);
+        printf("# dtbench %s: %d ranks, dtype %s, redop %s, %d iterations%s after %d warm-up, algorithm %s\n",
+               op_names[o.op], b.size, dt_dtype_name(o.dtype), dt_redop_name(o.redop), o.iters, timed, o.warmup,
                algo ? algo : "auto");
-        printf("#%13s %12s %6s %6s %12s %12s %12s %8s\n", "size(B)", "count", "type", "redop", "time_us",
-               "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+        printf("#%13s %12s %6s %6s %12s %12s %12s %8s %8s\n", "size(B)", "count", "type", "redop", "time_us",
+               "algbw(GB/s)", "busbw(GB/s)", "#wrong", "iters");
         fflush(stdout);
     }
     size_t total_wrong = 0;
@@ -381,16 +408,24 @@ int main(int argc, char **argv)
             bytes = b.count = 0;
         memset(b.send, 1, cap * b.es);
         memset(b.recv, 1, cap * b.es);
+        double warm_start = now_s();
         for (int i = 0; i < o.warmup; i++)
             if (run_once(&b) != DT_OK)
                 return fail(c, "warm-up");
+        int iters = o.iters;
+        if (o.mintime > 0) { /* every rank must make the same number of calls: the slowest's warm-up decides */
+            double warm = (now_s() - warm_start) / o.warmup, warm_slowest;
+            if (dt_allreduce(&warm, &warm_slowest, 1, DT_F64, DT_MAX, c) != DT_OK)
+                return fail(c, "sharing the warm-up time");
+            iters = iters_for(o.mintime, warm_slowest, o.iters);
+        }
         if (dt_barrier(c) != DT_OK)
             return fail(c, "barrier");
         double t0 = now_s();
-        for (int i = 0; i < o.iters; i++)
+        for (int i = 0; i < iters; i++)
             if (run_once(&b) != DT_OK)
                 return fail(c, op_names[o.op]);
-        double mine = (now_s() - t0) / o.iters, slowest;
+        double mine = (now_s() - t0) / iters, slowest;
         int64_t wrong = 0, wrong_sum = 0;
         if (o.check && o.op != BARRIER) {
             size_t w = verify(&b);
@@ -416,13 +451,14 @@ int main(int argc, char **argv)
                 cJSON_AddNumberToObject(j, "algbw", algbw);
                 cJSON_AddNumberToObject(j, "busbw", busbw);
                 cJSON_AddNumberToObject(j, "wrong", (double)wrong_sum);
+                cJSON_AddNumberToObject(j, "iters", iters);
                 char *text = cJSON_PrintUnformatted(j);
                 printf("%s\n", text);
                 free(text);
                 cJSON_Delete(j);
             } else {
-                printf("%14zu %12zu %6s %6s %12.1f %12.3f %12.3f %8lld\n", bytes, b.count, dt_dtype_name(o.dtype),
-                       dt_redop_name(o.redop), slowest * 1e6, algbw, busbw, (long long)wrong_sum);
+                printf("%14zu %12zu %6s %6s %12.1f %12.3f %12.3f %8lld %8d\n", bytes, b.count, dt_dtype_name(o.dtype),
+                       dt_redop_name(o.redop), slowest * 1e6, algbw, busbw, (long long)wrong_sum, iters);
             }
             fflush(stdout);
         }
