@@ -7,10 +7,10 @@ usage: gloo_bench.py OP MINBYTES MAXBYTES FACTOR ITERS WARMUP [MINTIME]
        across namespaces)
 OP: allreduce, broadcast, allgather, reduce_scatter, alltoall (f32, sum).
 Prints "size_bytes time_us algbw_GBps busbw_GBps" per size on rank 0; time is
-the slowest rank's mean.  MINTIME (seconds, default 0): a size whose ITERS
-calls would take less gets as many calls as the slowest rank's warm-up says
-fill it (dtbench -t).  gloo's torch backend has no reduce_scatter: the
-script prints nothing for it.
+the slowest rank's mean.  MINTIME (seconds, default 0): while a
+size's calls so far took less on the slowest rank, another batch, as many as
+they say fill it (dtbench -t).  gloo's torch backend has no reduce_scatter:
+the script prints nothing for it.
 """
 import math
 import os
@@ -33,8 +33,6 @@ def main():
     op = sys.argv[1]
     minb, maxb, factor, least, warmup = (int(x) for x in sys.argv[2:7])
     mintime = float(sys.argv[7]) if len(sys.argv) > 7 else 0.0
-    if mintime > 0 and warmup < 1:
-        raise SystemExit("gloo_bench: MINTIME needs a warm-up call to time")
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     n, rank = dist.get_world_size(), dist.get_rank()
@@ -65,20 +63,25 @@ def main():
             else:
                 raise SystemExit(f"unknown op {op}")
 
-        warm_start = time.perf_counter()
         for _ in range(warmup):
             once()
-        iters = least
-        if mintime > 0:
-            warm = torch.tensor([(time.perf_counter() - warm_start) / warmup], dtype=torch.float64)
-            dist.all_reduce(warm, op=dist.ReduceOp.MAX)
-            want = math.ceil(mintime / warm.item()) if warm.item() > 0 else 1000000
-            iters = min(max(want, least), 1000000)
         dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            once()
-        mean = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+        elapsed, iters, batch, rounds = 0.0, 0, least, 0
+        while batch > 0:
+            rounds += 1
+            t0 = time.perf_counter()
+            for _ in range(batch):
+                once()
+            elapsed += time.perf_counter() - t0
+            iters += batch
+            batch = 0
+            if mintime > 0 and rounds <= 8:  # another batch while these were short (dtbench -t)
+                took = torch.tensor([elapsed], dtype=torch.float64)
+                dist.all_reduce(took, op=dist.ReduceOp.MAX)
+                if took.item() < mintime:
+                    want = math.ceil(mintime * iters / took.item()) if took.item() > 0 else 1000000
+                    batch = min(want, 1000000) - iters
+        mean = torch.tensor([elapsed / iters], dtype=torch.float64)
         dist.all_reduce(mean, op=dist.ReduceOp.MAX)
         if rank == 0:
             algbw = size / mean.item() / 1e9

@@ -5,8 +5,8 @@
  *
  *   mpirun ... mpi_bench OP MINBYTES MAXBYTES FACTOR ITERS WARMUP [MINTIME]
  *
- * MINTIME (seconds, default 0): a size whose ITERS calls would take less gets
- * as many calls as the slowest rank's warm-up says fill it (dtbench -t).
+ * MINTIME (seconds, default 0): while a size's calls so far took less on the
+ * slowest rank, another batch, as many as they say fill it (dtbench -t).
  * OP: allreduce, broadcast, allgather, reduce_scatter, alltoall (f32, sum).
  * Prints "size_bytes time_us algbw_GBps busbw_GBps" per size on rank 0;
  * time is the slowest rank's mean. */
@@ -58,7 +58,7 @@ int main(int argc, char **argv)
     int factor = atoi(argv[4]), least = atoi(argv[5]), warmup = atoi(argv[6]);
     double mintime = argc == 8 ? atof(argv[7]) : 0;
     float *a = malloc(maxb + 64), *b = malloc(maxb + 64);
-    if (!a || !b || factor < 2 || least < 1 || mintime < 0 || (mintime > 0 && warmup < 1)) {
+    if (!a || !b || factor < 2 || least < 1 || mintime < 0) {
         fprintf(stderr, "mpi_bench: bad arguments or out of memory\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
@@ -68,22 +68,29 @@ int main(int argc, char **argv)
         size_t count = bytes / 4;
         if (count < (size_t)n && strcmp(op, "allreduce") != 0 && strcmp(op, "broadcast") != 0)
             continue; /* fewer elements than ranks */
-        double warm_start = MPI_Wtime();
         for (int i = 0; i < warmup; i++)
             if (run_once(op, a, b, count, n) != MPI_SUCCESS)
                 MPI_Abort(MPI_COMM_WORLD, 1);
-        int iters = least;
-        if (mintime > 0) {
-            double warm = (MPI_Wtime() - warm_start) / warmup, slowest;
-            MPI_Allreduce(&warm, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-            double want = slowest > 0 ? ceil(mintime / slowest) : 1e6;
-            iters = want > 1e6 ? 1000000 : want > least ? (int)want : least;
-        }
         MPI_Barrier(MPI_COMM_WORLD);
-        double t0 = MPI_Wtime();
-        for (int i = 0; i < iters; i++)
-            run_once(op, a, b, count, n);
-        double mean = (MPI_Wtime() - t0) / iters, worst = 0;
+        double elapsed = 0;
+        int iters = 0;
+        for (int batch = least, round = 0; batch > 0; round++) {
+            double t0 = MPI_Wtime();
+            for (int i = 0; i < batch; i++)
+                run_once(op, a, b, count, n);
+            elapsed += MPI_Wtime() - t0;
+            iters += batch;
+            batch = 0;
+            if (mintime > 0 && round < 8) { /* another batch while these were short (dtbench -t) */
+                double took;
+                MPI_Allreduce(&elapsed, &took, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                if (took < mintime) {
+                    double want = took > 0 ? ceil(mintime * iters / took) : 1e6;
+                    batch = (want >= 1e6 ? 1000000 : (int)want) - iters;
+                }
+            }
+        }
+        double mean = elapsed / iters, worst = 0;
         MPI_Reduce(&mean, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
         if (rank == 0) {
             double algbw = (double)bytes / worst / 1e9;

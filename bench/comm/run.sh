@@ -15,6 +15,8 @@
 #                  scripts/netns-cluster.sh)
 # Environment: OPS (default "allreduce broadcast allgather reduce_scatter
 # alltoall"), MINBYTES (8), MAXBYTES (67108864), ITERS (10), WARMUP (2),
+# MINTIME (0.2: seconds each size is timed for at least, with more than ITERS
+# calls where they are short; the same rule in all three programs),
 # RUNS (1: with more, the systems take turns RUNS times and each figure is
 # the median run's), CC (the namespace hosts' TCP congestion control, reno;
 # scripts/netns-cluster.sh --cc says why).
@@ -28,6 +30,7 @@ cd "$(dirname "$0")/../.."
 BIN=build/bin
 OPS=${OPS:-allreduce broadcast allgather reduce_scatter alltoall}
 MINBYTES=${MINBYTES:-8} MAXBYTES=${MAXBYTES:-67108864} ITERS=${ITERS:-10} WARMUP=${WARMUP:-2} RUNS=${RUNS:-1}
+MINTIME=${MINTIME:-0.2}
 CC=${CC:-reno}
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || { echo "RUNS='$RUNS': expected a positive whole number" >&2; exit 2; }
 PY=/usr/bin/python3
@@ -37,7 +40,7 @@ command -v mpicc >/dev/null || { echo "needs OpenMPI: apt-get install openmpi-bi
 $PY -c 'import torch' 2>/dev/null || { echo "needs python3-torch" >&2; exit 2; }
 WORK=$(mktemp -d /tmp/dtrain-comm.XXXXXX)
 trap 'scripts/netns-cluster.sh down >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
-mpicc -O2 -o "$WORK/mpi_bench" bench/comm/mpi_bench.c
+mpicc -O2 -o "$WORK/mpi_bench" bench/comm/mpi_bench.c -lm
 TOKEN_FILE=$WORK/tok
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TOKEN_FILE"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --mca mpi_yield_when_idle 1)
@@ -45,18 +48,18 @@ port=29600
 
 # ---- one host ----
 local_dtrain() { # N OP -> "size time algbw busbw"
-    $BIN/dtrun -n "$1" --token-file "$TOKEN_FILE" $BIN/dtbench "$2" -b $MINBYTES -e $MAXBYTES -f 2 -n $ITERS -w $WARMUP \
+    $BIN/dtrun -n "$1" --token-file "$TOKEN_FILE" $BIN/dtbench "$2" -b $MINBYTES -e $MAXBYTES -f 2 -n $ITERS -w $WARMUP -t $MINTIME \
         | sed 's/^\[0\] //' | awk '!/^#/ && NF >= 8 { print $1, $5, $6, $7 }'
 }
-local_mpi() { "${MPIRUN[@]}" -np "$1" "$WORK/mpi_bench" "$2" $MINBYTES $MAXBYTES 2 $ITERS $WARMUP; }
+local_mpi() { "${MPIRUN[@]}" -np "$1" "$WORK/mpi_bench" "$2" $MINBYTES $MAXBYTES 2 $ITERS $WARMUP $MINTIME; }
 local_gloo() {
     local n=$1 op=$2 pids=() r
     port=$((port + 1))
     for ((r = 1; r < n; r++)); do
-        RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $PY bench/comm/gloo_bench.py "$op" $MINBYTES $MAXBYTES 2 $ITERS $WARMUP &
+        RANK=$r WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $PY bench/comm/gloo_bench.py "$op" $MINBYTES $MAXBYTES 2 $ITERS $WARMUP $MINTIME &
         pids+=($!)
     done
-    RANK=0 WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $PY bench/comm/gloo_bench.py "$op" $MINBYTES $MAXBYTES 2 $ITERS $WARMUP
+    RANK=0 WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port $PY bench/comm/gloo_bench.py "$op" $MINBYTES $MAXBYTES 2 $ITERS $WARMUP $MINTIME
     for r in "${pids[@]}"; do wait "$r"; done
 }
 
@@ -65,11 +68,11 @@ ns_dtrain() {
     local n=$1 op=$2 pids=() i
     for ((i = n - 1; i >= 1; i--)); do
         ip netns exec dt$i $BIN/dtrun --nnodes "$n" --node-rank $i --master 10.77.0.1:29500 --token-file "$TOKEN_FILE" -n 1 \
-            $BIN/dtbench "$op" -b $MINBYTES -e $MAXBYTES -f 2 -n $ITERS -w $WARMUP >/dev/null 2>"$WORK/ns.$i" &
+            $BIN/dtbench "$op" -b $MINBYTES -e $MAXBYTES -f 2 -n $ITERS -w $WARMUP -t $MINTIME >/dev/null 2>"$WORK/ns.$i" &
         pids+=($!)
     done
     ip netns exec dt0 $BIN/dtrun --nnodes "$n" --node-rank 0 --master 10.77.0.1:29500 --token-file "$TOKEN_FILE" -n 1 \
-        $BIN/dtbench "$op" -b $MINBYTES -e $MAXBYTES -f 2 -n $ITERS -w $WARMUP | sed 's/^\[0\] //' \
+        $BIN/dtbench "$op" -b $MINBYTES -e $MAXBYTES -f 2 -n $ITERS -w $WARMUP -t $MINTIME | sed 's/^\[0\] //' \
         | awk '!/^#/ && NF >= 8 { print $1, $5, $6, $7 }'
     for i in "${pids[@]}"; do wait "$i"; done
 }
@@ -78,11 +81,11 @@ ns_gloo() {
     port=$((port + 1))
     for ((i = n - 1; i >= 1; i--)); do
         ip netns exec dt$i env GLOO_SOCKET_IFNAME=eth0 RANK=$i WORLD_SIZE=$n MASTER_ADDR=10.77.0.1 MASTER_PORT=$port \
-            $PY bench/comm/gloo_bench.py "$op" $MINBYTES $MAXBYTES 2 $ITERS $WARMUP &
+            $PY bench/comm/gloo_bench.py "$op" $MINBYTES $MAXBYTES 2 $ITERS $WARMUP $MINTIME &
         pids+=($!)
     done
     ip netns exec dt0 env GLOO_SOCKET_IFNAME=eth0 RANK=0 WORLD_SIZE=$n MASTER_ADDR=10.77.0.1 MASTER_PORT=$port \
-        $PY bench/comm/gloo_bench.py "$op" $MINBYTES $MAXBYTES 2 $ITERS $WARMUP
+        $PY bench/comm/gloo_bench.py "$op" $MINBYTES $MAXBYTES 2 $ITERS $WARMUP $MINTIME
     for i in "${pids[@]}"; do wait "$i"; done
 }
 # OpenMPI across namespaces: mpirun in dt0; its "ssh" starts each daemon in
@@ -102,7 +105,7 @@ EOF
     ip netns exec dt0 unshare --uts sh -c 'hostname h0; exec "$@"' sh \
         "${MPIRUN[@]}" -np "$n" --hostfile "$WORK/hosts" --mca plm_rsh_agent "$WORK/agent" \
         --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 \
-        "$WORK/mpi_bench" "$op" $MINBYTES $MAXBYTES 2 $ITERS $WARMUP
+        "$WORK/mpi_bench" "$op" $MINBYTES $MAXBYTES 2 $ITERS $WARMUP $MINTIME
 }
 
 table() { # title, link GB/s or "" -> markdown on stdout; inputs in $WORK/{d,m,g}
@@ -156,7 +159,7 @@ scenario() {
     {
         echo "$title"
         echo
-        echo "Measured $(date -u +%Y-%m-%d) on a 2-core VM, $([ "$RUNS" = 1 ] && echo "one run" || echo "median of $RUNS runs (the systems in turn)"), f32 sum, $ITERS timed iterations per size."
+        echo "Measured $(date -u +%Y-%m-%d) on a 2-core VM, $([ "$RUNS" = 1 ] && echo "one run" || echo "median of $RUNS runs (the systems in turn)"), f32 sum, each size timed for at least $MINTIME s ($ITERS calls or more)."
         if [ $kind = local ]; then
             echo "$n ranks on one host, each system with its default transport (dtrain: shared"
             echo "memory; OpenMPI: vader; gloo: TCP over loopback)."
@@ -169,7 +172,7 @@ scenario() {
         echo "dtrain/best: the better peer's time over dtrain's (above 1: dtrain is faster). Command:"
         echo
         local envs="" v def
-        for v in OPS:"allreduce broadcast allgather reduce_scatter alltoall" MINBYTES:8 MAXBYTES:67108864 ITERS:10 WARMUP:2 RUNS:1 CC:reno; do
+        for v in OPS:"allreduce broadcast allgather reduce_scatter alltoall" MINBYTES:8 MAXBYTES:67108864 ITERS:10 WARMUP:2 MINTIME:0.2 RUNS:1 CC:reno; do
             def=${v#*:} v=${v%%:*}
             [ "${!v}" != "$def" ] && envs+="$v=$( [[ "${!v}" == *" "* ]] && echo "\"${!v}\"" || echo "${!v}") "
         done

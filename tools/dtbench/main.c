@@ -27,8 +27,8 @@ static const char usage[] =
     "  -r, --root R       root of broadcast/reduce/gather/scatter (default 0)\n"
     "  -n, --iters N      timed iterations per size (default 20)\n"
     "  -w, --warmup N     untimed iterations per size (default 5)\n"
-    "  -t, --mintime S    time each size for at least S seconds: where the warm-up\n"
-    "                     says -n calls take less, more calls (default 0: exactly -n)\n"
+    "  -t, --mintime S    time each size for at least S seconds: while the calls so\n"
+    "                     far took less, as many more as they say fill it (default 0)\n"
     "  -c, --check 0|1    verify results (default 1)\n"
     "      --json         one JSON object per size instead of the table\n"
     "  -h, --help         this help\n"
@@ -140,19 +140,21 @@ static void parse(int argc, char **argv, options *o)
         bad("unexpected argument", argv[optind + 1]);
     if (o->minb > o->maxb)
         bad("-b is larger than -e", "");
-    if (o->mintime > 0 && o->warmup == 0)
-        bad("--mintime needs a warm-up call to time (-w 1 or more), got -w", "0");
 }
 
 /* Most calls one size may take under --mintime. */
 #define MAX_ITERS 1000000
+/* Most batches after the first under --mintime. */
+#define MAX_ROUNDS 8
 
-/* Calls to time so that they take at least mintime, given `per_call` seconds
- * each in the warm-up; never fewer than `least`. */
-static int iters_for(double mintime, double per_call, int least)
+/* Calls to add to `done` calls that took `took` seconds so that all of them
+ * take at least mintime; at most MAX_ITERS in all. */
+static int more_calls(double mintime, double took, int done)
 {
-    double want = per_call > 0 ? ceil(mintime / per_call) : MAX_ITERS;
-    return want > MAX_ITERS ? MAX_ITERS : want > least ? (int)want : least;
+    if (took >= mintime)
+        return 0;
+    double want = took > 0 ? ceil(mintime * done / took) : MAX_ITERS;
+    return want >= MAX_ITERS ? MAX_ITERS - done : (int)want - done;
 }
 
 static double now_s(void)
@@ -408,24 +410,33 @@ int main(int argc, char **argv)
             bytes = b.count = 0;
         memset(b.send, 1, cap * b.es);
         memset(b.recv, 1, cap * b.es);
-        double warm_start = now_s();
         for (int i = 0; i < o.warmup; i++)
             if (run_once(&b) != DT_OK)
                 return fail(c, "warm-up");
-        int iters = o.iters;
-        if (o.mintime > 0) { /* every rank must make the same number of calls: the slowest's warm-up decides */
-            double warm = (now_s() - warm_start) / o.warmup, warm_slowest;
-            if (dt_allreduce(&warm, &warm_slowest, 1, DT_F64, DT_MAX, c) != DT_OK)
-                return fail(c, "sharing the warm-up time");
-            iters = iters_for(o.mintime, warm_slowest, o.iters);
-        }
         if (dt_barrier(c) != DT_OK)
             return fail(c, "barrier");
-        double t0 = now_s();
-        for (int i = 0; i < iters; i++)
-            if (run_once(&b) != DT_OK)
-                return fail(c, op_names[o.op]);
-        double mine = (now_s() - t0) / iters, slowest;
+        /* -n calls; under -t, while the calls so far took less than mintime
+         * on the slowest rank, another batch sized by them (every rank must
+         * make the same calls; the first calls may pay for set-up, so the
+         * estimate is made again).  The agreement itself is not timed. */
+        double elapsed = 0;
+        int iters = 0;
+        for (int batch = o.iters, round = 0; batch > 0; round++) {
+            double t0 = now_s();
+            for (int i = 0; i < batch; i++)
+                if (run_once(&b) != DT_OK)
+                    return fail(c, op_names[o.op]);
+            elapsed += now_s() - t0;
+            iters += batch;
+            batch = 0;
+            if (o.mintime > 0 && round < MAX_ROUNDS) {
+                double slowest_elapsed;
+                if (dt_allreduce(&elapsed, &slowest_elapsed, 1, DT_F64, DT_MAX, c) != DT_OK)
+                    return fail(c, "sharing the time taken");
+                batch = more_calls(o.mintime, slowest_elapsed, iters);
+            }
+        }
+        double mine = elapsed / iters, slowest;
         int64_t wrong = 0, wrong_sum = 0;
         if (o.check && o.op != BARRIER) {
             size_t w = verify(&b);
