@@ -22,14 +22,17 @@ want=$(tr ' ' '\n' <<<"$offered" | grep -vx "$default" | grep -v '^$' | head -1)
 ccs_of_job() {
     ss -tinp state established 2>/dev/null | awk '/users:\(\("dtbench"/ { getline; print $1 }' | sort -u
 }
-# Runs a TCP-only 2-rank job for a few seconds; prints what ss saw while it ran.
+# Runs a TCP-only 2-rank job and prints every congestion control ss saw on
+# its sockets: until $want shows, or for 20 looks (2 s) once sockets exist.
 observe() {
     env "$@" DT_TRANSPORT=tcp "$BIN/dtrun" -n 2 "$BIN/dtbench" allreduce -b 1048576 -e 1048576 -n 100000 -w 1 \
         >"$WORK/job" 2>&1 &
-    local job=$! seen="" i
-    for i in $(seq 1 100); do
-        seen=$(ccs_of_job)
-        [ -n "$seen" ] && sleep 0.5 && seen=$(ccs_of_job) && break
+    local job=$! seen="" looks=0 i
+    for i in $(seq 1 150); do
+        seen=$(printf '%s\n%s\n' "$seen" "$(ccs_of_job)" | grep -v '^$' | sort -u)
+        grep -qx "$want" <<<"$seen" && break
+        [ -n "$seen" ] && looks=$((looks + 1))
+        [ $looks -ge 20 ] && break
         sleep 0.1
     done
     kill "$job" 2>/dev/null
