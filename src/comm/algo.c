@@ -33,6 +33,25 @@ size_t dt__coll_direct_bytes(const dt_comm *c)
     return c->direct_tuned < small ? c->direct_tuned : small;
 }
 
+/* Up to this many bytes `kind` uses recursive doubling / trees. */
+static size_t small_bytes_for(const dt_comm *c, dt__coll_kind kind)
+{
+    if (kind == DT__COLL_ALLREDUCE)
+        return dt__coll_allreduce_small_bytes(c);
+    size_t small = dt__coll_small_bytes(c);
+    /* Across hosts the binomial broadcast puts log2(n) copies on the root's
+     * link and the small reduce-scatter its whole input on every link; from
+     * 8 KiB that costs more than the steps they save (4 hosts, each size
+     * timed 0.2 s: 8 and 16 KiB broadcast 137 and 274 us against 70 and 138
+     * at 1000mbit, half too at 200mbit and with 100 us per hop; reduce-scatter
+     * 139 and 276 against 77-89 and 104 at 1000mbit, 695 and 1383 against
+     * 267 and 524 at 200mbit, 8% slower with 100 us per hop). */
+    bool copying = kind == DT__COLL_BROADCAST || kind == DT__COLL_REDUCE_SCATTER;
+    if (copying && !c->one_host && c->small_bytes == SIZE_MAX && small > CROSS_HOST_SMALL_COPYING)
+        return CROSS_HOST_SMALL_COPYING;
+    return small;
+}
+
 dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
 {
     /* Halving-doubling exists for allreduce (any size of world) and for
@@ -56,17 +75,7 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
         return DT__ALG_SHM;
     if (kind == DT__COLL_ALLREDUCE && c->size > 2 && bytes <= dt__coll_direct_bytes(c))
         return DT__ALG_DIRECT;
-    size_t small = kind == DT__COLL_ALLREDUCE ? dt__coll_allreduce_small_bytes(c) : dt__coll_small_bytes(c);
-    /* Across hosts the binomial broadcast puts log2(n) copies on the root's
-     * link and the small reduce-scatter its whole input on every link; from
-     * 8 KiB that costs more than the steps they save (4 hosts, each size
-     * timed 0.2 s: 8 and 16 KiB broadcast 137 and 274 us against 70 and 138
-     * at 1000mbit, half too at 200mbit and with 100 us per hop; reduce-scatter
-     * 139 and 276 against 77-89 and 104 at 1000mbit, 695 and 1383 against
-     * 267 and 524 at 200mbit, 8% slower with 100 us per hop). */
-    bool copying = kind == DT__COLL_BROADCAST || kind == DT__COLL_REDUCE_SCATTER;
-    if (copying && !c->one_host && c->small_bytes == SIZE_MAX && small > CROSS_HOST_SMALL_COPYING)
-        small = CROSS_HOST_SMALL_COPYING;
+    size_t small = small_bytes_for(c, kind);
     /* Across hosts with 4 ranks or fewer halving-doubling saves at most 2
      * steps, and on shaped links its exchanges of 128 and 256 KiB stalled
      * for 10-200 ms in most runs while the ring never did; up to 64 KiB it
