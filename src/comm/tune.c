@@ -21,9 +21,10 @@
 #include "base/status.h"
 #include "comm/coll.h"
 
-enum { TUNE_REPS = 9, TUNE_WARMUP = 2, TUNE_MAX_RANKS = 16 };
+enum { TUNE_REPS = 7, TUNE_MAX_RANKS = 16, TUNE_MAX_DRAIN_CALLS = 64 };
 #define TUNE_WIN 0.9             /* the challenger must be at least 10% faster */
 #define TUNE_MAX_BYTES 16384     /* the largest size timed */
+#define TUNE_DRAIN_BYTES 524288  /* what the untimed calls before the timing move, at least */
 
 typedef dt_status (*allreduce_fn)(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op);
 
@@ -38,21 +39,42 @@ static int by_value(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median of the timed repetitions of fn on `count` floats, in seconds (a
- * stall of the shared machine in one of them says nothing of the links). */
+/* One call of fn on `count` floats; its duration in seconds when `took`. */
+static dt_status one_call(dt_comm *c, allreduce_fn fn, float *buf, size_t count, double *took)
+{
+    dt__coll k;
+    DT_CHECK(dt__coll_begin_reducing(&k, c, "allreduce (start-up timing)"));
+    int64_t t0 = dt__now_ns();
+    DT_CHECK(fn(&k, buf, count, DT_F32, DT_SUM));
+    if (took)
+        *took = (double)(dt__now_ns() - t0) / 1e9;
+    return DT_OK;
+}
+
+/* Median of fn's durations on `count` floats, in seconds.
+ *
+ * A link shaper lets a burst through at full speed (tbf's bucket: 250 KB on
+ * the 1000 mbit namespace cluster; a switch's buffer does the same): nine
+ * calls of 16 KiB fit in it, and timed that way recursive doubling, which
+ * puts the most bytes on the link, took 119 us where back-to-back calls take
+ * 277.  So untimed calls first move at least TUNE_DRAIN_BYTES and the timed
+ * ones follow back to back.  Each algorithm is timed in a block of its own:
+ * alternating them call by call made both slower than either runs in a loop
+ * (8 bytes: 204 us against 58), as one rank's next call waits on a peer
+ * still in the other algorithm's steps.  The median: a stall in one
+ * repetition says nothing of the links. */
 static dt_status median_time(dt_comm *c, allreduce_fn fn, float *buf, size_t count, double *median)
 {
-    double took[TUNE_REPS - TUNE_WARMUP];
-    for (int rep = 0; rep < TUNE_REPS; rep++) {
-        dt__coll k;
-        DT_CHECK(dt__coll_begin_reducing(&k, c, "allreduce (start-up timing)"));
-        int64_t t0 = dt__now_ns();
-        DT_CHECK(fn(&k, buf, count, DT_F32, DT_SUM));
-        if (rep >= TUNE_WARMUP)
-            took[rep - TUNE_WARMUP] = (double)(dt__now_ns() - t0) / 1e9;
-    }
-    qsort(took, TUNE_REPS - TUNE_WARMUP, sizeof took[0], by_value);
-    *median = took[(TUNE_REPS - TUNE_WARMUP) / 2];
+    size_t drain = TUNE_DRAIN_BYTES / (count * sizeof(float));
+    if (drain > TUNE_MAX_DRAIN_CALLS)
+        drain = TUNE_MAX_DRAIN_CALLS;
+    for (size_t i = 0; i < drain; i++)
+        DT_CHECK(one_call(c, fn, buf, count, NULL));
+    double took[TUNE_REPS];
+    for (int rep = 0; rep < TUNE_REPS; rep++)
+        DT_CHECK(one_call(c, fn, buf, count, &took[rep]));
+    qsort(took, TUNE_REPS, sizeof took[0], by_value);
+    *median = took[TUNE_REPS / 2];
     return DT_OK;
 }
 
@@ -62,9 +84,9 @@ static dt_status median_time(dt_comm *c, allreduce_fn fn, float *buf, size_t cou
 static dt_status challenger_wins(dt_comm *c, allreduce_fn challenger, allreduce_fn incumbent, float *buf,
                                  size_t bytes, bool *wins, double t[2])
 {
-    DT_CHECK(median_time(c, challenger, buf, bytes / sizeof(float), &t[0]));
-    DT_CHECK(median_time(c, incumbent, buf, bytes / sizeof(float), &t[1]));
-    double mine[2] = {t[0], t[1]};
+    double mine[2];
+    DT_CHECK(median_time(c, challenger, buf, bytes / sizeof(float), &mine[0]));
+    DT_CHECK(median_time(c, incumbent, buf, bytes / sizeof(float), &mine[1]));
     dt__coll k;
     DT_CHECK(dt__coll_begin_reducing(&k, c, "allreduce (start-up timing)"));
     DT_CHECK(dt__rd_allreduce(&k, mine, 2, DT_F64, DT_MAX));
