@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/reduce.h"
 #include "dtrain/dtrain.h"
@@ -423,6 +424,65 @@ static void check_nonblocking(dt_comm *c, size_t n)
     free(ag_ref), free(rs_in), free(rs_ref);
 }
 
+/* Byte j of broadcast i from `root` in check_broadcast_stream. */
+static uint8_t stream_byte(int i, size_t j, int root) { return (uint8_t)(i * 31 + (int)j * 7 + root * 101); }
+
+/* Broadcasts back to back from rotating roots, some nonblocking and several
+ * outstanding, one rank now and then late: on one host the root may run up to
+ * 64 rounds ahead of its readers (the arena's ring of small entries), and no
+ * round may be overwritten before every rank has read it.  Sizes cross the
+ * ring's entry size (4 KiB) so both paths take turns. */
+static void check_broadcast_stream(dt_comm *c)
+{
+    int rank = dt_comm_rank(c), size = dt_comm_size(c);
+    enum { ROUNDS = 600, MAX_BYTES = 6000, BATCH = 5 };
+    uint8_t *buf = malloc((size_t)BATCH * MAX_BYTES);
+    for (int i = 0; i < ROUNDS;) {
+        int batch = i % 7 == 3 ? BATCH : 1; /* nonblocking, several outstanding */
+        dt_request *req[BATCH];
+        size_t bytes[BATCH];
+        int roots[BATCH];
+        if (rank == size - 1 && i % 64 < batch)
+            usleep(2000);
+        for (int b = 0; b < batch; b++) {
+            int r = i + b;
+            bytes[b] = r % 50 == 49 ? (size_t)3096 + (size_t)(r % 3) * 1000 : (size_t)(r * 37 % 300) + 1;
+            roots[b] = (r / 100) % size; /* long runs of one root: room to run ahead */
+            uint8_t *p = buf + (size_t)b * MAX_BYTES;
+            for (size_t j = 0; j < bytes[b]; j++)
+                p[j] = rank == roots[b] ? stream_byte(r, j, roots[b]) : 0xEE;
+            if (batch == 1)
+                CALL(dt_broadcast(p, bytes[b], DT_U8, roots[b], c));
+            else
+                CALL(dt_ibroadcast(p, bytes[b], DT_U8, roots[b], c, &req[b]));
+        }
+        for (int b = 0; b < batch; b++) {
+            if (batch > 1)
+                CALL(dt_wait(req[b], NULL));
+            const uint8_t *p = buf + (size_t)b * MAX_BYTES;
+            checks++;
+            for (size_t j = 0; j < bytes[b]; j++)
+                if (p[j] != stream_byte(i + b, j, roots[b])) {
+                    fprintf(stderr, "MISMATCH rank %d: broadcast %d of %zu bytes from %d, byte %zu: %u, expected %u\n",
+                            rank, i + b, bytes[b], roots[b], j, p[j], stream_byte(i + b, j, roots[b]));
+                    failures++;
+                    break;
+                }
+        }
+        i += batch;
+        if (i % 150 < batch) { /* another collective between the broadcasts */
+            int32_t one = 1, total = 0;
+            CALL(dt_allreduce(&one, &total, 1, DT_I32, DT_SUM, c));
+            checks++;
+            if (total != size) {
+                fprintf(stderr, "MISMATCH rank %d: allreduce between broadcasts gave %d\n", rank, (int)total);
+                failures++;
+            }
+        }
+    }
+    free(buf);
+}
+
 static void run_suite(dt_comm *c, const size_t *counts, int ncounts, int quick)
 {
     for (int ci = 0; ci < ncounts; ci++) {
@@ -466,6 +526,7 @@ int main(int argc, char **argv)
     check_determinism(world, big_count);
     check_nonblocking(world, 1000);
     check_nonblocking(world, big_count);
+    check_broadcast_stream(world);
 
     /* Sub-communicators: odd/even halves in reverse key order, one rank opted out. */
     dt_comm *half = NULL, *quarter = NULL;

@@ -270,6 +270,28 @@ dt_status dt__shm_allreduce_half(dt__coll *k, const float *send, float *recv, si
     return DT_OK;
 }
 
+/* A broadcast that fits one entry of the arena's small ring: the root may
+ * fill it once every rank has read the broadcast DT__ARENA_SMALL_DEPTH
+ * rounds back, so a loop of small broadcasts does not wait for its readers
+ * every second round (4 ranks on 2 cores, 8 bytes: the readers run when the
+ * scheduler gives them a core, and with 2 rounds of slack the root waited for
+ * that each time: 8-16 us a call against OpenMPI's 0.7-3). */
+static dt_status broadcast_small(arena_op *o, void *buf, size_t bytes, int root)
+{
+    uint32_t g = next_round(o);
+    uint8_t *entry = dt__arena_small_entry(o->a, g);
+    if (o->me == root) {
+        DT_CHECK(wait_all(o, DT__ARENA_DONE, g - DT__ARENA_SMALL_DEPTH));
+        memcpy(entry, buf, bytes);
+        dt__arena_publish(o->a, o->me, DT__ARENA_READY, g);
+    } else {
+        DT_CHECK(wait_rank(o, root, DT__ARENA_READY, g));
+        memcpy(buf, entry, bytes);
+    }
+    dt__arena_publish(o->a, o->me, DT__ARENA_DONE, g);
+    return DT_OK;
+}
+
 /* The root fills its slot, the others copy it out.  Rounds of one slot, not
  * the whole set: the root fills the next round while the others read this
  * one (2 ranks, 4 MiB: 119 us against 662 with a set per round; 4 ranks on 2
@@ -278,6 +300,8 @@ dt_status dt__shm_broadcast(dt__coll *k, void *buf, size_t bytes, int root)
 {
     arena_op o;
     op_begin(&o, k);
+    if (bytes <= DT__ARENA_SMALL_BYTES)
+        return dt__coll_error(k, broadcast_small(&o, buf, bytes, root));
     size_t per = dt__arena_slot_bytes(o.a);
     for (size_t off = 0; off < bytes; off += per) {
         size_t m = min_size(per, bytes - off);

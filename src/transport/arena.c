@@ -15,7 +15,7 @@
 #include "transport/shm.h"
 
 #define ARENA_MAGIC 0x414e52414e525444ull /* "DTRNARNA" */
-#define ARENA_VERSION 1u
+#define ARENA_VERSION 2u /* 2: the ring of small entries after the slots */
 #define PAGE 4096u
 
 typedef struct {
@@ -35,14 +35,20 @@ struct dt__arena {
     size_t bytes, slot_bytes;
     int nranks;
     rank_ctl *ctl;
-    uint8_t *slots;
+    uint8_t *slots, *small;
+    /* This process's last look at every rank's flags (nranks x NFLAGS): a
+     * flag only moves forward, so a round seen reached stays reached, and
+     * the look needs no read of the other rank's line, which that rank keeps
+     * writing (a line moving between cores each time). */
+    _Atomic uint32_t *seen;
 };
 
 static size_t ctl_bytes(int nranks) { return ((size_t)nranks * sizeof(rank_ctl) + PAGE - 1) / PAGE * PAGE; }
 
 static size_t arena_bytes(int nranks, size_t slot_bytes)
 {
-    return PAGE + ctl_bytes(nranks) + 2 * (size_t)nranks * slot_bytes;
+    return PAGE + ctl_bytes(nranks) + 2 * (size_t)nranks * slot_bytes +
+           (size_t)DT__ARENA_SMALL_DEPTH * DT__ARENA_SMALL_BYTES;
 }
 
 static dt_status check_geometry(int nranks, size_t slot_bytes)
@@ -58,16 +64,21 @@ static dt_status check_geometry(int nranks, size_t slot_bytes)
 static dt_status wrap(void *base, size_t bytes, int nranks, size_t slot_bytes, dt__arena **out)
 {
     dt__arena *a = calloc(1, sizeof *a);
-    if (!a) {
+    _Atomic uint32_t *seen = calloc((size_t)nranks * DT__ARENA_NFLAGS, sizeof *seen);
+    if (!a || !seen) {
+        free(a);
+        free(seen);
         munmap(base, bytes);
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     }
     a->base = base;
+    a->seen = seen;
     a->bytes = bytes;
     a->nranks = nranks;
     a->slot_bytes = slot_bytes;
     a->ctl = (rank_ctl *)((uint8_t *)base + PAGE);
     a->slots = (uint8_t *)base + PAGE + ctl_bytes(nranks);
+    a->small = a->slots + 2 * (size_t)nranks * slot_bytes;
     *out = a;
     return DT_OK;
 }
@@ -114,6 +125,7 @@ void dt__arena_close(dt__arena *a)
     if (!a)
         return;
     munmap(a->base, a->bytes);
+    free(a->seen);
     free(a);
 }
 
@@ -122,6 +134,11 @@ size_t dt__arena_slot_bytes(const dt__arena *a) { return a->slot_bytes; }
 uint8_t *dt__arena_slot(const dt__arena *a, uint32_t g, int rank)
 {
     return a->slots + ((size_t)(g & 1) * (size_t)a->nranks + (size_t)rank) * a->slot_bytes;
+}
+
+uint8_t *dt__arena_small_entry(const dt__arena *a, uint32_t g)
+{
+    return a->small + (size_t)(g % DT__ARENA_SMALL_DEPTH) * DT__ARENA_SMALL_BYTES;
 }
 
 /* Whether counter value v is round g or later, across wrap-around. */
@@ -145,7 +162,14 @@ void dt__arena_publish(dt__arena *a, int rank, dt__arena_flag f, uint32_t g)
 
 bool dt__arena_reached(const dt__arena *a, int rank, dt__arena_flag f, uint32_t g)
 {
-    return at_least(atomic_load_explicit(&a->ctl[rank].flag[f], memory_order_acquire), g);
+    /* Acquire and release on `seen` too: another thread of this process
+     * that trusts it sees what the flag's owner wrote before publishing. */
+    _Atomic uint32_t *seen = &a->seen[(size_t)rank * DT__ARENA_NFLAGS + f];
+    if (at_least(atomic_load_explicit(seen, memory_order_acquire), g))
+        return true;
+    uint32_t now = atomic_load_explicit(&a->ctl[rank].flag[f], memory_order_acquire);
+    atomic_store_explicit(seen, now, memory_order_release);
+    return at_least(now, g);
 }
 
 void dt__arena_sleep(dt__arena *a, int rank, dt__arena_flag f, uint32_t g, int64_t timeout_ns)

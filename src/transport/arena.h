@@ -11,6 +11,11 @@
  * Layout: one control line per rank, then two sets of `nranks` slots of
  * `slot_bytes` each; consecutive rounds of a collective alternate sets, so a
  * rank can fill the next round's slot while the others still read the last.
+ * After them, a ring of DT__ARENA_SMALL_DEPTH entries of
+ * DT__ARENA_SMALL_BYTES, one per round, for the small operations that only
+ * one rank writes (broadcast): the writer of round g may fill its entry once
+ * every rank has finished round g - DT__ARENA_SMALL_DEPTH, so it can run that
+ * many rounds ahead of its slowest reader instead of two.
  *
  * Progress is published through per-rank round counters (flags): a rank
  * stores round g into its flag once its part of round g is done, and waiters
@@ -36,6 +41,8 @@ typedef enum {
     DT__ARENA_NFLAGS
 } dt__arena_flag;
 
+enum { DT__ARENA_SMALL_DEPTH = 64, DT__ARENA_SMALL_BYTES = 4096 };
+
 /* Create the segment `name` (replacing a stale one) for nranks slots of
  * slot_bytes per set; every page is reserved now. */
 dt_status dt__arena_create(const char *name, int nranks, size_t slot_bytes, dt__arena **out);
@@ -48,6 +55,9 @@ void dt__arena_close(dt__arena *a);
 size_t dt__arena_slot_bytes(const dt__arena *a);
 /* Rank `rank`'s slot in the set of round g. */
 uint8_t *dt__arena_slot(const dt__arena *a, uint32_t g, int rank);
+
+/* The ring entry of round g (DT__ARENA_SMALL_BYTES). */
+uint8_t *dt__arena_small_entry(const dt__arena *a, uint32_t g);
 
 /* Record that `rank` (the caller) has reached round g at this flag, and wake
  * any rank asleep on it. */
