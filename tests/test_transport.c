@@ -11,6 +11,7 @@
 #include "base/clock.h"
 #include "check.h"
 #include "dtrain/store.h"
+#include "transport/arena.h"
 #include "transport/auth.h"
 #include "transport/bufcache.h"
 #include "transport/engine.h"
@@ -329,6 +330,52 @@ static void test_shm_ring(void)
     dt__shm_close(b);
 }
 
+/* The arena's round flags: the first rounds, the wrap of the 32-bit
+ * counters, a flag or a remembered look left 2^31 rounds behind (read as
+ * behind, not ahead), the refresh, and the ring of small entries. */
+static void test_arena_flags(void)
+{
+    char name[64];
+    snprintf(name, sizeof name, "/dtrain-test-arena-%d", (int)getpid());
+    dt__arena *a = NULL;
+    EXPECT_STATUS(dt__arena_create(name, 2, 4096, &a), DT_OK);
+    dt__arena_unlink(name);
+    if (!a)
+        return;
+    const uint32_t first = DT__ARENA_FIRST_ROUND;
+    EXPECT(dt__arena_reached(a, 1, DT__ARENA_DONE, first - 1));
+    EXPECT(dt__arena_reached(a, 1, DT__ARENA_DONE, first - 64)); /* the small ring's first claims */
+    EXPECT(!dt__arena_reached(a, 1, DT__ARENA_DONE, first));
+    dt__arena_publish(a, 1, DT__ARENA_DONE, first + 5);
+    EXPECT(dt__arena_reached(a, 1, DT__ARENA_DONE, first + 5));
+    EXPECT(!dt__arena_reached(a, 1, DT__ARENA_DONE, first + 6));
+    dt__arena_publish(a, 1, DT__ARENA_DONE, 3); /* past the wrap */
+    EXPECT(dt__arena_reached(a, 1, DT__ARENA_DONE, UINT32_MAX) && dt__arena_reached(a, 1, DT__ARENA_DONE, 3));
+    EXPECT(!dt__arena_reached(a, 1, DT__ARENA_DONE, 4));
+
+    /* REDUCED never published since the start: 2^31 + 5 rounds later it is
+     * behind (a signed difference reads it as ahead). */
+    EXPECT(!dt__arena_reached(a, 1, DT__ARENA_REDUCED, first - 1 + (1u << 31) + 5));
+    /* The remembered look at DONE is 3; the flag moves 2^31 + 10 on. */
+    uint32_t later = 3 + (1u << 31) + 10;
+    dt__arena_publish(a, 1, DT__ARENA_DONE, later);
+    EXPECT(dt__arena_reached(a, 1, DT__ARENA_DONE, later));
+    EXPECT(!dt__arena_reached(a, 1, DT__ARENA_DONE, later + 1));
+
+    /* The refresh brings this rank's REDUCED to the round before. */
+    dt__arena_refresh(a, 0, 2 * DT__ARENA_REFRESH_ROUNDS);
+    EXPECT(dt__arena_reached(a, 0, DT__ARENA_REDUCED, 2 * DT__ARENA_REFRESH_ROUNDS - 1));
+    EXPECT(!dt__arena_reached(a, 0, DT__ARENA_REDUCED, 2 * DT__ARENA_REFRESH_ROUNDS));
+
+    /* One entry per round, reused DT__ARENA_SMALL_DEPTH rounds later, inside the segment. */
+    EXPECT(dt__arena_small_entry(a, first) != dt__arena_small_entry(a, first + 1));
+    EXPECT(dt__arena_small_entry(a, first) == dt__arena_small_entry(a, first + DT__ARENA_SMALL_DEPTH));
+    for (uint32_t g = 0; g < DT__ARENA_SMALL_DEPTH; g++)
+        memset(dt__arena_small_entry(a, g), (int)g, DT__ARENA_SMALL_BYTES); /* past the mapping: a fault */
+    EXPECT(dt__arena_small_entry(a, 0)[0] == 0 && dt__arena_small_entry(a, 63)[DT__ARENA_SMALL_BYTES - 1] == 63);
+    dt__arena_close(a);
+}
+
 /* Early-message buffers are reused by size, and the cache stays bounded. */
 static void test_bufcache(void)
 {
@@ -372,6 +419,7 @@ int main(void)
     test_frame();
     test_bufcache();
     test_shm_ring();
+    test_arena_flags();
     test_store();
     test_engine_garbage();
     return CHECK_DONE("test_transport");

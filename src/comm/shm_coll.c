@@ -83,6 +83,7 @@ static dt_status setup_on_twin(dt_comm *c, dt_comm *twin)
         return s;
     }
     c->arena = a;
+    c->arena_round = DT__ARENA_FIRST_ROUND - 1;
     DT_INFO("shared-memory collectives: an arena of 2 x %d slots of %zu bytes", c->size, c->shm_coll_slot);
     return DT_OK;
 }
@@ -105,7 +106,13 @@ static void op_begin(arena_op *o, dt__coll *k)
     dt__engine_shm_spin_policy(c->world->eng, &o->spin_ns, &o->yields);
 }
 
-static uint32_t next_round(arena_op *o) { return ++o->k->c->arena_round; }
+static uint32_t next_round(arena_op *o)
+{
+    uint32_t g = ++o->k->c->arena_round;
+    if (g % DT__ARENA_REFRESH_ROUNDS == 0)
+        dt__arena_refresh(o->a, o->me, g);
+    return g;
+}
 
 /* While asleep on a flag: the deadline, a peer's end (its socket closes) or
  * silence (heartbeat), an abort from anyone. */
@@ -344,13 +351,14 @@ dt_status dt__shm_allgather(dt__coll *k, void *recv, size_t bytes)
 }
 
 /* Round g of reduce_scatter or alltoall: claim its set, put n pieces of m
- * bytes side by side in this rank's slot (piece j from in + j * stride),
- * publish READY. */
-static dt_status post_pieces(arena_op *o, uint32_t g, const uint8_t *in, size_t stride, size_t m)
+ * bytes side by side in this rank's slot (piece j from in + j * stride;
+ * not piece `skip`, where that is a rank), publish READY. */
+static dt_status post_pieces(arena_op *o, uint32_t g, const uint8_t *in, size_t stride, size_t m, int skip)
 {
     DT_CHECK(claim(o, g));
     for (int j = 0; j < o->n; j++)
-        memcpy(slot(o, g, o->me) + (size_t)j * m, in + (size_t)j * stride, m);
+        if (j != skip)
+            memcpy(slot(o, g, o->me) + (size_t)j * m, in + (size_t)j * stride, m);
     dt__arena_publish(o->a, o->me, DT__ARENA_READY, g);
     return DT_OK;
 }
@@ -370,7 +378,7 @@ dt_status dt__shm_reduce_scatter(dt__coll *k, const void *send, void *recv, size
     for (size_t off = 0; off < recvcount; off += per) {
         size_t m = min_size(per, recvcount - off);
         uint32_t g = next_round(&o);
-        DT_CHECK(dt__coll_error(k, post_pieces(&o, g, in + off * es, recvcount * es, m * es)));
+        DT_CHECK(dt__coll_error(k, post_pieces(&o, g, in + off * es, recvcount * es, m * es, -1)));
         DT_CHECK(dt__coll_error(k, wait_all(&o, DT__ARENA_READY, g)));
         reduce_slots(&o, g, (size_t)o.me * m * es, m, t, op, out + off * es, out + off * es);
         dt__arena_publish(o.a, o.me, DT__ARENA_DONE, g);
@@ -379,7 +387,9 @@ dt_status dt__shm_reduce_scatter(dt__coll *k, const void *send, void *recv, size
 }
 
 /* As reduce_scatter, without the reduction: piece j of rank i's slot is
- * rank i's block for rank j. */
+ * rank i's block for rank j.  A rank's block for itself goes straight from
+ * send to recv, not through its slot (2 ranks, 2-8 MiB: 1.5 copies of the
+ * buffer instead of 2). */
 dt_status dt__shm_alltoall(dt__coll *k, const void *send, void *recv, size_t bytes)
 {
     arena_op o;
@@ -387,13 +397,17 @@ dt_status dt__shm_alltoall(dt__coll *k, const void *send, void *recv, size_t byt
     size_t per = dt__arena_slot_bytes(o.a) / (size_t)o.n;
     const uint8_t *in = send;
     uint8_t *out = recv;
+    size_t mine = (size_t)o.me * bytes;
+    if (in != out)
+        memcpy(out + mine, in + mine, bytes);
     for (size_t off = 0; off < bytes; off += per) {
         size_t m = min_size(per, bytes - off);
         uint32_t g = next_round(&o);
-        DT_CHECK(dt__coll_error(k, post_pieces(&o, g, in + off, bytes, m)));
+        DT_CHECK(dt__coll_error(k, post_pieces(&o, g, in + off, bytes, m, o.me)));
         for (int j = 0; j < o.n; j++) {
-            if (j != o.me)
-                DT_CHECK(dt__coll_error(k, wait_rank(&o, j, DT__ARENA_READY, g)));
+            if (j == o.me)
+                continue;
+            DT_CHECK(dt__coll_error(k, wait_rank(&o, j, DT__ARENA_READY, g)));
             memcpy(out + (size_t)j * bytes + off, slot(&o, g, j) + (size_t)o.me * m, m);
         }
         dt__arena_publish(o.a, o.me, DT__ARENA_DONE, g);

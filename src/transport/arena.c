@@ -71,6 +71,8 @@ static dt_status wrap(void *base, size_t bytes, int nranks, size_t slot_bytes, d
         munmap(base, bytes);
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     }
+    for (size_t i = 0; i < (size_t)nranks * DT__ARENA_NFLAGS; i++)
+        atomic_init(&seen[i], DT__ARENA_FIRST_ROUND - 1);
     a->base = base;
     a->seen = seen;
     a->bytes = bytes;
@@ -91,6 +93,9 @@ dt_status dt__arena_create(const char *name, int nranks, size_t slot_bytes, dt__
     void *base;
     DT_CHECK(dt__shm_segment_create(name, bytes, &base));
     DT_CHECK(wrap(base, bytes, nranks, slot_bytes, out));
+    for (int r = 0; r < nranks; r++)
+        for (int f = 0; f < DT__ARENA_NFLAGS; f++)
+            atomic_store(&(*out)->ctl[r].flag[f], DT__ARENA_FIRST_ROUND - 1);
     arena_header *h = base;
     h->version = ARENA_VERSION;
     h->nranks = (uint32_t)nranks;
@@ -141,8 +146,8 @@ uint8_t *dt__arena_small_entry(const dt__arena *a, uint32_t g)
     return a->small + (size_t)(g % DT__ARENA_SMALL_DEPTH) * DT__ARENA_SMALL_BYTES;
 }
 
-/* Whether counter value v is round g or later, across wrap-around. */
-static bool at_least(uint32_t v, uint32_t g) { return (int32_t)(v - g) >= 0; }
+/* Whether counter value v is round g or later, across wrap-around (arena.h). */
+static bool at_least(uint32_t v, uint32_t g) { return v - g < DT__ARENA_AHEAD; }
 
 static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout)
 {
@@ -170,6 +175,16 @@ bool dt__arena_reached(const dt__arena *a, int rank, dt__arena_flag f, uint32_t 
     uint32_t now = atomic_load_explicit(&a->ctl[rank].flag[f], memory_order_acquire);
     atomic_store_explicit(seen, now, memory_order_release);
     return at_least(now, g);
+}
+
+void dt__arena_refresh(dt__arena *a, int me, uint32_t g)
+{
+    dt__arena_publish(a, me, DT__ARENA_REDUCED, g - 1);
+    for (int r = 0; r < a->nranks; r++)
+        for (int f = 0; f < DT__ARENA_NFLAGS; f++)
+            atomic_store_explicit(&a->seen[(size_t)r * DT__ARENA_NFLAGS + f],
+                                  atomic_load_explicit(&a->ctl[r].flag[f], memory_order_acquire),
+                                  memory_order_release);
 }
 
 void dt__arena_sleep(dt__arena *a, int rank, dt__arena_flag f, uint32_t g, int64_t timeout_ns)

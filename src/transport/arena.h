@@ -19,7 +19,11 @@
  *
  * Progress is published through per-rank round counters (flags): a rank
  * stores round g into its flag once its part of round g is done, and waiters
- * compare with wrap-around.  Waiting is the caller's loop over
+ * compare with wrap-around: a flag counts as round g or later when it is at
+ * most DT__ARENA_AHEAD rounds past g, so one left behind by up to 2^32 -
+ * DT__ARENA_AHEAD rounds (REDUCED, published by large allreduces only) never
+ * reads as ahead.  Counters start DT__ARENA_FIRST_ROUND, just short of the
+ * wrap, so every job crosses it early.  Waiting is the caller's loop over
  * dt__arena_reached and dt__arena_sleep (a futex on the flag word, so a
  * sleeping rank costs nothing and wakes within microseconds of the store). */
 #ifndef DT_TRANSPORT_ARENA_H
@@ -42,6 +46,13 @@ typedef enum {
 } dt__arena_flag;
 
 enum { DT__ARENA_SMALL_DEPTH = 64, DT__ARENA_SMALL_BYTES = 4096 };
+/* The first round of every arena (the flags start one before it). */
+#define DT__ARENA_FIRST_ROUND (UINT32_MAX - 1023u)
+/* How far past a waited-for round a flag may legitimately be. */
+#define DT__ARENA_AHEAD (1u << 24)
+/* Every this many rounds dt__arena_refresh runs (a power of 2, well under
+ * DT__ARENA_AHEAD). */
+#define DT__ARENA_REFRESH_ROUNDS (1u << 20)
 
 /* Create the segment `name` (replacing a stale one) for nranks slots of
  * slot_bytes per set; every page is reserved now. */
@@ -58,6 +69,13 @@ uint8_t *dt__arena_slot(const dt__arena *a, uint32_t g, int rank);
 
 /* The ring entry of round g (DT__ARENA_SMALL_BYTES). */
 uint8_t *dt__arena_small_entry(const dt__arena *a, uint32_t g);
+
+/* Called by every rank at the start of each round g that is a multiple of
+ * DT__ARENA_REFRESH_ROUNDS: brings this rank's REDUCED flag up to g - 1 (it
+ * has finished every stage of the rounds before g) and this process's
+ * remembered looks at the others' flags up to date, so that none falls
+ * DT__ARENA_AHEAD or more behind and wraps into reading as ahead. */
+void dt__arena_refresh(dt__arena *a, int me, uint32_t g);
 
 /* Record that `rank` (the caller) has reached round g at this flag, and wake
  * any rank asleep on it. */
