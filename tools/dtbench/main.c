@@ -401,6 +401,16 @@ int main(int argc, char **argv)
                "algbw(GB/s)", "busbw(GB/s)", "#wrong", "iters");
         fflush(stdout);
     }
+    /* Touch every page once, then wait for everyone: the page faults of
+     * these buffers take a second or more per rank here and end at different
+     * times, and a first size timed right after them began with a stall of
+     * 40-90 ms on some ranks (4 ranks, 64 MiB buffers: 8-byte broadcast
+     * 9 ms a call for 10 calls). */
+    memset(b.send, 1, cap * b.es);
+    memset(b.recv, 1, cap * b.es);
+    memset(b.want, 0, cap * b.es);
+    if (dt_barrier(c) != DT_OK)
+        return fail(c, "barrier");
     size_t total_wrong = 0;
     for (double sz = (double)o.minb; sz <= (double)o.maxb * 1.0000001; sz *= o.factor) {
         size_t elems = (size_t)sz / b.es;
@@ -408,8 +418,8 @@ int main(int argc, char **argv)
         size_t bytes = (per_rank_blocks ? b.count * (size_t)b.size : b.count) * b.es;
         if (o.op == BARRIER)
             bytes = b.count = 0;
-        memset(b.send, 1, cap * b.es);
-        memset(b.recv, 1, cap * b.es);
+        memset(b.send, 1, bytes + b.es);
+        memset(b.recv, 1, bytes + b.es);
         for (int i = 0; i < o.warmup; i++)
             if (run_once(&b) != DT_OK)
                 return fail(c, "warm-up");
