@@ -85,7 +85,7 @@ def main():
         dist.all_reduce(mean, op=dist.ReduceOp.MAX)
         if rank == 0:
             algbw = size / mean.item() / 1e9
-            print(f"{size} {mean.item() * 1e6:.1f} {algbw:.4f} {algbw * bus_factor(op, n):.4f}", flush=True)
+            print(f"{size} {mean.item() * 1e6:.2f} {algbw:.4f} {algbw * bus_factor(op, n):.4f}", flush=True)
         size *= factor
     dist.destroy_process_group()
 

@@ -94,7 +94,7 @@ int main(int argc, char **argv)
         MPI_Reduce(&mean, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
         if (rank == 0) {
             double algbw = (double)bytes / worst / 1e9;
-            printf("%zu %.1f %.4f %.4f\n", bytes, worst * 1e6, algbw, algbw * bus_factor(op, n));
+            printf("%zu %.2f %.4f %.4f\n", bytes, worst * 1e6, algbw, algbw * bus_factor(op, n));
             fflush(stdout);
         }
     }

@@ -122,14 +122,16 @@ def load(p):  # size -> (time, busbw) of the median run (by time)
             runs.setdefault(int(f[0]), []).append((float(f[1]), float(f[3])))
     return {size: sorted(r)[len(r) // 2] for size, r in runs.items()}
 d, m, g = (load(p) for p in sys.argv[1:4])
+def us(t):  # two decimals under 10 us, where one would make the ratio coarse
+    return f"{t:.2f}" if t < 10 else f"{t:.1f}"
 link = float(sys.argv[4]) if sys.argv[4] else None
 for size in sorted(d):
     t, bw = d[size]
-    cells = [str(size), f"{t:.1f}", f"{bw:.3f}"]
+    cells = [str(size), us(t), f"{bw:.3f}"]
     peers = []
     for peer in (m, g):
         if size in peer:
-            cells += [f"{peer[size][0]:.1f}", f"{peer[size][1]:.3f}"]
+            cells += [us(peer[size][0]), f"{peer[size][1]:.3f}"]
             peers.append(peer[size][0])
         else:
             cells += ["-", "-"]

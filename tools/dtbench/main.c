@@ -478,7 +478,7 @@ int main(int argc, char **argv)
                 free(text);
                 cJSON_Delete(j);
             } else {
-                printf("%14zu %12zu %6s %6s %12.1f %12.3f %12.3f %8lld %8d\n", bytes, b.count, dt_dtype_name(o.dtype),
+                printf("%14zu %12zu %6s %6s %12.2f %12.3f %12.3f %8lld %8d\n", bytes, b.count, dt_dtype_name(o.dtype),
                        dt_redop_name(o.redop), slowest * 1e6, algbw, busbw, (long long)wrong_sum, iters);
             }
             fflush(stdout);
