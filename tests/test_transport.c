@@ -185,14 +185,10 @@ static void *rank0_main(void *arg)
     return NULL;
 }
 
-/* Join as rank 1 by hand (after one impostor attempt), then send `bytes`. */
-static void hostile_peer(int port, const char *prefix, const void *bytes, size_t len, rank0_args *out)
+/* Join the mesh as rank 1 by hand (after one impostor attempt); returns the
+ * connection to rank 0. */
+static int join_as_rank1(dt_store_client *store, const char *prefix)
 {
-    rank0_args a = {.port = port, .prefix = prefix};
-    pthread_t th;
-    pthread_create(&th, NULL, rank0_main, &a);
-    dt_store_client *store;
-    EXPECT_STATUS(dt_store_connect("127.0.0.1", port, TOKEN, 5, &store), DT_OK);
     char key[64], label[64], host[64];
     snprintf(key, sizeof key, "%s/addr/1", prefix);
     dt_store_set(store, key, "127.0.0.1:1", 12);
@@ -214,12 +210,116 @@ static void hostile_peer(int port, const char *prefix, const void *bytes, size_t
     close(fd);
     EXPECT_STATUS(dt__sock_connect(host, p0, dt__deadline_after(5), &fd), DT_OK);
     EXPECT_STATUS(dt__auth_connect(fd, TOKEN, label, 1, dt__deadline_after(5), "rank 0"), DT_OK);
+    return fd;
+}
+
+/* Join as rank 1, then send `bytes` and hang up. */
+static void hostile_peer(int port, const char *prefix, const void *bytes, size_t len, rank0_args *out)
+{
+    rank0_args a = {.port = port, .prefix = prefix};
+    pthread_t th;
+    pthread_create(&th, NULL, rank0_main, &a);
+    dt_store_client *store;
+    EXPECT_STATUS(dt_store_connect("127.0.0.1", port, TOKEN, 5, &store), DT_OK);
+    int fd = join_as_rank1(store, prefix);
     usleep(100000);
     dt__sock_send_all(fd, bytes, len, dt__deadline_after(5), "rank 0");
     close(fd);
     pthread_join(th, NULL);
     dt_store_close(store);
     *out = a;
+}
+
+/* ---- frames that reach rank 0 together, read from the socket at once ---- */
+
+/* Two batches, each sent with one write: the first fits in one read of the
+ * socket; the second does not, so one of its frames straddles the end of
+ * what rank 0 read, and the large ones go straight to their buffers. */
+#define BATCH_FRAMES 9
+#define FIRST_BATCH 5
+static const size_t batch_len[BATCH_FRAMES] = {8, 8, 3000, 0, 8, 5000, 6000, 8, 20000};
+
+typedef struct {
+    int port;
+    volatile int posted; /* receives rank 0 has posted */
+    dt_status status;
+    int wrong_bytes;
+    double later_s; /* waiting for frames 2..5, which arrived with frame 1 */
+} batch_args;
+
+static void *batch_rank0(void *arg)
+{
+    batch_args *a = arg;
+    dt_store_client *store;
+    if ((a->status = dt_store_connect("127.0.0.1", a->port, TOKEN, 5, &store)) != DT_OK)
+        return NULL;
+    dt__engine_config cfg = {.rank = 0, .size = 2, .token = TOKEN, .key_prefix = "batch", .timeout_s = 10};
+    dt__engine *e;
+    if ((a->status = dt__engine_create(&cfg, store, &e)) == DT_OK) {
+        static uint8_t buf[32768];
+        int64_t t0 = 0;
+        for (int i = 0; a->status == DT_OK && i < BATCH_FRAMES; i++) {
+            dt__req r;
+            a->status = dt__engine_irecv(e, &r, 1, 1, i, 0, true, buf, sizeof buf);
+            a->posted = i + 1;
+            if (a->status == DT_OK)
+                a->status = dt__engine_wait(e, &r, dt__deadline_after(10));
+            if (i == 0)
+                t0 = dt__now_ns();
+            if (i == FIRST_BATCH - 1)
+                a->later_s = (double)(dt__now_ns() - t0) / 1e9;
+            for (size_t k = 0; k < batch_len[i]; k++)
+                a->wrong_bytes += buf[k] != (uint8_t)(i * 31 + k);
+            a->wrong_bytes += r.received != batch_len[i];
+        }
+        dt__engine_destroy(e);
+    }
+    dt_store_close(store);
+    return NULL;
+}
+
+static void send_batch(int fd, int from, int to)
+{
+    static uint8_t bytes[BATCH_FRAMES * DT_FRAME_HDR + 65536];
+    size_t len = 0;
+    for (int i = from; i < to; i++) {
+        dt__frame f = {.type = DT_FRAME_DATA, .comm_id = 1, .tag = i, .len = batch_len[i], .src = 1};
+        dt__frame_encode(&f, bytes + len);
+        len += DT_FRAME_HDR;
+        for (size_t k = 0; k < batch_len[i]; k++)
+            bytes[len++] = (uint8_t)(i * 31 + k);
+    }
+    dt__sock_send_all(fd, bytes, len, dt__deadline_after(5), "rank 0");
+}
+
+/* Each frame is delivered whole, and frames already read when a receive
+ * completes are delivered without new bytes arriving on the socket (which
+ * stays quiet until rank 0 has taken the first batch). */
+static void test_engine_batched_frames(void)
+{
+    dt_store_server *srv;
+    EXPECT_STATUS(dt_store_server_start("127.0.0.1", 0, TOKEN, &srv), DT_OK);
+    batch_args a = {.port = dt_store_server_port(srv)};
+    pthread_t th;
+    pthread_create(&th, NULL, batch_rank0, &a);
+    dt_store_client *store;
+    EXPECT_STATUS(dt_store_connect("127.0.0.1", a.port, TOKEN, 5, &store), DT_OK);
+    int fd = join_as_rank1(store, "batch");
+    int64_t give_up = dt__deadline_after(10);
+    while (a.posted < 1 && dt__now_ns() < give_up)
+        usleep(1000);
+    usleep(20000);
+    send_batch(fd, 0, FIRST_BATCH);
+    while (a.posted <= FIRST_BATCH && dt__now_ns() < give_up)
+        usleep(1000);
+    send_batch(fd, FIRST_BATCH, BATCH_FRAMES);
+    pthread_join(th, NULL);
+    close(fd);
+    EXPECT_STATUS(a.status, DT_OK);
+    EXPECT_EQ(a.wrong_bytes, 0);
+    EXPECT(a.later_s < 0.5);
+    dt_store_close(store);
+    dt_store_server_stop(srv);
 }
 
 static void test_engine_garbage(void)
@@ -422,5 +522,6 @@ int main(void)
     test_arena_flags();
     test_store();
     test_engine_garbage();
+    test_engine_batched_frames();
     return CHECK_DONE("test_transport");
 }

@@ -71,6 +71,7 @@ static void close_peer(peer *p)
     if (p->fd >= 0)
         close(p->fd);
     p->fd = -1;
+    p->inbox_at = p->inbox_end = 0;
 }
 
 /* ---- the byte stream to a peer: its socket, or its shared-memory rings ---- */
@@ -101,15 +102,51 @@ static ssize_t chan_send(peer *p, struct iovec *iov, int n)
     return (ssize_t)w;
 }
 
+/* Size of a TCP peer's inbox, and the read from which the socket's bytes go
+ * straight to their destination instead (a copy of more would cost more
+ * than the recv it saves). */
+#define INBOX_BYTES 8192
+#define INBOX_DIRECT_MIN 4096
+
+static bool inbox_has_bytes(const peer *p) { return p->inbox_at < p->inbox_end; }
+
+static ssize_t socket_recv(peer *p, void *dst, size_t len)
+{
+    uint8_t discard[65536];
+    return dst ? recv(p->fd, dst, len, MSG_DONTWAIT)
+               : recv(p->fd, discard, len < sizeof discard ? len : sizeof discard, MSG_DONTWAIT);
+}
+
+/* Up to len bytes of the TCP stream: from the inbox, else from the socket
+ * (small reads fill the inbox with whatever has arrived). */
+static ssize_t tcp_recv(peer *p, void *dst, size_t len)
+{
+    if (!inbox_has_bytes(p)) {
+        if (len >= INBOX_DIRECT_MIN)
+            return socket_recv(p, dst, len);
+        if (!p->inbox && !(p->inbox = malloc(INBOX_BYTES)))
+            return socket_recv(p, dst, len); /* no memory for it: read exactly */
+        ssize_t n = recv(p->fd, p->inbox, INBOX_BYTES, MSG_DONTWAIT);
+        if (n <= 0)
+            return n;
+        p->inbox_at = 0;
+        p->inbox_end = (size_t)n;
+    }
+    size_t k = p->inbox_end - p->inbox_at;
+    if (k > len)
+        k = len;
+    if (dst)
+        memcpy(dst, p->inbox + p->inbox_at, k);
+    p->inbox_at += k;
+    return (ssize_t)k;
+}
+
 /* recv's contract (dst NULL drops the bytes); a ring never reports EOF:
  * the end of a shared-memory peer shows on its socket. */
 static ssize_t chan_recv(peer *p, void *dst, size_t len)
 {
-    if (!p->shm) {
-        uint8_t discard[65536];
-        return dst ? recv(p->fd, dst, len, MSG_DONTWAIT)
-                   : recv(p->fd, discard, len < sizeof discard ? len : sizeof discard, MSG_DONTWAIT);
-    }
+    if (!p->shm)
+        return tcp_recv(p, dst, len);
     size_t r = dt__shm_read(p->rx, dst, len);
     if (r == 0) {
         errno = EAGAIN;
@@ -856,6 +893,8 @@ dt_status dt__engine_progress(dt__engine *e, int timeout_ms)
         bool out = p->sendq && !p->shm;
         e->pfds[n] = (struct pollfd){.fd = p->fd, .events = (short)(POLLIN | (out ? POLLOUT : 0))};
         e->pfd_peer[n++] = i;
+        if (inbox_has_bytes(p))
+            timeout_ms = 0; /* frames already read wait in the inbox */
     }
     int rc = 0;
     if (timeout_ms > 0 && e->poll_spin_ns > 0 && !e->poll_spin_off && e->nshm + 1 < e->size) {
@@ -873,15 +912,15 @@ dt_status dt__engine_progress(dt__engine *e, int timeout_ms)
         shm_disarm(e);
     if (rc < 0 && errno != EINTR)
         return dt__engine_fail(e, DT_ERR_SYSTEM, "poll: %s", strerror(errno));
-    for (int k = 0; rc > 0 && k < n; k++) {
-        short ev = e->pfds[k].revents;
+    for (int k = 0; rc >= 0 && k < n; k++) {
+        short ev = rc > 0 ? e->pfds[k].revents : 0;
         int pi = e->pfd_peer[k];
         if (e->peers[pi].shm) {
             if (ev & (POLLIN | POLLHUP | POLLERR))
                 DT_CHECK(shm_socket_event(e, pi));
             continue;
         }
-        if (ev & (POLLIN | POLLHUP | POLLERR))
+        if ((ev & (POLLIN | POLLHUP | POLLERR)) || inbox_has_bytes(&e->peers[pi]))
             DT_CHECK(peer_read(e, pi));
         if (ev & POLLOUT)
             DT_CHECK(peer_write(e, pi));

@@ -263,6 +263,7 @@ dt_status dt__engine_destroy(dt__engine *e)
     for (int i = 0; e->peers && i < e->size; i++) {
         dt__shm_close(e->peers[i].shm);
         free(e->peers[i].acks);
+        free(e->peers[i].inbox);
     }
     dt__bufcache_clear(&e->early);
     free(e->peers);

@@ -49,6 +49,11 @@ typedef struct {
     uint64_t *acks;       /* ids of DATA_REF payloads read, ACK not yet written: */
     size_t acks_head, acks_owed, acks_cap; /* acks[head .. head+owed) */
     int64_t last_io;      /* when this rank last read from or wrote to the peer */
+    /* TCP: bytes read from the socket ahead of the parser, so that a small
+     * frame (header and payload) costs one recv instead of two.  Bytes
+     * waiting here do not show in poll: progress looks at them first. */
+    uint8_t *inbox;
+    size_t inbox_at, inbox_end;
 } peer;
 
 struct dt__engine {
