@@ -115,7 +115,9 @@ up() {
         ip netns exec $BR_NS sysctl -qw net.bridge.bridge-nf-call-iptables=1 \
             || die "cannot enable bridge netfilter in $BR_NS"
         ip netns exec $BR_NS iptables-legacy -A FORWARD -j NFQUEUE --queue-num 0
-        ip netns exec $BR_NS "$NETDELAY" --queue 0 --delay-us "$delay_us" 2>"$DELAY_LOG" &
+        # Its output goes to the log, so that it holds no pipe of the caller's
+        # open (`netns-cluster.sh up 4 --delay 100us | tail` would never end).
+        ip netns exec $BR_NS "$NETDELAY" --queue 0 --delay-us "$delay_us" </dev/null >"$DELAY_LOG" 2>&1 &
         local i=0
         until grep -q "per packet" "$DELAY_LOG" 2>/dev/null; do
             sleep 0.1

@@ -53,6 +53,7 @@ BIG=524288; [ "$QUICK" = 1 ] && BIG=65536
 
 # ---- unit tests ----
 run unit/base 60 "$BIN/test_base"
+run unit/algorithm-choice 30 "$BIN/test_algo"
 run unit/transport 120 "$BIN/test_transport"
 run transport/shared-memory 200 tests/cases/shm_transport.sh
 run transport/tcp-congestion-control 60 tests/cases/tcp_congestion.sh

@@ -5,8 +5,9 @@
 
 #include "comm/coll.h"
 
-/* Across hosts, broadcast and reduce-scatter leave their trees from here up. */
-#define CROSS_HOST_SMALL_COPYING 4096
+/* Across hosts, broadcast and reduce-scatter leave their trees above these. */
+#define CROSS_HOST_SMALL_BROADCAST 128
+#define CROSS_HOST_SMALL_REDUCE_SCATTER 4096
 
 static bool pow2(int n) { return (n & (n - 1)) == 0; }
 
@@ -40,15 +41,19 @@ static size_t small_bytes_for(const dt_comm *c, dt__coll_kind kind)
         return dt__coll_allreduce_small_bytes(c);
     size_t small = dt__coll_small_bytes(c);
     /* Across hosts the binomial broadcast puts log2(n) copies on the root's
-     * link and the small reduce-scatter its whole input on every link; from
-     * 8 KiB that costs more than the steps they save (4 hosts, each size
-     * timed 0.2 s: 8 and 16 KiB broadcast 137 and 274 us against 70 and 138
-     * at 1000mbit, half too at 200mbit and with 100 us per hop; reduce-scatter
-     * 139 and 276 against 77-89 and 104 at 1000mbit, 695 and 1383 against
-     * 267 and 524 at 200mbit, 8% slower with 100 us per hop). */
-    bool copying = kind == DT__COLL_BROADCAST || kind == DT__COLL_REDUCE_SCATTER;
-    if (copying && !c->one_host && c->small_bytes == SIZE_MAX && small > CROSS_HOST_SMALL_COPYING)
-        return CROSS_HOST_SMALL_COPYING;
+     * link and the small reduce-scatter its whole input on every link.
+     * Broadcast (docs/algorithms.md, 4 hosts, each size timed 0.2 s, tree
+     * against chain): 512 B-4 KiB 15-68 us against 12-35 at 1000mbit and
+     * 10-69 against 6-36 with 100 us per hop, the chain faster at every size
+     * at 200mbit; up to 128 B both within noise, and the tree keeps a lone
+     * call at log2(n) hops instead of n-1.  Reduce-scatter: 8 and 16 KiB 139
+     * and 276 us against 77-89 and 104 at 1000mbit, 695 and 1383 against 267
+     * and 524 at 200mbit, 8% slower with 100 us per hop. */
+    size_t cross = kind == DT__COLL_BROADCAST        ? CROSS_HOST_SMALL_BROADCAST
+                   : kind == DT__COLL_REDUCE_SCATTER ? CROSS_HOST_SMALL_REDUCE_SCATTER
+                                                     : SIZE_MAX;
+    if (!c->one_host && c->small_bytes == SIZE_MAX && small > cross)
+        return cross;
     return small;
 }
 

@@ -1,0 +1,85 @@
+/* Unit tests of the algorithm choice by size (src/comm/algo.c): the measured
+ * thresholds of docs/algorithms.md, and that DT_SMALL_MSG, DT_RING_MSG and
+ * DT_ALGO override them.  The communicators here are descriptions only: no
+ * world, no peers. */
+#include <stdint.h>
+#include "check.h"
+#include "comm/coll.h"
+#include "comm/comm_internal.h"
+
+/* A communicator of `size` ranks with nothing forced and nothing measured. */
+static dt_comm comm_of(int size, bool one_host)
+{
+    return (dt_comm){.size = size,
+                     .one_host = one_host,
+                     .algo = DT_ALGO_AUTO,
+                     .direct_bytes = SIZE_MAX,
+                     .small_bytes = SIZE_MAX,
+                     .ring_bytes = SIZE_MAX};
+}
+
+static void test_cross_host_broadcast(void)
+{
+    dt_comm c = comm_of(4, false);
+    /* Binomial tree up to 128 bytes, then the pipelined chain. */
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_BROADCAST, 8), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_BROADCAST, 128), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_BROADCAST, 256), DT__ALG_RING);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_BROADCAST, 8192), DT__ALG_RING);
+    c.size = 8;
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_BROADCAST, 128), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_BROADCAST, 129), DT__ALG_RING);
+}
+
+static void test_cross_host_reduce_scatter(void)
+{
+    dt_comm c = comm_of(4, false);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 4096), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 8192), DT__ALG_RHD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 65536), DT__ALG_RHD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 65536 + 4), DT__ALG_RING);
+    c.size = 3; /* halving-doubling needs a power of two */
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 8192), DT__ALG_RING);
+}
+
+static void test_generic_thresholds(void)
+{
+    dt_comm c = comm_of(4, false);
+    /* Allgather keeps the generic 16 KiB across hosts. */
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 16384), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 32768), DT__ALG_RING);
+    c.size = 8; /* the ring starts above 256 KiB from 5 ranks on */
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLREDUCE, 262144), DT__ALG_RHD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLREDUCE, 262148), DT__ALG_RING);
+    /* One host without an arena: 64 KiB and 2 MiB, broadcast included. */
+    dt_comm one = comm_of(4, true);
+    EXPECT_EQ(dt__coll_pick(&one, DT__COLL_BROADCAST, 65536), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&one, DT__COLL_BROADCAST, 65540), DT__ALG_RING);
+    EXPECT_EQ(dt__coll_pick(&one, DT__COLL_ALLREDUCE, 2097152), DT__ALG_RHD);
+    EXPECT_EQ(dt__coll_pick(&one, DT__COLL_ALLREDUCE, 2097156), DT__ALG_RING);
+}
+
+static void test_overrides(void)
+{
+    dt_comm c = comm_of(4, false);
+    c.small_bytes = 16384; /* DT_SMALL_MSG wins over the per-kind limits */
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_BROADCAST, 16384), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 16384), DT__ALG_RD);
+    c.small_bytes = SIZE_MAX;
+    c.ring_bytes = 4096; /* DT_RING_MSG */
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLREDUCE, 1 << 20), DT__ALG_RING);
+    c.ring_bytes = SIZE_MAX;
+    c.algo = DT_ALGO_RD; /* DT_ALGO forces one at every size */
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_BROADCAST, 1 << 20), DT__ALG_RD);
+    c.algo = DT_ALGO_RING;
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_BROADCAST, 8), DT__ALG_RING);
+}
+
+int main(void)
+{
+    test_cross_host_broadcast();
+    test_cross_host_reduce_scatter();
+    test_generic_thresholds();
+    test_overrides();
+    return CHECK_DONE("test_algo");
+}
