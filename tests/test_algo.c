@@ -34,12 +34,14 @@ static void test_cross_host_broadcast(void)
 static void test_cross_host_reduce_scatter(void)
 {
     dt_comm c = comm_of(4, false);
-    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 4096), DT__ALG_RD);
-    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 8192), DT__ALG_RHD);
+    /* A power of two: the tree up to 128 B, then recursive halving. */
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 128), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 256), DT__ALG_RHD);
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 65536), DT__ALG_RHD);
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 65536 + 4), DT__ALG_RING);
-    c.size = 3; /* halving-doubling needs a power of two */
-    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 8192), DT__ALG_RING);
+    c.size = 3; /* no halving: the tree up to 2 KiB, then the ring */
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 2048), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 2048 + 12), DT__ALG_RING);
 }
 
 static void test_generic_thresholds(void)

@@ -163,24 +163,33 @@ typedef struct {
     char message[1024];
 } rank0_args;
 
+/* Rank 0 of a 2-rank engine through the store at `port`; on success the
+ * caller destroys *e and closes *store. */
+static dt_status rank0_engine(int port, const char *prefix, dt_store_client **store, dt__engine **e)
+{
+    dt_status st = dt_store_connect("127.0.0.1", port, TOKEN, 5, store);
+    if (st != DT_OK)
+        return st;
+    dt__engine_config cfg = {.rank = 0, .size = 2, .token = TOKEN, .key_prefix = prefix, .timeout_s = 10};
+    if ((st = dt__engine_create(&cfg, *store, e)) != DT_OK)
+        dt_store_close(*store);
+    return st;
+}
+
 static void *rank0_main(void *arg)
 {
     rank0_args *a = arg;
     dt_store_client *store;
-    if ((a->create = dt_store_connect("127.0.0.1", a->port, TOKEN, 5, &store)) != DT_OK)
-        return NULL;
-    dt__engine_config cfg = {.rank = 0, .size = 2, .token = TOKEN, .key_prefix = a->prefix, .timeout_s = 10};
     dt__engine *e;
-    a->create = dt__engine_create(&cfg, store, &e);
-    if (a->create == DT_OK) {
-        char buf[64];
-        dt__req r;
-        a->recv = dt__engine_irecv(e, &r, 1, 1, 0, 0, true, buf, sizeof buf);
-        if (a->recv == DT_OK)
-            a->recv = dt__engine_wait(e, &r, dt__deadline_after(10));
-        snprintf(a->message, sizeof a->message, "%s", dt_last_error());
-        dt__engine_destroy(e);
-    }
+    if ((a->create = rank0_engine(a->port, a->prefix, &store, &e)) != DT_OK)
+        return NULL;
+    char buf[64];
+    dt__req r;
+    a->recv = dt__engine_irecv(e, &r, 1, 1, 0, 0, true, buf, sizeof buf);
+    if (a->recv == DT_OK)
+        a->recv = dt__engine_wait(e, &r, dt__deadline_after(10));
+    snprintf(a->message, sizeof a->message, "%s", dt_last_error());
+    dt__engine_destroy(e);
     dt_store_close(store);
     return NULL;
 }
@@ -251,29 +260,26 @@ static void *batch_rank0(void *arg)
 {
     batch_args *a = arg;
     dt_store_client *store;
-    if ((a->status = dt_store_connect("127.0.0.1", a->port, TOKEN, 5, &store)) != DT_OK)
-        return NULL;
-    dt__engine_config cfg = {.rank = 0, .size = 2, .token = TOKEN, .key_prefix = "batch", .timeout_s = 10};
     dt__engine *e;
-    if ((a->status = dt__engine_create(&cfg, store, &e)) == DT_OK) {
-        static uint8_t buf[32768];
-        int64_t t0 = 0;
-        for (int i = 0; a->status == DT_OK && i < BATCH_FRAMES; i++) {
-            dt__req r;
-            a->status = dt__engine_irecv(e, &r, 1, 1, i, 0, true, buf, sizeof buf);
-            a->posted = i + 1;
-            if (a->status == DT_OK)
-                a->status = dt__engine_wait(e, &r, dt__deadline_after(10));
-            if (i == 0)
-                t0 = dt__now_ns();
-            if (i == FIRST_BATCH - 1)
-                a->later_s = (double)(dt__now_ns() - t0) / 1e9;
-            for (size_t k = 0; k < batch_len[i]; k++)
-                a->wrong_bytes += buf[k] != (uint8_t)(i * 31 + k);
-            a->wrong_bytes += r.received != batch_len[i];
-        }
-        dt__engine_destroy(e);
+    if ((a->status = rank0_engine(a->port, "batch", &store, &e)) != DT_OK)
+        return NULL;
+    static uint8_t buf[32768];
+    int64_t t0 = 0;
+    for (int i = 0; a->status == DT_OK && i < BATCH_FRAMES; i++) {
+        dt__req r;
+        a->status = dt__engine_irecv(e, &r, 1, 1, i, 0, true, buf, sizeof buf);
+        a->posted = i + 1;
+        if (a->status == DT_OK)
+            a->status = dt__engine_wait(e, &r, dt__deadline_after(10));
+        if (i == 0)
+            t0 = dt__now_ns();
+        if (i == FIRST_BATCH - 1)
+            a->later_s = (double)(dt__now_ns() - t0) / 1e9;
+        for (size_t k = 0; k < batch_len[i]; k++)
+            a->wrong_bytes += buf[k] != (uint8_t)(i * 31 + k);
+        a->wrong_bytes += r.received != batch_len[i];
     }
+    dt__engine_destroy(e);
     dt_store_close(store);
     return NULL;
 }

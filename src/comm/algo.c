@@ -5,9 +5,12 @@
 
 #include "comm/coll.h"
 
-/* Across hosts, broadcast and reduce-scatter leave their trees above these. */
+/* Across hosts, broadcast and reduce-scatter leave their trees above these:
+ * reduce-scatter early where recursive halving can take over (a power of
+ * two), later where only the ring can. */
 #define CROSS_HOST_SMALL_BROADCAST 128
-#define CROSS_HOST_SMALL_REDUCE_SCATTER 4096
+#define CROSS_HOST_SMALL_REDUCE_SCATTER_POW2 128
+#define CROSS_HOST_SMALL_REDUCE_SCATTER 2048
 
 static bool pow2(int n) { return (n & (n - 1)) == 0; }
 
@@ -41,17 +44,21 @@ static size_t small_bytes_for(const dt_comm *c, dt__coll_kind kind)
         return dt__coll_allreduce_small_bytes(c);
     size_t small = dt__coll_small_bytes(c);
     /* Across hosts the binomial broadcast puts log2(n) copies on the root's
-     * link and the small reduce-scatter its whole input on every link.
-     * Broadcast (docs/algorithms.md, 4 hosts, each size timed 0.2 s, tree
-     * against chain): 512 B-4 KiB 15-68 us against 12-35 at 1000mbit and
-     * 10-69 against 6-36 with 100 us per hop, the chain faster at every size
-     * at 200mbit; up to 128 B both within noise, and the tree keeps a lone
-     * call at log2(n) hops instead of n-1.  Reduce-scatter: 8 and 16 KiB 139
-     * and 276 us against 77-89 and 104 at 1000mbit, 695 and 1383 against 267
-     * and 524 at 200mbit, 8% slower with 100 us per hop. */
-    size_t cross = kind == DT__COLL_BROADCAST        ? CROSS_HOST_SMALL_BROADCAST
-                   : kind == DT__COLL_REDUCE_SCATTER ? CROSS_HOST_SMALL_REDUCE_SCATTER
-                                                     : SIZE_MAX;
+     * link and the small reduce-scatter its whole input on every link
+     * (docs/algorithms.md; 4 hosts, each size timed 0.2 s).  Broadcast, tree
+     * against chain: 512 B-4 KiB 15-68 us against 12-35 at 1000mbit, 10-69
+     * against 6-36 with 100 us per hop, the chain faster at every size at
+     * 200mbit; up to 128 B both within noise, and the tree keeps a lone call
+     * at log2(n) hops instead of n-1.  Reduce-scatter, tree against halving:
+     * 2-4 KiB 55-70 us against 42-51 at 1000mbit, 256 B-4 KiB 47-352 against
+     * 38-137 at 200mbit, even up to 1 KiB with 100 us per hop.  Tree against
+     * ring (3 hosts, 1000mbit): 192-768 B 26 us against 40, 1.5 KiB 36
+     * against 41, 3-24 KiB 54-413 against 41-139. */
+    size_t cross = SIZE_MAX;
+    if (kind == DT__COLL_BROADCAST)
+        cross = CROSS_HOST_SMALL_BROADCAST;
+    else if (kind == DT__COLL_REDUCE_SCATTER)
+        cross = pow2(c->size) ? CROSS_HOST_SMALL_REDUCE_SCATTER_POW2 : CROSS_HOST_SMALL_REDUCE_SCATTER;
     if (!c->one_host && c->small_bytes == SIZE_MAX && small > cross)
         return cross;
     return small;
