@@ -3,6 +3,7 @@
  * peer that sends malformed or truncated frames. */
 #include <arpa/inet.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -250,7 +251,7 @@ static const size_t batch_len[BATCH_FRAMES] = {8, 8, 3000, 0, 8, 5000, 6000, 8, 
 
 typedef struct {
     int port;
-    volatile int posted; /* receives rank 0 has posted */
+    atomic_int posted; /* receives rank 0 has posted (the main thread waits on it) */
     dt_status status;
     int wrong_bytes;
     double later_s; /* waiting for frames 2..5, which arrived with frame 1 */
@@ -268,7 +269,7 @@ static void *batch_rank0(void *arg)
     for (int i = 0; a->status == DT_OK && i < BATCH_FRAMES; i++) {
         dt__req r;
         a->status = dt__engine_irecv(e, &r, 1, 1, i, 0, true, buf, sizeof buf);
-        a->posted = i + 1;
+        atomic_store(&a->posted, i + 1);
         if (a->status == DT_OK)
             a->status = dt__engine_wait(e, &r, dt__deadline_after(10));
         if (i == 0)
@@ -312,11 +313,11 @@ static void test_engine_batched_frames(void)
     EXPECT_STATUS(dt_store_connect("127.0.0.1", a.port, TOKEN, 5, &store), DT_OK);
     int fd = join_as_rank1(store, "batch");
     int64_t give_up = dt__deadline_after(10);
-    while (a.posted < 1 && dt__now_ns() < give_up)
+    while (atomic_load(&a.posted) < 1 && dt__now_ns() < give_up)
         usleep(1000);
     usleep(20000);
     send_batch(fd, 0, FIRST_BATCH);
-    while (a.posted <= FIRST_BATCH && dt__now_ns() < give_up)
+    while (atomic_load(&a.posted) <= FIRST_BATCH && dt__now_ns() < give_up)
         usleep(1000);
     send_batch(fd, FIRST_BATCH, BATCH_FRAMES);
     pthread_join(th, NULL);
