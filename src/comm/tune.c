@@ -21,7 +21,7 @@
 #include "base/status.h"
 #include "comm/coll.h"
 
-enum { TUNE_REPS = 7, TUNE_MAX_RANKS = 16, TUNE_MAX_DRAIN_CALLS = 64 };
+enum { TUNE_REPS = 16, TUNE_MAX_RANKS = 16, TUNE_MAX_DRAIN_CALLS = 64 };
 #define TUNE_WIN 0.9             /* the challenger must be at least 10% faster */
 #define TUNE_MAX_BYTES 16384     /* the largest size timed */
 #define TUNE_DRAIN_BYTES 524288  /* what the untimed calls before the timing move, at least */
@@ -33,65 +33,62 @@ static dt_status rhd_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t,
     return dt__allreduce_alg(k, buf, count, t, op, DT__ALG_RHD);
 }
 
-static int by_value(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* One call of fn on `count` floats; its duration in seconds when `took`. */
-static dt_status one_call(dt_comm *c, allreduce_fn fn, float *buf, size_t count, double *took)
+/* One call of fn on `count` floats. */
+static dt_status one_call(dt_comm *c, allreduce_fn fn, float *buf, size_t count)
 {
     dt__coll k;
     DT_CHECK(dt__coll_begin_reducing(&k, c, "allreduce (start-up timing)"));
-    int64_t t0 = dt__now_ns();
-    DT_CHECK(fn(&k, buf, count, DT_F32, DT_SUM));
-    if (took)
-        *took = (double)(dt__now_ns() - t0) / 1e9;
-    return DT_OK;
+    return fn(&k, buf, count, DT_F32, DT_SUM);
 }
 
-/* Median of fn's durations on `count` floats, in seconds.
+/* Mean duration of fn's calls on `count` floats in one block of back-to-back
+ * calls, in seconds.
  *
  * A link shaper lets a burst through at full speed (tbf's bucket: 250 KB on
  * the 1000 mbit namespace cluster; a switch's buffer does the same): nine
  * calls of 16 KiB fit in it, and timed that way recursive doubling, which
  * puts the most bytes on the link, took 119 us where back-to-back calls take
  * 277.  So untimed calls first move at least TUNE_DRAIN_BYTES and the timed
- * ones follow back to back.  Each algorithm is timed in a block of its own:
+ * ones follow back to back.  Each algorithm is timed in blocks of its own:
  * alternating them call by call made both slower than either runs in a loop
  * (8 bytes: 204 us against 58), as one rank's next call waits on a peer
- * still in the other algorithm's steps.  The median: a stall in one
- * repetition says nothing of the links. */
-static dt_status median_time(dt_comm *c, allreduce_fn fn, float *buf, size_t count, double *median)
+ * still in the other algorithm's steps.  The block's mean, not its median
+ * call: what a loop of calls gets (docs/algorithms.md has the start-ups that
+ * led here). */
+static dt_status block_time(dt_comm *c, allreduce_fn fn, float *buf, size_t count, double *mean)
 {
     size_t drain = TUNE_DRAIN_BYTES / (count * sizeof(float));
     if (drain > TUNE_MAX_DRAIN_CALLS)
         drain = TUNE_MAX_DRAIN_CALLS;
     for (size_t i = 0; i < drain; i++)
-        DT_CHECK(one_call(c, fn, buf, count, NULL));
-    double took[TUNE_REPS];
+        DT_CHECK(one_call(c, fn, buf, count));
+    int64_t t0 = dt__now_ns();
     for (int rep = 0; rep < TUNE_REPS; rep++)
-        DT_CHECK(one_call(c, fn, buf, count, &took[rep]));
-    qsort(took, TUNE_REPS, sizeof took[0], by_value);
-    *median = took[TUNE_REPS / 2];
+        DT_CHECK(one_call(c, fn, buf, count));
+    *mean = (double)(dt__now_ns() - t0) / 1e9 / TUNE_REPS;
     return DT_OK;
 }
 
 /* Times the challenger and the incumbent at `bytes`; true when the
  * challenger wins on the slowest rank's figures (the same verdict on every
- * rank).  t[0]: challenger, t[1]: incumbent. */
+ * rank).  Each is timed in two blocks, in the order challenger, incumbent,
+ * incumbent, challenger, and keeps its faster block: neither gains from
+ * coming first or last, and a stall in one block does not decide.  t[0]:
+ * challenger, t[1]: incumbent. */
 static dt_status challenger_wins(dt_comm *c, allreduce_fn challenger, allreduce_fn incumbent, float *buf,
                                  size_t bytes, bool *wins, double t[2])
 {
-    double mine[2];
-    DT_CHECK(median_time(c, challenger, buf, bytes / sizeof(float), &mine[0]));
-    DT_CHECK(median_time(c, incumbent, buf, bytes / sizeof(float), &mine[1]));
+    size_t count = bytes / sizeof(float);
+    double mine[4]; /* challenger, incumbent, incumbent, challenger */
+    DT_CHECK(block_time(c, challenger, buf, count, &mine[0]));
+    DT_CHECK(block_time(c, incumbent, buf, count, &mine[1]));
+    DT_CHECK(block_time(c, incumbent, buf, count, &mine[2]));
+    DT_CHECK(block_time(c, challenger, buf, count, &mine[3]));
     dt__coll k;
     DT_CHECK(dt__coll_begin_reducing(&k, c, "allreduce (start-up timing)"));
-    DT_CHECK(dt__rd_allreduce(&k, mine, 2, DT_F64, DT_MAX));
-    t[0] = mine[0];
-    t[1] = mine[1];
+    DT_CHECK(dt__rd_allreduce(&k, mine, 4, DT_F64, DT_MAX));
+    t[0] = mine[0] < mine[3] ? mine[0] : mine[3];
+    t[1] = mine[1] < mine[2] ? mine[1] : mine[2];
     *wins = t[0] < TUNE_WIN * t[1];
     return DT_OK;
 }
