@@ -44,12 +44,30 @@ static void test_cross_host_reduce_scatter(void)
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 2048 + 12), DT__ALG_RING);
 }
 
+static void test_alltoall(void)
+{
+    dt_comm c = comm_of(8, false);
+    /* Across hosts: all at once below 32 KiB pieces, pairwise from there. */
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLTOALL, 8 * 32760), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLTOALL, 8 * 32768), DT__ALG_RING);
+    c.size = 3;
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLTOALL, 3 * 32768), DT__ALG_RING);
+    /* One host without an arena: all at once at every size. */
+    dt_comm one = comm_of(4, true);
+    EXPECT_EQ(dt__coll_pick(&one, DT__COLL_ALLTOALL, 4 << 20), DT__ALG_RD);
+    /* DT_ALGO=ring forces pairwise, rd all at once. */
+    one.algo = DT_ALGO_RING;
+    EXPECT_EQ(dt__coll_pick(&one, DT__COLL_ALLTOALL, 64), DT__ALG_RING);
+    c.algo = DT_ALGO_RD;
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLTOALL, 4 << 20), DT__ALG_RD);
+}
+
 static void test_generic_thresholds(void)
 {
     dt_comm c = comm_of(4, false);
-    /* Allgather keeps the generic 16 KiB across hosts. */
-    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 16384), DT__ALG_RD);
-    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 32768), DT__ALG_RING);
+    /* Allgather's doubling runs up to 32 KiB across hosts. */
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 32768), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 65536), DT__ALG_RING);
     c.size = 8; /* the ring starts above 256 KiB from 5 ranks on */
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLREDUCE, 262144), DT__ALG_RHD);
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLREDUCE, 262148), DT__ALG_RING);
@@ -81,6 +99,7 @@ int main(void)
 {
     test_cross_host_broadcast();
     test_cross_host_reduce_scatter();
+    test_alltoall();
     test_generic_thresholds();
     test_overrides();
     return CHECK_DONE("test_algo");
