@@ -76,12 +76,41 @@ torch_two() {
     wait $p
 }
 eff() { python3 -c "print(f'{float(\"$1\".split()[0]) / (2 * $2):.2f}')"; }
-
+# What the gradients' allreduce alone costs the CPUs: dtbench on the same
+# pinned hosts, nothing else running, at the model's gradient bytes (f32, or
+# f16 as compression sends them); busy time from /proc/stat (user, system,
+# irq, softirq) of each host's CPU: the compute time a training step gives
+# up to communication when its host has one core.  A run of 5 calls and one
+# of 45: their difference over 40 leaves out start-up and rendezvous.
+# DT_POLL_SPIN_US=0: a blocking call otherwise looks at its sockets for 200 us
+# before sleeping (44 ms of CPU per f32 call at 1000mbit instead of 7), and
+# the thread that runs training's nonblocking allreduces never does.
+cpu_ticks() { awk '$1 == "cpu0" || $1 == "cpu1" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat | paste -sd' '; }
+allreduce_calls() { # dtype bytes calls -> us per call (rank 0)
+    taskset -c 1 ip netns exec dt1 env DT_POLL_SPIN_US=0 $BIN/dtrun --nnodes 2 --node-rank 1 --master 10.77.0.1:29500 --token-file "$WORK/tok" -n 1 \
+        $BIN/dtbench allreduce -d "$1" -b "$2" -e "$2" -n "$3" -w 0 -c 0 >/dev/null 2>&1 &
+    local p=$!
+    taskset -c 0 ip netns exec dt0 env DT_POLL_SPIN_US=0 $BIN/dtrun --nnodes 2 --node-rank 0 --master 10.77.0.1:29500 --token-file "$WORK/tok" -n 1 \
+        $BIN/dtbench allreduce -d "$1" -b "$2" -e "$2" -n "$3" -w 0 -c 0 | sed 's/^\[0\] //' | awk '!/^#/ && NF >= 8 { print $5 }'
+    wait $p
+}
+comm_cpu() { # dtype bytes -> "host 0 / host 1 ms of CPU per call | ms per call"
+    local a b c t
+    a=$(cpu_ticks); allreduce_calls "$1" "$2" 5 >/dev/null; b=$(cpu_ticks); t=$(allreduce_calls "$1" "$2" 45); c=$(cpu_ticks)
+    python3 - "$a" "$b" "$c" "$t" <<'PY'
+import os, sys
+hz = os.sysconf('SC_CLK_TCK')
+a, b, c = ([int(v) for v in x.split()] for x in sys.argv[1:4])
+ms = [((z - y) - (y - x)) * 1000 / hz / 40 for x, y, z in zip(a, b, c)]
+print(f"{ms[0]:.0f} / {ms[1]:.0f} | {float(sys.argv[4]) / 1000:.0f}")
+PY
+}
 # The machine's speed drifts over the minutes this takes: the single-process
 # rates are measured before and after the 2-rank runs, and each system's
 # efficiency is taken against the faster of the two (the lower efficiency).
 d1a=$(best_of_2 dtrain_one); t1a=$(best_of_2 torch_one); sbs=$(best_of_2 side_by_side)
 : >"$WORK/rows"
+cpu_rows=""
 row() { printf '%s\t%s\t%s\t%s\n' "$@" >>"$WORK/rows"; } # link, system, figure, own single-process rate (d|t)
 for rate in $RATES; do
     scripts/netns-cluster.sh up 2 --rate "$rate" >/dev/null
@@ -92,6 +121,9 @@ for rate in $RATES; do
         row "$rate" "dtrain, f16 gradients$how" "$(best_of_2 dtrain_two --set grad_compression=f16)" d
         row "$rate" "PyTorch DDP (gloo)$how" "$(best_of_2 torch_two)" t
     done
+    params=$(sed -n 's/.*training gpt (\([0-9]*\) parameters).*/\1/p' "$WORK/n0" | head -1)
+    cpu_rows+="| $rate | f32, $((params * 4)) B | $(comm_cpu f32 $((params * 4))) |"$'\n'
+    cpu_rows+="| $rate | f16, $((params * 2)) B | $(comm_cpu f16 $((params * 2))) |"$'\n'
     PIN=1
     scripts/netns-cluster.sh down >/dev/null
 done
@@ -122,6 +154,16 @@ section="## Data parallel scaling, 2 hosts"
     echo "one CPU, so every byte on the wire costs compute time; the ceiling row shows what two processes on"
     echo "the machine cost each other before any network work. Unpinned, the scheduler moves threads between"
     echo "the two CPUs (a rank's progress thread onto the other rank's core), which separate hosts cannot do."
+    echo
+    echo "What one step's gradient allreduce costs the CPUs with nothing else running (dtbench on the same"
+    echo "pinned hosts; busy time of each host's CPU from /proc/stat: user, system, irq and softirq, of every"
+    echo "process; the difference between a run of 45 calls and one of 5, over 40; DT_POLL_SPIN_US=0, as"
+    echo "the thread that runs training's allreduces never spins). A training step gives this up from its"
+    echo "compute, against a single-process step of $(python3 -c "print(f'{2048 / $d1 * 1000:.0f}')") ms:"
+    echo
+    echo "| link | allreduce | CPU ms of host 0 / host 1 per call | ms per call |"
+    echo "| --- | --- | ---: | ---: |"
+    printf '%s' "$cpu_rows"
 } >"$WORK/section.md"
 cat "$WORK/section.md"
 python3 bench/update_results.py bench/RESULTS.md "$WORK/section.md" "$section"
