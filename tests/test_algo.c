@@ -65,9 +65,9 @@ static void test_alltoall(void)
 static void test_generic_thresholds(void)
 {
     dt_comm c = comm_of(4, false);
-    /* Allgather's doubling runs up to 32 KiB across hosts. */
-    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 32768), DT__ALG_RD);
-    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 65536), DT__ALG_RING);
+    /* Allgather's doubling runs up to 128 KiB across hosts. */
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 131072), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 262144), DT__ALG_RING);
     c.size = 8; /* the ring starts above 256 KiB from 5 ranks on */
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLREDUCE, 262144), DT__ALG_RHD);
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLREDUCE, 262148), DT__ALG_RING);

@@ -14,7 +14,7 @@
 /* Across hosts, allgather's recursive doubling (a power of two of ranks)
  * puts the same bytes on each link as the ring in log2(n) steps instead of
  * n-1: it runs up to this many bytes. */
-#define CROSS_HOST_SMALL_ALLGATHER 32768
+#define CROSS_HOST_SMALL_ALLGATHER 131072
 /* Across hosts, alltoall pieces of at least this many bytes (per pair of
  * ranks) go pairwise, one exchange at a time, instead of all at once. */
 #define CROSS_HOST_PAIRWISE_ALLTOALL 32768
@@ -63,7 +63,9 @@ static size_t small_bytes_for(const dt_comm *c, dt__coll_kind kind)
      * against 41, 3-24 KiB 54-413 against 41-139. */
     /* 8 hosts at 1000mbit, allgather of 32 KiB: 241 us against the ring's
      * 343-348; from 64 KiB to 512 KiB the two within 1% (4 hosts: from 16
-     * KiB), at 1 MiB the ring faster (7651 us against 8513-9347). */
+     * KiB), at 1 MiB the ring faster (7651 us against 8513-9347).  With 100
+     * us per hop (4 hosts) doubling's fewer steps win to 128 KiB (819
+     * against 940-962 us), within 0.1% from 256 KiB. */
     if (kind == DT__COLL_ALLGATHER && !c->one_host && c->small_bytes == SIZE_MAX)
         return CROSS_HOST_SMALL_ALLGATHER;
     size_t cross = SIZE_MAX;
