@@ -49,6 +49,13 @@ static size_t small_bytes_for(const dt_comm *c, dt__coll_kind kind)
 {
     if (kind == DT__COLL_ALLREDUCE)
         return dt__coll_allreduce_small_bytes(c);
+    /* 8 hosts at 1000mbit, allgather of 32 KiB: 241 us against the ring's
+     * 343-348; from 64 KiB to 512 KiB the two within 1% (4 hosts: from 16
+     * KiB), at 1 MiB the ring faster (7651 us against 8513-9347).  With 100
+     * us per hop (4 hosts) doubling's fewer steps win to 128 KiB (819
+     * against 940-962 us), within 0.1% from 256 KiB. */
+    if (kind == DT__COLL_ALLGATHER && !c->one_host && c->small_bytes == SIZE_MAX)
+        return CROSS_HOST_SMALL_ALLGATHER;
     size_t small = dt__coll_small_bytes(c);
     /* Across hosts the binomial broadcast puts log2(n) copies on the root's
      * link and the small reduce-scatter its whole input on every link
@@ -61,13 +68,6 @@ static size_t small_bytes_for(const dt_comm *c, dt__coll_kind kind)
      * 38-137 at 200mbit, even up to 1 KiB with 100 us per hop.  Tree against
      * ring (3 hosts, 1000mbit): 192-768 B 26 us against 40, 1.5 KiB 36
      * against 41, 3-24 KiB 54-413 against 41-139. */
-    /* 8 hosts at 1000mbit, allgather of 32 KiB: 241 us against the ring's
-     * 343-348; from 64 KiB to 512 KiB the two within 1% (4 hosts: from 16
-     * KiB), at 1 MiB the ring faster (7651 us against 8513-9347).  With 100
-     * us per hop (4 hosts) doubling's fewer steps win to 128 KiB (819
-     * against 940-962 us), within 0.1% from 256 KiB. */
-    if (kind == DT__COLL_ALLGATHER && !c->one_host && c->small_bytes == SIZE_MAX)
-        return CROSS_HOST_SMALL_ALLGATHER;
     size_t cross = SIZE_MAX;
     if (kind == DT__COLL_BROADCAST)
         cross = CROSS_HOST_SMALL_BROADCAST;
@@ -103,8 +103,9 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
      * start together on one receiver's link overflow the queue in front of
      * it (8 hosts at 1000mbit, 64-128 KiB pieces: 0.65 of the link, 0.95
      * pairwise), and in pairwise steps each link carries one flow each way.
-     * Below 32 KiB pieces the steps' latencies cost more (8 hosts, 2-4 KiB
-     * pieces: 290 against 255 us). */
+     * Below 32 KiB pieces the steps' latencies cost more (8 hosts, pieces of
+     * 8 B-1 KiB: 275-295 us against 250-255; 2-4 KiB: 395-420 against
+     * 341-346). */
     if (kind == DT__COLL_ALLTOALL)
         return !c->one_host && bytes / (size_t)c->size >= CROSS_HOST_PAIRWISE_ALLTOALL ? DT__ALG_RING : DT__ALG_RD;
     if (kind == DT__COLL_ALLREDUCE && c->size > 2 && bytes <= dt__coll_direct_bytes(c))
