@@ -124,16 +124,17 @@ static dt_status tune_direct(dt_comm *twin, dt_comm *c, float *buf)
 
 /* Across hosts recursive doubling runs up to 16 KiB by default; down to 8
  * KiB when halving-doubling wins at 16, and halving each time
- * halving-doubling also wins at the next size down, to 1 KiB when it wins at
- * 2 KiB (4 hosts at 200 mbit: 2 KiB 143 us against 183; at 1000 mbit it
- * loses from 4 KiB down, 89-94 against 70-75).  Only where halving-doubling
+ * halving-doubling also wins at the next size down, to 512 bytes when it
+ * wins at 1 KiB (4 hosts at 200 mbit: 2 KiB 143 us against 183, 1 KiB 80
+ * against 91, 512 bytes 74-77 against 51-55; at 1000 mbit it loses from 4
+ * KiB down, 89-94 against 70-75).  Only where halving-doubling
  * is what runs above (the ring's bits differ). */
 static dt_status tune_doubling(dt_comm *twin, dt_comm *c, float *buf)
 {
     if (c->one_host || c->small_bytes != SIZE_MAX || c->ring_bytes != SIZE_MAX ||
         dt__coll_small_bytes(c) != TUNE_MAX_BYTES)
         return DT_OK;
-    static const size_t sizes[] = {16384, 8192, 4096, 2048}, limits[] = {8192, 4096, 2048, 1024};
+    static const size_t sizes[] = {16384, 8192, 4096, 2048, 1024}, limits[] = {8192, 4096, 2048, 1024, 512};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         bool wins;
         double t[2];
