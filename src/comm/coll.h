@@ -56,8 +56,10 @@ typedef enum {
  * counts it) on c: DT_ALGO when set, else by size against the communicator's
  * thresholds (docs/algorithms.md).  Never returns one the collective lacks. */
 dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes);
-/* Allreduce on c's members with algorithm alg (no hierarchy). */
-dt_status dt__allreduce_alg(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op, dt__alg alg);
+/* Allreduce on c's members with algorithm alg (no hierarchy): the result in
+ * buf, the input in src (src == buf: in place). */
+dt_status dt__allreduce_alg(dt__coll *k, const void *src, void *buf, size_t count, dt_dtype t, dt_redop op,
+                            dt__alg alg);
 /* At or below this many bytes allreduce runs the direct algorithm (n > 2):
  * DT_DIRECT_MSG, else what dt__tune_allreduce measured (0 when it did not
  * run), capped at allreduce's small threshold. */
@@ -83,12 +85,20 @@ dt_status dt__check_dtype_op(const char *op, dt_dtype t, dt_redop r);
 enum { DT_RING_RS = 1, DT_RING_AG = 2 };
 dt_status dt__ring_run(dt__coll *k, void *buf, const size_t *offsets, const size_t *lengths, dt_dtype t,
                        dt_redop op, int phases);
+/* The same with this rank's input in src (laid out as buf, not overlapping
+ * it) when the phases include RS: the ring reads each block of src where
+ * it first needs it, so buf needs no copy of the input beforehand.  With
+ * AG only, src is not read (the input is buf's block r). */
+dt_status dt__ring_run_from(dt__coll *k, const void *src, void *buf, const size_t *offsets,
+                            const size_t *lengths, dt_dtype t, dt_redop op, int phases);
 /* Equal-ish blocks of `count` (the first count % n get one more). */
 void dt__split_blocks(size_t count, int n, size_t *offsets, size_t *lengths);
 
 /* Allreduce of buf in place with the flat algorithms of k's communicator
  * (no final division for DT_AVG). */
 dt_status dt__allreduce_flat(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op);
+/* The same with the input in src (src == buf: in place). */
+dt_status dt__allreduce_flat_from(dt__coll *k, const void *src, void *buf, size_t count, dt_dtype t, dt_redop op);
 
 /* Hierarchical collectives (hier.c).  Setup is collective over the world
  * communicator; dt__hier_use says whether a call of `bytes` takes the

@@ -23,6 +23,7 @@ enum { PIPELINE_DEPTH = 4, MIN_SEGMENT = 8192 };
 
 typedef struct {
     dt__coll *k;
+    const uint8_t *src; /* this rank's input (== buf: in place) */
     uint8_t *buf, *tmp;
     const size_t *off, *len;
     size_t es, seg;
@@ -59,8 +60,11 @@ static dt_status post_step(ring *g, int s, int t)
     size_t lo;
     int sb = send_block(g, t), rb = recv_block(g, t);
     size_t cnt = seg_range(g, sb, s, &lo);
+    /* Reduce-scatter's first step sends this rank's own input; every later
+     * step sends what the step before wrote into buf. */
+    const uint8_t *from = t == 0 && g->rs_steps ? g->src : g->buf;
     DT_CHECK(dt__coll_send(g->k, &g->sends[(size_t)s * g->steps + t], mod(g->r + 1, g->n), subtag,
-                           g->buf + (g->off[sb] + lo) * g->es, cnt * g->es));
+                           from + (g->off[sb] + lo) * g->es, cnt * g->es));
     cnt = seg_range(g, rb, s, &lo);
     uint8_t *dst = t < g->rs_steps ? g->tmp + lo * g->es : g->buf + (g->off[rb] + lo) * g->es;
     return dt__coll_recv(g->k, &g->recvs[s], mod(g->r - 1, g->n), subtag, dst, cnt * g->es);
@@ -74,8 +78,10 @@ static dt_status advance(ring *g, int s, dt_dtype t, dt_redop op, int *remaining
         size_t lo;
         int rb = recv_block(g, step);
         size_t cnt = seg_range(g, rb, s, &lo);
-        uint8_t *mine = g->buf + (g->off[rb] + lo) * g->es;
-        dt__reduce(mine, g->tmp + lo * g->es, mine, cnt, t, op);
+        /* Each block arrives once in reduce-scatter: combined with this
+         * rank's input, the sum lands in buf. */
+        size_t at = (g->off[rb] + lo) * g->es;
+        dt__reduce(g->buf + at, g->tmp + lo * g->es, g->src + at, cnt, t, op);
     }
     g->step[s] = ++step;
     if (step == g->steps) {
@@ -110,14 +116,22 @@ static dt_status run(ring *g, dt_dtype t, dt_redop op)
 dt_status dt__ring_run(dt__coll *k, void *buf, const size_t *offsets, const size_t *lengths, dt_dtype t,
                        dt_redop op, int phases)
 {
+    return dt__ring_run_from(k, buf, buf, offsets, lengths, t, op, phases);
+}
+
+dt_status dt__ring_run_from(dt__coll *k, const void *src, void *buf, const size_t *offsets,
+                            const size_t *lengths, dt_dtype t, dt_redop op, int phases)
+{
     int n = k->c->size;
     size_t maxlen = 0;
     for (int b = 0; b < n; b++)
         if (lengths[b] > maxlen)
             maxlen = lengths[b];
+    if (n == 1 && src != buf && (phases & DT_RING_RS))
+        memcpy(buf, src, lengths[0] * dt_dtype_size(t));
     if (n == 1 || maxlen == 0)
         return DT_OK;
-    ring g = {.k = k, .buf = buf, .off = offsets, .len = lengths, .es = dt_dtype_size(t), .n = n,
+    ring g = {.k = k, .src = src, .buf = buf, .off = offsets, .len = lengths, .es = dt_dtype_size(t), .n = n,
               .r = k->c->rank};
     /* At least PIPELINE_DEPTH segments per block so a mid-sized message still
      * pipelines, but no segment below MIN_SEGMENT bytes (per-message cost). */

@@ -31,7 +31,7 @@ typedef dt_status (*allreduce_fn)(dt__coll *k, void *buf, size_t count, dt_dtype
 
 static dt_status rhd_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op)
 {
-    return dt__allreduce_alg(k, buf, count, t, op, DT__ALG_RHD);
+    return dt__allreduce_alg(k, buf, buf, count, t, op, DT__ALG_RHD);
 }
 
 /* One call of fn on `count` floats. */
