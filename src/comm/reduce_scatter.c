@@ -34,17 +34,20 @@ dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_d
         free(off);
         return dt__coll_error(&k, dt__fail(DT_ERR_NOMEM, "out of memory"));
     }
-    if (!in_place)
+    bool hier = dt__hier_use(c, n * bytes), ring = !hier && n > 1 && alg == DT__ALG_RING;
+    /* The ring reads send block by block as it first needs it (no copy of
+     * the whole input first, as allreduce). */
+    if (!in_place && !ring)
         memcpy(work, send, n * bytes);
     dt_status s = DT_OK;
     for (size_t b = 0; b < n; b++) {
         off[b] = b * recvcount;
         off[n + b] = recvcount;
     }
-    if (dt__hier_use(c, n * bytes))
+    if (hier)
         s = dt__coll_error(&k, dt__hier_reduce_scatter(c, work, recvcount, t, op));
-    else if (n > 1 && alg == DT__ALG_RING)
-        s = dt__ring_run(&k, work, off, off + n, t, op, DT_RING_RS);
+    else if (ring)
+        s = dt__ring_run_from(&k, send, work, off, off + n, t, op, DT_RING_RS);
     else if (n > 1 && alg == DT__ALG_RHD)
         s = dt__rhd_run(&k, work, n * recvcount, off, off + n, t, op, DT_RING_RS);
     else if (n > 1)
