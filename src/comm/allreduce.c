@@ -22,16 +22,17 @@ dt_status dt__allreduce_alg(dt__coll *k, const void *src, void *buf, size_t coun
 {
     dt_comm *c = k->c;
     /* The ring reads this rank's input from src block by block as it first
-     * needs it; the others start from a copy in buf.  (64 MiB: the copy
-     * kept 4 hosts' links idle about 10 ms of each 850 ms call.) */
-    if (src != buf && (alg != DT__ALG_RING || c->size == 1)) {
+     * needs it, the arena copies it from src into its slot; the others
+     * start from a copy in buf.  (64 MiB: the copy kept 4 hosts' links idle
+     * about 10 ms of each 850 ms call.) */
+    if (src != buf && ((alg != DT__ALG_RING && alg != DT__ALG_SHM) || c->size == 1)) {
         memcpy(buf, src, count * dt_dtype_size(t));
         src = buf;
     }
     if (c->size == 1)
         return DT_OK;
     if (alg == DT__ALG_SHM)
-        return dt__shm_allreduce(k, buf, count, t, op);
+        return dt__shm_allreduce(k, src, buf, count, t, op);
     if (alg == DT__ALG_DIRECT)
         return dt__direct_allreduce(k, buf, count, t, op);
     if (alg == DT__ALG_RD)

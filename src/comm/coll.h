@@ -120,7 +120,7 @@ dt_status dt__shm_coll_setup(dt_comm *c);
 /* For k's communicator when dt__coll_pick says DT__ALG_SHM (c->arena set).
  * Reductions combine contributions in rank order.  allgather: recv holds
  * this rank's block already; reduce_scatter and alltoall may run in place. */
-dt_status dt__shm_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op);
+dt_status dt__shm_allreduce(dt__coll *k, const void *src, void *buf, size_t count, dt_dtype t, dt_redop op);
 /* f32 carried as f16/bf16 (bf16 true), summed in f32; avg divides once. */
 dt_status dt__shm_allreduce_half(dt__coll *k, const float *send, float *recv, size_t count, bool bf16, bool avg);
 dt_status dt__shm_broadcast(dt__coll *k, void *buf, size_t bytes, int root);

@@ -191,12 +191,14 @@ static void block(size_t count, int n, int j, size_t *lo, size_t *len)
     *len = base + (b < rem ? 1 : 0);
 }
 
-static dt_status allreduce_round(arena_op *o, uint8_t *buf, size_t count, dt_dtype t, dt_redop op)
+/* The input comes from src (== buf: in place), the result goes to buf. */
+static dt_status allreduce_round(arena_op *o, const uint8_t *src, uint8_t *buf, size_t count, dt_dtype t,
+                                 dt_redop op)
 {
     size_t es = dt_dtype_size(t), bytes = count * es;
     uint32_t g = next_round(o);
     DT_CHECK(claim(o, g));
-    memcpy(slot(o, g, o->me), buf, bytes);
+    memcpy(slot(o, g, o->me), src, bytes);
     dt__arena_publish(o->a, o->me, DT__ARENA_READY, g);
     DT_CHECK(wait_all(o, DT__ARENA_READY, g));
     if (bytes <= ONE_SHOT_BYTES) {
@@ -221,13 +223,14 @@ static dt_status allreduce_round(arena_op *o, uint8_t *buf, size_t count, dt_dty
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
-dt_status dt__shm_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op)
+dt_status dt__shm_allreduce(dt__coll *k, const void *src, void *buf, size_t count, dt_dtype t, dt_redop op)
 {
     arena_op o;
     op_begin(&o, k);
     size_t es = dt_dtype_size(t), per = dt__arena_slot_bytes(o.a) / es;
     for (size_t off = 0; off < count; off += per)
-        DT_CHECK(dt__coll_error(k, allreduce_round(&o, (uint8_t *)buf + off * es, min_size(per, count - off), t, op)));
+        DT_CHECK(dt__coll_error(k, allreduce_round(&o, (const uint8_t *)src + off * es, (uint8_t *)buf + off * es,
+                                                   min_size(per, count - off), t, op)));
     return DT_OK;
 }
 
