@@ -7,10 +7,12 @@
 #include "comm/coll.h"
 #include "comm/comm_internal.h"
 
-/* A communicator of `size` ranks with nothing forced and nothing measured. */
-static dt_comm comm_of(int size, bool one_host)
+/* A communicator of `size` ranks in world w with nothing forced and nothing
+ * measured. */
+static dt_comm comm_of(int size, bool one_host, dt__world *w)
 {
-    return (dt_comm){.size = size,
+    return (dt_comm){.world = w,
+                     .size = size,
                      .one_host = one_host,
                      .algo = DT_ALGO_AUTO,
                      .direct_bytes = SIZE_MAX,
@@ -20,7 +22,8 @@ static dt_comm comm_of(int size, bool one_host)
 
 static void test_cross_host_broadcast(void)
 {
-    dt_comm c = comm_of(4, false);
+    dt__world w = {0};
+    dt_comm c = comm_of(4, false, &w);
     /* Binomial tree up to 128 bytes, then the pipelined chain. */
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_BROADCAST, 8), DT__ALG_RD);
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_BROADCAST, 128), DT__ALG_RD);
@@ -33,12 +36,13 @@ static void test_cross_host_broadcast(void)
 
 static void test_cross_host_reduce_scatter(void)
 {
-    dt_comm c = comm_of(4, false);
+    dt__world w = {0};
+    dt_comm c = comm_of(4, false, &w);
     /* A power of two: the tree up to 128 B, then recursive halving. */
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 128), DT__ALG_RD);
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 256), DT__ALG_RHD);
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 65536), DT__ALG_RHD);
-    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 65536 + 4), DT__ALG_RING);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 262144 + 4), DT__ALG_RING);
     c.size = 3; /* no halving: the tree up to 2 KiB, then the ring */
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 2048), DT__ALG_RD);
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 2048 + 12), DT__ALG_RING);
@@ -46,14 +50,15 @@ static void test_cross_host_reduce_scatter(void)
 
 static void test_alltoall(void)
 {
-    dt_comm c = comm_of(8, false);
+    dt__world w = {0};
+    dt_comm c = comm_of(8, false, &w);
     /* Across hosts: all at once below 32 KiB pieces, pairwise from there. */
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLTOALL, 8 * 32760), DT__ALG_RD);
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLTOALL, 8 * 32768), DT__ALG_RING);
     c.size = 3;
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLTOALL, 3 * 32768), DT__ALG_RING);
     /* One host without an arena: all at once at every size. */
-    dt_comm one = comm_of(4, true);
+    dt_comm one = comm_of(4, true, &w);
     EXPECT_EQ(dt__coll_pick(&one, DT__COLL_ALLTOALL, 4 << 20), DT__ALG_RD);
     /* DT_ALGO=ring forces pairwise, rd all at once. */
     one.algo = DT_ALGO_RING;
@@ -64,15 +69,28 @@ static void test_alltoall(void)
 
 static void test_generic_thresholds(void)
 {
-    dt_comm c = comm_of(4, false);
+    dt__world w = {0};
+    dt_comm c = comm_of(4, false, &w);
     /* Allgather's doubling runs up to 128 KiB across hosts. */
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 131072), DT__ALG_RD);
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 262144), DT__ALG_RING);
-    c.size = 8; /* the ring starts above 256 KiB from 5 ranks on */
+    /* Halving-doubling up to 256 KiB, then the ring. */
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLREDUCE, 262144), DT__ALG_RHD);
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLREDUCE, 262148), DT__ALG_RING);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 262144), DT__ALG_RHD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 262148), DT__ALG_RING);
+    /* Under bbr (some rank's TCP connections) up to 4 ranks leave it above
+     * 64 KiB; from 5 ranks on it still runs to 256 KiB. */
+    w.tcp_probes_rtt = true;
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLREDUCE, 65536), DT__ALG_RHD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLREDUCE, 65540), DT__ALG_RING);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 65540), DT__ALG_RING);
+    c.size = 8;
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLREDUCE, 262144), DT__ALG_RHD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLREDUCE, 262148), DT__ALG_RING);
+    w.tcp_probes_rtt = false;
     /* One host without an arena: 64 KiB and 2 MiB, broadcast included. */
-    dt_comm one = comm_of(4, true);
+    dt_comm one = comm_of(4, true, &w);
     EXPECT_EQ(dt__coll_pick(&one, DT__COLL_BROADCAST, 65536), DT__ALG_RD);
     EXPECT_EQ(dt__coll_pick(&one, DT__COLL_BROADCAST, 65540), DT__ALG_RING);
     EXPECT_EQ(dt__coll_pick(&one, DT__COLL_ALLREDUCE, 2097152), DT__ALG_RHD);
@@ -81,7 +99,8 @@ static void test_generic_thresholds(void)
 
 static void test_overrides(void)
 {
-    dt_comm c = comm_of(4, false);
+    dt__world w = {0};
+    dt_comm c = comm_of(4, false, &w);
     c.small_bytes = 16384; /* DT_SMALL_MSG wins over the per-kind limits */
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_BROADCAST, 16384), DT__ALG_RD);
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 16384), DT__ALG_RD);

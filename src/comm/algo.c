@@ -112,11 +112,15 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
         return DT__ALG_DIRECT;
     size_t small = small_bytes_for(c, kind);
     /* Across hosts with 4 ranks or fewer halving-doubling saves at most 2
-     * steps, and on shaped links its exchanges of 128 and 256 KiB stalled
-     * for 10-200 ms in most runs while the ring never did; up to 64 KiB it
-     * did not, and it keeps the 2 latencies it saves where hops are slow
+     * steps: with 100 us per hop 128 KiB took 1641-1651 us against the
+     * ring's 1949-1967, level with it at 512 KiB.  Under bbr its exchanges
+     * of 128 and 256 KiB stalled for 10-200 ms in most runs (round-trip
+     * probes) while the ring's did not; up to 64 KiB they did not
      * (docs/algorithms.md). */
-    size_t ring = c->ring_bytes != SIZE_MAX ? c->ring_bytes : c->one_host ? 2097152 : c->size <= 4 ? 65536 : 262144;
+    size_t ring = c->ring_bytes != SIZE_MAX             ? c->ring_bytes
+                  : c->one_host                           ? 2097152
+                  : c->size <= 4 && c->world->tcp_probes_rtt ? 65536
+                                                          : 262144;
     if (bytes <= small)
         return DT__ALG_RD;
     if (bytes <= ring && has_rhd)

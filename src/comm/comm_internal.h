@@ -25,6 +25,10 @@ typedef struct {
     int refs;
     bool engine_closed;
     dt__progress *progress; /* the nonblocking collectives' thread, started on first use */
+    /* Some rank's TCP peer connections run bbr, agreed by every rank at
+     * start-up (dt__tune_allreduce): dt__coll_pick keeps halving-doubling
+     * off the sizes where bbr's round-trip probes stalled it. */
+    bool tcp_probes_rtt;
 } dt__world;
 
 /* Communicator id of the world's start-up timing (src/comm/tune.c): its

@@ -8,7 +8,9 @@
  *     recursive doubling puts 2x, and takes twice its steps: at 200 mbit the
  *     bytes cost more than the steps from 8 KiB, at 1000 mbit they do not.
  * So the world communicator times the candidates once, on the real links,
- * before any user collective.  The three algorithms combine the inputs in
+ * before any user collective.  It also learns, from every rank's sockets,
+ * whether bbr runs on some link (it stalls halving-doubling's exchanges of
+ * 128-256 KiB).  The three algorithms combine the inputs in
  * the same order (docs/algorithms.md), so a verdict that differs from run to
  * run changes the speed, never the bits.  docs/algorithms.md has the
  * figures that motivate it. */
@@ -149,10 +151,34 @@ static dt_status tune_doubling(dt_comm *twin, dt_comm *c, float *buf)
     return DT_OK;
 }
 
+/* Every rank learns whether any rank's TCP connections run bbr (each
+ * rank's own sockets may differ: each host has its own default). */
+static dt_status agree_tcp_probes_rtt(dt_comm *c)
+{
+    dt__world *w = c->world;
+    w->tcp_probes_rtt = false;
+    if (c->one_host || c->size < 2)
+        return DT_OK;
+    int32_t any = dt__engine_tcp_probes_rtt(w->eng) ? 1 : 0;
+    dt_comm twin;
+    dt__comm_twin(c, dt__comm_child_id(c->id, UINT64_MAX, 1), &twin);
+    dt__coll k;
+    dt_status s = dt__coll_begin_reducing(&k, &twin, "allreduce (start-up: TCP congestion control)");
+    if (s == DT_OK)
+        s = dt__rd_allreduce(&k, &any, 1, DT_I32, DT_MAX);
+    dt__comm_twin_done(&twin);
+    w->tcp_probes_rtt = any != 0;
+    if (w->tcp_probes_rtt)
+        DT_INFO("TCP peer connections run bbr: up to 4 ranks, allreduce and reduce_scatter take the ring above "
+                "64 KiB");
+    return s;
+}
+
 dt_status dt__tune_allreduce(dt_comm *c)
 {
     c->direct_tuned = 0;
     c->small_tuned = 0;
+    DT_CHECK(agree_tcp_probes_rtt(c));
     /* With the arena, allreduce never sends messages. */
     if (c->size < 3 || c->size > TUNE_MAX_RANKS || c->algo != DT_ALGO_AUTO || c->arena)
         return DT_OK;

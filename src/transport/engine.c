@@ -29,6 +29,14 @@ void dt__engine_shm_spin_policy(const dt__engine *e, int64_t *spin_ns, bool *yie
 }
 bool dt__engine_is_local(const dt__engine *e, int p) { return p == e->rank || e->peers[p].shm != NULL; }
 
+bool dt__engine_tcp_probes_rtt(const dt__engine *e)
+{
+    for (int p = 0; p < e->size; p++)
+        if (!dt__engine_is_local(e, p) && e->peers[p].fd >= 0 && dt__sock_probes_rtt(e->peers[p].fd))
+            return true;
+    return false;
+}
+
 static void complete(dt__req *r, dt_status s)
 {
     r->state = DT_REQ_DONE;

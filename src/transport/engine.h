@@ -92,6 +92,9 @@ void dt__engine_set_heartbeat(dt__engine *e, struct dt__heartbeat *h);
 void dt__engine_set_fail_hook(dt__engine *e, void (*hook)(void *arg, dt_status code, const char *why), void *arg);
 /* True when world rank `peer` is this rank or reached through shared memory. */
 bool dt__engine_is_local(const dt__engine *e, int peer);
+/* True when a TCP connection to some peer runs a bbr congestion control
+ * (dt__sock_probes_rtt): its round-trip probes stall short exchanges. */
+bool dt__engine_tcp_probes_rtt(const dt__engine *e);
 /* "rank 3 (10.0.0.4:4242)" for messages. */
 const char *dt__engine_peer_name(dt__engine *e, int peer);
 

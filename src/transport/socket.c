@@ -96,6 +96,15 @@ dt_status dt__sock_tune(int fd, int bufsize, const char *congestion)
     return congestion && congestion[0] ? set_congestion(fd, congestion) : DT_OK;
 }
 
+bool dt__sock_probes_rtt(int fd)
+{
+    char name[32] = {0};
+    socklen_t len = sizeof name - 1;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0)
+        return false;
+    return strncmp(name, "bbr", 3) == 0;
+}
+
 dt_status dt__sock_check_congestion(const char *name)
 {
     if (!name || !name[0])

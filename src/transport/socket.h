@@ -3,6 +3,7 @@
 #ifndef DT_TRANSPORT_SOCKET_H
 #define DT_TRANSPORT_SOCKET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,10 @@ dt_status dt__sock_tune(int fd, int bufsize, const char *congestion);
 /* Whether this process may use TCP congestion control `name` on its sockets;
  * the error names what the kernel offers. */
 dt_status dt__sock_check_congestion(const char *name);
+/* Whether fd's congestion control is a bbr, which every 10 s drains the
+ * connection to 4 packets for 200 ms to probe the round trip (false where
+ * the name cannot be read). */
+bool dt__sock_probes_rtt(int fd);
 
 /* Send/receive exactly len bytes on a nonblocking socket, polling until the
  * deadline.  `what` names the other side for error messages. */
