@@ -15,7 +15,7 @@
 #include "transport/shm.h"
 
 #define ARENA_MAGIC 0x414e52414e525444ull /* "DTRNARNA" */
-#define ARENA_VERSION 2u /* 2: the ring of small entries after the slots */
+#define ARENA_VERSION 3u /* 2: the ring of small entries after the slots; 3: a line per flag */
 #define PAGE 4096u
 
 typedef struct {
@@ -24,10 +24,17 @@ typedef struct {
     uint64_t slot_bytes;
 } arena_header;
 
-/* One rank's flags, on a line of their own: only that rank writes them. */
+/* One flag on a line (two, for the adjacent-line prefetcher) of its own. */
 typedef struct {
-    _Alignas(128) _Atomic uint32_t flag[DT__ARENA_NFLAGS];
-    _Atomic uint32_t sleepers; /* ranks in (or about to enter) a futex wait on a flag */
+    _Alignas(128) _Atomic uint32_t v;
+} flag_line;
+
+/* One rank's flags: only that rank writes them.  Each on its own line, so
+ * that publishing one (DONE, which few wait for) does not take away the line
+ * of another that peers are polling (READY); figures in shm_coll.c's claim. */
+typedef struct {
+    flag_line flag[DT__ARENA_NFLAGS];
+    _Alignas(128) _Atomic uint32_t sleepers; /* ranks in (or about to enter) a futex wait on a flag */
 } rank_ctl;
 
 struct dt__arena {
@@ -95,7 +102,7 @@ dt_status dt__arena_create(const char *name, int nranks, size_t slot_bytes, dt__
     DT_CHECK(wrap(base, bytes, nranks, slot_bytes, out));
     for (int r = 0; r < nranks; r++)
         for (int f = 0; f < DT__ARENA_NFLAGS; f++)
-            atomic_store(&(*out)->ctl[r].flag[f], DT__ARENA_FIRST_ROUND - 1);
+            atomic_store(&(*out)->ctl[r].flag[f].v, DT__ARENA_FIRST_ROUND - 1);
     arena_header *h = base;
     h->version = ARENA_VERSION;
     h->nranks = (uint32_t)nranks;
@@ -160,9 +167,9 @@ void dt__arena_publish(dt__arena *a, int rank, dt__arena_flag f, uint32_t g)
     rank_ctl *c = &a->ctl[rank];
     /* Both sequentially consistent, against the sleeper's increment and
      * re-check in dt__arena_sleep: one of the two sides sees the other. */
-    atomic_store(&c->flag[f], g);
+    atomic_store(&c->flag[f].v, g);
     if (atomic_load(&c->sleepers))
-        futex(&c->flag[f], FUTEX_WAKE, INT_MAX, NULL);
+        futex(&c->flag[f].v, FUTEX_WAKE, INT_MAX, NULL);
 }
 
 bool dt__arena_reached(const dt__arena *a, int rank, dt__arena_flag f, uint32_t g)
@@ -172,9 +179,14 @@ bool dt__arena_reached(const dt__arena *a, int rank, dt__arena_flag f, uint32_t 
     _Atomic uint32_t *seen = &a->seen[(size_t)rank * DT__ARENA_NFLAGS + f];
     if (at_least(atomic_load_explicit(seen, memory_order_acquire), g))
         return true;
-    uint32_t now = atomic_load_explicit(&a->ctl[rank].flag[f], memory_order_acquire);
+    uint32_t now = atomic_load_explicit(&a->ctl[rank].flag[f].v, memory_order_acquire);
     atomic_store_explicit(seen, now, memory_order_release);
     return at_least(now, g);
+}
+
+bool dt__arena_seen(const dt__arena *a, int rank, dt__arena_flag f, uint32_t g)
+{
+    return at_least(atomic_load_explicit(&a->seen[(size_t)rank * DT__ARENA_NFLAGS + f], memory_order_acquire), g);
 }
 
 void dt__arena_refresh(dt__arena *a, int me, uint32_t g)
@@ -183,7 +195,7 @@ void dt__arena_refresh(dt__arena *a, int me, uint32_t g)
     for (int r = 0; r < a->nranks; r++)
         for (int f = 0; f < DT__ARENA_NFLAGS; f++)
             atomic_store_explicit(&a->seen[(size_t)r * DT__ARENA_NFLAGS + f],
-                                  atomic_load_explicit(&a->ctl[r].flag[f], memory_order_acquire),
+                                  atomic_load_explicit(&a->ctl[r].flag[f].v, memory_order_acquire),
                                   memory_order_release);
 }
 
@@ -191,11 +203,11 @@ void dt__arena_sleep(dt__arena *a, int rank, dt__arena_flag f, uint32_t g, int64
 {
     rank_ctl *c = &a->ctl[rank];
     atomic_fetch_add(&c->sleepers, 1);
-    uint32_t seen = atomic_load(&c->flag[f]);
+    uint32_t seen = atomic_load(&c->flag[f].v);
     if (!at_least(seen, g) && timeout_ns > 0) {
         struct timespec ts = {(time_t)(timeout_ns / 1000000000), (long)(timeout_ns % 1000000000)};
         /* Returns at once when the flag moved since `seen` (EAGAIN). */
-        futex(&c->flag[f], FUTEX_WAIT, seen, &ts);
+        futex(&c->flag[f].v, FUTEX_WAIT, seen, &ts);
     }
     atomic_fetch_sub(&c->sleepers, 1);
 }

@@ -82,6 +82,9 @@ void dt__arena_refresh(dt__arena *a, int me, uint32_t g);
 void dt__arena_publish(dt__arena *a, int rank, dt__arena_flag f, uint32_t g);
 /* Whether `rank` has reached round g (or later) at this flag. */
 bool dt__arena_reached(const dt__arena *a, int rank, dt__arena_flag f, uint32_t g);
+/* The same from what this process last read of the flag (dt__arena_reached,
+ * dt__arena_refresh), without looking at it: false may be out of date. */
+bool dt__arena_seen(const dt__arena *a, int rank, dt__arena_flag f, uint32_t g);
 /* Sleep until `rank` reaches round g at this flag or timeout_ns passes (or a
  * signal arrives); the caller re-checks in any case. */
 void dt__arena_sleep(dt__arena *a, int rank, dt__arena_flag f, uint32_t g, int64_t timeout_ns);
