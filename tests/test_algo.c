@@ -57,6 +57,17 @@ static void test_alltoall(void)
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLTOALL, 8 * 32768), DT__ALG_RING);
     c.size = 3;
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLTOALL, 3 * 32768), DT__ALG_RING);
+    /* Bruck's exchange for pieces up to what the start-up timing measured
+     * (nothing measured: never); DT_ALGO=rhd forces it. */
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLTOALL, 3 * 64), DT__ALG_RD);
+    c.bruck_piece = 256;
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLTOALL, 3 * 256), DT__ALG_RHD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLTOALL, 3 * 260), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLTOALL, 3 * 32768), DT__ALG_RING);
+    c.bruck_piece = 0;
+    c.algo = DT_ALGO_RHD;
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLTOALL, 3 * 32768), DT__ALG_RHD);
+    c.algo = DT_ALGO_AUTO;
     /* One host without an arena: all at once at every size. */
     dt_comm one = comm_of(4, true, &w);
     EXPECT_EQ(dt__coll_pick(&one, DT__COLL_ALLTOALL, 4 << 20), DT__ALG_RD);

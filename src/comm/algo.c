@@ -82,7 +82,8 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
 {
     /* Halving-doubling exists for allreduce (any size of world) and for
      * reduce-scatter on a power of two; allgather's doubling is the RD one. */
-    bool has_rhd = kind == DT__COLL_ALLREDUCE || (kind == DT__COLL_REDUCE_SCATTER && pow2(c->size));
+    bool has_rhd = kind == DT__COLL_ALLREDUCE || (kind == DT__COLL_REDUCE_SCATTER && pow2(c->size)) ||
+                   kind == DT__COLL_ALLTOALL; /* alltoall: Bruck's log2(n) steps */
     bool has_shm = c->arena && kind != DT__COLL_REDUCE;
     switch (c->algo) {
     case DT_ALGO_RING:
@@ -105,9 +106,16 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
      * pairwise), and in pairwise steps each link carries one flow each way.
      * Below 32 KiB pieces the steps' latencies cost more (8 hosts, pieces of
      * 8 B-1 KiB: 275-295 us against 250-255; 2-4 KiB: 395-420 against
-     * 341-346). */
-    if (kind == DT__COLL_ALLTOALL)
-        return !c->one_host && bytes / (size_t)c->size >= CROSS_HOST_PAIRWISE_ALLTOALL ? DT__ALG_RING : DT__ALG_RD;
+     * 341-346).  Small pieces take Bruck's ceil(log2 n) messages where the
+     * start-up timing found them faster (tune.c). */
+    if (kind == DT__COLL_ALLTOALL) {
+        size_t piece = bytes / (size_t)c->size;
+        if (c->one_host)
+            return DT__ALG_RD;
+        if (piece >= CROSS_HOST_PAIRWISE_ALLTOALL)
+            return DT__ALG_RING;
+        return piece <= c->bruck_piece ? DT__ALG_RHD : DT__ALG_RD;
+    }
     if (kind == DT__COLL_ALLREDUCE && c->size > 2 && bytes <= dt__coll_direct_bytes(c))
         return DT__ALG_DIRECT;
     size_t small = small_bytes_for(c, kind);

@@ -1,8 +1,9 @@
 /* Alltoall over messages (a communicator on one host uses its shared arena
  * unless DT_SHM_COLL=off).  Rank r sends to r+i and receives from r-i in step i.
- * Small pieces go all at once; large ones (DT__ALG_RING, docs/algorithms.md)
- * pairwise, step i+1 once step i is done, so that each link carries one flow
- * each way. */
+ * Small pieces go all at once (DT__ALG_RD), or across hosts in Bruck's
+ * ceil(log2 n) steps (DT__ALG_RHD); large ones (DT__ALG_RING,
+ * docs/algorithms.md) pairwise, step i+1 once step i is done, so that each
+ * link carries one flow each way. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,62 @@ static dt_status exchange(dt__coll *k, const uint8_t *src, uint8_t *dst, size_t 
     return dt__coll_wait(k, &rq[2 * first], 2 * (size_t)(n - 1 - first));
 }
 
+/* Bruck's exchange: blocks rotated so that block i is bound for rank r+i;
+ * at step d (1, 2, 4, ...) every block whose index has bit d goes, packed in
+ * one message, d ranks on, and the same positions come in from d ranks
+ * back, so block i has moved i ranks when the bits run out.  ceil(log2 n)
+ * messages per rank instead of n-1, each with about n/2 blocks.  Reads src
+ * whole before writing dst, so the two may be one buffer. */
+static dt_status bruck(dt__coll *k, const uint8_t *src, uint8_t *dst, size_t bytes)
+{
+    int n = k->c->size, r = k->c->rank;
+    size_t nb = (size_t)n, half = nb / 2 + 1;
+    uint8_t *tmp = dt__comm_scratch(k->c, DT__SCRATCH_TMP, (nb + 2 * half) * bytes);
+    if (!tmp)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    uint8_t *out = tmp + nb * bytes, *in = out + half * bytes;
+    for (int i = 0; i < n; i++)
+        memcpy(tmp + (size_t)i * bytes, src + (size_t)((r + i) % n) * bytes, bytes);
+    uint32_t step = 0;
+    for (int d = 1; d < n; d <<= 1, step++) {
+        size_t m = 0;
+        for (int i = d; i < n; i++)
+            if (i & d)
+                memcpy(out + m++ * bytes, tmp + (size_t)i * bytes, bytes);
+        dt__req rq[2];
+        DT_CHECK(dt__coll_recv(k, &rq[0], (r - d + n) % n, step, in, m * bytes));
+        DT_CHECK(dt__coll_send(k, &rq[1], (r + d) % n, step, out, m * bytes));
+        DT_CHECK(dt__coll_wait(k, rq, 2));
+        m = 0;
+        for (int i = d; i < n; i++)
+            if (i & d)
+                memcpy(tmp + (size_t)i * bytes, in + m++ * bytes, bytes);
+    }
+    for (int i = 0; i < n; i++)
+        memcpy(dst + (size_t)((r - i + n) % n) * bytes, tmp + (size_t)i * bytes, bytes);
+    return DT_OK;
+}
+
+dt_status dt__alltoall_alg(dt__coll *k, const void *src, void *dst, size_t bytes, dt__alg alg)
+{
+    if (alg == DT__ALG_RHD)
+        return bruck(k, src, dst, bytes);
+    size_t n = (size_t)k->c->size;
+    if (src == dst) {
+        uint8_t *copy = dt__comm_scratch(k->c, DT__SCRATCH_WORK, n * bytes);
+        if (!copy)
+            return dt__fail(DT_ERR_NOMEM, "out of memory");
+        memcpy(copy, src, n * bytes);
+        src = copy;
+    }
+    dt__req *rq = calloc(2 * n, sizeof *rq);
+    if (!rq)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    dt_status s = exchange(k, src, dst, bytes, rq, alg == DT__ALG_RING);
+    free(rq);
+    return s;
+}
+
 dt_status dt_alltoall(const void *send, void *recv, size_t count, dt_dtype t, dt_comm *c)
 {
     size_t es = dt_dtype_size(t);
@@ -48,18 +105,5 @@ dt_status dt_alltoall(const void *send, void *recv, size_t count, dt_dtype t, dt
     dt__alg alg = dt__coll_pick(c, DT__COLL_ALLTOALL, n * bytes);
     if (alg == DT__ALG_SHM)
         return dt__shm_alltoall(&k, send, recv, bytes);
-    const uint8_t *src = send;
-    uint8_t *copy = NULL;
-    if (send == recv) {
-        copy = dt__comm_scratch(c, DT__SCRATCH_WORK, n * bytes);
-        if (!copy)
-            return dt__coll_error(&k, dt__fail(DT_ERR_NOMEM, "out of memory"));
-        memcpy(copy, send, n * bytes);
-        src = copy;
-    }
-    dt__req *rq = calloc(2 * n, sizeof *rq);
-    dt_status s = rq ? exchange(&k, src, recv, bytes, rq, alg == DT__ALG_RING) : dt__fail(DT_ERR_NOMEM, "out of memory");
-    s = dt__coll_error(&k, s);
-    free(rq);
-    return s;
+    return dt__coll_error(&k, dt__alltoall_alg(&k, send, recv, bytes, alg));
 }

@@ -60,15 +60,21 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes);
  * buf, the input in src (src == buf: in place). */
 dt_status dt__allreduce_alg(dt__coll *k, const void *src, void *buf, size_t count, dt_dtype t, dt_redop op,
                             dt__alg alg);
+/* Alltoall of `bytes` per piece on c's members over messages with algorithm
+ * alg: DT__ALG_RD all at once, DT__ALG_RHD Bruck's, DT__ALG_RING pairwise.
+ * src and dst may be one buffer. */
+dt_status dt__alltoall_alg(dt__coll *k, const void *src, void *dst, size_t bytes, dt__alg alg);
 /* At or below this many bytes allreduce runs the direct algorithm (n > 2):
- * DT_DIRECT_MSG, else what dt__tune_allreduce measured (0 when it did not
+ * DT_DIRECT_MSG, else what dt__tune_collectives measured (0 when it did not
  * run), capped at allreduce's small threshold. */
 size_t dt__coll_direct_bytes(const dt_comm *c);
-/* Collective over c (world creation): times direct against recursive
- * doubling, and across hosts recursive doubling against halving-doubling,
- * on the real links, and sets c's measured thresholds.  All three give the
- * same bits, so the verdict never changes a result. */
-dt_status dt__tune_allreduce(dt_comm *c);
+/* Collective over c (world creation): times allreduce's direct against
+ * recursive doubling, and across hosts recursive doubling against
+ * halving-doubling and alltoall's Bruck against all at once, on the real
+ * links, and sets c's measured thresholds.  The allreduces give the same
+ * bits and alltoall moves them unchanged, so the verdicts never change a
+ * result. */
+dt_status dt__tune_collectives(dt_comm *c);
 /* At or below this many bytes the latency-optimal algorithms run
  * (DT_SMALL_MSG, else the default for the topology). */
 size_t dt__coll_small_bytes(const dt_comm *c);

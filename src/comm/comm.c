@@ -188,10 +188,10 @@ dt_status dt_comm_init_env(dt_comm **out)
         dt_comm_destroy(c);
         return dt__wrap(s, "setting up shared-memory collectives: ");
     }
-    s = dt__tune_allreduce(c);
+    s = dt__tune_collectives(c);
     if (s != DT_OK) {
         dt_comm_destroy(c);
-        return dt__wrap(s, "timing the small-message allreduce algorithms at start-up: ");
+        return dt__wrap(s, "timing the small-message algorithms at start-up: ");
     }
     s = dt__hier_setup(c);
     if (s != DT_OK) {

@@ -26,7 +26,7 @@ typedef struct {
     bool engine_closed;
     dt__progress *progress; /* the nonblocking collectives' thread, started on first use */
     /* Some rank's TCP peer connections run bbr, agreed by every rank at
-     * start-up (dt__tune_allreduce): dt__coll_pick keeps halving-doubling
+     * start-up (dt__tune_collectives): dt__coll_pick keeps halving-doubling
      * off the sizes where bbr's round-trip probes stalled it. */
     bool tcp_probes_rtt;
 } dt__world;
@@ -55,6 +55,8 @@ struct dt_comm {
     size_t small_bytes;   /* at or below: latency-optimal algorithms (DT_SMALL_MSG) */
     size_t small_tuned;   /* allreduce's recursive doubling limit, measured at start-up (0: not) */
     size_t ring_bytes;    /* above: ring; between the two: halving-doubling (DT_RING_MSG) */
+    size_t bruck_piece;   /* alltoall across hosts: Bruck's exchange for pieces up to this many
+                           * bytes, measured at start-up (0: all at once) */
     bool one_host;        /* every member shares memory with every other */
     /* Shared-memory collectives (src/comm/shm_coll.c) on a one-host
      * communicator: the arena is made with the communicator. */

@@ -1,12 +1,17 @@
-/* Start-up measurement of which small-message allreduce pays.
+/* Start-up measurement of which small-message algorithms pay.
  *
- * Two choices depend on the links, neither known in advance:
+ * Three choices depend on the links, none known in advance:
  *   - direct (one-shot) saves log2(n) - 1 message latencies and costs n - 1
  *     messages per rank instead of log2(n): a hop of 30 us or of 300 us
  *     against what a message costs the CPU;
  *   - halving-doubling puts 1.5x the buffer on each rank's link where
  *     recursive doubling puts 2x, and takes twice its steps: at 200 mbit the
- *     bytes cost more than the steps from 8 KiB, at 1000 mbit they do not.
+ *     bytes cost more than the steps from 8 KiB, at 1000 mbit they do not;
+ *   - alltoall's Bruck sends ceil(log2 n) messages per rank where all at
+ *     once sends n-1, but in as many hops: where a message costs more CPU
+ *     than a hop costs time it wins (4 hosts at 1000mbit, 256 B: 37 us
+ *     against 50-53; 8 hosts: 128 against 219-229), where hops are slow it
+ *     loses (100 us per hop: 400-430 against 222-290).
  * So the world communicator times the candidates once, on the real links,
  * before any user collective.  It also learns, from every rank's sockets,
  * whether bbr runs on some link (it stalls halving-doubling's exchanges of
@@ -31,6 +36,26 @@ enum { TUNE_PASSES = 2, TUNE_REPS = 16, TUNE_MAX_RANKS = 16, TUNE_MAX_DRAIN_CALL
 
 typedef dt_status (*allreduce_fn)(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op);
 
+/* Alltoall in the timing's signature: `count` floats of pieces in buf, the
+ * result after them. */
+static dt_status alltoall_as(dt__coll *k, float *buf, size_t count, dt__alg alg)
+{
+    size_t piece = count * sizeof(float) / (size_t)k->c->size;
+    return dt__alltoall_alg(k, buf, buf + count, piece, alg);
+}
+
+static dt_status bruck_alltoall(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op)
+{
+    (void)t, (void)op;
+    return alltoall_as(k, buf, count, DT__ALG_RHD);
+}
+
+static dt_status at_once_alltoall(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op)
+{
+    (void)t, (void)op;
+    return alltoall_as(k, buf, count, DT__ALG_RD);
+}
+
 static dt_status rhd_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op)
 {
     return dt__allreduce_alg(k, buf, buf, count, t, op, DT__ALG_RHD);
@@ -40,7 +65,7 @@ static dt_status rhd_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t,
 static dt_status one_call(dt_comm *c, allreduce_fn fn, float *buf, size_t count)
 {
     dt__coll k;
-    DT_CHECK(dt__coll_begin_reducing(&k, c, "allreduce (start-up timing)"));
+    DT_CHECK(dt__coll_begin_reducing(&k, c, "start-up timing"));
     return fn(&k, buf, count, DT_F32, DT_SUM);
 }
 
@@ -174,10 +199,38 @@ static dt_status agree_tcp_probes_rtt(dt_comm *c)
     return s;
 }
 
-dt_status dt__tune_allreduce(dt_comm *c)
+/* Across hosts Bruck's alltoall for pieces of up to 64 bytes when it wins
+ * there, up to 128 when it also wins at 128.  Larger pieces would pay at
+ * 1000mbit (4 hosts to 512 B, 8 hosts to 2 KiB: 207 us against 311) but not
+ * at 200mbit (4 hosts, 256 B: 50-63 us against 50-55), and timed here they
+ * look cheaper than they are: their few untimed calls leave the shaper's
+ * bucket full, so Bruck's extra bytes go free (256 B: 40 us against 55-59,
+ * timed at start-up, at 200mbit). */
+static dt_status tune_bruck(dt_comm *twin, dt_comm *c, float *buf)
+{
+    if (c->one_host)
+        return DT_OK;
+    static const size_t pieces[] = {64, 128};
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
+        size_t bytes = pieces[i] * (size_t)c->size; /* with the result: 2 x 128 x 16 ranks < TUNE_MAX_BYTES */
+        bool wins;
+        double t[2];
+        DT_CHECK(challenger_wins(twin, bruck_alltoall, at_once_alltoall, buf, bytes, &wins, t));
+        DT_INFO("alltoall of %zu-byte pieces across %d ranks: Bruck %.0f us, all at once %.0f us", pieces[i], c->size,
+                t[0] * 1e6, t[1] * 1e6);
+        if (!wins)
+            break;
+        c->bruck_piece = pieces[i];
+    }
+    DT_INFO("alltoall: Bruck's exchange up to %zu-byte pieces", c->bruck_piece);
+    return DT_OK;
+}
+
+dt_status dt__tune_collectives(dt_comm *c)
 {
     c->direct_tuned = 0;
     c->small_tuned = 0;
+    c->bruck_piece = 0;
     DT_CHECK(agree_tcp_probes_rtt(c));
     /* With the arena, allreduce never sends messages. */
     if (c->size < 3 || c->size > TUNE_MAX_RANKS || c->algo != DT_ALGO_AUTO || c->arena)
@@ -190,6 +243,8 @@ dt_status dt__tune_allreduce(dt_comm *c)
     dt_status s = c->direct_bytes == SIZE_MAX ? tune_direct(&twin, c, buf) : DT_OK;
     if (s == DT_OK)
         s = tune_doubling(&twin, c, buf);
+    if (s == DT_OK)
+        s = tune_bruck(&twin, c, buf);
     dt__comm_twin_done(&twin);
     free(buf);
     return s;

@@ -21,6 +21,12 @@ verdicts=$(grep -oE 'INFO allreduce: direct algorithm up to [0-9]+ bytes' "$WORK
 verdicts=$(grep -oE 'INFO allreduce: recursive doubling up to (4096|8192|16384) bytes' "$WORK/tuned" | sort | uniq -c)
 [ "$(echo "$verdicts" | wc -l)" = 1 ] && [ "$(echo "$verdicts" | awk '{print $1}')" = 3 ] \
     || { cat "$WORK/tuned"; fail "the ranks disagree on the recursive doubling threshold: $verdicts"; }
+# Alltoall's Bruck against all at once: timed by every rank, one verdict.
+[ "$(grep -cE "INFO alltoall of 64-byte pieces across 3 ranks: Bruck [0-9]+ us, all at once [0-9]+ us" "$WORK/tuned")" = 3 ] \
+    || { cat "$WORK/tuned"; fail "not every rank timed Bruck's alltoall against all at once"; }
+verdicts=$(grep -oE "INFO alltoall: Bruck's exchange up to [0-9]+-byte pieces" "$WORK/tuned" | sort | uniq -c)
+[ "$(echo "$verdicts" | wc -l)" = 1 ] && [ "$(echo "$verdicts" | awk '{print $1}')" = 3 ] \
+    || { cat "$WORK/tuned"; fail "the ranks disagree on Bruck's alltoall limit: $verdicts"; }
 # DT_SMALL_MSG set: that threshold stands, nothing timed for it.
 DT_TRANSPORT=tcp DT_SMALL_MSG=8192 DT_DEBUG=info "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 4096 >"$WORK/small" 2>&1 \
     || { cat "$WORK/small"; fail "run with DT_SMALL_MSG=8192 failed"; }
