@@ -32,6 +32,7 @@
 enum { TUNE_PASSES = 2, TUNE_REPS = 16, TUNE_MAX_RANKS = 16, TUNE_MAX_DRAIN_CALLS = 64 };
 #define TUNE_WIN 0.9             /* the challenger must be at least 10% faster */
 #define TUNE_MAX_BYTES 16384     /* the largest size timed */
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 #define TUNE_DRAIN_BYTES 524288  /* what the untimed calls before the timing move, at least */
 
 typedef dt_status (*allreduce_fn)(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op);
@@ -130,21 +131,40 @@ static dt_status challenger_wins(dt_comm *c, allreduce_fn challenger, allreduce_
     return DT_OK;
 }
 
+/* A ladder of timings: the challenger against the incumbent at sizes[0],
+ * then at each next size while it keeps winning; *limit becomes limits[i]
+ * for each size i it won at.  `bytes_per` turns a size into the bytes of a
+ * call (alltoall's sizes are pieces, n to a call). */
+typedef struct {
+    const char *op, *unit;               /* "allreduce", " bytes" / "alltoall", "-byte pieces" */
+    const char *challenger, *incumbent;  /* names in the log */
+} ladder_names;
+
+static dt_status climb(dt_comm *twin, allreduce_fn challenger, allreduce_fn incumbent, float *buf,
+                       const size_t *sizes, const size_t *limits, size_t steps, size_t bytes_per,
+                       const ladder_names *names, size_t *limit)
+{
+    for (size_t i = 0; i < steps; i++) {
+        bool wins;
+        double t[2];
+        DT_CHECK(challenger_wins(twin, challenger, incumbent, buf, sizes[i] * bytes_per, &wins, t));
+        DT_INFO("%s of %zu%s across %d ranks: %s %.0f us, %s %.0f us", names->op, sizes[i], names->unit, twin->size,
+                names->challenger, t[0] * 1e6, names->incumbent, t[1] * 1e6);
+        if (!wins)
+            break;
+        *limit = limits[i];
+    }
+    return DT_OK;
+}
+
 /* Direct up to 1 KiB when it wins at 8 bytes, up to 4 KiB when it also wins
  * there. */
 static dt_status tune_direct(dt_comm *twin, dt_comm *c, float *buf)
 {
     static const size_t sizes[] = {8, 4096}, limits[] = {1024, 4096};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        bool wins;
-        double t[2];
-        DT_CHECK(challenger_wins(twin, dt__direct_allreduce, dt__rd_allreduce, buf, sizes[i], &wins, t));
-        DT_INFO("allreduce of %zu bytes across %d ranks: direct %.0f us, recursive doubling %.0f us", sizes[i],
-                c->size, t[0] * 1e6, t[1] * 1e6);
-        if (!wins)
-            break;
-        c->direct_tuned = limits[i];
-    }
+    static const ladder_names names = {"allreduce", " bytes", "direct", "recursive doubling"};
+    DT_CHECK(climb(twin, dt__direct_allreduce, dt__rd_allreduce, buf, sizes, limits, COUNT(sizes), 1, &names,
+                   &c->direct_tuned));
     DT_INFO("allreduce: direct algorithm up to %zu bytes", c->direct_tuned);
     return DT_OK;
 }
@@ -162,41 +182,30 @@ static dt_status tune_doubling(dt_comm *twin, dt_comm *c, float *buf)
         dt__coll_small_bytes(c) != TUNE_MAX_BYTES)
         return DT_OK;
     static const size_t sizes[] = {16384, 8192, 4096, 2048, 1024}, limits[] = {8192, 4096, 2048, 1024, 512};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        bool wins;
-        double t[2];
-        DT_CHECK(challenger_wins(twin, rhd_allreduce, dt__rd_allreduce, buf, sizes[i], &wins, t));
-        DT_INFO("allreduce of %zu bytes across %d ranks: halving-doubling %.0f us, recursive doubling %.0f us",
-                sizes[i], c->size, t[0] * 1e6, t[1] * 1e6);
-        if (!wins)
-            break;
-        c->small_tuned = limits[i];
-    }
+    static const ladder_names names = {"allreduce", " bytes", "halving-doubling", "recursive doubling"};
+    DT_CHECK(climb(twin, rhd_allreduce, dt__rd_allreduce, buf, sizes, limits, COUNT(sizes), 1, &names,
+                   &c->small_tuned));
     DT_INFO("allreduce: recursive doubling up to %zu bytes", dt__coll_allreduce_small_bytes(c));
     return DT_OK;
 }
 
 /* Every rank learns whether any rank's TCP connections run bbr (each
  * rank's own sockets may differ: each host has its own default). */
-static dt_status agree_tcp_probes_rtt(dt_comm *c)
+static dt_status agree_tcp_probes_rtt(dt_comm *twin, dt_comm *c)
 {
     dt__world *w = c->world;
     w->tcp_probes_rtt = false;
     if (c->one_host || c->size < 2)
         return DT_OK;
     int32_t any = dt__engine_tcp_probes_rtt(w->eng) ? 1 : 0;
-    dt_comm twin;
-    dt__comm_twin(c, dt__comm_child_id(c->id, UINT64_MAX, 1), &twin);
     dt__coll k;
-    dt_status s = dt__coll_begin_reducing(&k, &twin, "allreduce (start-up: TCP congestion control)");
-    if (s == DT_OK)
-        s = dt__rd_allreduce(&k, &any, 1, DT_I32, DT_MAX);
-    dt__comm_twin_done(&twin);
+    DT_CHECK(dt__coll_begin_reducing(&k, twin, "allreduce (start-up: TCP congestion control)"));
+    DT_CHECK(dt__rd_allreduce(&k, &any, 1, DT_I32, DT_MAX));
     w->tcp_probes_rtt = any != 0;
     if (w->tcp_probes_rtt)
         DT_INFO("TCP peer connections run bbr: up to 4 ranks, allreduce and reduce_scatter take the ring above "
                 "64 KiB");
-    return s;
+    return DT_OK;
 }
 
 /* Across hosts Bruck's alltoall for pieces of up to 64 bytes when it wins
@@ -210,18 +219,11 @@ static dt_status tune_bruck(dt_comm *twin, dt_comm *c, float *buf)
 {
     if (c->one_host)
         return DT_OK;
+    /* A call's pieces and its result: 2 x 128 x 16 ranks fit TUNE_MAX_BYTES. */
     static const size_t pieces[] = {64, 128};
-    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
-        size_t bytes = pieces[i] * (size_t)c->size; /* with the result: 2 x 128 x 16 ranks < TUNE_MAX_BYTES */
-        bool wins;
-        double t[2];
-        DT_CHECK(challenger_wins(twin, bruck_alltoall, at_once_alltoall, buf, bytes, &wins, t));
-        DT_INFO("alltoall of %zu-byte pieces across %d ranks: Bruck %.0f us, all at once %.0f us", pieces[i], c->size,
-                t[0] * 1e6, t[1] * 1e6);
-        if (!wins)
-            break;
-        c->bruck_piece = pieces[i];
-    }
+    static const ladder_names names = {"alltoall", "-byte pieces", "Bruck", "all at once"};
+    DT_CHECK(climb(twin, bruck_alltoall, at_once_alltoall, buf, pieces, pieces, COUNT(pieces), (size_t)c->size,
+                   &names, &c->bruck_piece));
     DT_INFO("alltoall: Bruck's exchange up to %zu-byte pieces", c->bruck_piece);
     return DT_OK;
 }
@@ -231,16 +233,18 @@ dt_status dt__tune_collectives(dt_comm *c)
     c->direct_tuned = 0;
     c->small_tuned = 0;
     c->bruck_piece = 0;
-    DT_CHECK(agree_tcp_probes_rtt(c));
-    /* With the arena, allreduce never sends messages. */
-    if (c->size < 3 || c->size > TUNE_MAX_RANKS || c->algo != DT_ALGO_AUTO || c->arena)
-        return DT_OK;
-    float *buf = calloc(TUNE_MAX_BYTES / sizeof(float), sizeof(float));
-    if (!buf)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
     dt_comm twin;
     dt__comm_twin(c, DT__TUNE_COMM_ID, &twin);
-    dt_status s = c->direct_bytes == SIZE_MAX ? tune_direct(&twin, c, buf) : DT_OK;
+    dt_status s = agree_tcp_probes_rtt(&twin, c);
+    /* With the arena, allreduce never sends messages. */
+    if (s != DT_OK || c->size < 3 || c->size > TUNE_MAX_RANKS || c->algo != DT_ALGO_AUTO || c->arena) {
+        dt__comm_twin_done(&twin);
+        return s;
+    }
+    float *buf = calloc(TUNE_MAX_BYTES / sizeof(float), sizeof(float));
+    s = buf ? DT_OK : dt__fail(DT_ERR_NOMEM, "out of memory");
+    if (s == DT_OK && c->direct_bytes == SIZE_MAX)
+        s = tune_direct(&twin, c, buf);
     if (s == DT_OK)
         s = tune_doubling(&twin, c, buf);
     if (s == DT_OK)
