@@ -35,24 +35,24 @@ static dt_status exchange(dt__coll *k, const uint8_t *src, uint8_t *dst, size_t 
     return dt__coll_wait(k, &rq[2 * first], 2 * (size_t)(n - 1 - first));
 }
 
-/* Pairwise steps paced by the receivers.  Unpaced, a rank that finishes
- * step i early (or the last step of one call) starts its next send into a
- * rank still receiving the step before, two flows share that rank's link,
- * and its queue overflows: 4 hosts at 200mbit, 64 MiB, every host's link
- * queue dropped packets, tail losses waited out TCP's 200 ms retransmit
- * timer, and a call took 3.4-3.8 s against the 2.0 the link allows.  Here a
- * rank asks for step i's piece (an empty message on sub-tag 1) only once
- * step i-1's piece is in, and sends its own step i piece only once asked:
- * each link carries one flow each way, whatever the ranks' skew.  The cost
- * is a one-way latency per step while a rank waits to be asked.
- * rq: 4(n-1) requests; step i's at rq[4(i-1)]: data receive, data send,
- * request receive (from r+i), request send (to r-i). */
 /* Pieces of at least this many bytes go paced.  Pacing cost nothing from
  * 32 KiB pieces at 1000mbit (4 and 8 hosts) and from 64 KiB with 100 us per
  * hop, where 32 KiB pieces took 1281-1304 us against 780-785 unpaced; the
  * losses it prevents were seen at 8 and 16 MiB pieces (200mbit). */
 #define PACED_PIECE_BYTES 262144
 
+/* Pairwise steps paced by the receivers.  Unpaced, a rank that finishes
+ * step i early (or the last step of one call) starts its next send into a
+ * rank still receiving the step before, two flows share that rank's link,
+ * and its queue overflows: 4 hosts at 200mbit, 64 MiB, every host's link
+ * queue dropped packets, tail losses waited out TCP's 200 ms retransmit
+ * timer, and a call took 3.4-4.0 s against the 2.0 the link allows.  Here a
+ * rank asks for step i's piece (an empty message on sub-tag 1) only once
+ * step i-1's piece is in, and sends its own step i piece only once asked:
+ * each link carries one flow each way, whatever the ranks' skew.  The cost
+ * is a one-way latency per step while a rank waits to be asked.
+ * rq: 4(n-1) requests; step i's at rq[4(i-1)]: data receive, data send,
+ * request receive (from r+i), request send (to r-i). */
 static dt_status exchange_paced(dt__coll *k, const uint8_t *src, uint8_t *dst, size_t bytes, dt__req *rq)
 {
     int n = k->c->size, r = k->c->rank;
