@@ -222,7 +222,7 @@ static void notify_peers(dt__engine *e, dt_status code, const char *text)
     size_t len = strlen(text);
     if (len > DT_FRAME_MAX_CONTROL)
         len = DT_FRAME_MAX_CONTROL;
-    dt__frame f = {.type = DT_FRAME_ABORT, .tag = code, .len = len, .src = (uint32_t)e->rank};
+    dt__frame f = {.type = DT_FRAME_ABORT, .tag = code, .len = len};
     uint8_t hdr[DT_FRAME_HDR];
     dt__frame_encode(&f, hdr);
     /* Peers between frames first (at once), then those with a frame half
@@ -330,7 +330,7 @@ dt_status dt__engine_status(dt__engine *e)
 
 static bool matches(const dt__req *r, const dt__frame *f)
 {
-    return r->comm_id == f->comm_id && r->tag == f->tag && (r->any_seq || r->seq == f->seq);
+    return r->comm_id == f->comm_id && r->tag == f->tag && (r->any_seq || dt__frame_seq_eq(r->seq, f->seq));
 }
 
 /* ---- sending ---- */
@@ -348,11 +348,11 @@ static void enqueue(dt__req **head, dt__req **tail, dt__req *r)
 }
 
 /* Write one ACK frame if the ring has room for all of it; false when not. */
-static bool write_ack(dt__engine *e, peer *p)
+static bool write_ack(peer *p)
 {
     if (dt__shm_writable(p->tx) < DT_FRAME_HDR)
         return false;
-    dt__frame f = {.type = DT_FRAME_ACK, .seq = p->acks[p->acks_head], .src = (uint32_t)e->rank};
+    dt__frame f = {.type = DT_FRAME_ACK, .seq = p->acks[p->acks_head]};
     uint8_t hdr[DT_FRAME_HDR];
     dt__frame_encode(&f, hdr);
     struct iovec iov = {hdr, sizeof hdr};
@@ -368,7 +368,7 @@ static dt_status peer_write(dt__engine *e, int pi)
     while ((p->sendq || p->acks_owed) && p->fd >= 0) {
         dt__req *r = p->sendq;
         if (p->acks_owed && (!r || r->off == 0)) { /* only between frames */
-            if (!write_ack(e, p))
+            if (!write_ack(p))
                 return DT_OK;
             continue;
         }
@@ -399,8 +399,7 @@ static dt_status peer_write(dt__engine *e, int pi)
 static dt_status queue_frame(dt__engine *e, dt__req *r, int pi, uint8_t type, uint32_t comm_id,
                              int32_t tag, uint64_t seq, const void *buf, size_t len, bool by_ref_ok)
 {
-    dt__frame f = {.type = type, .comm_id = comm_id, .tag = tag, .seq = seq, .len = len,
-                   .src = (uint32_t)e->rank};
+    dt__frame f = {.type = type, .comm_id = comm_id, .tag = tag, .seq = seq, .len = len};
     memset(r, 0, sizeof *r);
     r->kind = DT_REQ_SEND;
     r->state = DT_REQ_PENDING;
@@ -433,9 +432,11 @@ dt_status dt__engine_isend(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, 
     DT_CHECK(dt__engine_status(e));
     if (pi < 0 || pi >= e->size)
         return dt__fail(DT_ERR_INVALID, "send to rank %d outside the world of %d", pi, e->size);
+    if (len > DT_FRAME_MAX_PAYLOAD)
+        return dt__fail(DT_ERR_INVALID, "message of %zu bytes to rank %d: one message carries at most %llu", len, pi,
+                        (unsigned long long)DT_FRAME_MAX_PAYLOAD);
     if (pi == e->rank) {
-        dt__frame f = {.type = DT_FRAME_DATA, .comm_id = comm_id, .tag = tag, .seq = seq, .len = len,
-                       .src = (uint32_t)e->rank};
+        dt__frame f = {.type = DT_FRAME_DATA, .comm_id = comm_id, .tag = tag, .seq = seq, .len = len};
         memset(r, 0, sizeof *r);
         r->kind = DT_REQ_SEND;
         DT_CHECK(deliver_local(e, &f, buf));
@@ -644,9 +645,7 @@ static dt_status payload_done(dt__engine *e, peer *p)
 static dt_status header_done(dt__engine *e, int pi)
 {
     peer *p = &e->peers[pi];
-    dt_status s = dt__frame_decode(p->hdr, (uint32_t)e->size, &p->cur);
-    if (s == DT_OK && p->cur.src != (uint32_t)pi)
-        s = dt__fail(DT_ERR_PROTOCOL, "frame claims sender rank %u on the connection of rank %d", p->cur.src, pi);
+    dt_status s = dt__frame_decode(p->hdr, &p->cur);
     if (s != DT_OK) {
         DT_WARN("closing the connection to %s: malformed frame: %s", p->name, dt_last_error());
         return dt__engine_fail(e, DT_ERR_PEER, "malformed frame from %s (%s); connection closed", p->name,

@@ -60,7 +60,7 @@ dt__req *dt__ref_take_unacked(peer *p, uint64_t id)
 {
     dt__req *prev = NULL;
     for (dt__req *r = p->unacked; r; prev = r, r = r->next) {
-        if (dt__get_u64(r->ref + 8) == id)
+        if (dt__frame_seq_eq(dt__get_u64(r->ref + 8), id)) /* an ACK carries the id in its sequence field */
             return dt__req_unlink(&p->unacked, &p->unacked_tail, prev, r);
     }
     return NULL;
