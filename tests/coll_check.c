@@ -420,6 +420,17 @@ static void check_nonblocking(dt_comm *c, size_t n)
         failures++;
     }
     checks++;
+    /* a message above the frame's limit (2^40 bytes) or whose byte count
+     * overflows is refused before any byte is read */
+    size_t too_many[] = {((size_t)1 << 38) + 1, SIZE_MAX / 2};
+    for (int i = 0; i < 2 && size > 1; i++, checks++) {
+        if (dt_send(x, too_many[i], DT_F32, (rank + 1) % size, 3, c) != DT_ERR_INVALID ||
+            !strstr(dt_last_error(), "one message carries at most")) {
+            fprintf(stderr, "MISMATCH rank %d: a send of %zu floats was not refused (%s)\n", rank, too_many[i],
+                    dt_last_error());
+            failures++;
+        }
+    }
     free(x), free(a), free(a_ref), free(h), free(h_ref), free(hb), free(hb_ref), free(bc), free(ag), free(rs);
     free(ag_ref), free(rs_in), free(rs_ref);
 }

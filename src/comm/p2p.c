@@ -4,6 +4,7 @@
 #include "base/clock.h"
 #include "base/status.h"
 #include "comm/coll.h"
+#include "transport/frame.h"
 
 static dt_status post(dt_comm *c, bool is_send, void *buf, size_t count, dt_dtype t, int peer, int tag,
                       dt_request **out)
@@ -19,6 +20,9 @@ static dt_status post(dt_comm *c, bool is_send, void *buf, size_t count, dt_dtyp
         return dt__fail(DT_ERR_INVALID, "%s: tag %d outside 0..%d", op, tag, DT_TAG_MAX);
     if (count && !buf)
         return dt__fail(DT_ERR_INVALID, "%s: NULL buffer", op);
+    if (count > DT_FRAME_MAX_PAYLOAD / es)
+        return dt__fail(DT_ERR_INVALID, "%s: %zu elements of %zu bytes; one message carries at most %llu bytes", op,
+                        count, es, (unsigned long long)DT_FRAME_MAX_PAYLOAD);
     dt_request *r = calloc(1, sizeof *r);
     if (!r)
         return dt__fail(DT_ERR_NOMEM, "out of memory");
