@@ -108,6 +108,37 @@ static void test_generic_thresholds(void)
     EXPECT_EQ(dt__coll_pick(&one, DT__COLL_ALLREDUCE, 2097156), DT__ALG_RING);
 }
 
+/* Where the start-up timing found the direct allreduce faster (direct_tuned),
+ * allgather and reduce-scatter go direct up to n times that many bytes: each
+ * of their messages is one rank's block. */
+static void test_direct(void)
+{
+    dt__world w = {0};
+    dt_comm c = comm_of(4, false, &w);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 16), DT__ALG_RD); /* nothing timed: never */
+    c.direct_tuned = 1024;
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLREDUCE, 1024), DT__ALG_DIRECT);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLREDUCE, 1028), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 16), DT__ALG_DIRECT);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 4096), DT__ALG_DIRECT);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 4112), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 4096), DT__ALG_DIRECT);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 4112), DT__ALG_RHD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_BROADCAST, 8), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLTOALL, 64), DT__ALG_RD);
+    c.direct_bytes = 0; /* DT_DIRECT_MSG=0 turns all three off */
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 16), DT__ALG_RD);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 16), DT__ALG_RD);
+    c.direct_bytes = SIZE_MAX;
+    c.size = 2; /* two ranks: one step anyway */
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 16), DT__ALG_RD);
+    c.size = 4;
+    c.algo = DT_ALGO_DIRECT; /* forced: at every size where it exists */
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_ALLGATHER, 1 << 20), DT__ALG_DIRECT);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_REDUCE_SCATTER, 1 << 20), DT__ALG_DIRECT);
+    EXPECT_EQ(dt__coll_pick(&c, DT__COLL_BROADCAST, 1 << 20), DT__ALG_RD);
+}
+
 static void test_overrides(void)
 {
     dt__world w = {0};
@@ -131,6 +162,7 @@ int main(void)
     test_cross_host_reduce_scatter();
     test_alltoall();
     test_generic_thresholds();
+    test_direct();
     test_overrides();
     return CHECK_DONE("test_algo");
 }

@@ -80,10 +80,13 @@ static size_t small_bytes_for(const dt_comm *c, dt__coll_kind kind)
 
 dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
 {
-    /* Halving-doubling exists for allreduce (any size of world) and for
-     * reduce-scatter on a power of two; allgather's doubling is the RD one. */
-    bool has_rhd = kind == DT__COLL_ALLREDUCE || (kind == DT__COLL_REDUCE_SCATTER && pow2(c->size)) ||
-                   kind == DT__COLL_ALLTOALL; /* alltoall: Bruck's log2(n) steps */
+    /* DT__ALG_RHD names the log2(n)-step exchange where a collective has
+     * one besides recursive doubling: halving-doubling for allreduce (any
+     * size of world) and reduce-scatter (a power of two), Bruck's exchange
+     * for alltoall.  Allgather's doubling is the RD one. */
+    bool has_log_steps = kind == DT__COLL_ALLREDUCE || (kind == DT__COLL_REDUCE_SCATTER && pow2(c->size)) ||
+                         kind == DT__COLL_ALLTOALL;
+    bool has_direct = kind == DT__COLL_ALLREDUCE || kind == DT__COLL_ALLGATHER || kind == DT__COLL_REDUCE_SCATTER;
     bool has_shm = c->arena && kind != DT__COLL_REDUCE;
     switch (c->algo) {
     case DT_ALGO_RING:
@@ -91,9 +94,9 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
     case DT_ALGO_RD:
         return DT__ALG_RD;
     case DT_ALGO_RHD:
-        return has_rhd ? DT__ALG_RHD : DT__ALG_RING;
+        return has_log_steps ? DT__ALG_RHD : DT__ALG_RING;
     case DT_ALGO_DIRECT:
-        return kind == DT__COLL_ALLREDUCE ? DT__ALG_DIRECT : DT__ALG_RD;
+        return has_direct ? DT__ALG_DIRECT : DT__ALG_RD;
     case DT_ALGO_SHM: /* where the arena cannot serve: the flat choice by size */
     case DT_ALGO_AUTO:
         break;
@@ -118,6 +121,13 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
     }
     if (kind == DT__COLL_ALLREDUCE && c->size > 2 && bytes <= dt__coll_direct_bytes(c))
         return DT__ALG_DIRECT;
+    /* Allgather and reduce-scatter send each peer one block of bytes/n in
+     * their one step, where recursive doubling or halving sends blocks as
+     * large or larger in log2(n) steps: wherever the direct allreduce's
+     * whole-buffer messages won the start-up timing, these win too (4 hosts
+     * with 100 us per hop, 16 B-16 KiB: see docs/algorithms.md). */
+    if (has_direct && kind != DT__COLL_ALLREDUCE && c->size > 2 && bytes / (size_t)c->size <= dt__coll_direct_bytes(c))
+        return DT__ALG_DIRECT;
     size_t small = small_bytes_for(c, kind);
     /* Across hosts with 4 ranks or fewer halving-doubling saves at most 2
      * steps: with 100 us per hop 128 KiB took 1641-1651 us against the
@@ -131,7 +141,7 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
                                                           : 262144;
     if (bytes <= small)
         return DT__ALG_RD;
-    if (bytes <= ring && has_rhd)
+    if (bytes <= ring && has_log_steps)
         return DT__ALG_RHD;
     return DT__ALG_RING;
 }

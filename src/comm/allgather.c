@@ -1,4 +1,5 @@
-/* Allgather: recursive doubling (log2 n steps) for small messages on a power
+/* Allgather: every rank to every rank in one step for the smallest messages
+ * across hosts, recursive doubling (log2 n steps) for small ones on a power
  * of two ranks; otherwise the pipelined ring's allgather phase. */
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,8 @@ dt_status dt_allgather(const void *send, void *recv, size_t sendcount, dt_dtype 
     dt__alg alg = dt__coll_pick(c, DT__COLL_ALLGATHER, n * bytes);
     if (alg == DT__ALG_SHM)
         return dt__shm_allgather(&k, recv, bytes);
+    if (alg == DT__ALG_DIRECT)
+        return dt__coll_error(&k, dt__direct_allgather(&k, out, bytes));
     bool pow2 = (n & (n - 1)) == 0;
     if (!pow2 || alg == DT__ALG_RING) {
         size_t *off = malloc(2 * n * sizeof *off);

@@ -41,7 +41,7 @@ typedef enum {
     DT__ALG_RD,   /* latency-optimal: recursive doubling, binomial trees */
     DT__ALG_RHD,  /* recursive halving-doubling (Rabenseifner) */
     DT__ALG_RING, /* bandwidth-optimal: pipelined ring, pipelined chain */
-    DT__ALG_DIRECT, /* allreduce only: every rank sends to every rank, one step */
+    DT__ALG_DIRECT, /* allreduce, allgather, reduce-scatter: every rank sends to every rank, one step */
     DT__ALG_SHM,    /* one host: through the shared arena (shm_coll.c), no messages */
 } dt__alg;
 typedef enum {
@@ -140,6 +140,12 @@ void dt__shm_coll_destroy(dt_comm *c);
 /* Latency-optimal building blocks. */
 dt_status dt__direct_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op);
 dt_status dt__rd_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op);
+/* One step, every rank to every rank: recv holds this rank's block r of
+ * `bytes` on entry, all n blocks on return. */
+dt_status dt__direct_allgather(dt__coll *k, uint8_t *recv, size_t bytes);
+/* One step: work holds this rank's n blocks of `count` elements; block r
+ * comes back reduced over all ranks (in rank order; DT_AVG not divided). */
+dt_status dt__direct_reduce_scatter(dt__coll *k, uint8_t *work, size_t count, dt_dtype t, dt_redop op);
 dt_status dt__tree_bcast(dt__coll *k, void *buf, size_t bytes, int root);
 dt_status dt__chain_bcast(dt__coll *k, void *buf, size_t bytes, int root);
 /* Recursive halving (phase RS: rank r ends with block r reduced) and/or

@@ -1,6 +1,7 @@
 /* Reduce-scatter: the ring's reduce-scatter phase for large messages,
  * recursive halving for mid-sized ones on a power of two ranks, a
- * recursive-doubling allreduce for small ones. */
+ * recursive-doubling allreduce for small ones, and across hosts every rank
+ * sending each rank its block in one step for the smallest. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,8 @@ dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_d
         s = dt__coll_error(&k, dt__hier_reduce_scatter(c, work, recvcount, t, op));
     else if (ring)
         s = dt__ring_run_from(&k, send, work, off, off + n, t, op, DT_RING_RS);
+    else if (n > 1 && alg == DT__ALG_DIRECT)
+        s = dt__coll_error(&k, dt__direct_reduce_scatter(&k, work, recvcount, t, op));
     else if (n > 1 && alg == DT__ALG_RHD)
         s = dt__rhd_run(&k, work, n * recvcount, off, off + n, t, op, DT_RING_RS);
     else if (n > 1)

@@ -219,8 +219,10 @@ static dt_status tune_bruck(dt_comm *twin, dt_comm *c, float *buf)
 {
     if (c->one_host)
         return DT_OK;
-    /* A call's pieces and its result: 2 x 128 x 16 ranks fit TUNE_MAX_BYTES. */
-    static const size_t pieces[] = {64, 128};
+    enum { LARGEST_PIECE = 128 };
+    _Static_assert(2 * LARGEST_PIECE * TUNE_MAX_RANKS <= TUNE_MAX_BYTES,
+                   "a timed alltoall's pieces and its result fit the timing buffer");
+    static const size_t pieces[] = {64, LARGEST_PIECE};
     static const ladder_names names = {"alltoall", "-byte pieces", "Bruck", "all at once"};
     DT_CHECK(climb(twin, bruck_alltoall, at_once_alltoall, buf, pieces, pieces, COUNT(pieces), (size_t)c->size,
                    &names, &c->bruck_piece));
