@@ -119,15 +119,17 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
             return DT__ALG_RING;
         return piece <= c->bruck_piece ? DT__ALG_RHD : DT__ALG_RD;
     }
-    if (kind == DT__COLL_ALLREDUCE && c->size > 2 && bytes <= dt__coll_direct_bytes(c))
-        return DT__ALG_DIRECT;
-    /* Allgather and reduce-scatter send each peer one block of bytes/n in
-     * their one step, where recursive doubling or halving sends blocks as
-     * large or larger in log2(n) steps: wherever the direct allreduce's
-     * whole-buffer messages won the start-up timing, these win too (4 hosts
+    /* The direct threshold bounds one message: allreduce sends the whole
+     * buffer to each peer, allgather and reduce-scatter one block of
+     * bytes/n, where recursive doubling or halving sends blocks as large or
+     * larger in log2(n) steps.  So wherever the direct allreduce won the
+     * start-up timing at some size, blocks of that size win too (4 hosts
      * with 100 us per hop, 16 B-16 KiB: see docs/algorithms.md). */
-    if (has_direct && kind != DT__COLL_ALLREDUCE && c->size > 2 && bytes / (size_t)c->size <= dt__coll_direct_bytes(c))
-        return DT__ALG_DIRECT;
+    if (has_direct && c->size > 2) {
+        size_t message = kind == DT__COLL_ALLREDUCE ? bytes : bytes / (size_t)c->size;
+        if (message <= dt__coll_direct_bytes(c))
+            return DT__ALG_DIRECT;
+    }
     size_t small = small_bytes_for(c, kind);
     /* Across hosts with 4 ranks or fewer halving-doubling saves at most 2
      * steps: with 100 us per hop 128 KiB took 1641-1651 us against the
