@@ -59,6 +59,7 @@ run transport/shared-memory 200 tests/cases/shm_transport.sh
 run transport/tcp-congestion-control 60 tests/cases/tcp_congestion.sh
 run collectives/bbr-limit-agreed 120 tests/cases/tcp_bbr_agree.sh
 run unit/engine 300 "$BIN/test_engine"
+run unit/runtime 120 "$BIN/test_runtime"
 run engine/pytorch-crosscheck 300 tests/cases/torch_crosscheck.sh
 run engine/dtrain-cli 300 tests/cases/dtrain_cli.sh
 run ddp/equivalence-accumulation-resume 600 tests/cases/ddp_equivalence.sh

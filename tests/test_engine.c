@@ -34,9 +34,10 @@ typedef struct {
 
 static double loss_of(fd_case *c, dt_tensor *x, dt_rng *rng)
 {
+    (void)rng;
     dt_arena_reset(c->arena);
-    dt_rng_seed(rng, c->dropout_seed); /* same dropout mask every evaluation */
-    dt_ctx ctx = {.arena = c->arena, .params = c->params, .rng = rng, .training = true};
+    /* the same key, so the same dropout mask, every evaluation */
+    dt_ctx ctx = {.arena = c->arena, .params = c->params, .key = {.seed = c->dropout_seed}, .training = true};
     dt_tensor y;
     if (c->layer->ops->forward(c->layer, &ctx, x, &y) != DT_OK)
         return NAN;
@@ -58,8 +59,7 @@ static void fd_check(const char *what, fd_case *c, dt_tensor *x, int64_t out_num
     /* analytic */
     dt_params_zero_grads(c->params);
     dt_arena_reset(c->arena);
-    dt_rng_seed(&rng, c->dropout_seed);
-    dt_ctx ctx = {.arena = c->arena, .params = c->params, .rng = &rng, .training = true};
+    dt_ctx ctx = {.arena = c->arena, .params = c->params, .key = {.seed = c->dropout_seed}, .training = true};
     dt_tensor y, dy, dx = {0};
     EXPECT_STATUS(c->layer->ops->forward(c->layer, &ctx, x, &y), DT_OK);
     EXPECT_EQ(dt_tensor_numel(&y), out_numel);
@@ -118,7 +118,7 @@ static void fd_layer(const char *what, dt_params *p, dt_layer *l, int ndim, cons
     EXPECT_STATUS(dt_params_finalize(p), DT_OK);
     dt_rng rng;
     dt_rng_seed(&rng, 5);
-    l->ops->init(l, p, &rng);
+    l->ops->init(l, p, 5);
     /* perturb weights away from their initial symmetric values */
     for (int64_t i = 0; i < dt_params_numel(p); i++)
         dt_params_values(p)[i] += 0.1f * dt_rng_normal(&rng);
@@ -337,7 +337,7 @@ static void test_mlp(void)
 {
     dt_model *m;
     EXPECT_STATUS(dt_mlp_create((int64_t[]){6, 5, 4, 3}, 4, &m), DT_OK);
-    dt_model_init(m, 11);
+    dt_model_init(m, 12); /* a seed whose ReLU inputs stay clear of the kink by more than eps */
     dt_params *p = dt_model_params(m);
     EXPECT_EQ(dt_params_count(p), 6);
     EXPECT(dt_params_find(p, "fc3.bias") == 5 && dt_params_find(p, "fc1.weight") == 0);
@@ -351,7 +351,7 @@ static void test_mlp(void)
         xs[i] = dt_rng_normal(&rng);
     int32_t t[2] = {2, 0};
     dt_tensor x = dt_tensor_view(xs, 2, (int64_t[]){2, 6}), y;
-    dt_ctx ctx = {.arena = arena, .training = true, .rng = &rng};
+    dt_ctx ctx = {.arena = arena, .training = true};
     dt_params_on_grad_ready(p, on_ready, NULL);
     dt_params_zero_grads(p);
     EXPECT_STATUS(dt_model_forward(m, &ctx, &x, &y), DT_OK);
@@ -401,7 +401,7 @@ static void test_gpt(void)
     }
     dt_arena *arena;
     dt_arena_create(&arena);
-    dt_ctx ctx = {.arena = arena, .training = true, .rng = &rng};
+    dt_ctx ctx = {.arena = arena, .training = true};
     dt_tensor x = dt_tensor_view(ids, 2, (int64_t[]){2, 5}), y;
     ready_count = 0;
     dt_params_on_grad_ready(p, on_ready, NULL);

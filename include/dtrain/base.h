@@ -74,6 +74,25 @@ float dt_rng_uniform(dt_rng *r);
 /* Standard normal (Box-Muller). */
 float dt_rng_normal(dt_rng *r);
 
+/* Keyed (counter-based) random numbers, for everything that a re-run must
+ * reproduce: the bits for element i of stream `id` under a key are a pure
+ * function of (seed, step, micro, group, id, i), not of what was drawn before.
+ * A recomputed forward therefore draws the same dropout masks, a resumed run
+ * the same as the uninterrupted one, and ranks that must agree (tensor
+ * parallel) or differ (data parallel) choose so through `group`. */
+typedef struct {
+    uint64_t seed;
+    uint64_t step;  /* optimizer step */
+    uint32_t micro; /* micro-batch within the step */
+    uint32_t group; /* caller's split: data-parallel rank, tensor-parallel rank, ... */
+} dt_rng_key;
+/* The start of stream `id` (a layer's hash, say) under key k. */
+uint64_t dt_rng_key_stream(const dt_rng_key *k, uint64_t id);
+/* 64 random bits for element `index` of a stream. */
+uint64_t dt_rng_key_bits(uint64_t stream, uint64_t index);
+/* Uniform in [0, 1) with 24 bits, from dt_rng_key_bits. */
+float dt_rng_key_uniform(uint64_t stream, uint64_t index);
+
 #ifdef __cplusplus
 }
 #endif

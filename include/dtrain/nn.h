@@ -52,22 +52,35 @@ void dt_params_on_grad_ready(dt_params *p, dt_grad_ready_fn fn, void *user);
 void dt_params_grad_ready(dt_params *p, int index);
 void dt_params_destroy(dt_params *p);
 
-/* ---- layers ---- */
+/* ---- execution state: one context per micro-batch ----
+ * Layers are stateless: what a forward keeps for its backward (inputs, masks,
+ * attention probabilities) goes onto its context's stack of saved records,
+ * allocated in ctx->arena, and the backward takes it off again in reverse
+ * order.  Any number of micro-batches can therefore be in flight at once,
+ * each with its own context (1F1B pipelines), and a block's forward can be
+ * re-run during backward (recomputation).  Start a context with saved = NULL;
+ * contexts may share an arena as long as nobody rewinds it under another. */
+typedef struct dt_saved dt_saved;
 typedef struct {
     dt_arena *arena;
-    dt_params *params;
-    dt_rng *rng; /* dropout masks */
+    dt_params *params; /* set by dt_model_forward/backward */
+    dt_rng_key key;    /* dropout masks: (seed, step, micro-batch, group) */
     bool training;
+    dt_saved *saved; /* top of the saved-record stack (NULL when empty) */
 } dt_ctx;
+/* Number of records on a context's stack (0 once every backward has run). */
+int dt_ctx_saved_depth(const dt_ctx *ctx);
 
+/* ---- layers ---- */
 typedef struct dt_layer dt_layer;
 typedef struct {
     const char *kind;
     dt_status (*forward)(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y);
     /* dx is written only when need_dx (the first layer needs no input gradient). */
     dt_status (*backward)(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx);
-    /* Initialise this layer's parameters (after dt_params_finalize). */
-    void (*init)(dt_layer *l, dt_params *p, dt_rng *rng);
+    /* Initialise this layer's parameters (after dt_params_finalize); each
+     * parameter's values depend only on (seed, its name). */
+    void (*init)(dt_layer *l, dt_params *p, uint64_t seed);
     void (*destroy)(dt_layer *l);
 } dt_layer_ops;
 
@@ -110,31 +123,100 @@ void dt_residual_add(const dt_tensor *a, const dt_tensor *b, dt_tensor *y);
 dt_status dt_softmax_cross_entropy(const dt_tensor *logits, const int32_t *targets, float *loss,
                                    dt_tensor *dlogits);
 
-/* ---- sequential models ---- */
-typedef struct dt_model dt_model;
-/* An MLP: sizes[0] inputs, hidden layers sizes[1..n-2] with ReLU, sizes[n-1] outputs.
- * Parameters are "fc1.weight", "fc1.bias", ... (PyTorch's nn.Linear layout). */
-dt_status dt_mlp_create(const int64_t *sizes, int nsizes, dt_model **out);
+/* ---- containers ---- */
+/* A sequence of layers: forward runs them in order, backward in reverse.
+ * One container serves a GPT block's sub-layers, a whole model and a
+ * pipeline stage.  It owns what is appended (also when appending fails). */
+dt_status dt_sequential_create(const char *name, dt_layer **out);
+dt_status dt_sequential_append(dt_layer *seq, dt_layer *l);
+int dt_sequential_count(const dt_layer *seq);
+dt_layer *dt_sequential_at(dt_layer *seq, int i);
+/* Activation recomputation for item i: while training, forward keeps only
+ * the item's input and frees its activations (an arena rewind); backward
+ * runs the item's forward again first.  Gradients are bitwise those of the
+ * run without it; it costs one more forward of the item. */
+dt_status dt_sequential_set_recompute(dt_layer *seq, int i, bool on);
+/* y = x + f(x); the residual owns f (also when creating it fails). */
+dt_status dt_residual_create(const char *name, dt_layer *f, dt_layer **out);
+
+/* ---- models: block descriptions, instantiated whole or as a stage ----
+ * A description lists a model's blocks in order, with cost hints, and knows
+ * how to create each.  dt_model_instantiate(d, lo, hi) builds blocks
+ * [lo, hi) with only their parameters: the whole model, or one pipeline
+ * stage.  Parameter names, initial values (keyed by seed and name) and
+ * computations do not depend on the range, so stages [0, k) and [k, n) run
+ * one after the other give exactly the whole model's results. */
+typedef struct dt_model_desc dt_model_desc;
+typedef struct {
+    char name[64];    /* "transformer.h.3" */
+    const char *kind; /* "gpt-block", "linear", ... */
+    int64_t params;   /* parameter elements the block uses (a tied one counts for each user) */
+    double flops;     /* forward FLOPs per sample (backward: about twice) */
+    double act_bytes; /* activation bytes per sample that forward keeps for backward */
+} dt_block_info;
+
+/* An MLP: sizes[0] inputs, hidden layers sizes[1..n-2] with ReLU, sizes[n-1]
+ * outputs.  Blocks fc1, relu1, fc2, ...; parameters "fc1.weight", "fc1.bias"
+ * (PyTorch's nn.Linear layout). */
+dt_status dt_mlp_describe(const int64_t *sizes, int nsizes, dt_model_desc **out);
 /* GPT (decoder-only, pre-LayerNorm, learned positions, GELU MLP 4x, output
  * tied to the token embedding).  Input: token ids [batch, time] as floats;
- * output: logits [batch, time, vocab].  gpt-mini: {256, 128, 4, 4, 256, 0}. */
+ * output: logits [batch, time, vocab].  Blocks: transformer.embed,
+ * transformer.h.0 .. h.L-1, lm_head; transformer.wte.weight is shared by the
+ * first and the last.  gpt-mini: {256, 128, 4, 4, 256, 0}. */
 typedef struct {
     int64_t vocab, context, layers, heads, dim;
     float dropout;
 } dt_gpt_config;
-dt_status dt_gpt_create(const dt_gpt_config *cfg, dt_model **out);
+dt_status dt_gpt_describe(const dt_gpt_config *cfg, dt_model_desc **out);
 /* CNN for square single-channel images: conv5x5(c1, pad 2)-relu-pool2-
- * conv5x5(c2, pad 2)-relu-pool2-linear(classes).  For Fashion-MNIST:
- * {28, 32, 64, 10}.  Input [batch, size*size]. */
+ * conv5x5(c2, pad 2)-relu-pool2-linear(classes), one block per layer.  For
+ * Fashion-MNIST: {28, 32, 64, 10}.  Input [batch, size*size]. */
+dt_status dt_cnn_describe(int64_t size, int64_t c1, int64_t c2, int64_t classes, dt_model_desc **out);
+int dt_model_desc_blocks(const dt_model_desc *d);
+const dt_block_info *dt_model_desc_block(const dt_model_desc *d, int i);
+void dt_model_desc_destroy(dt_model_desc *d);
+
+typedef struct dt_model dt_model;
+/* Blocks [lo, hi) of d (0 <= lo < hi <= blocks); d may be destroyed after. */
+dt_status dt_model_instantiate(const dt_model_desc *d, int lo, int hi, dt_model **out);
+/* Describe and instantiate every block. */
+dt_status dt_mlp_create(const int64_t *sizes, int nsizes, dt_model **out);
+dt_status dt_gpt_create(const dt_gpt_config *cfg, dt_model **out);
 dt_status dt_cnn_create(int64_t size, int64_t c1, int64_t c2, int64_t classes, dt_model **out);
+
 dt_params *dt_model_params(dt_model *m);
-/* Initialise every parameter from `seed` (PyTorch's nn.Linear scheme). */
+/* Number of blocks in this model (hi - lo). */
+int dt_model_num_layers(const dt_model *m);
+/* The blocks' range in the whole model's numbering. */
+void dt_model_block_range(const dt_model *m, int *lo, int *hi);
+/* Block i of this model (0 <= i < dt_model_num_layers). */
+const dt_block_info *dt_model_block(const dt_model *m, int i);
+/* Parameters [first, first + count) of the registry were registered by
+ * block i (a shared parameter belongs to its first holder in this model). */
+void dt_model_block_params(const dt_model *m, int i, int *first, int *count);
+/* Shared (tied) parameters this model holds: the registry index and the
+ * whole model's blocks that use it.  Where first_block and last_block sit in
+ * different stages, each stage holds a copy, and the copies' gradients must
+ * be summed between those stages before the update (dt_model_reduce_shared
+ * in parallel.h does it over a communicator). */
+typedef struct {
+    int param;
+    int first_block, last_block;
+} dt_shared_param;
+int dt_model_shared_params(const dt_model *m, const dt_shared_param **out);
+/* Recompute block i (local numbering) during backward: see
+ * dt_sequential_set_recompute. */
+dt_status dt_model_set_recompute(dt_model *m, int i, bool on);
+/* Initialise every parameter from `seed` (PyTorch's schemes; GPT-2's for GPT). */
 void dt_model_init(dt_model *m, uint64_t seed);
 /* Forward through every block; y is allocated in ctx->arena. */
 dt_status dt_model_forward(dt_model *m, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y);
 /* Backward from dy (the loss gradient of the last output). */
 dt_status dt_model_backward(dt_model *m, dt_ctx *ctx, const dt_tensor *dy);
-int dt_model_num_layers(const dt_model *m);
+/* The same, also giving the gradient of the input (a pipeline stage sends
+ * it to the previous stage). */
+dt_status dt_model_backward_dx(dt_model *m, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx);
 void dt_model_destroy(dt_model *m);
 
 #ifdef __cplusplus

@@ -10,6 +10,7 @@
 #ifndef DTRAIN_TENSOR_H
 #define DTRAIN_TENSOR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,17 @@ dt_status dt_arena_create(dt_arena **out);
 float *dt_arena_alloc(dt_arena *a, int64_t count);
 float *dt_arena_calloc(dt_arena *a, int64_t count);
 void dt_arena_reset(dt_arena *a);
+/* A position in the arena: rewinding to it frees everything allocated since
+ * (recomputation frees a block's activations this way; a pipeline keeps one
+ * arena per micro-batch in flight instead).  Marks nest like a stack. */
+typedef struct {
+    const void *chunk;
+    size_t used;
+} dt_arena_mark;
+dt_arena_mark dt_arena_get_mark(const dt_arena *a);
+void dt_arena_rewind(dt_arena *a, dt_arena_mark m);
+/* True when p was allocated after mark m, so that a rewind to m frees it. */
+bool dt_arena_since(const dt_arena *a, dt_arena_mark m, const void *p);
 size_t dt_arena_bytes_in_use(const dt_arena *a);
 void dt_arena_destroy(dt_arena *a);
 

@@ -1,5 +1,6 @@
 #include <math.h>
 
+#include "base/hash.h"
 #include "dtrain/base.h"
 
 static uint64_t splitmix(uint64_t *x)
@@ -37,4 +38,22 @@ float dt_rng_normal(dt_rng *r)
     double u1 = ((double)(dt_rng_next(r) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
     double u2 = (double)(dt_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* Each field goes through the mixer before the next is added, so no two
+ * keys that differ in one field can collide by carrying into another. */
+uint64_t dt_rng_key_stream(const dt_rng_key *k, uint64_t id)
+{
+    uint64_t h = dt__mix64(k->seed ^ 0x6a09e667f3bcc909ull);
+    h = dt__mix64(h + k->step);
+    h = dt__mix64(h + k->micro);
+    h = dt__mix64(h + k->group);
+    return dt__mix64(h + id);
+}
+
+uint64_t dt_rng_key_bits(uint64_t stream, uint64_t index) { return dt__mix64(stream + index * 0x9e3779b97f4a7c15ull); }
+
+float dt_rng_key_uniform(uint64_t stream, uint64_t index)
+{
+    return (float)(dt_rng_key_bits(stream, index) >> 40) * (1.0f / 16777216.0f);
 }

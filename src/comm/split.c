@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "base/status.h"
 #include "comm/coll.h"
 
@@ -22,13 +23,11 @@ static int by_key_then_rank(const void *a, const void *b)
  * FNV-1a of (parent, split number, colour). */
 uint32_t dt__comm_child_id(uint32_t parent, uint64_t split_seq, int color)
 {
-    uint32_t h = 2166136261u;
     uint8_t bytes[16];
     memcpy(bytes, &parent, 4);
     memcpy(bytes + 4, &split_seq, 8);
     memcpy(bytes + 12, &color, 4);
-    for (int i = 0; i < 16; i++)
-        h = (h ^ bytes[i]) * 16777619u;
+    uint32_t h = dt__fnv1a32(DT_FNV32_SEED, bytes, sizeof bytes);
     return h < 3 ? h + 3 : h;
 }
 

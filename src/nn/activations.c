@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/saved.h"
 #include "tensor/threads.h"
 
 #define GRAIN 16384
@@ -15,9 +16,12 @@
 typedef struct {
     dt_layer base;
     int gelu;
-    dt_tensor x;
-    float *tanh_u; /* gelu: tanh of the inner polynomial, saved by forward */
 } act;
+
+typedef struct {
+    dt_tensor x;
+    float *tanh_u; /* gelu: tanh of the inner polynomial */
+} act_saved;
 
 typedef struct {
     const float *x, *dy;
@@ -67,34 +71,40 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
 {
     act *A = (act *)l;
     int64_t n = dt_tensor_numel(x);
+    act_saved *sv = DT_SAVE(ctx, l, act_saved);
+    if (!sv)
+        return DT_ERR_NOMEM;
+    sv->x = *x;
     *y = *x;
     y->data = dt_arena_alloc(ctx->arena, n);
-    A->tanh_u = A->gelu ? dt_arena_alloc(ctx->arena, n) : NULL;
-    if (!y->data || (A->gelu && !A->tanh_u))
+    sv->tanh_u = A->gelu ? dt_arena_alloc(ctx->arena, n) : NULL;
+    if (!y->data || (A->gelu && !sv->tanh_u))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    act_args a = {.x = x->data, .out = y->data, .t = A->tanh_u};
+    act_args a = {.x = x->data, .out = y->data, .t = sv->tanh_u};
     dt__parallel_for(n, GRAIN, A->gelu ? gelu_fwd : relu_fwd, &a);
-    A->x = *x;
     return DT_OK;
 }
 
 static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
 {
     act *A = (act *)l;
+    const act_saved *sv = DT_LOAD(ctx, l, act_saved);
+    if (!sv)
+        return DT_ERR_INVALID;
     if (!need_dx)
         return DT_OK;
-    int64_t n = dt_tensor_numel(&A->x);
-    *dx = A->x;
+    int64_t n = dt_tensor_numel(&sv->x);
+    *dx = sv->x;
     if (!(dx->data = dt_arena_alloc(ctx->arena, n)))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    act_args a = {.x = A->x.data, .dy = dy->data, .out = dx->data, .t = A->tanh_u};
+    act_args a = {.x = sv->x.data, .dy = dy->data, .out = dx->data, .t = sv->tanh_u};
     dt__parallel_for(n, GRAIN, A->gelu ? gelu_bwd : relu_bwd, &a);
     return DT_OK;
 }
 
-static void init(dt_layer *l, dt_params *p, dt_rng *rng)
+static void init(dt_layer *l, dt_params *p, uint64_t seed)
 {
-    (void)l, (void)p, (void)rng;
+    (void)l, (void)p, (void)seed;
 }
 
 static void destroy(dt_layer *l) { free(l); }

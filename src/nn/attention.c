@@ -9,23 +9,30 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/saved.h"
 #include "tensor/threads.h"
 
 typedef struct {
     dt_layer base;
     int64_t dim, heads, hd;
     dt_layer *c_attn, *c_proj;
-    int64_t B, T;
-    float *q, *k, *v, *p; /* [B, H, T, hd] x3 and [B, H, T, T] */
-    dt_tensor x;
 } attention;
 
-static size_t head_off(const attention *A, int64_t b, int64_t h) { return (size_t)((b * A->heads + h) * A->T * A->hd); }
+typedef struct {
+    int64_t B, T;
+    float *q, *k, *v, *p; /* [B, H, T, hd] x3 and [B, H, T, T] */
+} attn_saved;
+
+static size_t head_off(const attention *A, const attn_saved *S, int64_t b, int64_t h)
+{
+    return (size_t)((b * A->heads + h) * S->T * A->hd);
+}
 
 /* The (batch, head) pairs are independent: the compute threads take ranges
  * of them, each head's small products running single-threaded. */
 typedef struct {
     attention *A;
+    attn_saved *S;
     const float *qkv; /* forward: [B, T, 3D] */
     float *merged;    /* forward: [B, T, D] */
     const float *dmerged;
@@ -55,22 +62,23 @@ static void forward_heads(int64_t begin, int64_t end, void *arg)
 {
     heads_args *a = arg;
     attention *A = a->A;
-    int64_t T = A->T, D = A->dim, H = A->heads, hd = A->hd;
+    attn_saved *S = a->S;
+    int64_t T = S->T, D = A->dim, H = A->heads, hd = A->hd;
     float scale = 1.0f / sqrtf((float)hd);
     for (int64_t bh = begin; bh < end; bh++) {
         int64_t b = bh / H, h = bh % H;
-        size_t off = head_off(A, b, h);
+        size_t off = head_off(A, S, b, h);
         for (int64_t t = 0; t < T; t++) { /* this head's q, k, v out of [B, T, 3D] */
             const float *row = a->qkv + (b * T + t) * 3 * D + h * hd;
-            memcpy(A->q + off + t * hd, row, (size_t)hd * sizeof(float));
-            memcpy(A->k + off + t * hd, row + D, (size_t)hd * sizeof(float));
-            memcpy(A->v + off + t * hd, row + 2 * D, (size_t)hd * sizeof(float));
+            memcpy(S->q + off + t * hd, row, (size_t)hd * sizeof(float));
+            memcpy(S->k + off + t * hd, row + D, (size_t)hd * sizeof(float));
+            memcpy(S->v + off + t * hd, row + 2 * D, (size_t)hd * sizeof(float));
         }
-        float *P = A->p + (size_t)(bh * T * T);
-        dt_sgemm(0, 1, T, T, hd, scale, A->q + off, A->k + off, 0.0f, P);
+        float *P = S->p + (size_t)(bh * T * T);
+        dt_sgemm(0, 1, T, T, hd, scale, S->q + off, S->k + off, 0.0f, P);
         softmax_causal(P, T);
         /* O = P V, written straight into its columns of merged */
-        dt_sgemm_ld(0, 0, T, hd, T, 1.0f, P, T, A->v + off, hd, 0.0f, a->merged + b * T * D + h * hd, D);
+        dt_sgemm_ld(0, 0, T, hd, T, 1.0f, P, T, S->v + off, hd, 0.0f, a->merged + b * T * D + h * hd, D);
     }
 }
 
@@ -80,19 +88,21 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     if (x->ndim != 3 || x->shape[2] != A->dim)
         return dt__fail(DT_ERR_INVALID, "%s: expects [batch, time, %lld]", l->name, (long long)A->dim);
     int64_t B = x->shape[0], T = x->shape[1], D = A->dim, H = A->heads;
-    A->B = B;
-    A->T = T;
-    A->x = *x;
     dt_tensor qkv;
     DT_CHECK(A->c_attn->ops->forward(A->c_attn, ctx, x, &qkv));
-    A->q = dt_arena_alloc(ctx->arena, B * T * D);
-    A->k = dt_arena_alloc(ctx->arena, B * T * D);
-    A->v = dt_arena_alloc(ctx->arena, B * T * D);
-    A->p = dt_arena_alloc(ctx->arena, B * H * T * T);
+    attn_saved *S = DT_SAVE(ctx, l, attn_saved); /* above c_attn's record: popped before it */
+    if (!S)
+        return DT_ERR_NOMEM;
+    S->B = B;
+    S->T = T;
+    S->q = dt_arena_alloc(ctx->arena, B * T * D);
+    S->k = dt_arena_alloc(ctx->arena, B * T * D);
+    S->v = dt_arena_alloc(ctx->arena, B * T * D);
+    S->p = dt_arena_alloc(ctx->arena, B * H * T * T);
     float *merged = dt_arena_alloc(ctx->arena, B * T * D);
-    if (!A->q || !A->k || !A->v || !A->p || !merged)
+    if (!S->q || !S->k || !S->v || !S->p || !merged)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    dt__parallel_for(B * H, 1, forward_heads, &(heads_args){.A = A, .qkv = qkv.data, .merged = merged});
+    dt__parallel_for(B * H, 1, forward_heads, &(heads_args){.A = A, .S = S, .qkv = qkv.data, .merged = merged});
     dt_tensor m = dt_tensor_view(merged, 3, (int64_t[]){B, T, D});
     return A->c_proj->ops->forward(A->c_proj, ctx, &m, y);
 }
@@ -101,16 +111,17 @@ static void backward_heads(int64_t begin, int64_t end, void *arg)
 {
     heads_args *a = arg;
     attention *A = a->A;
-    int64_t T = A->T, D = A->dim, H = A->heads, hd = A->hd;
+    const attn_saved *S = a->S;
+    int64_t T = S->T, D = A->dim, H = A->heads, hd = A->hd;
     float scale = 1.0f / sqrtf((float)hd);
     for (int64_t bh = begin; bh < end; bh++) {
         int64_t b = bh / H, h = bh % H;
-        size_t off = head_off(A, b, h);
-        const float *P = A->p + (size_t)(bh * T * T);
+        size_t off = head_off(A, S, b, h);
+        const float *P = S->p + (size_t)(bh * T * T);
         float *dP = a->dP + (size_t)(bh * T * T);
         const float *dO = a->dmerged + b * T * D + h * hd; /* this head's columns, row stride D */
         float *dq = a->dqkv + b * T * 3 * D + h * hd, *dk = dq + D, *dv = dq + 2 * D; /* row stride 3D */
-        dt_sgemm_ld(0, 1, T, T, hd, 1.0f, dO, D, A->v + off, hd, 0.0f, dP, T); /* dP = dO V^T */
+        dt_sgemm_ld(0, 1, T, T, hd, 1.0f, dO, D, S->v + off, hd, 0.0f, dP, T); /* dP = dO V^T */
         dt_sgemm_ld(1, 0, T, hd, T, 1.0f, P, T, dO, D, 0.0f, dv, 3 * D);       /* dV = P^T dO */
         for (int64_t i = 0; i < T; i++) { /* dS = P * (dP - sum_j dP P), scaled */
             float *g = dP + i * T;
@@ -121,30 +132,33 @@ static void backward_heads(int64_t begin, int64_t end, void *arg)
             for (int64_t j = 0; j < T; j++)
                 g[j] = j <= i ? pr[j] * (g[j] - (float)dot) * scale : 0.0f;
         }
-        dt_sgemm_ld(0, 0, T, hd, T, 1.0f, dP, T, A->k + off, hd, 0.0f, dq, 3 * D); /* dQ = dS K */
-        dt_sgemm_ld(1, 0, T, hd, T, 1.0f, dP, T, A->q + off, hd, 0.0f, dk, 3 * D); /* dK = dS^T Q */
+        dt_sgemm_ld(0, 0, T, hd, T, 1.0f, dP, T, S->k + off, hd, 0.0f, dq, 3 * D); /* dQ = dS K */
+        dt_sgemm_ld(1, 0, T, hd, T, 1.0f, dP, T, S->q + off, hd, 0.0f, dk, 3 * D); /* dK = dS^T Q */
     }
 }
 
 static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
 {
     attention *A = (attention *)l;
-    int64_t B = A->B, T = A->T, D = A->dim, H = A->heads;
     dt_tensor dmerged;
     DT_CHECK(A->c_proj->ops->backward(A->c_proj, ctx, dy, &dmerged, true));
+    attn_saved *S = DT_LOAD(ctx, l, attn_saved);
+    if (!S)
+        return DT_ERR_INVALID;
+    int64_t B = S->B, T = S->T, D = A->dim, H = A->heads;
     float *dqkv = dt_arena_alloc(ctx->arena, B * T * 3 * D), *dP = dt_arena_alloc(ctx->arena, B * H * T * T);
     if (!dqkv || !dP)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    dt__parallel_for(B * H, 1, backward_heads, &(heads_args){.A = A, .dmerged = dmerged.data, .dqkv = dqkv, .dP = dP});
+    dt__parallel_for(B * H, 1, backward_heads, &(heads_args){.A = A, .S = S, .dmerged = dmerged.data, .dqkv = dqkv, .dP = dP});
     dt_tensor g = dt_tensor_view(dqkv, 3, (int64_t[]){B, T, 3 * D});
     return A->c_attn->ops->backward(A->c_attn, ctx, &g, dx, need_dx);
 }
 
-static void init(dt_layer *l, dt_params *p, dt_rng *rng)
+static void init(dt_layer *l, dt_params *p, uint64_t seed)
 {
     attention *A = (attention *)l;
-    A->c_attn->ops->init(A->c_attn, p, rng);
-    A->c_proj->ops->init(A->c_proj, p, rng);
+    A->c_attn->ops->init(A->c_attn, p, seed);
+    A->c_proj->ops->init(A->c_proj, p, seed);
 }
 
 static void destroy(dt_layer *l)

@@ -9,13 +9,13 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/init.h"
+#include "nn/saved.h"
 
 typedef struct {
     dt_layer base;
     int64_t cin, cout, k, pad;
     int w, b;
-    dt_tensor x;
-    float *cols; /* scratch: [cin*k*k, oh*ow] for one image */
 } conv2d;
 
 static void im2col(const float *img, int64_t C, int64_t H, int64_t W, int64_t k, int64_t pad, int64_t OH, int64_t OW,
@@ -64,10 +64,14 @@ static dt_status conv_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_t
     int64_t OH = H + 2 * L->pad - L->k + 1, OW = W + 2 * L->pad - L->k + 1, CKK = L->cin * L->k * L->k;
     if (OH <= 0 || OW <= 0)
         return dt__fail(DT_ERR_INVALID, "%s: %lldx%lld input is smaller than the kernel", l->name, (long long)H, (long long)W);
+    dt_tensor *saved = DT_SAVE(ctx, l, dt_tensor);
+    if (!saved)
+        return DT_ERR_NOMEM;
+    *saved = *x;
     *y = dt_tensor_view(NULL, 4, (int64_t[]){N, L->cout, OH, OW});
     y->data = dt_arena_alloc(ctx->arena, N * L->cout * OH * OW);
-    L->cols = dt_arena_alloc(ctx->arena, CKK * OH * OW);
-    if (!y->data || !L->cols)
+    float *cols = dt_arena_alloc(ctx->arena, CKK * OH * OW); /* one image's im2col */
+    if (!y->data || !cols)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     const float *Wt = dt_param_value(ctx->params, L->w), *b = dt_param_value(ctx->params, L->b);
     for (int64_t n = 0; n < N; n++) {
@@ -75,31 +79,36 @@ static dt_status conv_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_t
         for (int64_t o = 0; o < L->cout; o++)
             for (int64_t i = 0; i < OH * OW; i++)
                 out[o * OH * OW + i] = b[o];
-        im2col(x->data + n * L->cin * H * W, L->cin, H, W, L->k, L->pad, OH, OW, L->cols);
-        dt_sgemm(0, 0, L->cout, OH * OW, CKK, 1.0f, Wt, L->cols, 1.0f, out);
+        im2col(x->data + n * L->cin * H * W, L->cin, H, W, L->k, L->pad, OH, OW, cols);
+        dt_sgemm(0, 0, L->cout, OH * OW, CKK, 1.0f, Wt, cols, 1.0f, out);
     }
-    L->x = *x;
     return DT_OK;
 }
 
 static dt_status conv_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
 {
     conv2d *L = (conv2d *)l;
-    int64_t N = L->x.shape[0], H = L->x.shape[2], W = L->x.shape[3];
+    const dt_tensor *x = DT_LOAD(ctx, l, dt_tensor);
+    if (!x)
+        return DT_ERR_INVALID;
+    int64_t N = x->shape[0], H = x->shape[2], W = x->shape[3];
     int64_t OH = dy->shape[2], OW = dy->shape[3], CKK = L->cin * L->k * L->k;
     float *dW = dt_param_grad(ctx->params, L->w), *db = dt_param_grad(ctx->params, L->b);
     const float *Wt = dt_param_value(ctx->params, L->w);
     float *dcols = need_dx ? dt_arena_alloc(ctx->arena, CKK * OH * OW) : NULL;
+    float *cols = dt_arena_alloc(ctx->arena, CKK * OH * OW); /* recomputed per image, not kept from forward */
+    if (!cols)
+        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     if (need_dx) {
-        *dx = L->x;
+        *dx = *x;
         dx->data = dt_arena_calloc(ctx->arena, N * L->cin * H * W); /* col2im accumulates */
         if (!dx->data || !dcols)
             return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     }
     for (int64_t n = 0; n < N; n++) {
         const float *g = dy->data + n * L->cout * OH * OW;
-        im2col(L->x.data + n * L->cin * H * W, L->cin, H, W, L->k, L->pad, OH, OW, L->cols);
-        dt_sgemm(0, 1, L->cout, CKK, OH * OW, 1.0f, g, L->cols, 1.0f, dW);
+        im2col(x->data + n * L->cin * H * W, L->cin, H, W, L->k, L->pad, OH, OW, cols);
+        dt_sgemm(0, 1, L->cout, CKK, OH * OW, 1.0f, g, cols, 1.0f, dW);
         for (int64_t o = 0; o < L->cout; o++) {
             double s = 0;
             for (int64_t i = 0; i < OH * OW; i++)
@@ -117,15 +126,12 @@ static dt_status conv_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt
 }
 
 /* PyTorch's Conv2d default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in*k*k. */
-static void conv_init(dt_layer *l, dt_params *p, dt_rng *rng)
+static void conv_init(dt_layer *l, dt_params *p, uint64_t seed)
 {
     conv2d *L = (conv2d *)l;
     float bound = 1.0f / sqrtf((float)(L->cin * L->k * L->k));
-    float *w = dt_param_value(p, L->w), *b = dt_param_value(p, L->b);
-    for (int64_t i = 0; i < L->cout * L->cin * L->k * L->k; i++)
-        w[i] = (2.0f * dt_rng_uniform(rng) - 1.0f) * bound;
-    for (int64_t i = 0; i < L->cout; i++)
-        b[i] = (2.0f * dt_rng_uniform(rng) - 1.0f) * bound;
+    dt__init_uniform(p, L->w, seed, bound);
+    dt__init_uniform(p, L->b, seed, bound);
 }
 
 static void free_layer(dt_layer *l) { free(l); }
@@ -162,17 +168,19 @@ dt_status dt_conv2d_create(dt_params *p, const char *name, int64_t in, int64_t o
 
 /* ---- 2x2 max pooling, stride 2 ---- */
 typedef struct {
-    dt_layer base;
     dt_tensor x;
     int32_t *arg; /* flat input index of each output's maximum */
-} maxpool;
+} pool_saved;
 
 static dt_status pool_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
-    maxpool *P = (maxpool *)l;
     if (x->ndim != 4 || x->shape[2] < 2 || x->shape[3] < 2)
         return dt__fail(DT_ERR_INVALID, "%s: expects [batch, channels, height >= 2, width >= 2]", l->name);
     int64_t NC = x->shape[0] * x->shape[1], H = x->shape[2], W = x->shape[3], OH = H / 2, OW = W / 2;
+    pool_saved *P = DT_SAVE(ctx, l, pool_saved);
+    if (!P)
+        return DT_ERR_NOMEM;
+    P->x = *x;
     *y = dt_tensor_view(NULL, 4, (int64_t[]){x->shape[0], x->shape[1], OH, OW});
     y->data = dt_arena_alloc(ctx->arena, NC * OH * OW);
     P->arg = (int32_t *)dt_arena_alloc(ctx->arena, NC * OH * OW);
@@ -195,13 +203,14 @@ static dt_status pool_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_t
                 y->data[o] = mx;
                 P->arg[o] = (int32_t)best;
             }
-    P->x = *x;
     return DT_OK;
 }
 
 static dt_status pool_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
 {
-    maxpool *P = (maxpool *)l;
+    const pool_saved *P = DT_LOAD(ctx, l, pool_saved);
+    if (!P)
+        return DT_ERR_INVALID;
     if (!need_dx)
         return DT_OK;
     *dx = P->x;
@@ -212,21 +221,21 @@ static dt_status pool_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt
     return DT_OK;
 }
 
-static void no_init(dt_layer *l, dt_params *p, dt_rng *rng)
+static void no_init(dt_layer *l, dt_params *p, uint64_t seed)
 {
-    (void)l, (void)p, (void)rng;
+    (void)l, (void)p, (void)seed;
 }
 
 static const dt_layer_ops pool_ops = {"maxpool2d", pool_forward, pool_backward, no_init, free_layer};
 
 dt_status dt_maxpool2d_create(const char *name, dt_layer **l)
 {
-    maxpool *P = calloc(1, sizeof *P);
+    dt_layer *P = calloc(1, sizeof *P);
     if (!P)
         return dt__fail(DT_ERR_NOMEM, "out of memory");
-    P->base.ops = &pool_ops;
-    snprintf(P->base.name, sizeof P->base.name, "%s", name);
-    *l = &P->base;
+    P->ops = &pool_ops;
+    snprintf(P->name, sizeof P->name, "%s", name);
+    *l = P;
     return DT_OK;
 }
 
@@ -235,12 +244,10 @@ typedef struct {
     dt_layer base;
     int ndim;
     int64_t shape[DT_MAX_DIMS];
-    dt_tensor x;
 } reshape;
 
 static dt_status reshape_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
-    (void)ctx;
     reshape *R = (reshape *)l;
     int64_t per = 1;
     for (int i = 0; i < R->ndim; i++)
@@ -248,19 +255,24 @@ static dt_status reshape_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, d
     if (dt_tensor_numel(x) != x->shape[0] * per)
         return dt__fail(DT_ERR_INVALID, "%s: %lld values per sample cannot be reshaped to %lld", l->name,
                         (long long)(dt_tensor_numel(x) / x->shape[0]), (long long)per);
+    dt_tensor *saved = DT_SAVE(ctx, l, dt_tensor);
+    if (!saved)
+        return DT_ERR_NOMEM;
+    *saved = *x;
     *y = *x;
     y->ndim = R->ndim + 1;
     for (int i = 0; i < R->ndim; i++)
         y->shape[i + 1] = R->shape[i];
-    R->x = *x;
     return DT_OK;
 }
 
 static dt_status reshape_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
 {
-    (void)ctx;
+    const dt_tensor *x = DT_LOAD(ctx, l, dt_tensor);
+    if (!x)
+        return DT_ERR_INVALID;
     if (need_dx) {
-        *dx = ((reshape *)l)->x;
+        *dx = *x;
         dx->data = dy->data;
     }
     return DT_OK;

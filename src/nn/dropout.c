@@ -1,64 +1,94 @@
 /* Dropout: in training, zero each element with probability p and scale the
- * rest by 1/(1-p); the mask comes from ctx->rng, so a seeded run repeats. */
+ * rest by 1/(1-p).  Element i's draw is keyed by (ctx->key, this layer's
+ * name, i) (dt_rng_key in base.h), not taken from a running stream: a
+ * recomputed forward reproduces the mask exactly, a resumed run draws what
+ * the uninterrupted one drew, and any thread count gives the same mask. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "base/hash.h"
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/saved.h"
+#include "tensor/threads.h"
+
+#define GRAIN 16384
 
 typedef struct {
     dt_layer base;
     float prob;
-    float *mask; /* scale per element, or NULL when the layer was the identity */
-    dt_tensor x;
+    uint64_t id; /* FNV-1a of the name: this layer's stream under a key */
 } dropout;
+
+typedef struct {
+    dt_tensor x;
+    float *mask; /* scale per element, or NULL when the layer was the identity */
+} dropout_saved;
+
+typedef struct {
+    uint64_t stream;
+    float prob, keep;
+    const float *x;
+    float *y, *mask;
+} mask_args;
+
+static void draw_mask(int64_t b, int64_t e, void *p)
+{
+    mask_args *a = p;
+    for (int64_t i = b; i < e; i++) {
+        a->mask[i] = dt_rng_key_uniform(a->stream, (uint64_t)i) < a->prob ? 0.0f : a->keep;
+        a->y[i] = a->x[i] * a->mask[i];
+    }
+}
 
 static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
     dropout *D = (dropout *)l;
-    D->x = *x;
-    D->mask = NULL;
+    dropout_saved *sv = DT_SAVE(ctx, l, dropout_saved);
+    if (!sv)
+        return DT_ERR_NOMEM;
+    sv->x = *x;
+    sv->mask = NULL;
     if (!ctx->training || D->prob == 0.0f) {
         *y = *x; /* identity: share the buffer */
         return DT_OK;
     }
-    if (!ctx->rng)
-        return dt__fail(DT_ERR_INVALID, "%s: training needs ctx->rng for dropout masks", l->name);
     int64_t n = dt_tensor_numel(x);
     *y = *x;
     y->data = dt_arena_alloc(ctx->arena, n);
-    D->mask = dt_arena_alloc(ctx->arena, n);
-    if (!y->data || !D->mask)
+    sv->mask = dt_arena_alloc(ctx->arena, n);
+    if (!y->data || !sv->mask)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    float keep = 1.0f / (1.0f - D->prob);
-    for (int64_t i = 0; i < n; i++) {
-        D->mask[i] = dt_rng_uniform(ctx->rng) < D->prob ? 0.0f : keep;
-        y->data[i] = x->data[i] * D->mask[i];
-    }
+    mask_args a = {dt_rng_key_stream(&ctx->key, D->id), D->prob, 1.0f / (1.0f - D->prob), x->data, y->data,
+                   sv->mask};
+    dt__parallel_for(n, GRAIN, draw_mask, &a);
     return DT_OK;
 }
 
 static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
 {
-    dropout *D = (dropout *)l;
+    const dropout_saved *sv = DT_LOAD(ctx, l, dropout_saved);
+    if (!sv)
+        return DT_ERR_INVALID;
     if (!need_dx)
         return DT_OK;
-    if (!D->mask) {
+    if (!sv->mask) {
         *dx = *dy;
         return DT_OK;
     }
-    int64_t n = dt_tensor_numel(&D->x);
-    *dx = D->x;
+    int64_t n = dt_tensor_numel(&sv->x);
+    *dx = sv->x;
     if (!(dx->data = dt_arena_alloc(ctx->arena, n)))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     for (int64_t i = 0; i < n; i++)
-        dx->data[i] = dy->data[i] * D->mask[i];
+        dx->data[i] = dy->data[i] * sv->mask[i];
     return DT_OK;
 }
 
-static void init(dt_layer *l, dt_params *p, dt_rng *rng)
+static void init(dt_layer *l, dt_params *p, uint64_t seed)
 {
-    (void)l, (void)p, (void)rng;
+    (void)l, (void)p, (void)seed;
 }
 
 static void destroy(dt_layer *l) { free(l); }
@@ -75,6 +105,7 @@ dt_status dt_dropout_create(const char *name, float prob, dt_layer **l)
     D->base.ops = &ops;
     D->prob = prob;
     snprintf(D->base.name, sizeof D->base.name, "%s", name);
+    D->id = dt__fnv1a64(DT_FNV64_SEED, D->base.name, strlen(D->base.name));
     *l = &D->base;
     return DT_OK;
 }

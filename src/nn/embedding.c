@@ -7,12 +7,13 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/init.h"
+#include "nn/saved.h"
 
 typedef struct {
     dt_layer base;
     int64_t vocab, dim;
     int w;
-    dt_tensor ids;
 } embedding;
 
 static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
@@ -32,8 +33,11 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
             return dt__fail(DT_ERR_INVALID, "%s: token id %g at position %lld is outside 0..%lld", l->name, f,
                             (long long)i, (long long)E->vocab - 1);
     }
+    dt_tensor *ids = DT_SAVE(ctx, l, dt_tensor);
+    if (!ids)
+        return DT_ERR_NOMEM;
+    *ids = *x;
     dt_rows_gather(y->data, W, x->data, n, E->dim);
-    E->ids = *x;
     return DT_OK;
 }
 
@@ -41,20 +45,19 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
 {
     (void)dx, (void)need_dx;
     embedding *E = (embedding *)l;
+    const dt_tensor *ids = DT_LOAD(ctx, l, dt_tensor);
+    if (!ids)
+        return DT_ERR_INVALID;
     float *dW = dt_param_grad(ctx->params, E->w);
-    int64_t n = dt_tensor_numel(&E->ids);
-    dt_rows_scatter_add(dW, E->ids.data, dy->data, n, E->dim);
+    dt_rows_scatter_add(dW, ids->data, dy->data, dt_tensor_numel(ids), E->dim);
     dt_params_grad_ready(ctx->params, E->w);
     return DT_OK;
 }
 
 /* PyTorch's nn.Embedding default: N(0, 1). */
-static void init(dt_layer *l, dt_params *p, dt_rng *rng)
+static void init(dt_layer *l, dt_params *p, uint64_t seed)
 {
-    embedding *E = (embedding *)l;
-    float *W = dt_param_value(p, E->w);
-    for (int64_t i = 0; i < E->vocab * E->dim; i++)
-        W[i] = dt_rng_normal(rng);
+    dt__init_normal(p, ((embedding *)l)->w, seed, 1.0f);
 }
 
 static void destroy(dt_layer *l) { free(l); }

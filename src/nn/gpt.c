@@ -1,6 +1,7 @@
 /* GPT: byte-level decoder-only transformer, pre-LayerNorm, learned positions,
- * GELU MLP 4x, output projection tied to the token embedding.  Blocks are
- * layers of the model's ordered list: [embed, h.0 .. h.L-1, head].  Parameter
+ * GELU MLP 4x, output projection tied to the token embedding.  The model is
+ * described as blocks [embed, h.0 .. h.L-1, head]; the embedding table wte is
+ * shared by the first and the last block.  Parameter
  * names and initialisation follow GPT-2 / nanoGPT ("transformer.h.0.attn.
  * c_attn.weight"; N(0, 0.02), residual projections N(0, 0.02/sqrt(2L))). */
 #include <math.h>
@@ -9,32 +10,30 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/init.h"
 #include "nn/model_internal.h"
+#include "nn/saved.h"
 
-static void init_normal(dt_params *p, const char *name, float std, dt_rng *rng)
+static void init_normal(dt_params *p, const char *name, float std, uint64_t seed)
 {
     int i = dt_params_find(p, name);
-    if (i < 0)
-        return;
-    float *w = dt_param_value(p, i);
-    for (int64_t k = 0; k < dt_params_info(p, i)->numel; k++)
-        w[k] = std * dt_rng_normal(rng);
+    if (i >= 0)
+        dt__init_normal(p, i, seed, std);
 }
 
 static void init_zero(dt_params *p, const char *name)
 {
     int i = dt_params_find(p, name);
     if (i >= 0)
-        dt_vec_zero(dt_param_value(p, i), dt_params_info(p, i)->numel);
+        dt__init_const(p, i, 0.0f);
 }
 
-/* ---- embed: ids [B, T] -> wte[id] + wpe[t] ---- */
+/* ---- embed: ids [B, T] -> wte[id] + wpe[t], then dropout ---- */
 typedef struct {
     dt_layer base;
     int64_t vocab, context, dim;
     int wte, wpe;
     dt_layer *drop;
-    dt_tensor ids;
 } embed;
 
 static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
@@ -43,19 +42,20 @@ static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_
     if (x->ndim != 2 || x->shape[1] > E->context)
         return dt__fail(DT_ERR_INVALID, "%s: expects token ids [batch, time <= %lld]", l->name, (long long)E->context);
     int64_t B = x->shape[0], T = x->shape[1], D = E->dim;
-    float *out = dt_arena_alloc(ctx->arena, B * T * D);
-    if (!out)
-        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     for (int64_t i = 0; i < B * T; i++) {
         float f = x->data[i];
         if (!(f >= 0 && f < (float)E->vocab) || f != floorf(f))
             return dt__fail(DT_ERR_INVALID, "%s: token id %g outside 0..%lld", l->name, f, (long long)E->vocab - 1);
     }
+    dt_tensor *ids = DT_SAVE(ctx, l, dt_tensor);
+    float *out = ids ? dt_arena_alloc(ctx->arena, B * T * D) : NULL;
+    if (!out)
+        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+    *ids = *x;
     const float *wpe = dt_param_value(ctx->params, E->wpe);
     dt_rows_gather(out, dt_param_value(ctx->params, E->wte), x->data, B * T, D);
     for (int64_t b = 0; b < B; b++) /* each sequence adds positions 0..T-1 */
         dt_vec_axpy(out + b * T * D, 1.0f, wpe, T * D);
-    E->ids = *x;
     dt_tensor h = dt_tensor_view(out, 3, (int64_t[]){B, T, D});
     return E->drop->ops->forward(E->drop, ctx, &h, y);
 }
@@ -66,19 +66,22 @@ static dt_status embed_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, d
     embed *E = (embed *)l;
     dt_tensor g;
     DT_CHECK(E->drop->ops->backward(E->drop, ctx, dy, &g, true));
-    int64_t B = E->ids.shape[0], T = E->ids.shape[1], D = E->dim;
-    dt_rows_scatter_add(dt_param_grad(ctx->params, E->wte), E->ids.data, g.data, B * T, D);
+    const dt_tensor *ids = DT_LOAD(ctx, l, dt_tensor);
+    if (!ids)
+        return DT_ERR_INVALID;
+    int64_t B = ids->shape[0], T = ids->shape[1], D = E->dim;
+    dt_rows_scatter_add(dt_param_grad(ctx->params, E->wte), ids->data, g.data, B * T, D);
     dt_rows_sum_add(dt_param_grad(ctx->params, E->wpe), g.data, B, T * D); /* rows are sequences */
     dt_params_grad_ready(ctx->params, E->wpe);
-    dt_params_grad_ready(ctx->params, E->wte); /* final: the tied head added its part earlier */
+    dt_params_grad_ready(ctx->params, E->wte); /* final: a tied head in this stage added its part earlier */
     return DT_OK;
 }
 
-static void embed_init(dt_layer *l, dt_params *p, dt_rng *rng)
+static void embed_init(dt_layer *l, dt_params *p, uint64_t seed)
 {
     (void)l;
-    init_normal(p, "transformer.wte.weight", 0.02f, rng);
-    init_normal(p, "transformer.wpe.weight", 0.02f, rng);
+    init_normal(p, "transformer.wte.weight", 0.02f, seed);
+    init_normal(p, "transformer.wpe.weight", 0.02f, seed);
 }
 
 static void embed_destroy(dt_layer *l)
@@ -89,74 +92,31 @@ static void embed_destroy(dt_layer *l)
 
 static const dt_layer_ops embed_ops = {"gpt-embed", embed_forward, embed_backward, embed_init, embed_destroy};
 
-/* ---- block: x + attn(ln_1(x)), then + mlp(ln_2(.)) ---- */
+/* ---- block: x + attn(ln_1(x)), then + mlp(ln_2(.)) ----
+ * Two residual sequences in one sequence; this wrapper adds GPT-2's
+ * initialisation (residual projections scaled by 1/sqrt(2L)). */
 typedef struct {
     dt_layer base;
     int layers;
-    dt_layer *ln1, *attn, *drop1, *ln2, *fc, *gelu, *proj, *drop2;
-    dt_tensor x1;
+    dt_layer *body;
 } block;
-
-static dt_status run_forward(dt_layer **chain, int n, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
-{
-    dt_tensor cur = *x;
-    for (int i = 0; i < n; i++) {
-        dt_tensor next;
-        DT_CHECK(chain[i]->ops->forward(chain[i], ctx, &cur, &next));
-        cur = next;
-    }
-    *y = cur;
-    return DT_OK;
-}
-
-static dt_status run_backward(dt_layer **chain, int n, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx)
-{
-    dt_tensor g = *dy;
-    for (int i = n - 1; i >= 0; i--) {
-        dt_tensor d;
-        DT_CHECK(chain[i]->ops->backward(chain[i], ctx, &g, &d, true));
-        g = d;
-    }
-    *dx = g;
-    return DT_OK;
-}
-
-static dt_status add_into_new(dt_ctx *ctx, const dt_tensor *a, const dt_tensor *b, dt_tensor *y)
-{
-    *y = *a;
-    if (!(y->data = dt_arena_alloc(ctx->arena, dt_tensor_numel(a))))
-        return dt__fail(DT_ERR_NOMEM, "out of activation memory");
-    dt_residual_add(a, b, y);
-    return DT_OK;
-}
 
 static dt_status block_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
-    block *K = (block *)l;
-    dt_tensor a, m;
-    DT_CHECK(run_forward((dt_layer *[]){K->ln1, K->attn, K->drop1}, 3, ctx, x, &a));
-    DT_CHECK(add_into_new(ctx, x, &a, &K->x1));
-    DT_CHECK(run_forward((dt_layer *[]){K->ln2, K->fc, K->gelu, K->proj, K->drop2}, 5, ctx, &K->x1, &m));
-    return add_into_new(ctx, &K->x1, &m, y);
+    dt_layer *b = ((block *)l)->body;
+    return b->ops->forward(b, ctx, x, y);
 }
 
 static dt_status block_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
 {
-    (void)need_dx;
-    block *K = (block *)l;
-    dt_tensor dm, dx1, da;
-    DT_CHECK(run_backward((dt_layer *[]){K->ln2, K->fc, K->gelu, K->proj, K->drop2}, 5, ctx, dy, &dm));
-    DT_CHECK(add_into_new(ctx, dy, &dm, &dx1)); /* the residual passes dy straight through */
-    DT_CHECK(run_backward((dt_layer *[]){K->ln1, K->attn, K->drop1}, 3, ctx, &dx1, &da));
-    return add_into_new(ctx, &dx1, &da, dx);
+    dt_layer *b = ((block *)l)->body;
+    return b->ops->backward(b, ctx, dy, dx, need_dx);
 }
 
-static void block_init(dt_layer *l, dt_params *p, dt_rng *rng)
+static void block_init(dt_layer *l, dt_params *p, uint64_t seed)
 {
     block *K = (block *)l;
-    K->ln1->ops->init(K->ln1, p, rng);
-    K->ln2->ops->init(K->ln2, p, rng);
-    const char *n = l->name;
+    K->body->ops->init(K->body, p, seed); /* LayerNorms (ones, zeros); the linears are set below */
     char name[160];
     float resid = 0.02f / sqrtf(2.0f * (float)K->layers);
     struct {
@@ -164,20 +124,17 @@ static void block_init(dt_layer *l, dt_params *p, dt_rng *rng)
         float std;
     } w[] = {{"attn.c_attn", 0.02f}, {"attn.c_proj", resid}, {"mlp.c_fc", 0.02f}, {"mlp.c_proj", resid}};
     for (size_t i = 0; i < sizeof w / sizeof w[0]; i++) {
-        snprintf(name, sizeof name, "%s.%s.weight", n, w[i].suffix);
-        init_normal(p, name, w[i].std, rng);
-        snprintf(name, sizeof name, "%s.%s.bias", n, w[i].suffix);
+        snprintf(name, sizeof name, "%s.%s.weight", l->name, w[i].suffix);
+        init_normal(p, name, w[i].std, seed);
+        snprintf(name, sizeof name, "%s.%s.bias", l->name, w[i].suffix);
         init_zero(p, name);
     }
 }
 
 static void block_destroy(dt_layer *l)
 {
-    block *K = (block *)l;
-    dt_layer *subs[] = {K->ln1, K->attn, K->drop1, K->ln2, K->fc, K->gelu, K->proj, K->drop2};
-    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
-        dt_layer_destroy(subs[i]);
-    free(K);
+    dt_layer_destroy(((block *)l)->body);
+    free(l);
 }
 
 static const dt_layer_ops block_ops = {"gpt-block", block_forward, block_backward, block_init, block_destroy};
@@ -188,19 +145,23 @@ typedef struct {
     int64_t vocab, dim;
     int wte;
     dt_layer *ln_f;
-    dt_tensor h;
 } head;
 
 static dt_status head_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
     head *H = (head *)l;
-    DT_CHECK(H->ln_f->ops->forward(H->ln_f, ctx, x, &H->h));
+    dt_tensor h;
+    DT_CHECK(H->ln_f->ops->forward(H->ln_f, ctx, x, &h));
+    dt_tensor *saved = DT_SAVE(ctx, l, dt_tensor);
+    if (!saved)
+        return DT_ERR_NOMEM;
+    *saved = h;
     int64_t n = dt_tensor_numel(x) / H->dim;
     *y = *x;
     y->shape[y->ndim - 1] = H->vocab;
     if (!(y->data = dt_arena_alloc(ctx->arena, n * H->vocab)))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    dt_sgemm(0, 1, n, H->vocab, H->dim, 1.0f, H->h.data, dt_param_value(ctx->params, H->wte), 0.0f, y->data);
+    dt_sgemm(0, 1, n, H->vocab, H->dim, 1.0f, h.data, dt_param_value(ctx->params, H->wte), 0.0f, y->data);
     return DT_OK;
 }
 
@@ -208,19 +169,23 @@ static dt_status head_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt
 {
     (void)need_dx;
     head *H = (head *)l;
-    int64_t n = dt_tensor_numel(&H->h) / H->dim;
-    dt_sgemm(1, 0, H->vocab, H->dim, n, 1.0f, dy->data, H->h.data, 1.0f, dt_param_grad(ctx->params, H->wte));
-    dt_tensor dh = H->h;
+    const dt_tensor *h = DT_LOAD(ctx, l, dt_tensor);
+    if (!h)
+        return DT_ERR_INVALID;
+    int64_t n = dt_tensor_numel(h) / H->dim;
+    dt_sgemm(1, 0, H->vocab, H->dim, n, 1.0f, dy->data, h->data, 1.0f, dt_param_grad(ctx->params, H->wte));
+    dt_tensor dh = *h;
     if (!(dh.data = dt_arena_alloc(ctx->arena, n * H->dim)))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     dt_sgemm(0, 0, n, H->dim, H->vocab, 1.0f, dy->data, dt_param_value(ctx->params, H->wte), 0.0f, dh.data);
     return H->ln_f->ops->backward(H->ln_f, ctx, &dh, dx, true);
 }
 
-static void head_init(dt_layer *l, dt_params *p, dt_rng *rng)
+static void head_init(dt_layer *l, dt_params *p, uint64_t seed)
 {
     head *H = (head *)l;
-    H->ln_f->ops->init(H->ln_f, p, rng);
+    H->ln_f->ops->init(H->ln_f, p, seed);
+    init_normal(p, "transformer.wte.weight", 0.02f, seed); /* tied: the same bits as the embedding's init */
 }
 
 static void head_destroy(dt_layer *l)
@@ -231,9 +196,60 @@ static void head_destroy(dt_layer *l)
 
 static const dt_layer_ops head_ops = {"gpt-head", head_forward, head_backward, head_init, head_destroy};
 
-/* ---- assembly ---- */
+/* ---- the description ---- */
 
-static dt_status make_block(dt_params *p, const dt_gpt_config *c, int i, dt_layer **out)
+static dt_status make_embed(const dt_gpt_config *c, dt_params *p, dt_layer **out)
+{
+    embed *E = calloc(1, sizeof *E);
+    if (!E)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    E->base.ops = &embed_ops;
+    snprintf(E->base.name, sizeof E->base.name, "transformer.embed");
+    E->vocab = c->vocab;
+    E->context = c->context;
+    E->dim = c->dim;
+    dt_status s = dt__params_use(p, "transformer.wte.weight", 2, (int64_t[]){c->vocab, c->dim}, &E->wte);
+    if (s == DT_OK)
+        s = dt_params_add(p, "transformer.wpe.weight", 2, (int64_t[]){c->context, c->dim}, &E->wpe);
+    if (s == DT_OK)
+        s = dt_dropout_create("transformer.drop", c->dropout, &E->drop);
+    if (s != DT_OK) {
+        free(E);
+        return s;
+    }
+    *out = &E->base;
+    return DT_OK;
+}
+
+static dt_status destroy_all(dt_layer **items, int n, dt_status s)
+{
+    for (int i = 0; i < n; i++)
+        dt_layer_destroy(items[i]);
+    return s;
+}
+
+/* Append x + f(x) to body, f the sequence of items (consumed, also on failure). */
+static dt_status add_branch(dt_layer *body, const char *name, dt_layer **items, int n)
+{
+    dt_layer *seq = NULL, *res = NULL;
+    dt_status s = dt_sequential_create(name, &seq);
+    if (s != DT_OK)
+        return destroy_all(items, n, s);
+    for (int i = 0; i < n; i++) {
+        if (s == DT_OK)
+            s = dt_sequential_append(seq, items[i]); /* consumes the item */
+        else
+            dt_layer_destroy(items[i]);
+    }
+    if (s != DT_OK) {
+        dt_layer_destroy(seq);
+        return s;
+    }
+    DT_CHECK(dt_residual_create(name, seq, &res)); /* consumes seq */
+    return dt_sequential_append(body, res);
+}
+
+static dt_status make_block(const dt_gpt_config *c, int i, dt_params *p, dt_layer **out)
 {
     block *K = calloc(1, sizeof *K);
     if (!K)
@@ -241,29 +257,38 @@ static dt_status make_block(dt_params *p, const dt_gpt_config *c, int i, dt_laye
     K->base.ops = &block_ops;
     K->layers = (int)c->layers;
     snprintf(K->base.name, sizeof K->base.name, "transformer.h.%d", i);
-    char n[160];
     const char *b = K->base.name;
-    dt_status s;
+    char n[160];
+    dt_layer *a[3] = {0}, *m[5] = {0};
+    dt_status s = dt_sequential_create(b, &K->body);
     snprintf(n, sizeof n, "%s.ln_1", b);
-    s = dt_layernorm_create(p, n, c->dim, 1e-5f, &K->ln1);
+    if (s == DT_OK)
+        s = dt_layernorm_create(p, n, c->dim, 1e-5f, &a[0]);
     snprintf(n, sizeof n, "%s.attn", b);
     if (s == DT_OK)
-        s = dt_attention_create(p, n, c->dim, c->heads, &K->attn);
+        s = dt_attention_create(p, n, c->dim, c->heads, &a[1]);
+    snprintf(n, sizeof n, "%s.attn_dropout", b);
+    if (s == DT_OK)
+        s = dt_dropout_create(n, c->dropout, &a[2]);
     snprintf(n, sizeof n, "%s.ln_2", b);
     if (s == DT_OK)
-        s = dt_layernorm_create(p, n, c->dim, 1e-5f, &K->ln2);
+        s = dt_layernorm_create(p, n, c->dim, 1e-5f, &m[0]);
     snprintf(n, sizeof n, "%s.mlp.c_fc", b);
     if (s == DT_OK)
-        s = dt_linear_create(p, n, c->dim, 4 * c->dim, true, &K->fc);
+        s = dt_linear_create(p, n, c->dim, 4 * c->dim, true, &m[1]);
+    snprintf(n, sizeof n, "%s.mlp.gelu", b);
     if (s == DT_OK)
-        s = dt_gelu_create("gelu", &K->gelu);
+        s = dt_gelu_create(n, &m[2]);
     snprintf(n, sizeof n, "%s.mlp.c_proj", b);
     if (s == DT_OK)
-        s = dt_linear_create(p, n, 4 * c->dim, c->dim, true, &K->proj);
+        s = dt_linear_create(p, n, 4 * c->dim, c->dim, true, &m[3]);
+    snprintf(n, sizeof n, "%s.mlp_dropout", b);
     if (s == DT_OK)
-        s = dt_dropout_create("attn_dropout", c->dropout, &K->drop1);
-    if (s == DT_OK)
-        s = dt_dropout_create("mlp_dropout", c->dropout, &K->drop2);
+        s = dt_dropout_create(n, c->dropout, &m[4]);
+    snprintf(n, sizeof n, "%s.attn_branch", b);
+    s = s == DT_OK ? add_branch(K->body, n, a, 3) : destroy_all(a, 3, s);
+    snprintf(n, sizeof n, "%s.mlp_branch", b);
+    s = s == DT_OK ? add_branch(K->body, n, m, 5) : destroy_all(m, 5, s);
     if (s != DT_OK) {
         block_destroy(&K->base);
         return s;
@@ -272,63 +297,79 @@ static dt_status make_block(dt_params *p, const dt_gpt_config *c, int i, dt_laye
     return DT_OK;
 }
 
-dt_status dt_gpt_create(const dt_gpt_config *c, dt_model **out)
+static dt_status make_head(const dt_gpt_config *c, dt_params *p, dt_layer **out)
 {
-    if (c->vocab <= 0 || c->context <= 0 || c->layers <= 0 || c->heads <= 0 || c->dim <= 0 || c->dim % c->heads ||
-        !(c->dropout >= 0 && c->dropout < 1))
-        return dt__fail(DT_ERR_INVALID,
-                        "gpt: vocab %lld, context %lld, layers %lld, heads %lld, dim %lld (a multiple of heads), dropout %g",
-                        (long long)c->vocab, (long long)c->context, (long long)c->layers, (long long)c->heads,
-                        (long long)c->dim, c->dropout);
-    dt_model *m = NULL;
-    DT_CHECK(dt__model_new((int)c->layers + 2, &m));
-    dt_params *p = dt_model_params(m);
-    embed *E = calloc(1, sizeof *E);
     head *H = calloc(1, sizeof *H);
-    dt_status s = E && H ? DT_OK : dt__fail(DT_ERR_NOMEM, "out of memory");
-    if (s == DT_OK) {
-        E->base.ops = &embed_ops;
-        snprintf(E->base.name, sizeof E->base.name, "transformer.embed");
-        E->vocab = c->vocab;
-        E->context = c->context;
-        E->dim = c->dim;
-        s = dt_params_add(p, "transformer.wte.weight", 2, (int64_t[]){c->vocab, c->dim}, &E->wte);
-        if (s == DT_OK)
-            s = dt_params_add(p, "transformer.wpe.weight", 2, (int64_t[]){c->context, c->dim}, &E->wpe);
-        if (s == DT_OK)
-            s = dt_dropout_create("embed_dropout", c->dropout, &E->drop);
-        if (s == DT_OK) {
-            dt__model_append(m, &E->base);
-            E = NULL;
-        }
-    }
-    for (int i = 0; s == DT_OK && i < c->layers; i++) {
-        dt_layer *b = NULL;
-        if ((s = make_block(p, c, i, &b)) == DT_OK)
-            dt__model_append(m, b);
-    }
-    if (s == DT_OK) {
-        H->base.ops = &head_ops;
-        snprintf(H->base.name, sizeof H->base.name, "lm_head");
-        H->vocab = c->vocab;
-        H->dim = c->dim;
-        H->wte = dt_params_find(p, "transformer.wte.weight");
-        s = dt_layernorm_create(p, "transformer.ln_f", c->dim, 1e-5f, &H->ln_f);
-        if (s == DT_OK) {
-            dt__model_append(m, &H->base);
-            H = NULL;
-        }
-    }
+    if (!H)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    H->base.ops = &head_ops;
+    snprintf(H->base.name, sizeof H->base.name, "lm_head");
+    H->vocab = c->vocab;
+    H->dim = c->dim;
+    dt_status s = dt__params_use(p, "transformer.wte.weight", 2, (int64_t[]){c->vocab, c->dim}, &H->wte);
     if (s == DT_OK)
-        s = dt_params_finalize(p);
-    if (E)
-        dt_layer_destroy(E->drop);
-    free(E);
-    free(H);
+        s = dt_layernorm_create(p, "transformer.ln_f", c->dim, 1e-5f, &H->ln_f);
     if (s != DT_OK) {
-        dt_model_destroy(m);
+        free(H);
         return s;
     }
-    *out = m;
+    *out = &H->base;
     return DT_OK;
+}
+
+static dt_status make_gpt_block(const dt_model_desc *d, int index, dt_params *p, dt_layer **out)
+{
+    const dt_gpt_config *c = dt__desc_config(d);
+    if (index == 0)
+        return make_embed(c, p, out);
+    if (index == c->layers + 1)
+        return make_head(c, p, out);
+    return make_block(c, index - 1, p, out);
+}
+
+dt_status dt_gpt_describe(const dt_gpt_config *c, dt_model_desc **out)
+{
+    if (!c || !out)
+        return dt__fail(DT_ERR_INVALID, "gpt: %s is NULL", c ? "out" : "the configuration");
+    if (c->vocab <= 0 || c->vocab > (1 << 24) || c->context <= 0 || c->layers <= 0 || c->layers > 100000 ||
+        c->heads <= 0 || c->dim <= 0 || c->dim % c->heads || !(c->dropout >= 0 && c->dropout < 1))
+        return dt__fail(DT_ERR_INVALID,
+                        "gpt: vocab %lld (1..2^24), context %lld, layers %lld, heads %lld, dim %lld (a multiple of "
+                        "heads), dropout %g",
+                        (long long)c->vocab, (long long)c->context, (long long)c->layers, (long long)c->heads,
+                        (long long)c->dim, c->dropout);
+    dt_model_desc *d = NULL;
+    DT_CHECK(dt__desc_new(c, sizeof *c, &d));
+    /* Cost hints per sample (one sequence of `context` tokens).  Activation
+     * floats are what forward allocates in the arena and keeps for backward. */
+    double T = (double)c->context, D = (double)c->dim, V = (double)c->vocab, H = (double)c->heads;
+    double drop = c->dropout > 0 ? 2 : 0; /* a dropout keeps its output and its mask */
+    double block_flops = 24 * T * D * D + 4 * T * T * D;
+    double block_act = T * D * (27 + 2 * drop) + 2 * T + H * T * T;
+    int L = (int)c->layers;
+    dt_status s = dt__desc_add(d, "transformer.embed", "gpt-embed", make_gpt_block, c->vocab * c->dim + c->context * c->dim,
+                               T * D, 4 * T * D * (1 + drop));
+    for (int i = 0; s == DT_OK && i < L; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "transformer.h.%d", i);
+        s = dt__desc_add(d, name, "gpt-block", make_gpt_block, 12 * c->dim * c->dim + 13 * c->dim, block_flops,
+                         4 * block_act);
+    }
+    if (s == DT_OK)
+        s = dt__desc_add(d, "lm_head", "gpt-head", make_gpt_block, c->vocab * c->dim + 2 * c->dim, 2 * T * D * V,
+                         4 * (2 * T * D + T + T * V));
+    if (s == DT_OK)
+        s = dt__desc_share(d, "transformer.wte.weight", 0, L + 1);
+    if (s != DT_OK) {
+        dt_model_desc_destroy(d);
+        return s;
+    }
+    *out = d;
+    return DT_OK;
+}
+
+dt_status dt_gpt_create(const dt_gpt_config *c, dt_model **out)
+{
+    dt_model_desc *d = NULL;
+    return dt__build_whole(dt_gpt_describe(c, &d), &d, out);
 }

@@ -6,6 +6,8 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/init.h"
+#include "nn/saved.h"
 #include "tensor/threads.h"
 
 typedef struct {
@@ -13,15 +15,19 @@ typedef struct {
     int64_t dim;
     float eps;
     int w, b;
-    dt_tensor x;
-    float *xhat, *rstd;
 } layernorm;
+
+typedef struct {
+    dt_tensor x;
+    float *xhat, *rstd; /* the normalised input and 1/std per row */
+} ln_saved;
 
 /* Rows are independent, so forward and the input gradient split by rows;
  * the weight and bias gradients sum over rows, so they split by columns and
  * add rows in order (the same bits for any thread count). */
 typedef struct {
     const layernorm *L;
+    ln_saved *sv;
     const float *x, *dy, *w, *b;
     float *y, *dx, *dw, *db;
     int64_t rows;
@@ -44,10 +50,10 @@ static void forward_rows(int64_t r0, int64_t r1, void *p)
             var += (xr[i] - mean) * (xr[i] - mean);
         var /= (double)D;
         float rstd = (float)(1.0 / sqrt(var + L->eps));
-        L->rstd[r] = rstd;
+        a->sv->rstd[r] = rstd;
         for (int64_t i = 0; i < D; i++) {
             float h = (float)(xr[i] - mean) * rstd;
-            L->xhat[r * D + i] = h;
+            a->sv->xhat[r * D + i] = h;
             a->y[r * D + i] = h * a->w[i] + a->b[i];
         }
     }
@@ -60,16 +66,19 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     if (x->shape[x->ndim - 1] != D)
         return dt__fail(DT_ERR_INVALID, "%s: last dimension %lld, expected %lld", l->name,
                         (long long)x->shape[x->ndim - 1], (long long)D);
+    ln_saved *sv = DT_SAVE(ctx, l, ln_saved);
+    if (!sv)
+        return DT_ERR_NOMEM;
+    sv->x = *x;
     *y = *x;
     y->data = dt_arena_alloc(ctx->arena, n * D);
-    L->xhat = dt_arena_alloc(ctx->arena, n * D);
-    L->rstd = dt_arena_alloc(ctx->arena, n);
-    if (!y->data || !L->xhat || !L->rstd)
+    sv->xhat = dt_arena_alloc(ctx->arena, n * D);
+    sv->rstd = dt_arena_alloc(ctx->arena, n);
+    if (!y->data || !sv->xhat || !sv->rstd)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    ln_args a = {.L = L, .x = x->data, .y = y->data, .rows = n, .w = dt_param_value(ctx->params, L->w),
+    ln_args a = {.L = L, .sv = sv, .x = x->data, .y = y->data, .rows = n, .w = dt_param_value(ctx->params, L->w),
                  .b = dt_param_value(ctx->params, L->b)};
     dt__parallel_for(n, GRAIN_ROWS, forward_rows, &a);
-    L->x = *x;
     return DT_OK;
 }
 
@@ -79,7 +88,7 @@ static void input_grad_rows(int64_t r0, int64_t r1, void *p)
     const layernorm *L = a->L;
     int64_t D = L->dim;
     for (int64_t r = r0; r < r1; r++) {
-        const float *g = a->dy + r * D, *h = L->xhat + r * D;
+        const float *g = a->dy + r * D, *h = a->sv->xhat + r * D;
         double mean_gw = 0, mean_gwh = 0;
         for (int64_t i = 0; i < D; i++) {
             float gw = g[i] * a->w[i];
@@ -89,7 +98,7 @@ static void input_grad_rows(int64_t r0, int64_t r1, void *p)
         mean_gw /= (double)D;
         mean_gwh /= (double)D;
         for (int64_t i = 0; i < D; i++)
-            a->dx[r * D + i] = L->rstd[r] * (float)(g[i] * a->w[i] - mean_gw - h[i] * mean_gwh);
+            a->dx[r * D + i] = a->sv->rstd[r] * (float)(g[i] * a->w[i] - mean_gw - h[i] * mean_gwh);
     }
 }
 
@@ -99,7 +108,7 @@ static void param_grad_cols(int64_t c0, int64_t c1, void *p)
     int64_t D = a->L->dim;
     float *restrict dw = a->dw, *restrict db = a->db;
     for (int64_t r = 0; r < a->rows; r++) {
-        const float *restrict g = a->dy + r * D, *restrict h = a->L->xhat + r * D;
+        const float *restrict g = a->dy + r * D, *restrict h = a->sv->xhat + r * D;
         for (int64_t i = c0; i < c1; i++) {
             dw[i] += g[i] * h[i];
             db[i] += g[i];
@@ -110,11 +119,14 @@ static void param_grad_cols(int64_t c0, int64_t c1, void *p)
 static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
 {
     layernorm *L = (layernorm *)l;
-    int64_t D = L->dim, n = dt_tensor_numel(&L->x) / D;
-    ln_args a = {.L = L, .dy = dy->data, .rows = n, .w = dt_param_value(ctx->params, L->w),
+    ln_saved *sv = DT_LOAD(ctx, l, ln_saved);
+    if (!sv)
+        return DT_ERR_INVALID;
+    int64_t D = L->dim, n = dt_tensor_numel(&sv->x) / D;
+    ln_args a = {.L = L, .sv = sv, .dy = dy->data, .rows = n, .w = dt_param_value(ctx->params, L->w),
                  .dw = dt_param_grad(ctx->params, L->w), .db = dt_param_grad(ctx->params, L->b)};
     if (need_dx) {
-        *dx = L->x;
+        *dx = sv->x;
         if (!(dx->data = dt_arena_alloc(ctx->arena, n * D)))
             return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
         a.dx = dx->data;
@@ -126,15 +138,12 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
     return DT_OK;
 }
 
-static void init(dt_layer *l, dt_params *p, dt_rng *rng)
+static void init(dt_layer *l, dt_params *p, uint64_t seed)
 {
-    (void)rng;
+    (void)seed;
     layernorm *L = (layernorm *)l;
-    float *w = dt_param_value(p, L->w), *b = dt_param_value(p, L->b);
-    for (int64_t i = 0; i < L->dim; i++) {
-        w[i] = 1.0f;
-        b[i] = 0.0f;
-    }
+    dt__init_const(p, L->w, 1.0f);
+    dt__init_const(p, L->b, 0.0f);
 }
 
 static void destroy(dt_layer *l) { free(l); }

@@ -6,12 +6,13 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/init.h"
+#include "nn/saved.h"
 
 typedef struct {
     dt_layer base;
     int64_t in, out;
     int w, b; /* parameter indices (b = -1 without bias) */
-    dt_tensor x; /* saved input */
 } linear;
 
 static int64_t rows(const dt_tensor *x, int64_t in) { return dt_tensor_numel(x) / in; }
@@ -23,6 +24,10 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
         return dt__fail(DT_ERR_INVALID, "%s: input's last dimension is %lld, expected %lld", l->name,
                         (long long)x->shape[x->ndim - 1], (long long)L->in);
     int64_t n = rows(x, L->in);
+    dt_tensor *saved = DT_SAVE(ctx, l, dt_tensor);
+    if (!saved)
+        return DT_ERR_NOMEM;
+    *saved = *x;
     *y = *x;
     y->shape[y->ndim - 1] = L->out;
     if (!(y->data = dt_arena_alloc(ctx->arena, n * L->out)))
@@ -32,23 +37,25 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
         dt_rows_fill(y->data, dt_param_value(ctx->params, L->b), n, L->out);
     }
     dt_sgemm(0, 1, n, L->out, L->in, 1.0f, x->data, W, L->b >= 0 ? 1.0f : 0.0f, y->data);
-    L->x = *x;
     return DT_OK;
 }
 
 static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
 {
     linear *L = (linear *)l;
-    int64_t n = rows(&L->x, L->in);
+    const dt_tensor *x = DT_LOAD(ctx, l, dt_tensor);
+    if (!x)
+        return DT_ERR_INVALID;
+    int64_t n = rows(x, L->in);
     /* dW[out, in] += dy^T x ; db += column sums of dy */
-    dt_sgemm(1, 0, L->out, L->in, n, 1.0f, dy->data, L->x.data, 1.0f, dt_param_grad(ctx->params, L->w));
+    dt_sgemm(1, 0, L->out, L->in, n, 1.0f, dy->data, x->data, 1.0f, dt_param_grad(ctx->params, L->w));
     dt_params_grad_ready(ctx->params, L->w);
     if (L->b >= 0) {
         dt_rows_sum_add(dt_param_grad(ctx->params, L->b), dy->data, n, L->out);
         dt_params_grad_ready(ctx->params, L->b);
     }
     if (need_dx) {
-        *dx = L->x;
+        *dx = *x;
         if (!(dx->data = dt_arena_alloc(ctx->arena, n * L->in)))
             return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
         dt_sgemm(0, 0, n, L->in, L->out, 1.0f, dy->data, dt_param_value(ctx->params, L->w), 0.0f, dx->data);
@@ -57,18 +64,13 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
 }
 
 /* PyTorch's nn.Linear default: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias. */
-static void init(dt_layer *l, dt_params *p, dt_rng *rng)
+static void init(dt_layer *l, dt_params *p, uint64_t seed)
 {
     linear *L = (linear *)l;
     float bound = 1.0f / sqrtf((float)L->in);
-    float *W = dt_param_value(p, L->w);
-    for (int64_t i = 0; i < L->in * L->out; i++)
-        W[i] = (2.0f * dt_rng_uniform(rng) - 1.0f) * bound;
-    if (L->b >= 0) {
-        float *b = dt_param_value(p, L->b);
-        for (int64_t i = 0; i < L->out; i++)
-            b[i] = (2.0f * dt_rng_uniform(rng) - 1.0f) * bound;
-    }
+    dt__init_uniform(p, L->w, seed, bound);
+    if (L->b >= 0)
+        dt__init_uniform(p, L->b, seed, bound);
 }
 
 static void destroy(dt_layer *l) { free(l); }

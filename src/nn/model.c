@@ -1,57 +1,178 @@
-/* Sequential models: an ordered list of layers over one parameter registry
- * (pipeline stages will cut this list; recomputation re-runs a segment). */
+/* Models as block descriptions, and their instantiation.
+ *
+ * A description lists a model's blocks in order (name, kind, parameters,
+ * cost hints) with the function that creates each.  Instantiating blocks
+ * [lo, hi) registers only their parameters and chains them in one sequential
+ * container: the whole model is [0, n), a pipeline stage any range.  A tied
+ * parameter (GPT's wte, used by the embedding and the output head) is
+ * declared shared; each stage that holds one of its users registers it, and
+ * the stages reduce its gradient between them (dt_model_shared_params). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/status.h"
 #include "dtrain/nn.h"
 #include "nn/model_internal.h"
 
-struct dt_model {
-    dt_params *params;
-    dt_layer **layers;
-    dt_tensor *inputs; /* each layer's input from the last forward */
-    int n;
+typedef struct {
+    dt_block_info info;
+    dt__block_make make;
+} block_desc;
+
+typedef struct {
+    char name[96];
+    int first, last;
+} shared_decl;
+
+struct dt_model_desc {
+    void *config;
+    block_desc *blocks;
+    int n, cap;
+    shared_decl *shared;
+    int nshared;
 };
 
-void dt__model_append(dt_model *m, dt_layer *l) { m->layers[m->n++] = l; }
+struct dt_model {
+    dt_params *params;
+    dt_layer *root; /* sequential over blocks [lo, hi) */
+    int lo, hi;
+    dt_block_info *info;
+    int *first_param, *num_params;
+    dt_shared_param *shared;
+    int nshared;
+};
 
-dt_status dt__model_new(int cap, dt_model **out)
+/* ---- descriptions ---- */
+
+dt_status dt__desc_new(const void *config, size_t config_bytes, dt_model_desc **out)
 {
-    dt_model *m = calloc(1, sizeof *m);
-    if (!m || dt_params_create(&m->params) != DT_OK || !(m->layers = calloc((size_t)cap, sizeof *m->layers)) ||
-        !(m->inputs = calloc((size_t)cap, sizeof *m->inputs))) {
-        dt_model_destroy(m);
+    dt_model_desc *d = calloc(1, sizeof *d);
+    if (!d || !(d->config = malloc(config_bytes ? config_bytes : 1))) {
+        free(d);
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     }
-    *out = m;
+    memcpy(d->config, config, config_bytes);
+    *out = d;
     return DT_OK;
 }
 
-dt_status dt_mlp_create(const int64_t *sizes, int nsizes, dt_model **out)
+const void *dt__desc_config(const dt_model_desc *d) { return d->config; }
+
+dt_status dt__desc_add(dt_model_desc *d, const char *name, const char *kind, dt__block_make make, int64_t params,
+                       double flops, double act_bytes)
 {
-    if (nsizes < 2)
-        return dt__fail(DT_ERR_INVALID, "mlp: needs at least an input and an output size, got %d sizes", nsizes);
-    for (int i = 0; i < nsizes; i++)
-        if (sizes[i] <= 0)
-            return dt__fail(DT_ERR_INVALID, "mlp: layer size %d is %lld", i, (long long)sizes[i]);
-    dt_model *m = NULL;
-    DT_CHECK(dt__model_new(2 * nsizes, &m));
-    dt_status s = DT_OK;
-    for (int i = 0; s == DT_OK && i + 1 < nsizes; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "fc%d", i + 1);
-        s = dt_linear_create(m->params, name, sizes[i], sizes[i + 1], true, &m->layers[m->n]);
+    if (d->n == d->cap) {
+        int cap = d->cap ? 2 * d->cap : 16;
+        block_desc *b = realloc(d->blocks, (size_t)cap * sizeof *b);
+        if (!b)
+            return dt__fail(DT_ERR_NOMEM, "out of memory");
+        d->blocks = b;
+        d->cap = cap;
+    }
+    block_desc *b = &d->blocks[d->n++];
+    memset(b, 0, sizeof *b);
+    snprintf(b->info.name, sizeof b->info.name, "%s", name);
+    b->info.kind = kind;
+    b->info.params = params;
+    b->info.flops = flops;
+    b->info.act_bytes = act_bytes;
+    b->make = make;
+    return DT_OK;
+}
+
+dt_status dt__desc_share(dt_model_desc *d, const char *name, int first, int last)
+{
+    shared_decl *s = realloc(d->shared, (size_t)(d->nshared + 1) * sizeof *s);
+    if (!s)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    d->shared = s;
+    snprintf(s[d->nshared].name, sizeof s->name, "%s", name);
+    s[d->nshared].first = first;
+    s[d->nshared].last = last;
+    d->nshared++;
+    return DT_OK;
+}
+
+int dt_model_desc_blocks(const dt_model_desc *d) { return d ? d->n : 0; }
+
+const dt_block_info *dt_model_desc_block(const dt_model_desc *d, int i)
+{
+    return d && i >= 0 && i < d->n ? &d->blocks[i].info : NULL;
+}
+
+void dt_model_desc_destroy(dt_model_desc *d)
+{
+    if (!d)
+        return;
+    free(d->config);
+    free(d->blocks);
+    free(d->shared);
+    free(d);
+}
+
+dt_status dt__params_use(dt_params *p, const char *name, int ndim, const int64_t *shape, int *index)
+{
+    int i = dt_params_find(p, name);
+    if (i < 0)
+        return dt_params_add(p, name, ndim, shape, index);
+    const dt_param_info *pi = dt_params_info(p, i);
+    bool same = pi->ndim == ndim;
+    for (int k = 0; same && k < ndim; k++)
+        same = pi->shape[k] == shape[k];
+    if (!same)
+        return dt__fail(DT_ERR_INVALID, "shared parameter '%s' used with two different shapes", name);
+    *index = i;
+    return DT_OK;
+}
+
+/* ---- instantiation ---- */
+
+dt_status dt_model_instantiate(const dt_model_desc *d, int lo, int hi, dt_model **out)
+{
+    if (!d || !out)
+        return dt__fail(DT_ERR_INVALID, "model_instantiate: %s is NULL", d ? "out" : "the description");
+    if (lo < 0 || hi > d->n || lo >= hi)
+        return dt__fail(DT_ERR_INVALID, "model_instantiate: blocks [%d, %d) outside the model's %d blocks", lo, hi,
+                        d->n);
+    int n = hi - lo;
+    dt_model *m = calloc(1, sizeof *m);
+    dt_status s = m ? DT_OK : dt__fail(DT_ERR_NOMEM, "out of memory");
+    if (s == DT_OK && (!(m->info = calloc((size_t)n, sizeof *m->info)) ||
+                       !(m->first_param = calloc((size_t)n, sizeof(int))) ||
+                       !(m->num_params = calloc((size_t)n, sizeof(int)))))
+        s = dt__fail(DT_ERR_NOMEM, "out of memory");
+    if (s == DT_OK) {
+        m->lo = lo;
+        m->hi = hi;
+        s = dt_params_create(&m->params);
+    }
+    if (s == DT_OK)
+        s = dt_sequential_create(lo == 0 && hi == d->n ? "model" : "stage", &m->root);
+    for (int i = lo; s == DT_OK && i < hi; i++) {
+        dt_layer *b = NULL;
+        int before = dt_params_count(m->params);
+        s = d->blocks[i].make(d, i, m->params, &b);
         if (s == DT_OK)
-            m->n++;
-        if (s == DT_OK && i + 2 < nsizes) {
-            snprintf(name, sizeof name, "relu%d", i + 1);
-            if ((s = dt_relu_create(name, &m->layers[m->n])) == DT_OK)
-                m->n++;
-        }
+            s = dt_sequential_append(m->root, b);
+        m->info[i - lo] = d->blocks[i].info;
+        m->first_param[i - lo] = before;
+        m->num_params[i - lo] = dt_params_count(m->params) - before;
     }
     if (s == DT_OK)
         s = dt_params_finalize(m->params);
+    for (int k = 0; s == DT_OK && k < d->nshared; k++) {
+        int idx = dt_params_find(m->params, d->shared[k].name);
+        if (idx < 0)
+            continue;
+        dt_shared_param *sh = realloc(m->shared, (size_t)(m->nshared + 1) * sizeof *sh);
+        if (!sh) {
+            s = dt__fail(DT_ERR_NOMEM, "out of memory");
+            break;
+        }
+        m->shared = sh;
+        sh[m->nshared++] = (dt_shared_param){idx, d->shared[k].first, d->shared[k].last};
+    }
     if (s != DT_OK) {
         dt_model_destroy(m);
         return s;
@@ -60,91 +181,76 @@ dt_status dt_mlp_create(const int64_t *sizes, int nsizes, dt_model **out)
     return DT_OK;
 }
 
-dt_status dt_cnn_create(int64_t size, int64_t c1, int64_t c2, int64_t classes, dt_model **out)
+dt_status dt__build_whole(dt_status describe_status, dt_model_desc **d, dt_model **out)
 {
-    if (size < 4 || c1 <= 0 || c2 <= 0 || classes <= 0)
-        return dt__fail(DT_ERR_INVALID, "cnn: image size %lld (>= 4), channels %lld and %lld, classes %lld", (long long)size,
-                        (long long)c1, (long long)c2, (long long)classes);
-    dt_model *m = NULL;
-    DT_CHECK(dt__model_new(10, &m));
-    dt_params *p = m->params;
-    int64_t after = size / 2 / 2;
-    dt_layer *l[10] = {0};
-    dt_status s = dt_reshape_create("image", 3, (int64_t[]){1, size, size}, &l[0]);
-    if (s == DT_OK)
-        s = dt_conv2d_create(p, "conv1", 1, c1, 5, 2, &l[1]);
-    if (s == DT_OK)
-        s = dt_relu_create("relu1", &l[2]);
-    if (s == DT_OK)
-        s = dt_maxpool2d_create("pool1", &l[3]);
-    if (s == DT_OK)
-        s = dt_conv2d_create(p, "conv2", c1, c2, 5, 2, &l[4]);
-    if (s == DT_OK)
-        s = dt_relu_create("relu2", &l[5]);
-    if (s == DT_OK)
-        s = dt_maxpool2d_create("pool2", &l[6]);
-    if (s == DT_OK)
-        s = dt_reshape_create("flatten", 1, (int64_t[]){c2 * after * after}, &l[7]);
-    if (s == DT_OK)
-        s = dt_linear_create(p, "fc", c2 * after * after, classes, true, &l[8]);
-    for (int i = 0; i < 9; i++)
-        if (l[i])
-            dt__model_append(m, l[i]);
-    if (s == DT_OK)
-        s = dt_params_finalize(p);
-    if (s != DT_OK) {
-        dt_model_destroy(m);
-        return s;
-    }
-    *out = m;
-    return DT_OK;
+    /* d is read here, after the describe call has filled it (arguments have
+     * no evaluation order, so the caller passes its address) */
+    dt_status s = describe_status == DT_OK ? dt_model_instantiate(*d, 0, (*d)->n, out) : describe_status;
+    dt_model_desc_destroy(describe_status == DT_OK ? *d : NULL);
+    return s;
 }
+
+/* ---- the instantiated model ---- */
 
 dt_params *dt_model_params(dt_model *m) { return m->params; }
-int dt_model_num_layers(const dt_model *m) { return m->n; }
+int dt_model_num_layers(const dt_model *m) { return m->hi - m->lo; }
 
-void dt_model_init(dt_model *m, uint64_t seed)
+void dt_model_block_range(const dt_model *m, int *lo, int *hi)
 {
-    dt_rng rng;
-    dt_rng_seed(&rng, seed);
-    for (int i = 0; i < m->n; i++)
-        m->layers[i]->ops->init(m->layers[i], m->params, &rng);
+    *lo = m->lo;
+    *hi = m->hi;
 }
+
+const dt_block_info *dt_model_block(const dt_model *m, int i)
+{
+    return i >= 0 && i < m->hi - m->lo ? &m->info[i] : NULL;
+}
+
+void dt_model_block_params(const dt_model *m, int i, int *first, int *count)
+{
+    bool ok = i >= 0 && i < m->hi - m->lo;
+    *first = ok ? m->first_param[i] : 0;
+    *count = ok ? m->num_params[i] : 0;
+}
+
+int dt_model_shared_params(const dt_model *m, const dt_shared_param **out)
+{
+    *out = m->shared;
+    return m->nshared;
+}
+
+dt_status dt_model_set_recompute(dt_model *m, int i, bool on) { return dt_sequential_set_recompute(m->root, i, on); }
+
+void dt_model_init(dt_model *m, uint64_t seed) { m->root->ops->init(m->root, m->params, seed); }
 
 dt_status dt_model_forward(dt_model *m, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
     ctx->params = m->params;
-    dt_tensor cur = *x;
-    for (int i = 0; i < m->n; i++) {
-        m->inputs[i] = cur;
-        dt_tensor next;
-        DT_CHECK(m->layers[i]->ops->forward(m->layers[i], ctx, &cur, &next));
-        cur = next;
-    }
-    *y = cur;
-    return DT_OK;
+    return m->root->ops->forward(m->root, ctx, x, y);
 }
 
 dt_status dt_model_backward(dt_model *m, dt_ctx *ctx, const dt_tensor *dy)
 {
     ctx->params = m->params;
-    dt_tensor g = *dy;
-    for (int i = m->n - 1; i >= 0; i--) {
-        dt_tensor dx = {0};
-        DT_CHECK(m->layers[i]->ops->backward(m->layers[i], ctx, &g, &dx, i > 0));
-        g = dx;
-    }
-    return DT_OK;
+    dt_tensor dx;
+    return m->root->ops->backward(m->root, ctx, dy, &dx, m->lo > 0);
+}
+
+dt_status dt_model_backward_dx(dt_model *m, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx)
+{
+    ctx->params = m->params;
+    return m->root->ops->backward(m->root, ctx, dy, dx, true);
 }
 
 void dt_model_destroy(dt_model *m)
 {
     if (!m)
         return;
-    for (int i = 0; m->layers && i < m->n; i++)
-        dt_layer_destroy(m->layers[i]);
-    free(m->layers);
-    free(m->inputs);
+    dt_layer_destroy(m->root);
     dt_params_destroy(m->params);
+    free(m->info);
+    free(m->first_param);
+    free(m->num_params);
+    free(m->shared);
     free(m);
 }

@@ -16,6 +16,7 @@
 
 #include "base/clock.h"
 #include "base/env.h"
+#include "base/hash.h"
 #include "base/status.h"
 #include "dtrain/parallel.h"
 #include "dtrain/tensor.h"
@@ -42,19 +43,11 @@ struct dt_ddp {
     double async_before, exposed, last_comm, last_exposed;
 };
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
-{
-    const uint8_t *p = data;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
 static uint64_t describe(const dt_param_info *info)
 {
-    uint64_t h = fnv1a(1469598103934665603ull, info->name, strlen(info->name));
-    h = fnv1a(h, &info->ndim, sizeof info->ndim);
-    return fnv1a(h, info->shape, (size_t)info->ndim * sizeof info->shape[0]);
+    uint64_t h = dt__fnv1a64(DT_FNV64_SEED, info->name, strlen(info->name));
+    h = dt__fnv1a64(h, &info->ndim, sizeof info->ndim);
+    return dt__fnv1a64(h, info->shape, (size_t)info->ndim * sizeof info->shape[0]);
 }
 
 static void format_shape(const dt_param_info *info, char *buf, size_t len)
@@ -103,7 +96,7 @@ static dt_status check_same_model(dt_ddp *d)
 static dt_status check_same_values(dt_ddp *d)
 {
     int size = dt_comm_size(d->comm);
-    uint64_t sum = fnv1a(1469598103934665603ull, dt_params_values(d->params),
+    uint64_t sum = dt__fnv1a64(DT_FNV64_SEED, dt_params_values(d->params),
                          (size_t)dt_params_numel(d->params) * sizeof(float));
     uint64_t *all = malloc((size_t)size * sizeof *all);
     if (!all)

@@ -76,6 +76,35 @@ void dt_arena_reset(dt_arena *a)
     a->current = a->chunks;
 }
 
+dt_arena_mark dt_arena_get_mark(const dt_arena *a)
+{
+    return (dt_arena_mark){a->current, a->current ? a->current->used : 0};
+}
+
+void dt_arena_rewind(dt_arena *a, dt_arena_mark m)
+{
+    chunk *at = (chunk *)m.chunk;
+    if (!at) {
+        dt_arena_reset(a);
+        return;
+    }
+    at->used = m.used;
+    for (chunk *c = at->next; c; c = c->next)
+        c->used = 0;
+    a->current = at;
+}
+
+bool dt_arena_since(const dt_arena *a, dt_arena_mark m, const void *p)
+{
+    const unsigned char *b = p;
+    const chunk *c = m.chunk ? m.chunk : a->chunks;
+    size_t from = m.chunk ? m.used : 0;
+    for (; c; c = c->next, from = 0)
+        if (b >= c->mem + from && b < c->mem + c->size)
+            return true;
+    return false;
+}
+
 size_t dt_arena_bytes_in_use(const dt_arena *a)
 {
     size_t n = 0;

@@ -116,11 +116,11 @@ static void seed_step_rng(dt_rng *rng, const dtrain_config *c, int64_t step, int
 }
 
 /* One micro-batch: forward, loss, backward (gradients add to what is there). */
-static dt_status micro_step(dt_model *m, dt_arena *arena, dt_rng *rng, const batch *b, int64_t features,
+static dt_status micro_step(dt_model *m, dt_arena *arena, dt_rng_key key, const batch *b, int64_t features,
                             float *loss)
 {
     dt_arena_reset(arena);
-    dt_ctx ctx = {.arena = arena, .rng = rng, .training = true};
+    dt_ctx ctx = {.arena = arena, .key = key, .training = true};
     dt_tensor in = dt_tensor_view(b->x, 2, (int64_t[]){b->n, features}), out;
     dt_status s = dt_model_forward(m, &ctx, &in, &out);
     if (s != DT_OK)
@@ -263,7 +263,8 @@ int dtrain_train(const dtrain_config *config, const char *resume)
             seed_step_rng(&pr.rng, c, step, micro, rank);
             dt_ddp_set_sync(ddp, micro == k - 1); /* communicate on the last micro-batch only */
             float l = 0;
-            s = micro_step(m, arena, &pr.rng, b, d.features, &l);
+            dt_rng_key key = {(uint64_t)c->seed, (uint64_t)step, (uint32_t)micro, (uint32_t)rank};
+            s = micro_step(m, arena, key, b, d.features, &l);
             loss += l / (float)k;
             win.items += b->n * per_item * nranks;
         }

@@ -1,0 +1,245 @@
+/* The two containers every model is built from: a sequence of layers (a
+ * GPT block's sub-layers, a whole model, a pipeline stage) and a residual
+ * connection y = x + f(x).
+ *
+ * Recomputation lives in the sequence: a child marked for it keeps only its
+ * input during forward (its activations are freed by rewinding the arena to
+ * where it started) and runs its forward again just before its backward.
+ * Layers are deterministic and dropout is keyed by (ctx->key, layer, index),
+ * so the re-run produces the same bits and the gradients equal the run
+ * without recomputation exactly.  The price is one more forward of each
+ * recomputed child; docs/engine.md has the measured memory and time. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "dtrain/nn.h"
+#include "nn/saved.h"
+
+typedef struct {
+    dt_layer base;
+    dt_layer **items;
+    bool *recompute;
+    int n, cap;
+} sequential;
+
+static const dt_layer_ops seq_ops;
+
+static sequential *as_seq(dt_layer *l) { return l && l->ops == &seq_ops ? (sequential *)l : NULL; }
+
+/* Keep the tensor *t that was allocated after mark m and free everything
+ * else allocated since: it moves down to m (memmove: the places may overlap). */
+static dt_status keep_only(dt_ctx *ctx, dt_arena_mark m, dt_tensor *t, const char *who)
+{
+    if (!t->data || !dt_arena_since(ctx->arena, m, t->data)) {
+        dt_arena_rewind(ctx->arena, m);
+        return DT_OK;
+    }
+    int64_t n = dt_tensor_numel(t);
+    const float *old = t->data;
+    dt_arena_rewind(ctx->arena, m);
+    float *kept = dt_arena_alloc(ctx->arena, n);
+    if (!kept) /* cannot happen: the space was in use a moment ago */
+        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", who);
+    memmove(kept, old, (size_t)n * sizeof(float));
+    t->data = kept;
+    return DT_OK;
+}
+
+static dt_status forward_recomputed(dt_layer *child, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
+{
+    dt_arena_mark m = dt_arena_get_mark(ctx->arena);
+    dt_saved *below = ctx->saved;
+    DT_CHECK(child->ops->forward(child, ctx, x, y));
+    ctx->saved = below; /* the child's records die with the rewind */
+    DT_CHECK(keep_only(ctx, m, y, child->name));
+    dt_tensor *input = DT_SAVE(ctx, child, dt_tensor); /* popped by backward_recomputed */
+    if (!input)
+        return DT_ERR_NOMEM;
+    *input = *x;
+    return DT_OK;
+}
+
+static dt_status backward_recomputed(dt_layer *child, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
+{
+    const dt_tensor *saved = DT_LOAD(ctx, child, dt_tensor);
+    if (!saved)
+        return DT_ERR_INVALID;
+    dt_tensor x = *saved, y;
+    dt_arena_mark m = dt_arena_get_mark(ctx->arena);
+    DT_CHECK(child->ops->forward(child, ctx, &x, &y));
+    DT_CHECK(child->ops->backward(child, ctx, dy, dx, need_dx));
+    if (!need_dx) {
+        dt_arena_rewind(ctx->arena, m);
+        return DT_OK;
+    }
+    return keep_only(ctx, m, dx, child->name);
+}
+
+static dt_status seq_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
+{
+    sequential *S = (sequential *)l;
+    dt_tensor cur = *x;
+    for (int i = 0; i < S->n; i++) {
+        dt_tensor next;
+        dt_layer *c = S->items[i];
+        if (S->recompute[i] && ctx->training)
+            DT_CHECK(forward_recomputed(c, ctx, &cur, &next));
+        else
+            DT_CHECK(c->ops->forward(c, ctx, &cur, &next));
+        cur = next;
+    }
+    *y = cur;
+    return DT_OK;
+}
+
+static dt_status seq_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
+{
+    sequential *S = (sequential *)l;
+    dt_tensor g = *dy;
+    for (int i = S->n - 1; i >= 0; i--) {
+        dt_tensor d = {0};
+        bool want = i > 0 || need_dx;
+        dt_layer *c = S->items[i];
+        if (S->recompute[i] && ctx->training)
+            DT_CHECK(backward_recomputed(c, ctx, &g, &d, want));
+        else
+            DT_CHECK(c->ops->backward(c, ctx, &g, &d, want));
+        g = d;
+    }
+    if (need_dx)
+        *dx = g;
+    return DT_OK;
+}
+
+static void seq_init(dt_layer *l, dt_params *p, uint64_t seed)
+{
+    sequential *S = (sequential *)l;
+    for (int i = 0; i < S->n; i++)
+        S->items[i]->ops->init(S->items[i], p, seed);
+}
+
+static void seq_destroy(dt_layer *l)
+{
+    sequential *S = (sequential *)l;
+    for (int i = 0; i < S->n; i++)
+        dt_layer_destroy(S->items[i]);
+    free(S->items);
+    free(S->recompute);
+    free(S);
+}
+
+static const dt_layer_ops seq_ops = {"sequential", seq_forward, seq_backward, seq_init, seq_destroy};
+
+dt_status dt_sequential_create(const char *name, dt_layer **out)
+{
+    sequential *S = calloc(1, sizeof *S);
+    if (!S)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    S->base.ops = &seq_ops;
+    snprintf(S->base.name, sizeof S->base.name, "%s", name);
+    *out = &S->base;
+    return DT_OK;
+}
+
+dt_status dt_sequential_append(dt_layer *seq, dt_layer *l)
+{
+    sequential *S = as_seq(seq);
+    if (!S || !l) {
+        dt_layer_destroy(l);
+        return dt__fail(DT_ERR_INVALID, "sequential_append: %s", S ? "no layer given" : "not a sequential container");
+    }
+    if (S->n == S->cap) {
+        int cap = S->cap ? 2 * S->cap : 8;
+        dt_layer **items = realloc(S->items, (size_t)cap * sizeof *items);
+        if (items)
+            S->items = items;
+        bool *rc = items ? realloc(S->recompute, (size_t)cap * sizeof *rc) : NULL;
+        if (!rc) {
+            dt_layer_destroy(l);
+            return dt__fail(DT_ERR_NOMEM, "out of memory");
+        }
+        S->recompute = rc;
+        S->cap = cap;
+    }
+    S->recompute[S->n] = false;
+    S->items[S->n++] = l;
+    return DT_OK;
+}
+
+int dt_sequential_count(const dt_layer *seq)
+{
+    const sequential *S = as_seq((dt_layer *)seq);
+    return S ? S->n : 0;
+}
+
+dt_layer *dt_sequential_at(dt_layer *seq, int i)
+{
+    sequential *S = as_seq(seq);
+    return S && i >= 0 && i < S->n ? S->items[i] : NULL;
+}
+
+dt_status dt_sequential_set_recompute(dt_layer *seq, int i, bool on)
+{
+    sequential *S = as_seq(seq);
+    if (!S || i < 0 || i >= S->n)
+        return dt__fail(DT_ERR_INVALID, "recompute: %s has no item %d", S ? seq->name : "(not a sequence)", i);
+    S->recompute[i] = on;
+    return DT_OK;
+}
+
+/* ---- residual: y = x + f(x); backward dx = dy + f'(dy) ---- */
+typedef struct {
+    dt_layer base;
+    dt_layer *f;
+} residual;
+
+static dt_status add_into_new(dt_ctx *ctx, const dt_tensor *a, const dt_tensor *b, dt_tensor *y, const char *who)
+{
+    *y = *a;
+    if (!(y->data = dt_arena_alloc(ctx->arena, dt_tensor_numel(a))))
+        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", who);
+    dt_residual_add(a, b, y);
+    return DT_OK;
+}
+
+static dt_status res_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
+{
+    residual *R = (residual *)l;
+    dt_tensor fx;
+    DT_CHECK(R->f->ops->forward(R->f, ctx, x, &fx));
+    return add_into_new(ctx, x, &fx, y, l->name);
+}
+
+static dt_status res_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
+{
+    residual *R = (residual *)l;
+    dt_tensor df;
+    DT_CHECK(R->f->ops->backward(R->f, ctx, dy, &df, true));
+    return need_dx ? add_into_new(ctx, dy, &df, dx, l->name) : DT_OK;
+}
+
+static void res_init(dt_layer *l, dt_params *p, uint64_t seed) { ((residual *)l)->f->ops->init(((residual *)l)->f, p, seed); }
+
+static void res_destroy(dt_layer *l)
+{
+    dt_layer_destroy(((residual *)l)->f);
+    free(l);
+}
+
+static const dt_layer_ops res_ops = {"residual", res_forward, res_backward, res_init, res_destroy};
+
+dt_status dt_residual_create(const char *name, dt_layer *f, dt_layer **out)
+{
+    residual *R = f ? calloc(1, sizeof *R) : NULL;
+    if (!R) {
+        dt_layer_destroy(f);
+        return f ? dt__fail(DT_ERR_NOMEM, "out of memory") : dt__fail(DT_ERR_INVALID, "residual %s: no layer", name);
+    }
+    R->base.ops = &res_ops;
+    R->f = f;
+    snprintf(R->base.name, sizeof R->base.name, "%s", name);
+    *out = &R->base;
+    return DT_OK;
+}

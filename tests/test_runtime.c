@@ -1,0 +1,337 @@
+/* The execution runtime the parallel strategies build on: several
+ * micro-batches in flight on their own contexts, recomputation, keyed
+ * dropout, models instantiated as stages, cost hints and arena marks.
+ * Every comparison is to the bit unless it says otherwise. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "dtrain/nn.h"
+#include "dtrain/optim.h"
+
+static const dt_gpt_config tiny = {.vocab = 13, .context = 8, .layers = 3, .heads = 2, .dim = 16, .dropout = 0.1f};
+enum { B = 3, T = 8 };
+
+static void make_batch(uint64_t seed, float *ids, int32_t *targets)
+{
+    dt_rng r;
+    dt_rng_seed(&r, seed);
+    for (int i = 0; i < B * T; i++) {
+        ids[i] = (float)(dt_rng_next(&r) % 13);
+        targets[i] = (int32_t)(dt_rng_next(&r) % 13);
+    }
+}
+
+static int bits_differ(const float *a, const float *b, int64_t n)
+{
+    return memcmp(a, b, (size_t)n * sizeof *a) != 0;
+}
+
+/* Forward and loss on ctx; the loss gradient is left in *g (in ctx's arena). */
+static float forward_loss(dt_model *m, dt_ctx *ctx, const float *ids, const int32_t *t, dt_tensor *g)
+{
+    dt_tensor x = dt_tensor_view((float *)ids, 2, (int64_t[]){B, T}), y;
+    EXPECT_STATUS(dt_model_forward(m, ctx, &x, &y), DT_OK);
+    *g = y;
+    g->data = dt_arena_alloc(ctx->arena, dt_tensor_numel(&y));
+    float loss = NAN;
+    EXPECT_STATUS(dt_softmax_cross_entropy(&y, t, &loss, g), DT_OK);
+    return loss;
+}
+
+/* Forward A, forward B, backward B, backward A on two contexts sharing an
+ * arena, against B then A one after the other. */
+static void test_two_in_flight(void)
+{
+    dt_model *m;
+    EXPECT_STATUS(dt_gpt_create(&tiny, &m), DT_OK);
+    dt_model_init(m, 7);
+    dt_params *p = dt_model_params(m);
+    int64_t n = dt_params_numel(p);
+    float ids[2][B * T];
+    int32_t t[2][B * T];
+    make_batch(1, ids[0], t[0]);
+    make_batch(2, ids[1], t[1]);
+    dt_arena *arena;
+    dt_arena_create(&arena);
+
+    dt_params_zero_grads(p);
+    dt_ctx a = {.arena = arena, .key = {.seed = 5, .micro = 0}, .training = true};
+    dt_ctx b = {.arena = arena, .key = {.seed = 5, .micro = 1}, .training = true};
+    dt_tensor ga, gb;
+    float la = forward_loss(m, &a, ids[0], t[0], &ga);
+    float lb = forward_loss(m, &b, ids[1], t[1], &gb);
+    EXPECT(dt_ctx_saved_depth(&a) > 0 && dt_ctx_saved_depth(&a) == dt_ctx_saved_depth(&b));
+    EXPECT_STATUS(dt_model_backward(m, &b, &gb), DT_OK);
+    EXPECT_STATUS(dt_model_backward(m, &a, &ga), DT_OK);
+    EXPECT_EQ(dt_ctx_saved_depth(&a) + dt_ctx_saved_depth(&b), 0);
+    float *interleaved = malloc((size_t)n * sizeof(float));
+    memcpy(interleaved, dt_params_grads(p), (size_t)n * sizeof(float));
+
+    dt_params_zero_grads(p);
+    float l2[2];
+    for (int k = 1; k >= 0; k--) {
+        dt_arena_reset(arena);
+        dt_ctx c = {.arena = arena, .key = {.seed = 5, .micro = (uint32_t)k}, .training = true};
+        dt_tensor g;
+        l2[k] = forward_loss(m, &c, ids[k], t[k], &g);
+        EXPECT_STATUS(dt_model_backward(m, &c, &g), DT_OK);
+    }
+    EXPECT(la == l2[0] && lb == l2[1]);
+    EXPECT(!bits_differ(interleaved, dt_params_grads(p), n));
+
+    /* a backward run on the wrong context is refused, naming both layers */
+    dt_ctx c = {.arena = arena, .key = {.seed = 5}, .training = true};
+    dt_tensor g;
+    forward_loss(m, &c, ids[0], t[0], &g);
+    dt_ctx empty = {.arena = arena, .training = true};
+    EXPECT_STATUS(dt_model_backward(m, &empty, &g), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "lm_head");
+    free(interleaved);
+    dt_arena_destroy(arena);
+    dt_model_destroy(m);
+}
+
+/* 20 AdamW steps with dropout 0.1, with and without recomputing every
+ * transformer block: the same losses and weights to the bit, less memory. */
+static void run_steps(bool recompute, float *losses, float *final, size_t *peak)
+{
+    dt_model *m;
+    EXPECT_STATUS(dt_gpt_create(&tiny, &m), DT_OK);
+    dt_model_init(m, 3);
+    for (int i = 1; recompute && i <= tiny.layers; i++)
+        EXPECT_STATUS(dt_model_set_recompute(m, i, true), DT_OK);
+    dt_params *p = dt_model_params(m);
+    int64_t n = dt_params_numel(p);
+    dt_optimizer *o;
+    EXPECT_STATUS(dt_adamw_create(&(dt_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f}, n, &o), DT_OK);
+    dt_arena *arena;
+    dt_arena_create(&arena);
+    *peak = 0;
+    for (int step = 0; step < 20; step++) {
+        float ids[B * T];
+        int32_t t[B * T];
+        make_batch(100 + (uint64_t)step, ids, t);
+        dt_params_zero_grads(p);
+        dt_arena_reset(arena);
+        dt_ctx c = {.arena = arena, .key = {.seed = 9, .step = (uint64_t)step}, .training = true};
+        dt_tensor g;
+        losses[step] = forward_loss(m, &c, ids, t, &g);
+        size_t used = dt_arena_bytes_in_use(arena);
+        *peak = used > *peak ? used : *peak;
+        EXPECT_STATUS(dt_model_backward(m, &c, &g), DT_OK);
+        EXPECT_STATUS(dt_optimizer_step(o, dt_params_values(p), dt_params_grads(p), n, 1e-2f), DT_OK);
+    }
+    memcpy(final, dt_params_values(p), (size_t)n * sizeof(float));
+    dt_optimizer_destroy(o);
+    dt_arena_destroy(arena);
+    dt_model_destroy(m);
+}
+
+static void test_recompute(void)
+{
+    dt_model *m;
+    dt_gpt_create(&tiny, &m);
+    int64_t n = dt_params_numel(dt_model_params(m));
+    dt_model_destroy(m);
+    float l0[20], l1[20];
+    float *w0 = malloc((size_t)n * sizeof(float)), *w1 = malloc((size_t)n * sizeof(float));
+    size_t peak0, peak1;
+    run_steps(false, l0, w0, &peak0);
+    run_steps(true, l1, w1, &peak1);
+    EXPECT(!bits_differ(l0, l1, 20));
+    EXPECT(!bits_differ(w0, w1, n));
+    EXPECT(l1[19] < l1[0]); /* it trains */
+    /* after forward only the blocks' outputs remain instead of their activations */
+    EXPECT(peak1 * 2 < peak0);
+    printf("recompute: forward keeps %zu bytes instead of %zu\n", peak1, peak0);
+    free(w0);
+    free(w1);
+}
+
+/* Stages [0, k) and [k, n) one after the other against the whole model. */
+static void test_stages(void)
+{
+    dt_model_desc *d;
+    EXPECT_STATUS(dt_gpt_describe(&tiny, &d), DT_OK);
+    int nb = dt_model_desc_blocks(d);
+    EXPECT_EQ(nb, tiny.layers + 2);
+    dt_model *whole, *s0, *s1;
+    int k = 2;
+    EXPECT_STATUS(dt_model_instantiate(d, 0, nb, &whole), DT_OK);
+    EXPECT_STATUS(dt_model_instantiate(d, 0, k, &s0), DT_OK);
+    EXPECT_STATUS(dt_model_instantiate(d, k, nb, &s1), DT_OK);
+    EXPECT_STATUS(dt_model_instantiate(d, 3, 3, &s1), DT_ERR_INVALID);
+    EXPECT_STATUS(dt_model_instantiate(d, 0, nb + 1, &s1), DT_ERR_INVALID);
+    dt_model_desc_destroy(d);
+    dt_model_init(whole, 4);
+    dt_model_init(s0, 4);
+    dt_model_init(s1, 4);
+    dt_params *pw = dt_model_params(whole), *p0 = dt_model_params(s0), *p1 = dt_model_params(s1);
+    EXPECT_EQ(dt_params_numel(p0) + dt_params_numel(p1),
+              dt_params_numel(pw) + tiny.vocab * tiny.dim); /* wte is held by both stages */
+    int lo, hi;
+    dt_model_block_range(s1, &lo, &hi);
+    EXPECT(lo == k && hi == nb && dt_model_num_layers(s1) == nb - k);
+    EXPECT(strcmp(dt_model_block(s1, hi - lo - 1)->name, "lm_head") == 0);
+    const dt_shared_param *sh;
+    EXPECT_EQ(dt_model_shared_params(s1, &sh), 1);
+    EXPECT(sh[0].first_block == 0 && sh[0].last_block == nb - 1);
+    EXPECT(strcmp(dt_params_info(p1, sh[0].param)->name, "transformer.wte.weight") == 0);
+    /* the block parameter ranges cover each stage's registry once */
+    int covered = 0;
+    for (int i = 0; i < dt_model_num_layers(s0); i++) {
+        int first, count;
+        dt_model_block_params(s0, i, &first, &count);
+        EXPECT_EQ(first, covered);
+        covered += count;
+    }
+    EXPECT_EQ(covered, dt_params_count(p0));
+    /* every parameter starts with the whole model's bits */
+    for (int s = 0; s < 2; s++) {
+        dt_params *ps = s ? p1 : p0;
+        for (int i = 0; i < dt_params_count(ps); i++) {
+            const dt_param_info *pi = dt_params_info(ps, i);
+            int j = dt_params_find(pw, pi->name);
+            EXPECT(j >= 0 && !bits_differ(dt_param_value(ps, i), dt_param_value(pw, j), pi->numel));
+        }
+    }
+    float ids[B * T];
+    int32_t t[B * T];
+    make_batch(11, ids, t);
+    dt_arena *arena;
+    dt_arena_create(&arena);
+    dt_rng_key key = {.seed = 2, .step = 1};
+    dt_params_zero_grads(pw);
+    dt_ctx cw = {.arena = arena, .key = key, .training = true};
+    dt_tensor gw;
+    float lw = forward_loss(whole, &cw, ids, t, &gw);
+    EXPECT_STATUS(dt_model_backward(whole, &cw, &gw), DT_OK);
+
+    dt_arena *a0, *a1;
+    dt_arena_create(&a0);
+    dt_arena_create(&a1);
+    dt_params_zero_grads(p0);
+    dt_params_zero_grads(p1);
+    dt_ctx c0 = {.arena = a0, .key = key, .training = true}, c1 = {.arena = a1, .key = key, .training = true};
+    dt_tensor x = dt_tensor_view(ids, 2, (int64_t[]){B, T}), h, y, dh;
+    EXPECT_STATUS(dt_model_forward(s0, &c0, &x, &h), DT_OK);
+    EXPECT_STATUS(dt_model_forward(s1, &c1, &h, &y), DT_OK);
+    dt_tensor g1 = y;
+    g1.data = dt_arena_alloc(a1, dt_tensor_numel(&y));
+    float l1 = NAN;
+    dt_softmax_cross_entropy(&y, t, &l1, &g1);
+    EXPECT(l1 == lw);
+    EXPECT_STATUS(dt_model_backward_dx(s1, &c1, &g1, &dh), DT_OK);
+    EXPECT_STATUS(dt_model_backward(s0, &c0, &dh), DT_OK);
+    for (int s = 0; s < 2; s++) {
+        dt_params *ps = s ? p1 : p0;
+        for (int i = 0; i < dt_params_count(ps); i++) {
+            const dt_param_info *pi = dt_params_info(ps, i);
+            if (!strcmp(pi->name, "transformer.wte.weight"))
+                continue;
+            int j = dt_params_find(pw, pi->name);
+            if (bits_differ(dt_param_grad(ps, i), dt_param_grad(pw, j), pi->numel)) {
+                check_failures++;
+                fprintf(stderr, "stage %d: gradient of %s differs from the whole model's\n", s, pi->name);
+            }
+            check_count++;
+        }
+    }
+    /* The tied wte: the two stages' copies sum to the whole model's gradient
+     * (the order of the additions differs, so to rounding). */
+    int w0 = dt_params_find(p0, "transformer.wte.weight"), w1 = dt_params_find(p1, "transformer.wte.weight"),
+        ww = dt_params_find(pw, "transformer.wte.weight");
+    double worst = 0;
+    for (int64_t i = 0; i < tiny.vocab * tiny.dim; i++) {
+        double sum = (double)dt_param_grad(p0, w0)[i] + dt_param_grad(p1, w1)[i], want = dt_param_grad(pw, ww)[i];
+        worst = fmax(worst, fabs(sum - want) / fmax(1e-3, fabs(want)));
+    }
+    EXPECT(worst < 1e-5);
+    dt_arena_destroy(arena);
+    dt_arena_destroy(a0);
+    dt_arena_destroy(a1);
+    dt_model_destroy(whole);
+    dt_model_destroy(s0);
+    dt_model_destroy(s1);
+}
+
+/* The cost hints of a GPT block against what its forward really keeps. */
+static void test_cost_hints(void)
+{
+    dt_gpt_config c = tiny;
+    c.context = 32;
+    c.dim = 64;
+    c.heads = 4;
+    dt_model_desc *d;
+    EXPECT_STATUS(dt_gpt_describe(&c, &d), DT_OK);
+    const dt_block_info *bi = dt_model_desc_block(d, 1);
+    EXPECT(strcmp(bi->kind, "gpt-block") == 0);
+    EXPECT_EQ(bi->params, 12 * 64 * 64 + 13 * 64);
+    dt_model *blk;
+    EXPECT_STATUS(dt_model_instantiate(d, 1, 2, &blk), DT_OK);
+    EXPECT_EQ(dt_params_numel(dt_model_params(blk)), bi->params);
+    dt_model_init(blk, 1);
+    dt_arena *arena;
+    dt_arena_create(&arena);
+    float *xs = calloc(32 * 64, sizeof(float));
+    dt_tensor x = dt_tensor_view(xs, 3, (int64_t[]){1, 32, 64}), y;
+    dt_ctx ctx = {.arena = arena, .training = true};
+    EXPECT_STATUS(dt_model_forward(blk, &ctx, &x, &y), DT_OK);
+    double used = (double)dt_arena_bytes_in_use(arena);
+    printf("gpt block: forward keeps %.0f bytes per sample, the hint says %.0f\n", used, bi->act_bytes);
+    EXPECT(fabs(used - bi->act_bytes) < 0.1 * bi->act_bytes);
+    free(xs);
+    dt_arena_destroy(arena);
+    dt_model_destroy(blk);
+    dt_model_desc_destroy(d);
+}
+
+/* Marks nest; a rewind frees exactly what came after; dt_arena_since knows. */
+static void test_arena_marks(void)
+{
+    dt_arena *a;
+    dt_arena_create(&a);
+    float *first = dt_arena_alloc(a, 100);
+    dt_arena_mark m = dt_arena_get_mark(a);
+    size_t at_mark = dt_arena_bytes_in_use(a);
+    float *second = dt_arena_alloc(a, 1000);
+    float *big = dt_arena_alloc(a, 20 << 20); /* a new chunk */
+    EXPECT(dt_arena_since(a, m, second) && dt_arena_since(a, m, big) && !dt_arena_since(a, m, first));
+    dt_arena_rewind(a, m);
+    EXPECT_EQ(dt_arena_bytes_in_use(a), at_mark);
+    EXPECT(dt_arena_alloc(a, 1000) == second); /* the same place again */
+    dt_arena_destroy(a);
+}
+
+/* Keyed numbers: a pure function of the key, different across fields. */
+static void test_keyed_rng(void)
+{
+    dt_rng_key k = {.seed = 1, .step = 2, .micro = 3, .group = 4};
+    uint64_t s = dt_rng_key_stream(&k, 77);
+    EXPECT(dt_rng_key_bits(s, 5) == dt_rng_key_bits(dt_rng_key_stream(&k, 77), 5));
+    dt_rng_key other[4] = {k, k, k, k};
+    other[0].seed++;
+    other[1].step++;
+    other[2].micro++;
+    other[3].group++;
+    for (int i = 0; i < 4; i++)
+        EXPECT(dt_rng_key_stream(&other[i], 77) != s);
+    double mean = 0;
+    for (int i = 0; i < 100000; i++)
+        mean += dt_rng_key_uniform(s, (uint64_t)i);
+    mean /= 100000;
+    EXPECT(fabs(mean - 0.5) < 0.01);
+}
+
+int main(void)
+{
+    test_keyed_rng();
+    test_arena_marks();
+    test_two_in_flight();
+    test_recompute();
+    test_stages();
+    test_cost_hints();
+    return CHECK_DONE("test_runtime");
+}
