@@ -9,6 +9,7 @@
 #include "check.h"
 #include "dtrain/nn.h"
 #include "dtrain/optim.h"
+#include "dtrain/parallel.h"
 
 static const dt_gpt_config tiny = {.vocab = 13, .context = 8, .layers = 3, .heads = 2, .dim = 16, .dropout = 0.1f};
 enum { B = 3, T = 8 };
@@ -325,8 +326,53 @@ static void test_keyed_rng(void)
     EXPECT(fabs(mean - 0.5) < 0.01);
 }
 
+/* Decay groups from names; the optimizer refuses bad groups; group clipping
+ * on one rank is torch's clip_grad_norm_. */
+static void test_param_groups(void)
+{
+    dt_model *m;
+    dt_gpt_create(&tiny, &m);
+    dt_params *p = dt_model_params(m);
+    int64_t n = dt_params_numel(p);
+    dt_optim_group *g;
+    int count;
+    EXPECT_STATUS(dt_decay_groups(p, NULL, 0.1f, 0, n, &g, &count), DT_OK);
+    int64_t covered = 0, decayed = 0;
+    for (int i = 0; i < count; i++) {
+        EXPECT_EQ(g[i].offset, covered);
+        covered += g[i].numel;
+        decayed += g[i].weight_decay > 0 ? g[i].numel : 0;
+        EXPECT(i == 0 || g[i].weight_decay != g[i - 1].weight_decay); /* neighbours merged */
+    }
+    EXPECT_EQ(covered, n);
+    EXPECT_EQ(decayed, tiny.layers * 12 * tiny.dim * tiny.dim); /* the matrices of the blocks only */
+    const dt_param_info *wte = dt_params_info(p, dt_params_find(p, "transformer.wte.weight"));
+    EXPECT(dt_param_no_decay(wte, NULL) && !dt_param_no_decay(wte, "none"));
+    free(g);
+    /* a shard in the middle of a parameter */
+    EXPECT_STATUS(dt_decay_groups(p, NULL, 0.1f, 5, 10, &g, &count), DT_OK);
+    EXPECT(count == 1 && g[0].offset == 0 && g[0].numel == 10 && g[0].weight_decay == 0);
+    free(g);
+    EXPECT_STATUS(dt_decay_groups(p, NULL, 0.1f, n - 1, 2, &g, &count), DT_ERR_INVALID);
+    dt_optimizer *o;
+    dt_adamw_create(&(dt_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f}, 100, &o);
+    EXPECT_STATUS(dt_optimizer_set_groups(o, (dt_optim_group[]){{0, 60, 0}, {50, 10, 0}}, 2), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "overlaps");
+    EXPECT_STATUS(dt_optimizer_set_groups(o, (dt_optim_group[]){{90, 20, 0}}, 1), DT_ERR_INVALID);
+    EXPECT_STATUS(dt_optimizer_set_groups(o, (dt_optim_group[]){{0, 10, -1}}, 1), DT_ERR_INVALID);
+    dt_optim_state st[4];
+    EXPECT_EQ(dt_optimizer_state_buffers(o, st, 4), 2);
+    EXPECT(!strcmp(st[0].name, "exp_avg") && !strcmp(st[1].name, "exp_avg_sq") && st[1].numel == 100);
+    dt_optimizer_destroy(o);
+    float a[3] = {3, 4, 0}, b[3] = {3, 4, 0}, norm;
+    EXPECT_STATUS(dt_clip_grad_norm_group(a, 3, 2.0f, NULL, &norm), DT_OK);
+    EXPECT(norm == dt_clip_grad_norm(b, 3, 2.0f) && !bits_differ(a, b, 3));
+    dt_model_destroy(m);
+}
+
 int main(void)
 {
+    test_param_groups();
     test_keyed_rng();
     test_arena_marks();
     test_two_in_flight();

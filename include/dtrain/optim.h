@@ -40,6 +40,29 @@ dt_status dt_optimizer_step(dt_optimizer *o, float *param, const float *grad, in
 dt_status dt_optimizer_update_range(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n,
                                     float lr);
 void dt_optimizer_end_step(dt_optimizer *o);
+/* Parameter groups: ranges of the shard, [offset, offset + numel), with a
+ * weight decay of their own (as torch.optim's param_groups); elements in no
+ * group take the configuration's.  Groups may not overlap.  GPT-2 and
+ * nanoGPT exempt biases, LayerNorm and embeddings from decay: see
+ * dt_decay_groups in parallel.h, which builds the groups from parameter names. */
+typedef struct {
+    int64_t offset, numel;
+    float weight_decay;
+} dt_optim_group;
+dt_status dt_optimizer_set_groups(dt_optimizer *o, const dt_optim_group *groups, int n);
+
+/* The optimizer's state, named as torch.optim names it ("exp_avg" and
+ * "exp_avg_sq" for AdamW, "momentum_buffer" for SGD with momentum), each
+ * numel floats over the same shard.  Fills up to max entries of out and
+ * returns how many there are (0 for plain SGD).  Checkpoints read and
+ * restore the state through these, by name. */
+typedef struct {
+    const char *name;
+    float *data;
+    int64_t numel;
+} dt_optim_state;
+int dt_optimizer_state_buffers(dt_optimizer *o, dt_optim_state *out, int max);
+
 /* Steps taken so far (AdamW's bias correction uses it). */
 int64_t dt_optimizer_steps(const dt_optimizer *o);
 /* The state as one flat array (SGD: momentum; AdamW: m then v) for checkpoints;

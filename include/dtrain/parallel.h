@@ -76,6 +76,34 @@ int64_t dt_ddp_bucket_numel(const dt_ddp *d, int b);
 /* Unhooks the gradient-ready callback.  Waits for anything still in flight. */
 void dt_ddp_destroy(dt_ddp *d);
 
+/* ---- gradients over a group of ranks that each hold part of the model ---- */
+/* Clip to a global norm: the sum of squares of this rank's n gradients is
+ * summed over `group` (NULL: this rank alone), so tensor-parallel shards,
+ * pipeline stages and ZeRO shards each count their own elements once (a
+ * replicated tensor must be passed by one rank of its replicas only).  Scales
+ * grad as torch's clip_grad_norm_ when the norm exceeds max_norm (> 0);
+ * *norm (optional) gets the norm before clipping.  Collective over group. */
+dt_status dt_clip_grad_norm_group(float *grad, int64_t n, float max_norm, dt_comm *group, float *norm);
+/* Sum the gradients of m's shared (tied) parameters over `stages`, the
+ * communicator of the pipeline stages that hold a copy (GPT's wte: the first
+ * and the last stage), so that every copy takes the same update.  Collective
+ * over stages. */
+dt_status dt_model_reduce_shared(dt_model *m, dt_comm *stages);
+
+/* ---- weight-decay groups from parameter names ---- */
+/* The default no-decay patterns: embedding tables. */
+extern const char *const DT_NO_DECAY_DEFAULT;
+/* True when a parameter takes no weight decay: one-dimensional (biases,
+ * LayerNorm weights) or its name matching one of the comma-separated glob
+ * patterns (NULL: DT_NO_DECAY_DEFAULT).  patterns "none" decays everything
+ * (dtrain before parameter groups). */
+bool dt_param_no_decay(const dt_param_info *pi, const char *patterns);
+/* Optimizer groups for the shard [shard_offset, shard_offset + shard_numel)
+ * of p's flat buffer (the whole model: 0 and dt_params_numel): weight_decay
+ * where decay applies, 0 elsewhere, neighbours merged.  *out is malloc'd. */
+dt_status dt_decay_groups(const dt_params *p, const char *patterns, float weight_decay, int64_t shard_offset,
+                          int64_t shard_numel, dt_optim_group **out, int *count);
+
 /* A sampler over `size` samples for this rank of c (dt_sampler_init with the
  * rank and world size of c; shuffled, drop_last). */
 dt_status dt_dist_sampler_init(dt_sampler *s, int64_t size, uint64_t seed, const dt_comm *c);

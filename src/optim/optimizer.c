@@ -16,6 +16,8 @@ struct dt_optimizer {
     dt_adamw_config adam;
     int64_t numel, steps;
     float *state; /* SGD: momentum [numel]; AdamW: m [numel] then v [numel] */
+    dt_optim_group *groups; /* sorted, disjoint; elements outside take the config's decay */
+    int ngroups;
 };
 
 static dt_status create(kind k, int64_t numel, int64_t state_len, dt_optimizer **out)
@@ -62,7 +64,7 @@ typedef struct {
     float *p;
     const float *g;
     int64_t at;
-    float lr;
+    float lr, weight_decay;
     float bc1, bc2_sqrt; /* AdamW bias corrections */
 } update_args;
 
@@ -75,8 +77,8 @@ static void sgd_range(int64_t begin, int64_t end, void *arg)
     bool first = a->o->steps == 0;
     for (int64_t i = begin; i < end; i++) {
         float d = g[i];
-        if (c->weight_decay != 0)
-            d += c->weight_decay * p[i];
+        if (a->weight_decay != 0)
+            d += a->weight_decay * p[i];
         if (c->momentum != 0) {
             buf[i] = first ? d : c->momentum * buf[i] + d;
             d = c->nesterov ? d + c->momentum * buf[i] : buf[i];
@@ -93,7 +95,7 @@ static void adamw_range(int64_t begin, int64_t end, void *arg)
     const float *g = a->g;
     float lr = a->lr, step_size = lr / a->bc1;
     for (int64_t i = begin; i < end; i++) {
-        p[i] *= 1.0f - lr * c->weight_decay;
+        p[i] *= 1.0f - lr * a->weight_decay;
         m[i] += (g[i] - m[i]) * (1.0f - c->beta1);
         v[i] = v[i] * c->beta2 + (1.0f - c->beta2) * g[i] * g[i];
         float denom = sqrtf(v[i]) / a->bc2_sqrt + c->eps;
@@ -117,16 +119,77 @@ dt_status dt_optimizer_update_range(dt_optimizer *o, float *param, const float *
         return dt__fail(DT_ERR_INVALID, "optimizer update of [%lld, %lld) outside its %lld parameters",
                         (long long)offset, (long long)(offset + n), (long long)o->numel);
     DT_CHECK(check_lr(lr));
-    update_args a = {o, param + offset, grad + offset, offset, lr, 1, 1};
-    if (o->kind == SGD) {
-        dt__parallel_for(n, UPDATE_GRAIN, sgd_range, &a);
-    } else {
+    float bc1 = 1, bc2_sqrt = 1, base_decay = o->kind == SGD ? o->sgd.weight_decay : o->adam.weight_decay;
+    if (o->kind == ADAMW) {
         double t = (double)(o->steps + 1);
-        a.bc1 = (float)(1.0 - pow(o->adam.beta1, t));
-        a.bc2_sqrt = (float)sqrt(1.0 - pow(o->adam.beta2, t));
-        dt__parallel_for(n, UPDATE_GRAIN, adamw_range, &a);
+        bc1 = (float)(1.0 - pow(o->adam.beta1, t));
+        bc2_sqrt = (float)sqrt(1.0 - pow(o->adam.beta2, t));
+    }
+    /* walk [offset, offset + n) in pieces of one weight decay each */
+    int g = 0;
+    for (int64_t at = offset, end = offset + n; at < end;) {
+        while (g < o->ngroups && o->groups[g].offset + o->groups[g].numel <= at)
+            g++;
+        bool inside = g < o->ngroups && o->groups[g].offset <= at;
+        int64_t stop = inside ? o->groups[g].offset + o->groups[g].numel : g < o->ngroups ? o->groups[g].offset : end;
+        stop = stop < end ? stop : end;
+        update_args a = {o, param + at, grad + at, at, lr, inside ? o->groups[g].weight_decay : base_decay, bc1, bc2_sqrt};
+        dt__parallel_for(stop - at, UPDATE_GRAIN, o->kind == SGD ? sgd_range : adamw_range, &a);
+        at = stop;
     }
     return DT_OK;
+}
+
+static int by_offset(const void *a, const void *b)
+{
+    int64_t x = ((const dt_optim_group *)a)->offset, y = ((const dt_optim_group *)b)->offset;
+    return (x > y) - (x < y);
+}
+
+dt_status dt_optimizer_set_groups(dt_optimizer *o, const dt_optim_group *groups, int n)
+{
+    if (!o || (n > 0 && !groups) || n < 0)
+        return dt__fail(DT_ERR_INVALID, "optimizer_set_groups: %s", !o ? "no optimizer" : "no groups or a negative count");
+    dt_optim_group *copy = n ? malloc((size_t)n * sizeof *copy) : NULL;
+    if (n && !copy)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++)
+        copy[i] = groups[i];
+    if (n)
+        qsort(copy, (size_t)n, sizeof *copy, by_offset);
+    for (int i = 0; i < n; i++) {
+        const dt_optim_group *c = &copy[i];
+        const char *bad = c->offset < 0 || c->numel < 0 || c->offset + c->numel > o->numel ? "outside the optimizer's range"
+                          : !(c->weight_decay >= 0 && isfinite(c->weight_decay))       ? "has a weight decay that is not >= 0"
+                          : i > 0 && copy[i - 1].offset + copy[i - 1].numel > c->offset ? "overlaps the one before it"
+                                                                                          : NULL;
+        if (bad) {
+            dt_status s = dt__fail(DT_ERR_INVALID, "optimizer group [%lld, %lld) (weight decay %g) %s of %lld parameters",
+                                   (long long)c->offset, (long long)(c->offset + c->numel), c->weight_decay, bad,
+                                   (long long)o->numel);
+            free(copy);
+            return s;
+        }
+    }
+    free(o->groups);
+    o->groups = copy;
+    o->ngroups = n;
+    return DT_OK;
+}
+
+int dt_optimizer_state_buffers(dt_optimizer *o, dt_optim_state *out, int max)
+{
+    dt_optim_state all[2];
+    int n = 0;
+    if (o->kind == ADAMW) {
+        all[n++] = (dt_optim_state){"exp_avg", o->state, o->numel};
+        all[n++] = (dt_optim_state){"exp_avg_sq", o->state + o->numel, o->numel};
+    } else if (o->sgd.momentum > 0) {
+        all[n++] = (dt_optim_state){"momentum_buffer", o->state, o->numel};
+    }
+    for (int i = 0; i < n && i < max; i++)
+        out[i] = all[i];
+    return n;
 }
 
 void dt_optimizer_end_step(dt_optimizer *o) { o->steps++; }
@@ -155,5 +218,6 @@ void dt_optimizer_destroy(dt_optimizer *o)
     if (!o)
         return;
     free(o->state);
+    free(o->groups);
     free(o);
 }

@@ -1,0 +1,37 @@
+/* Gradient operations over a group of ranks that each hold part of the
+ * model: the global norm for clipping (tensor, pipeline and ZeRO shards each
+ * count their own elements once), and the sum of a tied parameter's copies
+ * between the pipeline stages that hold them. */
+#include <math.h>
+
+#include "base/status.h"
+#include "dtrain/parallel.h"
+
+dt_status dt_clip_grad_norm_group(float *grad, int64_t n, float max_norm, dt_comm *group, float *norm)
+{
+    if ((n > 0 && !grad) || n < 0)
+        return dt__fail(DT_ERR_INVALID, "clip_grad_norm_group: %lld gradients at %p", (long long)n, (void *)grad);
+    double sumsq = n ? dt_vec_sumsq(grad, n) : 0.0;
+    if (group)
+        DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, group));
+    float total = (float)sqrt(sumsq);
+    if (norm)
+        *norm = total;
+    if (max_norm > 0 && total > max_norm && n)
+        dt_vec_scale(grad, max_norm / (total + 1e-6f), n); /* torch's clip_grad_norm_ */
+    return DT_OK;
+}
+
+dt_status dt_model_reduce_shared(dt_model *m, dt_comm *stages)
+{
+    if (!m || !stages)
+        return dt__fail(DT_ERR_INVALID, "model_reduce_shared: %s is NULL", m ? "the communicator" : "the model");
+    const dt_shared_param *sh;
+    int n = dt_model_shared_params(m, &sh);
+    dt_params *p = dt_model_params(m);
+    for (int i = 0; i < n; i++) {
+        float *g = dt_param_grad(p, sh[i].param);
+        DT_CHECK(dt_allreduce(g, g, (size_t)dt_params_info(p, sh[i].param)->numel, DT_F32, DT_SUM, stages));
+    }
+    return DT_OK;
+}
