@@ -37,15 +37,29 @@ dt_status dt_params_create(dt_params **out);
 dt_status dt_params_add(dt_params *p, const char *name, int ndim, const int64_t *shape, int *index);
 /* Allocate the value and gradient buffers (zeroed). */
 dt_status dt_params_finalize(dt_params *p);
+/* Finalize over flat buffers supplied from outside (numel floats each, not
+ * freed by the registry: offload, a mapped file), or with none at all
+ * (values and grads NULL: a shard-only registry, every parameter bound with
+ * dt_param_bind before a block uses it, as ZeRO-3 gathers them). */
+dt_status dt_params_finalize_external(dt_params *p, float *values, float *grads);
+/* Point parameter `index` at storage of its own (numel floats each); NULL
+ * returns it to its place in the flat buffers (or to none).  A strategy's
+ * block hooks (dt_model_set_hooks) bind a block's parameters before the
+ * block runs and release them after. */
+void dt_param_bind(dt_params *p, int index, float *value, float *grad);
+/* True when parameter `index` has value and gradient storage now. */
+bool dt_param_has_storage(const dt_params *p, int index);
 int dt_params_count(const dt_params *p);
 int64_t dt_params_numel(const dt_params *p);
 const dt_param_info *dt_params_info(const dt_params *p, int index);
 /* Index of the parameter called `name`, or -1. */
 int dt_params_find(const dt_params *p, const char *name);
+/* The flat buffers (NULL for a shard-only registry). */
 float *dt_params_values(dt_params *p);
 float *dt_params_grads(dt_params *p);
 float *dt_param_value(dt_params *p, int index);
 float *dt_param_grad(dt_params *p, int index);
+/* Zero the flat gradient buffer (bound storage is its owner's to clear). */
 void dt_params_zero_grads(dt_params *p);
 /* Called with each parameter index as its gradient becomes final. */
 void dt_params_on_grad_ready(dt_params *p, dt_grad_ready_fn fn, void *user);
@@ -124,6 +138,8 @@ dt_status dt_softmax_cross_entropy(const dt_tensor *logits, const int32_t *targe
                                    dt_tensor *dlogits);
 
 /* ---- containers ---- */
+typedef enum { DT_BEFORE_FORWARD, DT_AFTER_FORWARD, DT_BEFORE_BACKWARD, DT_AFTER_BACKWARD } dt_hook_point;
+typedef dt_status (*dt_block_hook)(void *user, dt_hook_point point, int block, dt_ctx *ctx);
 /* A sequence of layers: forward runs them in order, backward in reverse.
  * One container serves a GPT block's sub-layers, a whole model and a
  * pipeline stage.  It owns what is appended (also when appending fails). */
@@ -131,6 +147,8 @@ dt_status dt_sequential_create(const char *name, dt_layer **out);
 dt_status dt_sequential_append(dt_layer *seq, dt_layer *l);
 int dt_sequential_count(const dt_layer *seq);
 dt_layer *dt_sequential_at(dt_layer *seq, int i);
+/* Hooks around every item's forward and backward (see dt_model_set_hooks). */
+void dt_sequential_set_hooks(dt_layer *seq, dt_block_hook hook, void *user);
 /* Activation recomputation for item i: while training, forward keeps only
  * the item's input and frees its activations (an arena rewind); backward
  * runs the item's forward again first.  Gradients are bitwise those of the
@@ -180,6 +198,11 @@ void dt_model_desc_destroy(dt_model_desc *d);
 typedef struct dt_model dt_model;
 /* Blocks [lo, hi) of d (0 <= lo < hi <= blocks); d may be destroyed after. */
 dt_status dt_model_instantiate(const dt_model_desc *d, int lo, int hi, dt_model **out);
+/* The same over parameter storage from outside (see
+ * dt_params_finalize_external; both NULL: a shard-only model whose block
+ * hooks bind each block's parameters).  dt_model_init needs storage. */
+dt_status dt_model_instantiate_external(const dt_model_desc *d, int lo, int hi, float *values, float *grads,
+                                        dt_model **out);
 /* Describe and instantiate every block. */
 dt_status dt_mlp_create(const int64_t *sizes, int nsizes, dt_model **out);
 dt_status dt_gpt_create(const dt_gpt_config *cfg, dt_model **out);
@@ -208,6 +231,13 @@ int dt_model_shared_params(const dt_model *m, const dt_shared_param **out);
 /* Recompute block i (local numbering) during backward: see
  * dt_sequential_set_recompute. */
 dt_status dt_model_set_recompute(dt_model *m, int i, bool on);
+/* Per-block hooks, the seam for ZeRO-3 and offload: called with the block's
+ * local index before and after its forward and its backward (a recomputed
+ * block's second forward runs between BEFORE_BACKWARD and AFTER_BACKWARD).
+ * A hook that fails stops the pass with its status.  Before a block runs,
+ * the model checks that every parameter it registered has storage and
+ * names the first that has none.  NULL removes the hooks. */
+void dt_model_set_hooks(dt_model *m, dt_block_hook hook, void *user);
 /* Initialise every parameter from `seed` (PyTorch's schemes; GPT-2's for GPT). */
 void dt_model_init(dt_model *m, uint64_t seed);
 /* Forward through every block; y is allocated in ctx->arena. */

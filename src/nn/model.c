@@ -41,6 +41,8 @@ struct dt_model {
     int *first_param, *num_params;
     dt_shared_param *shared;
     int nshared;
+    dt_block_hook hook;
+    void *hook_user;
 };
 
 /* ---- descriptions ---- */
@@ -128,7 +130,31 @@ dt_status dt__params_use(dt_params *p, const char *name, int ndim, const int64_t
 
 /* ---- instantiation ---- */
 
-dt_status dt_model_instantiate(const dt_model_desc *d, int lo, int hi, dt_model **out)
+/* The root sequence's hook: the user's first (it may bind storage), then a
+ * check that the block about to run has storage for its parameters. */
+static dt_status model_hook(void *user, dt_hook_point at, int i, dt_ctx *ctx)
+{
+    dt_model *m = user;
+    if (m->hook)
+        DT_CHECK(m->hook(m->hook_user, at, i, ctx));
+    if (at != DT_BEFORE_FORWARD && at != DT_BEFORE_BACKWARD)
+        return DT_OK;
+    int global = m->lo + i, bad = -1;
+    for (int k = m->first_param[i]; bad < 0 && k < m->first_param[i] + m->num_params[i]; k++)
+        bad = dt_param_has_storage(m->params, k) ? -1 : k;
+    for (int k = 0; bad < 0 && k < m->nshared; k++) /* a tied parameter this block uses */
+        if (m->shared[k].first_block == global || m->shared[k].last_block == global)
+            bad = dt_param_has_storage(m->params, m->shared[k].param) ? -1 : m->shared[k].param;
+    if (bad >= 0)
+        return dt__fail(DT_ERR_INVALID, "%s: parameter %s has no storage before its %s (no hook bound it)",
+                        m->info[i].name, dt_params_info(m->params, bad)->name,
+                        at == DT_BEFORE_FORWARD ? "forward" : "backward");
+    return DT_OK;
+}
+
+
+static dt_status instantiate(const dt_model_desc *d, int lo, int hi, bool external, float *values, float *grads,
+                             dt_model **out)
 {
     if (!d || !out)
         return dt__fail(DT_ERR_INVALID, "model_instantiate: %s is NULL", d ? "out" : "the description");
@@ -160,7 +186,9 @@ dt_status dt_model_instantiate(const dt_model_desc *d, int lo, int hi, dt_model 
         m->num_params[i - lo] = dt_params_count(m->params) - before;
     }
     if (s == DT_OK)
-        s = dt_params_finalize(m->params);
+        s = external ? dt_params_finalize_external(m->params, values, grads) : dt_params_finalize(m->params);
+    if (s == DT_OK)
+        dt_sequential_set_hooks(m->root, model_hook, m);
     for (int k = 0; s == DT_OK && k < d->nshared; k++) {
         int idx = dt_params_find(m->params, d->shared[k].name);
         if (idx < 0)
@@ -179,6 +207,17 @@ dt_status dt_model_instantiate(const dt_model_desc *d, int lo, int hi, dt_model 
     }
     *out = m;
     return DT_OK;
+}
+
+dt_status dt_model_instantiate(const dt_model_desc *d, int lo, int hi, dt_model **out)
+{
+    return instantiate(d, lo, hi, false, NULL, NULL, out);
+}
+
+dt_status dt_model_instantiate_external(const dt_model_desc *d, int lo, int hi, float *values, float *grads,
+                                        dt_model **out)
+{
+    return instantiate(d, lo, hi, true, values, grads, out);
 }
 
 dt_status dt__build_whole(dt_status describe_status, dt_model_desc **d, dt_model **out)
@@ -217,6 +256,12 @@ int dt_model_shared_params(const dt_model *m, const dt_shared_param **out)
 {
     *out = m->shared;
     return m->nshared;
+}
+
+void dt_model_set_hooks(dt_model *m, dt_block_hook hook, void *user)
+{
+    m->hook = hook;
+    m->hook_user = user;
 }
 
 dt_status dt_model_set_recompute(dt_model *m, int i, bool on) { return dt_sequential_set_recompute(m->root, i, on); }

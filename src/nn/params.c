@@ -5,11 +5,16 @@
 #include "base/status.h"
 #include "dtrain/nn.h"
 
+/* values and grads are the flat buffers (owned unless supplied from
+ * outside); vptr/gptr give each parameter's storage, by default its place in
+ * the flat buffers, or whatever dt_param_bind put there. */
 struct dt_params {
     dt_param_info *info;
     int count, cap;
     int64_t numel;
     float *values, *grads;
+    float **vptr, **gptr;
+    bool finalized, owned;
     dt_grad_ready_fn ready;
     void *ready_user;
 };
@@ -22,7 +27,7 @@ dt_status dt_params_create(dt_params **out)
 
 dt_status dt_params_add(dt_params *p, const char *name, int ndim, const int64_t *shape, int *index)
 {
-    if (p->values)
+    if (p->finalized)
         return dt__fail(DT_ERR_INVALID, "parameter '%s' added after the registry was finalized", name);
     if (ndim < 1 || ndim > DT_MAX_DIMS || strlen(name) >= sizeof p->info[0].name)
         return dt__fail(DT_ERR_INVALID, "parameter '%s': bad rank %d or name too long", name, ndim);
@@ -53,17 +58,48 @@ dt_status dt_params_add(dt_params *p, const char *name, int ndim, const int64_t 
     return DT_OK;
 }
 
+static dt_status make_pointers(dt_params *p)
+{
+    size_t n = (size_t)(p->count ? p->count : 1);
+    if (!(p->vptr = calloc(n, sizeof *p->vptr)) || !(p->gptr = calloc(n, sizeof *p->gptr)))
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < p->count; i++)
+        dt_param_bind(p, i, NULL, NULL);
+    p->finalized = true;
+    return DT_OK;
+}
+
 dt_status dt_params_finalize(dt_params *p)
 {
-    if (p->values)
+    if (p->finalized)
         return DT_OK;
     size_t n = (size_t)(p->numel ? p->numel : 1);
     p->values = calloc(n, sizeof(float));
     p->grads = calloc(n, sizeof(float));
+    p->owned = true;
     if (!p->values || !p->grads)
         return dt__fail(DT_ERR_NOMEM, "out of memory for %lld parameters", (long long)p->numel);
-    return DT_OK;
+    return make_pointers(p);
 }
+
+dt_status dt_params_finalize_external(dt_params *p, float *values, float *grads)
+{
+    if (p->finalized)
+        return dt__fail(DT_ERR_INVALID, "params_finalize_external: the registry is already finalized");
+    p->values = values;
+    p->grads = grads;
+    p->owned = false;
+    return make_pointers(p);
+}
+
+void dt_param_bind(dt_params *p, int i, float *value, float *grad)
+{
+    int64_t off = p->info[i].offset;
+    p->vptr[i] = value ? value : p->values ? p->values + off : NULL;
+    p->gptr[i] = grad ? grad : p->grads ? p->grads + off : NULL;
+}
+
+bool dt_param_has_storage(const dt_params *p, int i) { return p->vptr[i] && p->gptr[i]; }
 
 int dt_params_count(const dt_params *p) { return p->count; }
 int64_t dt_params_numel(const dt_params *p) { return p->numel; }
@@ -79,8 +115,8 @@ int dt_params_find(const dt_params *p, const char *name)
 
 float *dt_params_values(dt_params *p) { return p->values; }
 float *dt_params_grads(dt_params *p) { return p->grads; }
-float *dt_param_value(dt_params *p, int i) { return p->values + p->info[i].offset; }
-float *dt_param_grad(dt_params *p, int i) { return p->grads + p->info[i].offset; }
+float *dt_param_value(dt_params *p, int i) { return p->vptr[i]; }
+float *dt_param_grad(dt_params *p, int i) { return p->gptr[i]; }
 
 void dt_params_zero_grads(dt_params *p)
 {
@@ -105,7 +141,11 @@ void dt_params_destroy(dt_params *p)
     if (!p)
         return;
     free(p->info);
-    free(p->values);
-    free(p->grads);
+    if (p->owned) {
+        free(p->values);
+        free(p->grads);
+    }
+    free(p->vptr);
+    free(p->gptr);
     free(p);
 }

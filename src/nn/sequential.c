@@ -22,7 +22,14 @@ typedef struct {
     dt_layer **items;
     bool *recompute;
     int n, cap;
+    dt_block_hook hook;
+    void *hook_user;
 } sequential;
+
+static dt_status hook(sequential *S, dt_hook_point at, int i, dt_ctx *ctx)
+{
+    return S->hook ? S->hook(S->hook_user, at, i, ctx) : DT_OK;
+}
 
 static const dt_layer_ops seq_ops;
 
@@ -84,10 +91,12 @@ static dt_status seq_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_te
     for (int i = 0; i < S->n; i++) {
         dt_tensor next;
         dt_layer *c = S->items[i];
+        DT_CHECK(hook(S, DT_BEFORE_FORWARD, i, ctx));
         if (S->recompute[i] && ctx->training)
             DT_CHECK(forward_recomputed(c, ctx, &cur, &next));
         else
             DT_CHECK(c->ops->forward(c, ctx, &cur, &next));
+        DT_CHECK(hook(S, DT_AFTER_FORWARD, i, ctx));
         cur = next;
     }
     *y = cur;
@@ -102,10 +111,12 @@ static dt_status seq_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_
         dt_tensor d = {0};
         bool want = i > 0 || need_dx;
         dt_layer *c = S->items[i];
+        DT_CHECK(hook(S, DT_BEFORE_BACKWARD, i, ctx));
         if (S->recompute[i] && ctx->training)
             DT_CHECK(backward_recomputed(c, ctx, &g, &d, want));
         else
             DT_CHECK(c->ops->backward(c, ctx, &g, &d, want));
+        DT_CHECK(hook(S, DT_AFTER_BACKWARD, i, ctx));
         g = d;
     }
     if (need_dx)
@@ -178,6 +189,15 @@ dt_layer *dt_sequential_at(dt_layer *seq, int i)
 {
     sequential *S = as_seq(seq);
     return S && i >= 0 && i < S->n ? S->items[i] : NULL;
+}
+
+void dt_sequential_set_hooks(dt_layer *seq, dt_block_hook fn, void *user)
+{
+    sequential *S = as_seq(seq);
+    if (S) {
+        S->hook = fn;
+        S->hook_user = user;
+    }
 }
 
 dt_status dt_sequential_set_recompute(dt_layer *seq, int i, bool on)
