@@ -9,6 +9,7 @@
 #include "check.h"
 #include "dtrain/nn.h"
 #include "dtrain/optim.h"
+#include "dtrain/comm.h"
 #include "dtrain/parallel.h"
 
 static const dt_gpt_config tiny = {.vocab = 13, .context = 8, .layers = 3, .heads = 2, .dim = 16, .dropout = 0.1f};
@@ -467,8 +468,105 @@ static void test_hooks_shard_only(void)
     dt_model_destroy(sharded);
 }
 
+/* The strategies own the step: single-process and data parallel on one
+ * rank, both with two micro-batches, give the same weights to the bit, with
+ * and without clipping, and the hand-written loop's. */
+typedef struct {
+    float ids[B * T];
+    int32_t t[B * T];
+    int calls;
+} feeder;
+
+static dt_status feed(void *user, dt_micro_batch *mb)
+{
+    feeder *f = user;
+    make_batch(500 + (uint64_t)f->calls++, f->ids, f->t);
+    mb->x = dt_tensor_view(f->ids, 2, (int64_t[]){B, T});
+    mb->targets = f->t;
+    return DT_OK;
+}
+
+static void train_with(int which, float clip, float *final, int64_t n)
+{
+    dt_model *m;
+    dt_gpt_create(&tiny, &m);
+    dt_model_init(m, 8);
+    dt_params *p = dt_model_params(m);
+    dt_optimizer *o;
+    dt_adamw_create(&(dt_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f}, n, &o);
+    dt_strategy_config cfg = {.micro_batches = 2, .grad_clip = clip, .seed = 3};
+    feeder f = {.calls = 0};
+    dt_comm *world = NULL;
+    dt_strategy *s = NULL;
+    if (which == 0) {
+        EXPECT_STATUS(dt_strategy_single_create(m, o, &cfg, &s), DT_OK);
+        EXPECT(strcmp(dt_strategy_name(s), "single") == 0);
+    } else if (which == 1) {
+        EXPECT_STATUS(dt_comm_init_env(&world), DT_OK);
+        EXPECT_STATUS(dt_strategy_ddp_create(m, o, world, &cfg, &s), DT_OK);
+        EXPECT(strcmp(dt_strategy_name(s), "ddp") == 0);
+    }
+    dt_arena *arena;
+    dt_arena_create(&arena);
+    for (int step = 0; step < 3; step++) {
+        if (s) {
+            dt_step_stats st;
+            EXPECT_STATUS(dt_strategy_step(s, step, 1e-2f, feed, &f, &st), DT_OK);
+            EXPECT(st.loss > 0 && st.grad_norm > 0);
+            continue;
+        }
+        dt_params_zero_grads(p); /* the loop a trainer wrote before strategies */
+        for (int micro = 0; micro < 2; micro++) {
+            dt_micro_batch mb;
+            feed(&f, &mb);
+            dt_arena_reset(arena);
+            dt_ctx c = {.arena = arena, .key = {3, (uint64_t)step, (uint32_t)micro, 0}, .training = true};
+            dt_tensor g;
+            forward_loss(m, &c, f.ids, f.t, &g);
+            dt_model_backward(m, &c, &g);
+        }
+        dt_vec_scale(dt_params_grads(p), 0.5f, n);
+        dt_clip_grad_norm(dt_params_grads(p), n, clip);
+        dt_optimizer_step(o, dt_params_values(p), dt_params_grads(p), n, 1e-2f);
+    }
+    memcpy(final, dt_params_values(p), (size_t)n * sizeof(float));
+    dt_strategy_destroy(s);
+    if (world)
+        dt_comm_destroy(world);
+    dt_arena_destroy(arena);
+    dt_optimizer_destroy(o);
+    dt_model_destroy(m);
+}
+
+static void test_strategies(void)
+{
+    dt_model *m;
+    dt_gpt_create(&tiny, &m);
+    int64_t n = dt_params_numel(dt_model_params(m));
+    dt_model_destroy(m);
+    float *w[3];
+    for (int i = 0; i < 3; i++)
+        w[i] = malloc((size_t)n * sizeof(float));
+    for (int clip = 0; clip < 2; clip++) {
+        for (int i = 0; i < 3; i++)
+            train_with(i, clip ? 0.5f : 0.0f, w[i], n);
+        EXPECT(!bits_differ(w[0], w[1], n));
+        EXPECT(!bits_differ(w[0], w[2], n));
+    }
+    for (int i = 0; i < 3; i++)
+        free(w[i]);
+    dt_strategy *s;
+    dt_optimizer *o;
+    dt_gpt_create(&tiny, &m);
+    dt_sgd_create(&(dt_sgd_config){0}, n, &o);
+    EXPECT_STATUS(dt_strategy_single_create(m, o, &(dt_strategy_config){.micro_batches = 0}, &s), DT_ERR_INVALID);
+    dt_optimizer_destroy(o);
+    dt_model_destroy(m);
+}
+
 int main(void)
 {
+    test_strategies();
     test_hooks_shard_only();
     test_param_groups();
     test_keyed_rng();

@@ -76,6 +76,51 @@ int64_t dt_ddp_bucket_numel(const dt_ddp *d, int b);
 /* Unhooks the gradient-ready callback.  Waits for anything still in flight. */
 void dt_ddp_destroy(dt_ddp *d);
 
+/* ---- strategies: who owns the training step ----
+ * A strategy runs one optimizer step: the micro-batch schedule (forward,
+ * loss and backward of each micro-batch on its own context, dropout keyed by
+ * (seed, step, micro-batch, rank)), the gradient synchronisation and the
+ * update.  The trainer only feeds batches and reads the statistics, so data
+ * parallel, single-process and the strategies to come (pipeline, ZeRO,
+ * tensor parallel, parameter server) are interchangeable behind it.
+ *
+ *   dt_strategy *s;  dt_strategy_ddp_create(model, opt, world, &cfg, &s);
+ *   each step:       dt_strategy_step(s, step, lr, next_batch, user, &stats);
+ */
+typedef struct dt_strategy dt_strategy;
+typedef struct {
+    int micro_batches; /* gradient accumulation: >= 1 forward/backward passes per step */
+    float grad_clip;   /* global-norm clipping; 0 = off */
+    uint64_t seed;     /* dropout keys */
+    dt_ddp_config ddp; /* data parallel: buckets and wire format */
+} dt_strategy_config;
+/* One micro-batch: the model's input and one target per output row. */
+typedef struct {
+    dt_tensor x;
+    const int32_t *targets;
+} dt_micro_batch;
+/* Called micro_batches times per step, in order, for the next micro-batch;
+ * the data must stay valid until the next call. */
+typedef dt_status (*dt_next_batch_fn)(void *user, dt_micro_batch *mb);
+typedef struct {
+    float loss;      /* mean over this rank's micro-batches */
+    float grad_norm; /* before clipping */
+    double comm_s;   /* time in gradient communication */
+    double exposed_s; /* of which the step waited for (not hidden behind backward) */
+} dt_step_stats;
+
+/* No communication: clipping and the update on this process's gradients. */
+dt_status dt_strategy_single_create(dt_model *m, dt_optimizer *o, const dt_strategy_config *cfg, dt_strategy **out);
+/* Data parallel over c (dt_ddp: rank 0's weights everywhere, bucketed
+ * allreduce overlapping backward).  Collective over c. */
+dt_status dt_strategy_ddp_create(dt_model *m, dt_optimizer *o, dt_comm *c, const dt_strategy_config *cfg,
+                                 dt_strategy **out);
+/* One optimizer step at learning rate lr. */
+dt_status dt_strategy_step(dt_strategy *s, int64_t step, float lr, dt_next_batch_fn next, void *user,
+                           dt_step_stats *out);
+const char *dt_strategy_name(const dt_strategy *s);
+void dt_strategy_destroy(dt_strategy *s);
+
 /* ---- gradients over a group of ranks that each hold part of the model ---- */
 /* Clip to a global norm: the sum of squares of this rank's n gradients is
  * summed over `group` (NULL: this rank alone), so tensor-parallel shards,

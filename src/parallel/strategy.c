@@ -1,0 +1,102 @@
+/* The step every strategy shares: zero the gradients, then for each
+ * micro-batch take the input, forward, loss and backward on a fresh context
+ * keyed by (seed, step, micro-batch, rank), then the strategy's update.
+ * Single-process training is the simplest strategy: no communication, local
+ * clipping, one optimizer step. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "base/status.h"
+#include "parallel/strategy_internal.h"
+
+dt_status dt__strategy_init(dt_strategy *s, dt_model *m, dt_optimizer *o, const dt_strategy_config *cfg)
+{
+    if (!m || !o || !cfg)
+        return dt__fail(DT_ERR_INVALID, "strategy: %s is NULL", !m ? "the model" : !o ? "the optimizer" : "the config");
+    if (cfg->micro_batches < 1 || !(cfg->grad_clip >= 0))
+        return dt__fail(DT_ERR_INVALID, "strategy: micro_batches %d (>= 1), grad_clip %g (>= 0)", cfg->micro_batches,
+                        cfg->grad_clip);
+    s->model = m;
+    s->opt = o;
+    s->cfg = *cfg;
+    return dt_arena_create(&s->arena);
+}
+
+static dt_status micro_step(dt_strategy *s, int64_t step, int micro, const dt_micro_batch *mb, float *loss)
+{
+    dt_arena_reset(s->arena);
+    dt_ctx ctx = {.arena = s->arena,
+                  .key = {s->cfg.seed, (uint64_t)step, (uint32_t)micro, s->key_group},
+                  .training = true};
+    dt_tensor out;
+    DT_CHECK(dt_model_forward(s->model, &ctx, &mb->x, &out));
+    dt_tensor g = out;
+    if (!(g.data = dt_arena_alloc(s->arena, dt_tensor_numel(&out))))
+        return dt__fail(DT_ERR_NOMEM, "out of memory for the output gradient");
+    DT_CHECK(dt_softmax_cross_entropy(&out, mb->targets, loss, &g));
+    if (s->ops->before_backward)
+        s->ops->before_backward(s, micro, s->cfg.micro_batches);
+    return dt_model_backward(s->model, &ctx, &g);
+}
+
+dt_status dt_strategy_step(dt_strategy *s, int64_t step, float lr, dt_next_batch_fn next, void *user,
+                           dt_step_stats *out)
+{
+    if (!s || !next)
+        return dt__fail(DT_ERR_INVALID, "strategy_step: %s is NULL", s ? "the batch source" : "the strategy");
+    dt_step_stats st = {0};
+    dt_params_zero_grads(dt_model_params(s->model));
+    for (int micro = 0; micro < s->cfg.micro_batches; micro++) {
+        dt_micro_batch mb = {0};
+        float l = 0;
+        DT_CHECK(next(user, &mb));
+        DT_CHECK(micro_step(s, step, micro, &mb, &l));
+        st.loss += l / (float)s->cfg.micro_batches;
+    }
+    DT_CHECK(s->ops->update(s, lr, s->cfg.grad_clip, &st.grad_norm));
+    if (s->ops->timing)
+        s->ops->timing(s, &st.comm_s, &st.exposed_s);
+    if (out)
+        *out = st;
+    return DT_OK;
+}
+
+const char *dt_strategy_name(const dt_strategy *s) { return s ? s->ops->name : "(none)"; }
+
+void dt_strategy_destroy(dt_strategy *s)
+{
+    if (!s)
+        return;
+    if (s->ops && s->ops->destroy)
+        s->ops->destroy(s);
+    dt_arena_destroy(s->arena);
+    free(s);
+}
+
+/* ---- single process ---- */
+
+static dt_status single_update(dt_strategy *s, float lr, float max_norm, float *norm)
+{
+    dt_params *p = dt_model_params(s->model);
+    if (s->cfg.micro_batches > 1) /* summed over micro-batches: their mean, as data parallel takes it */
+        dt_vec_scale(dt_params_grads(p), 1.0f / (float)s->cfg.micro_batches, dt_params_numel(p));
+    *norm = dt_clip_grad_norm(dt_params_grads(p), dt_params_numel(p), max_norm);
+    return dt_optimizer_step(s->opt, dt_params_values(p), dt_params_grads(p), dt_params_numel(p), lr);
+}
+
+static const dt__strategy_ops single_ops = {"single", NULL, single_update, NULL, NULL};
+
+dt_status dt_strategy_single_create(dt_model *m, dt_optimizer *o, const dt_strategy_config *cfg, dt_strategy **out)
+{
+    dt_strategy *s = calloc(1, sizeof *s);
+    if (!s)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    dt_status st = dt__strategy_init(s, m, o, cfg);
+    s->ops = &single_ops;
+    if (st != DT_OK) {
+        dt_strategy_destroy(s);
+        return st;
+    }
+    *out = s;
+    return DT_OK;
+}

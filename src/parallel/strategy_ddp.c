@@ -1,0 +1,51 @@
+/* Data parallel as a strategy: gradient buckets start their allreduce during
+ * the last micro-batch's backward (dt_ddp), and the update follows each
+ * bucket as it lands, or waits for all of them when clipping needs the
+ * global norm.  Dropout keys differ by rank, as the ranks' data do. */
+#include <stdlib.h>
+
+#include "base/status.h"
+#include "parallel/strategy_internal.h"
+
+static void ddp_before_backward(dt_strategy *s, int micro, int count)
+{
+    dt_ddp_set_sync(s->impl, micro == count - 1); /* communicate on the last micro-batch only */
+}
+
+static dt_status ddp_update(dt_strategy *s, float lr, float max_norm, float *norm)
+{
+    return dt_ddp_step(s->impl, s->opt, lr, max_norm, norm);
+}
+
+static void ddp_timing(const dt_strategy *s, double *comm, double *exposed) { dt_ddp_last_timing(s->impl, comm, exposed); }
+
+static void ddp_destroy(dt_strategy *s) { dt_ddp_destroy(s->impl); }
+
+static const dt__strategy_ops ddp_ops = {"ddp", ddp_before_backward, ddp_update, ddp_timing, ddp_destroy};
+
+dt_status dt_strategy_ddp_create(dt_model *m, dt_optimizer *o, dt_comm *c, const dt_strategy_config *cfg,
+                                 dt_strategy **out)
+{
+    if (!c)
+        return dt__fail(DT_ERR_INVALID, "strategy ddp: the communicator is NULL");
+    dt_strategy *s = calloc(1, sizeof *s);
+    if (!s)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    dt_status st = dt__strategy_init(s, m, o, cfg);
+    if (st == DT_OK) {
+        dt_ddp *d = NULL;
+        st = dt_ddp_create(c, dt_model_params(m), &cfg->ddp, &d);
+        if (st == DT_OK) {
+            dt_ddp_set_accumulation(d, cfg->micro_batches);
+            s->impl = d;
+            s->ops = &ddp_ops;
+            s->key_group = (uint32_t)dt_comm_rank(c);
+        }
+    }
+    if (st != DT_OK) {
+        dt_strategy_destroy(s);
+        return st;
+    }
+    *out = s;
+    return DT_OK;
+}

@@ -1,0 +1,36 @@
+/* What each strategy implements behind dt_strategy (parallel.h).  The common
+ * micro-batch loop (strategy.c) runs forward, loss and backward per
+ * micro-batch; a strategy decides what happens around it: which micro-batch
+ * communicates, how gradients are synchronised and how the update is made.
+ * Pipeline, ZeRO, tensor-parallel and parameter-server strategies are further
+ * tables of the same shape. */
+#ifndef DT_PARALLEL_STRATEGY_INTERNAL_H
+#define DT_PARALLEL_STRATEGY_INTERNAL_H
+
+#include "dtrain/parallel.h"
+
+typedef struct {
+    const char *name;
+    /* Before micro-batch `micro` of `count` runs its backward. */
+    void (*before_backward)(dt_strategy *s, int micro, int count);
+    /* After the last backward: synchronise, clip, update. */
+    dt_status (*update)(dt_strategy *s, float lr, float max_norm, float *norm);
+    /* Communication time of the last step (seconds), and the part not hidden. */
+    void (*timing)(const dt_strategy *s, double *comm, double *exposed);
+    void (*destroy)(dt_strategy *s);
+} dt__strategy_ops;
+
+struct dt_strategy {
+    const dt__strategy_ops *ops;
+    dt_model *model;
+    dt_optimizer *opt;
+    dt_strategy_config cfg;
+    uint32_t key_group; /* dropout keys differ across data-parallel ranks */
+    dt_arena *arena;
+    void *impl;
+};
+
+/* Fill the common part; the strategy sets ops, key_group and impl. */
+dt_status dt__strategy_init(dt_strategy *s, dt_model *m, dt_optimizer *o, const dt_strategy_config *cfg);
+
+#endif
