@@ -53,6 +53,10 @@ void dt_arena_rewind(dt_arena *a, dt_arena_mark m);
 /* True when p was allocated after mark m, so that a rewind to m frees it. */
 bool dt_arena_since(const dt_arena *a, dt_arena_mark m, const void *p);
 size_t dt_arena_bytes_in_use(const dt_arena *a);
+/* The most bytes in use at once since creation or dt_arena_reset_peak: the
+ * activation memory a step needed (what recomputation saves). */
+size_t dt_arena_peak_bytes(const dt_arena *a);
+void dt_arena_reset_peak(dt_arena *a);
 void dt_arena_destroy(dt_arena *a);
 
 /* ---- compute threads ---- */

@@ -17,7 +17,15 @@ typedef struct chunk {
 
 struct dt_arena {
     chunk *chunks, *current;
+    size_t in_use, peak; /* bytes handed out (alignment included), and the most at once */
 };
+
+static void note_alloc(dt_arena *a, size_t bytes)
+{
+    a->in_use += bytes;
+    if (a->in_use > a->peak)
+        a->peak = a->in_use;
+}
 
 dt_status dt_arena_create(dt_arena **out)
 {
@@ -37,6 +45,7 @@ float *dt_arena_alloc(dt_arena *a, int64_t count)
             a->current = c;
             float *p = (float *)(c->mem + c->used);
             c->used += bytes;
+            note_alloc(a, bytes);
             return p;
         }
     }
@@ -58,6 +67,7 @@ float *dt_arena_alloc(dt_arena *a, int64_t count)
         last->next = c;
     }
     a->current = c;
+    note_alloc(a, bytes);
     return (float *)c->mem;
 }
 
@@ -74,6 +84,7 @@ void dt_arena_reset(dt_arena *a)
     for (chunk *c = a->chunks; c; c = c->next)
         c->used = 0;
     a->current = a->chunks;
+    a->in_use = 0;
 }
 
 dt_arena_mark dt_arena_get_mark(const dt_arena *a)
@@ -92,6 +103,7 @@ void dt_arena_rewind(dt_arena *a, dt_arena_mark m)
     for (chunk *c = at->next; c; c = c->next)
         c->used = 0;
     a->current = at;
+    a->in_use = dt_arena_bytes_in_use(a);
 }
 
 bool dt_arena_since(const dt_arena *a, dt_arena_mark m, const void *p)
@@ -104,6 +116,10 @@ bool dt_arena_since(const dt_arena *a, dt_arena_mark m, const void *p)
             return true;
     return false;
 }
+
+size_t dt_arena_peak_bytes(const dt_arena *a) { return a->peak; }
+
+void dt_arena_reset_peak(dt_arena *a) { a->peak = a->in_use; }
 
 size_t dt_arena_bytes_in_use(const dt_arena *a)
 {
