@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/layer.h"
 #include "nn/saved.h"
 #include "tensor/threads.h"
 
@@ -114,12 +115,10 @@ static const dt_layer_ops gelu_ops = {"gelu", forward, backward, init, destroy};
 
 static dt_status create(const char *name, int gelu, dt_layer **l)
 {
-    act *A = calloc(1, sizeof *A);
+    act *A = dt__layer_new(sizeof *A, gelu ? &gelu_ops : &relu_ops, "%s", name);
     if (!A)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    A->base.ops = gelu ? &gelu_ops : &relu_ops;
+        return DT_ERR_NOMEM;
     A->gelu = gelu;
-    snprintf(A->base.name, sizeof A->base.name, "%s", name);
     *l = &A->base;
     return DT_OK;
 }

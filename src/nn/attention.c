@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/layer.h"
 #include "nn/saved.h"
 #include "tensor/threads.h"
 
@@ -176,11 +177,9 @@ dt_status dt_attention_create(dt_params *p, const char *name, int64_t dim, int64
     if (dim <= 0 || heads <= 0 || dim % heads != 0)
         return dt__fail(DT_ERR_INVALID, "attention %s: dim %lld is not a positive multiple of %lld heads", name,
                         (long long)dim, (long long)heads);
-    attention *A = calloc(1, sizeof *A);
+    attention *A = dt__layer_new(sizeof *A, &ops, "%s", name);
     if (!A)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    A->base.ops = &ops;
-    snprintf(A->base.name, sizeof A->base.name, "%s", name);
+        return DT_ERR_NOMEM;
     A->dim = dim;
     A->heads = heads;
     A->hd = dim / heads;

@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/layer.h"
 #include "nn/init.h"
 #include "nn/saved.h"
 
@@ -143,21 +144,16 @@ dt_status dt_conv2d_create(dt_params *p, const char *name, int64_t in, int64_t o
     if (in <= 0 || out <= 0 || k <= 0 || pad < 0 || pad >= k)
         return dt__fail(DT_ERR_INVALID, "conv2d %s: in %lld, out %lld, kernel %lld, padding %lld", name, (long long)in,
                         (long long)out, (long long)k, (long long)pad);
-    conv2d *L = calloc(1, sizeof *L);
+    conv2d *L = dt__layer_new(sizeof *L, &conv_ops, "%s", name);
     if (!L)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    L->base.ops = &conv_ops;
-    snprintf(L->base.name, sizeof L->base.name, "%s", name);
+        return DT_ERR_NOMEM;
     L->cin = in;
     L->cout = out;
     L->k = k;
     L->pad = pad;
-    char pname[96];
-    snprintf(pname, sizeof pname, "%s.weight", name);
-    dt_status s = dt_params_add(p, pname, 4, (int64_t[]){out, in, k, k}, &L->w);
-    snprintf(pname, sizeof pname, "%s.bias", name);
+    dt_status s = dt__layer_param(p, &L->base, "weight", 4, (int64_t[]){out, in, k, k}, &L->w);
     if (s == DT_OK)
-        s = dt_params_add(p, pname, 1, &out, &L->b);
+        s = dt__layer_param(p, &L->base, "bias", 1, &out, &L->b);
     if (s != DT_OK) {
         free(L);
         return s;
@@ -230,11 +226,9 @@ static const dt_layer_ops pool_ops = {"maxpool2d", pool_forward, pool_backward, 
 
 dt_status dt_maxpool2d_create(const char *name, dt_layer **l)
 {
-    dt_layer *P = calloc(1, sizeof *P);
+    dt_layer *P = dt__layer_new(sizeof *P, &pool_ops, "%s", name);
     if (!P)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    P->ops = &pool_ops;
-    snprintf(P->name, sizeof P->name, "%s", name);
+        return DT_ERR_NOMEM;
     *l = P;
     return DT_OK;
 }
@@ -284,11 +278,9 @@ dt_status dt_reshape_create(const char *name, int ndim, const int64_t *shape, dt
 {
     if (ndim < 1 || ndim >= DT_MAX_DIMS)
         return dt__fail(DT_ERR_INVALID, "reshape %s: %d dimensions per sample", name, ndim);
-    reshape *R = calloc(1, sizeof *R);
+    reshape *R = dt__layer_new(sizeof *R, &reshape_ops, "%s", name);
     if (!R)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    R->base.ops = &reshape_ops;
-    snprintf(R->base.name, sizeof R->base.name, "%s", name);
+        return DT_ERR_NOMEM;
     R->ndim = ndim;
     memcpy(R->shape, shape, (size_t)ndim * sizeof *shape);
     *l = &R->base;

@@ -10,6 +10,7 @@
 #include "base/hash.h"
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/layer.h"
 #include "nn/saved.h"
 #include "tensor/threads.h"
 
@@ -99,12 +100,10 @@ dt_status dt_dropout_create(const char *name, float prob, dt_layer **l)
 {
     if (!(prob >= 0.0f && prob < 1.0f))
         return dt__fail(DT_ERR_INVALID, "dropout %s: probability %g outside [0, 1)", name, prob);
-    dropout *D = calloc(1, sizeof *D);
+    dropout *D = dt__layer_new(sizeof *D, &ops, "%s", name);
     if (!D)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    D->base.ops = &ops;
+        return DT_ERR_NOMEM;
     D->prob = prob;
-    snprintf(D->base.name, sizeof D->base.name, "%s", name);
     D->id = dt__fnv1a64(DT_FNV64_SEED, D->base.name, strlen(D->base.name));
     *l = &D->base;
     return DT_OK;

@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/layer.h"
 #include "nn/init.h"
 #include "nn/saved.h"
 
@@ -68,16 +69,12 @@ dt_status dt_embedding_create(dt_params *p, const char *name, int64_t vocab, int
 {
     if (vocab <= 0 || dim <= 0 || vocab > (1 << 24))
         return dt__fail(DT_ERR_INVALID, "embedding %s: vocab %lld, dim %lld", name, (long long)vocab, (long long)dim);
-    embedding *E = calloc(1, sizeof *E);
+    embedding *E = dt__layer_new(sizeof *E, &ops, "%s", name);
     if (!E)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    E->base.ops = &ops;
-    snprintf(E->base.name, sizeof E->base.name, "%s", name);
+        return DT_ERR_NOMEM;
     E->vocab = vocab;
     E->dim = dim;
-    char pname[96];
-    snprintf(pname, sizeof pname, "%s.weight", name);
-    dt_status s = dt_params_add(p, pname, 2, (int64_t[]){vocab, dim}, &E->w);
+    dt_status s = dt__layer_param(p, &E->base, "weight", 2, (int64_t[]){vocab, dim}, &E->w);
     if (s != DT_OK) {
         free(E);
         return s;

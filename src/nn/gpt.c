@@ -10,6 +10,7 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/layer.h"
 #include "nn/init.h"
 #include "nn/model_internal.h"
 #include "nn/saved.h"
@@ -200,11 +201,9 @@ static const dt_layer_ops head_ops = {"gpt-head", head_forward, head_backward, h
 
 static dt_status make_embed(const dt_gpt_config *c, dt_params *p, dt_layer **out)
 {
-    embed *E = calloc(1, sizeof *E);
+    embed *E = dt__layer_new(sizeof *E, &embed_ops, "transformer.embed");
     if (!E)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    E->base.ops = &embed_ops;
-    snprintf(E->base.name, sizeof E->base.name, "transformer.embed");
+        return DT_ERR_NOMEM;
     E->vocab = c->vocab;
     E->context = c->context;
     E->dim = c->dim;
@@ -251,12 +250,10 @@ static dt_status add_branch(dt_layer *body, const char *name, dt_layer **items, 
 
 static dt_status make_block(const dt_gpt_config *c, int i, dt_params *p, dt_layer **out)
 {
-    block *K = calloc(1, sizeof *K);
+    block *K = dt__layer_new(sizeof *K, &block_ops, "transformer.h.%d", i);
     if (!K)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    K->base.ops = &block_ops;
+        return DT_ERR_NOMEM;
     K->layers = (int)c->layers;
-    snprintf(K->base.name, sizeof K->base.name, "transformer.h.%d", i);
     const char *b = K->base.name;
     char n[160];
     dt_layer *a[3] = {0}, *m[5] = {0};
@@ -299,11 +296,9 @@ static dt_status make_block(const dt_gpt_config *c, int i, dt_params *p, dt_laye
 
 static dt_status make_head(const dt_gpt_config *c, dt_params *p, dt_layer **out)
 {
-    head *H = calloc(1, sizeof *H);
+    head *H = dt__layer_new(sizeof *H, &head_ops, "lm_head");
     if (!H)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    H->base.ops = &head_ops;
-    snprintf(H->base.name, sizeof H->base.name, "lm_head");
+        return DT_ERR_NOMEM;
     H->vocab = c->vocab;
     H->dim = c->dim;
     dt_status s = dt__params_use(p, "transformer.wte.weight", 2, (int64_t[]){c->vocab, c->dim}, &H->wte);

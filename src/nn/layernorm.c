@@ -6,6 +6,7 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/layer.h"
 #include "nn/init.h"
 #include "nn/saved.h"
 #include "tensor/threads.h"
@@ -154,19 +155,14 @@ dt_status dt_layernorm_create(dt_params *p, const char *name, int64_t dim, float
 {
     if (dim <= 0 || !(eps > 0))
         return dt__fail(DT_ERR_INVALID, "layernorm %s: dim %lld, eps %g", name, (long long)dim, eps);
-    layernorm *L = calloc(1, sizeof *L);
+    layernorm *L = dt__layer_new(sizeof *L, &ops, "%s", name);
     if (!L)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    L->base.ops = &ops;
-    snprintf(L->base.name, sizeof L->base.name, "%s", name);
+        return DT_ERR_NOMEM;
     L->dim = dim;
     L->eps = eps;
-    char pname[96];
-    snprintf(pname, sizeof pname, "%s.weight", name);
-    dt_status s = dt_params_add(p, pname, 1, &dim, &L->w);
-    snprintf(pname, sizeof pname, "%s.bias", name);
+    dt_status s = dt__layer_param(p, &L->base, "weight", 1, &dim, &L->w);
     if (s == DT_OK)
-        s = dt_params_add(p, pname, 1, &dim, &L->b);
+        s = dt__layer_param(p, &L->base, "bias", 1, &dim, &L->b);
     if (s != DT_OK) {
         free(L);
         return s;

@@ -6,6 +6,7 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/layer.h"
 #include "nn/init.h"
 #include "nn/saved.h"
 
@@ -81,21 +82,15 @@ dt_status dt_linear_create(dt_params *p, const char *name, int64_t in, int64_t o
 {
     if (in <= 0 || out <= 0)
         return dt__fail(DT_ERR_INVALID, "linear %s: sizes %lld x %lld", name, (long long)in, (long long)out);
-    linear *L = calloc(1, sizeof *L);
+    linear *L = dt__layer_new(sizeof *L, &ops, "%s", name);
     if (!L)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    L->base.ops = &ops;
-    snprintf(L->base.name, sizeof L->base.name, "%s", name);
+        return DT_ERR_NOMEM;
     L->in = in;
     L->out = out;
     L->b = -1;
-    char pname[96];
-    snprintf(pname, sizeof pname, "%s.weight", name);
-    dt_status s = dt_params_add(p, pname, 2, (int64_t[]){out, in}, &L->w);
-    if (s == DT_OK && bias) {
-        snprintf(pname, sizeof pname, "%s.bias", name);
-        s = dt_params_add(p, pname, 1, (int64_t[]){out}, &L->b);
-    }
+    dt_status s = dt__layer_param(p, &L->base, "weight", 2, (int64_t[]){out, in}, &L->w);
+    if (s == DT_OK && bias)
+        s = dt__layer_param(p, &L->base, "bias", 1, (int64_t[]){out}, &L->b);
     if (s != DT_OK) {
         free(L);
         return s;

@@ -15,6 +15,7 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/layer.h"
 #include "nn/saved.h"
 
 typedef struct {
@@ -145,11 +146,9 @@ static const dt_layer_ops seq_ops = {"sequential", seq_forward, seq_backward, se
 
 dt_status dt_sequential_create(const char *name, dt_layer **out)
 {
-    sequential *S = calloc(1, sizeof *S);
+    sequential *S = dt__layer_new(sizeof *S, &seq_ops, "%s", name);
     if (!S)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    S->base.ops = &seq_ops;
-    snprintf(S->base.name, sizeof S->base.name, "%s", name);
+        return DT_ERR_NOMEM;
     *out = &S->base;
     return DT_OK;
 }
@@ -252,14 +251,14 @@ static const dt_layer_ops res_ops = {"residual", res_forward, res_backward, res_
 
 dt_status dt_residual_create(const char *name, dt_layer *f, dt_layer **out)
 {
-    residual *R = f ? calloc(1, sizeof *R) : NULL;
+    if (!f)
+        return dt__fail(DT_ERR_INVALID, "residual %s: no layer", name);
+    residual *R = dt__layer_new(sizeof *R, &res_ops, "%s", name);
     if (!R) {
         dt_layer_destroy(f);
-        return f ? dt__fail(DT_ERR_NOMEM, "out of memory") : dt__fail(DT_ERR_INVALID, "residual %s: no layer", name);
+        return DT_ERR_NOMEM;
     }
-    R->base.ops = &res_ops;
     R->f = f;
-    snprintf(R->base.name, sizeof R->base.name, "%s", name);
     *out = &R->base;
     return DT_OK;
 }
