@@ -107,6 +107,7 @@ typedef struct {
     float grad_norm; /* before clipping */
     double comm_s;   /* time in gradient communication */
     double exposed_s; /* of which the step waited for (not hidden behind backward) */
+    size_t activation_bytes; /* the most activation memory one micro-batch held */
 } dt_step_stats;
 
 /* No communication: clipping and the update on this process's gradients. */

@@ -46,6 +46,8 @@ dt_status dt_strategy_step(dt_strategy *s, int64_t step, float lr, dt_next_batch
         return dt__fail(DT_ERR_INVALID, "strategy_step: %s is NULL", s ? "the batch source" : "the strategy");
     dt_step_stats st = {0};
     dt_params_zero_grads(dt_model_params(s->model));
+    dt_arena_reset(s->arena);
+    dt_arena_reset_peak(s->arena);
     for (int micro = 0; micro < s->cfg.micro_batches; micro++) {
         dt_micro_batch mb = {0};
         float l = 0;
@@ -56,6 +58,7 @@ dt_status dt_strategy_step(dt_strategy *s, int64_t step, float lr, dt_next_batch
     DT_CHECK(s->ops->update(s, lr, s->cfg.grad_clip, &st.grad_norm));
     if (s->ops->timing)
         s->ops->timing(s, &st.comm_s, &st.exposed_s);
+    st.activation_bytes = dt_arena_peak_bytes(s->arena);
     if (out)
         *out = st;
     return DT_OK;

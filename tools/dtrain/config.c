@@ -52,6 +52,8 @@ static const spec specs[] = {
     {"beta1", K_NUM, F(beta1), 0, 0.9999, NULL, "0.9", "adamw beta1"},
     {"beta2", K_NUM, F(beta2), 0, 0.99999, NULL, "0.999", "adamw beta2"},
     {"eps", K_NUM, F(eps), 1e-12, 1, NULL, "1e-8", "adamw epsilon"},
+    {"no_decay", K_STR, F(no_decay), 0, 0, NULL, "\"*wte*,*wpe*,*embed*\"", "comma-separated name patterns without weight decay, besides every 1-D parameter (biases, LayerNorm); \"none\": decay everything"},
+    {"recompute", K_STR, F(recompute), 0, 0, "off,blocks,all", "\"off\"", "activation recomputation: off, blocks (each transformer block; every block of mlp/cnn), all"},
     {"grad_clip", K_NUM, F(grad_clip), 0, 1e6, NULL, "0", "clip the global gradient norm (0: off)"},
     {"log_interval", K_INT, F(log_interval), 1, 1LL << 40, NULL, "10", "steps between progress lines"},
     {"eval_interval", K_INT, F(eval_interval), 0, 1LL << 40, NULL, "0", "steps between evaluations (0: at the end)"},

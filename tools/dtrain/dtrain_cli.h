@@ -27,6 +27,8 @@ typedef struct {
     int64_t warmup_steps, log_interval, eval_interval, eval_batches, checkpoint_interval, checkpoint_keep;
     double checkpoint_seconds;
     char checkpoint_dir[1024], metrics_file[1024];
+    char recompute[16];  /* off | blocks | all */
+    char no_decay[256];  /* glob patterns exempt from weight decay, or "none" */
 } dtrain_config;
 
 /* A whole file as a NUL-terminated string (caller frees); NULL with errno set. */

@@ -29,15 +29,40 @@ dt_status dtrain_build_model(const dtrain_config *c, dt_model **m)
     return s;
 }
 
-static dt_status make_optimizer(const dtrain_config *c, int64_t n, dt_optimizer **o)
+/* The optimizer, with weight decay only where the no_decay patterns allow
+ * (dt_decay_groups: not on biases, LayerNorm or embeddings by default). */
+static dt_status make_optimizer(const dtrain_config *c, dt_params *p, dt_optimizer **o)
 {
+    int64_t n = dt_params_numel(p);
     dt_status s = strcmp(c->optimizer, "sgd") == 0
                       ? dt_sgd_create(&(dt_sgd_config){(float)c->momentum, (float)c->weight_decay, c->nesterov}, n, o)
                       : dt_adamw_create(&(dt_adamw_config){(float)c->beta1, (float)c->beta2, (float)c->eps,
                                                            (float)c->weight_decay}, n, o);
+    dt_optim_group *groups = NULL;
+    int ngroups = 0;
+    if (s == DT_OK && c->weight_decay > 0 &&
+        (s = dt_decay_groups(p, c->no_decay, (float)c->weight_decay, 0, n, &groups, &ngroups)) == DT_OK)
+        s = dt_optimizer_set_groups(*o, groups, ngroups);
+    free(groups);
     if (s != DT_OK)
         fprintf(stderr, "dtrain: optimizer: %s\n", dt_last_error());
     return s;
+}
+
+/* recompute = blocks: every transformer block (every block of mlp and cnn,
+ * which have no others); all: every block, embedding and head included. */
+static dt_status set_recompute(const dtrain_config *c, dt_model *m)
+{
+    if (!strcmp(c->recompute, "off"))
+        return DT_OK;
+    bool all = !strcmp(c->recompute, "all"), gpt = !strcmp(c->model, "gpt");
+    for (int i = 0; i < dt_model_num_layers(m); i++)
+        if ((all || !gpt || !strcmp(dt_model_block(m, i)->kind, "gpt-block")) &&
+            dt_model_set_recompute(m, i, true) != DT_OK) {
+            fprintf(stderr, "dtrain: recompute: %s\n", dt_last_error());
+            return DT_ERR_INVALID;
+        }
+    return DT_OK;
 }
 
 void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, dt_arena *arena, double *loss,
@@ -88,51 +113,42 @@ static void format_eta(double seconds, char *buf, size_t len)
         snprintf(buf, len, "%ldm%02lds", s / 60, s % 60);
 }
 
-static dt_status make_ddp(const dtrain_config *c, dt_comm *world, dt_params *p, dt_ddp **ddp)
+/* The step belongs to a strategy: data parallel over the world (also with
+ * one rank, where it only averages micro-batches), dropout keyed by (seed,
+ * step, micro-batch, rank) so that a resumed run, on any number of ranks,
+ * draws the masks of the uninterrupted one. */
+static dt_status make_strategy(const dtrain_config *c, dt_comm *world, dt_model *m, dt_optimizer *o,
+                               dt_strategy **out)
 {
-    dt_ddp_config dc = {(size_t)(c->bucket_mb * 1048576.0), DT_F32};
+    dt_strategy_config sc = {(int)c->grad_accumulation, (float)c->grad_clip, (uint64_t)c->seed,
+                             {(size_t)(c->bucket_mb * 1048576.0), DT_F32}};
     if (!strcmp(c->grad_compression, "f16"))
-        dc.wire = DT_F16;
+        sc.ddp.wire = DT_F16;
     else if (!strcmp(c->grad_compression, "bf16"))
-        dc.wire = DT_BF16;
-    if (c->bucket_mb > 0 && dc.bucket_bytes < sizeof(float))
-        dc.bucket_bytes = sizeof(float);
-    dt_status s = dt_ddp_create(world, p, &dc, ddp);
+        sc.ddp.wire = DT_BF16;
+    if (c->bucket_mb > 0 && sc.ddp.bucket_bytes < sizeof(float))
+        sc.ddp.bucket_bytes = sizeof(float);
+    dt_status s = dt_strategy_ddp_create(m, o, world, &sc, out);
     if (s != DT_OK)
         fprintf(stderr, "dtrain: rank %d: %s\n", dt_comm_rank(world), dt_last_error());
-    else
-        dt_ddp_set_accumulation(*ddp, (int)c->grad_accumulation);
     return s;
 }
 
-/* Dropout masks come from (seed, step, micro-batch, rank), so a resumed run,
- * on any number of ranks, draws the same masks as the uninterrupted one. */
-static void seed_step_rng(dt_rng *rng, const dtrain_config *c, int64_t step, int64_t micro, int rank)
-{
-    uint64_t x = (uint64_t)c->seed ^ 0xd1ce5eedull;
-    x = x * 0x9e3779b97f4a7c15ull + (uint64_t)step;
-    x = x * 0x9e3779b97f4a7c15ull + (uint64_t)micro;
-    dt_rng_seed(rng, x * 0x9e3779b97f4a7c15ull + (uint64_t)rank);
-}
+/* The strategy's batch source: the prefetcher's next batch. */
+typedef struct {
+    prefetcher *pf;
+    int64_t features, per_item, items;
+    const batch *last;
+} feed;
 
-/* One micro-batch: forward, loss, backward (gradients add to what is there). */
-static dt_status micro_step(dt_model *m, dt_arena *arena, dt_rng_key key, const batch *b, int64_t features,
-                            float *loss)
+static dt_status next_batch(void *user, dt_micro_batch *mb)
 {
-    dt_arena_reset(arena);
-    dt_ctx ctx = {.arena = arena, .key = key, .training = true};
-    dt_tensor in = dt_tensor_view(b->x, 2, (int64_t[]){b->n, features}), out;
-    dt_status s = dt_model_forward(m, &ctx, &in, &out);
-    if (s != DT_OK)
-        return s;
-    dt_tensor g = out;
-    if (!(g.data = dt_arena_alloc(arena, dt_tensor_numel(&out)))) {
-        fprintf(stderr, "dtrain: out of memory for the output gradient\n");
-        return DT_ERR_NOMEM;
-    }
-    if ((s = dt_softmax_cross_entropy(&out, b->y, loss, &g)) != DT_OK)
-        return s;
-    return dt_model_backward(m, &ctx, &g);
+    feed *f = user;
+    f->last = prefetch_next(f->pf);
+    mb->x = dt_tensor_view(f->last->x, 2, (int64_t[]){f->last->n, f->features});
+    mb->targets = f->last->y;
+    f->items += f->last->n * f->per_item;
+    return DT_OK;
 }
 
 typedef struct {
@@ -182,14 +198,14 @@ int dtrain_train(const dtrain_config *config, const char *resume)
     data_source d;
     dt_model *m = NULL;
     dt_optimizer *o = NULL;
-    dt_ddp *ddp = NULL;
+    dt_strategy *strategy = NULL;
     if (data_open(c, &d) != DT_OK)
         return 1;
     if (dtrain_build_model(c, &m) != DT_OK)
         return 1;
     dt_params *p = dt_model_params(m);
     dt_model_init(m, (uint64_t)c->seed);
-    if (make_optimizer(c, dt_params_numel(p), &o) != DT_OK)
+    if (set_recompute(c, m) != DT_OK || make_optimizer(c, p, &o) != DT_OK)
         return 1;
     dt_sampler sampler;
     if (dt_dist_sampler_init(&sampler, d.train_samples, (uint64_t)c->seed, world) != DT_OK) {
@@ -214,7 +230,7 @@ int dtrain_train(const dtrain_config *config, const char *resume)
     dtrain_ckpt_writer *writer = NULL;
     if (lead && c->checkpoint_dir[0] && dtrain_ckpt_writer_start(c, p, o, resume ? pr.step : -1, &writer) != DT_OK)
         return 1;
-    if (make_ddp(c, world, p, &ddp) != DT_OK)
+    if (make_strategy(c, world, m, o, &strategy) != DT_OK)
         return 1;
     FILE *metrics = NULL;
     if (lead && c->metrics_file[0] && !(metrics = fopen(c->metrics_file, resume ? "a" : "w"))) {
@@ -252,24 +268,18 @@ int dtrain_train(const dtrain_config *config, const char *resume)
     double window_start = now_s(), run_start = window_start, eval_s = 0, last_ckpt = window_start;
     window_totals win = {0};
     int64_t first_step = pr.step;
+    feed fd = {&pf, d.features, per_item * nranks, 0, NULL};
+    size_t act_peak = 0;
     for (int64_t step = pr.step; step < c->steps; step++) {
         double t0 = now_s();
-        dt_params_zero_grads(p);
-        float loss = 0, norm = 0, lr = dt_lr_at(&sched, step);
-        dt_status s = DT_OK;
-        const batch *b = NULL;
-        for (int64_t micro = 0; s == DT_OK && micro < k; micro++) {
-            b = prefetch_next(&pf);
-            seed_step_rng(&pr.rng, c, step, micro, rank);
-            dt_ddp_set_sync(ddp, micro == k - 1); /* communicate on the last micro-batch only */
-            float l = 0;
-            dt_rng_key key = {(uint64_t)c->seed, (uint64_t)step, (uint32_t)micro, (uint32_t)rank};
-            s = micro_step(m, arena, key, b, d.features, &l);
-            loss += l / (float)k;
-            win.items += b->n * per_item * nranks;
-        }
-        if (s == DT_OK)
-            s = dt_ddp_step(ddp, o, lr, (float)c->grad_clip, &norm);
+        float lr = dt_lr_at(&sched, step);
+        dt_step_stats st = {0};
+        fd.items = 0;
+        dt_status s = dt_strategy_step(strategy, step, lr, next_batch, &fd, &st);
+        float loss = st.loss, norm = st.grad_norm;
+        act_peak = st.activation_bytes > act_peak ? st.activation_bytes : act_peak;
+        const batch *b = fd.last;
+        win.items += fd.items;
         int log_now = (step + 1) % c->log_interval == 0 || step + 1 == c->steps;
         if (s == DT_OK && log_now && nranks > 1) /* the loss over every rank's batch */
             s = dt_allreduce(&loss, &loss, 1, DT_F32, DT_AVG, world);
@@ -279,11 +289,9 @@ int dtrain_train(const dtrain_config *config, const char *resume)
             code = 1;
             break;
         }
-        double comm, exposed;
-        dt_ddp_last_timing(ddp, &comm, &exposed);
-        win.compute += now_s() - t0 - exposed;
-        win.comm += comm;
-        win.exposed += exposed;
+        win.compute += now_s() - t0 - st.exposed_s;
+        win.comm += st.comm_s;
+        win.exposed += st.exposed_s;
         pr.step = step + 1;
         pr.epoch = b->epoch;
         pr.position = b->position;
@@ -344,6 +352,9 @@ int dtrain_train(const dtrain_config *config, const char *resume)
             break;
     }
     prefetch_stop(&pf);
+    if (lead && act_peak)
+        printf("activation memory: at most %.1f MiB per micro-batch (recompute %s)\n", (double)act_peak / 1048576.0,
+               c->recompute);
     if (writer) { /* the last checkpoint is on disk before the job reports success */
         dtrain_ckpt_writer_flush(writer);
         dtrain_ckpt_writer_stop(writer);
@@ -352,7 +363,7 @@ int dtrain_train(const dtrain_config *config, const char *resume)
         fclose(metrics);
     if (code != 0)
         dt_comm_abort(world, "dtrain: a training step failed");
-    dt_ddp_destroy(ddp);
+    dt_strategy_destroy(strategy);
     dt_status ds = dt_comm_destroy(world);
     if (code == 0 && ds != DT_OK) {
         fprintf(stderr, "dtrain: rank %d: leaving the job: %s\n", rank, dt_last_error());
