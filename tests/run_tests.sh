@@ -151,6 +151,9 @@ else
     scripts/netns-cluster.sh down
 fi
 
+# ---- set-up, install and tools (issue 29's papercuts) ----
+run setup/build-deps-without-apt 300 tests/cases/setup_build_deps.sh
+
 echo
 [ $failed -gt 0 ] && echo "failed: ${failed_names[*]} (logs in $LOGS)"
 [ $failed -eq 0 ] && rm -rf "$LOGS"
