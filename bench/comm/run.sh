@@ -49,7 +49,7 @@ port=29600
 # ---- one host ----
 local_dtrain() { # N OP -> "size time algbw busbw"
     $BIN/dtrun -n "$1" --token-file "$TOKEN_FILE" $BIN/dtbench "$2" -b $MINBYTES -e $MAXBYTES -f 2 -n $ITERS -w $WARMUP -t $MINTIME \
-        | sed 's/^\[0\] //' | awk '!/^#/ && NF >= 8 { print $1, $5, $6, $7 }'
+        | sed 's/^\[0\] //' | awk '!/^#/ && NF >= 14 { print $1, $6, $7, $8 }'
 }
 local_mpi() { "${MPIRUN[@]}" -np "$1" "$WORK/mpi_bench" "$2" $MINBYTES $MAXBYTES 2 $ITERS $WARMUP $MINTIME; }
 local_gloo() {
@@ -73,7 +73,7 @@ ns_dtrain() {
     done
     ip netns exec dt0 $BIN/dtrun --nnodes "$n" --node-rank 0 --master 10.77.0.1:29500 --token-file "$TOKEN_FILE" -n 1 \
         $BIN/dtbench "$op" -b $MINBYTES -e $MAXBYTES -f 2 -n $ITERS -w $WARMUP -t $MINTIME | sed 's/^\[0\] //' \
-        | awk '!/^#/ && NF >= 8 { print $1, $5, $6, $7 }'
+        | awk '!/^#/ && NF >= 14 { print $1, $6, $7, $8 }'
     for i in "${pids[@]}"; do wait "$i"; done
 }
 ns_gloo() {
