@@ -21,8 +21,9 @@ build: setup-build
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
-# 2 local ranks train gpt-mini data-parallel on the fortunes text (about two
-# minutes), then print a sample generated from the checkpoint.
+# 2 local ranks train a small GPT (configs/demo.json) data-parallel on the
+# fortunes text (about two minutes on 2 cores), then print a sample generated
+# from the checkpoint.
 demo: build setup
 	scripts/demo.sh $(BUILD)
 
