@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages that dtrain needs, by purpose.  Idempotent and
 # silent when everything is present: apt (and root) only when something is
-# missing.  Debian/apt only for installing; the check works anywhere.
+# missing.  Debian/apt only (elsewhere `--build` still recognises the build
+# tools and libraries, see below).
 #
 #   scripts/setup.sh --build   what `make` and `make install` need: compiler,
 #                              cmake, pkg-config and the libraries libdtrain

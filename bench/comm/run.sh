@@ -36,7 +36,7 @@ CC=${CC:-reno}
 PY=/usr/bin/python3
 [ "${1:-}" = -h ] || [ "${1:-}" = --help ] && { sed -n '2,/^set -e/p' "$0" | grep '^#'  | sed 's/^# \{0,1\}//'; exit 0; }
 [ -x $BIN/dtbench ] || { echo "build first: make build" >&2; exit 2; }
-command -v mpicc >/dev/null || { echo "needs OpenMPI: apt-get install openmpi-bin libopenmpi-dev" >&2; exit 2; }
+command -v mpicc >/dev/null || { echo "needs OpenMPI: scripts/setup.sh --bench installs it" >&2; exit 2; }
 $PY -c 'import torch' 2>/dev/null || { echo "needs python3-torch" >&2; exit 2; }
 WORK=$(mktemp -d /tmp/dtrain-comm.XXXXXX)
 trap 'scripts/netns-cluster.sh down >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
