@@ -4,31 +4,38 @@ ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build demo test asan asan-test tsan-test install clean
+.PHONY: all setup setup-build build demo test asan asan-test tsan-test install clean
 
 all: build
 
-setup:
-	@scripts/setup.sh
+# Packages, by purpose (scripts/setup.sh --help).  `make` and `make install`
+# need only the build packages and call apt only when one is missing; `make
+# test` and `make demo` also install the data sets, PyTorch and the test tools.
+setup-build:
+	@scripts/setup.sh --build
 
-build: setup
+setup: setup-build
+	@scripts/setup.sh --test
+
+build: setup-build
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
-# 2 local ranks train gpt-mini data-parallel on the fortunes text (about two
-# minutes), then print a sample generated from the checkpoint.
-demo: build
+# 2 local ranks train a small GPT (configs/demo.json) data-parallel on the
+# fortunes text (about two minutes on 2 cores), then print a sample generated
+# from the checkpoint.
+demo: build setup
 	scripts/demo.sh $(BUILD)
 
-test: build
+test: build setup
 	tests/run_tests.sh $(BUILD)
 
 # The same suite under AddressSanitizer + UndefinedBehaviorSanitizer.
-asan: setup
+asan: setup-build
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DDT_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) -- --no-print-directory
 
-asan-test: asan
+asan-test: asan setup
 	DT_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 		tests/run_tests.sh $(ASAN_BUILD)
 

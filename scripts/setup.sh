@@ -1,41 +1,88 @@
 #!/usr/bin/env bash
-# Install the Debian packages that dtrain's build, tests and benchmarks need.
-# Idempotent and silent when everything is present; `make demo` and
-# `make test` run it first.  Debian/apt only.
+# Install the Debian packages that dtrain needs, by purpose.  Idempotent and
+# silent when everything is present: apt (and root) only when something is
+# missing.  Debian/apt only (elsewhere `--build` still recognises the build
+# tools and libraries, see below).
 #
-#   scripts/setup.sh           what build, tests and demo need
+#   scripts/setup.sh --build   what `make` and `make install` need: compiler,
+#                              cmake, pkg-config and the libraries libdtrain
+#                              links (libssl, libcjson, OpenBLAS, zlib)
+#   scripts/setup.sh --test    (the default) also what `make test` and
+#                              `make demo` need: the Fashion-MNIST and
+#                              fortunes data, PyTorch for the cross-check
+#                              (python3-torch, about 180 MB), python3,
+#                              iproute2, procps
 #   scripts/setup.sh --bench   also the peers and tools of bench/comm (OpenMPI,
 #                              iptables and libnetfilter-queue for --delay)
+#   --check                    with any of them: only say what is missing
+#                              (exit 1 when something is), never call apt
+#
+# A package counts as present when dpkg says it is installed or, for the build
+# packages, when what it provides is found (the command on PATH, or the
+# library through pkg-config), so `make` also works where the compiler and
+# libraries came from elsewhere.
 set -euo pipefail
 
-PACKAGES=(
-    build-essential cmake pkg-config   # compiler and build
-    libssl-dev                         # HMAC-SHA256 for the job-token handshake (libcrypto)
-    libcjson-dev                       # dtbench --json
-    libopenblas-dev                    # GEMM (cblas_sgemm)
-    zlib1g-dev                         # .gz datasets
-    dataset-fashion-mnist              # the MLP/CNN data (idx .gz files)
-    fortunes                           # the default text for the byte-level GPT
-    python3-torch                      # the PyTorch cross-check test and training benchmarks
-    iproute2                           # ip netns / tc for the multi-host tests
-    python3                            # small helpers in the test scripts
-    procps                             # ps/kill used by the tests
+# package:probe, probe = cmd:NAME (a command on PATH), pc:NAME (a pkg-config
+# module) or nothing (dpkg only).
+BUILD_PACKAGES=(
+    build-essential:cmd:cc            # compiler and make
+    cmake:cmd:cmake
+    pkg-config:cmd:pkg-config
+    libssl-dev:pc:libcrypto           # HMAC-SHA256 for the job-token handshake
+    libcjson-dev:pc:libcjson          # dtbench --json, configs, manifests
+    libopenblas-dev:pc:openblas       # GEMM (cblas_sgemm)
+    zlib1g-dev:pc:zlib                # .gz datasets, checkpoint CRC-32
 )
+TEST_PACKAGES=(
+    dataset-fashion-mnist             # the MLP/CNN data (idx .gz files)
+    fortunes                          # the default text for the byte-level GPT (make demo)
+    python3-torch                     # the PyTorch cross-check test and training benchmarks
+    python3                           # small helpers in the test scripts
+    iproute2                          # ip netns / tc / ss for the multi-host tests
+    procps                            # ps/kill used by the tests
+)
+BENCH_PACKAGES=(openmpi-bin libopenmpi-dev iptables libnetfilter-queue-dev)
 
-case ${1:-} in
-    --bench) PACKAGES+=(openmpi-bin libopenmpi-dev iptables libnetfilter-queue-dev) ;;
-    "") ;;
-    -h|--help) sed -n '2,/^set -e/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "setup: unknown option '$1' (use --bench or nothing)" >&2; exit 2 ;;
-esac
+mode=test check=0
+for arg in "$@"; do
+    case $arg in
+        --build|--test|--bench) mode=${arg#--} ;;
+        --check) check=1 ;;
+        -h|--help) sed -n '2,/^set -e/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "setup: unknown option '$arg' (--build, --test, --bench, --check)" >&2; exit 2 ;;
+    esac
+done
+
+wanted=("${BUILD_PACKAGES[@]}")
+[ "$mode" != build ] && wanted+=("${TEST_PACKAGES[@]}")
+[ "$mode" = bench ] && wanted+=("${BENCH_PACKAGES[@]}")
+
+installed() { # PACKAGE [KIND NAME]
+    if command -v dpkg-query >/dev/null &&
+        dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; then
+        return 0
+    fi
+    case ${2:-} in
+        cmd) command -v "$3" >/dev/null ;;
+        pc) command -v pkg-config >/dev/null && pkg-config --exists "$3" ;;
+        *) return 1 ;;
+    esac
+}
 
 missing=()
-for p in "${PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+for entry in "${wanted[@]}"; do
+    IFS=: read -r pkg kind name <<<"$entry"
+    installed "$pkg" "$kind" "$name" || missing+=("$pkg")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
-echo "setup: installing ${missing[*]}"
+if [ $check = 1 ]; then
+    echo "setup: missing for --$mode: ${missing[*]} (scripts/setup.sh --$mode installs them)" >&2
+    exit 1
+fi
+echo "setup: installing ${missing[*]} (for --$mode)"
+command -v apt-get >/dev/null || { echo "setup: no apt-get here; install these yourself: ${missing[*]}" >&2; exit 1; }
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
     command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }

@@ -45,8 +45,8 @@ section="## dtbench, $N hosts at $RATE"
         echo
         echo "| size (B) | time (us) | algbw (GB/s) | busbw (GB/s) | busbw/link | #wrong |"
         echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
-        run "$op" -b 8 -e 64M -f 2 -n 10 -w 2 | awk -v link="$link_gbs" '!/^#/ && NF >= 8 {
-            printf "| %s | %.1f | %.4f | %.4f | %.2f | %s |\n", $1, $5, $6, $7, $7 / link, $8 }'
+        run "$op" -b 8 -e 64M -f 2 -n 10 -w 2 | awk -v link="$link_gbs" '!/^#/ && NF >= 14 {
+            printf "| %s | %.1f | %.4f | %.4f | %.2f | %s |\n", $1, $6, $7, $8, $8 / link, $9 }'
         echo
     done
 } >"$WORK/section.md"

@@ -36,7 +36,7 @@ CC=${CC:-reno}
 PY=/usr/bin/python3
 [ "${1:-}" = -h ] || [ "${1:-}" = --help ] && { sed -n '2,/^set -e/p' "$0" | grep '^#'  | sed 's/^# \{0,1\}//'; exit 0; }
 [ -x $BIN/dtbench ] || { echo "build first: make build" >&2; exit 2; }
-command -v mpicc >/dev/null || { echo "needs OpenMPI: apt-get install openmpi-bin libopenmpi-dev" >&2; exit 2; }
+command -v mpicc >/dev/null || { echo "needs OpenMPI: scripts/setup.sh --bench installs it" >&2; exit 2; }
 $PY -c 'import torch' 2>/dev/null || { echo "needs python3-torch" >&2; exit 2; }
 WORK=$(mktemp -d /tmp/dtrain-comm.XXXXXX)
 trap 'scripts/netns-cluster.sh down >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
@@ -49,7 +49,7 @@ port=29600
 # ---- one host ----
 local_dtrain() { # N OP -> "size time algbw busbw"
     $BIN/dtrun -n "$1" --token-file "$TOKEN_FILE" $BIN/dtbench "$2" -b $MINBYTES -e $MAXBYTES -f 2 -n $ITERS -w $WARMUP -t $MINTIME \
-        | sed 's/^\[0\] //' | awk '!/^#/ && NF >= 8 { print $1, $5, $6, $7 }'
+        | sed 's/^\[0\] //' | awk '!/^#/ && NF >= 14 { print $1, $6, $7, $8 }'
 }
 local_mpi() { "${MPIRUN[@]}" -np "$1" "$WORK/mpi_bench" "$2" $MINBYTES $MAXBYTES 2 $ITERS $WARMUP $MINTIME; }
 local_gloo() {
@@ -73,7 +73,7 @@ ns_dtrain() {
     done
     ip netns exec dt0 $BIN/dtrun --nnodes "$n" --node-rank 0 --master 10.77.0.1:29500 --token-file "$TOKEN_FILE" -n 1 \
         $BIN/dtbench "$op" -b $MINBYTES -e $MAXBYTES -f 2 -n $ITERS -w $WARMUP -t $MINTIME | sed 's/^\[0\] //' \
-        | awk '!/^#/ && NF >= 8 { print $1, $5, $6, $7 }'
+        | awk '!/^#/ && NF >= 14 { print $1, $6, $7, $8 }'
     for i in "${pids[@]}"; do wait "$i"; done
 }
 ns_gloo() {

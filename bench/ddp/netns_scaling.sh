@@ -81,7 +81,9 @@ eff() { python3 -c "print(f'{float(\"$1\".split()[0]) / (2 * $2):.2f}')"; }
 # f16 as compression sends them); busy time from /proc/stat (user, system,
 # irq, softirq) of each host's CPU: the compute time a training step gives
 # up to communication when its host has one core.  A run of 5 calls and one
-# of 45: their difference over 40 leaves out start-up and rendezvous.
+# of 45: their difference over 40 leaves out start-up and rendezvous.  dtbench
+# makes each number of calls twice (out of place, then in place), so the
+# difference is 80 calls.
 # DT_POLL_SPIN_US=0: a blocking call otherwise looks at its sockets for 200 us
 # before sleeping (44 ms of CPU per f32 call at 1000mbit instead of 7), and
 # the thread that runs training's nonblocking allreduces never does.
@@ -91,7 +93,7 @@ allreduce_calls() { # dtype bytes calls -> us per call (rank 0)
         $BIN/dtbench allreduce -d "$1" -b "$2" -e "$2" -n "$3" -w 0 -c 0 >/dev/null 2>&1 &
     local p=$!
     taskset -c 0 ip netns exec dt0 env DT_POLL_SPIN_US=0 $BIN/dtrun --nnodes 2 --node-rank 0 --master 10.77.0.1:29500 --token-file "$WORK/tok" -n 1 \
-        $BIN/dtbench allreduce -d "$1" -b "$2" -e "$2" -n "$3" -w 0 -c 0 | sed 's/^\[0\] //' | awk '!/^#/ && NF >= 8 { print $5 }'
+        $BIN/dtbench allreduce -d "$1" -b "$2" -e "$2" -n "$3" -w 0 -c 0 | sed 's/^\[0\] //' | awk '!/^#/ && NF >= 14 { print $6 }'
     wait $p
 }
 comm_cpu() { # dtype bytes -> "host 0 / host 1 ms of CPU per call | ms per call"
@@ -101,7 +103,7 @@ comm_cpu() { # dtype bytes -> "host 0 / host 1 ms of CPU per call | ms per call"
 import os, sys
 hz = os.sysconf('SC_CLK_TCK')
 a, b, c = ([int(v) for v in x.split()] for x in sys.argv[1:4])
-ms = [((z - y) - (y - x)) * 1000 / hz / 40 for x, y, z in zip(a, b, c)]
+ms = [((z - y) - (y - x)) * 1000 / hz / 80 for x, y, z in zip(a, b, c)]
 print(f"{ms[0]:.0f} / {ms[1]:.0f} | {float(sys.argv[4]) / 1000:.0f}")
 PY
 }

@@ -11,7 +11,6 @@
 #include "dtrain/parallel.h"
 #include "dtrain/data.h"
 #include "dtrain/ckpt.h"
-
-#define DTRAIN_VERSION "0.1.0"
+#include "dtrain/version.h" /* DTRAIN_VERSION, generated from CMakeLists.txt */
 
 #endif

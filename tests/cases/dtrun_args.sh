@@ -27,8 +27,8 @@ expect_grep "$WORK/err" "unknown OP 'nosuchop'"
 expect_grep "$WORK/err" "minimum time must be 0 to 3600 seconds, got '-1'"
 # -t: a short size gets more calls than -n, every rank the same (else the job would hang or fail)
 "$BIN/dtrun" -n 2 "$BIN/dtbench" allreduce -b 8 -e 8 -n 3 -w 0 -t 0.05 >"$WORK/out" 2>&1 || { cat "$WORK/out"; fail "dtbench -t failed"; }
-calls=$(awk '$1 == "[0]" && $2 == 8 { print $10 }' "$WORK/out")
+calls=$(awk '$1 == "[0]" && $2 == 8 { print $15 }' "$WORK/out")
 [ -n "$calls" ] && [ "$calls" -gt 3 ] || { cat "$WORK/out"; fail "dtbench -t 0.05 timed $calls calls of an 8-byte allreduce, expected more than -n 3"; }
-us=$(awk '$1 == "[0]" && $2 == 8 { print $6 }' "$WORK/out")
+us=$(awk '$1 == "[0]" && $2 == 8 { print $7 }' "$WORK/out")
 less_than 0.045 "$(python3 -c "print($calls * $us / 1e6)")" || { cat "$WORK/out"; fail "dtbench -t 0.05: $calls calls of $us us do not fill 0.05 s"; }
 echo ok

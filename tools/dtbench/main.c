@@ -32,6 +32,11 @@ static const char usage[] =
     "  -c, --check 0|1    verify results (default 1)\n"
     "      --json         one JSON object per size instead of the table\n"
     "  -h, --help         this help\n"
+    "      --version      print the version\n"
+    "\n"
+    "Each size is timed twice, as in nccl-tests: out of place (separate send and\n"
+    "receive buffers), then in place (send == recv; sendrecv: N/A).  The last line\n"
+    "is the mean busbw over every size and both columns.\n"
     "\n"
     "size is the total bytes of the operation as in nccl-tests: the buffer of\n"
     "allreduce/broadcast/reduce, the gathered output of allgather/gather, the input\n"
@@ -54,10 +59,26 @@ typedef struct {
     dt_redop redop;
 } options;
 
+/* Exit 2 with "dtbench: MSG 'ARG'", or just MSG when there is no ARG. */
 static void bad(const char *msg, const char *arg)
 {
-    fprintf(stderr, "dtbench: %s '%s' (see dtbench --help)\n", msg, arg ? arg : "");
+    if (arg)
+        fprintf(stderr, "dtbench: %s '%s' (see dtbench --help)\n", msg, arg);
+    else
+        fprintf(stderr, "dtbench: %s (see dtbench --help)\n", msg);
     exit(2);
+}
+
+/* The option getopt refused: "-x" for a short one, else the word as given. */
+static const char *refused_option(char **argv)
+{
+    static char shortopt[3];
+    const char *word = argv[optind - 1];
+    if (optopt && strncmp(word, "--", 2) != 0) {
+        snprintf(shortopt, sizeof shortopt, "-%c", optopt);
+        return shortopt;
+    }
+    return word;
 }
 
 static size_t parse_size(const char *s)
@@ -95,10 +116,11 @@ static void parse(int argc, char **argv, options *o)
         {"minbytes", 1, 0, 'b'}, {"maxbytes", 1, 0, 'e'}, {"stepfactor", 1, 0, 'f'}, {"dtype", 1, 0, 'd'},
         {"op", 1, 0, 'o'},       {"root", 1, 0, 'r'},     {"iters", 1, 0, 'n'},      {"warmup", 1, 0, 'w'},
         {"check", 1, 0, 'c'},    {"json", 0, 0, 'j'},     {"help", 0, 0, 'h'},       {"mintime", 1, 0, 't'},
-        {0, 0, 0, 0}};
+        {"version", 0, 0, 'V'},  {0, 0, 0, 0}};
     int c;
     char *end;
-    while ((c = getopt_long(argc, argv, "b:e:f:d:o:r:n:w:t:c:h", longopts, NULL)) != -1) {
+    opterr = 0; /* the messages below name the option themselves */
+    while ((c = getopt_long(argc, argv, ":b:e:f:d:o:r:n:w:t:c:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'b': o->minb = parse_size(optarg); break;
         case 'e': o->maxb = parse_size(optarg); break;
@@ -126,11 +148,13 @@ static void parse(int argc, char **argv, options *o)
         case 'c': o->check = parse_int(optarg, 0, 1); break;
         case 'j': o->json = 1; break;
         case 'h': fputs(usage, stdout); exit(0);
-        default: bad("invalid option", "");
+        case 'V': printf("dtbench %s\n", DTRAIN_VERSION); exit(0);
+        case ':': bad("missing the value of option", refused_option(argv)); break;
+        default: bad("invalid option", refused_option(argv));
         }
     }
     if (optind >= argc)
-        bad("missing OP", "");
+        bad("missing OP (allreduce, broadcast, ...)", NULL);
     for (int i = 0; i < (int)(sizeof op_names / sizeof *op_names); i++)
         if (!strcmp(argv[optind], op_names[i]))
             o->op = i;
@@ -139,7 +163,7 @@ static void parse(int argc, char **argv, options *o)
     if (optind + 1 < argc)
         bad("unexpected argument", argv[optind + 1]);
     if (o->minb > o->maxb)
-        bad("-b is larger than -e", "");
+        bad("the smallest size (-b) is larger than the largest (-e)", NULL);
 }
 
 /* Most calls one size may take under --mintime. */
@@ -253,22 +277,28 @@ typedef struct {
     int rank, size;
     size_t es, count; /* count: elements per rank's block (see usage) */
     uint8_t *send, *recv, *want;
+    int inplace; /* send == recv, the input where each collective takes it from (dtrain/comm.h) */
 } bench;
+
+/* sendrecv's isend and irecv cannot share one buffer; broadcast and barrier
+ * have only one, so their two columns time the same call. */
+static int has_inplace(int op) { return op != SENDRECV; }
 
 static dt_status run_once(bench *b)
 {
     const options *o = b->o;
     dt_comm *c = b->c;
     size_t n = b->count;
+    const uint8_t *send = b->inplace ? b->recv : b->send;
     switch (o->op) {
-    case ALLREDUCE: return dt_allreduce(b->send, b->recv, n, o->dtype, o->redop, c);
+    case ALLREDUCE: return dt_allreduce(send, b->recv, n, o->dtype, o->redop, c);
     case BROADCAST: return dt_broadcast(b->recv, n, o->dtype, o->root, c);
-    case REDUCE: return dt_reduce(b->send, b->recv, n, o->dtype, o->redop, o->root, c);
-    case REDUCE_SCATTER: return dt_reduce_scatter(b->send, b->recv, n, o->dtype, o->redop, c);
-    case ALLGATHER: return dt_allgather(b->send, b->recv, n, o->dtype, c);
-    case GATHER: return dt_gather(b->send, b->recv, n, o->dtype, o->root, c);
-    case SCATTER: return dt_scatter(b->send, b->recv, n, o->dtype, o->root, c);
-    case ALLTOALL: return dt_alltoall(b->send, b->recv, n, o->dtype, c);
+    case REDUCE: return dt_reduce(send, b->recv, n, o->dtype, o->redop, o->root, c);
+    case REDUCE_SCATTER: return dt_reduce_scatter(send, b->recv, n, o->dtype, o->redop, c);
+    case ALLGATHER: return dt_allgather(send, b->recv, n, o->dtype, c);
+    case GATHER: return dt_gather(send, b->recv, n, o->dtype, o->root, c);
+    case SCATTER: return dt_scatter(send, b->recv, n, o->dtype, o->root, c);
+    case ALLTOALL: return dt_alltoall(send, b->recv, n, o->dtype, c);
     case BARRIER: return dt_barrier(c);
     case SENDRECV: {
         dt_request *rq[2];
@@ -286,7 +316,9 @@ static dt_status run_once(bench *b)
     return DT_ERR_INVALID;
 }
 
-/* Fill inputs, run once, compare; returns wrong elements on this rank. */
+/* Fill inputs, run once, compare; returns wrong elements on this rank.  In
+ * place the input goes into recv, where dtrain/comm.h says each collective
+ * takes it from. */
 static size_t verify(bench *b)
 {
     const options *o = b->o;
@@ -294,19 +326,20 @@ static size_t verify(bench *b)
     size_t cnt = b->count, es = b->es, total = cnt * (size_t)n;
     dt_redop op = o->redop;
     size_t check_n = 0;
-    uint8_t *check_at = b->recv;
+    uint8_t *check_at = b->recv, *in = b->inplace ? b->recv : b->send;
+    uint8_t *my_block = b->recv + (size_t)r * cnt * es; /* rank r's block of a gathered or scattered buffer */
     int blocks = o->op == REDUCE_SCATTER || o->op == ALLGATHER || o->op == GATHER || o->op == SCATTER ||
                  o->op == ALLTOALL;
     memset(b->recv, 0, (blocks ? total : cnt) * es);
     switch (o->op) {
     case ALLREDUCE:
     case REDUCE:
-        fill(b->send, o->dtype, cnt, 0, r, op);
+        fill(in, o->dtype, cnt, 0, r, op);
         expect(b->want, o->dtype, cnt, 0, n, op);
         check_n = (o->op == ALLREDUCE || r == o->root) ? cnt : 0;
         break;
     case REDUCE_SCATTER:
-        fill(b->send, o->dtype, total, 0, r, op);
+        fill(in, o->dtype, total, 0, r, op);
         expect(b->want, o->dtype, cnt, (size_t)r * cnt, n, op);
         check_n = cnt;
         break;
@@ -317,20 +350,23 @@ static size_t verify(bench *b)
         break;
     case ALLGATHER:
     case GATHER:
-        fill(b->send, o->dtype, cnt, 0, r, DT_SUM);
+        check_n = (o->op == ALLGATHER || r == o->root) ? total : 0;
+        fill(b->inplace && check_n ? my_block : in, o->dtype, cnt, 0, r, DT_SUM);
         for (int j = 0; j < n; j++)
             fill(b->want + (size_t)j * cnt * es, o->dtype, cnt, 0, j, DT_SUM);
-        check_n = (o->op == ALLGATHER || r == o->root) ? total : 0;
         break;
     case SCATTER:
-        for (int j = 0; j < n; j++)
-            fill(b->send + (size_t)j * cnt * es, o->dtype, cnt, 0, j, DT_SUM);
+        if (r == o->root || !b->inplace)
+            for (int j = 0; j < n; j++)
+                fill(in + (size_t)j * cnt * es, o->dtype, cnt, 0, j, DT_SUM);
+        if (b->inplace && r == o->root)
+            check_at = my_block; /* the root's block stays where it is */
         fill(b->want, o->dtype, cnt, 0, r, DT_SUM);
         check_n = cnt;
         break;
     case ALLTOALL:
         for (int j = 0; j < n; j++) {
-            fill(b->send + (size_t)j * cnt * es, o->dtype, cnt, (size_t)j * 7, r, DT_SUM);
+            fill(in + (size_t)j * cnt * es, o->dtype, cnt, (size_t)j * 7, r, DT_SUM);
             fill(b->want + (size_t)j * cnt * es, o->dtype, cnt, (size_t)r * 7, j, DT_SUM);
         }
         check_n = total;
@@ -367,6 +403,54 @@ static int fail(dt_comm *c, const char *what)
     return 1;
 }
 
+/* One column of a row: mean time of one call on the slowest rank, and the
+ * wrong elements summed over ranks. */
+typedef struct {
+    double time_s;
+    int64_t wrong;
+} column;
+
+/* Time `*iters` calls (under --mintime, when `grow`, as many more as fill it:
+ * every rank makes the same calls, the agreement is not timed), then check
+ * one call. */
+static int time_column(bench *b, int grow, int *iters, column *out)
+{
+    const options *o = b->o;
+    dt_comm *c = b->c;
+    if (dt_barrier(c) != DT_OK)
+        return fail(c, "barrier");
+    double elapsed = 0;
+    int done = 0;
+    for (int batch = *iters, round = 0; batch > 0; round++) {
+        double t0 = now_s();
+        for (int i = 0; i < batch; i++)
+            if (run_once(b) != DT_OK)
+                return fail(c, op_names[o->op]);
+        elapsed += now_s() - t0;
+        done += batch;
+        batch = 0;
+        if (grow && o->mintime > 0 && round < MAX_ROUNDS) {
+            double slowest_elapsed;
+            if (dt_allreduce(&elapsed, &slowest_elapsed, 1, DT_F64, DT_MAX, c) != DT_OK)
+                return fail(c, "sharing the time taken");
+            batch = more_calls(o->mintime, slowest_elapsed, done);
+        }
+    }
+    *iters = done;
+    double mine = elapsed / done;
+    int64_t wrong = 0;
+    if (o->check && o->op != BARRIER) {
+        size_t w = verify(b);
+        if (w == (size_t)-1)
+            return fail(c, "verification run");
+        wrong = (int64_t)w;
+    }
+    if (dt_allreduce(&mine, &out->time_s, 1, DT_F64, DT_MAX, c) != DT_OK ||
+        dt_allreduce(&wrong, &out->wrong, 1, DT_I64, DT_SUM, c) != DT_OK)
+        return fail(c, "collecting results");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     options o;
@@ -383,6 +467,7 @@ int main(int argc, char **argv)
     }
     int per_rank_blocks = o.op == REDUCE_SCATTER || o.op == ALLGATHER || o.op == GATHER || o.op == SCATTER ||
                           o.op == ALLTOALL;
+    int rooted = o.op == BROADCAST || o.op == REDUCE || o.op == GATHER || o.op == SCATTER;
     size_t cap = o.maxb / b.es + (size_t)b.size + 1;
     b.send = malloc(cap * b.es);
     b.recv = malloc(cap * b.es);
@@ -390,15 +475,21 @@ int main(int argc, char **argv)
     if (!b.send || !b.recv || !b.want)
         return fail(c, "out of memory for the buffers");
     if (b.rank == 0 && !o.json) {
+        /* nccl-tests' layout: size count type redop root, then time algbw
+         * busbw #wrong out of place and in place; iters is dtbench's own. */
         const char *algo = getenv("DT_ALGO");
         char timed[64] = "";
         if (o.mintime > 0)
             snprintf(timed, sizeof timed, " (more to last %g s)", o.mintime);
-        printf("# dtbench %s: %d ranks, dtype %s, redop %s, %d iterations%s after %d warm-up, algorithm %s\n",
-               op_names[o.op], b.size, dt_dtype_name(o.dtype), dt_redop_name(o.redop), o.iters, timed, o.warmup,
-               algo ? algo : "auto");
-        printf("#%13s %12s %6s %6s %12s %12s %12s %8s %8s\n", "size(B)", "count", "type", "redop", "time_us",
-               "algbw(GB/s)", "busbw(GB/s)", "#wrong", "iters");
+        printf("# dtbench %s %s: %d ranks, dtype %s, redop %s, %d iterations%s after %d warm-up, algorithm %s\n",
+               DTRAIN_VERSION, op_names[o.op], b.size, dt_dtype_name(o.dtype), dt_redop_name(o.redop), o.iters,
+               timed, o.warmup, algo ? algo : "auto");
+        printf("#%12s %13s %6s %6s %5s %38s %38s\n", "", "", "", "", "", "out-of-place                 ",
+               "in-place                 ");
+        printf("#%12s %13s %6s %6s %5s %10s %9s %9s %7s %10s %9s %9s %7s %8s\n", "size", "count", "type", "redop",
+               "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", "iters");
+        printf("#%12s %13s %6s %6s %5s %10s %9s %9s %7s %10s %9s %9s %7s %8s\n", "(B)", "(elements)", "", "", "",
+               "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "");
         fflush(stdout);
     }
     /* Touch every page once, then wait for everyone: the page faults of
@@ -412,6 +503,8 @@ int main(int argc, char **argv)
     if (dt_barrier(c) != DT_OK)
         return fail(c, "barrier");
     size_t total_wrong = 0;
+    double busbw_sum = 0;
+    int busbw_n = 0;
     for (double sz = (double)o.minb; sz <= (double)o.maxb * 1.0000001; sz *= o.factor) {
         size_t elems = (size_t)sz / b.es;
         b.count = per_rank_blocks ? elems / (size_t)b.size : elems;
@@ -420,45 +513,30 @@ int main(int argc, char **argv)
             bytes = b.count = 0;
         memset(b.send, 1, bytes + b.es);
         memset(b.recv, 1, bytes + b.es);
+        b.inplace = 0;
         for (int i = 0; i < o.warmup; i++)
             if (run_once(&b) != DT_OK)
                 return fail(c, "warm-up");
-        if (dt_barrier(c) != DT_OK)
-            return fail(c, "barrier");
-        /* -n calls; under -t, while the calls so far took less than mintime
-         * on the slowest rank, another batch sized by them (every rank must
-         * make the same calls; the first calls may pay for set-up, so the
-         * estimate is made again).  The agreement itself is not timed. */
-        double elapsed = 0;
-        int iters = 0;
-        for (int batch = o.iters, round = 0; batch > 0; round++) {
-            double t0 = now_s();
-            for (int i = 0; i < batch; i++)
-                if (run_once(&b) != DT_OK)
-                    return fail(c, op_names[o.op]);
-            elapsed += now_s() - t0;
-            iters += batch;
-            batch = 0;
-            if (o.mintime > 0 && round < MAX_ROUNDS) {
-                double slowest_elapsed;
-                if (dt_allreduce(&elapsed, &slowest_elapsed, 1, DT_F64, DT_MAX, c) != DT_OK)
-                    return fail(c, "sharing the time taken");
-                batch = more_calls(o.mintime, slowest_elapsed, iters);
-            }
+        /* Out of place sets the number of calls (-n, more under -t); in
+         * place makes as many. */
+        int iters = o.iters;
+        column col[2] = {{0, 0}, {0, 0}};
+        if (time_column(&b, 1, &iters, &col[0]))
+            return 1;
+        int with_inplace = has_inplace(o.op);
+        if (with_inplace) {
+            b.inplace = 1;
+            if (time_column(&b, 0, &iters, &col[1]))
+                return 1;
         }
-        double mine = elapsed / iters, slowest;
-        int64_t wrong = 0, wrong_sum = 0;
-        if (o.check && o.op != BARRIER) {
-            size_t w = verify(&b);
-            if (w == (size_t)-1)
-                return fail(c, "verification run");
-            wrong = (int64_t)w;
+        double algbw[2], busbw[2];
+        for (int k = 0; k < 2; k++) {
+            algbw[k] = bytes / col[k].time_s / 1e9;
+            busbw[k] = algbw[k] * bus_factor(o.op, b.size);
         }
-        if (dt_allreduce(&mine, &slowest, 1, DT_F64, DT_MAX, c) != DT_OK ||
-            dt_allreduce(&wrong, &wrong_sum, 1, DT_I64, DT_SUM, c) != DT_OK)
-            return fail(c, "collecting results");
-        total_wrong += (size_t)wrong_sum;
-        double algbw = bytes / slowest / 1e9, busbw = algbw * bus_factor(o.op, b.size);
+        total_wrong += (size_t)(col[0].wrong + col[1].wrong);
+        busbw_sum += busbw[0] + (with_inplace ? busbw[1] : 0);
+        busbw_n += 1 + with_inplace;
         if (b.rank == 0) {
             if (o.json) {
                 cJSON *j = cJSON_CreateObject();
@@ -468,26 +546,42 @@ int main(int argc, char **argv)
                 cJSON_AddNumberToObject(j, "count", (double)b.count);
                 cJSON_AddStringToObject(j, "type", dt_dtype_name(o.dtype));
                 cJSON_AddStringToObject(j, "redop", dt_redop_name(o.redop));
-                cJSON_AddNumberToObject(j, "time_us", slowest * 1e6);
-                cJSON_AddNumberToObject(j, "algbw", algbw);
-                cJSON_AddNumberToObject(j, "busbw", busbw);
-                cJSON_AddNumberToObject(j, "wrong", (double)wrong_sum);
+                cJSON_AddNumberToObject(j, "root", rooted ? o.root : -1);
+                cJSON_AddNumberToObject(j, "time_us", col[0].time_s * 1e6);
+                cJSON_AddNumberToObject(j, "algbw", algbw[0]);
+                cJSON_AddNumberToObject(j, "busbw", busbw[0]);
+                cJSON_AddNumberToObject(j, "wrong", (double)col[0].wrong);
+                if (with_inplace) {
+                    cJSON_AddNumberToObject(j, "time_us_inplace", col[1].time_s * 1e6);
+                    cJSON_AddNumberToObject(j, "algbw_inplace", algbw[1]);
+                    cJSON_AddNumberToObject(j, "busbw_inplace", busbw[1]);
+                    cJSON_AddNumberToObject(j, "wrong_inplace", (double)col[1].wrong);
+                }
                 cJSON_AddNumberToObject(j, "iters", iters);
                 char *text = cJSON_PrintUnformatted(j);
                 printf("%s\n", text);
                 free(text);
                 cJSON_Delete(j);
             } else {
-                printf("%14zu %12zu %6s %6s %12.2f %12.3f %12.3f %8lld %8d\n", bytes, b.count, dt_dtype_name(o.dtype),
-                       dt_redop_name(o.redop), slowest * 1e6, algbw, busbw, (long long)wrong_sum, iters);
+                printf("%13zu %13zu %6s %6s %5d %10.2f %9.3f %9.3f %7lld ", bytes, b.count, dt_dtype_name(o.dtype),
+                       dt_redop_name(o.redop), rooted ? o.root : -1, col[0].time_s * 1e6, algbw[0], busbw[0],
+                       (long long)col[0].wrong);
+                if (with_inplace)
+                    printf("%10.2f %9.3f %9.3f %7lld", col[1].time_s * 1e6, algbw[1], busbw[1],
+                           (long long)col[1].wrong);
+                else
+                    printf("%10s %9s %9s %7s", "N/A", "N/A", "N/A", "N/A");
+                printf(" %8d\n", iters);
             }
             fflush(stdout);
         }
         if (o.op == BARRIER)
             break;
     }
-    if (b.rank == 0 && !o.json)
+    if (b.rank == 0 && !o.json) {
         printf("# total #wrong: %zu\n", total_wrong);
+        printf("# Avg bus bandwidth    : %.3f\n", busbw_n ? busbw_sum / busbw_n : 0.0);
+    }
     free(b.send);
     free(b.recv);
     free(b.want);

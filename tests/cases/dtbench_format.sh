@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# dtbench, dtrun and dtrain print the version of CMakeLists.txt's project();
+# dtbench's errors name the bad argument (no stray ''); under
+# `dtrun --no-prefix` its rows are bare and in nccl-tests' layout: size count
+# type redop root, then time algbw busbw #wrong out of place and in place,
+# and the run ends with "# Avg bus bandwidth : X", their mean.
+. "$(dirname "$0")/lib.sh"
+version=$(sed -n 's/^project(dtrain VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+[ -n "$version" ] || fail "no version in CMakeLists.txt's project()"
+for tool in dtbench dtrun dtrain; do
+    "$BIN/$tool" --version >"$WORK/out" 2>&1 || { cat "$WORK/out"; fail "$tool --version failed"; }
+    [ "$(cat "$WORK/out")" = "$tool $version" ] || fail "$tool --version printed '$(cat "$WORK/out")', expected '$tool $version'"
+done
+
+bad() { # expected-message ARGS...: exit 2, the message, no empty quotes
+    local want=$1; shift
+    "$BIN/dtbench" "$@" >"$WORK/out" 2>"$WORK/err"; local rc=$?
+    [ $rc = 2 ] || { cat "$WORK/err"; fail "dtbench $* exited $rc, expected 2"; }
+    expect_grep "$WORK/err" "$want"
+    expect_no_grep "$WORK/err" "''"
+}
+bad "invalid option '-x'" -x allreduce
+bad "invalid option '--bogus'" --bogus allreduce
+bad "missing the value of option '-b'" allreduce -b
+bad "missing OP" 
+bad "smallest size \(-b\) is larger than the largest \(-e\)" allreduce -b 1M -e 8
+
+for op in allreduce reduce_scatter allgather alltoall broadcast gather scatter reduce sendrecv; do
+    "$BIN/dtrun" -n 3 --no-prefix "$BIN/dtbench" $op -b 8 -e 96K -f 32 -n 2 -w 1 -r 1 >"$WORK/$op" 2>"$WORK/err" ||
+        { cat "$WORK/$op" "$WORK/err"; fail "dtbench $op failed"; }
+    expect_no_grep "$WORK/$op" '^\['
+    expect_grep "$WORK/$op" "^# +out-of-place +in-place"
+    expect_grep "$WORK/$op" "^# +size +count +type +redop +root +time +algbw +busbw +#wrong +time +algbw +busbw +#wrong +iters"
+    # The rows and the last line, read as an nccl-tests parser would.
+    python3 - "$WORK/$op" "$op" <<'PY' || { cat "$WORK/$op"; fail "dtbench $op: rows not in nccl-tests' layout"; }
+import re, sys
+lines = open(sys.argv[1]).read().splitlines()
+op = sys.argv[2]
+rows = [l.split() for l in lines if l.strip() and not l.startswith("#")]
+assert len(rows) == 3, rows                                  # 8, 256, 8192 ... up to 96K by 32
+bws = []
+for f in rows:
+    assert len(f) == 14, f
+    int(f[0]), int(f[1])
+    assert f[4] == ("1" if op in ("broadcast", "reduce", "gather", "scatter") else "-1"), f
+    assert float(f[5]) > 0 and f[8] == "0", f                # out of place: time, #wrong
+    bws.append(float(f[7]))
+    if op == "sendrecv":
+        assert f[9:13] == ["N/A"] * 4, f
+    else:
+        assert float(f[9]) > 0 and f[12] == "0", f           # in place
+        bws.append(float(f[11]))
+    assert int(f[13]) >= 2, f
+m = re.fullmatch(r"# Avg bus bandwidth +: ([0-9.]+)", lines[-1])
+assert m, lines[-1]
+assert abs(float(m.group(1)) - sum(bws) / len(bws)) < 0.002, (m.group(1), bws)
+PY
+done
+# --json carries the in-place figures too.
+"$BIN/dtrun" -n 2 --no-prefix "$BIN/dtbench" allgather -b 64 -e 64 -n 2 -w 0 --json >"$WORK/json" || fail "dtbench --json failed"
+python3 -c "
+import json, sys
+j = json.loads(open(sys.argv[1]).read())
+assert j['wrong'] == 0 and j['wrong_inplace'] == 0 and j['time_us_inplace'] > 0, j
+" "$WORK/json" || { cat "$WORK/json"; fail "dtbench --json lacks the in-place figures"; }
+echo ok
