@@ -11,6 +11,7 @@ PyTorch's default initialisation and the data a torch.randperm order instead
 Prints one JSON object: {"eval": {step: {"loss": .., "accuracy": ..}}, "train_loss": [...]}.
 """
 import ctypes
+import fnmatch
 import json
 import math
 import os
@@ -114,12 +115,19 @@ def main():
     else:
         model.load_state_dict(read_safetensors(os.path.join(ckpt, "model.safetensors")), strict=True)
         order = DtrainOrder(n_train, cfg["seed"])
+    # dtrain's parameter groups (its no_decay key): no weight decay on 1-D
+    # parameters nor on names matching the patterns ("none": decay all).
+    wd, patterns = cfg.get("weight_decay", 0.0), cfg.get("no_decay", "*wte*,*wpe*,*embed*")
+    named = list(model.named_parameters())
+    plain = [p for n, p in named if patterns != "none" and
+             (p.dim() < 2 or any(fnmatch.fnmatchcase(n, pat) for pat in patterns.split(",") if pat))]
+    decay = [p for n, p in named if all(p is not q for q in plain)]
+    groups = [{"params": decay, "weight_decay": wd}, {"params": plain, "weight_decay": 0.0}]
     if cfg["optimizer"] == "sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"], momentum=cfg.get("momentum", 0.9),
-                              weight_decay=cfg.get("weight_decay", 0.0))
+        opt = torch.optim.SGD(groups, lr=cfg["lr"], momentum=cfg.get("momentum", 0.9))
     else:
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], betas=(cfg.get("beta1", 0.9), cfg.get("beta2", 0.999)),
-                                eps=cfg.get("eps", 1e-8), weight_decay=cfg.get("weight_decay", 0.0))
+        opt = torch.optim.AdamW(groups, lr=cfg["lr"], betas=(cfg.get("beta1", 0.9), cfg.get("beta2", 0.999)),
+                                eps=cfg.get("eps", 1e-8))
     out = {"eval": {}, "train_loss": []}
     for step in range(steps):
         xb, yb = train(order.next(B))
