@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "data_source.h"
 #include "dtrain_cli.h"
@@ -40,16 +41,15 @@ static dt_status make_optimizer(const dtrain_config *c, int64_t n, dt_optimizer 
     return s;
 }
 
-void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, dt_arena *arena, double *loss,
-                     double *accuracy, int64_t *rows_out)
+void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, dt_arena *arena, eval_result *r)
 {
     int64_t B = c->batch_size, F = d->features, per = d->gpt ? c->context : 1;
     float *x = malloc((size_t)(B * F) * sizeof *x);
     int32_t *y = malloc((size_t)(B * per) * sizeof *y);
     int64_t *idx = malloc((size_t)B * sizeof *idx);
     double total = 0, correct = 0;
-    int64_t rows = 0, batches = 0;
-    for (int64_t start = 0; start < d->eval_samples && batches < c->eval_batches; start += B, batches++) {
+    int64_t rows = 0, batches = 0, samples = 0;
+    for (int64_t start = 0; start < d->eval_samples && batches < c->eval_batches; start += B) {
         int64_t n = d->eval_samples - start < B ? d->eval_samples - start : B;
         for (int64_t i = 0; i < n; i++)
             idx[i] = start + i;
@@ -62,6 +62,8 @@ void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, 
             break;
         total += (double)l * (double)(n * per);
         rows += n * per;
+        samples += n;
+        batches++;
         int64_t C = out.shape[out.ndim - 1];
         for (int64_t r = 0; r < n * per; r++) {
             int64_t best = 0;
@@ -70,13 +72,20 @@ void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, 
             correct += best == y[r];
         }
     }
-    *loss = rows ? total / (double)rows : NAN;
-    *accuracy = rows ? correct / (double)rows : NAN;
-    if (rows_out)
-        *rows_out = rows;
+    *r = (eval_result){rows ? total / (double)rows : NAN, rows ? correct / (double)rows : NAN, batches, samples, rows};
     free(x);
     free(y);
     free(idx);
+}
+
+void dtrain_eval_describe(const dtrain_config *c, const data_source *d, const eval_result *r, char *buf, size_t len)
+{
+    const char *split = d->gpt ? "held-out windows (the last 10% of the text)" : "images of the t10k split";
+    int n = snprintf(buf, len, "%lld batch%s of %lld: %lld of the %lld %s", (long long)r->batches,
+                     r->batches == 1 ? "" : "es", (long long)c->batch_size, (long long)r->samples,
+                     (long long)d->eval_samples, split);
+    if (d->gpt && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, ", %lld tokens", (long long)r->rows);
 }
 
 static void format_eta(double seconds, char *buf, size_t len)
@@ -166,12 +175,64 @@ static void keep_global_batch(dtrain_config *c, const dtrain_progress *pr, int n
     c->grad_accumulation = k;
 }
 
-int dtrain_train(const dtrain_config *config, const char *resume)
+/* Compute threads: the threads key, else DT_THREADS, else the cores divided
+ * among this host's ranks (dt_threads_default).  One warning per host (local
+ * rank 0) when the ranks' threads together outnumber the cores. */
+static dt_status choose_threads(const dtrain_config *c, const char **source)
+{
+    int n = (int)c->threads;
+    *source = "the threads key";
+    if (n == 0 && dt_threads_default(&n, source) != DT_OK) {
+        fprintf(stderr, "dtrain: %s\n", dt_last_error());
+        return DT_ERR_INVALID;
+    }
+    if (dt_set_threads(n) != DT_OK) {
+        fprintf(stderr, "dtrain: threads: %s\n", dt_last_error());
+        return DT_ERR_INVALID;
+    }
+    const char *lws = getenv("DT_LOCAL_WORLD_SIZE"), *lr = getenv("DT_LOCAL_RANK");
+    long local = lws && *lws ? atol(lws) : 1, cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int mine = dt_cores_available();
+    bool bound = cores > 0 && mine < cores;
+    /* bound (dtrun --bind auto): the rank has its own CPUs; else the host's are shared */
+    bool over = bound ? n > mine : cores > 0 && (long)n * local > cores;
+    if (over && (!lr || !*lr || atol(lr) == 0)) {
+        if (bound)
+            fprintf(stderr, "dtrain: warning: %d compute threads per rank on the %d CPU%s it is bound to "
+                            "(oversubscribed; set threads or DT_THREADS)\n", n, mine, mine == 1 ? "" : "s");
+        else
+            fprintf(stderr, "dtrain: warning: %ld local rank%s x %d compute thread%s = %ld threads on %ld cores "
+                            "(oversubscribed; set threads or DT_THREADS)\n", local, local == 1 ? "" : "s", n,
+                    n == 1 ? "" : "s", local * n, cores);
+    }
+    return DT_OK;
+}
+
+int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite)
 {
     dtrain_config adjusted = *config, *c = &adjusted;
-    if (dt_set_threads((int)c->threads) != DT_OK) {
-        fprintf(stderr, "dtrain: threads: %s\n", dt_last_error());
+    const char *thread_source;
+    if (choose_threads(c, &thread_source) != DT_OK)
         return 2;
+    /* A new run (not resuming) into a checkpoint_dir that holds another run's
+     * checkpoints would mix the two runs' steps: refused, or with --overwrite
+     * the old ones go first.  Every rank checks; rank 0 alone removes. */
+    const char *rank_env = getenv("DT_RANK"), *restart = getenv("DT_RESTART");
+    bool rank0 = !rank_env || !*rank_env || atoi(rank_env) == 0;
+    bool restarted = restart && atoi(restart) > 0; /* this job's own, from before the restart */
+    int old = !resume && !restarted && c->checkpoint_dir[0] ? dtrain_checkpoint_count_any(c->checkpoint_dir) : 0;
+    if (old > 0 && !overwrite) {
+        fprintf(stderr, "dtrain: checkpoint_dir %s already holds %d checkpoint director%s of another run; "
+                        "continue it with --resume %s (or --resume auto), write elsewhere, or give --overwrite to "
+                        "delete them first\n", c->checkpoint_dir, old, old == 1 ? "y" : "ies", c->checkpoint_dir);
+        return 2;
+    }
+    if (old > 0 && rank0) {
+        if (dtrain_checkpoint_clear(c->checkpoint_dir) != DT_OK)
+            return 1;
+        printf("--overwrite: removed %d checkpoint director%s of an earlier run from %s\n", old,
+               old == 1 ? "y" : "ies", c->checkpoint_dir);
+        fflush(stdout);
     }
     dt_comm *world;
     if (dt_comm_init_env(&world) != DT_OK) {
@@ -197,22 +258,32 @@ int dtrain_train(const dtrain_config *config, const char *resume)
         return 1;
     }
     dtrain_progress pr = {0};
+    char resumed_dir[2048] = "";
     if (resume) { /* every rank reads the checkpoint: it must be on a path they all see */
         char step_dir[2048];
         dtrain_config saved;
-        if (dtrain_checkpoint_open(resume, step_dir, sizeof step_dir, &saved, &pr) != DT_OK ||
+        if (dtrain_checkpoint_open(resume, d.train_samples, step_dir, sizeof step_dir, &saved, &pr) != DT_OK ||
             dtrain_checkpoint_load(step_dir, p, o) != DT_OK)
             return 1;
+        if (pr.step > c->steps) {
+            fprintf(stderr, "dtrain: %s is at step %lld, past steps = %lld of this run (raise steps)\n", step_dir,
+                    (long long)pr.step, (long long)c->steps);
+            return 2;
+        }
         dt_optimizer_set_steps(o, pr.optimizer_steps);
-        dt_sampler_seek(&sampler, pr.epoch, pr.position, rank, nranks);
+        if (dt_sampler_seek(&sampler, pr.epoch, pr.position, rank, nranks) != DT_OK) {
+            fprintf(stderr, "dtrain: %s: %s\n", step_dir, dt_last_error());
+            return 1;
+        }
+        snprintf(resumed_dir, sizeof resumed_dir, "%s", step_dir);
         if (lead)
-            printf("resumed from %s at step %lld\n", step_dir, (long long)pr.step);
+            dtrain_progress_line("resumed from %s at step %lld\n", step_dir, (long long)pr.step);
         keep_global_batch(c, &pr, nranks, lead);
     }
     pr.world_size = nranks;
     pr.global_batch = c->batch_size * nranks * c->grad_accumulation;
     dtrain_ckpt_writer *writer = NULL;
-    if (lead && c->checkpoint_dir[0] && dtrain_ckpt_writer_start(c, p, o, resume ? pr.step : -1, &writer) != DT_OK)
+    if (lead && c->checkpoint_dir[0] && dtrain_ckpt_writer_start(c, p, o, resume ? pr.step : -1, resumed_dir, &writer) != DT_OK)
         return 1;
     if (make_ddp(c, world, p, &ddp) != DT_OK)
         return 1;
@@ -240,13 +311,15 @@ int dtrain_train(const dtrain_config *config, const char *resume)
     const char *unit = d.gpt ? "tokens" : "samples";
     int64_t k = c->grad_accumulation, per_item = d.gpt ? c->context : 1;
     if (lead) {
-        printf("training %s (%lld parameters) on %s: %lld steps, batch %lld x %d rank%s x %lld micro-batch%s = %lld, "
-               "%d threads per rank%s%s\n", c->model, (long long)dt_params_numel(p), d.gpt ? "text" : "fashion-mnist",
-               (long long)c->steps, (long long)c->batch_size, nranks, nranks > 1 ? "s" : "", (long long)k,
-               k > 1 ? "es" : "", (long long)(c->batch_size * nranks * k), dt_get_threads(),
-               strcmp(c->grad_compression, "none") ? ", gradients as " : "",
-               strcmp(c->grad_compression, "none") ? c->grad_compression : "");
-        fflush(stdout);
+        int nt = dt_get_threads();
+        dtrain_progress_line("training %s (%lld parameters) on %s: %lld steps, batch %lld x %d rank%s x %lld "
+                             "micro-batch%s = %lld, %d thread%s per rank (from %s)%s%s\n",
+                             c->model, (long long)dt_params_numel(p), d.gpt ? "text" : "fashion-mnist",
+                             (long long)c->steps, (long long)c->batch_size, nranks, nranks > 1 ? "s" : "",
+                             (long long)k, k > 1 ? "es" : "", (long long)(c->batch_size * nranks * k), nt,
+                             nt == 1 ? "" : "s", thread_source,
+                             strcmp(c->grad_compression, "none") ? ", gradients as " : "",
+                             strcmp(c->grad_compression, "none") ? c->grad_compression : "");
     }
     int code = 0;
     double window_start = now_s(), run_start = window_start, eval_s = 0, last_ckpt = window_start;
@@ -291,9 +364,8 @@ int dtrain_train(const dtrain_config *config, const char *resume)
             double t = now_s(), rate = (double)win.items / (t - window_start);
             char eta[32];
             format_eta((double)(c->steps - pr.step) * (t - run_start) / (double)(pr.step - first_step), eta, sizeof eta);
-            printf("step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f %s/s | ETA %s\n", (long long)pr.step,
-                   (long long)c->steps, loss, lr, norm, rate, unit, eta);
-            fflush(stdout);
+            dtrain_progress_line("step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f %s/s | ETA %s\n",
+                                 (long long)pr.step, (long long)c->steps, loss, lr, norm, rate, unit, eta);
             if (metrics) {
                 fprintf(metrics,
                         "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"%s_per_s\": %.1f, "
@@ -310,10 +382,15 @@ int dtrain_train(const dtrain_config *config, const char *resume)
         int last = pr.step == c->steps;
         int eval_now = (c->eval_interval && pr.step % c->eval_interval == 0) || last, reached = 0;
         if (lead && eval_now) {
-            double el, acc, e0 = now_s();
-            dtrain_evaluate(c, m, &d, arena, &el, &acc, NULL);
+            double e0 = now_s();
+            eval_result er;
+            char what[256];
+            dtrain_evaluate(c, m, &d, arena, &er);
+            double el = er.loss, acc = er.accuracy;
             eval_s += now_s() - e0;
-            printf("eval at step %lld | loss %.4f | accuracy %.2f%%\n", (long long)pr.step, el, 100 * acc);
+            dtrain_eval_describe(c, &d, &er, what, sizeof what);
+            dtrain_progress_line("eval at step %lld | loss %.4f | accuracy %.2f%% | %s (eval_batches %lld)\n", (long long)pr.step,
+                     el, 100 * acc, what, (long long)c->eval_batches);
             if (metrics) /* train_s: wall time so far less the time spent evaluating */
                 fprintf(metrics,
                         "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_accuracy\": %.6f, \"elapsed_s\": %.3f, "
@@ -328,8 +405,8 @@ int dtrain_train(const dtrain_config *config, const char *resume)
                 break;
             }
             if (reached && lead)
-                printf("reached accuracy %.2f%% at step %lld: stopping\n", 100 * c->stop_at_accuracy,
-                       (long long)pr.step);
+                dtrain_progress_line("reached accuracy %.2f%% at step %lld: stopping\n", 100 * c->stop_at_accuracy,
+                                     (long long)pr.step);
             last = reached;
         }
         bool by_time = c->checkpoint_seconds > 0 && now_s() - last_ckpt >= c->checkpoint_seconds;
@@ -344,16 +421,27 @@ int dtrain_train(const dtrain_config *config, const char *resume)
     }
     prefetch_stop(&pf);
     if (writer) { /* the last checkpoint is on disk before the job reports success */
-        dtrain_ckpt_writer_flush(writer);
+        char good[2048];
+        int64_t last_good = dtrain_ckpt_writer_last_good(writer, good, sizeof good);
+        if (code == 0 && last_good != pr.step) { /* the final model is missing: a scheduler must see it */
+            if (last_good >= 0)
+                fprintf(stderr, "dtrain: the final checkpoint (step %lld) could not be written (above); the newest "
+                                "good checkpoint is %s (step %lld)\n", (long long)pr.step, good,
+                        (long long)last_good);
+            else
+                fprintf(stderr, "dtrain: the final checkpoint (step %lld) could not be written (above), and no "
+                                "earlier one exists in %s\n", (long long)pr.step, c->checkpoint_dir);
+            code = 3;
+        }
         dtrain_ckpt_writer_stop(writer);
     }
     if (metrics)
         fclose(metrics);
-    if (code != 0)
+    if (code == 1)
         dt_comm_abort(world, "dtrain: a training step failed");
     dt_ddp_destroy(ddp);
     dt_status ds = dt_comm_destroy(world);
-    if (code == 0 && ds != DT_OK) {
+    if (code != 1 && ds != DT_OK) {
         fprintf(stderr, "dtrain: rank %d: leaving the job: %s\n", rank, dt_last_error());
         code = 1;
     }
