@@ -244,8 +244,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     dt_model *m = NULL;
     dt_optimizer *o = NULL;
     dt_ddp *ddp = NULL;
-    if (data_open(c, &d) != DT_OK)
-        return 1;
+    if (data_open(c, &d) != DT_OK) /* a configuration error: data_path, vocab */
+        return 2;
     if (dtrain_build_model(c, &m) != DT_OK)
         return 1;
     dt_params *p = dt_model_params(m);
