@@ -50,10 +50,13 @@ dt_status dt_set_threads(int n);
 int dt_get_threads(void);
 /* CPUs in this process's affinity mask, at least 1. */
 int dt_cores_available(void);
-/* The thread count when none is set: DT_THREADS when set above 0; else, for a
- * process bound to part of the host's CPUs, those CPUs; else the cores
- * available divided by DT_LOCAL_WORLD_SIZE (the ranks on this host), at least
- * 1 (torchrun's rule).  DT_ERR_INVALID naming a malformed DT_THREADS or
+/* 1 when this process may use fewer CPUs than its parent: its launcher bound
+ * it (dtrun --bind auto, mpirun, srun), so those CPUs are this rank's own. */
+int dt_cpus_bound(void);
+/* The thread count when none is set: DT_THREADS when set above 0; else the
+ * cores available divided by DT_LOCAL_WORLD_SIZE (the ranks on this host), at least
+ * 1 (torchrun's rule); a process its launcher bound (dt_cpus_bound) takes
+ * its CPUs.  DT_ERR_INVALID naming a malformed DT_THREADS or
  * DT_LOCAL_WORLD_SIZE.  *source (may be NULL) says which rule gave it. */
 dt_status dt_threads_default(int *n, const char **source);
 

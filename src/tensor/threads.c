@@ -79,6 +79,15 @@ static int available_cores(void)
 
 int dt_cores_available(void) { return available_cores(); }
 
+int dt_cpus_bound(void)
+{
+    /* The launcher (our parent) may use more CPUs than it gave us: then it
+     * bound this process.  Not a container's cpuset, which both share. */
+    cpu_set_t mine, parent;
+    return sched_getaffinity(0, sizeof mine, &mine) == 0 && sched_getaffinity(getppid(), sizeof parent, &parent) == 0 &&
+           CPU_COUNT(&mine) < CPU_COUNT(&parent);
+}
+
 dt_status dt_threads_default(int *n, const char **source)
 {
     int64_t v = 0, local = 1;
@@ -94,12 +103,11 @@ dt_status dt_threads_default(int *n, const char **source)
     }
     if (dt__env_str("DT_LOCAL_WORLD_SIZE") && dt__env_int("DT_LOCAL_WORLD_SIZE", 1, 1 << 16, &local) != DT_OK)
         return DT_ERR_INVALID;
-    /* A rank bound to some of the host's CPUs (dtrun --bind auto, mpirun,
-     * Slurm) has its share already: its affinity.  Otherwise the ranks on this
+    /* A rank its launcher bound to some CPUs (dtrun --bind auto, mpirun,
+     * srun) has its share already: its affinity.  Otherwise the ranks on this
      * host share its cores, as torchrun's OMP_NUM_THREADS default. */
     int cores = available_cores();
-    long online = sysconf(_SC_NPROCESSORS_ONLN);
-    bool bound = online > 0 && cores < online;
+    bool bound = dt_cpus_bound();
     int share = bound ? cores : cores / (int)local;
     *n = share < 1 ? 1 : share > MAX_THREADS ? MAX_THREADS : share;
     if (source)

@@ -71,10 +71,10 @@ run_ranks 4 "$WORK/full.jsonl" "${MLP[@]}" --set steps=$STEPS --set batch_size=$
 run_ranks 4 "$WORK/first.jsonl" "${MLP[@]}" --set steps=$STEPS --set batch_size=$b \
     --set checkpoint_dir="$WORK/ck" --set checkpoint_interval=$half
 rm -rf "$WORK/ck/step-$(printf %08d $STEPS)" # as if the run had died after the checkpoint at half
-run_ranks 4 "$WORK/re4.jsonl" --resume "$WORK/ck" --set metrics_file="$WORK/re4.jsonl"
+run_ranks 4 "$WORK/re4.jsonl" --resume "$WORK/ck"
 same_losses "$WORK/full.jsonl" "$WORK/re4.jsonl" $((half + 1))
 rm -rf "$WORK/ck/step-$(printf %08d $STEPS)" # the 4-rank resume checkpointed its end too
-run_ranks 2 "$WORK/re2.jsonl" --resume "$WORK/ck" --set batch_size=$((2 * b)) --set metrics_file="$WORK/re2.jsonl"
+run_ranks 2 "$WORK/re2.jsonl" --resume "$WORK/ck" --set batch_size=$((2 * b))
 same_losses "$WORK/full.jsonl" "$WORK/re2.jsonl" $((half + 1))
 
 # -- compression: f16 and bf16 gradients train close to f32

@@ -307,7 +307,7 @@ static dt_status whole(const char *step_dir, const cJSON *obj, const char *field
         return fail("%s: the manifest's %s", step_dir, why);
     }
     double d = v->valuedouble;
-    if (d != (double)(int64_t)d || d < min || d > max) {
+    if (!(d >= min && d <= max) || d != (double)(int64_t)d) { /* the range first: the cast needs it */
         snprintf(why, sizeof why, "field %s = %.17g is not a whole number in [%.0f, %.0f]", field, d, min, max);
         return fail("%s: the manifest's %s", step_dir, why);
     }

@@ -90,12 +90,12 @@ static dt_status set_value(dtrain_config *c, const spec *s, const cJSON *v, cons
         if (!cJSON_IsNumber(v))
             return bad(origin, s->key, "must be a number");
         double d = v->valuedouble;
-        if (s->type == K_INT && d != (double)(int64_t)d)
-            return bad(origin, s->key, "must be an integer");
-        if (d < s->min || d > s->max) {
+        if (!(d >= s->min && d <= s->max)) { /* before the integer test: its cast needs the range */
             snprintf(why, sizeof why, "= %g is outside [%g, %g]", d, s->min, s->max);
             return bad(origin, s->key, why);
         }
+        if (s->type == K_INT && d != (double)(int64_t)d)
+            return bad(origin, s->key, "must be an integer");
         if (s->type == K_INT)
             *(int64_t *)base = (int64_t)d;
         else
@@ -131,13 +131,15 @@ static dt_status set_value(dtrain_config *c, const spec *s, const cJSON *v, cons
             return bad(origin, s->key, "must be a list of 2 to 8 integers");
         for (int i = 0; i < n; i++) {
             const cJSON *e = cJSON_GetArrayItem(v, i);
-            if (!cJSON_IsNumber(e) || e->valuedouble != (double)(int64_t)e->valuedouble)
+            if (!cJSON_IsNumber(e))
                 return bad(origin, s->key, "must hold positive integers");
-            if (e->valuedouble < s->min || e->valuedouble > s->max) {
-                snprintf(why, sizeof why, "entry %d = %.0f is out of range [%.0f, %.0f]", i + 1, e->valuedouble, s->min,
-                         s->max);
+            if (!(e->valuedouble >= s->min && e->valuedouble <= s->max)) { /* before the cast below */
+                snprintf(why, sizeof why, "entry %d = %.17g is out of range [%.0f, %.0f]", i + 1, e->valuedouble,
+                         s->min, s->max);
                 return bad(origin, s->key, why);
             }
+            if (e->valuedouble != (double)(int64_t)e->valuedouble)
+                return bad(origin, s->key, "must hold positive integers");
             c->mlp_sizes[i] = (int64_t)e->valuedouble;
         }
         c->mlp_nsizes = n;

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "data_source.h"
 #include "dtrain_cli.h"
@@ -191,11 +190,10 @@ static dt_status choose_threads(const dtrain_config *c, const char **source)
         return DT_ERR_INVALID;
     }
     const char *lws = getenv("DT_LOCAL_WORLD_SIZE"), *lr = getenv("DT_LOCAL_RANK");
-    long local = lws && *lws ? atol(lws) : 1, cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int mine = dt_cores_available();
-    bool bound = cores > 0 && mine < cores;
-    /* bound (dtrun --bind auto): the rank has its own CPUs; else the host's are shared */
-    bool over = bound ? n > mine : cores > 0 && (long)n * local > cores;
+    long local = lws && *lws ? atol(lws) : 1, cores = dt_cores_available();
+    int mine = (int)cores;
+    bool bound = dt_cpus_bound(); /* (dtrun --bind auto): its own CPUs; else this host's ranks share them */
+    bool over = bound ? n > mine : (long)n * local > cores;
     if (over && (!lr || !*lr || atol(lr) == 0)) {
         if (bound)
             fprintf(stderr, "dtrain: warning: %d compute threads per rank on the %d CPU%s it is bound to "
