@@ -4,7 +4,7 @@
 # fresh checksum is refused by the range checks, naming the field and value
 # (step, optimizer steps, sampler epoch and position, rng, tensor shapes
 # against the config). With a bad newest checkpoint, --resume auto and a
-# restart (DT_RESTART=1) fall back to the previous one and end with the
+# restart (DT_RESTART=1, and dtrun --max-restarts) fall back to the previous one and end with the
 # uninterrupted run's weights to the bit. A new run into a checkpoint_dir that
 # holds another run's checkpoints is refused, unless --overwrite, which
 # removes them first.
@@ -78,6 +78,26 @@ expect_grep "$WORK/r2.out" "resumed from .*step-00000020 at step 20"
 cmp "$WORK/ref/step-00000040/model.safetensors" "$WORK/k2/step-00000040/model.safetensors" ||
     fail "restarted past the bad checkpoint, the final weights differ from the uninterrupted run's"
 echo "bad step-30 skipped (resume auto and restart), resumed from step-20, final weights equal the reference's"
+
+# the same under dtrun --max-restarts: generation 0 checkpoints steps 10, 20, 30, its step-30 manifest is
+# edited and the rank fails; generation 1 skips step 30, resumes from 20, and ends equal to the reference
+cat >"$WORK/gen.sh" <<SH
+#!/bin/sh
+if [ "\$DT_RESTART" = 0 ]; then
+    "$T" train ${common[*]} --set steps=30 --set checkpoint_interval=10 --set checkpoint_keep=0 --set checkpoint_dir="$WORK/k3" || exit 9
+    python3 tests/cases/manifest_edit.py "$WORK/k3/step-00000030/manifest.json" set sampler/position 1000000
+    exit 1
+fi
+exec "$T" train ${common[*]} --set steps=40 --set checkpoint_keep=0 --set checkpoint_dir="$WORK/k3"
+SH
+chmod +x "$WORK/gen.sh"
+"$BIN/dtrun" --max-restarts 1 -n 1 "$WORK/gen.sh" >"$WORK/r3.out" 2>&1 || { cat "$WORK/r3.out"; fail "the restarted job failed"; }
+expect_grep "$WORK/r3.out" "restart 1 of 1"
+expect_grep "$WORK/r3.out" "field sampler.position = 1000000 is not a whole number"
+expect_grep "$WORK/r3.out" "resumed from .*step-00000020 at step 20"
+cmp "$WORK/ref/step-00000040/model.safetensors" "$WORK/k3/step-00000040/model.safetensors" ||
+    fail "dtrun restarted past the bad checkpoint, the final weights differ from the uninterrupted run's"
+echo "dtrun --max-restarts: the restarted generation skipped the edited step-30 and ended equal to the reference"
 
 # another run's checkpoints: refused without --overwrite, removed with it
 mkdir -p "$WORK/k/.step-00000050.tmp"
