@@ -66,6 +66,7 @@ int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, 
         return 1;
     if (strcmp(c.model, "gpt") != 0) {
         fprintf(stderr, "dtrain: generate needs a gpt checkpoint, %s holds a %s\n", checkpoint, c.model);
+        dt_model_destroy(m);
         return 2;
     }
     size_t plen = strlen(prompt);

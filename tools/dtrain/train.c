@@ -232,46 +232,63 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
                old == 1 ? "y" : "ies", c->checkpoint_dir);
         fflush(stdout);
     }
-    dt_comm *world;
-    if (dt_comm_init_env(&world) != DT_OK) {
-        fprintf(stderr, "dtrain: cannot join the job: %s\n", dt_last_error());
-        return 1;
-    }
-    int rank = dt_comm_rank(world), nranks = dt_comm_size(world), lead = rank == 0;
+    /* Set-up; a failure jumps to `out`, which frees what exists (all NULL or zeroed first). */
+    int code = 0, rank = 0, nranks = 1, lead = 1;
+    dt_comm *world = NULL;
     data_source d;
+    memset(&d, 0, sizeof d);
     dt_model *m = NULL;
     dt_optimizer *o = NULL;
     dt_ddp *ddp = NULL;
-    if (data_open(c, &d) != DT_OK) /* a configuration error: data_path, vocab */
-        return 2;
+    dt_sampler sampler;
+    memset(&sampler, 0, sizeof sampler);
+    dtrain_ckpt_writer *writer = NULL;
+    FILE *metrics = NULL;
+    dt_arena *arena = NULL;
+    prefetcher pf;
+    bool prefetching = false;
+    dtrain_progress pr = {0};
+    char resumed_dir[2048] = "";
+    if (data_open(c, &d) != DT_OK) { /* a configuration error: data_path, vocab */
+        code = 2;
+        goto out;
+    }
+    if (dt_comm_init_env(&world) != DT_OK) {
+        fprintf(stderr, "dtrain: cannot join the job: %s\n", dt_last_error());
+        world = NULL;
+        code = 1;
+        goto out;
+    }
+    rank = dt_comm_rank(world);
+    nranks = dt_comm_size(world);
+    lead = rank == 0;
+    code = 1; /* for the failures below */
     if (dtrain_build_model(c, &m) != DT_OK)
-        return 1;
+        goto out;
     dt_params *p = dt_model_params(m);
     dt_model_init(m, (uint64_t)c->seed);
     if (make_optimizer(c, dt_params_numel(p), &o) != DT_OK)
-        return 1;
-    dt_sampler sampler;
+        goto out;
     if (dt_dist_sampler_init(&sampler, d.train_samples, (uint64_t)c->seed, world) != DT_OK) {
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
-        return 1;
+        goto out;
     }
-    dtrain_progress pr = {0};
-    char resumed_dir[2048] = "";
     if (resume) { /* every rank reads the checkpoint: it must be on a path they all see */
         char step_dir[2048];
         dtrain_config saved;
         if (dtrain_checkpoint_open(resume, d.train_samples, step_dir, sizeof step_dir, &saved, &pr) != DT_OK ||
             dtrain_checkpoint_load(step_dir, p, o) != DT_OK)
-            return 1;
+            goto out;
         if (pr.step > c->steps) {
             fprintf(stderr, "dtrain: %s is at step %lld, past steps = %lld of this run (raise steps)\n", step_dir,
                     (long long)pr.step, (long long)c->steps);
-            return 2;
+            code = 2;
+            goto out;
         }
         dt_optimizer_set_steps(o, pr.optimizer_steps);
         if (dt_sampler_seek(&sampler, pr.epoch, pr.position, rank, nranks) != DT_OK) {
             fprintf(stderr, "dtrain: %s: %s\n", step_dir, dt_last_error());
-            return 1;
+            goto out;
         }
         snprintf(resumed_dir, sizeof resumed_dir, "%s", step_dir);
         if (lead)
@@ -280,19 +297,17 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     }
     pr.world_size = nranks;
     pr.global_batch = c->batch_size * nranks * c->grad_accumulation;
-    dtrain_ckpt_writer *writer = NULL;
-    if (lead && c->checkpoint_dir[0] && dtrain_ckpt_writer_start(c, p, o, resume ? pr.step : -1, resumed_dir, &writer) != DT_OK)
-        return 1;
+    if (lead && c->checkpoint_dir[0] &&
+        dtrain_ckpt_writer_start(c, p, o, resume ? pr.step : -1, resumed_dir, &writer) != DT_OK)
+        goto out;
     if (make_ddp(c, world, p, &ddp) != DT_OK)
-        return 1;
-    FILE *metrics = NULL;
+        goto out;
     if (lead && c->metrics_file[0] && !(metrics = fopen(c->metrics_file, resume ? "a" : "w"))) {
         fprintf(stderr, "dtrain: cannot write metrics file %s\n", c->metrics_file);
-        return 1;
+        goto out;
     }
     dt_lr_schedule sched = {strcmp(c->schedule, "cosine") == 0 ? DT_LR_COSINE : DT_LR_CONSTANT, (float)c->lr,
                             (float)c->min_lr, c->warmup_steps, c->steps};
-    dt_arena *arena;
     dt_arena_create(&arena);
     /* Under a restarting dtrun the initial weights are a checkpoint too: a
      * restart before the first periodic one then still knows the job's global
@@ -301,11 +316,12 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     if (writer && !resume && (c->checkpoint_initial || (restartable && !strcmp(restartable, "1")))) {
         dtrain_ckpt_writer_submit(writer, &pr, " (initial weights)", NULL);
         if (!dtrain_ckpt_writer_flush(writer))
-            return 1;
+            goto out;
     }
-    prefetcher pf;
     if (prefetch_start(&pf, &d, &sampler, c->batch_size) != DT_OK)
-        return 1;
+        goto out;
+    prefetching = true;
+    code = 0;
     const char *unit = d.gpt ? "tokens" : "samples";
     int64_t k = c->grad_accumulation, per_item = d.gpt ? c->context : 1;
     if (lead) {
@@ -319,7 +335,6 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
                              strcmp(c->grad_compression, "none") ? ", gradients as " : "",
                              strcmp(c->grad_compression, "none") ? c->grad_compression : "");
     }
-    int code = 0;
     double window_start = now_s(), run_start = window_start, eval_s = 0, last_ckpt = window_start;
     window_totals win = {0};
     int64_t first_step = pr.step;
@@ -417,7 +432,9 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         if (last)
             break;
     }
-    prefetch_stop(&pf);
+out:
+    if (prefetching)
+        prefetch_stop(&pf);
     if (writer) { /* the last checkpoint is on disk before the job reports success */
         char good[2048];
         int64_t last_good = dtrain_ckpt_writer_last_good(writer, good, sizeof good);
@@ -435,11 +452,11 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     }
     if (metrics)
         fclose(metrics);
-    if (code == 1)
-        dt_comm_abort(world, "dtrain: a training step failed");
+    if (world && code != 0 && code != 3) /* the other ranks stop at once, not at their timeout */
+        dt_comm_abort(world, "dtrain: training failed on a rank");
     dt_ddp_destroy(ddp);
     dt_status ds = dt_comm_destroy(world);
-    if (code != 1 && ds != DT_OK) {
+    if ((code == 0 || code == 3) && ds != DT_OK) {
         fprintf(stderr, "dtrain: rank %d: leaving the job: %s\n", rank, dt_last_error());
         code = 1;
     }
