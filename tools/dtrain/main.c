@@ -118,7 +118,8 @@ static int cmd_generate(cli *a, const char *checkpoint)
         fprintf(stderr, "dtrain generate: %s is an option of train (see dtrain --help)\n", a->train_only);
         return 2;
     }
-    return dtrain_generate(checkpoint, a->prompt ? a->prompt : "", a->tokens, a->temperature, (uint64_t)a->seed);
+    return dtrain_generate(checkpoint, a->prompt ? a->prompt : "", a->tokens, a->temperature,
+                           (uint64_t)a->seed);
 }
 
 /* OpenBLAS picks its kernels when it loads: if it would pick slower ones than
@@ -140,11 +141,16 @@ int main(int argc, char **argv)
         return help(stderr, 2);
     enum { OVERWRITE = 1000, SEED, VERSION };
     static const struct option longopts[] = {
-        {"config", required_argument, 0, 'c'},      {"set", required_argument, 0, 's'},
-        {"resume", required_argument, 0, 'r'},      {"overwrite", no_argument, 0, OVERWRITE},
-        {"prompt", required_argument, 0, 'p'},      {"tokens", required_argument, 0, 'n'},
-        {"temperature", required_argument, 0, 't'}, {"seed", required_argument, 0, SEED},
-        {"help", no_argument, 0, 'h'},              {"version", no_argument, 0, VERSION},
+        {"config", required_argument, 0, 'c'},
+        {"set", required_argument, 0, 's'},
+        {"resume", required_argument, 0, 'r'},
+        {"overwrite", no_argument, 0, OVERWRITE},
+        {"prompt", required_argument, 0, 'p'},
+        {"tokens", required_argument, 0, 'n'},
+        {"temperature", required_argument, 0, 't'},
+        {"seed", required_argument, 0, SEED},
+        {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, VERSION},
         {0, 0, 0, 0},
     };
     cli a = {.tokens = 200, .seed = 1, .temperature = 0.8};
@@ -154,11 +160,26 @@ int main(int argc, char **argv)
     while (code < 0 && (opt = getopt_long(argc, argv, ":c:s:r:p:n:t:h", longopts, NULL)) != -1) {
         char *end;
         switch (opt) {
-        case 'c': a.config = optarg; a.train_only = "--config"; break;
-        case 's': a.sets[a.nsets++] = optarg; a.train_only = "--set"; break;
-        case 'r': a.resume = optarg; a.train_only = "--resume"; break;
-        case OVERWRITE: a.overwrite = true; a.train_only = "--overwrite"; break;
-        case 'p': a.prompt = optarg; a.generate_only = "--prompt"; break;
+        case 'c':
+            a.config = optarg;
+            a.train_only = "--config";
+            break;
+        case 's':
+            a.sets[a.nsets++] = optarg;
+            a.train_only = "--set";
+            break;
+        case 'r':
+            a.resume = optarg;
+            a.train_only = "--resume";
+            break;
+        case OVERWRITE:
+            a.overwrite = true;
+            a.train_only = "--overwrite";
+            break;
+        case 'p':
+            a.prompt = optarg;
+            a.generate_only = "--prompt";
+            break;
         case 'n':
             a.generate_only = "--tokens";
             code = number(optarg, "--tokens", &a.tokens) ? -1 : 2;
@@ -175,7 +196,9 @@ int main(int argc, char **argv)
                 code = 2;
             }
             break;
-        case 'h': code = help(stdout, 0); break;
+        case 'h':
+            code = help(stdout, 0);
+            break;
         case VERSION:
             printf("dtrain %s\n", DTRAIN_VERSION);
             code = 0;
@@ -213,7 +236,8 @@ int main(int argc, char **argv)
                     rest == 0 ? "CHECKPOINT is required" : "one CHECKPOINT only");
             code = 2;
         } else if (!strcmp(cmd, "eval") && (a.train_only || a.generate_only)) {
-            fprintf(stderr, "dtrain eval: %s is not an option of eval\n", a.train_only ? a.train_only : a.generate_only);
+            fprintf(stderr, "dtrain eval: %s is not an option of eval\n",
+                    a.train_only ? a.train_only : a.generate_only);
             code = 2;
         } else
             code = !strcmp(cmd, "eval") ? dtrain_eval(args[0]) : cmd_generate(&a, args[0]);
