@@ -63,6 +63,9 @@ run unit/runtime 120 "$BIN/test_runtime"
 run engine/pytorch-crosscheck 300 tests/cases/torch_crosscheck.sh
 run engine/optimizer-groups-vs-pytorch 120 tests/cases/optim_groups.sh
 run engine/dtrain-cli 300 tests/cases/dtrain_cli.sh
+run engine/dtrain-messages-threads 200 tests/cases/dtrain_messages.sh
+run fault/checkpoint-manifest-checked 200 tests/cases/checkpoint_manifest.sh
+run engine/torch-converter 200 tests/cases/torch_convert.sh
 run ddp/equivalence-accumulation-resume 600 tests/cases/ddp_equivalence.sh
 run ddp/rank-dies-mid-training 60 tests/cases/ddp_rank_dies.sh
 run fault/checkpoint-keep-corrupt-full-readonly 180 tests/cases/checkpoint_faults.sh

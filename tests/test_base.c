@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/env.h"
+#include "base/log.h"
 #include "base/reduce.h"
 #include "check.h"
 #include "dtrain/base.h"
@@ -165,6 +166,39 @@ static void test_env(void)
     EXPECT(registered >= 10);
 }
 
+/* dt_env_check: DT_DEBUG's words, DT_THREADS, DT_RESTART named with their values;
+ * log timestamps are UTC with milliseconds. */
+static void test_env_check(void)
+{
+    setenv("DT_DEBUG", "info,coll", 1);
+    EXPECT_STATUS(dt_env_check(), DT_OK);
+    EXPECT(dt__debug_word("coll") && dt__debug_word("info") && !dt__debug_word("trace"));
+    setenv("DT_DEBUG", "bogus", 1);
+    EXPECT_STATUS(dt_env_check(), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "DT_DEBUG=bogus: 'bogus'");
+    EXPECT_CONTAINS(dt_last_error(), "warn, info, trace, all, coll");
+    setenv("DT_DEBUG", "infox", 1); /* whole words only: "infox" is not info */
+    EXPECT_STATUS(dt_env_check(), DT_ERR_INVALID);
+    unsetenv("DT_DEBUG");
+    setenv("DT_THREADS", "-1", 1);
+    EXPECT_STATUS(dt_env_check(), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "DT_THREADS");
+    EXPECT_CONTAINS(dt_last_error(), "-1");
+    unsetenv("DT_THREADS");
+    setenv("DT_RESTART", "abc", 1);
+    EXPECT_STATUS(dt_env_check(), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "DT_RESTART: 'abc'");
+    unsetenv("DT_RESTART");
+    EXPECT_STATUS(dt_env_check(), DT_OK);
+    int declared = 0;
+    for (const dt__tunable *t = dt__tunables(); t->name; t++)
+        declared += !strcmp(t->name, "DT_THREADS") + !strcmp(t->name, "DT_RESTART");
+    EXPECT_EQ(declared, 2);
+    char stamp[40];
+    EXPECT_EQ((int)dt__utc_stamp(stamp, sizeof stamp), 24); /* 2026-01-31T12:34:56.789Z */
+    EXPECT(stamp[10] == 'T' && stamp[19] == '.' && stamp[23] == 'Z');
+}
+
 int main(void)
 {
     test_names();
@@ -172,5 +206,6 @@ int main(void)
     test_bf16();
     test_reduce();
     test_env();
+    test_env_check();
     return CHECK_DONE("test_base");
 }

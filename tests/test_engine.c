@@ -530,6 +530,21 @@ static void test_arena_and_threads(void)
     EXPECT_STATUS(dt_set_threads(-1), DT_ERR_INVALID);
     dt_set_threads(0);
     EXPECT(dt_get_threads() >= 1);
+    /* the default: DT_THREADS, else the cores / DT_LOCAL_WORLD_SIZE, at least 1 */
+    int dflt = 0;
+    setenv("DT_THREADS", "3", 1);
+    EXPECT_STATUS(dt_threads_default(&dflt, NULL), DT_OK);
+    EXPECT_EQ(dflt, 3);
+    setenv("DT_THREADS", "abc", 1);
+    EXPECT_STATUS(dt_threads_default(&dflt, NULL), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "DT_THREADS: 'abc'");
+    unsetenv("DT_THREADS");
+    setenv("DT_LOCAL_WORLD_SIZE", "1000", 1);
+    EXPECT_STATUS(dt_threads_default(&dflt, NULL), DT_OK);
+    EXPECT_EQ(dflt, dt_cpus_bound() ? dt_cores_available() : 1);
+    unsetenv("DT_LOCAL_WORLD_SIZE");
+    EXPECT_STATUS(dt_threads_default(&dflt, NULL), DT_OK);
+    EXPECT_EQ(dflt, dt_cores_available());
     free(x);
     free(y);
     free(z);

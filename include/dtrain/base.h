@@ -34,6 +34,12 @@ const char *dt_status_name(dt_status s);
 /* Detail of the last failure on this thread ("" when none). */
 const char *dt_last_error(void);
 
+/* Check the DT_* variables a program reads at start-up before it relies on
+ * them: DT_DEBUG's words, DT_THREADS, DT_RESTART, DT_LOCAL_WORLD_SIZE.
+ * DT_ERR_INVALID naming the variable, its value and what is accepted.  Tools
+ * call it first and exit 2 on failure. */
+dt_status dt_env_check(void);
+
 typedef enum {
     DT_F32 = 0,
     DT_F64,

@@ -3,8 +3,9 @@
  * Tensors are contiguous row-major f32 views (the data is owned elsewhere: a
  * parameter buffer, an activation arena, the caller).  Matrix products go to
  * OpenBLAS; element-wise kernels run on dtrain's compute threads.  The thread
- * count comes from dt_set_threads (the trainer's --threads), else DT_THREADS,
- * else the cores available to the process.  Large matrix products are split
+ * count comes from dt_set_threads (the trainer's threads key), else DT_THREADS,
+ * else the cores available to the process divided among the ranks on its host
+ * (dt_threads_default).  Large matrix products are split
  * across those threads, each part one single-threaded OpenBLAS call, so
  * OpenBLAS's own pool never competes with dtrain's for the cores. */
 #ifndef DTRAIN_TENSOR_H
@@ -63,6 +64,17 @@ void dt_arena_destroy(dt_arena *a);
 /* 0 = the cores available to this process (sched_getaffinity). */
 dt_status dt_set_threads(int n);
 int dt_get_threads(void);
+/* CPUs in this process's affinity mask, at least 1. */
+int dt_cores_available(void);
+/* 1 when this process may use fewer CPUs than its parent: its launcher bound
+ * it (dtrun --bind auto, mpirun, srun), so those CPUs are this rank's own. */
+int dt_cpus_bound(void);
+/* The thread count when none is set: DT_THREADS when set above 0; else the
+ * cores available divided by DT_LOCAL_WORLD_SIZE (the ranks on this host), at least
+ * 1 (torchrun's rule); a process its launcher bound (dt_cpus_bound) takes
+ * its CPUs.  DT_ERR_INVALID naming a malformed DT_THREADS or
+ * DT_LOCAL_WORLD_SIZE.  *source (may be NULL) says which rule gave it. */
+dt_status dt_threads_default(int *n, const char **source);
 
 /* OpenBLAS 0.3.21 takes AMD Zen 4 for Haswell and runs AVX2 kernels (1.7x
  * slower on gpt-mini here).  It chooses its kernels when it is loaded, from

@@ -35,6 +35,9 @@ static const dt__tunable tunables[] = {
     {"DT_POLL_SPIN_US", "200", "with peers over TCP: microseconds a blocking call keeps looking at its sockets (yielding the core between looks) before sleeping in poll; 0: sleep at once"},
     {"DT_IFADDR", NULL, "IPv4 address to listen on for peers (default: the one that reaches the store)"},
     {"DT_BUCKET_MB", NULL, "data parallel: MiB of gradients per allreduce bucket (default: 25, or an eighth of the gradients when that is smaller, but at least 1)"},
+    {"DT_THREADS", "0", "compute threads per rank when the program sets none (the trainer's threads key overrides); 0: the cores available divided by DT_LOCAL_WORLD_SIZE, at least 1"},
+    {"DT_RESTART", "0", "set by dtrun: the generation of a restarting job (0, then 1, 2, ...); dtrain resumes from checkpoint_dir above 0"},
+    {"DT_RESTARTABLE", NULL, "set to 1 by dtrun when the job may restart: dtrain then also checkpoints the initial weights"},
     {"DT_DEBUG", "warn", "log level: warn, info, trace; add coll (e.g. info,coll) to check and record collectives"},
     {NULL, NULL, NULL},
 };
@@ -82,6 +85,21 @@ dt_status dt__env_int(const char *name, int64_t min, int64_t max, int64_t *out)
     }
     if (dt__parse_int(v, min, max, out) != DT_OK)
         return dt__wrap(DT_ERR_INVALID, "environment variable %s: ", name);
+    return DT_OK;
+}
+
+dt_status dt_env_check(void)
+{
+    int64_t v;
+    if (dt__debug_check() != DT_OK)
+        return DT_ERR_INVALID;
+    static const struct {
+        const char *name;
+        int64_t min, max;
+    } ints[] = {{"DT_THREADS", 0, 256}, {"DT_RESTART", 0, 1LL << 30}, {"DT_LOCAL_WORLD_SIZE", 1, 1 << 16}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (dt__env_str(ints[i].name) && dt__env_int(ints[i].name, ints[i].min, ints[i].max, &v) != DT_OK)
+            return DT_ERR_INVALID;
     return DT_OK;
 }
 

@@ -7,6 +7,7 @@
 #include <sched.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "base/env.h"
 #include "base/status.h"
@@ -76,6 +77,44 @@ static int available_cores(void)
     return 1;
 }
 
+int dt_cores_available(void) { return available_cores(); }
+
+int dt_cpus_bound(void)
+{
+    /* The launcher (our parent) may use more CPUs than it gave us: then it
+     * bound this process.  Not a container's cpuset, which both share. */
+    cpu_set_t mine, parent;
+    return sched_getaffinity(0, sizeof mine, &mine) == 0 && sched_getaffinity(getppid(), sizeof parent, &parent) == 0 &&
+           CPU_COUNT(&mine) < CPU_COUNT(&parent);
+}
+
+dt_status dt_threads_default(int *n, const char **source)
+{
+    int64_t v = 0, local = 1;
+    if (dt__env_str("DT_THREADS")) {
+        if (dt__env_int("DT_THREADS", 0, MAX_THREADS, &v) != DT_OK)
+            return DT_ERR_INVALID;
+        if (v > 0) {
+            *n = (int)v;
+            if (source)
+                *source = "DT_THREADS";
+            return DT_OK;
+        }
+    }
+    if (dt__env_str("DT_LOCAL_WORLD_SIZE") && dt__env_int("DT_LOCAL_WORLD_SIZE", 1, 1 << 16, &local) != DT_OK)
+        return DT_ERR_INVALID;
+    /* A rank its launcher bound to some CPUs (dtrun --bind auto, mpirun,
+     * srun) has its share already: its affinity.  Otherwise the ranks on this
+     * host share its cores, as torchrun's OMP_NUM_THREADS default. */
+    int cores = available_cores();
+    bool bound = dt_cpus_bound();
+    int share = bound ? cores : cores / (int)local;
+    *n = share < 1 ? 1 : share > MAX_THREADS ? MAX_THREADS : share;
+    if (source)
+        *source = bound ? "the cores this rank is bound to" : local > 1 ? "the cores / local ranks" : "the cores";
+    return DT_OK;
+}
+
 dt_status dt_set_threads(int n)
 {
     if (n < 0 || n > MAX_THREADS)
@@ -98,10 +137,10 @@ static void configure_once(void)
 {
     if (pool.configured)
         return;
-    int64_t n = 0;
-    if (dt__env_int("DT_THREADS", 0, MAX_THREADS, &n) != DT_OK)
-        n = 0; /* a bad value was reported when the trainer parsed its config */
-    dt_set_threads((int)n);
+    int n = 0;
+    if (dt_threads_default(&n, NULL) != DT_OK)
+        n = 0; /* a bad DT_THREADS: dt_env_check names it; here the cores */
+    dt_set_threads(n);
 }
 
 int dt_get_threads(void)

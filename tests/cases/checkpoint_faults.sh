@@ -3,7 +3,8 @@
 # or truncated newest checkpoint is skipped for the previous one (and the run
 # says so); a
 # full disk or a read-only file system fails the checkpoint, not the training,
-# and leaves what was on disk intact.
+# and leaves what was on disk intact; when the final checkpoint is the one
+# missing, dtrain exits 3 naming the newest good checkpoint (path and step).
 . "$(dirname "$0")/lib.sh"
 T="$BIN/dtrain"
 common=(--config configs/mlp.json --set 'mlp_sizes=[784,64,10]' --set optimizer=adamw --set lr=0.001
@@ -48,23 +49,44 @@ mkdir -p "$mnt"
 # one checkpoint (weights + two AdamW moments, about 610 KB) fits in 1 MiB, two do not
 mount -t tmpfs -o size=1m dtrain-test "$mnt" || fail "cannot mount a tmpfs"
 trap 'umount "$mnt" 2>/dev/null; rm -rf "$WORK"' EXIT
+# training goes on, but the final checkpoint (step 30) is missing: exit 3, naming the newest good one
 "$T" train "${common[@]}" --set steps=30 --set checkpoint_interval=10 --set checkpoint_keep=1 \
-    --set checkpoint_dir="$mnt/ck" >"$WORK/f.out" 2>"$WORK/f.err" || { cat "$WORK/f.out" "$WORK/f.err"; fail "training with a full disk must go on"; }
+    --set checkpoint_dir="$mnt/ck" >"$WORK/f.out" 2>"$WORK/f.err"
+rc=$?
+[ $rc = 3 ] || { cat "$WORK/f.out" "$WORK/f.err"; fail "a full disk for the final checkpoint: exit $rc, expected 3"; }
 expect_grep "$WORK/f.err" "No space left on device"
-expect_grep "$WORK/f.err" "checkpoint at step 20 failed .*training continues, the checkpoint of step 10 is kept"
+expect_grep "$WORK/f.err" "checkpoint at step 20 failed .*training continues, the checkpoint of step 10 is kept \($mnt/ck/step-00000010\)"
+expect_grep "$WORK/f.err" "the final checkpoint \(step 30\) could not be written \(above\); the newest good checkpoint is $mnt/ck/step-00000010 \(step 10\)"
 expect_grep "$WORK/f.out" "step 30/30"
 [ "$(ls -A "$mnt/ck")" = "step-00000010" ] || { ls -A "$mnt/ck"; fail "the full disk left more than step-10 behind"; }
 "$T" eval "$mnt/ck" >"$WORK/f.eval" 2>&1 || { cat "$WORK/f.eval"; fail "step-10 does not load after the disk filled"; }
-echo "disk full: training finished, step-10 kept and verified, nothing partial left"
+echo "disk full: training finished, exit 3 naming step-10, step-10 kept and verified, nothing partial left"
+# an intermediate checkpoint that fails (its temporary directory is blocked) while the final one is
+# written: training ends with exit 0
+"$T" train "${common[@]}" --set steps=10 --set checkpoint_dir="$WORK/mid" >/dev/null 2>&1 || fail "training"
+mkdir -p "$WORK/mid/.step-00000020.tmp/blocked"
+"$T" train "${common[@]}" --set steps=30 --set checkpoint_interval=10 --set checkpoint_dir="$WORK/mid" --resume auto \
+    >"$WORK/m.out" 2>"$WORK/m.err" || { cat "$WORK/m.out" "$WORK/m.err"; fail "only an intermediate checkpoint failed: must exit 0"; }
+expect_grep "$WORK/m.err" "checkpoint at step 20 failed .*training continues"
+expect_grep "$WORK/m.out" "checkpoint .*/step-00000030 "
+echo "intermediate checkpoint failed, the final one written: exit 0"
 
 # read-only: resume from the kept checkpoint, every new one fails, the old one stays
 mount -o remount,ro "$mnt" || fail "cannot remount read-only"
 "$T" train "${common[@]}" --set steps=20 --set checkpoint_interval=5 --set checkpoint_dir="$mnt/ck" --resume auto \
-    >"$WORK/ro.out" 2>"$WORK/ro.err" || { cat "$WORK/ro.out" "$WORK/ro.err"; fail "training on a read-only checkpoint_dir must go on"; }
+    >"$WORK/ro.out" 2>"$WORK/ro.err"
+rc=$?
+[ $rc = 3 ] || { cat "$WORK/ro.out" "$WORK/ro.err"; fail "a read-only checkpoint_dir: exit $rc, expected 3"; }
 expect_grep "$WORK/ro.out" "resumed from .*step-00000010 at step 10"
 expect_grep "$WORK/ro.err" "Read-only file system"
 expect_grep "$WORK/ro.err" "checkpoint at step 15 failed .*the checkpoint of step 10 is kept"
+expect_grep "$WORK/ro.err" "the final checkpoint \(step 20\) could not be written \(above\); the newest good checkpoint is $mnt/ck/step-00000010 \(step 10\)"
 expect_grep "$WORK/ro.out" "step 20/20"
+# no checkpoint at all: the message says so
+"$T" train "${common[@]}" --set steps=5 --set checkpoint_dir="$mnt/new" >"$WORK/ro2.out" 2>"$WORK/ro2.err"
+rc=$?
+[ $rc = 3 ] || { cat "$WORK/ro2.out" "$WORK/ro2.err"; fail "no checkpoint could be written: exit $rc, expected 3"; }
+expect_grep "$WORK/ro2.err" "the final checkpoint \(step 5\) could not be written \(above\), and no earlier one exists in $mnt/new"
 "$T" eval "$mnt/ck" >"$WORK/ro.eval" 2>&1 || { cat "$WORK/ro.eval"; fail "step-10 does not load"; }
 umount "$mnt"
-echo "read-only: training finished, step-10 intact"
+echo "read-only: training finished, exit 3 naming step-10, step-10 intact"

@@ -50,7 +50,7 @@ for n in 2 3 4; do
 done
 expect_grep "$WORK/mlp4.jsonl.log" "batch 8 x 4 ranks x 1 micro-batch = 32"
 expect_grep "$WORK/mlp4.jsonl" '"comm_s": [0-9.]+, "exposed_comm_s": [0-9.]+'
-[ "$(grep -c '^\[[1-3]\] step' "$WORK/mlp4.jsonl.log")" = 0 ] || fail "ranks other than 0 printed progress"
+[ "$(grep -cE '^\[[1-3]\] .*step [0-9]+/' "$WORK/mlp4.jsonl.log")" = 0 ] || fail "ranks other than 0 printed progress"
 for n in 2 4; do
     "$T" train "${GPT[@]}" --set steps=$STEPS --set batch_size=$((n * 2)) --set metrics_file="$WORK/gpt1-$n.jsonl" >/dev/null || fail "gpt reference"
     run_ranks $n "$WORK/gpt$n.jsonl" "${GPT[@]}" --set steps=$STEPS --set batch_size=2
@@ -71,10 +71,10 @@ run_ranks 4 "$WORK/full.jsonl" "${MLP[@]}" --set steps=$STEPS --set batch_size=$
 run_ranks 4 "$WORK/first.jsonl" "${MLP[@]}" --set steps=$STEPS --set batch_size=$b \
     --set checkpoint_dir="$WORK/ck" --set checkpoint_interval=$half
 rm -rf "$WORK/ck/step-$(printf %08d $STEPS)" # as if the run had died after the checkpoint at half
-run_ranks 4 "$WORK/re4.jsonl" --resume "$WORK/ck" --set metrics_file="$WORK/re4.jsonl"
+run_ranks 4 "$WORK/re4.jsonl" --resume "$WORK/ck"
 same_losses "$WORK/full.jsonl" "$WORK/re4.jsonl" $((half + 1))
 rm -rf "$WORK/ck/step-$(printf %08d $STEPS)" # the 4-rank resume checkpointed its end too
-run_ranks 2 "$WORK/re2.jsonl" --resume "$WORK/ck" --set batch_size=$((2 * b)) --set metrics_file="$WORK/re2.jsonl"
+run_ranks 2 "$WORK/re2.jsonl" --resume "$WORK/ck" --set batch_size=$((2 * b))
 same_losses "$WORK/full.jsonl" "$WORK/re2.jsonl" $((half + 1))
 
 # -- compression: f16 and bf16 gradients train close to f32

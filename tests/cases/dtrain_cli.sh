@@ -6,6 +6,7 @@
 # fortunes text and generates from its checkpoint.
 . "$(dirname "$0")/lib.sh"
 T="$BIN/dtrain"
+TS='[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z' # the timestamp that starts progress lines
 "$T" --help >"$WORK/help" || fail "--help"
 expect_grep "$WORK/help" "grad_clip"
 check_err() { # pattern args...
@@ -26,18 +27,18 @@ check_err "unknown command 'fly'" fly
 # mlp: learns, logs, checkpoints
 "$T" train --config configs/mlp.json --set steps=200 --set log_interval=50 --set eval_interval=0 \
     --set checkpoint_dir="$WORK/mlp" --set metrics_file="$WORK/mlp.jsonl" >"$WORK/mlp.out" || fail "mlp training"
-expect_grep "$WORK/mlp.out" "^step 200/200 \| loss [0-9.]+ \| lr 5.00e-02 \| grad norm [0-9.]+ \| [0-9]+ samples/s \| ETA"
-acc=$(sed -n 's/^eval at step 200 | loss [0-9.]* | accuracy \([0-9.]*\)%$/\1/p' "$WORK/mlp.out")
+expect_grep "$WORK/mlp.out" "^$TS step 200/200 \| loss [0-9.]+ \| lr 5.00e-02 \| grad norm [0-9.]+ \| [0-9]+ samples/s \| ETA"
+acc=$(sed -n 's/^[0-9T:.Z-]* eval at step 200 | loss [0-9.]* | accuracy \([0-9.]*\)% | .*/\1/p' "$WORK/mlp.out")
 python3 -c "import sys; sys.exit(0 if float('$acc') > 75 else 1)" || fail "mlp accuracy $acc% after 200 steps"
 [ "$(grep -c '"loss"' "$WORK/mlp.jsonl")" = 4 ] || fail "expected 4 metrics lines"
 [ -f "$WORK/mlp/step-00000200/manifest.json" ] || fail "no checkpoint manifest"
 "$T" eval "$WORK/mlp" >"$WORK/eval.out" 2>&1 || fail "eval"
-expect_grep "$WORK/eval.out" "eval: 10000 images, loss [0-9.]+, accuracy"
+expect_grep "$WORK/eval.out" "eval: 10000 images, loss [0-9.]+, accuracy .* the whole split"
 
 # stop_at_accuracy ends the run at the first evaluation that reaches it, on one rank and on two
 "$T" train --config configs/mlp.json --set steps=400 --set eval_interval=25 --set eval_batches=8 \
     --set stop_at_accuracy=0.6 --set metrics_file="$WORK/stop.jsonl" >"$WORK/stop.out" || fail "stop_at_accuracy run"
-expect_grep "$WORK/stop.out" "^reached accuracy 60.00% at step [0-9]+: stopping"
+expect_grep "$WORK/stop.out" "^$TS reached accuracy 60.00% at step [0-9]+: stopping"
 [ "$(grep -c '"eval_accuracy"' "$WORK/stop.jsonl")" -lt 16 ] || fail "stop_at_accuracy did not stop early"
 grep -q '"train_s"' "$WORK/stop.jsonl" || fail "evaluation metrics lack train_s"
 "$BIN/dtrun" -n 2 "$T" train --config configs/mlp.json --set steps=400 --set eval_interval=25 --set eval_batches=8 \
@@ -46,7 +47,7 @@ expect_grep "$WORK/stop2.out" "reached accuracy 60.00% at step [0-9]+: stopping"
 
 # the cnn trains too
 "$T" train --config configs/cnn.json --set steps=20 --set log_interval=10 --set eval_batches=4 >"$WORK/cnn.out" || fail "cnn training"
-expect_grep "$WORK/cnn.out" "^eval at step 20 \| loss [0-9.]+ \| accuracy"
+expect_grep "$WORK/cnn.out" "^$TS eval at step 20 \| loss [0-9.]+ \| accuracy"
 
 # resume equivalence: 40 steps straight vs 20 + resume to 40 (dropout on, so the rng state matters too)
 common=(--config configs/gpt-mini.json --set layers=1 --set dim=64 --set heads=2 --set context=32 --set batch_size=4

@@ -1,7 +1,10 @@
 /* Checkpoints: <dir>/step-NNNNNNNN/ holding model.safetensors, the optimizer
  * state as safetensors in the parameters' layout (optim_m, optim_v), and
  * manifest.json written last and atomically: a checkpoint counts only once
- * its manifest exists, and loading re-checks every file's size and CRC-32. */
+ * its manifest exists.  The manifest carries a CRC-32 of its own canonical
+ * text (manifest_crc32), and loading re-checks it, every value's range, the
+ * tensors' shapes against the configuration, and every file's size and
+ * CRC-32: a checkpoint that fails any of them is refused naming the field. */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -11,10 +14,29 @@
 #include <sys/stat.h>
 #include <fcntl.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "dtrain_cli.h"
 
-static const char *const FORMAT = "dtrain-checkpoint-1";
+/* Version 2 adds manifest_crc32; version 1 manifests (no checksum) still load,
+ * with every value range-checked. */
+static const char *const FORMAT = "dtrain-checkpoint-2", *const FORMAT_V1 = "dtrain-checkpoint-1";
+
+/* CRC-32 (zlib) of the manifest's canonical text: cJSON's unformatted print of
+ * it without the manifest_crc32 member.  Parsing and printing again gives the
+ * same text, so the writer and the reader agree whatever the file's layout. */
+static bool manifest_crc(cJSON *m, uint32_t *crc)
+{
+    cJSON *saved = cJSON_DetachItemFromObjectCaseSensitive(m, "manifest_crc32");
+    char *text = cJSON_PrintUnformatted(m);
+    if (saved)
+        cJSON_AddItemToObject(m, "manifest_crc32", saved);
+    if (!text)
+        return false;
+    *crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), (const Bytef *)text, (uInt)strlen(text));
+    free(text);
+    return true;
+}
 
 static dt_status fail(const char *fmt, const char *a, const char *b)
 {
@@ -68,15 +90,24 @@ static dt_status write_files(const char *tmp_dir, const dtrain_config *c, dt_par
     } files[] = {{"model.safetensors", st->values}, {"optim_m.safetensors", st->m}, {"optim_v.safetensors", st->v}};
     cJSON *manifest = cJSON_CreateObject(), *jfiles = cJSON_AddObjectToObject(manifest, "files");
     cJSON_AddStringToObject(manifest, "format", FORMAT);
+    /* safetensors __metadata__ (strings only): what a reader outside dtrain
+     * needs to rebuild the model (scripts/dtrain_to_torch.py) */
+    cJSON *model = dtrain_model_config_json(c);
+    char *model_text = cJSON_PrintUnformatted(model), step_text[32];
+    cJSON_Delete(model);
+    snprintf(step_text, sizeof step_text, "%" PRId64, pr->step);
+    const char *meta[] = {"format", "pt", "producer", "dtrain", "dtrain_version", DTRAIN_VERSION,
+                          "model", model_text ? model_text : "{}", "step", step_text, NULL, NULL};
     for (size_t i = 0; i < 3; i++) {
         if (!files[i].data)
             continue;
         snprintf(path, sizeof path, "%s/%s", tmp_dir, files[i].name);
         uint32_t crc;
         uint64_t size;
-        if (dt_safetensors_write(path, p, files[i].data, NULL, &crc) != DT_OK ||
+        if (dt_safetensors_write(path, p, files[i].data, meta, &crc) != DT_OK ||
             dt_file_crc32(path, &crc, &size) != DT_OK) {
             cJSON_Delete(manifest);
+            free(model_text);
             return fail("checkpoint not written: %s%s", dt_last_error(), "");
         }
         cJSON *f = cJSON_AddObjectToObject(jfiles, files[i].name);
@@ -98,8 +129,14 @@ static dt_status write_files(const char *tmp_dir, const dtrain_config *c, dt_par
         snprintf(w, sizeof w, "%" PRIu64, pr->rng.s[i]);
         cJSON_AddItemToArray(rng, cJSON_CreateString(w));
     }
+    free(model_text);
     cJSON_AddItemToObject(manifest, "config", dtrain_config_to_json(c));
-    char *text = cJSON_Print(manifest);
+    uint32_t mcrc = 0;
+    char hex[16];
+    bool have_crc = manifest_crc(manifest, &mcrc);
+    snprintf(hex, sizeof hex, "%08x", mcrc);
+    cJSON_AddStringToObject(manifest, "manifest_crc32", hex);
+    char *text = have_crc ? cJSON_Print(manifest) : NULL;
     cJSON_Delete(manifest);
     snprintf(path, sizeof path, "%s/manifest.json", tmp_dir);
     dt_status st_ = text ? dt_atomic_write(path, text, strlen(text)) : DT_ERR_NOMEM;
@@ -163,9 +200,27 @@ static dt_status read_manifest(const char *step_dir, cJSON **out)
     cJSON *j = cJSON_Parse(text);
     free(text);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
-    if (!j || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, FORMAT) != 0) {
+    bool v1 = cJSON_IsString(fmt) && strcmp(fmt->valuestring, FORMAT_V1) == 0;
+    if (!j || !cJSON_IsString(fmt) || (!v1 && strcmp(fmt->valuestring, FORMAT) != 0)) {
         cJSON_Delete(j);
         return fail("%s is not a dtrain checkpoint manifest (%s)", path, "bad JSON or format");
+    }
+    const cJSON *want = cJSON_GetObjectItemCaseSensitive(j, "manifest_crc32");
+    uint32_t crc;
+    char why[160];
+    if (!v1 && (!cJSON_IsString(want) || !manifest_crc(j, &crc))) {
+        cJSON_Delete(j);
+        return fail("%s: field manifest_crc32 is missing or not a string (%s)", path, "edited or corrupt");
+    }
+    if (!v1) {
+        snprintf(why, sizeof why, "has checksum %08x, its field manifest_crc32 says %.12s (edited or corrupt)", crc,
+                 want->valuestring);
+        char hex[16];
+        snprintf(hex, sizeof hex, "%08x", crc);
+        if (strcmp(hex, want->valuestring) != 0) {
+            cJSON_Delete(j);
+            return fail("%s %s", path, why);
+        }
     }
     *out = j;
     return DT_OK;
@@ -240,8 +295,98 @@ static long *complete_steps(const char *root, int *n)
     return steps;
 }
 
-/* Read and verify one step directory's manifest into c and pr. */
-static dt_status open_one(const char *step_dir, dtrain_config *c, dtrain_progress *pr)
+/* A whole number field in [min, max] (the object may be NULL); the message
+ * names the field and its value. */
+static dt_status whole(const char *step_dir, const cJSON *obj, const char *field, const char *key, double min,
+                       double max, int64_t *out)
+{
+    char why[256];
+    const cJSON *v = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
+    if (!cJSON_IsNumber(v)) {
+        snprintf(why, sizeof why, "field %s is missing or not a number", field);
+        return fail("%s: the manifest's %s", step_dir, why);
+    }
+    double d = v->valuedouble;
+    if (!(d >= min && d <= max) || d != (double)(int64_t)d) { /* the range first: the cast needs it */
+        snprintf(why, sizeof why, "field %s = %.17g is not a whole number in [%.0f, %.0f]", field, d, min, max);
+        return fail("%s: the manifest's %s", step_dir, why);
+    }
+    *out = (int64_t)d;
+    return DT_OK;
+}
+
+/* Read a safetensors header (the JSON after the 8-byte length). */
+static cJSON *tensor_header(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    unsigned char len[8];
+    cJSON *j = NULL;
+    if (f && fread(len, 1, 8, f) == 8) {
+        uint64_t n = 0;
+        for (int i = 7; i >= 0; i--)
+            n = n << 8 | len[i];
+        char *text = n < (100u << 20) ? malloc(n + 1) : NULL;
+        if (text && fread(text, 1, n, f) == n) {
+            text[n] = '\0';
+            j = cJSON_Parse(text);
+        }
+        free(text);
+    }
+    if (f)
+        fclose(f);
+    return j;
+}
+
+/* Every tensor file holds exactly the parameters of the model the manifest's
+ * configuration builds, with their shapes. */
+static dt_status check_shapes(const char *step_dir, const cJSON *files, const dtrain_config *c)
+{
+    dt_model *m;
+    if (dtrain_build_model(c, &m) != DT_OK)
+        return fail("%s: the manifest's configuration does not build a model%s", step_dir, "");
+    dt_params *p = dt_model_params(m);
+    dt_status s = DT_OK;
+    char path[2300], why[512];
+    for (const cJSON *f = files->child; f && s == DT_OK; f = f->next) {
+        snprintf(path, sizeof path, "%s/%s", step_dir, f->string);
+        cJSON *h = tensor_header(path);
+        int tensors = 0;
+        for (const cJSON *t = h ? h->child : NULL; t; t = t->next)
+            tensors += strcmp(t->string, "__metadata__") != 0;
+        if (!h)
+            s = fail("%s: %s has no readable safetensors header", step_dir, f->string);
+        else if (tensors != dt_params_count(p)) {
+            snprintf(why, sizeof why, "%s holds %d tensors, the configuration (model %s) has %d parameters",
+                     f->string, tensors, c->model, dt_params_count(p));
+            s = fail("%s: %s", step_dir, why);
+        }
+        for (int i = 0; s == DT_OK && i < dt_params_count(p); i++) {
+            const dt_param_info *pi = dt_params_info(p, i);
+            const cJSON *shape = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(h, pi->name), "shape");
+            bool same = cJSON_GetArraySize(shape) == pi->ndim;
+            for (int d = 0; same && d < pi->ndim; d++)
+                same = cJSON_GetArrayItem(shape, d)->valuedouble == (double)pi->shape[d];
+            if (!same) {
+                char want[128] = "", *w = want;
+                for (int d = 0; d < pi->ndim; d++)
+                    w += snprintf(w, sizeof want - (size_t)(w - want), "%s%lld", d ? ", " : "", (long long)pi->shape[d]);
+                char *got = shape ? cJSON_PrintUnformatted(shape) : NULL;
+                snprintf(why, sizeof why, "%s: tensor %s has shape %s, the manifest's config (model %s) needs [%s]",
+                         f->string, pi->name, got ? got : "(missing)", c->model, want);
+                free(got);
+                s = fail("%s: %s", step_dir, why);
+            }
+        }
+        cJSON_Delete(h);
+    }
+    dt_model_destroy(m);
+    return s;
+}
+
+/* Read and verify one step directory's manifest into c and pr: its checksum,
+ * every value's range (train_samples > 0: the sampler's against the epoch),
+ * the tensors' shapes, every file's size and checksum. */
+static dt_status open_one(const char *step_dir, int64_t train_samples, dtrain_config *c, dtrain_progress *pr)
 {
     cJSON *m = NULL;
     if (read_manifest(step_dir, &m) != DT_OK)
@@ -250,44 +395,70 @@ static dt_status open_one(const char *step_dir, dtrain_config *c, dtrain_progres
     if (s == DT_OK) {
         dtrain_config_load(NULL, NULL, 0, c);
         s = dtrain_config_from_json(cJSON_GetObjectItemCaseSensitive(m, "config"), step_dir, c);
+        if (s == DT_OK && (s = dtrain_config_validate(c)) != DT_OK)
+            fprintf(stderr, "dtrain: %s: the manifest's config is inconsistent (above)\n", step_dir);
     }
-    if (s == DT_OK) {
-        const cJSON *rng = cJSON_GetObjectItemCaseSensitive(m, "rng");
-        double step, epoch, position, osteps, world = 0, global = 0;
-        if (!num(m, "step", &step) || !num(cJSON_GetObjectItemCaseSensitive(m, "sampler"), "epoch", &epoch) ||
-            !num(cJSON_GetObjectItemCaseSensitive(m, "sampler"), "position", &position) ||
-            !num(cJSON_GetObjectItemCaseSensitive(m, "optimizer"), "steps", &osteps) || cJSON_GetArraySize(rng) != 4)
-            s = fail("%s: the manifest lacks step, sampler, optimizer or rng fields%s", step_dir, "");
-        num(m, "world_size", &world); /* absent from older checkpoints */
-        num(m, "global_batch", &global);
-        for (int i = 0; s == DT_OK && i < 4; i++) {
-            const cJSON *w = cJSON_GetArrayItem(rng, i);
-            if (!cJSON_IsString(w))
-                s = fail("%s: the manifest's rng state is malformed%s", step_dir, "");
-            else
-                pr->rng.s[i] = strtoull(w->valuestring, NULL, 10);
-        }
-        if (s == DT_OK) {
-            pr->step = (int64_t)step;
-            pr->epoch = (int64_t)epoch;
-            pr->position = (int64_t)position;
-            pr->optimizer_steps = (int64_t)osteps;
-            pr->world_size = (int64_t)world;
-            pr->global_batch = (int64_t)global;
+    const double big = 9007199254740992.0; /* 2^53: whole numbers a double holds exactly */
+    const cJSON *sampler = cJSON_GetObjectItemCaseSensitive(m, "sampler");
+    dtrain_progress got = {0};
+    if (s == DT_OK)
+        s = whole(step_dir, m, "step", "step", 0, (double)c->steps, &got.step);
+    if (s == DT_OK)
+        s = whole(step_dir, cJSON_GetObjectItemCaseSensitive(m, "optimizer"), "optimizer.steps", "steps", 0,
+                  (double)got.step, &got.optimizer_steps);
+    if (s == DT_OK && cJSON_GetObjectItemCaseSensitive(m, "world_size")) /* absent from older checkpoints */
+        s = whole(step_dir, m, "world_size", "world_size", 0, 1 << 20, &got.world_size);
+    if (s == DT_OK && cJSON_GetObjectItemCaseSensitive(m, "global_batch"))
+        s = whole(step_dir, m, "global_batch", "global_batch", 0, big, &got.global_batch);
+    /* The sampler: its position is within an epoch (the epoch of train_samples,
+     * padded to the writer's world size), and no more epochs have passed than
+     * twice the samples the steps consumed allow. */
+    int64_t w = got.world_size > 0 ? got.world_size : 1;
+    int64_t len = train_samples > 0 ? (train_samples + w - 1) / w * w : 0;
+    int64_t gb = got.global_batch > 0 ? got.global_batch : c->batch_size * c->grad_accumulation * w;
+    double max_epoch = len ? 1.0 + 2.0 * (double)got.step * (double)gb / (double)len : big;
+    if (s == DT_OK)
+        s = whole(step_dir, sampler, "sampler.epoch", "epoch", 0, max_epoch < big ? max_epoch : big, &got.epoch);
+    if (s == DT_OK)
+        s = whole(step_dir, sampler, "sampler.position", "position", 0, len ? (double)len : big, &got.position);
+    const cJSON *rng = cJSON_GetObjectItemCaseSensitive(m, "rng");
+    if (s == DT_OK && cJSON_GetArraySize(rng) != 4)
+        s = fail("%s: the manifest's field rng must hold 4 words%s", step_dir, "");
+    uint64_t any = 0;
+    for (int i = 0; s == DT_OK && i < 4; i++) {
+        const cJSON *v = cJSON_GetArrayItem(rng, i);
+        char *end = NULL;
+        errno = 0;
+        unsigned long long x = cJSON_IsString(v) ? strtoull(v->valuestring, &end, 10) : 0;
+        if (!cJSON_IsString(v) || !v->valuestring[0] || *end || errno || v->valuestring[0] == '-') {
+            char why[160];
+            snprintf(why, sizeof why, "rng[%d] = %.40s is not a 64-bit unsigned decimal", i,
+                     cJSON_IsString(v) ? v->valuestring : "(not a string)");
+            s = fail("%s: the manifest's field %s", step_dir, why);
+        } else {
+            got.rng.s[i] = x;
+            any |= x;
         }
     }
+    if (s == DT_OK && !any)
+        s = fail("%s: the manifest's field rng is all zero (%s)", step_dir, "not a generator state");
+    if (s == DT_OK)
+        s = check_shapes(step_dir, cJSON_GetObjectItemCaseSensitive(m, "files"), c);
+    if (s == DT_OK)
+        *pr = got;
     cJSON_Delete(m);
     return s;
 }
 
-dt_status dtrain_checkpoint_open(const char *path, char *step_dir, size_t len, dtrain_config *c, dtrain_progress *pr)
+dt_status dtrain_checkpoint_open(const char *path, int64_t train_samples, char *step_dir, size_t len,
+                                 dtrain_config *c, dtrain_progress *pr)
 {
     char probe[2300];
     struct stat st;
     snprintf(probe, sizeof probe, "%s/manifest.json", path);
     if (stat(probe, &st) == 0) { /* one step directory, named by the user: no fallback */
         snprintf(step_dir, len, "%s", path);
-        return open_one(step_dir, c, pr);
+        return open_one(step_dir, train_samples, c, pr);
     }
     int n;
     long *steps = complete_steps(path, &n);
@@ -298,7 +469,7 @@ dt_status dtrain_checkpoint_open(const char *path, char *step_dir, size_t len, d
     dt_status s = DT_ERR_INVALID;
     for (int i = 0; i < n && s != DT_OK; i++) {
         snprintf(step_dir, len, "%s/step-%08ld", path, steps[i]);
-        s = open_one(step_dir, c, pr);
+        s = open_one(step_dir, train_samples, c, pr);
         if (s != DT_OK)
             fprintf(stderr, "dtrain: skipping checkpoint %s (see above); %s\n", step_dir,
                     i + 1 < n ? "falling back to the previous one" : "no older one is left");
@@ -312,6 +483,70 @@ bool dtrain_checkpoint_exists(const char *root)
     int n;
     free(complete_steps(root, &n));
     return n > 0;
+}
+
+/* Step directories of any kind (complete, partial, a writer's temporary or
+ * replaced one) under root; *n of them in names (caller frees each and the array). */
+static char **step_entries(const char *root, int *n)
+{
+    *n = 0;
+    DIR *d = opendir(root);
+    if (!d)
+        return NULL;
+    char **names = NULL;
+    int cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long step;
+        if (sscanf(e->d_name, "step-%ld", &step) != 1 && sscanf(e->d_name, ".step-%ld", &step) != 1)
+            continue;
+        if (*n == cap) {
+            char **grown = realloc(names, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *names);
+            if (!grown)
+                break;
+            names = grown;
+        }
+        names[(*n)++] = strdup(e->d_name);
+    }
+    closedir(d);
+    return names;
+}
+
+int dtrain_checkpoint_count_any(const char *root)
+{
+    int n;
+    char **names = step_entries(root, &n);
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return n;
+}
+
+dt_status dtrain_checkpoint_clear(const char *root)
+{
+    int n;
+    char **names = step_entries(root, &n);
+    dt_status s = DT_OK;
+    for (int i = 0; i < n; i++) {
+        char dir[2300], manifest[2400];
+        snprintf(dir, sizeof dir, "%s/%s", root, names[i]);
+        /* the manifest first: a removal cut short leaves no complete-looking checkpoint */
+        snprintf(manifest, sizeof manifest, "%s/manifest.json", dir);
+        if (unlink(manifest) != 0 && errno != ENOENT && errno != ENOTDIR)
+            s = fail("--overwrite: cannot remove %s: %s", manifest, strerror(errno));
+        remove_dir(dir);
+        struct stat st;
+        if (s == DT_OK && stat(dir, &st) == 0)
+            s = fail("--overwrite: cannot remove %s (%s)", dir, "not a flat checkpoint directory, or permissions");
+        free(names[i]);
+    }
+    free(names);
+    int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    return s;
 }
 
 void dtrain_checkpoint_prune(const char *root, int keep)

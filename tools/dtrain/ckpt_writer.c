@@ -22,6 +22,7 @@ struct dtrain_ckpt_writer {
     pthread_cond_t cv;
     bool pending, busy, stop, any_failed;
     int64_t last_good; /* step of the newest checkpoint written, -1: none */
+    char last_good_dir[2048];
 };
 
 static double now_s(void)
@@ -38,15 +39,15 @@ static void write_one(dtrain_ckpt_writer *w)
     double t0 = now_s();
     if (dtrain_checkpoint_save(w->c->checkpoint_dir, w->c, w->p, &st, &w->pr, where, sizeof where) == DT_OK) {
         dtrain_checkpoint_prune(w->c->checkpoint_dir, (int)w->c->checkpoint_keep);
-        printf("checkpoint %s%s (%.2f s in the background)\n", where, w->label, now_s() - t0);
-        fflush(stdout);
+        dtrain_progress_line("checkpoint %s%s (%.2f s in the background)\n", where, w->label, now_s() - t0);
         w->last_good = w->pr.step;
+        snprintf(w->last_good_dir, sizeof w->last_good_dir, "%s", where);
         return;
     }
     w->any_failed = true;
     if (w->last_good >= 0)
         fprintf(stderr, "dtrain: checkpoint at step %lld failed (above); training continues, the checkpoint of step %lld "
-                        "is kept\n", (long long)w->pr.step, (long long)w->last_good);
+                        "is kept (%s)\n", (long long)w->pr.step, (long long)w->last_good, w->last_good_dir);
     else
         fprintf(stderr, "dtrain: checkpoint at step %lld failed (above); training continues\n", (long long)w->pr.step);
 }
@@ -83,7 +84,7 @@ static void writer_free(dtrain_ckpt_writer *w)
 }
 
 dt_status dtrain_ckpt_writer_start(const dtrain_config *c, dt_params *p, dt_optimizer *o, int64_t kept_step,
-                                   dtrain_ckpt_writer **out)
+                                   const char *kept_dir, dtrain_ckpt_writer **out)
 {
     dtrain_ckpt_writer *w = calloc(1, sizeof *w);
     dtrain_state live = dtrain_state_live(p, o);
@@ -107,6 +108,7 @@ dt_status dtrain_ckpt_writer_start(const dtrain_config *c, dt_params *p, dt_opti
     w->p = p;
     w->o = o;
     w->last_good = kept_step;
+    snprintf(w->last_good_dir, sizeof w->last_good_dir, "%s", kept_dir ? kept_dir : "");
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
@@ -150,6 +152,17 @@ bool dtrain_ckpt_writer_flush(dtrain_ckpt_writer *w)
     bool ok = !w->any_failed;
     pthread_mutex_unlock(&w->mu);
     return ok;
+}
+
+int64_t dtrain_ckpt_writer_last_good(dtrain_ckpt_writer *w, char *dir, size_t len)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->pending || w->busy)
+        pthread_cond_wait(&w->cv, &w->mu);
+    int64_t step = w->last_good;
+    snprintf(dir, len, "%s", w->last_good_dir);
+    pthread_mutex_unlock(&w->mu);
+    return step;
 }
 
 void dtrain_ckpt_writer_stop(dtrain_ckpt_writer *w)

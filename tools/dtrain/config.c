@@ -92,12 +92,12 @@ static dt_status set_value(dtrain_config *c, const spec *s, const cJSON *v, cons
         if (!cJSON_IsNumber(v))
             return bad(origin, s->key, "must be a number");
         double d = v->valuedouble;
-        if (s->type == K_INT && d != (double)(int64_t)d)
-            return bad(origin, s->key, "must be an integer");
-        if (d < s->min || d > s->max) {
+        if (!(d >= s->min && d <= s->max)) { /* before the integer test: its cast needs the range */
             snprintf(why, sizeof why, "= %g is outside [%g, %g]", d, s->min, s->max);
             return bad(origin, s->key, why);
         }
+        if (s->type == K_INT && d != (double)(int64_t)d)
+            return bad(origin, s->key, "must be an integer");
         if (s->type == K_INT)
             *(int64_t *)base = (int64_t)d;
         else
@@ -133,8 +133,14 @@ static dt_status set_value(dtrain_config *c, const spec *s, const cJSON *v, cons
             return bad(origin, s->key, "must be a list of 2 to 8 integers");
         for (int i = 0; i < n; i++) {
             const cJSON *e = cJSON_GetArrayItem(v, i);
-            if (!cJSON_IsNumber(e) || e->valuedouble < s->min || e->valuedouble > s->max ||
-                e->valuedouble != (double)(int64_t)e->valuedouble)
+            if (!cJSON_IsNumber(e))
+                return bad(origin, s->key, "must hold positive integers");
+            if (!(e->valuedouble >= s->min && e->valuedouble <= s->max)) { /* before the cast below */
+                snprintf(why, sizeof why, "entry %d = %.17g is out of range [%.0f, %.0f]", i + 1, e->valuedouble,
+                         s->min, s->max);
+                return bad(origin, s->key, why);
+            }
+            if (e->valuedouble != (double)(int64_t)e->valuedouble)
                 return bad(origin, s->key, "must hold positive integers");
             c->mlp_sizes[i] = (int64_t)e->valuedouble;
         }
@@ -181,6 +187,60 @@ char *dtrain_read_file(const char *path)
     return text;
 }
 
+/* The top-level keys of a JSON object text with the line each starts on, in
+ * order (cJSON keeps a repeated key twice but says nothing about where). */
+typedef struct {
+    char key[64];
+    int line;
+} key_at;
+
+static int top_level_keys(const char *text, key_at *out, int cap)
+{
+    int n = 0, depth = 0, line = 1;
+    for (const char *p = text; *p; p++) {
+        if (*p == '\n')
+            line++;
+        else if (*p == '{' || *p == '[')
+            depth++;
+        else if (*p == '}' || *p == ']')
+            depth--;
+        else if (*p == '"') {
+            const char *start = ++p;
+            while (*p && *p != '"') {
+                if (*p == '\\' && p[1])
+                    p++;
+                else if (*p == '\n')
+                    line++;
+                p++;
+            }
+            if (!*p)
+                break;
+            const char *after = p + 1;
+            while (*after == ' ' || *after == '\t' || *after == '\r' || *after == '\n')
+                after++;
+            if (depth == 1 && *after == ':' && n < cap) {
+                snprintf(out[n].key, sizeof out[n].key, "%.*s", (int)(p - start), start);
+                out[n++].line = line;
+            }
+        }
+    }
+    return n;
+}
+
+static dt_status no_duplicate_keys(const char *path, const char *text)
+{
+    key_at keys[256];
+    int n = top_level_keys(text, keys, 256);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (strcmp(keys[i].key, keys[j].key) == 0) {
+                fprintf(stderr, "dtrain: %s: key '%s' is given twice, on lines %d and %d\n", path, keys[i].key,
+                        keys[j].line, keys[i].line);
+                return DT_ERR_INVALID;
+            }
+    return DT_OK;
+}
+
 static dt_status load_file(const char *path, dtrain_config *c)
 {
     char *text = dtrain_read_file(path);
@@ -195,7 +255,9 @@ static dt_status load_file(const char *path, dtrain_config *c)
         free(text);
         return DT_ERR_INVALID;
     }
-    dt_status s = dtrain_config_from_json(json, path, c);
+    dt_status s = no_duplicate_keys(path, text);
+    if (s == DT_OK)
+        s = dtrain_config_from_json(json, path, c);
     cJSON_Delete(json);
     free(text);
     return s;
@@ -213,6 +275,13 @@ dt_status dtrain_config_load(const char *file, char **sets, int nsets, dtrain_co
     }
     if (file && load_file(file, c) != DT_OK)
         return DT_ERR_INVALID;
+    if (dtrain_config_apply_sets(c, sets, nsets) != DT_OK)
+        return DT_ERR_INVALID;
+    return dtrain_config_validate(c);
+}
+
+dt_status dtrain_config_apply_sets(dtrain_config *c, char **sets, int nsets)
+{
     for (int i = 0; i < nsets; i++) {
         char *eq = strchr(sets[i], '=');
         if (!eq || eq == sets[i]) {
@@ -221,6 +290,14 @@ dt_status dtrain_config_load(const char *file, char **sets, int nsets, dtrain_co
         }
         char key[128];
         snprintf(key, sizeof key, "%.*s", (int)(eq - sets[i]), sets[i]);
+        for (int j = 0; j < i; j++) {
+            size_t len = strlen(key);
+            if (strncmp(sets[j], key, len) == 0 && sets[j][len] == '=') {
+                fprintf(stderr, "dtrain: --set: key '%s' is given twice (--set %d: '%s' and --set %d: '%s')\n",
+                        key, j + 1, sets[j], i + 1, sets[i]);
+                return DT_ERR_INVALID;
+            }
+        }
         const spec *s = find(key);
         if (!s)
             return bad("--set", key, "is unknown (dtrain train --help lists the keys)");
@@ -234,6 +311,11 @@ dt_status dtrain_config_load(const char *file, char **sets, int nsets, dtrain_co
         if (st != DT_OK)
             return st;
     }
+    return DT_OK;
+}
+
+dt_status dtrain_config_validate(const dtrain_config *c)
+{
     if (strcmp(c->model, "gpt") && strcmp(c->data, "fashion-mnist"))
         return bad("configuration", "data", "must be fashion-mnist for the mlp and cnn");
     if (!strcmp(c->model, "gpt") && strcmp(c->data, "text"))
@@ -266,6 +348,22 @@ cJSON *dtrain_config_to_json(const dtrain_config *c)
         }
         }
     }
+    return j;
+}
+
+cJSON *dtrain_model_config_json(const dtrain_config *c)
+{
+    static const char *const keys[][7] = {
+        {"mlp", "mlp_sizes", NULL},
+        {"cnn", "conv1_channels", "conv2_channels", NULL},
+        {"gpt", "vocab", "context", "layers", "heads", "dim", NULL},
+    };
+    cJSON *all = dtrain_config_to_json(c), *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", c->model);
+    for (size_t m = 0; m < sizeof keys / sizeof keys[0]; m++)
+        for (int k = 1; !strcmp(keys[m][0], c->model) && keys[m][k]; k++)
+            cJSON_AddItemToObject(j, keys[m][k], cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(all, keys[m][k]), 1));
+    cJSON_Delete(all);
     return j;
 }
 

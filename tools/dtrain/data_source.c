@@ -25,6 +25,16 @@ dt_status data_open(const dtrain_config *c, data_source *d)
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
         return DT_ERR_INVALID;
     }
+    int top = 0; /* the bytes are the tokens: every one must be below vocab */
+    for (int64_t i = 0; i < d->text.len && top < 255; i++)
+        top = d->text.bytes[i] > top ? d->text.bytes[i] : top;
+    if (c->vocab <= top) {
+        fprintf(stderr, "dtrain: key 'vocab' = %lld is too small for %s: its bytes are the tokens and go up to %d, "
+                        "so vocab must be at least %d (256 covers any text)\n",
+                (long long)c->vocab, path, top, top + 1);
+        dt_text_free(&d->text);
+        return DT_ERR_INVALID;
+    }
     int64_t all = dt_text_samples(&d->text, c->context);
     if (all < 2) {
         fprintf(stderr, "dtrain: %s has %lld bytes, too few for windows of %lld\n", path, (long long)d->text.len,

@@ -20,10 +20,19 @@ dt_status data_open(const dtrain_config *c, data_source *d);
 /* Fill x (inputs) and y (targets) for `n` samples of the training or evaluation split. */
 void data_batch(const data_source *d, int eval, const int64_t *idx, int64_t n, float *x, int32_t *y);
 void data_close(data_source *d);
-/* Loss and accuracy (per sample, or per token for text) over c->eval_batches
- * batches of the evaluation split; *rows (optional) gets how many were scored. */
-void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, dt_arena *arena, double *loss,
-                     double *accuracy, int64_t *rows);
+/* What an evaluation scored: loss and accuracy per sample (per token for
+ * text), over `batches` batches holding `samples` samples and `rows` scored
+ * rows (samples, or tokens for text). */
+typedef struct {
+    double loss, accuracy;
+    int64_t batches, samples, rows;
+} eval_result;
+
+/* Evaluate over c->eval_batches batches of the evaluation split (from its start). */
+void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, dt_arena *arena, eval_result *r);
+/* "20 batches of 128: 2560 of the 10000 images of the t10k split" (what an
+ * evaluation covered, printed wherever a loss is). */
+void dtrain_eval_describe(const dtrain_config *c, const data_source *d, const eval_result *r, char *buf, size_t len);
 
 typedef struct {
     float *x;

@@ -36,6 +36,13 @@ char *dtrain_read_file(const char *path);
 
 /* Defaults, then the JSON file (may be NULL), then each "key=value". */
 dt_status dtrain_config_load(const char *file, char **sets, int nsets, dtrain_config *c);
+/* Apply "key=value" overrides (a key given twice is an error naming both). */
+dt_status dtrain_config_apply_sets(dtrain_config *c, char **sets, int nsets);
+/* The checks across keys (model and data agree, heads divide dim, ...). */
+dt_status dtrain_config_validate(const dtrain_config *c);
+/* The keys that shape the model (model, and mlp_sizes / conv channels / gpt
+ * sizes) as JSON: the safetensors metadata (caller deletes). */
+cJSON *dtrain_model_config_json(const dtrain_config *c);
 /* The effective configuration as JSON (caller deletes). */
 cJSON *dtrain_config_to_json(const dtrain_config *c);
 dt_status dtrain_config_from_json(const cJSON *json, const char *origin, dtrain_config *c);
@@ -63,10 +70,17 @@ dtrain_state dtrain_state_live(dt_params *p, dt_optimizer *o);
 dt_status dtrain_checkpoint_save(const char *dir, const dtrain_config *c, dt_params *p, const dtrain_state *st,
                                  const dtrain_progress *pr, char *written, size_t written_len);
 /* Resolve `path` (a step directory, or a root holding step-* directories: the
- * newest complete one whose files all verify, falling back to older ones and
- * saying so), verify every file's size and checksum, read the configuration
- * from its manifest. */
-dt_status dtrain_checkpoint_open(const char *path, char *step_dir, size_t len, dtrain_config *c, dtrain_progress *pr);
+ * newest complete one that verifies, falling back to older ones and saying
+ * so), verify the manifest's checksum and values (train_samples > 0: the
+ * sampler position against that epoch size), the tensors' shapes and every
+ * file's size and checksum, read the configuration from its manifest. */
+dt_status dtrain_checkpoint_open(const char *path, int64_t train_samples, char *step_dir, size_t len,
+                                 dtrain_config *c, dtrain_progress *pr);
+/* Step directories of any state (complete, partial, temporary) under root. */
+int dtrain_checkpoint_count_any(const char *root);
+/* --overwrite: remove every step directory under root (each manifest first,
+ * so an interrupted removal leaves nothing that looks complete). */
+dt_status dtrain_checkpoint_clear(const char *root);
 /* Whether root holds at least one complete checkpoint (not verified). */
 bool dtrain_checkpoint_exists(const char *root);
 /* Delete all but the newest `keep` complete checkpoints (keep 0: none deleted). */
@@ -79,7 +93,9 @@ typedef struct dtrain_ckpt_writer dtrain_ckpt_writer;
 /* kept_step: the step of the checkpoint already on disk that a failed write
  * leaves in place (the one resumed from), -1 for none. */
 dt_status dtrain_ckpt_writer_start(const dtrain_config *c, dt_params *p, dt_optimizer *o, int64_t kept_step,
-                                   dtrain_ckpt_writer **out);
+                                   const char *kept_dir, dtrain_ckpt_writer **out);
+/* After a flush: the step of the newest checkpoint on disk (-1: none) and its directory. */
+int64_t dtrain_ckpt_writer_last_good(dtrain_ckpt_writer *w, char *dir, size_t len);
 /* Waits for the write in flight (if any), then snapshots; *stall_s (may be
  * NULL) is the time training was held up. */
 dt_status dtrain_ckpt_writer_submit(dtrain_ckpt_writer *w, const dtrain_progress *pr, const char *label,
@@ -90,8 +106,13 @@ void dtrain_ckpt_writer_stop(dtrain_ckpt_writer *w);
 /* Load weights (and optimizer state when o is non-NULL) from a verified step directory. */
 dt_status dtrain_checkpoint_load(const char *step_dir, dt_params *p, dt_optimizer *o);
 
+/* A progress line on stdout, prefixed with a UTC timestamp (milliseconds). */
+void dtrain_progress_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Commands. */
-int dtrain_train(const dtrain_config *c, const char *resume);
+/* overwrite: checkpoint_dir may hold another run's checkpoints (removed first);
+ * without it such a run is refused unless resuming. */
+int dtrain_train(const dtrain_config *c, const char *resume, bool overwrite);
 int dtrain_eval(const char *checkpoint);
 int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, double temperature, uint64_t seed);
 

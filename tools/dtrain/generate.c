@@ -11,9 +11,14 @@ static dt_status load(const char *checkpoint, dtrain_config *c, dt_model **m)
 {
     char step_dir[2048];
     dtrain_progress pr;
-    if (dtrain_checkpoint_open(checkpoint, step_dir, sizeof step_dir, c, &pr) != DT_OK)
+    if (dtrain_checkpoint_open(checkpoint, 0, step_dir, sizeof step_dir, c, &pr) != DT_OK)
         return DT_ERR_INVALID;
-    dt_set_threads((int)c->threads);
+    int threads = (int)c->threads;
+    if (threads == 0 && dt_threads_default(&threads, NULL) != DT_OK) {
+        fprintf(stderr, "dtrain: %s\n", dt_last_error());
+        return DT_ERR_INVALID;
+    }
+    dt_set_threads(threads);
     if (dtrain_build_model(c, m) != DT_OK)
         return DT_ERR_INVALID;
     if (dtrain_checkpoint_load(step_dir, dt_model_params(*m), NULL) != DT_OK) {
@@ -36,15 +41,17 @@ int dtrain_eval(const char *checkpoint)
     c.eval_batches = 1LL << 40; /* the whole evaluation split */
     dt_arena *arena;
     dt_arena_create(&arena);
-    double loss, accuracy;
-    int64_t rows;
-    dtrain_evaluate(&c, m, &d, arena, &loss, &accuracy, &rows);
-    if (rows == 0) {
+    eval_result r;
+    char what[256];
+    dtrain_evaluate(&c, m, &d, arena, &r);
+    if (r.rows == 0) {
         fprintf(stderr, "dtrain: evaluation failed: %s\n", dt_last_error());
         return 1;
     }
-    printf("eval: %lld %s, loss %.4f, accuracy %.2f%%\n", (long long)rows, d.gpt ? "tokens" : "images", loss,
-           100.0 * accuracy);
+    /* The whole split, where training evaluates eval_batches of it: say which. */
+    dtrain_eval_describe(&c, &d, &r, what, sizeof what);
+    printf("eval: %lld %s, loss %.4f, accuracy %.2f%% | the whole split, %s (training's evaluations use its first "
+           "eval_batches)\n", (long long)r.rows, d.gpt ? "tokens" : "images", r.loss, 100.0 * r.accuracy, what);
     dt_arena_destroy(arena);
     data_close(&d);
     dt_model_destroy(m);
@@ -59,6 +66,7 @@ int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, 
         return 1;
     if (strcmp(c.model, "gpt") != 0) {
         fprintf(stderr, "dtrain: generate needs a gpt checkpoint, %s holds a %s\n", checkpoint, c.model);
+        dt_model_destroy(m);
         return 2;
     }
     size_t plen = strlen(prompt);

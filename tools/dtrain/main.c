@@ -1,6 +1,7 @@
 /* dtrain: train, evaluate and sample models.  See dtrain --help and docs/dtrain.md. */
 #include <errno.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,19 +13,33 @@ static const char usage[] =
     "usage: dtrain COMMAND [options]\n"
     "\n"
     "commands:\n"
-    "  train --config FILE.json [--set key=value ...] [--resume CHECKPOINT]\n"
+    "  train --config FILE.json [--set key=value ...] [--resume CHECKPOINT|DIR|auto] [--overwrite]\n"
     "        train a model; prints a progress line per log_interval (step, loss, lr,\n"
     "        grad norm, samples/s or tokens/s, ETA), evaluates, writes checkpoints and a\n"
     "        JSON-lines metrics file when configured. --resume continues a run exactly\n"
     "        (CHECKPOINT: a step directory, or a checkpoint_dir to take the newest).\n"
     "  eval CHECKPOINT\n"
-    "        loss and accuracy of a checkpoint on the evaluation split\n"
+    "        loss and accuracy of a checkpoint on the whole evaluation split\n"
     "  generate CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]\n"
     "        sample text from a gpt checkpoint (temperature 0: greedy; default 0.8)\n"
     "\n"
+    "options (--opt VALUE or --opt=VALUE):\n"
+    "  -c, --config FILE      train: the configuration (a flat JSON object)\n"
+    "  -s, --set KEY=VALUE    train: override one key (repeatable; each key once)\n"
+    "  -r, --resume WHERE     train: continue from a step directory, a checkpoint_dir\n"
+    "                         (its newest good checkpoint) or auto (checkpoint_dir)\n"
+    "      --overwrite        train: checkpoint_dir holds another run's checkpoints:\n"
+    "                         delete them first (without it, such a run is refused)\n"
+    "  -p, --prompt TEXT      generate: the text to continue (default: a new line)\n"
+    "  -n, --tokens N         generate: bytes to sample (default 200)\n"
+    "  -t, --temperature T    generate: 0 greedy .. 100 (default 0.8)\n"
+    "      --seed S           generate: sampling seed (default 1)\n"
+    "  -h, --help             this help\n"
+    "      --version          print the version\n"
+    "\n"
     "examples:\n"
     "  dtrain train --config configs/mlp.json\n"
-    "  dtrain train --config configs/gpt-mini.json --set steps=500 --set checkpoint_dir=ckpt\n"
+    "  dtrain train --config=configs/gpt-mini.json --set steps=500 --set checkpoint_dir=ckpt\n"
     "  dtrain generate ckpt --prompt 'The ' --tokens 200\n"
     "\n";
 
@@ -35,70 +50,55 @@ static int help(FILE *to, int code)
     return code;
 }
 
-static long long number(const char *text, const char *what)
+static bool number(const char *text, const char *what, long long *out)
 {
     char *end;
     errno = 0;
     long long v = strtoll(text, &end, 10);
-    if (errno || *end || v < 0) {
+    if (errno || *end || !*text || v < 0) {
         fprintf(stderr, "dtrain: %s '%s' is not a non-negative integer\n", what, text);
-        exit(2);
+        return false;
     }
-    return v;
+    *out = v;
+    return true;
 }
 
-static int cmd_train(int argc, char **argv)
+typedef struct {
+    const char *config, *resume, *prompt;
+    char **sets;
+    int nsets;
+    bool overwrite;
+    long long tokens, seed;
+    double temperature;
+    const char *train_only, *generate_only; /* an option given that only that command takes */
+} cli;
+
+static int cmd_train(cli *a)
 {
-    const char *config = NULL, *resume = NULL;
-    char **sets = calloc((size_t)argc, sizeof *sets);
-    int nsets = 0;
-    for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--config") && i + 1 < argc)
-            config = argv[++i];
-        else if (!strcmp(argv[i], "--set") && i + 1 < argc)
-            sets[nsets++] = argv[++i];
-        else if (!strcmp(argv[i], "--resume") && i + 1 < argc)
-            resume = argv[++i];
-        else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
-            return help(stdout, 0);
-        else {
-            fprintf(stderr, "dtrain train: unexpected argument '%s' (see dtrain --help)\n", argv[i]);
-            return 2;
-        }
+    if (a->generate_only) {
+        fprintf(stderr, "dtrain train: %s is an option of generate (see dtrain --help)\n", a->generate_only);
+        return 2;
     }
-    if (!config && !resume) {
+    if (!a->config && !a->resume) {
         fprintf(stderr, "dtrain train: --config FILE is required (see dtrain --help)\n");
         return 2;
     }
     dtrain_config c;
-    if (config) {
-        if (dtrain_config_load(config, sets, nsets, &c) != DT_OK)
+    if (a->config) {
+        if (dtrain_config_load(a->config, a->sets, a->nsets, &c) != DT_OK)
             return 2;
     } else { /* resume alone: the checkpoint's own configuration, with --set applied */
         char dir[2048];
         dtrain_progress pr;
-        if (dtrain_checkpoint_open(resume, dir, sizeof dir, &c, &pr) != DT_OK)
+        if (dtrain_checkpoint_open(a->resume, 0, dir, sizeof dir, &c, &pr) != DT_OK)
             return 1;
-        cJSON *j = dtrain_config_to_json(&c);
-        for (int i = 0; i < nsets; i++) {
-            char *eq = strchr(sets[i], '=');
-            if (!eq)
-                continue;
-            *eq = '\0';
-            cJSON *v = cJSON_Parse(eq + 1);
-            cJSON_ReplaceItemInObject(j, sets[i], v ? v : cJSON_CreateString(eq + 1));
-            *eq = '=';
-        }
-        dt_status s = dtrain_config_from_json(j, "--set", &c);
-        cJSON_Delete(j);
-        if (s != DT_OK)
+        if (dtrain_config_apply_sets(&c, a->sets, a->nsets) != DT_OK || dtrain_config_validate(&c) != DT_OK)
             return 2;
     }
-    free(sets);
     /* --resume auto, and every restart under dtrun --max-restarts: the newest
      * complete checkpoint in checkpoint_dir when there is one. */
-    const char *restart = getenv("DT_RESTART");
-    bool restarted = restart && atoi(restart) > 0;
+    const char *resume = a->resume, *restart = getenv("DT_RESTART");
+    bool restarted = restart && atoi(restart) > 0; /* dt_env_check validated it */
     if ((resume && !strcmp(resume, "auto")) || (!resume && restarted)) {
         if (!c.checkpoint_dir[0] && resume) {
             fprintf(stderr, "dtrain train: --resume auto needs checkpoint_dir in the configuration\n");
@@ -109,36 +109,17 @@ static int cmd_train(int argc, char **argv)
             printf("restart %s: no checkpoint to resume from%s; training from the start\n", restart,
                    c.checkpoint_dir[0] ? " yet" : " (no checkpoint_dir configured)");
     }
-    return dtrain_train(&c, resume);
+    return dtrain_train(&c, resume, a->overwrite);
 }
 
-static int cmd_generate(int argc, char **argv)
+static int cmd_generate(cli *a, const char *checkpoint)
 {
-    if (argc < 3 || argv[2][0] == '-')
-        return help(stderr, 2);
-    const char *prompt = "";
-    long long tokens = 200, seed = 1;
-    double temperature = 0.8;
-    for (int i = 3; i < argc; i++) {
-        if (!strcmp(argv[i], "--prompt") && i + 1 < argc)
-            prompt = argv[++i];
-        else if (!strcmp(argv[i], "--tokens") && i + 1 < argc)
-            tokens = number(argv[++i], "--tokens");
-        else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
-            seed = number(argv[++i], "--seed");
-        else if (!strcmp(argv[i], "--temperature") && i + 1 < argc) {
-            char *end;
-            temperature = strtod(argv[++i], &end);
-            if (*end || temperature < 0 || temperature > 100) {
-                fprintf(stderr, "dtrain: --temperature '%s' must be a number in [0, 100]\n", argv[i]);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "dtrain generate: unexpected argument '%s'\n", argv[i]);
-            return 2;
-        }
+    if (a->train_only) {
+        fprintf(stderr, "dtrain generate: %s is an option of train (see dtrain --help)\n", a->train_only);
+        return 2;
     }
-    return dtrain_generate(argv[2], prompt, tokens, temperature, (uint64_t)seed);
+    return dtrain_generate(checkpoint, a->prompt ? a->prompt : "", a->tokens, a->temperature,
+                           (uint64_t)a->seed);
 }
 
 /* OpenBLAS picks its kernels when it loads: if it would pick slower ones than
@@ -156,21 +137,114 @@ static void use_fastest_blas(char **argv)
 int main(int argc, char **argv)
 {
     use_fastest_blas(argv);
-    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help"))
-        return help(argc < 2 ? stderr : stdout, argc < 2 ? 2 : 0);
-    if (!strcmp(argv[1], "--version")) {
-        printf("dtrain %s\n", DTRAIN_VERSION);
-        return 0;
+    if (argc < 2)
+        return help(stderr, 2);
+    enum { OVERWRITE = 1000, SEED, VERSION };
+    static const struct option longopts[] = {
+        {"config", required_argument, 0, 'c'},
+        {"set", required_argument, 0, 's'},
+        {"resume", required_argument, 0, 'r'},
+        {"overwrite", no_argument, 0, OVERWRITE},
+        {"prompt", required_argument, 0, 'p'},
+        {"tokens", required_argument, 0, 'n'},
+        {"temperature", required_argument, 0, 't'},
+        {"seed", required_argument, 0, SEED},
+        {"help", no_argument, 0, 'h'},
+        {"version", no_argument, 0, VERSION},
+        {0, 0, 0, 0},
+    };
+    cli a = {.tokens = 200, .seed = 1, .temperature = 0.8};
+    a.sets = calloc((size_t)argc, sizeof *a.sets);
+    int code = -1, opt;
+    opterr = 0; /* our own messages, naming the option */
+    while (code < 0 && (opt = getopt_long(argc, argv, ":c:s:r:p:n:t:h", longopts, NULL)) != -1) {
+        char *end;
+        switch (opt) {
+        case 'c':
+            a.config = optarg;
+            a.train_only = "--config";
+            break;
+        case 's':
+            a.sets[a.nsets++] = optarg;
+            a.train_only = "--set";
+            break;
+        case 'r':
+            a.resume = optarg;
+            a.train_only = "--resume";
+            break;
+        case OVERWRITE:
+            a.overwrite = true;
+            a.train_only = "--overwrite";
+            break;
+        case 'p':
+            a.prompt = optarg;
+            a.generate_only = "--prompt";
+            break;
+        case 'n':
+            a.generate_only = "--tokens";
+            code = number(optarg, "--tokens", &a.tokens) ? -1 : 2;
+            break;
+        case SEED:
+            a.generate_only = "--seed";
+            code = number(optarg, "--seed", &a.seed) ? -1 : 2;
+            break;
+        case 't':
+            a.generate_only = "--temperature";
+            a.temperature = strtod(optarg, &end);
+            if (!*optarg || *end || !(a.temperature >= 0 && a.temperature <= 100)) {
+                fprintf(stderr, "dtrain: --temperature '%s' must be a number in [0, 100]\n", optarg);
+                code = 2;
+            }
+            break;
+        case 'h':
+            code = help(stdout, 0);
+            break;
+        case VERSION:
+            printf("dtrain %s\n", DTRAIN_VERSION);
+            code = 0;
+            break;
+        case ':':
+            fprintf(stderr, "dtrain: %s needs a value (see dtrain --help)\n", argv[optind - 1]);
+            code = 2;
+            break;
+        default:
+            fprintf(stderr, "dtrain: unexpected option '%s' (see dtrain --help)\n", argv[optind - 1]);
+            code = 2;
+        }
     }
-    if (!strcmp(argv[1], "train"))
-        return cmd_train(argc, argv);
-    if (!strcmp(argv[1], "eval")) {
-        if (argc != 3)
-            return help(stderr, 2);
-        return dtrain_eval(argv[2]);
+    if (code < 0 && dt_env_check() != DT_OK) {
+        fprintf(stderr, "dtrain: %s\n", dt_last_error());
+        code = 2;
     }
-    if (!strcmp(argv[1], "generate"))
-        return cmd_generate(argc, argv);
-    fprintf(stderr, "dtrain: unknown command '%s' (train, eval, generate; see dtrain --help)\n", argv[1]);
-    return 2;
+    /* The command: the first argument that is not an option (getopt moved it
+     * after them); a lone --config means train. */
+    const char *cmd = optind < argc ? argv[optind] : a.config ? "train" : NULL;
+    int rest = optind < argc ? argc - optind - 1 : 0; /* arguments after the command */
+    char **args = argv + optind + 1;
+    if (code >= 0) {
+    } else if (!cmd || !strcmp(cmd, "help")) {
+        code = help(cmd ? stdout : stderr, cmd ? 0 : 2);
+    } else if (!strcmp(cmd, "train")) {
+        if (rest > 0) {
+            fprintf(stderr, "dtrain train: unexpected argument '%s' (see dtrain --help)\n", args[0]);
+            code = 2;
+        } else
+            code = cmd_train(&a);
+    } else if (!strcmp(cmd, "eval") || !strcmp(cmd, "generate")) {
+        if (rest != 1) {
+            fprintf(stderr, "dtrain %s: %s (see dtrain --help)\n", cmd,
+                    rest == 0 ? "CHECKPOINT is required" : "one CHECKPOINT only");
+            code = 2;
+        } else if (!strcmp(cmd, "eval") && (a.train_only || a.generate_only)) {
+            fprintf(stderr, "dtrain eval: %s is not an option of eval\n",
+                    a.train_only ? a.train_only : a.generate_only);
+            code = 2;
+        } else
+            code = !strcmp(cmd, "eval") ? dtrain_eval(args[0]) : cmd_generate(&a, args[0]);
+    } else {
+        fprintf(stderr, "dtrain: unknown command '%s' (train, eval, generate; see dtrain --help)\n", cmd);
+        code = 2;
+    }
+    free(a.sets);
+    return code;
 }

@@ -65,16 +65,15 @@ static dt_status set_recompute(const dtrain_config *c, dt_model *m)
     return DT_OK;
 }
 
-void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, dt_arena *arena, double *loss,
-                     double *accuracy, int64_t *rows_out)
+void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, dt_arena *arena, eval_result *r)
 {
     int64_t B = c->batch_size, F = d->features, per = d->gpt ? c->context : 1;
     float *x = malloc((size_t)(B * F) * sizeof *x);
     int32_t *y = malloc((size_t)(B * per) * sizeof *y);
     int64_t *idx = malloc((size_t)B * sizeof *idx);
     double total = 0, correct = 0;
-    int64_t rows = 0, batches = 0;
-    for (int64_t start = 0; start < d->eval_samples && batches < c->eval_batches; start += B, batches++) {
+    int64_t rows = 0, batches = 0, samples = 0;
+    for (int64_t start = 0; start < d->eval_samples && batches < c->eval_batches; start += B) {
         int64_t n = d->eval_samples - start < B ? d->eval_samples - start : B;
         for (int64_t i = 0; i < n; i++)
             idx[i] = start + i;
@@ -87,6 +86,8 @@ void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, 
             break;
         total += (double)l * (double)(n * per);
         rows += n * per;
+        samples += n;
+        batches++;
         int64_t C = out.shape[out.ndim - 1];
         for (int64_t r = 0; r < n * per; r++) {
             int64_t best = 0;
@@ -95,13 +96,20 @@ void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, 
             correct += best == y[r];
         }
     }
-    *loss = rows ? total / (double)rows : NAN;
-    *accuracy = rows ? correct / (double)rows : NAN;
-    if (rows_out)
-        *rows_out = rows;
+    *r = (eval_result){rows ? total / (double)rows : NAN, rows ? correct / (double)rows : NAN, batches, samples, rows};
     free(x);
     free(y);
     free(idx);
+}
+
+void dtrain_eval_describe(const dtrain_config *c, const data_source *d, const eval_result *r, char *buf, size_t len)
+{
+    const char *split = d->gpt ? "held-out windows (the last 10% of the text)" : "images of the t10k split";
+    int n = snprintf(buf, len, "%lld batch%s of %lld: %lld of the %lld %s", (long long)r->batches,
+                     r->batches == 1 ? "" : "es", (long long)c->batch_size, (long long)r->samples,
+                     (long long)d->eval_samples, split);
+    if (d->gpt && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, ", %lld tokens", (long long)r->rows);
 }
 
 static void format_eta(double seconds, char *buf, size_t len)
@@ -182,64 +190,140 @@ static void keep_global_batch(dtrain_config *c, const dtrain_progress *pr, int n
     c->grad_accumulation = k;
 }
 
-int dtrain_train(const dtrain_config *config, const char *resume)
+/* Compute threads: the threads key, else DT_THREADS, else the cores divided
+ * among this host's ranks (dt_threads_default).  One warning per host (local
+ * rank 0) when the ranks' threads together outnumber the cores. */
+static dt_status choose_threads(const dtrain_config *c, const char **source)
+{
+    int n = (int)c->threads;
+    *source = "the threads key";
+    if (n == 0 && dt_threads_default(&n, source) != DT_OK) {
+        fprintf(stderr, "dtrain: %s\n", dt_last_error());
+        return DT_ERR_INVALID;
+    }
+    if (dt_set_threads(n) != DT_OK) {
+        fprintf(stderr, "dtrain: threads: %s\n", dt_last_error());
+        return DT_ERR_INVALID;
+    }
+    const char *lws = getenv("DT_LOCAL_WORLD_SIZE"), *lr = getenv("DT_LOCAL_RANK");
+    long local = lws && *lws ? atol(lws) : 1, cores = dt_cores_available();
+    int mine = (int)cores;
+    bool bound = dt_cpus_bound(); /* (dtrun --bind auto): its own CPUs; else this host's ranks share them */
+    bool over = bound ? n > mine : (long)n * local > cores;
+    if (over && (!lr || !*lr || atol(lr) == 0)) {
+        if (bound)
+            fprintf(stderr, "dtrain: warning: %d compute threads per rank on the %d CPU%s it is bound to "
+                            "(oversubscribed; set threads or DT_THREADS)\n", n, mine, mine == 1 ? "" : "s");
+        else
+            fprintf(stderr, "dtrain: warning: %ld local rank%s x %d compute thread%s = %ld threads on %ld cores "
+                            "(oversubscribed; set threads or DT_THREADS)\n", local, local == 1 ? "" : "s", n,
+                    n == 1 ? "" : "s", local * n, cores);
+    }
+    return DT_OK;
+}
+
+int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite)
 {
     dtrain_config adjusted = *config, *c = &adjusted;
-    if (dt_set_threads((int)c->threads) != DT_OK) {
-        fprintf(stderr, "dtrain: threads: %s\n", dt_last_error());
+    const char *thread_source;
+    if (choose_threads(c, &thread_source) != DT_OK)
+        return 2;
+    /* A new run (not resuming) into a checkpoint_dir that holds another run's
+     * checkpoints would mix the two runs' steps: refused, or with --overwrite
+     * the old ones go first.  Every rank checks; rank 0 alone removes. */
+    const char *rank_env = getenv("DT_RANK"), *restart = getenv("DT_RESTART");
+    bool rank0 = !rank_env || !*rank_env || atoi(rank_env) == 0;
+    bool restarted = restart && atoi(restart) > 0; /* this job's own, from before the restart */
+    int old = !resume && !restarted && c->checkpoint_dir[0] ? dtrain_checkpoint_count_any(c->checkpoint_dir) : 0;
+    if (old > 0 && !overwrite) {
+        fprintf(stderr, "dtrain: checkpoint_dir %s already holds %d checkpoint director%s of another run; "
+                        "continue it with --resume %s (or --resume auto), write elsewhere, or give --overwrite to "
+                        "delete them first\n", c->checkpoint_dir, old, old == 1 ? "y" : "ies", c->checkpoint_dir);
         return 2;
     }
-    dt_comm *world;
-    if (dt_comm_init_env(&world) != DT_OK) {
-        fprintf(stderr, "dtrain: cannot join the job: %s\n", dt_last_error());
-        return 1;
+    if (old > 0 && rank0) {
+        if (dtrain_checkpoint_clear(c->checkpoint_dir) != DT_OK)
+            return 1;
+        printf("--overwrite: removed %d checkpoint director%s of an earlier run from %s\n", old,
+               old == 1 ? "y" : "ies", c->checkpoint_dir);
+        fflush(stdout);
     }
-    int rank = dt_comm_rank(world), nranks = dt_comm_size(world), lead = rank == 0;
+    /* Set-up; a failure jumps to `out`, which frees what exists (all NULL or zeroed first). */
+    int code = 0, rank = 0, nranks = 1, lead = 1;
+    dt_comm *world = NULL;
     data_source d;
+    memset(&d, 0, sizeof d);
     dt_model *m = NULL;
     dt_optimizer *o = NULL;
     dt_strategy *strategy = NULL;
-    if (data_open(c, &d) != DT_OK)
-        return 1;
+    dt_sampler sampler;
+    memset(&sampler, 0, sizeof sampler);
+    dtrain_ckpt_writer *writer = NULL;
+    FILE *metrics = NULL;
+    dt_arena *arena = NULL;
+    prefetcher pf;
+    bool prefetching = false;
+    dtrain_progress pr = {0};
+    char resumed_dir[2048] = "";
+    if (data_open(c, &d) != DT_OK) { /* a configuration error: data_path, vocab */
+        code = 2;
+        goto out;
+    }
+    if (dt_comm_init_env(&world) != DT_OK) {
+        fprintf(stderr, "dtrain: cannot join the job: %s\n", dt_last_error());
+        world = NULL;
+        code = 1;
+        goto out;
+    }
+    rank = dt_comm_rank(world);
+    nranks = dt_comm_size(world);
+    lead = rank == 0;
+    code = 1; /* for the failures below */
     if (dtrain_build_model(c, &m) != DT_OK)
-        return 1;
+        goto out;
     dt_params *p = dt_model_params(m);
     dt_model_init(m, (uint64_t)c->seed);
     if (set_recompute(c, m) != DT_OK || make_optimizer(c, p, &o) != DT_OK)
-        return 1;
-    dt_sampler sampler;
+        goto out;
     if (dt_dist_sampler_init(&sampler, d.train_samples, (uint64_t)c->seed, world) != DT_OK) {
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
-        return 1;
+        goto out;
     }
-    dtrain_progress pr = {0};
     if (resume) { /* every rank reads the checkpoint: it must be on a path they all see */
         char step_dir[2048];
         dtrain_config saved;
-        if (dtrain_checkpoint_open(resume, step_dir, sizeof step_dir, &saved, &pr) != DT_OK ||
+        if (dtrain_checkpoint_open(resume, d.train_samples, step_dir, sizeof step_dir, &saved, &pr) != DT_OK ||
             dtrain_checkpoint_load(step_dir, p, o) != DT_OK)
-            return 1;
+            goto out;
+        if (pr.step > c->steps) {
+            fprintf(stderr, "dtrain: %s is at step %lld, past steps = %lld of this run (raise steps)\n", step_dir,
+                    (long long)pr.step, (long long)c->steps);
+            code = 2;
+            goto out;
+        }
         dt_optimizer_set_steps(o, pr.optimizer_steps);
-        dt_sampler_seek(&sampler, pr.epoch, pr.position, rank, nranks);
+        if (dt_sampler_seek(&sampler, pr.epoch, pr.position, rank, nranks) != DT_OK) {
+            fprintf(stderr, "dtrain: %s: %s\n", step_dir, dt_last_error());
+            goto out;
+        }
+        snprintf(resumed_dir, sizeof resumed_dir, "%s", step_dir);
         if (lead)
-            printf("resumed from %s at step %lld\n", step_dir, (long long)pr.step);
+            dtrain_progress_line("resumed from %s at step %lld\n", step_dir, (long long)pr.step);
         keep_global_batch(c, &pr, nranks, lead);
     }
     pr.world_size = nranks;
     pr.global_batch = c->batch_size * nranks * c->grad_accumulation;
-    dtrain_ckpt_writer *writer = NULL;
-    if (lead && c->checkpoint_dir[0] && dtrain_ckpt_writer_start(c, p, o, resume ? pr.step : -1, &writer) != DT_OK)
-        return 1;
+    if (lead && c->checkpoint_dir[0] &&
+        dtrain_ckpt_writer_start(c, p, o, resume ? pr.step : -1, resumed_dir, &writer) != DT_OK)
+        goto out;
     if (make_strategy(c, world, m, o, &strategy) != DT_OK)
-        return 1;
-    FILE *metrics = NULL;
+        goto out;
     if (lead && c->metrics_file[0] && !(metrics = fopen(c->metrics_file, resume ? "a" : "w"))) {
         fprintf(stderr, "dtrain: cannot write metrics file %s\n", c->metrics_file);
-        return 1;
+        goto out;
     }
     dt_lr_schedule sched = {strcmp(c->schedule, "cosine") == 0 ? DT_LR_COSINE : DT_LR_CONSTANT, (float)c->lr,
                             (float)c->min_lr, c->warmup_steps, c->steps};
-    dt_arena *arena;
     dt_arena_create(&arena);
     /* Under a restarting dtrun the initial weights are a checkpoint too: a
      * restart before the first periodic one then still knows the job's global
@@ -248,23 +332,25 @@ int dtrain_train(const dtrain_config *config, const char *resume)
     if (writer && !resume && (c->checkpoint_initial || (restartable && !strcmp(restartable, "1")))) {
         dtrain_ckpt_writer_submit(writer, &pr, " (initial weights)", NULL);
         if (!dtrain_ckpt_writer_flush(writer))
-            return 1;
+            goto out;
     }
-    prefetcher pf;
     if (prefetch_start(&pf, &d, &sampler, c->batch_size) != DT_OK)
-        return 1;
+        goto out;
+    prefetching = true;
+    code = 0;
     const char *unit = d.gpt ? "tokens" : "samples";
     int64_t k = c->grad_accumulation, per_item = d.gpt ? c->context : 1;
     if (lead) {
-        printf("training %s (%lld parameters) on %s: %lld steps, batch %lld x %d rank%s x %lld micro-batch%s = %lld, "
-               "%d threads per rank%s%s\n", c->model, (long long)dt_params_numel(p), d.gpt ? "text" : "fashion-mnist",
-               (long long)c->steps, (long long)c->batch_size, nranks, nranks > 1 ? "s" : "", (long long)k,
-               k > 1 ? "es" : "", (long long)(c->batch_size * nranks * k), dt_get_threads(),
-               strcmp(c->grad_compression, "none") ? ", gradients as " : "",
-               strcmp(c->grad_compression, "none") ? c->grad_compression : "");
-        fflush(stdout);
+        int nt = dt_get_threads();
+        dtrain_progress_line("training %s (%lld parameters) on %s: %lld steps, batch %lld x %d rank%s x %lld "
+                             "micro-batch%s = %lld, %d thread%s per rank (from %s)%s%s\n",
+                             c->model, (long long)dt_params_numel(p), d.gpt ? "text" : "fashion-mnist",
+                             (long long)c->steps, (long long)c->batch_size, nranks, nranks > 1 ? "s" : "",
+                             (long long)k, k > 1 ? "es" : "", (long long)(c->batch_size * nranks * k), nt,
+                             nt == 1 ? "" : "s", thread_source,
+                             strcmp(c->grad_compression, "none") ? ", gradients as " : "",
+                             strcmp(c->grad_compression, "none") ? c->grad_compression : "");
     }
-    int code = 0;
     double window_start = now_s(), run_start = window_start, eval_s = 0, last_ckpt = window_start;
     window_totals win = {0};
     int64_t first_step = pr.step;
@@ -293,6 +379,10 @@ int dtrain_train(const dtrain_config *config, const char *resume)
         win.comm += st.comm_s;
         win.exposed += st.exposed_s;
         pr.step = step + 1;
+        /* Dropout is keyed by (seed, step, micro-batch, rank) and needs no saved
+         * state; the manifest's rng field (format 2) holds the next step's key
+         * as a generator state, so a checkpoint still names where it stands. */
+        dt_rng_seed(&pr.rng, dt_rng_key_stream(&(dt_rng_key){(uint64_t)c->seed, (uint64_t)pr.step, 0, 0}, 0));
         pr.epoch = b->epoch;
         pr.position = b->position;
         pr.optimizer_steps = dt_optimizer_steps(o);
@@ -300,9 +390,8 @@ int dtrain_train(const dtrain_config *config, const char *resume)
             double t = now_s(), rate = (double)win.items / (t - window_start);
             char eta[32];
             format_eta((double)(c->steps - pr.step) * (t - run_start) / (double)(pr.step - first_step), eta, sizeof eta);
-            printf("step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f %s/s | ETA %s\n", (long long)pr.step,
-                   (long long)c->steps, loss, lr, norm, rate, unit, eta);
-            fflush(stdout);
+            dtrain_progress_line("step %lld/%lld | loss %.4f | lr %.2e | grad norm %.3f | %.0f %s/s | ETA %s\n",
+                                 (long long)pr.step, (long long)c->steps, loss, lr, norm, rate, unit, eta);
             if (metrics) {
                 fprintf(metrics,
                         "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"%s_per_s\": %.1f, "
@@ -319,10 +408,15 @@ int dtrain_train(const dtrain_config *config, const char *resume)
         int last = pr.step == c->steps;
         int eval_now = (c->eval_interval && pr.step % c->eval_interval == 0) || last, reached = 0;
         if (lead && eval_now) {
-            double el, acc, e0 = now_s();
-            dtrain_evaluate(c, m, &d, arena, &el, &acc, NULL);
+            double e0 = now_s();
+            eval_result er;
+            char what[256];
+            dtrain_evaluate(c, m, &d, arena, &er);
+            double el = er.loss, acc = er.accuracy;
             eval_s += now_s() - e0;
-            printf("eval at step %lld | loss %.4f | accuracy %.2f%%\n", (long long)pr.step, el, 100 * acc);
+            dtrain_eval_describe(c, &d, &er, what, sizeof what);
+            dtrain_progress_line("eval at step %lld | loss %.4f | accuracy %.2f%% | %s (eval_batches %lld)\n", (long long)pr.step,
+                     el, 100 * acc, what, (long long)c->eval_batches);
             if (metrics) /* train_s: wall time so far less the time spent evaluating */
                 fprintf(metrics,
                         "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_accuracy\": %.6f, \"elapsed_s\": %.3f, "
@@ -337,8 +431,8 @@ int dtrain_train(const dtrain_config *config, const char *resume)
                 break;
             }
             if (reached && lead)
-                printf("reached accuracy %.2f%% at step %lld: stopping\n", 100 * c->stop_at_accuracy,
-                       (long long)pr.step);
+                dtrain_progress_line("reached accuracy %.2f%% at step %lld: stopping\n", 100 * c->stop_at_accuracy,
+                                     (long long)pr.step);
             last = reached;
         }
         bool by_time = c->checkpoint_seconds > 0 && now_s() - last_ckpt >= c->checkpoint_seconds;
@@ -351,21 +445,34 @@ int dtrain_train(const dtrain_config *config, const char *resume)
         if (last)
             break;
     }
-    prefetch_stop(&pf);
     if (lead && act_peak)
         printf("activation memory: at most %.1f MiB per micro-batch (recompute %s)\n", (double)act_peak / 1048576.0,
                c->recompute);
+out:
+    if (prefetching)
+        prefetch_stop(&pf);
     if (writer) { /* the last checkpoint is on disk before the job reports success */
-        dtrain_ckpt_writer_flush(writer);
+        char good[2048];
+        int64_t last_good = dtrain_ckpt_writer_last_good(writer, good, sizeof good);
+        if (code == 0 && last_good != pr.step) { /* the final model is missing: a scheduler must see it */
+            if (last_good >= 0)
+                fprintf(stderr, "dtrain: the final checkpoint (step %lld) could not be written (above); the newest "
+                                "good checkpoint is %s (step %lld)\n", (long long)pr.step, good,
+                        (long long)last_good);
+            else
+                fprintf(stderr, "dtrain: the final checkpoint (step %lld) could not be written (above), and no "
+                                "earlier one exists in %s\n", (long long)pr.step, c->checkpoint_dir);
+            code = 3;
+        }
         dtrain_ckpt_writer_stop(writer);
     }
     if (metrics)
         fclose(metrics);
-    if (code != 0)
-        dt_comm_abort(world, "dtrain: a training step failed");
+    if (world && code != 0 && code != 3) /* the other ranks stop at once, not at their timeout */
+        dt_comm_abort(world, "dtrain: training failed on a rank");
     dt_strategy_destroy(strategy);
     dt_status ds = dt_comm_destroy(world);
-    if (code == 0 && ds != DT_OK) {
+    if ((code == 0 || code == 3) && ds != DT_OK) {
         fprintf(stderr, "dtrain: rank %d: leaving the job: %s\n", rank, dt_last_error());
         code = 1;
     }

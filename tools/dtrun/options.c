@@ -156,8 +156,12 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
         die("%s", "-n N is required");
     if (optind >= argc)
         die("%s", "no PROGRAM given");
-    if (o->node_rank >= o->nnodes)
-        die("--node-rank must be below --nnodes (got %s)", argv[optind - 1]);
+    if (o->node_rank >= o->nnodes) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "--node-rank must be below --nnodes (got --node-rank %d, --nnodes %d)",
+                 o->node_rank, o->nnodes);
+        die("%s", msg);
+    }
     if (o->nnodes > 1 && !have_master)
         die("%s", "--master ADDR:PORT is required with --nnodes > 1");
     if (!o->token[0] && getenv("DT_JOB_TOKEN") && *getenv("DT_JOB_TOKEN")) {
