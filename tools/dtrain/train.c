@@ -312,6 +312,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         keep_global_batch(c, &pr, nranks, lead);
     }
     pr.world_size = nranks;
+    dt_rng_seed(&pr.rng, dt_rng_key_stream(&(dt_rng_key){(uint64_t)c->seed, (uint64_t)pr.step, 0, 0}, 0));
     pr.global_batch = c->batch_size * nranks * c->grad_accumulation;
     if (lead && c->checkpoint_dir[0] &&
         dtrain_ckpt_writer_start(c, p, o, resume ? pr.step : -1, resumed_dir, &writer) != DT_OK)
