@@ -10,6 +10,7 @@
 #include "dtrain/nn.h"
 #include "dtrain/optim.h"
 #include "dtrain/comm.h"
+#include "dtrain/data.h"
 #include "dtrain/parallel.h"
 
 static const dt_gpt_config tiny = {.vocab = 13, .context = 8, .layers = 3, .heads = 2, .dim = 16, .dropout = 0.1f};
@@ -565,8 +566,45 @@ static void test_strategies(void)
     dt_model_destroy(m);
 }
 
+/* The library's prefetcher hands out the sampler's order, across epochs,
+ * with the (epoch, position) after each batch. */
+static void fill_ids(void *user, const int64_t *idx, int64_t n, float *x, int32_t *y)
+{
+    (void)user;
+    for (int64_t i = 0; i < n; i++) {
+        x[2 * i] = (float)idx[i];
+        x[2 * i + 1] = -1;
+        y[i] = (int32_t)idx[i];
+    }
+}
+
+static void test_prefetch(void)
+{
+    dt_sampler a, b;
+    EXPECT_STATUS(dt_sampler_init(&a, 10, 4, 0, 1, true, false), DT_OK);
+    EXPECT_STATUS(dt_sampler_init(&b, 10, 4, 0, 1, true, false), DT_OK);
+    dt_prefetcher *p;
+    EXPECT_STATUS(dt_prefetch_start(&a, 4, 2, 1, fill_ids, NULL, &p), DT_OK);
+    for (int k = 0; k < 7; k++) { /* 10 samples in batches of 4: 4, 4, 2, then the next epoch */
+        const dt_batch *got = dt_prefetch_next(p);
+        int64_t want[4];
+        int64_t n = dt_sampler_next(&b, 4, want);
+        if (n == 0)
+            n = dt_sampler_next(&b, 4, want);
+        EXPECT_EQ(got->n, n);
+        for (int64_t i = 0; i < n && i < got->n; i++)
+            EXPECT(got->x[2 * i] == (float)want[i] && got->y[i] == want[i]);
+        EXPECT(got->epoch == b.epoch && got->position == b.position);
+    }
+    dt_prefetch_stop(p);
+    EXPECT_STATUS(dt_prefetch_start(&a, 0, 2, 1, fill_ids, NULL, &p), DT_ERR_INVALID);
+    dt_sampler_free(&a);
+    dt_sampler_free(&b);
+}
+
 int main(void)
 {
+    test_prefetch();
     test_strategies();
     test_hooks_shard_only();
     test_param_groups();

@@ -83,6 +83,26 @@ int64_t dt_sampler_next(dt_sampler *s, int64_t batch, int64_t *indices);
 dt_status dt_sampler_seek(dt_sampler *s, int64_t epoch, int64_t position, int rank, int world);
 void dt_sampler_free(dt_sampler *s);
 
+/* ---- prefetching: the next batch is prepared on a thread of its own ----
+ * fill(user, indices, n, x, y) writes n samples' inputs (x_per_sample floats
+ * each) and targets (y_per_sample ints each); it runs on the prefetch thread
+ * and must only read shared data.  Each batch records the sampler's (epoch,
+ * position) after it, which is what a checkpoint saves. */
+typedef struct {
+    float *x;
+    int32_t *y;
+    int64_t n, epoch, position;
+} dt_batch;
+typedef void (*dt_batch_fill_fn)(void *user, const int64_t *indices, int64_t n, float *x, int32_t *y);
+typedef struct dt_prefetcher dt_prefetcher;
+/* Start the thread; from now on only it uses the sampler. */
+dt_status dt_prefetch_start(dt_sampler *s, int64_t batch_size, int64_t x_per_sample, int64_t y_per_sample,
+                            dt_batch_fill_fn fill, void *user, dt_prefetcher **out);
+/* The next batch in the sampler's order, valid until the following call. */
+const dt_batch *dt_prefetch_next(dt_prefetcher *p);
+/* Stop the thread and free the batches (NULL is a no-op). */
+void dt_prefetch_stop(dt_prefetcher *p);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,9 +1,7 @@
 /* The dataset a configuration names, split into training and evaluation
- * samples, and a prefetch thread that prepares the next batch. */
+ * samples (the library's dt_prefetcher prepares the next batch). */
 #ifndef DTRAIN_DATA_SOURCE_H
 #define DTRAIN_DATA_SOURCE_H
-
-#include <pthread.h>
 
 #include "dtrain_cli.h"
 
@@ -34,27 +32,8 @@ void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, 
  * evaluation covered, printed wherever a loss is). */
 void dtrain_eval_describe(const dtrain_config *c, const data_source *d, const eval_result *r, char *buf, size_t len);
 
-typedef struct {
-    float *x;
-    int32_t *y;
-    int64_t n, epoch, position; /* sampler state after this batch */
-} batch;
-
-typedef struct {
-    const data_source *d;
-    dt_sampler *sampler;
-    int64_t batch_size;
-    batch slots[2];
-    int ready[2], stop, next_fill, next_take;
-    int64_t *idx;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-} prefetcher;
-
-dt_status prefetch_start(prefetcher *p, const data_source *d, dt_sampler *s, int64_t batch_size);
-/* The next batch, valid until the following call. */
-const batch *prefetch_next(prefetcher *p);
-void prefetch_stop(prefetcher *p);
+/* The prefetcher's fill function (dt_batch_fill_fn) over the training split;
+ * user is the data_source. */
+void data_fill(void *user, const int64_t *idx, int64_t n, float *x, int32_t *y);
 
 #endif

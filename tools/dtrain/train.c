@@ -144,15 +144,15 @@ static dt_status make_strategy(const dtrain_config *c, dt_comm *world, dt_model 
 
 /* The strategy's batch source: the prefetcher's next batch. */
 typedef struct {
-    prefetcher *pf;
+    dt_prefetcher *pf;
     int64_t features, per_item, items;
-    const batch *last;
+    const dt_batch *last;
 } feed;
 
 static dt_status next_batch(void *user, dt_micro_batch *mb)
 {
     feed *f = user;
-    f->last = prefetch_next(f->pf);
+    f->last = dt_prefetch_next(f->pf);
     mb->x = dt_tensor_view(f->last->x, 2, (int64_t[]){f->last->n, f->features});
     mb->targets = f->last->y;
     f->items += f->last->n * f->per_item;
@@ -261,8 +261,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     dtrain_ckpt_writer *writer = NULL;
     FILE *metrics = NULL;
     dt_arena *arena = NULL;
-    prefetcher pf;
-    bool prefetching = false;
+    dt_prefetcher *pf = NULL;
     dtrain_progress pr = {0};
     char resumed_dir[2048] = "";
     if (data_open(c, &d) != DT_OK) { /* a configuration error: data_path, vocab */
@@ -335,9 +334,10 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         if (!dtrain_ckpt_writer_flush(writer))
             goto out;
     }
-    if (prefetch_start(&pf, &d, &sampler, c->batch_size) != DT_OK)
+    if (dt_prefetch_start(&sampler, c->batch_size, d.features, d.gpt ? d.features : 1, data_fill, &d, &pf) != DT_OK) {
+        fprintf(stderr, "dtrain: %s\n", dt_last_error());
         goto out;
-    prefetching = true;
+    }
     code = 0;
     const char *unit = d.gpt ? "tokens" : "samples";
     int64_t k = c->grad_accumulation, per_item = d.gpt ? c->context : 1;
@@ -355,7 +355,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     double window_start = now_s(), run_start = window_start, eval_s = 0, last_ckpt = window_start;
     window_totals win = {0};
     int64_t first_step = pr.step;
-    feed fd = {&pf, d.features, per_item * nranks, 0, NULL};
+    feed fd = {pf, d.features, per_item * nranks, 0, NULL};
     size_t act_peak = 0;
     for (int64_t step = pr.step; step < c->steps; step++) {
         double t0 = now_s();
@@ -365,7 +365,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         dt_status s = dt_strategy_step(strategy, step, lr, next_batch, &fd, &st);
         float loss = st.loss, norm = st.grad_norm;
         act_peak = st.activation_bytes > act_peak ? st.activation_bytes : act_peak;
-        const batch *b = fd.last;
+        const dt_batch *b = fd.last;
         win.items += fd.items;
         int log_now = (step + 1) % c->log_interval == 0 || step + 1 == c->steps;
         if (s == DT_OK && log_now && nranks > 1) /* the loss over every rank's batch */
@@ -450,8 +450,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         printf("activation memory: at most %.1f MiB per micro-batch (recompute %s)\n", (double)act_peak / 1048576.0,
                c->recompute);
 out:
-    if (prefetching)
-        prefetch_stop(&pf);
+    dt_prefetch_stop(pf);
     if (writer) { /* the last checkpoint is on disk before the job reports success */
         char good[2048];
         int64_t last_good = dtrain_ckpt_writer_last_good(writer, good, sizeof good);
