@@ -55,6 +55,7 @@ BIG=524288; [ "$QUICK" = 1 ] && BIG=65536
 run unit/base 60 "$BIN/test_base"
 run unit/algorithm-choice 30 "$BIN/test_algo"
 run unit/transport 120 "$BIN/test_transport"
+run unit/network-faults 120 "$BIN/test_netfaults"
 run transport/shared-memory 200 tests/cases/shm_transport.sh
 run transport/tcp-congestion-control 60 tests/cases/tcp_congestion.sh
 run collectives/bbr-limit-agreed 120 tests/cases/tcp_bbr_agree.sh
@@ -122,6 +123,7 @@ run fault/kill-9-during-allreduce 90 tests/cases/fault_kill.sh
 run fault/rendezvous-garbage-and-wrong-token 120 tests/cases/fault_rendezvous.sh
 run fault/timeout-not-hang 60 tests/cases/fault_timeout.sh
 run fault/heartbeat-frozen-vs-busy 60 tests/cases/fault_heartbeat.sh
+run fault/heartbeat-silence-measured 180 tests/cases/heartbeat_pause.sh
 run fault/collective-mismatch-and-stall 60 tests/cases/coll_debug.sh
 run fault/abort-reaches-every-rank 60 tests/cases/fault_abort.sh
 
