@@ -124,6 +124,7 @@ run fault/rendezvous-garbage-and-wrong-token 120 tests/cases/fault_rendezvous.sh
 run fault/timeout-not-hang 60 tests/cases/fault_timeout.sh
 run fault/heartbeat-frozen-vs-busy 60 tests/cases/fault_heartbeat.sh
 run fault/heartbeat-silence-measured 180 tests/cases/heartbeat_pause.sh
+run fault/init-first-error-reported 30 tests/cases/init_first_error.sh
 run fault/collective-mismatch-and-stall 60 tests/cases/coll_debug.sh
 run fault/abort-reaches-every-rank 60 tests/cases/fault_abort.sh
 
