@@ -47,6 +47,7 @@ dt_status dt__fail_errno(dt_status code, const char *fmt, ...)
     va_end(ap);
     if (n >= 0 && (size_t)n < sizeof last_error)
         snprintf(last_error + n, sizeof last_error - (size_t)n, ": %s", strerror(err));
+    errno = err; /* the caller may still look at it */
     return code;
 }
 

@@ -10,6 +10,7 @@
 #include "transport/socket.h"
 
 enum { NONCE = 32, MAC = 32, CHALLENGE = 4 + 1 + NONCE, RESPONSE = NONCE + 8 + MAC };
+_Static_assert(CHALLENGE == DT_AUTH_CHALLENGE_LEN, "the refusal has the challenge's length");
 
 dt_status dt__random_bytes(void *out, size_t len)
 {
@@ -64,6 +65,14 @@ dt_status dt__auth_connect(int fd, const char *token, const char *label, int64_t
 {
     uint8_t challenge[CHALLENGE], response[RESPONSE], proof[MAC], expect[MAC];
     DT_CHECK(dt__sock_recv_all(fd, challenge, sizeof challenge, deadline_ns, what));
+    if (memcmp(challenge, DT_AUTH_REFUSAL, 4) == 0) {
+        char why[CHALLENGE - 4 + 1]; /* untrusted: printable characters only */
+        size_t n = 0;
+        for (; n < CHALLENGE - 4 && challenge[4 + n]; n++)
+            why[n] = challenge[4 + n] >= 32 && challenge[4 + n] < 127 ? (char)challenge[4 + n] : '?';
+        why[n] = '\0';
+        return dt__fail(DT_ERR_PEER, "%s refused the connection: %s", what, why);
+    }
     if (memcmp(challenge, "DTAU", 4) != 0)
         return dt__fail(DT_ERR_PROTOCOL, "%s is not a dtrain endpoint (bad greeting)", what);
     if (challenge[4] != DT_AUTH_VERSION)

@@ -16,6 +16,11 @@
 #include "dtrain/base.h"
 
 #define DT_AUTH_VERSION 1
+/* The acceptor's first message: the challenge, or, from a server turning the
+ * connection away, "DTNO" and a NUL-padded reason ("too many clients") of
+ * the same length, which the connector reports. */
+#define DT_AUTH_CHALLENGE_LEN 37
+#define DT_AUTH_REFUSAL "DTNO"
 
 /* Acceptor side.  On success *info_out is the connector's asserted info. */
 dt_status dt__auth_accept(int fd, const char *token, const char *label, int64_t deadline_ns,

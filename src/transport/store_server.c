@@ -1,6 +1,19 @@
 /* The rendezvous store server: one acceptor thread plus one thread per
  * client.  A client that fails the job-token handshake, sends garbage or
- * stops mid-message is logged and dropped; the store keeps serving. */
+ * stops mid-message is logged and dropped; the store keeps serving.
+ *
+ * Strangers must not crowd out the job's own processes (issue 29):
+ * - a connection has AUTH_SECONDS to prove the job token;
+ * - unauthenticated connections are capped apart from authenticated ones
+ *   (MAX_UNAUTH): at the cap the oldest one is dropped, never the new one,
+ *   so a rank arriving behind a flood of idle connections still gets in;
+ * - with MAX_CLIENTS authenticated clients a newcomer is told "too many
+ *   clients" (a DTNO greeting the client reports) before being closed;
+ * - out of file descriptors, the acceptor drops the oldest unauthenticated
+ *   connection and stops polling the listener for ACCEPT_BACKOFF_MS instead
+ *   of spinning on the failing accept;
+ * - lines strangers can provoke are rate limited (LOG_BURST per LOG_WINDOW_S,
+ *   then one line with the number suppressed). */
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
@@ -17,10 +30,15 @@
 #include "base/status.h"
 #include "transport/auth.h"
 #include "transport/socket.h"
+#include "transport/store_limits.h"
 #include "dtrain/store.h"
 
-#define AUTH_SECONDS 10.0
+#define AUTH_SECONDS 3.0
 #define MAX_CLIENTS 4096
+#define MAX_UNAUTH 512
+#define ACCEPT_BACKOFF_MS 100
+#define LOG_BURST 5
+#define LOG_WINDOW_S 10.0
 
 typedef struct {
     char *key;
@@ -29,9 +47,11 @@ typedef struct {
 } entry;
 
 typedef struct client {
-    struct client *next;
+    struct client *next; /* newest first */
     dt_store_server *srv;
     int fd;
+    bool authed;  /* proved the job token; guarded by mu */
+    bool dropped; /* shut down to make room; guarded by mu */
     char peer[96];
 } client;
 
@@ -42,7 +62,10 @@ struct dt_store_server {
     pthread_mutex_t mu;
     pthread_cond_t changed; /* a key was set, a client ended, or stop */
     bool stopping;
-    int nclients, refused;
+    int nclients, nunauth, refused; /* nclients: every thread; nunauth: of them, not yet authenticated */
+    int max_auth, max_unauth;
+    long dropped; /* unauthenticated connections dropped to make room */
+    dt__log_limit refusals, accept_failures; /* guarded by mu */
     client *clients;
     entry *entries;
     size_t nentries, cap;
@@ -190,25 +213,70 @@ static void client_done(client *c)
             break;
         }
     s->nclients--;
+    if (!c->authed)
+        s->nunauth--;
     pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->mu);
     close(c->fd);
     free(c);
 }
 
+/* Log a refused or dropped connection, at most LOG_BURST lines a window. */
+static void log_refusal(dt_store_server *s, const char *why)
+{
+    long suppressed = 0;
+    pthread_mutex_lock(&s->mu);
+    bool pass = !s->stopping && dt__log_limit_pass(&s->refusals, &suppressed);
+    pthread_mutex_unlock(&s->mu);
+    if (!pass)
+        return;
+    if (suppressed)
+        DT_WARN("rendezvous store: refused a connection: %s (and %ld more since the last such line)", why,
+                suppressed);
+    else
+        DT_WARN("rendezvous store: refused a connection: %s", why);
+}
+
+/* Tell the client why it is turned away, in place of the challenge. */
+static void send_refusal(client *c, const char *why)
+{
+    uint8_t msg[DT_AUTH_CHALLENGE_LEN] = {0};
+    memcpy(msg, DT_AUTH_REFUSAL, 4);
+    size_t n = strlen(why);
+    memcpy(msg + 4, why, n < sizeof msg - 5 ? n : sizeof msg - 5); /* NUL-padded */
+    dt__sock_send_all(c->fd, msg, sizeof msg, dt__deadline_after(1), c->peer);
+}
+
 static void *client_main(void *arg)
 {
     client *c = arg;
     dt_store_server *s = c->srv;
-    dt_status st = dt__auth_accept(c->fd, s->token, "dtrain-store", dt__deadline_after(AUTH_SECONDS),
-                                   c->peer, NULL);
-    if (st != DT_OK) {
-        pthread_mutex_lock(&s->mu);
+    pthread_mutex_lock(&s->mu);
+    bool full = s->nclients - s->nunauth >= s->max_auth;
+    pthread_mutex_unlock(&s->mu);
+    dt_status st;
+    if (full) {
+        char why[64];
+        snprintf(why, sizeof why, "too many clients (%d)", s->max_auth);
+        send_refusal(c, why);
+        st = dt__fail(DT_ERR_PEER, "%s: %s", c->peer, why);
+    } else {
+        st = dt__auth_accept(c->fd, s->token, "dtrain-store", dt__deadline_after(AUTH_SECONDS), c->peer, NULL);
+    }
+    pthread_mutex_lock(&s->mu);
+    bool dropped = c->dropped;
+    if (st == DT_OK && !dropped) {
+        c->authed = true;
+        s->nunauth--;
+    }
+    if (st != DT_OK)
         s->refused++;
-        bool stopping = s->stopping;
-        pthread_mutex_unlock(&s->mu);
-        if (!stopping)
-            DT_WARN("rendezvous store: refused a connection: %s", dt_last_error());
+    pthread_mutex_unlock(&s->mu);
+    if (st != DT_OK || dropped) {
+        if (dropped) /* already logged by the acceptor */
+            st = st == DT_OK ? DT_ERR_PEER : st;
+        else
+            log_refusal(s, dt_last_error());
         client_done(c);
         return NULL;
     }
@@ -227,6 +295,45 @@ static void *client_main(void *arg)
     return NULL;
 }
 
+/* Caller holds mu.  Shut the oldest unauthenticated connection down (its
+ * thread ends it); false when there is none. */
+static bool drop_oldest_unauth(dt_store_server *s, const char *because)
+{
+    client *oldest = NULL;
+    for (client *c = s->clients; c; c = c->next)
+        if (!c->authed && !c->dropped)
+            oldest = c;
+    if (!oldest)
+        return false;
+    oldest->dropped = true;
+    shutdown(oldest->fd, SHUT_RDWR);
+    s->dropped++;
+    long suppressed = 0;
+    if (dt__log_limit_pass(&s->refusals, &suppressed))
+        DT_WARN("rendezvous store: %s: dropped the oldest connection that had not proved the job token, %s "
+                "(%ld dropped so far%s)",
+                because, oldest->peer, s->dropped, suppressed ? "; similar lines suppressed" : "");
+    return true;
+}
+
+/* accept() failed for want of file descriptors or memory: make room, say so
+ * (rate limited), and do not look at the listener for a while: it stays
+ * readable, and polling it again at once spins a core. */
+static void accept_failed(dt_store_server *s, int err)
+{
+    pthread_mutex_lock(&s->mu);
+    char because[160];
+    snprintf(because, sizeof because, "accept failed: %s", strerror(err));
+    bool made_room = drop_oldest_unauth(s, because);
+    long suppressed = 0;
+    if (!made_room && dt__log_limit_pass(&s->accept_failures, &suppressed))
+        DT_WARN("rendezvous store: cannot accept connections: %s (%d clients); retrying every %d ms%s", strerror(err),
+                s->nclients, ACCEPT_BACKOFF_MS, suppressed ? " (failures since the last such line not logged)" : "");
+    pthread_mutex_unlock(&s->mu);
+    struct timespec pause = {0, ACCEPT_BACKOFF_MS * 1000000L};
+    nanosleep(&pause, NULL);
+}
+
 static void *acceptor_main(void *arg)
 {
     dt_store_server *s = arg;
@@ -240,7 +347,13 @@ static void *acceptor_main(void *arg)
             return NULL;
         int fd;
         char peer[64];
-        if (dt__sock_accept(s->listen_fd, &fd, peer, sizeof peer) != DT_OK || fd < 0)
+        if (dt__sock_accept(s->listen_fd, &fd, peer, sizeof peer) != DT_OK) {
+            int err = errno;
+            if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM)
+                accept_failed(s, err);
+            continue;
+        }
+        if (fd < 0)
             continue;
         client *c = calloc(1, sizeof *c);
         pthread_attr_t attr;
@@ -248,23 +361,25 @@ static void *acceptor_main(void *arg)
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         pthread_mutex_lock(&s->mu);
         pthread_t th;
-        if (!c || s->nclients >= MAX_CLIENTS) {
+        if (!c) {
             pthread_mutex_unlock(&s->mu);
-            DT_WARN("rendezvous store: refused %s: too many clients", peer);
-            free(c);
             close(fd);
             pthread_attr_destroy(&attr);
             continue;
         }
+        if (s->nunauth >= s->max_unauth)
+            drop_oldest_unauth(s, "too many connections that have not proved the job token");
         c->srv = s;
         c->fd = fd;
         snprintf(c->peer, sizeof c->peer, "client %s", peer);
         c->next = s->clients;
         s->clients = c;
         s->nclients++;
+        s->nunauth++;
         if (pthread_create(&th, &attr, client_main, c) != 0) {
             s->clients = c->next;
             s->nclients--;
+            s->nunauth--;
             close(fd);
             free(c);
         }
@@ -287,6 +402,10 @@ dt_status dt_store_server_start(const char *bind_ip, int port, const char *token
         free(s);
         return dt__wrap(st, "rendezvous store: ");
     }
+    s->max_auth = MAX_CLIENTS;
+    s->max_unauth = MAX_UNAUTH;
+    s->refusals = (dt__log_limit){.window_s = LOG_WINDOW_S, .burst = LOG_BURST};
+    s->accept_failures = (dt__log_limit){.window_s = LOG_WINDOW_S, .burst = 1};
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->changed, NULL);
     if (pthread_create(&s->acceptor, NULL, acceptor_main, s) != 0) {
@@ -300,6 +419,14 @@ dt_status dt_store_server_start(const char *bind_ip, int port, const char *token
 }
 
 int dt_store_server_port(const dt_store_server *s) { return s->port; }
+
+void dt__store_server_set_limits(dt_store_server *s, int max_auth, int max_unauth)
+{
+    pthread_mutex_lock(&s->mu);
+    s->max_auth = max_auth;
+    s->max_unauth = max_unauth;
+    pthread_mutex_unlock(&s->mu);
+}
 
 int dt_store_server_refused(const dt_store_server *s)
 {
