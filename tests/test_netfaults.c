@@ -19,6 +19,7 @@
 #include "base/clock.h"
 #include "check.h"
 #include "dtrain/store.h"
+#include "transport/engine.h"
 #include "transport/heartbeat.h"
 #include "transport/socket.h"
 #include "transport/store_limits.h"
@@ -283,10 +284,85 @@ static void test_store_out_of_fds(void)
     dt_store_server_stop(srv);
 }
 
+typedef struct {
+    int port, rank;
+    dt_status create;
+    double took;
+    char message[512];
+} engine_rank;
+
+static void *engine_rank_main(void *arg)
+{
+    engine_rank *a = arg;
+    dt_store_client *store;
+    int64_t t0 = dt__now_ns();
+    a->create = dt_store_connect("127.0.0.1", a->port, TOKEN, 5, &store);
+    if (a->create != DT_OK)
+        return NULL;
+    dt__engine_config cfg = {.rank = a->rank, .size = 3, .token = TOKEN, .key_prefix = "b0", .timeout_s = 30,
+                             .transport = DT__TRANSPORT_TCP};
+    dt__engine *e = NULL;
+    a->create = dt__engine_create(&cfg, store, &e);
+    a->took = (double)(dt__now_ns() - t0) / 1e9;
+    snprintf(a->message, sizeof a->message, "%s", a->create == DT_OK ? "" : dt_last_error());
+    if (e) {
+        dt__engine_close(e);
+        dt__engine_destroy(e);
+    }
+    dt_store_close(store);
+    return NULL;
+}
+
+/* B: two idle connections to rank 0's peer port during start-up do not keep
+ * ranks 1 and 2 out (the listener handshook one connection at a time, 10 s
+ * each, and the connectors gave up after their own 10 s). */
+static void test_engine_idle_strangers(void)
+{
+    dt_store_server *srv;
+    EXPECT_STATUS(dt_store_server_start("127.0.0.1", 0, TOKEN, &srv), DT_OK);
+    engine_rank r[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++)
+        r[i] = (engine_rank){.port = dt_store_server_port(srv), .rank = i};
+    pthread_create(&th[0], NULL, engine_rank_main, &r[0]);
+    dt_store_client *c;
+    EXPECT_STATUS(dt_store_connect("127.0.0.1", r[0].port, TOKEN, 5, &c), DT_OK);
+    void *addr = NULL;
+    size_t len;
+    EXPECT_STATUS(dt_store_get(c, "b0/addr/0", 10, &addr, &len), DT_OK);
+    char host[64];
+    int port = 0;
+    if (addr) {
+        char *sp = strchr(addr, ' ');
+        if (sp)
+            *sp = '\0';
+        dt__parse_hostport(addr, host, sizeof host, &port);
+    }
+    free(addr);
+    int strangers[2] = {idle_connect(port), idle_connect(port)};
+    EXPECT(strangers[0] >= 0 && strangers[1] >= 0);
+    sleep_s(0.2); /* the listener takes them first */
+    pthread_create(&th[1], NULL, engine_rank_main, &r[1]);
+    pthread_create(&th[2], NULL, engine_rank_main, &r[2]);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) {
+        printf("rank %d with 2 idle strangers at rank 0: %s in %.2f s %s\n", i, dt_status_name(r[i].create),
+               r[i].took, r[i].message);
+        EXPECT_STATUS(r[i].create, DT_OK);
+        EXPECT(r[i].took < 5);
+    }
+    close(strangers[0]);
+    close(strangers[1]);
+    dt_store_close(c);
+    dt_store_server_stop(srv);
+}
+
 int main(void)
 {
     test_heartbeat_start_retries();
     test_store_too_many_clients();
+    test_engine_idle_strangers();
     test_store_flood();
     test_store_out_of_fds();
     return CHECK_DONE("test_netfaults");
