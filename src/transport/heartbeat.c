@@ -234,11 +234,18 @@ dt_status dt__heartbeat_check(dt__heartbeat *h, int peer, const char *peer_name)
     int64_t since = p->changed_ns, back = atomic_load(&h->store_back_ns);
     if (back > since)
         since = back;
-    if (now - since >= limit_ns)
+    if (now - since >= limit_ns) {
+        /* For the launcher: the rank that noticed exits first, but the one
+         * to name is the silent one (dtrun reads <prefix>/dead). */
+        char dead[256];
+        snprintf(key, sizeof key, "%s/dead", h->prefix);
+        snprintf(dead, sizeof dead, "%s sent no heartbeat for %.1f s or more", peer_name, (double)(now - since) / 1e9);
+        dt_store_set(h->check, key, dead, strlen(dead) + 1);
         return dt__fail(DT_ERR_PEER,
                         "%s sent no heartbeat for %.1f s or more (DT_HEARTBEAT_TIMEOUT=%.0f) while this rank waited on it: "
                         "the process is stopped or frozen, or its host lost its network",
                         peer_name, (double)(now - since) / 1e9, h->cfg.timeout_s);
+    }
     return DT_OK;
 }
 

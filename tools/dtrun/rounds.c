@@ -75,6 +75,33 @@ typedef struct {
 
 /* While ranks run: has another node ended the generation?  Node 0 of an
  * elastic job below its maximum also ends it when a node waits to join. */
+/* A rank that exits after declaring a silent peer dead (heartbeats) left the
+ * peer's name in w<g>/dead: name that rank, not the one that noticed.
+ * what: "rank 0 (pid 745) exited with status 3" -> "rank 1 (10.0.0.2:4000)
+ * sent no heartbeat for 30.0 s or more; declared dead by rank 0 (pid 745),
+ * which exited with status 3". */
+static void name_declared_dead(dt_store_client *st, int g, char *what, size_t len)
+{
+    char key[64];
+    snprintf(key, sizeof key, "w%d/dead", g);
+    void *val = NULL;
+    size_t n = 0;
+    if (dt_store_get(st, key, 0, &val, &n) != DT_OK)
+        return;
+    char noticed[512];
+    snprintf(noticed, sizeof noticed, "%s", what);
+    char *after_pid = strstr(noticed, ") ");
+    if (after_pid) {
+        *after_pid = '\0';
+        if (snprintf(what, len, "%.*s; declared dead by %s), which %s", (int)n, (const char *)val, noticed,
+                     after_pid + 2) < 0)
+            what[0] = '\0';
+    } else if (snprintf(what, len, "%.*s; declared dead by %s", (int)n, (const char *)val, noticed) < 0) {
+        what[0] = '\0';
+    }
+    free(val);
+}
+
 static bool watch(void *arg)
 {
     watch_ctx *w = arg;
@@ -211,6 +238,8 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
         }
         if (outcome == DTRUN_FAILED) {
             last_code = code;
+            if (!lost)
+                name_declared_dead(*store, g, what, sizeof what);
             snprintf(why, sizeof why, "failure: %s", what);
             if (o->nnodes > 1)
                 snprintf(why + strlen(why), sizeof why - strlen(why), " on node %d", o->node_rank);
