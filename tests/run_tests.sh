@@ -114,6 +114,7 @@ run dtrun/join-timeout 30 tests/cases/dtrun_join_timeout.sh
 run dtrun/two-nodes-localhost 200 tests/cases/dtrun_two_nodes.sh
 run dtrun/max-restarts 60 tests/cases/dtrun_restarts.sh
 run dtrun/restart-names-dead-rank 90 tests/cases/dtrun_dead_rank_named.sh
+run dtrun/store-silence-stops-node 120 tests/cases/dtrun_store_silence.sh
 if [ "$(nproc)" -ge 2 ]; then run dtrun/bind-ranks-to-cpus 30 tests/cases/dtrun_bind.sh
 else skip dtrun/bind-ranks-to-cpus "needs 2 CPUs (this machine has $(nproc))"; fi
 run launch/slurm-and-openmpi-env 200 tests/cases/launch_env.sh

@@ -63,6 +63,8 @@ dt_status dt_store_connect(const char *host, int port, const char *token, double
     return DT_OK;
 }
 
+int dt_store_broken(const dt_store_client *c) { return !c || c->fd < 0; }
+
 const char *dt_store_local_ip(const dt_store_client *c) { return c->local_ip; }
 
 void dt_store_close(dt_store_client *c)
