@@ -252,12 +252,13 @@ static void *client_main(void *arg)
     client *c = arg;
     dt_store_server *s = c->srv;
     pthread_mutex_lock(&s->mu);
-    bool full = s->nclients - s->nunauth >= s->max_auth;
+    int max_auth = s->max_auth;
+    bool full = s->nclients - s->nunauth >= max_auth;
     pthread_mutex_unlock(&s->mu);
     dt_status st;
     if (full) {
         char why[64];
-        snprintf(why, sizeof why, "too many clients (%d)", s->max_auth);
+        snprintf(why, sizeof why, "too many clients (%d)", max_auth);
         send_refusal(c, why);
         st = dt__fail(DT_ERR_PEER, "%s: %s", c->peer, why);
     } else {
