@@ -1,21 +1,8 @@
-/* The rendezvous store server: one acceptor thread plus one thread per
- * client.  A client that fails the job-token handshake, sends garbage or
- * stops mid-message is logged and dropped; the store keeps serving.
- *
- * Strangers must not crowd out the job's own processes (issue 29):
- * - a connection has AUTH_SECONDS to prove the job token;
- * - unauthenticated connections are capped apart from authenticated ones
- *   (MAX_UNAUTH): at the cap the oldest one is dropped, never the new one,
- *   so a rank arriving behind a flood of idle connections still gets in;
- * - with MAX_CLIENTS authenticated clients a newcomer is told "too many
- *   clients" (a DTNO greeting the client reports) before being closed;
- * - out of file descriptors, the acceptor drops the oldest unauthenticated
- *   connection and stops polling the listener for ACCEPT_BACKOFF_MS instead
- *   of spinning on the failing accept;
- * - lines strangers can provoke are rate limited (LOG_BURST per LOG_WINDOW_S,
- *   then one line with the number suppressed). */
+/* The rendezvous store server: the data, and one thread per client that
+ * proved the job token (store_accept.c handshakes the arrivals).  A client
+ * that sends garbage or stops mid-message is logged and dropped; the store
+ * keeps serving. */
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -28,48 +15,9 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/status.h"
-#include "transport/auth.h"
 #include "transport/socket.h"
+#include "transport/store_internal.h"
 #include "transport/store_limits.h"
-#include "dtrain/store.h"
-
-#define AUTH_SECONDS 3.0
-#define MAX_CLIENTS 4096
-#define MAX_UNAUTH 512
-#define ACCEPT_BACKOFF_MS 100
-#define LOG_BURST 5
-#define LOG_WINDOW_S 10.0
-
-typedef struct {
-    char *key;
-    uint8_t *val;
-    size_t len;
-} entry;
-
-typedef struct client {
-    struct client *next; /* newest first */
-    dt_store_server *srv;
-    int fd;
-    bool authed;  /* proved the job token; guarded by mu */
-    bool dropped; /* shut down to make room; guarded by mu */
-    char peer[96];
-} client;
-
-struct dt_store_server {
-    int listen_fd, port;
-    char *token;
-    pthread_t acceptor;
-    pthread_mutex_t mu;
-    pthread_cond_t changed; /* a key was set, a client ended, or stop */
-    bool stopping;
-    int nclients, nunauth, refused; /* nclients: every thread; nunauth: of them, not yet authenticated */
-    int max_auth, max_unauth;
-    long dropped; /* unauthenticated connections dropped to make room */
-    dt__log_limit refusals, accept_failures; /* guarded by mu */
-    client *clients;
-    entry *entries;
-    size_t nentries, cap;
-};
 
 static entry *find(dt_store_server *s, const char *key)
 {
@@ -213,79 +161,19 @@ static void client_done(client *c)
             break;
         }
     s->nclients--;
-    if (!c->authed)
-        s->nunauth--;
     pthread_cond_broadcast(&s->changed);
     pthread_mutex_unlock(&s->mu);
     close(c->fd);
     free(c);
 }
 
-/* Log a refused or dropped connection, at most LOG_BURST lines a window. */
-static void log_refusal(dt_store_server *s, const char *why)
-{
-    long suppressed = 0;
-    pthread_mutex_lock(&s->mu);
-    bool pass = !s->stopping && dt__log_limit_pass(&s->refusals, &suppressed);
-    pthread_mutex_unlock(&s->mu);
-    if (!pass)
-        return;
-    if (suppressed)
-        DT_WARN("rendezvous store: refused a connection: %s (and %ld more since the last such line)", why,
-                suppressed);
-    else
-        DT_WARN("rendezvous store: refused a connection: %s", why);
-}
-
-/* Tell the client why it is turned away, in place of the challenge. */
-static void send_refusal(client *c, const char *why)
-{
-    uint8_t msg[DT_AUTH_CHALLENGE_LEN] = {0};
-    memcpy(msg, DT_AUTH_REFUSAL, 4);
-    size_t n = strlen(why);
-    memcpy(msg + 4, why, n < sizeof msg - 5 ? n : sizeof msg - 5); /* NUL-padded */
-    dt__sock_send_all(c->fd, msg, sizeof msg, dt__deadline_after(1), c->peer);
-}
-
 static void *client_main(void *arg)
 {
     client *c = arg;
     dt_store_server *s = c->srv;
-    pthread_mutex_lock(&s->mu);
-    int max_auth = s->max_auth;
-    bool full = s->nclients - s->nunauth >= max_auth;
-    pthread_mutex_unlock(&s->mu);
     dt_status st;
-    if (full) {
-        char why[64];
-        snprintf(why, sizeof why, "too many clients (%d)", max_auth);
-        send_refusal(c, why);
-        st = dt__fail(DT_ERR_PEER, "%s: %s", c->peer, why);
-    } else {
-        st = dt__auth_accept(c->fd, s->token, "dtrain-store", dt__deadline_after(AUTH_SECONDS), c->peer, NULL);
-    }
-    pthread_mutex_lock(&s->mu);
-    bool dropped = c->dropped;
-    if (st == DT_OK && !dropped) {
-        c->authed = true;
-        s->nunauth--;
-    }
-    if (st != DT_OK)
-        s->refused++;
-    pthread_mutex_unlock(&s->mu);
-    if (st != DT_OK || dropped) {
-        if (dropped) /* already logged by the acceptor */
-            st = st == DT_OK ? DT_ERR_PEER : st;
-        else
-            log_refusal(s, dt_last_error());
-        client_done(c);
-        return NULL;
-    }
-    for (;;) {
-        st = serve_one(c);
-        if (st != DT_OK)
-            break;
-    }
+    while ((st = serve_one(c)) == DT_OK)
+        ;
     pthread_mutex_lock(&s->mu);
     bool stopping = s->stopping;
     pthread_mutex_unlock(&s->mu);
@@ -296,97 +184,31 @@ static void *client_main(void *arg)
     return NULL;
 }
 
-/* Caller holds mu.  Shut the oldest unauthenticated connection down (its
- * thread ends it); false when there is none. */
-static bool drop_oldest_unauth(dt_store_server *s, const char *because)
+bool dt__store_serve_client(dt_store_server *s, int fd, const char *peer)
 {
-    client *oldest = NULL;
-    for (client *c = s->clients; c; c = c->next)
-        if (!c->authed && !c->dropped)
-            oldest = c;
-    if (!oldest)
+    client *c = calloc(1, sizeof *c);
+    if (!c)
         return false;
-    oldest->dropped = true;
-    shutdown(oldest->fd, SHUT_RDWR);
-    s->dropped++;
-    long suppressed = 0;
-    if (dt__log_limit_pass(&s->refusals, &suppressed))
-        DT_WARN("rendezvous store: %s: dropped the oldest connection that had not proved the job token, %s "
-                "(%ld dropped so far%s)",
-                because, oldest->peer, s->dropped, suppressed ? "; similar lines suppressed" : "");
-    return true;
-}
-
-/* accept() failed for want of file descriptors or memory: make room, say so
- * (rate limited), and do not look at the listener for a while: it stays
- * readable, and polling it again at once spins a core. */
-static void accept_failed(dt_store_server *s, int err)
-{
+    c->srv = s;
+    c->fd = fd;
+    snprintf(c->peer, sizeof c->peer, "%s", peer);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t th;
     pthread_mutex_lock(&s->mu);
-    char because[160];
-    snprintf(because, sizeof because, "accept failed: %s", strerror(err));
-    bool made_room = drop_oldest_unauth(s, because);
-    long suppressed = 0;
-    if (!made_room && dt__log_limit_pass(&s->accept_failures, &suppressed))
-        DT_WARN("rendezvous store: cannot accept connections: %s (%d clients); retrying every %d ms%s", strerror(err),
-                s->nclients, ACCEPT_BACKOFF_MS, suppressed ? " (failures since the last such line not logged)" : "");
-    pthread_mutex_unlock(&s->mu);
-    struct timespec pause = {0, ACCEPT_BACKOFF_MS * 1000000L};
-    nanosleep(&pause, NULL);
-}
-
-static void *acceptor_main(void *arg)
-{
-    dt_store_server *s = arg;
-    for (;;) {
-        struct pollfd p = {.fd = s->listen_fd, .events = POLLIN};
-        poll(&p, 1, 200);
-        pthread_mutex_lock(&s->mu);
-        bool stopping = s->stopping;
-        pthread_mutex_unlock(&s->mu);
-        if (stopping)
-            return NULL;
-        int fd;
-        char peer[64];
-        if (dt__sock_accept(s->listen_fd, &fd, peer, sizeof peer) != DT_OK) {
-            int err = errno;
-            if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM)
-                accept_failed(s, err);
-            continue;
-        }
-        if (fd < 0)
-            continue;
-        client *c = calloc(1, sizeof *c);
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_mutex_lock(&s->mu);
-        pthread_t th;
-        if (!c) {
-            pthread_mutex_unlock(&s->mu);
-            close(fd);
-            pthread_attr_destroy(&attr);
-            continue;
-        }
-        if (s->nunauth >= s->max_unauth)
-            drop_oldest_unauth(s, "too many connections that have not proved the job token");
-        c->srv = s;
-        c->fd = fd;
-        snprintf(c->peer, sizeof c->peer, "client %s", peer);
-        c->next = s->clients;
-        s->clients = c;
-        s->nclients++;
-        s->nunauth++;
-        if (pthread_create(&th, &attr, client_main, c) != 0) {
-            s->clients = c->next;
-            s->nclients--;
-            s->nunauth--;
-            close(fd);
-            free(c);
-        }
-        pthread_mutex_unlock(&s->mu);
-        pthread_attr_destroy(&attr);
+    c->next = s->clients;
+    s->clients = c;
+    s->nclients++;
+    bool ok = pthread_create(&th, &attr, client_main, c) == 0;
+    if (!ok) {
+        s->clients = c->next;
+        s->nclients--;
+        free(c);
     }
+    pthread_mutex_unlock(&s->mu);
+    pthread_attr_destroy(&attr);
+    return ok;
 }
 
 dt_status dt_store_server_start(const char *bind_ip, int port, const char *token,
@@ -403,13 +225,11 @@ dt_status dt_store_server_start(const char *bind_ip, int port, const char *token
         free(s);
         return dt__wrap(st, "rendezvous store: ");
     }
-    s->max_auth = MAX_CLIENTS;
-    s->max_unauth = MAX_UNAUTH;
-    s->refusals = (dt__log_limit){.window_s = LOG_WINDOW_S, .burst = LOG_BURST};
-    s->accept_failures = (dt__log_limit){.window_s = LOG_WINDOW_S, .burst = 1};
+    s->max_auth = DT__STORE_MAX_CLIENTS;
+    s->max_unauth = DT__STORE_MAX_UNAUTH;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->changed, NULL);
-    if (pthread_create(&s->acceptor, NULL, acceptor_main, s) != 0) {
+    if (pthread_create(&s->acceptor, NULL, dt__store_acceptor_main, s) != 0) {
         close(s->listen_fd);
         free(s->token);
         free(s);
@@ -425,7 +245,7 @@ void dt__store_server_set_limits(dt_store_server *s, int max_auth, int max_unaut
 {
     pthread_mutex_lock(&s->mu);
     s->max_auth = max_auth;
-    s->max_unauth = max_unauth;
+    s->max_unauth = max_unauth < DT__STORE_MAX_UNAUTH ? max_unauth : DT__STORE_MAX_UNAUTH;
     pthread_mutex_unlock(&s->mu);
 }
 
