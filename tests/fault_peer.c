@@ -3,11 +3,13 @@
  * kill it came, in DIR/result.<rank>, for tests/run_tests.sh to check.
  *
  * usage: fault_peer DIR [--victim R] [--freeze 1 | --abort-at K | --stall-ms MS] [--delay-ms MS] [--count N]
- *                  [--iters N]
+ *                  [--iters N] [--pause-ms MS]
  * (--freeze 1: the victim SIGSTOPs itself instead, a frozen process;
  *  --abort-at K: the victim calls dt_comm_abort before its K-th allreduce;
  *  --stall-ms MS: the victim sleeps MS before its third allreduce, a busy
- *  but healthy rank, and lives on) */
+ *  but healthy rank, and lives on;
+ *  --pause-ms MS: every rank sleeps MS after each allreduce, a job that runs
+ *  for a known time).  DIR/ready.<rank> holds the rank's pid. */
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,7 +21,7 @@
 #include "dtrain/dtrain.h"
 
 static const char *dir;
-static int delay_ms = 500, freeze, abort_at = -1, stall_ms;
+static int delay_ms = 500, freeze, abort_at = -1, stall_ms, pause_ms;
 
 static double wall(void)
 {
@@ -68,6 +70,8 @@ int main(int argc, char **argv)
             abort_at = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--stall-ms"))
             stall_ms = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--pause-ms"))
+            pause_ms = atoi(argv[i + 1]);
     }
     signal(SIGTERM, SIG_IGN); /* report our own error before dtrun's SIGKILL */
     dt_comm *c;
@@ -80,8 +84,10 @@ int main(int argc, char **argv)
     char ready[512];
     snprintf(ready, sizeof ready, "%s/ready.%d", dir, rank); /* lets a test act once every rank runs */
     FILE *rf = fopen(ready, "w");
-    if (rf)
+    if (rf) {
+        fprintf(rf, "%d\n", (int)getpid());
         fclose(rf);
+    }
     pthread_t th;
     if (rank == victim && abort_at < 0 && stall_ms == 0)
         pthread_create(&th, NULL, killer, NULL);
@@ -100,6 +106,8 @@ int main(int argc, char **argv)
         if (rank == victim && done == 2 && stall_ms > 0)
             usleep((useconds_t)stall_ms * 1000);
         s = dt_allreduce(buf, buf, count, DT_F32, DT_SUM, c);
+        if (pause_ms > 0)
+            usleep((useconds_t)pause_ms * 1000);
     }
     double failed_at = wall();
     char path[512];

@@ -55,6 +55,7 @@ BIG=524288; [ "$QUICK" = 1 ] && BIG=65536
 run unit/base 60 "$BIN/test_base"
 run unit/algorithm-choice 30 "$BIN/test_algo"
 run unit/transport 120 "$BIN/test_transport"
+run unit/network-faults 120 "$BIN/test_netfaults"
 run transport/shared-memory 200 tests/cases/shm_transport.sh
 run transport/tcp-congestion-control 60 tests/cases/tcp_congestion.sh
 run collectives/bbr-limit-agreed 120 tests/cases/tcp_bbr_agree.sh
@@ -117,6 +118,8 @@ run dtrun/bad-arguments 30 tests/cases/dtrun_args.sh
 run dtrun/join-timeout 30 tests/cases/dtrun_join_timeout.sh
 run dtrun/two-nodes-localhost 200 tests/cases/dtrun_two_nodes.sh
 run dtrun/max-restarts 60 tests/cases/dtrun_restarts.sh
+run dtrun/restart-names-dead-rank 90 tests/cases/dtrun_dead_rank_named.sh
+run dtrun/store-silence-stops-node 120 tests/cases/dtrun_store_silence.sh
 if [ "$(nproc)" -ge 2 ]; then run dtrun/bind-ranks-to-cpus 30 tests/cases/dtrun_bind.sh
 else skip dtrun/bind-ranks-to-cpus "needs 2 CPUs (this machine has $(nproc))"; fi
 run launch/slurm-and-openmpi-env 200 tests/cases/launch_env.sh
@@ -127,6 +130,8 @@ run fault/kill-9-during-allreduce 90 tests/cases/fault_kill.sh
 run fault/rendezvous-garbage-and-wrong-token 120 tests/cases/fault_rendezvous.sh
 run fault/timeout-not-hang 60 tests/cases/fault_timeout.sh
 run fault/heartbeat-frozen-vs-busy 60 tests/cases/fault_heartbeat.sh
+run fault/heartbeat-silence-measured 180 tests/cases/heartbeat_pause.sh
+run fault/init-first-error-reported 30 tests/cases/init_first_error.sh
 run fault/collective-mismatch-and-stall 60 tests/cases/coll_debug.sh
 run fault/abort-reaches-every-rank 60 tests/cases/fault_abort.sh
 

@@ -52,6 +52,9 @@ dt_status dt_store_get(dt_store_client *c, const char *key, double timeout_s, vo
 dt_status dt_store_add(dt_store_client *c, const char *key, int64_t delta, int64_t *result);
 /* Seconds a request may take beyond its own wait (default 30). */
 void dt_store_set_io_timeout(dt_store_client *c, double seconds);
+/* True when a request failed and closed this client's connection: every
+ * later request fails at once; connect again. */
+int dt_store_broken(const dt_store_client *c);
 /* The local IPv4 address this client uses to reach the store. */
 const char *dt_store_local_ip(const dt_store_client *c);
 void dt_store_close(dt_store_client *c);

@@ -17,7 +17,7 @@ static const dt__tunable tunables[] = {
     {"DT_JOB_TOKEN", NULL, "shared secret of the job; proves membership (HMAC, never sent)"},
     {"DT_STORE", "rank0", "who serves the rendezvous store: rank0 or external (dtrun)"},
     {"DT_TIMEOUT", "600", "seconds any blocking call may wait before DT_ERR_TIMEOUT"},
-    {"DT_HEARTBEAT_TIMEOUT", "30", "seconds without a heartbeat (through the store) after which a rank waiting on a peer declares it stopped, frozen or cut off; 0: off"},
+    {"DT_HEARTBEAT_TIMEOUT", "30", "seconds without a heartbeat (through the store), or without an answer from the store, after which a rank waiting on a peer declares it stopped, frozen or cut off; 0: off"},
     {"DT_ALGO", "auto", "force a collective algorithm: auto, ring (alltoall: pairwise), rd (recursive doubling / trees; alltoall: all at once), rhd (recursive halving-doubling; alltoall: Bruck's exchange), direct (allreduce: every rank to every rank), shm (all ranks on one host: through one shared arena)"},
     {"DT_RING_SEGMENT", "262144", "bytes per pipelined segment of the ring algorithms"},
     {"DT_DIRECT_MSG", NULL, "allreduce up to this many bytes uses the direct algorithm, every rank sending to every rank (default: measured at start-up for 3 to 16 ranks, else 0)"},

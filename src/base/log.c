@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/env.h"
 #include "base/status.h"
 
@@ -95,4 +96,21 @@ void dt__log(dt__log_level level, const char *fmt, ...)
         vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
     fprintf(stderr, "%s\n", line);
+}
+
+bool dt__log_limit_pass(dt__log_limit *l, long *suppressed)
+{
+    long long now = (long long)dt__now_ns();
+    if (now - l->window_start_ns >= (long long)(l->window_s * 1e9)) {
+        l->window_start_ns = now;
+        l->logged = 0;
+    }
+    if (l->logged >= l->burst) {
+        l->suppressed++;
+        return false;
+    }
+    l->logged++;
+    *suppressed = l->suppressed;
+    l->suppressed = 0;
+    return true;
 }

@@ -22,6 +22,20 @@ void dt__log(dt__log_level level, const char *fmt, ...) __attribute__((format(pr
 /* The rank shown in log lines of this process (-1 until known). */
 void dt__log_set_rank(int rank);
 
+/* A rate limit for lines that strangers can provoke (refused connections,
+ * failed accepts): at most `burst` lines per `window_s` seconds.  Not
+ * thread-safe: guard it with the caller's lock. */
+typedef struct {
+    double window_s;
+    int burst;
+    long long window_start_ns;
+    int logged;     /* lines logged in this window */
+    long suppressed; /* lines not logged since the last one that was */
+} dt__log_limit;
+/* True when a line may be logged now; then *suppressed is the number of
+ * lines skipped since the last one logged (and is reset). */
+bool dt__log_limit_pass(dt__log_limit *l, long *suppressed);
+
 #define DT_WARN(...) dt__log(DT_LOG_WARN, __VA_ARGS__)
 #define DT_INFO(...) dt__log(DT_LOG_INFO, __VA_ARGS__)
 

@@ -7,7 +7,7 @@
 
 #include "base/log.h"
 
-static _Thread_local char last_error[1024];
+static _Thread_local char last_error[DT__ERROR_LEN];
 
 const char *dt_last_error(void) { return last_error; }
 
@@ -47,6 +47,7 @@ dt_status dt__fail_errno(dt_status code, const char *fmt, ...)
     va_end(ap);
     if (n >= 0 && (size_t)n < sizeof last_error)
         snprintf(last_error + n, sizeof last_error - (size_t)n, ": %s", strerror(err));
+    errno = err; /* the caller may still look at it */
     return code;
 }
 
@@ -60,6 +61,15 @@ dt_status dt__wrap(dt_status code, const char *fmt, ...)
     va_end(ap);
     if (n >= 0 && (size_t)n < sizeof last_error)
         snprintf(last_error + n, sizeof last_error - (size_t)n, "%s", old);
+    return code;
+}
+
+void dt__error_save(char out[DT__ERROR_LEN]) { memcpy(out, last_error, sizeof last_error); }
+
+dt_status dt__error_restore(dt_status code, const char saved[DT__ERROR_LEN])
+{
+    memcpy(last_error, saved, sizeof last_error);
+    last_error[sizeof last_error - 1] = '\0';
     return code;
 }
 

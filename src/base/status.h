@@ -11,6 +11,13 @@ dt_status dt__fail_errno(dt_status code, const char *fmt, ...) __attribute__((fo
 /* Prefix the current message with more context ("allreduce: " + old). */
 dt_status dt__wrap(dt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Clean-up after a failure may itself fail and overwrite the message; the
+ * first error is the one to report:
+ *   char why[DT__ERROR_LEN]; dt__error_save(why); clean_up(); return dt__error_restore(s, why); */
+#define DT__ERROR_LEN 1024
+void dt__error_save(char out[DT__ERROR_LEN]);
+dt_status dt__error_restore(dt_status code, const char saved[DT__ERROR_LEN]);
+
 /* Propagate a failure; at DT_DEBUG=trace logs file:line, giving a backtrace. */
 #define DT_CHECK(call)                                                   \
     do {                                                                 \

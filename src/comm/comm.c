@@ -175,28 +175,33 @@ dt_status dt_comm_init_env(dt_comm **out)
     dt_status s = read_tunables(c);
     if (s == DT_OK)
         s = init_world(&env, w);
+    char why[DT__ERROR_LEN]; /* tearing down must not replace the first error */
     if (s != DT_OK) {
         w->engine_closed = w->eng == NULL;
         free(c->ranks);
         free(c);
+        dt__error_save(why);
         world_release(w);
-        return s;
+        return dt__error_restore(s, why);
     }
     c->one_host = dt__comm_one_host(c);
     s = dt__shm_coll_setup(c);
     if (s != DT_OK) {
+        dt__error_save(why);
         dt_comm_destroy(c);
-        return dt__wrap(s, "setting up shared-memory collectives: ");
+        return dt__wrap(dt__error_restore(s, why), "setting up shared-memory collectives: ");
     }
     s = dt__tune_collectives(c);
     if (s != DT_OK) {
+        dt__error_save(why);
         dt_comm_destroy(c);
-        return dt__wrap(s, "timing the small-message algorithms at start-up: ");
+        return dt__wrap(dt__error_restore(s, why), "timing the small-message algorithms at start-up: ");
     }
     s = dt__hier_setup(c);
     if (s != DT_OK) {
+        dt__error_save(why);
         dt_comm_destroy(c);
-        return dt__wrap(s, "setting up hierarchical collectives: ");
+        return dt__wrap(dt__error_restore(s, why), "setting up hierarchical collectives: ");
     }
     DT_INFO("rank %d of %d joined (launcher %s, store %s:%d)", env.rank, env.size, env.launcher,
             env.master_host, env.master_port);

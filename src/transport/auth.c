@@ -10,6 +10,8 @@
 #include "transport/socket.h"
 
 enum { NONCE = 32, MAC = 32, CHALLENGE = 4 + 1 + NONCE, RESPONSE = NONCE + 8 + MAC };
+_Static_assert(CHALLENGE == DT_AUTH_CHALLENGE_LEN && RESPONSE == DT_AUTH_RESPONSE_LEN && MAC == DT_AUTH_PROOF_LEN,
+               "the lengths auth.h publishes");
 
 dt_status dt__random_bytes(void *out, size_t len)
 {
@@ -39,24 +41,37 @@ static void mac(const char *token, const char *label, char role, const uint8_t n
     HMAC(EVP_sha256(), token, (int)strlen(token), msg, ll + 1 + NONCE + 8, out, &outlen);
 }
 
-dt_status dt__auth_accept(int fd, const char *token, const char *label, int64_t deadline_ns,
-                          const char *what, int64_t *info_out)
+dt_status dt__auth_challenge(uint8_t challenge[DT_AUTH_CHALLENGE_LEN])
 {
-    uint8_t challenge[CHALLENGE], response[RESPONSE], expect[MAC], proof[MAC];
     memcpy(challenge, "DTAU", 4);
     challenge[4] = DT_AUTH_VERSION;
-    DT_CHECK(dt__random_bytes(challenge + 5, NONCE));
-    DT_CHECK(dt__sock_send_all(fd, challenge, sizeof challenge, deadline_ns, what));
-    DT_CHECK(dt__sock_recv_all(fd, response, sizeof response, deadline_ns, what));
+    return dt__random_bytes(challenge + 5, NONCE);
+}
+
+dt_status dt__auth_check(const char *token, const char *label, const uint8_t challenge[DT_AUTH_CHALLENGE_LEN],
+                         const uint8_t response[DT_AUTH_RESPONSE_LEN], const char *what,
+                         uint8_t proof[DT_AUTH_PROOF_LEN], int64_t *info_out)
+{
+    uint8_t expect[MAC];
     const uint8_t *nonce_c = response, *info = response + NONCE, *their_mac = response + NONCE + 8;
     mac(token, label, 'c', challenge + 5, info, expect);
     if (CRYPTO_memcmp(expect, their_mac, MAC) != 0)
         return dt__fail(DT_ERR_AUTH, "%s failed the job-token check (wrong DT_JOB_TOKEN or not a dtrain client)", what);
     mac(token, label, 'a', nonce_c, info, proof);
-    DT_CHECK(dt__sock_send_all(fd, proof, sizeof proof, deadline_ns, what));
     if (info_out)
         *info_out = (int64_t)dt__get_u64(info);
     return DT_OK;
+}
+
+dt_status dt__auth_accept(int fd, const char *token, const char *label, int64_t deadline_ns,
+                          const char *what, int64_t *info_out)
+{
+    uint8_t challenge[CHALLENGE], response[RESPONSE], proof[MAC];
+    DT_CHECK(dt__auth_challenge(challenge));
+    DT_CHECK(dt__sock_send_all(fd, challenge, sizeof challenge, deadline_ns, what));
+    DT_CHECK(dt__sock_recv_all(fd, response, sizeof response, deadline_ns, what));
+    DT_CHECK(dt__auth_check(token, label, challenge, response, what, proof, info_out));
+    return dt__sock_send_all(fd, proof, sizeof proof, deadline_ns, what);
 }
 
 dt_status dt__auth_connect(int fd, const char *token, const char *label, int64_t info,
@@ -64,6 +79,14 @@ dt_status dt__auth_connect(int fd, const char *token, const char *label, int64_t
 {
     uint8_t challenge[CHALLENGE], response[RESPONSE], proof[MAC], expect[MAC];
     DT_CHECK(dt__sock_recv_all(fd, challenge, sizeof challenge, deadline_ns, what));
+    if (memcmp(challenge, DT_AUTH_REFUSAL, 4) == 0) {
+        char why[CHALLENGE - 4 + 1]; /* untrusted: printable characters only */
+        size_t n = 0;
+        for (; n < CHALLENGE - 4 && challenge[4 + n]; n++)
+            why[n] = challenge[4 + n] >= 32 && challenge[4 + n] < 127 ? (char)challenge[4 + n] : '?';
+        why[n] = '\0';
+        return dt__fail(DT_ERR_PEER, "%s refused the connection: %s", what, why);
+    }
     if (memcmp(challenge, "DTAU", 4) != 0)
         return dt__fail(DT_ERR_PROTOCOL, "%s is not a dtrain endpoint (bad greeting)", what);
     if (challenge[4] != DT_AUTH_VERSION)

@@ -16,10 +16,26 @@
 #include "dtrain/base.h"
 
 #define DT_AUTH_VERSION 1
+/* The acceptor's first message: the challenge, or, from a server turning the
+ * connection away, "DTNO" and a NUL-padded reason ("too many clients") of
+ * the same length, which the connector reports. */
+#define DT_AUTH_CHALLENGE_LEN 37
+#define DT_AUTH_REFUSAL "DTNO"
 
 /* Acceptor side.  On success *info_out is the connector's asserted info. */
 dt_status dt__auth_accept(int fd, const char *token, const char *label, int64_t deadline_ns,
                           const char *what, int64_t *info_out);
+/* The acceptor side in steps, for a listener that handshakes many
+ * connections at once without blocking: make the challenge (send it), then
+ * once the connector's DT_AUTH_RESPONSE_LEN bytes are in, check them; on
+ * success send `proof` (DT_AUTH_PROOF_LEN bytes) and *info_out is the
+ * connector's asserted info. */
+#define DT_AUTH_RESPONSE_LEN 72
+#define DT_AUTH_PROOF_LEN 32
+dt_status dt__auth_challenge(uint8_t challenge[DT_AUTH_CHALLENGE_LEN]);
+dt_status dt__auth_check(const char *token, const char *label, const uint8_t challenge[DT_AUTH_CHALLENGE_LEN],
+                         const uint8_t response[DT_AUTH_RESPONSE_LEN], const char *what,
+                         uint8_t proof[DT_AUTH_PROOF_LEN], int64_t *info_out);
 /* Connector side: proves the token and checks the acceptor's proof. */
 dt_status dt__auth_connect(int fd, const char *token, const char *label, int64_t info,
                            int64_t deadline_ns, const char *what);

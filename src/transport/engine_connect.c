@@ -4,7 +4,9 @@
  * to every lower rank and accepts every higher one.  Lower ranks finish their
  * own connects before accepting, and the kernel's listen backlog holds the
  * early arrivals, so the order cannot deadlock.  Every link is authenticated
- * with the job token; the connector's rank is covered by the MAC. */
+ * with the job token; the connector's rank is covered by the MAC.  The
+ * listener handshakes every arrival at once (engine_accept.c); a connector
+ * whose handshake fails tries again until the job's deadline. */
 #include <poll.h>
 #include <sys/stat.h>
 #include <stdio.h>
@@ -69,6 +71,22 @@ static dt_status peer_address(dt_store_client *store, const dt__engine_config *c
     return DT_OK;
 }
 
+/* One attempt at a link to lower rank r at host:port. */
+static dt_status connect_once(dt__engine *e, const dt__engine_config *cfg, const char *label, peer *p,
+                              const char *host, int port, int64_t deadline, int *fd)
+{
+    dt_status s = dt__sock_connect(host, port, deadline, fd);
+    if (s != DT_OK)
+        return dt__wrap(s, "connecting to %s: ", p->name);
+    s = dt__sock_tune(*fd, cfg->sock_buffer, cfg->tcp_congestion);
+    int64_t hs = dt__deadline_after(HANDSHAKE_SECONDS);
+    if (s == DT_OK)
+        s = dt__auth_connect(*fd, cfg->token, label, e->rank, hs < deadline ? hs : deadline, p->name);
+    if (s != DT_OK)
+        close(*fd);
+    return s;
+}
+
 static dt_status connect_lower(dt__engine *e, const dt__engine_config *cfg, dt_store_client *store,
                                const char *label, int r, int64_t deadline, char *peer_host)
 {
@@ -79,56 +97,45 @@ static dt_status connect_lower(dt__engine *e, const dt__engine_config *cfg, dt_s
     peer *p = &e->peers[r];
     snprintf(p->name, sizeof p->name, "rank %d (%s)", r, addr);
     int fd;
-    dt_status s = dt__sock_connect(host, port, deadline, &fd);
-    if (s != DT_OK)
-        return dt__wrap(s, "connecting to %s: ", p->name);
-    s = dt__sock_tune(fd, cfg->sock_buffer, cfg->tcp_congestion);
-    if (s != DT_OK) {
-        close(fd);
-        return s;
-    }
-    int64_t hs = dt__deadline_after(HANDSHAKE_SECONDS);
-    s = dt__auth_connect(fd, cfg->token, label, e->rank, hs < deadline ? hs : deadline, p->name);
-    if (s != DT_OK) {
-        close(fd);
-        return s;
+    /* A handshake that fails (the listener busy with its own connects, or
+     * dropping us among strangers) is tried again until the job's deadline;
+     * a wrong token is final. */
+    dt_status s;
+    while ((s = connect_once(e, cfg, label, p, host, port, deadline, &fd)) != DT_OK) {
+        if (s == DT_ERR_AUTH || dt__now_ns() + 100000000 >= deadline)
+            return s;
+        DT_INFO("connecting to %s: %s; trying again", p->name, dt_last_error());
+        struct pollfd none;
+        poll(&none, 0, 100);
     }
     p->fd = fd;
     return DT_OK;
 }
 
-/* Accept one connection; a stranger or a bad token is logged and dropped. */
-static dt_status accept_one(dt__engine *e, const dt__engine_config *cfg, dt_store_client *store,
-                            const char *label, int lfd, int64_t deadline, int *remaining, char (*hosts)[128])
+typedef struct {
+    dt__engine *e;
+    const dt__engine_config *cfg;
+    dt_store_client *store;
+    int64_t deadline;
+    char (*hosts)[128];
+} joining;
+
+/* A higher rank finished its handshake: look up its address, take its link. */
+static dt_status joined(void *arg, int rank, int fd)
 {
-    int fd;
-    char from[64];
-    DT_CHECK(dt__sock_accept(lfd, &fd, from, sizeof from));
-    if (fd < 0)
-        return DT_OK;
-    char what[96];
-    snprintf(what, sizeof what, "connection from %s", from);
-    int64_t info = -1;
-    int64_t hs = dt__deadline_after(HANDSHAKE_SECONDS);
-    dt_status s = dt__auth_accept(fd, cfg->token, label, hs < deadline ? hs : deadline, what, &info);
-    if (s == DT_OK && (info <= e->rank || info >= e->size || e->peers[info].fd >= 0))
-        s = dt__fail(DT_ERR_PROTOCOL, "%s claims rank %lld, which is not an expected peer", what, (long long)info);
-    if (s != DT_OK) {
-        DT_WARN("refused a peer connection: %s", dt_last_error());
-        close(fd);
-        return DT_OK;
-    }
-    peer *p = &e->peers[info];
+    joining *j = arg;
+    peer *p = &j->e->peers[rank];
     char addr[80];
-    DT_CHECK(peer_address(store, cfg, (int)info, deadline, addr, sizeof addr, hosts[info]));
-    snprintf(p->name, sizeof p->name, "rank %d (%s)", (int)info, addr);
-    s = dt__sock_tune(fd, cfg->sock_buffer, cfg->tcp_congestion);
+    dt_status s = peer_address(j->store, j->cfg, rank, j->deadline, addr, sizeof addr, j->hosts[rank]);
+    if (s == DT_OK) {
+        snprintf(p->name, sizeof p->name, "rank %d (%s)", rank, addr);
+        s = dt__sock_tune(fd, j->cfg->sock_buffer, j->cfg->tcp_congestion);
+    }
     if (s != DT_OK) {
         close(fd);
         return s;
     }
     p->fd = fd;
-    (*remaining)--;
     return DT_OK;
 }
 
@@ -149,21 +156,9 @@ static dt_status build_mesh(dt__engine *e, const dt__engine_config *cfg, dt_stor
     dt_status s = dt_store_set(store, key, addr, strlen(addr) + 1);
     for (int r = 0; s == DT_OK && r < e->rank; r++)
         s = connect_lower(e, cfg, store, label, r, deadline, hosts[r]);
-    int remaining = e->size - 1 - e->rank;
-    while (s == DT_OK && remaining > 0) {
-        if (dt__now_ns() >= deadline) {
-            int missing = -1;
-            for (int r = e->size - 1; r > e->rank; r--)
-                if (e->peers[r].fd < 0)
-                    missing = r;
-            s = dt__fail(DT_ERR_TIMEOUT, "rank %d did not connect within %.0f s (%d higher ranks missing)", missing,
-                         cfg->timeout_s, remaining);
-            break;
-        }
-        struct pollfd pf = {.fd = lfd, .events = POLLIN};
-        if (poll(&pf, 1, dt__ms_left(deadline, 500)) > 0)
-            s = accept_one(e, cfg, store, label, lfd, deadline, &remaining, hosts);
-    }
+    joining j = {.e = e, .cfg = cfg, .store = store, .deadline = deadline, .hosts = hosts};
+    if (s == DT_OK)
+        s = dt__engine_accept_peers(e, cfg, label, lfd, deadline, joined, &j);
     close(lfd);
     return s;
 }

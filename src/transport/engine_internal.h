@@ -87,6 +87,13 @@ struct dt__engine {
 dt_status dt__engine_shm_setup(dt__engine *e, const dt__engine_config *cfg, struct dt_store_client *store,
                                char (*peer_host)[128], int64_t deadline);
 
+/* Accept and authenticate every higher rank on listener lfd, handshakes side
+ * by side (engine_accept.c); each finished one is handed to joined(arg, rank,
+ * fd), which takes the descriptor.  Strangers and bad tokens are logged
+ * (rate limited) and dropped. */
+dt_status dt__engine_accept_peers(dt__engine *e, const dt__engine_config *cfg, const char *label, int lfd,
+                                  int64_t deadline, dt_status (*joined)(void *arg, int rank, int fd), void *arg);
+
 /* Unlink r, which follows prev (NULL: r is the head), from a request queue. */
 static inline dt__req *dt__req_unlink(dt__req **head, dt__req **tail, dt__req *prev, dt__req *r)
 {

@@ -1,6 +1,7 @@
 #include "transport/heartbeat.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,15 @@ struct dt__heartbeat {
     double period_s;
     dt_store_client *beat, *check; /* one each: the thread must never wait behind a check */
     peer_beat *peers;
-    int64_t store_ok_ns; /* last time a check reached the store */
+    /* The last evidence that the store is alive: any exchange with it that
+     * got an answer (a beat, a check, a connection made), by either thread.
+     * Silence is measured from here, never from the last check: checks run
+     * only while a rank waits, so the last one may be minutes old. */
+    _Atomic int64_t store_ok_ns;
+    /* When the store answered again after a silence of more than two
+     * periods: no peer could beat through it meanwhile, so a peer's counter
+     * standing still over that time says nothing about the peer. */
+    _Atomic int64_t store_back_ns;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t wake;
@@ -39,15 +48,39 @@ static void key_of(const dt__heartbeat *h, const char *what, int rank, char *key
     snprintf(key, len, "%s/%s/%d", h->prefix, what, rank);
 }
 
-/* Connect *c if it is not (first use, or dropped after a failed request). */
-static dt_status connected(dt__heartbeat *h, dt_store_client **c)
+static void store_answered(dt__heartbeat *h)
 {
-    if (!*c) {
-        DT_CHECK(dt_store_connect(h->host, h->cfg.port, h->token, h->period_s, c));
-        dt_store_set_io_timeout(*c, h->period_s);
+    int64_t now = dt__now_ns(), seen = atomic_load(&h->store_ok_ns);
+    while (seen < now && !atomic_compare_exchange_weak(&h->store_ok_ns, &seen, now))
+        ;
+    if (now - seen > (int64_t)(2 * h->period_s * 1e9))
+        atomic_store(&h->store_back_ns, now);
+}
+
+/* Connect *c if it is not (first use, or dropped after a failed request),
+ * trying for up to `seconds`: a refused or dropped attempt (a store still
+ * starting, a loaded machine, a full backlog) is retried, a wrong token is not. */
+static dt_status connect_within(dt__heartbeat *h, dt_store_client **c, double seconds)
+{
+    if (*c)
+        return DT_OK;
+    int64_t deadline = dt__deadline_after(seconds);
+    for (;;) {
+        double left = (double)(deadline - dt__now_ns()) / 1e9;
+        dt_status s = dt_store_connect(h->host, h->cfg.port, h->token, left > 0.05 ? left : 0.05, c);
+        if (s == DT_OK)
+            break;
+        if (s == DT_ERR_AUTH || dt__now_ns() + 50000000 >= deadline)
+            return s;
+        struct timespec pause = {0, 50000000};
+        nanosleep(&pause, NULL);
     }
+    dt_store_set_io_timeout(*c, h->period_s);
+    store_answered(h);
     return DT_OK;
 }
+
+static dt_status connected(dt__heartbeat *h, dt_store_client **c) { return connect_within(h, c, h->period_s); }
 
 /* A client whose connection broke (a request timed out) is replaced. */
 static dt_status request_add(dt__heartbeat *h, dt_store_client **c, const char *key, int64_t delta, int64_t *value)
@@ -57,6 +90,8 @@ static dt_status request_add(dt__heartbeat *h, dt_store_client **c, const char *
     if (s != DT_OK) {
         dt_store_close(*c);
         *c = NULL;
+    } else {
+        store_answered(h);
     }
     return s;
 }
@@ -117,13 +152,18 @@ dt_status dt__heartbeat_start(const dt__heartbeat_config *cfg, dt__heartbeat **o
     snprintf(h->token, sizeof h->token, "%s", cfg->token);
     snprintf(h->prefix, sizeof h->prefix, "%s", cfg->key_prefix);
     h->period_s = cfg->timeout_s / 10;
-    h->store_ok_ns = dt__now_ns();
+    atomic_init(&h->store_ok_ns, dt__now_ns());
+    atomic_init(&h->store_back_ns, 0);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->wake, NULL);
     char key[128];
     int64_t v;
     key_of(h, "hb", cfg->rank, key, sizeof key);
-    dt_status s = request_add(h, &h->beat, key, 1, &v); /* the first beat before anyone checks */
+    /* The first beat before anyone checks.  Start-up on a loaded machine may
+     * take a while: the connection may take the whole timeout, not a period. */
+    dt_status s = connect_within(h, &h->beat, cfg->timeout_s);
+    if (s == DT_OK)
+        s = request_add(h, &h->beat, key, 1, &v);
     if (s == DT_OK && pthread_create(&h->thread, NULL, beat_loop, h) != 0)
         s = dt__fail(DT_ERR_SYSTEM, "heartbeat: cannot start its thread");
     if (s != DT_OK) {
@@ -164,34 +204,48 @@ dt_status dt__heartbeat_check(dt__heartbeat *h, int peer, const char *peer_name)
     int64_t now = dt__now_ns(), period_ns = (int64_t)(h->period_s * 1e9);
     if (p->checked_ns && now - p->checked_ns < period_ns)
         return DT_OK;
-    p->checked_ns = now;
-    /* A healthy peer moves its counter every period; silence for the timeout
-     * less one period means nine beats in a row went missing. */
-    int64_t limit_ns = (int64_t)(h->cfg.timeout_s * 1e9) - period_ns;
+    /* Declared only after the full timeout of silence, measured from the
+     * last evidence of life, so the silence reported is at least the timeout
+     * and is what was seen, never a guess. */
+    int64_t limit_ns = (int64_t)(h->cfg.timeout_s * 1e9);
     char key[128];
     int64_t v = 0;
     key_of(h, "hb", peer, key, sizeof key);
-    if (request_add(h, &h->check, key, 0, &v) != DT_OK) {
-        double silent = (double)(now - h->store_ok_ns) / 1e9;
-        if (now - h->store_ok_ns >= limit_ns)
+    dt_status s = request_add(h, &h->check, key, 0, &v);
+    now = dt__now_ns(); /* the request may have taken up to a period */
+    p->checked_ns = now;
+    if (s != DT_OK) {
+        int64_t silent_ns = now - atomic_load(&h->store_ok_ns);
+        char why[512];
+        snprintf(why, sizeof why, "%s", dt_last_error()); /* dt__fail writes where dt_last_error() points */
+        if (silent_ns >= limit_ns)
             return dt__fail(DT_ERR_PEER,
                             "waiting for %s, this rank could not reach the rendezvous store at %s:%d for %.1f s to "
                             "read its heartbeat (DT_HEARTBEAT_TIMEOUT=%.0f): this host or the store's host lost "
                             "its network, or the store's process is frozen: %s",
-                            peer_name, h->host, h->cfg.port, silent, h->cfg.timeout_s, dt_last_error());
+                            peer_name, h->host, h->cfg.port, (double)silent_ns / 1e9, h->cfg.timeout_s, why);
         return DT_OK;
     }
-    h->store_ok_ns = now;
     if (!p->changed_ns || v != p->value) {
         p->value = v;
         p->changed_ns = now;
         return DT_OK;
     }
-    if (now - p->changed_ns >= limit_ns)
+    int64_t since = p->changed_ns, back = atomic_load(&h->store_back_ns);
+    if (back > since)
+        since = back;
+    if (now - since >= limit_ns) {
+        /* For the launcher: the rank that noticed exits first, but the one
+         * to name is the silent one (dtrun reads <prefix>/dead). */
+        char dead[256];
+        snprintf(key, sizeof key, "%s/dead", h->prefix);
+        snprintf(dead, sizeof dead, "%s sent no heartbeat for %.1f s or more", peer_name, (double)(now - since) / 1e9);
+        dt_store_set(h->check, key, dead, strlen(dead) + 1);
         return dt__fail(DT_ERR_PEER,
                         "%s sent no heartbeat for %.1f s or more (DT_HEARTBEAT_TIMEOUT=%.0f) while this rank waited on it: "
                         "the process is stopped or frozen, or its host lost its network",
-                        peer_name, (double)(now - p->changed_ns) / 1e9, h->cfg.timeout_s);
+                        peer_name, (double)(now - since) / 1e9, h->cfg.timeout_s);
+    }
     return DT_OK;
 }
 

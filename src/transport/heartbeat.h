@@ -6,7 +6,9 @@
  * <prefix>/hb/<rank> every timeout/10.  A rank that has waited on a peer for
  * longer than that reads the peer's counter (dt__heartbeat_check); a counter
  * that has not moved for the timeout, or a store this rank cannot reach for
- * the timeout, is a failure naming the peer.  A busy but healthy peer (long
+ * the timeout, is a failure naming the peer.  Silence is measured from the
+ * last evidence of life (a counter seen moving; any answer of the store to
+ * either of this rank's connections), and reported as measured.   A busy but healthy peer (long
  * compute, slow disk) keeps beating, so it is never mistaken for a dead one. */
 #ifndef DT_TRANSPORT_HEARTBEAT_H
 #define DT_TRANSPORT_HEARTBEAT_H

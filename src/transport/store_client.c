@@ -1,6 +1,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -18,6 +19,20 @@ struct dt_store_client {
 
 void dt_store_set_io_timeout(dt_store_client *c, double seconds) { c->io_timeout = seconds > 0 ? seconds : 30; }
 
+/* One attempt: connect and prove the token. */
+static dt_status connect_once(dt_store_client *c, const char *host, int port, const char *token, int64_t deadline_ns)
+{
+    dt_status s = dt__sock_connect(host, port, deadline_ns, &c->fd);
+    if (s != DT_OK)
+        return dt__wrap(s, "rendezvous: ");
+    s = dt__auth_connect(c->fd, token, "dtrain-store", 0, deadline_ns, c->what);
+    if (s != DT_OK) {
+        close(c->fd);
+        c->fd = -1;
+    }
+    return s;
+}
+
 dt_status dt_store_connect(const char *host, int port, const char *token, double timeout_s,
                             dt_store_client **out)
 {
@@ -27,14 +42,19 @@ dt_status dt_store_connect(const char *host, int port, const char *token, double
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     snprintf(c->what, sizeof c->what, "rendezvous store %s:%d", host, port);
     c->io_timeout = 30;
-    dt_status s = dt__sock_connect(host, port, deadline_ns, &c->fd);
-    if (s != DT_OK) {
-        free(c);
-        return dt__wrap(s, "rendezvous: ");
+    c->fd = -1;
+    /* A server that dropped or turned this connection away (too many clients,
+     * strangers crowding it) may take the next one: try again until the
+     * deadline, and report what the server last said.  A wrong token or a
+     * stranger's greeting is final. */
+    dt_status s;
+    while ((s = connect_once(c, host, port, token, deadline_ns)) != DT_OK) {
+        if (s == DT_ERR_AUTH || s == DT_ERR_PROTOCOL || dt__now_ns() + 100000000 >= deadline_ns)
+            break;
+        struct timespec pause = {0, 100000000};
+        nanosleep(&pause, NULL);
     }
-    s = dt__auth_connect(c->fd, token, "dtrain-store", 0, deadline_ns, c->what);
     if (s != DT_OK) {
-        close(c->fd);
         free(c);
         return s;
     }
@@ -42,6 +62,8 @@ dt_status dt_store_connect(const char *host, int port, const char *token, double
     *out = c;
     return DT_OK;
 }
+
+int dt_store_broken(const dt_store_client *c) { return !c || c->fd < 0; }
 
 const char *dt_store_local_ip(const dt_store_client *c) { return c->local_ip; }
 

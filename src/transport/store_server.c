@@ -1,8 +1,8 @@
-/* The rendezvous store server: one acceptor thread plus one thread per
- * client.  A client that fails the job-token handshake, sends garbage or
- * stops mid-message is logged and dropped; the store keeps serving. */
+/* The rendezvous store server: the data, and one thread per client that
+ * proved the job token (store_accept.c handshakes the arrivals).  A client
+ * that sends garbage or stops mid-message is logged and dropped; the store
+ * keeps serving. */
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -15,38 +15,9 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/status.h"
-#include "transport/auth.h"
 #include "transport/socket.h"
-#include "dtrain/store.h"
-
-#define AUTH_SECONDS 10.0
-#define MAX_CLIENTS 4096
-
-typedef struct {
-    char *key;
-    uint8_t *val;
-    size_t len;
-} entry;
-
-typedef struct client {
-    struct client *next;
-    dt_store_server *srv;
-    int fd;
-    char peer[96];
-} client;
-
-struct dt_store_server {
-    int listen_fd, port;
-    char *token;
-    pthread_t acceptor;
-    pthread_mutex_t mu;
-    pthread_cond_t changed; /* a key was set, a client ended, or stop */
-    bool stopping;
-    int nclients, refused;
-    client *clients;
-    entry *entries;
-    size_t nentries, cap;
-};
+#include "transport/store_internal.h"
+#include "transport/store_limits.h"
 
 static entry *find(dt_store_server *s, const char *key)
 {
@@ -200,23 +171,9 @@ static void *client_main(void *arg)
 {
     client *c = arg;
     dt_store_server *s = c->srv;
-    dt_status st = dt__auth_accept(c->fd, s->token, "dtrain-store", dt__deadline_after(AUTH_SECONDS),
-                                   c->peer, NULL);
-    if (st != DT_OK) {
-        pthread_mutex_lock(&s->mu);
-        s->refused++;
-        bool stopping = s->stopping;
-        pthread_mutex_unlock(&s->mu);
-        if (!stopping)
-            DT_WARN("rendezvous store: refused a connection: %s", dt_last_error());
-        client_done(c);
-        return NULL;
-    }
-    for (;;) {
-        st = serve_one(c);
-        if (st != DT_OK)
-            break;
-    }
+    dt_status st;
+    while ((st = serve_one(c)) == DT_OK)
+        ;
     pthread_mutex_lock(&s->mu);
     bool stopping = s->stopping;
     pthread_mutex_unlock(&s->mu);
@@ -227,50 +184,31 @@ static void *client_main(void *arg)
     return NULL;
 }
 
-static void *acceptor_main(void *arg)
+bool dt__store_serve_client(dt_store_server *s, int fd, const char *peer)
 {
-    dt_store_server *s = arg;
-    for (;;) {
-        struct pollfd p = {.fd = s->listen_fd, .events = POLLIN};
-        poll(&p, 1, 200);
-        pthread_mutex_lock(&s->mu);
-        bool stopping = s->stopping;
-        pthread_mutex_unlock(&s->mu);
-        if (stopping)
-            return NULL;
-        int fd;
-        char peer[64];
-        if (dt__sock_accept(s->listen_fd, &fd, peer, sizeof peer) != DT_OK || fd < 0)
-            continue;
-        client *c = calloc(1, sizeof *c);
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_mutex_lock(&s->mu);
-        pthread_t th;
-        if (!c || s->nclients >= MAX_CLIENTS) {
-            pthread_mutex_unlock(&s->mu);
-            DT_WARN("rendezvous store: refused %s: too many clients", peer);
-            free(c);
-            close(fd);
-            pthread_attr_destroy(&attr);
-            continue;
-        }
-        c->srv = s;
-        c->fd = fd;
-        snprintf(c->peer, sizeof c->peer, "client %s", peer);
-        c->next = s->clients;
-        s->clients = c;
-        s->nclients++;
-        if (pthread_create(&th, &attr, client_main, c) != 0) {
-            s->clients = c->next;
-            s->nclients--;
-            close(fd);
-            free(c);
-        }
-        pthread_mutex_unlock(&s->mu);
-        pthread_attr_destroy(&attr);
+    client *c = calloc(1, sizeof *c);
+    if (!c)
+        return false;
+    c->srv = s;
+    c->fd = fd;
+    snprintf(c->peer, sizeof c->peer, "%s", peer);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t th;
+    pthread_mutex_lock(&s->mu);
+    c->next = s->clients;
+    s->clients = c;
+    s->nclients++;
+    bool ok = pthread_create(&th, &attr, client_main, c) == 0;
+    if (!ok) {
+        s->clients = c->next;
+        s->nclients--;
+        free(c);
     }
+    pthread_mutex_unlock(&s->mu);
+    pthread_attr_destroy(&attr);
+    return ok;
 }
 
 dt_status dt_store_server_start(const char *bind_ip, int port, const char *token,
@@ -287,9 +225,11 @@ dt_status dt_store_server_start(const char *bind_ip, int port, const char *token
         free(s);
         return dt__wrap(st, "rendezvous store: ");
     }
+    s->max_auth = DT__STORE_MAX_CLIENTS;
+    s->max_unauth = DT__STORE_MAX_UNAUTH;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->changed, NULL);
-    if (pthread_create(&s->acceptor, NULL, acceptor_main, s) != 0) {
+    if (pthread_create(&s->acceptor, NULL, dt__store_acceptor_main, s) != 0) {
         close(s->listen_fd);
         free(s->token);
         free(s);
@@ -300,6 +240,14 @@ dt_status dt_store_server_start(const char *bind_ip, int port, const char *token
 }
 
 int dt_store_server_port(const dt_store_server *s) { return s->port; }
+
+void dt__store_server_set_limits(dt_store_server *s, int max_auth, int max_unauth)
+{
+    pthread_mutex_lock(&s->mu);
+    s->max_auth = max_auth;
+    s->max_unauth = max_unauth < DT__STORE_MAX_UNAUTH ? max_unauth : DT__STORE_MAX_UNAUTH;
+    pthread_mutex_unlock(&s->mu);
+}
 
 int dt_store_server_refused(const dt_store_server *s)
 {

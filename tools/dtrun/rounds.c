@@ -20,6 +20,8 @@
 
 #include "dtrun.h"
 
+#define WATCH_IO_TIMEOUT 1.0 /* seconds one look at the store may take while ranks run */
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -68,10 +70,56 @@ static void read_why(dt_store_client *st, int g, char *why, size_t len)
 
 typedef struct {
     const dtrun_opts *o;
-    dt_store_client *store;
+    dt_store_client **store; /* the watch may replace a broken one */
     const dtrun_layout *layout;
     bool lost, scale_up;
+    double last_answer, silence_limit;
 } watch_ctx;
+
+/* How long the store may be silent while ranks run before this node gives
+ * it up and stops them: the ranks' own limits (DT_HEARTBEAT_TIMEOUT, when
+ * on, and DT_TIMEOUT), at most 10 s.  Malformed values are the ranks' to
+ * report. */
+static double store_silence_limit(void)
+{
+    double limit = DTRUN_STORE_IO_TIMEOUT;
+    const char *names[] = {"DT_HEARTBEAT_TIMEOUT", "DT_TIMEOUT"};
+    for (int i = 0; i < 2; i++) {
+        const char *v = getenv(names[i]);
+        char *end;
+        double t = v ? strtod(v, &end) : 0;
+        if (v && *v && !*end && t > 0 && t < limit)
+            limit = t;
+    }
+    return limit;
+}
+
+/* A rank that exits after declaring a silent peer dead (heartbeats) left the
+ * peer's name in w<g>/dead: name that rank, not the one that noticed.
+ * what: "rank 0 (pid 745) exited with status 3" -> "rank 1 (10.0.0.2:4000)
+ * sent no heartbeat for 30.0 s or more; declared dead by rank 0 (pid 745),
+ * which exited with status 3". */
+static void name_declared_dead(dt_store_client *st, int g, char *what, size_t len)
+{
+    char key[64];
+    snprintf(key, sizeof key, "w%d/dead", g);
+    void *val = NULL;
+    size_t n = 0;
+    if (dt_store_get(st, key, 0, &val, &n) != DT_OK)
+        return;
+    char noticed[512];
+    snprintf(noticed, sizeof noticed, "%s", what);
+    char *after_pid = strstr(noticed, ") ");
+    if (after_pid) {
+        *after_pid = '\0';
+        if (snprintf(what, len, "%.*s; declared dead by %s), which %s", (int)n, (const char *)val, noticed,
+                     after_pid + 2) < 0)
+            what[0] = '\0';
+    } else if (snprintf(what, len, "%.*s; declared dead by %s", (int)n, (const char *)val, noticed) < 0) {
+        what[0] = '\0';
+    }
+    free(val);
+}
 
 /* While ranks run: has another node ended the generation?  Node 0 of an
  * elastic job below its maximum also ends it when a node waits to join. */
@@ -80,14 +128,42 @@ static bool watch(void *arg)
     watch_ctx *w = arg;
     bool ok = true;
     int g = w->layout->generation;
-    if (counter(w->store, g, "ended", 0, &ok) > 0)
+    double now = now_s();
+    /* Each look waits at most a second (WATCH_IO_TIMEOUT), so the ranks stay
+     * supervised; the store is given up only after silence_limit without an
+     * answer (a cut-off node used to wait a fixed 10 s per request, after its
+     * ranks had already seen the silence: twice a 5 s heartbeat timeout). */
+    if (dt_store_broken(*w->store)) {
+        const dtrun_opts *o = w->o;
+        dt_store_client *fresh = NULL;
+        if (dt_store_connect(o->master_host, o->master_port, o->token, WATCH_IO_TIMEOUT, &fresh) == DT_OK) {
+            dt_store_close(*w->store);
+            *w->store = fresh;
+            dt_store_set_io_timeout(fresh, WATCH_IO_TIMEOUT);
+        } else {
+            ok = false;
+        }
+    }
+    int64_t ended = ok ? counter(*w->store, g, "ended", 0, &ok) : 0;
+    if (ok && ended > 0)
         return true;
-    if (ok && w->o->node_rank == 0 && w->layout->nodes < w->o->nnodes && counter(w->store, g + 1, "registered", 0, &ok) > 0) {
+    if (ok && w->o->node_rank == 0 && w->layout->nodes < w->o->nnodes &&
+        counter(*w->store, g + 1, "registered", 0, &ok) > 0) {
         w->scale_up = true;
         return true;
     }
-    w->lost = !ok;
-    return !ok;
+    now = now_s();
+    if (ok) {
+        w->last_answer = now;
+        return false;
+    }
+    if (now - w->last_answer < w->silence_limit)
+        return false;
+    fprintf(stderr, "dtrun: node %d: the rendezvous store has not answered for %.1f s (the limit: %.0f s, the smallest "
+            "of DT_HEARTBEAT_TIMEOUT, DT_TIMEOUT and %.0f s); stopping the ranks\n", w->o->node_rank,
+            now - w->last_answer, w->silence_limit, DTRUN_STORE_IO_TIMEOUT);
+    w->lost = true;
+    return true;
 }
 
 /* Every rank here exited 0: wait until all nodes say so (success) or another
@@ -189,10 +265,12 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
         if (g > 0 && o->node_rank == 0)
             fprintf(stderr, "dtrun: generation %d: %d node%s, %d ranks\n", g, l.nodes, l.nodes > 1 ? "s" : "",
                     l.world_size);
-        watch_ctx w = {o, *store, &l, false, false};
+        watch_ctx w = {o, store, &l, false, false, now_s(), store_silence_limit()};
         dtrun_outcome outcome;
         char what[512];
+        dt_store_set_io_timeout(*store, WATCH_IO_TIMEOUT);
         int code = run_ranks(o, &l, &w, &outcome, what, sizeof what);
+        dt_store_set_io_timeout(*store, DTRUN_STORE_IO_TIMEOUT);
         bool lost = w.lost;
         if (outcome == DTRUN_OK) {
             if (wait_success(o, *store, &l, &lost))
@@ -211,6 +289,8 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
         }
         if (outcome == DTRUN_FAILED) {
             last_code = code;
+            if (!lost)
+                name_declared_dead(*store, g, what, sizeof what);
             snprintf(why, sizeof why, "failure: %s", what);
             if (o->nnodes > 1)
                 snprintf(why + strlen(why), sizeof why - strlen(why), " on node %d", o->node_rank);
