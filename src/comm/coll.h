@@ -84,6 +84,15 @@ size_t dt__coll_allreduce_small_bytes(const dt_comm *c);
 dt_status dt__coll_check_buffers(const char *op, const void *send, size_t send_bytes, const void *recv,
                                  size_t recv_bytes);
 dt_status dt__check_dtype_op(const char *op, dt_dtype t, dt_redop r);
+/* The largest buffer a call may name: 2^56 bytes, more than any address
+ * space holds, so that count x element size x ranks is computed without
+ * overflow and buffer ranges never wrap. */
+#define DT__MAX_BUFFER_BYTES (1ull << 56)
+/* *bytes = count x size of t (one block); DT_ERR_INVALID naming the count
+ * when t is invalid or count x size x mult (mult blocks, e.g. one per rank;
+ * 0 counts as 1) exceeds DT__MAX_BUFFER_BYTES.  Every collective checks its
+ * count with it before anything else. */
+dt_status dt__coll_bytes(const char *op, size_t count, dt_dtype t, size_t mult, size_t *bytes);
 
 /* Pipelined ring over `n` blocks of buf (block b at offsets[b], lengths[b]
  * elements).  Phase RS: after it rank r holds the reduction of block r.
