@@ -123,6 +123,7 @@ run fault/rendezvous-garbage-and-wrong-token 120 tests/cases/fault_rendezvous.sh
 run fault/timeout-not-hang 60 tests/cases/fault_timeout.sh
 run fault/heartbeat-frozen-vs-busy 60 tests/cases/fault_heartbeat.sh
 run fault/collective-mismatch-and-stall 60 tests/cases/coll_debug.sh
+run fault/collective-mismatch-always-on 900 tests/cases/coll_mismatch.sh
 run fault/abort-reaches-every-rank 60 tests/cases/fault_abort.sh
 
 # ---- multi-host over network namespaces ----

@@ -197,7 +197,7 @@ static void *rank0_main(void *arg)
         return NULL;
     char buf[64];
     dt__req r;
-    a->recv = dt__engine_irecv(e, &r, 1, 1, 0, 0, true, buf, sizeof buf);
+    a->recv = dt__engine_irecv(e, &r, 1, 1, 0, 0, 0, true, buf, sizeof buf);
     if (a->recv == DT_OK)
         a->recv = dt__engine_wait(e, &r, dt__deadline_after(10));
     snprintf(a->message, sizeof a->message, "%s", dt_last_error());
@@ -279,7 +279,7 @@ static void *batch_rank0(void *arg)
     int64_t t0 = 0;
     for (int i = 0; i < BATCH_FRAMES; i++) {
         dt__req r;
-        a->status = dt__engine_irecv(e, &r, 1, 1, i, 0, true, buf, sizeof buf);
+        a->status = dt__engine_irecv(e, &r, 1, 1, i, 0, 0, true, buf, sizeof buf);
         atomic_store(&a->posted, i + 1);
         if (a->status == DT_OK)
             a->status = dt__engine_wait(e, &r, dt__deadline_after(10));

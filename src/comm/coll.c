@@ -14,6 +14,7 @@ dt_status dt__coll_begin(dt__coll *k, dt_comm *c, const char *op)
     k->seq = ++c->coll_seq;
     k->deadline = dt__deadline_after(c->timeout_s);
     k->reduces = false;
+    k->sig = 0;
     return DT_OK;
 }
 
@@ -28,14 +29,14 @@ static int32_t coll_tag(uint32_t subtag) { return (int32_t)(DT__TAG_COLL | (subt
 
 dt_status dt__coll_send(dt__coll *k, dt__req *r, int peer, uint32_t subtag, const void *buf, size_t len)
 {
-    return dt__engine_isend(k->c->world->eng, r, k->c->ranks[peer], k->c->id, coll_tag(subtag), k->seq, buf,
-                            len, !k->reduces);
+    return dt__engine_isend(k->c->world->eng, r, k->c->ranks[peer], k->c->id, coll_tag(subtag), k->seq, k->sig,
+                            buf, len, !k->reduces);
 }
 
 dt_status dt__coll_recv(dt__coll *k, dt__req *r, int peer, uint32_t subtag, void *buf, size_t len)
 {
-    return dt__engine_irecv(k->c->world->eng, r, k->c->ranks[peer], k->c->id, coll_tag(subtag), k->seq, false,
-                            buf, len);
+    return dt__engine_irecv(k->c->world->eng, r, k->c->ranks[peer], k->c->id, coll_tag(subtag), k->seq, k->sig,
+                            false, buf, len);
 }
 
 dt_status dt__coll_wait(dt__coll *k, dt__req *rs, size_t n)

@@ -21,10 +21,19 @@ typedef struct {
      * moved (4 ranks on 2 cores, allreduce 1-4 MiB: 1.3x faster inline;
      * alltoall 16-64 MiB: 2x faster by reference). */
     bool reduces;
+    /* The public call's signature (collsig.c), carried by its messages and
+     * arena rounds and checked by their receivers; 0: not checked. */
+    uint64_t sig;
 } dt__coll;
 
 dt_status dt__comm_check(dt_comm *c, const char *op);
-/* Validate the communicator and take the next collective sequence number. */
+/* Signature of a public collective call named `op` (its k->op); redop and
+ * root -1 when the call has none.  0 for an unknown name. */
+uint64_t dt__coll_sig(const char *op, size_t count, dt_dtype t, int redop, int root);
+/* "allreduce(7 x f64, sum)", "broadcast(16 x f32, root 2)" (the engine's namer). */
+void dt__coll_sig_name(uint64_t sig, char *buf, size_t len);
+/* Validate the communicator and take the next collective sequence number
+ * (k->sig 0: dt__coll_trace sets a public call's). */
 dt_status dt__coll_begin(dt__coll *k, dt_comm *c, const char *op);
 /* The same for a collective that reduces what it receives (k->reduces). */
 dt_status dt__coll_begin_reducing(dt__coll *k, dt_comm *c, const char *op);

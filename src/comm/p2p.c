@@ -32,9 +32,9 @@ static dt_status post(dt_comm *c, bool is_send, void *buf, size_t count, dt_dtyp
     r->comm = c;
     r->elem = es;
     dt__engine *e = c->world->eng;
-    dt_status s = is_send ? dt__engine_isend(e, &r->req, c->ranks[peer], c->id, tag, ++c->p2p_seq, buf,
+    dt_status s = is_send ? dt__engine_isend(e, &r->req, c->ranks[peer], c->id, tag, ++c->p2p_seq, 0, buf,
                                              count * es, true)
-                          : dt__engine_irecv(e, &r->req, c->ranks[peer], c->id, tag, 0, true, buf, count * es);
+                          : dt__engine_irecv(e, &r->req, c->ranks[peer], c->id, tag, 0, 0, true, buf, count * es);
     if (s != DT_OK) {
         free(r);
         return dt__wrap(s, "%s: ", op);
