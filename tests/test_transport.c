@@ -24,11 +24,13 @@ static const char *TOKEN = "unit-test-token";
 
 static void test_frame(void)
 {
-    dt__frame f = {.type = DT_FRAME_DATA, .comm_id = 77, .tag = -5, .seq = (1ull << 40) + 9, .len = 12345}, g;
+    dt__frame f = {.type = DT_FRAME_DATA, .comm_id = 77, .tag = -5, .seq = (1ull << 40) + 9, .len = 12345,
+                   .sig = 0x8123456789abcdefull}, g;
     uint8_t h[DT_FRAME_HDR];
     dt__frame_encode(&f, h);
     EXPECT_STATUS(dt__frame_decode(h, &g), DT_OK);
     EXPECT(g.type == f.type && g.comm_id == 77 && g.tag == -5 && g.len == 12345);
+    EXPECT(g.sig == 0x8123456789abcdefull); /* the collective signature, all 64 bits */
     EXPECT(g.seq == 9 && dt__frame_seq_eq(g.seq, f.seq) && !dt__frame_seq_eq(g.seq, f.seq + 1));
     uint8_t bad[DT_FRAME_HDR];
     memcpy(bad, h, sizeof bad);
