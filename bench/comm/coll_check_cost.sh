@@ -2,7 +2,8 @@
 # Cost of the always-on collective mismatch check (docs/failures.md): 8-byte
 # allreduce latency with this tree's build against a build of the commit
 # before it (BASE_BIN, e.g. a worktree of eb085df built with make build),
-# the two alternating, RUNS runs each, median of the runs' dtbench means.
+# the two alternating (base first on even runs, the check first on odd
+# ones), RUNS runs each, median of the runs' dtbench means.
 #
 #   bench/comm/coll_check_cost.sh BASE_BIN [local2 local4 hosts4]
 #
@@ -49,7 +50,9 @@ for sc in $SCEN; do
         head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/tok"
     fi
     for ((r = 0; r < RUNS; r++)); do
-        for which in base new; do
+        order="base new"
+        [ $((r % 2)) = 1 ] && order="new base" # neither always goes first
+        for which in $order; do
             bin=$BASE_BIN
             [ $which = new ] && bin=$NEW_BIN
             if [ "$sc" = hosts4 ]; then hosts_run "$bin" >>"$WORK/$which"; else local_run "$bin" "${sc#local}" >>"$WORK/$which"; fi

@@ -24,7 +24,10 @@
  *    a NaN result of a float reduction is always the positive quiet NaN
  *    with zero payload, and min/max return it when either operand is NaN;
  *  - collectives must be called by every rank of the communicator in the same
- *    order; a communicator is used by one thread at a time (nonblocking
+ *    order; ranks whose calls of the same number differ in kind, count,
+ *    dtype, op or root fail with DT_ERR_INVALID "collective mismatch" naming
+ *    both calls, in that call or (a rank that only sends in it) the next
+ *    (always checked, docs/failures.md); a communicator is used by one thread at a time (nonblocking
  *    collectives run on an internal progress thread; see below). */
 #ifndef DTRAIN_COMM_H
 #define DTRAIN_COMM_H
