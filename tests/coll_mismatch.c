@@ -12,8 +12,8 @@
  *             kind: allgather, or alltoall for allgather) from the others'
  *             (rank 1's; the last rank's for root), then a
  *             barrier.  Every rank must fail, at that call or at the barrier
- *             (a rank that only sends in it), with "collective mismatch"
- *             naming both calls.
+ *             (a rank that exchanged nothing with a differing rank in it),
+ *             with "collective mismatch" naming both calls.
  * Prints "rank R: STATUS: message" and exits 0 on success, 3 on failure. */
 #include <signal.h>
 #include <stdbool.h>

@@ -26,7 +26,8 @@
  *  - collectives must be called by every rank of the communicator in the same
  *    order; ranks whose calls of the same number differ in kind, count,
  *    dtype, op or root fail with DT_ERR_INVALID "collective mismatch" naming
- *    both calls, in that call or (a rank that only sends in it) the next
+ *    both calls, in that call or (a rank that exchanged nothing with a
+ *    differing rank in it, e.g. a broadcast root) the next
  *    (always checked, docs/failures.md); a communicator is used by one thread at a time (nonblocking
  *    collectives run on an internal progress thread; see below). */
 #ifndef DTRAIN_COMM_H

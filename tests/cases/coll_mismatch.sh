@@ -4,9 +4,10 @@
 # of 3 ranks calls it differently from the others, over TCP and over shared
 # memory (the arena's rounds), at a small count and for allreduce also at a
 # large one (ring, several arena rounds).  Every rank must fail, at that call
-# or, for a rank that only sends in it, at the barrier after it, with
+# or, for a rank that exchanged nothing with a differing rank, at the barrier after it, with
 # "collective mismatch" naming both calls; none may hang or return DT_OK from
-# both.  Prints how many ranks failed at the call itself.
+# both (DT_OK from the call itself only where the rank exchanged nothing
+# with a differing rank: its result is right).  Prints how many ranks failed at the call itself.
 . "$(dirname "$0")/lib.sh"
 export DT_TIMEOUT=20
 cases=(
