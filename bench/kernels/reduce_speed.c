@@ -1,4 +1,3 @@
-#define _POSIX_C_SOURCE 200809L
 /* Speed of the reduction kernels (src/base/reduce.c) on large buffers:
  * GB/s of out = a OP b (3 x n x element size bytes moved), best of REPS.
  * Built against a given reduce.c (the library's copy is not pulled in),
@@ -7,6 +6,7 @@
  *   cc -std=c11 -O2 -Iinclude -Isrc -c bench/kernels/reduce_speed.c -o m.o
  *   cc -std=c11 -O3 -Iinclude -Isrc -c src/base/reduce.c -o r.o
  *   cc m.o r.o build/lib/libdtrain.a -lm -lpthread -o reduce_speed */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
