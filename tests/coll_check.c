@@ -6,6 +6,9 @@
  *
  * usage: coll_check [--quick] [--big N] [--hashes]   (exit 0 when everything matched) */
 #include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -494,6 +497,272 @@ static void check_broadcast_stream(dt_comm *c)
     free(buf);
 }
 
+/* ---- issue 29: NaN bits, overflowing counts, NULL arguments, dtype
+ * disagreement in p2p ---- */
+
+/* The one NaN every float reduction returns (src/base/reduce.c). */
+static void put_canonical_nan(void *buf, dt_dtype t, size_t i)
+{
+    switch (t) {
+    case DT_F32: { uint32_t v = 0x7fc00000u; memcpy((uint32_t *)buf + i, &v, 4); break; }
+    case DT_F64: { uint64_t v = 0x7ff8000000000000ull; memcpy((uint64_t *)buf + i, &v, 8); break; }
+    case DT_F16: ((uint16_t *)buf)[i] = 0x7e00u; break;
+    case DT_BF16: ((uint16_t *)buf)[i] = 0x7fc0u; break;
+    default: break;
+    }
+}
+
+/* Element i of rank r: +NaN, -NaN (payloads that differ by rank) or 1.5, so
+ * that with 2 or more ranks every element meets NaNs, of both signs from 3
+ * ranks on; or (inf) +inf on even ranks and -inf on odd ones, whose sum is
+ * the hardware's -NaN. */
+static void put_nan_input(void *buf, dt_dtype t, size_t i, int r, int inf)
+{
+    int k = (int)((i + (size_t)r) % 3);
+    double v = inf ? (r % 2 ? -INFINITY : INFINITY) : k == 2 ? 1.5 : 0;
+    if (inf || k == 2) {
+        set_elem(buf, t, i, v);
+        return;
+    }
+    uint64_t sign = k == 1;
+    switch (t) {
+    case DT_F32: { uint32_t b = (uint32_t)(sign << 31) | 0x7fc00000u | (uint32_t)(r + 1); memcpy((uint32_t *)buf + i, &b, 4); break; }
+    case DT_F64: { uint64_t b = sign << 63 | 0x7ff8000000000000ull | (uint64_t)(r + 1); memcpy((uint64_t *)buf + i, &b, 8); break; }
+    case DT_F16: ((uint16_t *)buf)[i] = (uint16_t)(sign << 15 | 0x7e00u | (uint64_t)(r + 1)); break;
+    case DT_BF16: ((uint16_t *)buf)[i] = (uint16_t)(sign << 15 | 0x7fc0u | (uint64_t)(r + 1)); break;
+    default: break;
+    }
+}
+
+static void compare_bits(const char *what, const void *got, const void *want, size_t n, dt_dtype t,
+                         size_t count, dt_redop op, dt_comm *c)
+{
+    checks++;
+    size_t es = dt_dtype_size(t);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t g = 0, w = 0;
+        memcpy(&g, (const char *)got + i * es, es);
+        memcpy(&w, (const char *)want + i * es, es);
+        if (g != w) {
+            fprintf(stderr, "MISMATCH rank %d/%d %s %s %s count %zu: element %zu has bits %0*llx, expected %0*llx\n",
+                    dt_comm_rank(c), dt_comm_size(c), what, dt_dtype_name(t), dt_redop_name(op), count, i,
+                    (int)es * 2, (unsigned long long)g, (int)es * 2, (unsigned long long)w);
+            failures++;
+            return;
+        }
+    }
+}
+
+/* NaN results are one fixed NaN on every rank, for every count, op and
+ * algorithm (the run under each DT_ALGO): allreduce, reduce and
+ * reduce_scatter, f16/bf16/f32/f64. */
+static void check_nan(dt_comm *c)
+{
+    int rank = dt_comm_rank(c), size = dt_comm_size(c);
+    if (size < 2)
+        return;
+    static const size_t counts[] = {1, 2, 7, 27};
+    static const dt_dtype types[] = {DT_F16, DT_BF16, DT_F32, DT_F64};
+    size_t most = 27 * (size_t)size;
+    double *in = malloc(most * 8), *out = malloc(most * 8), *want = malloc(most * 8);
+    for (int ti = 0; ti < 4; ti++) {
+        dt_dtype t = types[ti];
+        for (size_t i = 0; i < most; i++)
+            put_canonical_nan(want, t, i);
+        for (int ci = 0; ci < 4; ci++) {
+            size_t n = counts[ci];
+            for (int op = 0; op < DT_REDOP_COUNT; op++) {
+                for (int inf = 0; inf < 2; inf++) {
+                    if (inf && op != DT_SUM && op != DT_AVG)
+                        continue; /* inf - inf is NaN only in a sum */
+                    for (size_t i = 0; i < most; i++)
+                        put_nan_input(in, t, i, rank, inf);
+                    CALL(dt_allreduce(in, out, n, t, (dt_redop)op, c));
+                    compare_bits(inf ? "allreduce inf-inf" : "allreduce NaN", out, want, n, t, n, op, c);
+                    CALL(dt_allreduce(in, in, n, t, (dt_redop)op, c));
+                    compare_bits(inf ? "allreduce in place inf-inf" : "allreduce in place NaN", in, want, n, t,
+                                 n, op, c);
+                    for (size_t i = 0; i < most; i++)
+                        put_nan_input(in, t, i, rank, inf);
+                    CALL(dt_reduce(in, out, n, t, (dt_redop)op, size - 1, c));
+                    if (rank == size - 1)
+                        compare_bits(inf ? "reduce inf-inf" : "reduce NaN", out, want, n, t, n, op, c);
+                    CALL(dt_reduce_scatter(in, out, n, t, (dt_redop)op, c));
+                    compare_bits(inf ? "reduce_scatter inf-inf" : "reduce_scatter NaN", out, want, n, t, n, op, c);
+                }
+            }
+        }
+    }
+    /* The f16/bf16-wire allreduce sums in f32: the same NaN, widened. */
+    float *f = (float *)in, *g = (float *)out;
+    for (int wi = 0; wi < 2; wi++)
+        for (int ci = 0; ci < 4; ci++) {
+            size_t n = counts[ci];
+            for (size_t i = 0; i < n; i++)
+                put_nan_input(f, DT_F32, i, rank, 0);
+            CALL(dt_allreduce_half(f, g, n, wi ? DT_BF16 : DT_F16, DT_SUM, c));
+            for (size_t i = 0; i < n; i++)
+                put_canonical_nan(want, DT_F32, i);
+            compare_bits(wi ? "allreduce_half bf16 NaN" : "allreduce_half f16 NaN", g, want, n, DT_F32, n, DT_SUM, c);
+        }
+    free(in);
+    free(out);
+    free(want);
+}
+
+/* A refused call: `want`, and a message containing every word of `words`
+ * (separated by '|'). */
+static void expect_refused(const char *what, dt_status got, dt_status want, const char *words)
+{
+    checks++;
+    const char *msg = got == DT_OK ? "" : dt_last_error();
+    bool ok = got == want;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", words);
+    for (char *w = strtok(buf, "|"); w && ok; w = strtok(NULL, "|"))
+        ok = strstr(msg, w) != NULL;
+    if (!ok) {
+        fprintf(stderr, "MISMATCH rank %d: %s returned %s (%s), expected %s naming \"%s\"\n", dt_comm_rank(world),
+                what, dt_status_name(got), msg, dt_status_name(want), words);
+        failures++;
+    }
+}
+
+/* Counts whose byte size (count x element size, x ranks where a buffer holds
+ * one block per rank) overflows: refused before anything is sent, on every
+ * rank, for every collective and p2p call, naming the count. */
+static void check_overflow(dt_comm *c)
+{
+    size_t size = (size_t)dt_comm_size(c);
+    const size_t counts[] = {SIZE_MAX, (size_t)1 << 61, SIZE_MAX / size + 1};
+    static double a[64], b[64 * 64];
+    dt_request *rq;
+    for (int ci = 0; ci < 3; ci++) {
+        size_t n = counts[ci];
+        if (n == 0)
+            continue; /* SIZE_MAX / 1 + 1 */
+        char words[64];
+        snprintf(words, sizeof words, "count %zu|overflows", n);
+        for (int ti = 0; ti < 2; ti++) {
+            dt_dtype t = ti ? DT_F64 : DT_U8;
+            expect_refused("allreduce", dt_allreduce(a, b, n, t, DT_SUM, c), DT_ERR_INVALID, words);
+            expect_refused("allreduce in place", dt_allreduce(a, a, n, t, DT_MAX, c), DT_ERR_INVALID, words);
+            expect_refused("reduce", dt_reduce(a, b, n, t, DT_SUM, 0, c), DT_ERR_INVALID, words);
+            expect_refused("broadcast", dt_broadcast(a, n, t, 0, c), DT_ERR_INVALID, words);
+            expect_refused("allgather", dt_allgather(a, b, n, t, c), DT_ERR_INVALID, words);
+            expect_refused("gather", dt_gather(a, b, n, t, 0, c), DT_ERR_INVALID, words);
+            expect_refused("scatter", dt_scatter(b, a, n, t, 0, c), DT_ERR_INVALID, words);
+            expect_refused("reduce_scatter", dt_reduce_scatter(b, a, n, t, DT_SUM, c), DT_ERR_INVALID, words);
+            expect_refused("alltoall", dt_alltoall(a, b, n, t, c), DT_ERR_INVALID, words);
+            expect_refused("send", dt_send(a, n, t, 0, 1, c), DT_ERR_INVALID, words);
+            expect_refused("recv", dt_recv(a, n, t, 0, 1, c, NULL), DT_ERR_INVALID, words);
+            expect_refused("isend", dt_isend(a, n, t, 0, 1, c, &rq), DT_ERR_INVALID, words);
+            expect_refused("irecv", dt_irecv(a, n, t, 0, 1, c, &rq), DT_ERR_INVALID, words);
+            /* Nonblocking collectives report argument errors at dt_wait. */
+            CALL(dt_iallreduce(a, b, n, t, DT_SUM, c, &rq));
+            expect_refused("iallreduce", dt_wait(rq, NULL), DT_ERR_INVALID, words);
+            CALL(dt_iallgather(a, b, n, t, c, &rq));
+            expect_refused("iallgather", dt_wait(rq, NULL), DT_ERR_INVALID, words);
+            CALL(dt_ireduce_scatter(b, a, n, t, DT_SUM, c, &rq));
+            expect_refused("ireduce_scatter", dt_wait(rq, NULL), DT_ERR_INVALID, words);
+            CALL(dt_ibroadcast(a, n, t, 0, c, &rq));
+            expect_refused("ibroadcast", dt_wait(rq, NULL), DT_ERR_INVALID, words);
+        }
+        expect_refused("allreduce_half", dt_allreduce_half((float *)a, (float *)b, n, DT_F16, DT_SUM, c),
+                       DT_ERR_INVALID, words);
+    }
+    CALL(dt_barrier(c)); /* nothing refused was sent: the next collective matches */
+}
+
+/* NULL where a pointer is needed: DT_ERR_INVALID naming the argument, no
+ * crash, nothing sent. */
+static void check_null(dt_comm *c)
+{
+    float a[4] = {0}, b[4 * 64] = {0};
+    dt_request *rq = NULL;
+    const char *req = "request";
+    expect_refused("isend NULL req", dt_isend(a, 1, DT_F32, 0, 1, c, NULL), DT_ERR_INVALID, req);
+    expect_refused("irecv NULL req", dt_irecv(a, 1, DT_F32, 0, 1, c, NULL), DT_ERR_INVALID, req);
+    expect_refused("iallreduce NULL req", dt_iallreduce(a, b, 1, DT_F32, DT_SUM, c, NULL), DT_ERR_INVALID, req);
+    expect_refused("iallreduce_half NULL req", dt_iallreduce_half(a, b, 1, DT_F16, DT_SUM, c, NULL), DT_ERR_INVALID, req);
+    expect_refused("ibroadcast NULL req", dt_ibroadcast(a, 1, DT_F32, 0, c, NULL), DT_ERR_INVALID, req);
+    expect_refused("iallgather NULL req", dt_iallgather(a, b, 1, DT_F32, c, NULL), DT_ERR_INVALID, req);
+    expect_refused("ireduce_scatter NULL req", dt_ireduce_scatter(b, a, 1, DT_F32, DT_SUM, c, NULL), DT_ERR_INVALID, req);
+    expect_refused("wait NULL", dt_wait(NULL, NULL), DT_ERR_INVALID, req);
+    int done;
+    expect_refused("test NULL", dt_test(NULL, &done, NULL), DT_ERR_INVALID, req);
+    const char *comm = "communicator is NULL";
+    expect_refused("isend NULL comm", dt_isend(a, 1, DT_F32, 0, 1, NULL, &rq), DT_ERR_INVALID, comm);
+    expect_refused("irecv NULL comm", dt_irecv(a, 1, DT_F32, 0, 1, NULL, &rq), DT_ERR_INVALID, comm);
+    expect_refused("send NULL comm", dt_send(a, 1, DT_F32, 0, 1, NULL), DT_ERR_INVALID, comm);
+    expect_refused("recv NULL comm", dt_recv(a, 1, DT_F32, 0, 1, NULL, NULL), DT_ERR_INVALID, comm);
+    expect_refused("barrier NULL comm", dt_barrier(NULL), DT_ERR_INVALID, comm);
+    expect_refused("broadcast NULL comm", dt_broadcast(a, 1, DT_F32, 0, NULL), DT_ERR_INVALID, comm);
+    expect_refused("reduce NULL comm", dt_reduce(a, b, 1, DT_F32, DT_SUM, 0, NULL), DT_ERR_INVALID, comm);
+    expect_refused("allreduce NULL comm", dt_allreduce(a, b, 1, DT_F32, DT_SUM, NULL), DT_ERR_INVALID, comm);
+    expect_refused("reduce_scatter NULL comm", dt_reduce_scatter(b, a, 1, DT_F32, DT_SUM, NULL), DT_ERR_INVALID, comm);
+    expect_refused("allgather NULL comm", dt_allgather(a, b, 1, DT_F32, NULL), DT_ERR_INVALID, comm);
+    expect_refused("gather NULL comm", dt_gather(a, b, 1, DT_F32, 0, NULL), DT_ERR_INVALID, comm);
+    expect_refused("scatter NULL comm", dt_scatter(b, a, 1, DT_F32, 0, NULL), DT_ERR_INVALID, comm);
+    expect_refused("alltoall NULL comm", dt_alltoall(a, b, 1, DT_F32, NULL), DT_ERR_INVALID, comm);
+    expect_refused("allreduce_half NULL comm", dt_allreduce_half(a, b, 1, DT_F16, DT_SUM, NULL), DT_ERR_INVALID, comm);
+    expect_refused("iallreduce NULL comm", dt_iallreduce(a, b, 1, DT_F32, DT_SUM, NULL, &rq), DT_ERR_INVALID, comm);
+    expect_refused("ibroadcast NULL comm", dt_ibroadcast(a, 1, DT_F32, 0, NULL, &rq), DT_ERR_INVALID, comm);
+    expect_refused("set_tag NULL comm", dt_comm_set_tag(NULL, "x"), DT_ERR_INVALID, comm);
+    expect_refused("abort NULL comm", dt_comm_abort(NULL, "x"), DT_ERR_INVALID, comm);
+    expect_refused("split NULL out", dt_comm_split(c, 0, 0, NULL), DT_ERR_INVALID, "out is NULL");
+    expect_refused("init_env NULL out", dt_comm_init_env(NULL), DT_ERR_INVALID, "out is NULL");
+    const char *buf = "NULL";
+    expect_refused("send NULL buf", dt_send(NULL, 1, DT_F32, 0, 1, c), DT_ERR_INVALID, buf);
+    expect_refused("irecv NULL buf", dt_irecv(NULL, 1, DT_F32, 0, 1, c, &rq), DT_ERR_INVALID, buf);
+    expect_refused("broadcast NULL buf", dt_broadcast(NULL, 1, DT_F32, 0, c), DT_ERR_INVALID, buf);
+    expect_refused("allreduce NULL send", dt_allreduce(NULL, b, 1, DT_F32, DT_SUM, c), DT_ERR_INVALID, buf);
+    expect_refused("allreduce NULL recv", dt_allreduce(a, NULL, 1, DT_F32, DT_SUM, c), DT_ERR_INVALID, buf);
+    expect_refused("reduce_scatter NULL recv", dt_reduce_scatter(b, NULL, 1, DT_F32, DT_SUM, c), DT_ERR_INVALID, buf);
+    expect_refused("allgather NULL recv", dt_allgather(a, NULL, 1, DT_F32, c), DT_ERR_INVALID, buf);
+    expect_refused("alltoall NULL send", dt_alltoall(NULL, b, 1, DT_F32, c), DT_ERR_INVALID, buf);
+    expect_refused("allreduce_half NULL send", dt_allreduce_half(NULL, b, 1, DT_F16, DT_SUM, c), DT_ERR_INVALID, buf);
+    expect_refused("iallreduce NULL recv", dt_iallreduce(a, NULL, 1, DT_F32, DT_SUM, c, &rq), DT_ERR_INVALID, buf);
+    expect_refused("iallgather NULL send", dt_iallgather(NULL, b, 1, DT_F32, c, &rq), DT_ERR_INVALID, buf);
+    expect_refused("ibroadcast NULL buf", dt_ibroadcast(NULL, 1, DT_F32, 0, c, &rq), DT_ERR_INVALID, buf);
+    /* dt_test with a NULL `done` on a real request, which then completes. */
+    CALL(dt_isend(a, 1, DT_F32, dt_comm_rank(c), 9, c, &rq));
+    expect_refused("test NULL done", dt_test(rq, NULL, NULL), DT_ERR_INVALID, "done");
+    CALL(dt_recv(b, 1, DT_F32, dt_comm_rank(c), 9, c, NULL));
+    CALL(dt_wait(rq, NULL));
+    CALL(dt_barrier(c));
+}
+
+/* A u8 message received as f32: 5 bytes are not whole 4-byte elements; the
+ * receive says so, naming both byte counts, and drops nothing silently. */
+static void check_p2p_dtype(dt_comm *c)
+{
+    int rank = dt_comm_rank(c), size = dt_comm_size(c);
+    uint8_t bytes[5] = {1, 2, 3, 4, 5};
+    float f[4] = {0};
+    size_t got = 99;
+    if (size < 2)
+        return;
+    if (rank == 0)
+        CALL(dt_send(bytes, 5, DT_U8, 1, 11, c));
+    else if (rank == 1)
+        expect_refused("u8 message received as f32", dt_recv(f, 4, DT_F32, 0, 11, c, &got), DT_ERR_TRUNCATE,
+                       "5 bytes|4-byte|16 bytes");
+    /* An exact multiple is fine: 8 u8 as 2 f32. */
+    uint8_t eight[8] = {0};
+    if (rank == 0)
+        CALL(dt_send(eight, 8, DT_U8, 1, 12, c));
+    else if (rank == 1) {
+        CALL(dt_recv(f, 4, DT_F32, 0, 12, c, &got));
+        checks++;
+        if (got != 2) {
+            fprintf(stderr, "MISMATCH rank 1: 8 u8 received as f32 reported %zu elements, expected 2\n", got);
+            failures++;
+        }
+    }
+    CALL(dt_barrier(c));
+}
+
 static void run_suite(dt_comm *c, const size_t *counts, int ncounts, int quick)
 {
     for (int ci = 0; ci < ncounts; ci++) {
@@ -530,6 +799,10 @@ int main(int argc, char **argv)
     CALL(dt_comm_init_env(&world));
     int rank = dt_comm_rank(world), size = dt_comm_size(world);
     size_t counts[] = {0, 1, 7, 1000, big_count};
+    check_nan(world);
+    check_overflow(world);
+    check_null(world);
+    check_p2p_dtype(world);
     run_suite(world, counts, 5, quick);
     check_determinism(world, 2);
     check_determinism(world, 200);

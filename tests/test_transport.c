@@ -24,11 +24,13 @@ static const char *TOKEN = "unit-test-token";
 
 static void test_frame(void)
 {
-    dt__frame f = {.type = DT_FRAME_DATA, .comm_id = 77, .tag = -5, .seq = (1ull << 40) + 9, .len = 12345}, g;
+    dt__frame f = {.type = DT_FRAME_DATA, .comm_id = 77, .tag = -5, .seq = (1ull << 40) + 9, .len = 12345,
+                   .sig = 0x8123456789abcdefull}, g;
     uint8_t h[DT_FRAME_HDR];
     dt__frame_encode(&f, h);
     EXPECT_STATUS(dt__frame_decode(h, &g), DT_OK);
     EXPECT(g.type == f.type && g.comm_id == 77 && g.tag == -5 && g.len == 12345);
+    EXPECT(g.sig == 0x8123456789abcdefull); /* the collective signature, all 64 bits */
     EXPECT(g.seq == 9 && dt__frame_seq_eq(g.seq, f.seq) && !dt__frame_seq_eq(g.seq, f.seq + 1));
     uint8_t bad[DT_FRAME_HDR];
     memcpy(bad, h, sizeof bad);
@@ -197,7 +199,7 @@ static void *rank0_main(void *arg)
         return NULL;
     char buf[64];
     dt__req r;
-    a->recv = dt__engine_irecv(e, &r, 1, 1, 0, 0, true, buf, sizeof buf);
+    a->recv = dt__engine_irecv(e, &r, 1, 1, 0, 0, 0, true, buf, sizeof buf);
     if (a->recv == DT_OK)
         a->recv = dt__engine_wait(e, &r, dt__deadline_after(10));
     snprintf(a->message, sizeof a->message, "%s", dt_last_error());
@@ -279,7 +281,7 @@ static void *batch_rank0(void *arg)
     int64_t t0 = 0;
     for (int i = 0; i < BATCH_FRAMES; i++) {
         dt__req r;
-        a->status = dt__engine_irecv(e, &r, 1, 1, i, 0, true, buf, sizeof buf);
+        a->status = dt__engine_irecv(e, &r, 1, 1, i, 0, 0, true, buf, sizeof buf);
         atomic_store(&a->posted, i + 1);
         if (a->status == DT_OK)
             a->status = dt__engine_wait(e, &r, dt__deadline_after(10));

@@ -2,7 +2,12 @@
  * ranks of a job.
  *
  * Conventions for every call below:
- *  - counts are in elements of `dtype`; any count including 0 is allowed;
+ *  - counts are in elements of `dtype`; any count including 0 is allowed, up
+ *    to buffers of 2^56 bytes: a count whose byte size (times the number of
+ *    ranks where a buffer holds one block per rank) overflows that is
+ *    refused with DT_ERR_INVALID before anything is sent;
+ *  - a NULL communicator, request pointer, or buffer of nonzero count is
+ *    refused with DT_ERR_INVALID naming the argument;
  *  - in-place: pass the same pointer as send and receive buffer (see each
  *    collective for where the input is taken from);
  *  - every call returns DT_OK or a negative dt_status, with the detail in
@@ -16,8 +21,14 @@
  *    reduction order is fixed by the algorithm, never by timing; the one
  *    choice made by timing at start-up, direct or recursive-doubling
  *    allreduce for small messages, is between two that give the same bits);
+ *    a NaN result of a float reduction is always the positive quiet NaN
+ *    with zero payload, and min/max return it when either operand is NaN;
  *  - collectives must be called by every rank of the communicator in the same
- *    order; a communicator is used by one thread at a time (nonblocking
+ *    order; ranks whose calls of the same number differ in kind, count,
+ *    dtype, op or root fail with DT_ERR_INVALID "collective mismatch" naming
+ *    both calls, in that call or (a rank that exchanged nothing with a
+ *    differing rank in it, e.g. a broadcast root) the next
+ *    (always checked, docs/failures.md); a communicator is used by one thread at a time (nonblocking
  *    collectives run on an internal progress thread; see below). */
 #ifndef DTRAIN_COMM_H
 #define DTRAIN_COMM_H
@@ -78,7 +89,10 @@ dt_status dt_comm_destroy(dt_comm *c);
 /* ---- point to point (tag 0..DT_TAG_MAX; messages between a pair of ranks
  * with the same tag arrive in the order sent) ---- */
 dt_status dt_send(const void *buf, size_t count, dt_dtype dtype, int peer, int tag, dt_comm *c);
-/* Receives at most count elements; *received (optional) gets the count. */
+/* Receives at most count elements; *received (optional) gets the count.  A
+ * message larger than the buffer fails the communicator (DT_ERR_TRUNCATE); one
+ * whose byte count is not a whole number of elements (sender and receiver
+ * disagree on the dtype) returns DT_ERR_TRUNCATE naming both byte counts. */
 dt_status dt_recv(void *buf, size_t count, dt_dtype dtype, int peer, int tag, dt_comm *c,
                   size_t *received);
 /* Nonblocking versions; the buffer must stay valid until dt_wait/dt_test

@@ -42,19 +42,24 @@ void dt__from_half_n(float *f, const uint16_t *h, size_t n, bool bf16)
         f[i] = dt_f16_to_f32(h[i]);
 }
 
+/* A NaN sum becomes the one quiet NaN (see base/reduce.c). */
+static inline float canon_nan(float x) { return x != x ? __builtin_nanf("") : x; }
+
 void dt__add_half_n(float *f, const uint16_t *h, size_t n, bool bf16)
 {
     size_t i = 0;
     if (bf16) {
         for (; i < n; i++)
-            f[i] += dt_bf16_to_f32(h[i]);
+            f[i] = canon_nan(f[i] + dt_bf16_to_f32(h[i]));
         return;
     }
 #ifdef HAVE_F16C
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(f + i, _mm256_add_ps(_mm256_loadu_ps(f + i),
-                                                 _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i)))));
+    const __m256 qnan = _mm256_set1_ps(__builtin_nanf(""));
+    for (; i + 8 <= n; i += 8) {
+        __m256 sum = _mm256_add_ps(_mm256_loadu_ps(f + i), _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+        _mm256_storeu_ps(f + i, _mm256_blendv_ps(sum, qnan, _mm256_cmp_ps(sum, sum, _CMP_UNORD_Q)));
+    }
 #endif
     for (; i < n; i++)
-        f[i] += dt_f16_to_f32(h[i]);
+        f[i] = canon_nan(f[i] + dt_f16_to_f32(h[i]));
 }

@@ -10,7 +10,7 @@
 
 void dt__to_half_n(uint16_t *dst, const float *src, size_t n, bool bf16);
 void dt__from_half_n(float *dst, const uint16_t *src, size_t n, bool bf16);
-/* dst += src, in f32. */
+/* dst += src, in f32; a NaN sum becomes the positive quiet NaN (0x7fc00000). */
 void dt__add_half_n(float *dst, const uint16_t *src, size_t n, bool bf16);
 
 #endif

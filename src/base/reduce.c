@@ -13,19 +13,11 @@
 #define VECTOR_CLONES
 #endif
 
-#define DEFINE_NATIVE(NAME, T)                                                        \
+/* Integers: plain element-wise loops. */
+#define DEFINE_INT(NAME, T)                                                           \
     VECTOR_CLONES static void NAME(T *out, const T *a, const T *b, size_t n, dt_redop op) \
     {                                                                                 \
         switch (op) {                                                                 \
-        case DT_SUM:                                                                  \
-        case DT_AVG:                                                                  \
-            for (size_t i = 0; i < n; i++)                                            \
-                out[i] = (T)(a[i] + b[i]);                                            \
-            break;                                                                    \
-        case DT_PROD:                                                                 \
-            for (size_t i = 0; i < n; i++)                                            \
-                out[i] = (T)(a[i] * b[i]);                                            \
-            break;                                                                    \
         case DT_MIN:                                                                  \
             for (size_t i = 0; i < n; i++)                                            \
                 out[i] = b[i] < a[i] ? b[i] : a[i];                                   \
@@ -39,10 +31,55 @@
         }                                                                             \
     }
 
-DEFINE_NATIVE(reduce_f32, float)
-DEFINE_NATIVE(reduce_f64, double)
-DEFINE_NATIVE(reduce_i32, int32_t)
-DEFINE_NATIVE(reduce_i64, int64_t)
+/* Floats: every NaN result becomes one quiet NaN, QNAN (positive, payload
+ * zero).  Which NaN the hardware returns depends on the operand order (x86
+ * keeps the first operand's, and makes -NaN of inf - inf), and the order
+ * differs between algorithms and between ranks of the direct exchange; one
+ * fixed NaN makes the bits independent of all of that.  MIN and MAX return
+ * QNAN when either operand is NaN (NaN propagates, as IEEE 754-2019's
+ * minimum/maximum and torch.minimum): a quiet "ignore the NaN" would make
+ * the result depend on which operand comes first.  The select compiles to a
+ * compare and a blend, in the vector loops too (bench/RESULTS.md: no
+ * measurable cost on large buffers, which are memory bound). */
+#define CANON(T, QNAN, x) ((x) != (x) ? (T)(QNAN) : (x))
+#define DEFINE_FLOAT(NAME, T, QNAN)                                                    \
+    VECTOR_CLONES static void NAME(T *out, const T *a, const T *b, size_t n, dt_redop op) \
+    {                                                                                 \
+        switch (op) {                                                                 \
+        case DT_SUM:                                                                  \
+        case DT_AVG:                                                                  \
+            for (size_t i = 0; i < n; i++) {                                          \
+                T r = a[i] + b[i];                                                    \
+                out[i] = CANON(T, QNAN, r);                                           \
+            }                                                                         \
+            break;                                                                    \
+        case DT_PROD:                                                                 \
+            for (size_t i = 0; i < n; i++) {                                          \
+                T r = a[i] * b[i];                                                    \
+                out[i] = CANON(T, QNAN, r);                                           \
+            }                                                                         \
+            break;                                                                    \
+        case DT_MIN:                                                                  \
+            for (size_t i = 0; i < n; i++) {                                          \
+                T x = a[i], y = b[i], r = y < x ? y : x;                              \
+                out[i] = x != x || y != y ? (T)(QNAN) : r;                            \
+            }                                                                         \
+            break;                                                                    \
+        case DT_MAX:                                                                  \
+            for (size_t i = 0; i < n; i++) {                                          \
+                T x = a[i], y = b[i], r = y > x ? y : x;                              \
+                out[i] = x != x || y != y ? (T)(QNAN) : r;                            \
+            }                                                                         \
+            break;                                                                    \
+        default:                                                                      \
+            break;                                                                    \
+        }                                                                             \
+    }
+
+DEFINE_FLOAT(reduce_f32, float, __builtin_nanf(""))
+DEFINE_FLOAT(reduce_f64, double, __builtin_nan(""))
+DEFINE_INT(reduce_i32, int32_t)
+DEFINE_INT(reduce_i64, int64_t)
 
 /* u8 arithmetic wraps modulo 256; done in unsigned int to avoid promotion UB. */
 static void reduce_u8(uint8_t *out, const uint8_t *a, const uint8_t *b, size_t n, dt_redop op)

@@ -24,12 +24,10 @@ static dt_status recursive_doubling(dt__coll *k, uint8_t *recv, size_t bytes)
 
 dt_status dt_allgather(const void *send, void *recv, size_t sendcount, dt_dtype t, dt_comm *c)
 {
-    size_t es = dt_dtype_size(t);
-    if (!es)
-        return dt__fail(DT_ERR_INVALID, "allgather: invalid dtype %d", (int)t);
     if (!c)
         return dt__fail(DT_ERR_INVALID, "allgather: communicator is NULL");
-    size_t bytes = sendcount * es, n = (size_t)c->size;
+    size_t bytes, n = (size_t)c->size;
+    DT_CHECK(dt__coll_bytes("allgather", sendcount, t, n, &bytes));
     DT_CHECK(dt__coll_check_buffers("allgather", send, bytes, recv, n * bytes));
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "allgather"));

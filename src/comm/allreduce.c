@@ -55,7 +55,8 @@ dt_status dt__allreduce_alg(dt__coll *k, const void *src, void *buf, size_t coun
 dt_status dt_allreduce(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, dt_comm *c)
 {
     DT_CHECK(dt__check_dtype_op("allreduce", t, op));
-    size_t bytes = count * dt_dtype_size(t);
+    size_t bytes;
+    DT_CHECK(dt__coll_bytes("allreduce", count, t, 1, &bytes));
     DT_CHECK(dt__coll_check_buffers("allreduce", send, bytes, recv, bytes));
     dt__coll k;
     DT_CHECK(dt__coll_begin_reducing(&k, c, "allreduce"));

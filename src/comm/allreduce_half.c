@@ -56,7 +56,9 @@ dt_status dt_allreduce_half(const float *send, float *recv, size_t count, dt_dty
         return dt__fail(DT_ERR_INVALID, "%s: the wire format must be f16 or bf16", name);
     if (op != DT_SUM && op != DT_AVG)
         return dt__fail(DT_ERR_INVALID, "%s: only sum and avg are supported", name);
-    DT_CHECK(dt__coll_check_buffers(name, send, count * 4, recv, count * 4));
+    size_t bytes;
+    DT_CHECK(dt__coll_bytes(name, count, DT_F32, 1, &bytes));
+    DT_CHECK(dt__coll_check_buffers(name, send, bytes, recv, bytes));
     dt__coll k;
     DT_CHECK(dt__coll_begin_reducing(&k, c, name));
     DT_CHECK(dt__coll_trace(&k, count, wire, (int)op, -1));

@@ -136,10 +136,10 @@ dt_status dt__alltoall_alg(dt__coll *k, const void *src, void *dst, size_t bytes
 
 dt_status dt_alltoall(const void *send, void *recv, size_t count, dt_dtype t, dt_comm *c)
 {
-    size_t es = dt_dtype_size(t);
-    if (!es || !c)
-        return dt__fail(DT_ERR_INVALID, "alltoall: invalid dtype or NULL communicator");
-    size_t n = (size_t)c->size, bytes = count * es;
+    if (!c)
+        return dt__fail(DT_ERR_INVALID, "alltoall: communicator is NULL");
+    size_t n = (size_t)c->size, bytes;
+    DT_CHECK(dt__coll_bytes("alltoall", count, t, n, &bytes));
     DT_CHECK(dt__coll_check_buffers("alltoall", send, n * bytes, recv, n * bytes));
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "alltoall"));

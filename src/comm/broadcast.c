@@ -101,16 +101,14 @@ static dt_status scatter_allgather(dt__coll *k, uint8_t *buf, size_t bytes, int 
 
 dt_status dt_broadcast(void *buf, size_t count, dt_dtype t, int root, dt_comm *c)
 {
-    size_t es = dt_dtype_size(t);
-    if (!es)
-        return dt__fail(DT_ERR_INVALID, "broadcast: invalid dtype %d", (int)t);
+    size_t bytes;
+    DT_CHECK(dt__coll_bytes("broadcast", count, t, 1, &bytes));
     if (c && (root < 0 || root >= c->size))
         return dt__fail(DT_ERR_INVALID, "broadcast: root %d outside the communicator of %d ranks", root, c->size);
-    DT_CHECK(dt__coll_check_buffers("broadcast", buf, count * es, buf, count * es));
+    DT_CHECK(dt__coll_check_buffers("broadcast", buf, bytes, buf, bytes));
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "broadcast"));
     DT_CHECK(dt__coll_trace(&k, count, t, -1, root));
-    size_t bytes = count * es;
     if (bytes == 0 || c->size == 1)
         return DT_OK;
     dt__alg alg = dt__coll_pick(c, DT__COLL_BROADCAST, bytes);

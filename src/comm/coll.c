@@ -1,6 +1,7 @@
 #include "comm/coll.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "base/clock.h"
 #include "base/status.h"
@@ -13,6 +14,7 @@ dt_status dt__coll_begin(dt__coll *k, dt_comm *c, const char *op)
     k->seq = ++c->coll_seq;
     k->deadline = dt__deadline_after(c->timeout_s);
     k->reduces = false;
+    k->sig = 0;
     return DT_OK;
 }
 
@@ -27,14 +29,14 @@ static int32_t coll_tag(uint32_t subtag) { return (int32_t)(DT__TAG_COLL | (subt
 
 dt_status dt__coll_send(dt__coll *k, dt__req *r, int peer, uint32_t subtag, const void *buf, size_t len)
 {
-    return dt__engine_isend(k->c->world->eng, r, k->c->ranks[peer], k->c->id, coll_tag(subtag), k->seq, buf,
-                            len, !k->reduces);
+    return dt__engine_isend(k->c->world->eng, r, k->c->ranks[peer], k->c->id, coll_tag(subtag), k->seq, k->sig,
+                            buf, len, !k->reduces);
 }
 
 dt_status dt__coll_recv(dt__coll *k, dt__req *r, int peer, uint32_t subtag, void *buf, size_t len)
 {
-    return dt__engine_irecv(k->c->world->eng, r, k->c->ranks[peer], k->c->id, coll_tag(subtag), k->seq, false,
-                            buf, len);
+    return dt__engine_irecv(k->c->world->eng, r, k->c->ranks[peer], k->c->id, coll_tag(subtag), k->seq, k->sig,
+                            false, buf, len);
 }
 
 dt_status dt__coll_wait(dt__coll *k, dt__req *rs, size_t n)
@@ -71,6 +73,25 @@ dt_status dt__coll_check_buffers(const char *op, const void *send, size_t send_b
     uintptr_t s = (uintptr_t)send, r = (uintptr_t)recv;
     if (s < r + recv_bytes && r < s + send_bytes)
         return dt__fail(DT_ERR_INVALID, "%s: send and receive buffers partially overlap (pass the same pointer for in place)", op);
+    return DT_OK;
+}
+
+dt_status dt__coll_bytes(const char *op, size_t count, dt_dtype t, size_t mult, size_t *bytes)
+{
+    size_t es = dt_dtype_size(t);
+    *bytes = 0;
+    if (!es)
+        return dt__fail(DT_ERR_INVALID, "%s: invalid dtype %d", op, (int)t);
+    if (mult == 0)
+        mult = 1;
+    if (count > DT__MAX_BUFFER_BYTES / es / mult) {
+        char ranks[48] = "";
+        if (mult > 1)
+            snprintf(ranks, sizeof ranks, " x %zu ranks", mult);
+        return dt__fail(DT_ERR_INVALID, "%s: count %zu x %zu-byte %s%s overflows the size of a buffer (at most %llu bytes)",
+                        op, count, es, dt_dtype_name(t), ranks, (unsigned long long)DT__MAX_BUFFER_BYTES);
+    }
+    *bytes = count * es;
     return DT_OK;
 }
 

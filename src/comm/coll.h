@@ -21,10 +21,19 @@ typedef struct {
      * moved (4 ranks on 2 cores, allreduce 1-4 MiB: 1.3x faster inline;
      * alltoall 16-64 MiB: 2x faster by reference). */
     bool reduces;
+    /* The public call's signature (collsig.c), carried by its messages and
+     * arena rounds and checked by their receivers; 0: not checked. */
+    uint64_t sig;
 } dt__coll;
 
 dt_status dt__comm_check(dt_comm *c, const char *op);
-/* Validate the communicator and take the next collective sequence number. */
+/* Signature of a public collective call named `op` (its k->op); redop and
+ * root -1 when the call has none.  0 for an unknown name. */
+uint64_t dt__coll_sig(const char *op, size_t count, dt_dtype t, int redop, int root);
+/* "allreduce(7 x f64, sum)", "broadcast(16 x f32, root 2)" (the engine's namer). */
+void dt__coll_sig_name(uint64_t sig, char *buf, size_t len);
+/* Validate the communicator and take the next collective sequence number
+ * (k->sig 0: dt__coll_trace sets a public call's). */
 dt_status dt__coll_begin(dt__coll *k, dt_comm *c, const char *op);
 /* The same for a collective that reduces what it receives (k->reduces). */
 dt_status dt__coll_begin_reducing(dt__coll *k, dt_comm *c, const char *op);
@@ -84,6 +93,15 @@ size_t dt__coll_allreduce_small_bytes(const dt_comm *c);
 dt_status dt__coll_check_buffers(const char *op, const void *send, size_t send_bytes, const void *recv,
                                  size_t recv_bytes);
 dt_status dt__check_dtype_op(const char *op, dt_dtype t, dt_redop r);
+/* The largest buffer a call may name: 2^56 bytes, more than any address
+ * space holds, so that count x element size x ranks is computed without
+ * overflow and buffer ranges never wrap. */
+#define DT__MAX_BUFFER_BYTES (1ull << 56)
+/* *bytes = count x size of t (one block); DT_ERR_INVALID naming the count
+ * when t is invalid or count x size x mult (mult blocks, e.g. one per rank;
+ * 0 counts as 1) exceeds DT__MAX_BUFFER_BYTES.  Every collective checks its
+ * count with it before anything else. */
+dt_status dt__coll_bytes(const char *op, size_t count, dt_dtype t, size_t mult, size_t *bytes);
 
 /* Pipelined ring over `n` blocks of buf (block b at offsets[b], lengths[b]
  * elements).  Phase RS: after it rank r holds the reduction of block r.

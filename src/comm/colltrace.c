@@ -133,9 +133,15 @@ static dt_status exchange(dt__coll *k, const dt__colldesc *mine, dt__colldesc *a
 
 dt_status dt__coll_trace(dt__coll *k, size_t count, dt_dtype dtype, int redop, int root)
 {
+    uint64_t sig = dt__coll_sig(k->op, count, dtype, redop, root);
+    k->c->world->coll_sig = sig;
     dt__colltrace *t = k->c->world->trace;
-    if (!t)
+    if (!t) {
+        k->sig = sig;
         return DT_OK;
+    }
+    /* The descriptor exchange below goes unsigned, so that its full report
+     * (with tags) comes before the signature check's. */
     dt__colldesc d = {.count = count, .dtype = (int32_t)dtype, .redop = redop, .root = root,
                       .comm_id = k->c->id, .comm_size = k->c->size, .seq = k->seq};
     snprintf(d.op, sizeof d.op, "%s", k->op);
@@ -146,8 +152,10 @@ dt_status dt__coll_trace(dt__coll *k, size_t count, dt_dtype dtype, int redop, i
         format_recent(t, PUBLISHED, note, sizeof note);
         dt__heartbeat_set_note(k->c->world->heartbeat, note);
     }
-    if (k->c->size == 1)
+    if (k->c->size == 1) {
+        k->sig = sig;
         return DT_OK;
+    }
     dt__colldesc *all = calloc((size_t)k->c->size, sizeof *all);
     if (!all)
         return dt__coll_error(k, dt__fail(DT_ERR_NOMEM, "out of memory"));
@@ -164,6 +172,7 @@ dt_status dt__coll_trace(dt__coll *k, size_t count, dt_dtype dtype, int redop, i
                      a, r, b);
     }
     free(all);
+    k->sig = sig;
     return dt__coll_error(k, s);
 }
 

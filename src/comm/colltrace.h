@@ -42,8 +42,10 @@ void dt__colltrace_destroy(dt__colltrace *t);
 void dt__colldesc_format(const dt__colldesc *d, char *buf, size_t len);
 
 /* Start of a public collective on k's communicator (after dt__coll_begin):
- * with tracing on, record it and check that every rank issues the same
- * call; without, nothing.  redop/root: -1 when the call has none. */
+ * set k->sig (always checked, by the receivers of its messages); with
+ * tracing on, also record the call and check, with one exchange of full
+ * descriptors, that every rank issues the same call.  redop/root: -1 when
+ * the call has none. */
 dt_status dt__coll_trace(dt__coll *k, size_t count, dt_dtype dtype, int redop, int root);
 
 /* Print this rank's recent collectives and those the other ranks published

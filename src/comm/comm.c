@@ -127,6 +127,7 @@ static dt_status init_world(const dt__launch_env *env, dt__world *w)
                                    env->timeout_s, &w->store));
     }
     DT_CHECK(dt__engine_create(&cfg, w->store, &w->eng));
+    dt__engine_set_sig_namer(w->eng, dt__coll_sig_name);
     int64_t heartbeat;
     DT_CHECK(dt__env_int("DT_HEARTBEAT_TIMEOUT", 0, 86400, &heartbeat));
     if (env->size > 1 && heartbeat > 0) {

@@ -29,6 +29,9 @@ typedef struct {
      * start-up (dt__tune_collectives): dt__coll_pick keeps halving-doubling
      * off the sizes where bbr's round-trip probes stalled it. */
     bool tcp_probes_rtt;
+    /* Signature of the public collective running (dt__coll_trace), which
+     * the pieces of a hierarchical one carry on the sub-communicators. */
+    uint64_t coll_sig;
 } dt__world;
 
 /* Communicator id of the world's start-up timing (src/comm/tune.c): its

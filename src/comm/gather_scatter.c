@@ -52,7 +52,8 @@ static dt_status leaf(dt__coll *k, bool is_send, void *buf, size_t bytes, int ro
 dt_status dt_gather(const void *send, void *recv, size_t sendcount, dt_dtype t, int root, dt_comm *c)
 {
     DT_CHECK(check_root("gather", c, root, t));
-    size_t bytes = sendcount * dt_dtype_size(t);
+    size_t bytes;
+    DT_CHECK(dt__coll_bytes("gather", sendcount, t, (size_t)c->size, &bytes));
     bool is_root = c->rank == root;
     DT_CHECK(dt__coll_check_buffers("gather", send, bytes, is_root ? recv : send,
                                     is_root ? (size_t)c->size * bytes : bytes));
@@ -71,7 +72,8 @@ dt_status dt_gather(const void *send, void *recv, size_t sendcount, dt_dtype t, 
 dt_status dt_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t, int root, dt_comm *c)
 {
     DT_CHECK(check_root("scatter", c, root, t));
-    size_t bytes = recvcount * dt_dtype_size(t);
+    size_t bytes;
+    DT_CHECK(dt__coll_bytes("scatter", recvcount, t, (size_t)c->size, &bytes));
     bool is_root = c->rank == root;
     DT_CHECK(dt__coll_check_buffers("scatter", is_root ? send : recv, is_root ? (size_t)c->size * bytes : bytes,
                                     recv, bytes));

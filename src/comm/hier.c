@@ -125,6 +125,17 @@ bool dt__hier_use(const dt_comm *c, size_t bytes)
     return bytes > dt__coll_small_bytes(c);
 }
 
+/* Begin one piece of c's public collective on a sub-communicator: its own
+ * sequence number, the public call's signature (so a mismatch between the
+ * ranks is still noticed inside the hierarchy). */
+static dt_status piece(dt__coll *k, const dt_comm *c, dt_comm *sub, const char *what, bool reduces)
+{
+    DT_CHECK(dt__coll_begin(k, sub, what));
+    k->reduces = reduces;
+    k->sig = c->world->coll_sig;
+    return DT_OK;
+}
+
 /* One local ring pass per host h, hosts in the same order on every rank: on
  * pass h, local rank j's block is that of rank members[h][j] (`unit`
  * elements per rank). */
@@ -138,8 +149,7 @@ static dt_status local_passes(dt_comm *c, uint8_t *buf, size_t unit, dt_dtype t,
             off[L + j] = unit;
         }
         dt__coll k;
-        DT_CHECK(dt__coll_begin(&k, c->local, what));
-        k.reduces = (phase & DT_RING_RS) != 0;
+        DT_CHECK(piece(&k, c, c->local, what, (phase & DT_RING_RS) != 0));
         DT_CHECK(dt__ring_run(&k, buf, off, off + L, t, op, phase));
     }
     return DT_OK;
@@ -153,15 +163,15 @@ dt_status dt__hier_allreduce(dt_comm *c, void *buf, size_t count, dt_dtype t, dt
         return dt__fail(DT_ERR_NOMEM, "allreduce: out of memory");
     dt__split_blocks(count, L, off, off + L);
     dt__coll k;
-    dt_status s = dt__coll_begin_reducing(&k, c->local, "allreduce (within the host)");
+    dt_status s = piece(&k, c, c->local, "allreduce (within the host)", true);
     if (s == DT_OK)
         s = dt__ring_run(&k, buf, off, off + L, t, op, DT_RING_RS);
     if (s == DT_OK)
-        s = dt__coll_begin_reducing(&k, c->cross, "allreduce (across hosts)");
+        s = piece(&k, c, c->cross, "allreduce (across hosts)", true);
     if (s == DT_OK)
         s = dt__allreduce_flat(&k, (uint8_t *)buf + off[li] * es, off[L + li], t, op);
     if (s == DT_OK)
-        s = dt__coll_begin_reducing(&k, c->local, "allreduce (within the host)");
+        s = piece(&k, c, c->local, "allreduce (within the host)", true);
     if (s == DT_OK)
         s = dt__ring_run(&k, buf, off, off + L, t, op, DT_RING_AG);
     free(off);
@@ -177,7 +187,7 @@ dt_status dt__hier_reduce_scatter(dt_comm *c, void *work, size_t recvcount, dt_d
     dt_status s = local_passes(c, work, recvcount, t, op, DT_RING_RS, "reduce_scatter (within the host)", off);
     dt__coll k;
     if (s == DT_OK)
-        s = dt__coll_begin_reducing(&k, c->cross, "reduce_scatter (across hosts)");
+        s = piece(&k, c, c->cross, "reduce_scatter (across hosts)", true);
     for (int b = 0; s == DT_OK && b < X; b++) {
         off[b] = (size_t)c->cross->ranks[b] * recvcount;
         off[X + b] = recvcount;
@@ -195,7 +205,7 @@ dt_status dt__hier_allgather(dt_comm *c, void *recv, size_t sendcount, dt_dtype 
     if (!off)
         return dt__fail(DT_ERR_NOMEM, "allgather: out of memory");
     dt__coll k;
-    dt_status s = dt__coll_begin(&k, c->cross, "allgather (across hosts)");
+    dt_status s = piece(&k, c, c->cross, "allgather (across hosts)", false);
     for (int b = 0; s == DT_OK && b < X; b++) {
         off[b] = (size_t)c->cross->ranks[b] * sendcount;
         off[X + b] = sendcount;

@@ -146,6 +146,11 @@ static dt_status submit(dt__job *proto, const char *op, dt_request **req)
     *req = NULL;
     if (!proto->comm)
         return dt__fail(DT_ERR_INVALID, "%s: communicator is NULL", op);
+    if (proto->count && !proto->recv)
+        return dt__fail(DT_ERR_INVALID, "%s: %s is NULL for %zu elements", op,
+                        proto->kind == JOB_BROADCAST ? "buffer (buf)" : "receive buffer (recv)", proto->count);
+    if (proto->count && !proto->send && proto->kind != JOB_BROADCAST)
+        return dt__fail(DT_ERR_INVALID, "%s: send buffer (send) is NULL for %zu elements", op, proto->count);
     dt__world *w = proto->comm->world;
     if (w->engine_closed)
         return dt__fail(DT_ERR_INVALID, "%s: the world communicator was already destroyed", op);

@@ -10,6 +10,9 @@ static dt_status post(dt_comm *c, bool is_send, void *buf, size_t count, dt_dtyp
                       dt_request **out)
 {
     const char *op = is_send ? "send" : "recv";
+    if (!out)
+        return dt__fail(DT_ERR_INVALID, "%s: request pointer (req) is NULL", is_send ? "isend" : "irecv");
+    *out = NULL;
     DT_CHECK(dt__comm_check(c, op));
     size_t es = dt_dtype_size(t);
     if (!es)
@@ -19,19 +22,19 @@ static dt_status post(dt_comm *c, bool is_send, void *buf, size_t count, dt_dtyp
     if (tag < 0 || tag > DT_TAG_MAX)
         return dt__fail(DT_ERR_INVALID, "%s: tag %d outside 0..%d", op, tag, DT_TAG_MAX);
     if (count && !buf)
-        return dt__fail(DT_ERR_INVALID, "%s: NULL buffer", op);
+        return dt__fail(DT_ERR_INVALID, "%s: buffer (buf) is NULL for %zu elements", op, count);
     if (count > DT_FRAME_MAX_PAYLOAD / es)
-        return dt__fail(DT_ERR_INVALID, "%s: %zu elements of %zu bytes; one message carries at most %llu bytes", op,
-                        count, es, (unsigned long long)DT_FRAME_MAX_PAYLOAD);
+        return dt__fail(DT_ERR_INVALID, "%s: count %zu x %zu-byte %s overflows a message: one message carries at most %llu bytes",
+                        op, count, es, dt_dtype_name(t), (unsigned long long)DT_FRAME_MAX_PAYLOAD);
     dt_request *r = calloc(1, sizeof *r);
     if (!r)
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     r->comm = c;
     r->elem = es;
     dt__engine *e = c->world->eng;
-    dt_status s = is_send ? dt__engine_isend(e, &r->req, c->ranks[peer], c->id, tag, ++c->p2p_seq, buf,
+    dt_status s = is_send ? dt__engine_isend(e, &r->req, c->ranks[peer], c->id, tag, ++c->p2p_seq, 0, buf,
                                              count * es, true)
-                          : dt__engine_irecv(e, &r->req, c->ranks[peer], c->id, tag, 0, true, buf, count * es);
+                          : dt__engine_irecv(e, &r->req, c->ranks[peer], c->id, tag, 0, 0, true, buf, count * es);
     if (s != DT_OK) {
         free(r);
         return dt__wrap(s, "%s: ", op);
@@ -59,6 +62,11 @@ static dt_status finish(dt_request *r, size_t *received)
     else if (s != DT_OK)
         s = dt__fail(s, "%s rank %d failed: %s", r->req.kind == DT_REQ_SEND ? "send to" : "receive from",
                      r->req.peer, dt_status_name(s));
+    if (s == DT_OK && r->req.kind == DT_REQ_RECV && r->req.received % r->elem)
+        s = dt__fail(DT_ERR_TRUNCATE,
+                     "receive from rank %d: the message has %zu bytes, not a whole number of the receiver's "
+                     "%zu-byte elements (its buffer holds %zu bytes); sender and receiver disagree on the dtype",
+                     r->req.peer, r->req.received, r->elem, r->req.len);
     if (received && s == DT_OK)
         *received = (r->req.kind == DT_REQ_RECV ? r->req.received : r->req.len) / r->elem;
     free(r);
@@ -87,7 +95,7 @@ dt_status dt_wait(dt_request *r, size_t *received)
 dt_status dt_test(dt_request *r, int *done, size_t *received)
 {
     if (!r || !done)
-        return dt__fail(DT_ERR_INVALID, "dt_test: NULL argument");
+        return dt__fail(DT_ERR_INVALID, "dt_test: %s is NULL", r ? "done" : "request (req)");
     *done = 0;
     if (r->job)
         return dt__job_test(r, done);

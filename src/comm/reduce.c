@@ -70,7 +70,8 @@ dt_status dt_reduce(const void *send, void *recv, size_t count, dt_dtype t, dt_r
     DT_CHECK(dt__check_dtype_op("reduce", t, op));
     if (c && (root < 0 || root >= c->size))
         return dt__fail(DT_ERR_INVALID, "reduce: root %d outside the communicator of %d ranks", root, c->size);
-    size_t bytes = count * dt_dtype_size(t);
+    size_t bytes;
+    DT_CHECK(dt__coll_bytes("reduce", count, t, 1, &bytes));
     bool is_root = c && c->rank == root;
     DT_CHECK(dt__coll_check_buffers("reduce", send, bytes, is_root ? recv : send, bytes));
     dt__coll k;

@@ -15,7 +15,8 @@ dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_d
     DT_CHECK(dt__check_dtype_op("reduce_scatter", t, op));
     if (!c)
         return dt__fail(DT_ERR_INVALID, "reduce_scatter: communicator is NULL");
-    size_t es = dt_dtype_size(t), n = (size_t)c->size, bytes = recvcount * es;
+    size_t n = (size_t)c->size, bytes;
+    DT_CHECK(dt__coll_bytes("reduce_scatter", recvcount, t, n, &bytes));
     bool in_place = send == recv;
     DT_CHECK(dt__coll_check_buffers("reduce_scatter", send, n * bytes, recv, in_place ? n * bytes : bytes));
     dt__coll k;

@@ -37,6 +37,9 @@
  * on this AMD EPYC one the wait outlasted the flag by most of a microsecond:
  * 2 ranks, 8 B allreduce, 1.10-1.14 us against 0.76-0.79. */
 #define SPIN_PAUSES 1
+/* A small-ring entry starts with the signature of its broadcast, on the
+ * line of the first bytes the readers copy anyway. */
+#define SMALL_SIG 8
 /* Longest sleep between looks at the sockets (a peer's death) and the clock. */
 #define SLEEP_SLICE_NS 5000000
 
@@ -101,11 +104,15 @@ dt_status dt__shm_coll_setup(dt_comm *c)
     return s;
 }
 
-static void op_begin(arena_op *o, dt__coll *k)
+/* Also tells the engine which collective this rank is in: a peer that
+ * sends it a message of this number from another collective (one that goes
+ * as messages) is a mismatch too. */
+static dt_status op_begin(arena_op *o, dt__coll *k)
 {
     dt_comm *c = k->c;
     *o = (arena_op){k, c->arena, c->size, c->rank, 0, false};
     dt__engine_shm_spin_policy(c->world->eng, &o->spin_ns, &o->yields);
+    return dt__coll_error(k, dt__engine_sig_enter(c->world->eng, c->id, k->seq, k->sig));
 }
 
 static uint32_t next_round(arena_op *o)
@@ -147,6 +154,24 @@ static bool flag_reached(void *arg)
     return dt__arena_reached(w->a, w->rank, w->f, w->g);
 }
 
+static dt_status mismatch(arena_op *o, int j, uint32_t g, uint64_t theirs);
+
+/* Waiting long for READY(g): a rank that is in another collective may never
+ * publish it (a broadcast's reader does not), so look whether any rank has
+ * published READY(g) for another call.  Only on the slow path. */
+static dt_status check_round_sigs(arena_op *o, uint32_t g)
+{
+    for (int j = 0; j < o->n && o->k->sig; j++) {
+        uint64_t theirs;
+        if (j == o->me || !dt__arena_reached(o->a, j, DT__ARENA_READY, g))
+            continue;
+        bool slots = dt__arena_ready_sig(o->a, j, g, &theirs);
+        if ((slots || theirs) && theirs != o->k->sig)
+            return mismatch(o, j, g, theirs);
+    }
+    return DT_OK;
+}
+
 static dt_status wait_rank(arena_op *o, int rank, dt__arena_flag f, uint32_t g)
 {
     flag_wait w = {o->a, rank, f, g};
@@ -157,6 +182,8 @@ static dt_status wait_rank(arena_op *o, int rank, dt__arena_flag f, uint32_t g)
         return DT_OK;
     while (!flag_reached(&w)) {
         DT_CHECK(check_health(o, rank, start));
+        if (f == DT__ARENA_READY)
+            DT_CHECK(check_round_sigs(o, g));
         dt__arena_sleep(o->a, rank, f, g, SLEEP_SLICE_NS);
     }
     return DT_OK;
@@ -167,6 +194,42 @@ static dt_status wait_all(arena_op *o, dt__arena_flag f, uint32_t g)
     for (int j = 0; j < o->n; j++)
         if (j != o->me)
             DT_CHECK(wait_rank(o, j, f, g));
+    return DT_OK;
+}
+
+/* Rank j's round g must belong to the same call as this rank's: its
+ * signature, published with READY next to the flag (no extra line to
+ * fetch), against k->sig.  A difference fails the engine, which tells every
+ * rank, naming both calls (docs/failures.md). */
+static dt_status mismatch(arena_op *o, int j, uint32_t g, uint64_t theirs)
+{
+    (void)g;
+    dt__coll *k = o->k;
+    return dt__engine_sig_mismatch(k->c->world->eng, k->c->ranks[j], k->c->id, k->seq, k->sig, theirs);
+}
+
+static dt_status check_sig(arena_op *o, int j, uint32_t g)
+{
+    uint64_t theirs;
+    if (!o->k->sig || (dt__arena_ready_sig(o->a, j, g, &theirs) && theirs == o->k->sig))
+        return DT_OK;
+    return mismatch(o, j, g, theirs);
+}
+
+static void publish_ready(arena_op *o, uint32_t g) { dt__arena_publish_ready(o->a, o->me, g, o->k->sig, false); }
+
+/* READY of rank j for round g, and the same call. */
+static dt_status wait_ready(arena_op *o, int j, uint32_t g)
+{
+    DT_CHECK(wait_rank(o, j, DT__ARENA_READY, g));
+    return check_sig(o, j, g);
+}
+
+static dt_status wait_all_ready(arena_op *o, uint32_t g)
+{
+    for (int j = 0; j < o->n; j++)
+        if (j != o->me)
+            DT_CHECK(wait_ready(o, j, g));
     return DT_OK;
 }
 
@@ -212,8 +275,8 @@ static dt_status allreduce_round(arena_op *o, const uint8_t *src, uint8_t *buf, 
     uint32_t g = next_round(o);
     DT_CHECK(claim(o, g));
     memcpy(slot(o, g, o->me), src, bytes);
-    dt__arena_publish(o->a, o->me, DT__ARENA_READY, g);
-    DT_CHECK(wait_all(o, DT__ARENA_READY, g));
+    publish_ready(o, g);
+    DT_CHECK(wait_all_ready(o, g));
     if (bytes <= ONE_SHOT_BYTES) {
         reduce_slots(o, g, 0, count, t, op, buf, buf);
     } else {
@@ -239,7 +302,7 @@ static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 dt_status dt__shm_allreduce(dt__coll *k, const void *src, void *buf, size_t count, dt_dtype t, dt_redop op)
 {
     arena_op o;
-    op_begin(&o, k);
+    DT_CHECK(op_begin(&o, k));
     size_t es = dt_dtype_size(t), per = dt__arena_slot_bytes(o.a) / es;
     for (size_t off = 0; off < count; off += per)
         DT_CHECK(dt__coll_error(k, allreduce_round(&o, (const uint8_t *)src + off * es, (uint8_t *)buf + off * es,
@@ -257,8 +320,8 @@ static dt_status allreduce_half_round(arena_op *o, const float *send, float *rec
     uint16_t *mine = (uint16_t *)slot(o, g, o->me);
     DT_CHECK(claim(o, g));
     dt__to_half_n(mine, send, count, bf16);
-    dt__arena_publish(o->a, o->me, DT__ARENA_READY, g);
-    DT_CHECK(wait_all(o, DT__ARENA_READY, g));
+    publish_ready(o, g);
+    DT_CHECK(wait_all_ready(o, g));
     size_t lo, len;
     block(count, o->n, o->me, &lo, &len);
     memset(acc, 0, len * sizeof *acc);
@@ -282,7 +345,7 @@ static dt_status allreduce_half_round(arena_op *o, const float *send, float *rec
 dt_status dt__shm_allreduce_half(dt__coll *k, const float *send, float *recv, size_t count, bool bf16, bool avg)
 {
     arena_op o;
-    op_begin(&o, k);
+    DT_CHECK(op_begin(&o, k));
     size_t per = dt__arena_slot_bytes(o.a) / 2;
     float *acc = dt__comm_scratch(k->c, DT__SCRATCH_TMP, (per / (size_t)o.n + 1) * sizeof *acc);
     if (!acc)
@@ -303,13 +366,21 @@ static dt_status broadcast_small(arena_op *o, void *buf, size_t bytes, int root)
 {
     uint32_t g = next_round(o);
     uint8_t *entry = dt__arena_small_entry(o->a, g);
+    uint64_t sig = o->k->sig, theirs;
     if (o->me == root) {
         DT_CHECK(wait_all(o, DT__ARENA_DONE, g - DT__ARENA_SMALL_DEPTH));
-        memcpy(entry, buf, bytes);
-        dt__arena_publish(o->a, o->me, DT__ARENA_READY, g);
+        memcpy(entry, &sig, SMALL_SIG);
+        memcpy(entry + SMALL_SIG, buf, bytes);
+        dt__arena_publish_ready(o->a, o->me, g, sig, true);
     } else {
         DT_CHECK(wait_rank(o, root, DT__ARENA_READY, g));
-        memcpy(buf, entry, bytes);
+        /* The entry's signature, unless the root's round g was one of slots
+         * (it is in another collective, whose signature that is). */
+        if (!dt__arena_ready_sig(o->a, root, g, &theirs))
+            memcpy(&theirs, entry, SMALL_SIG);
+        if (sig && theirs != sig)
+            return mismatch(o, root, g, theirs);
+        memcpy(buf, entry + SMALL_SIG, bytes);
     }
     dt__arena_publish(o->a, o->me, DT__ARENA_DONE, g);
     return DT_OK;
@@ -322,8 +393,8 @@ static dt_status broadcast_small(arena_op *o, void *buf, size_t bytes, int root)
 dt_status dt__shm_broadcast(dt__coll *k, void *buf, size_t bytes, int root)
 {
     arena_op o;
-    op_begin(&o, k);
-    if (bytes <= DT__ARENA_SMALL_BYTES)
+    DT_CHECK(op_begin(&o, k));
+    if (bytes <= DT__ARENA_SMALL_BYTES - SMALL_SIG)
         return dt__coll_error(k, broadcast_small(&o, buf, bytes, root));
     size_t per = dt__arena_slot_bytes(o.a);
     for (size_t off = 0; off < bytes; off += per) {
@@ -333,9 +404,9 @@ dt_status dt__shm_broadcast(dt__coll *k, void *buf, size_t bytes, int root)
         if (o.me == root) {
             DT_CHECK(dt__coll_error(k, claim(&o, g)));
             memcpy(set, part, m);
-            dt__arena_publish(o.a, o.me, DT__ARENA_READY, g);
+            publish_ready(&o, g);
         } else {
-            DT_CHECK(dt__coll_error(k, wait_rank(&o, root, DT__ARENA_READY, g)));
+            DT_CHECK(dt__coll_error(k, wait_ready(&o, root, g)));
             memcpy(part, set, m);
         }
         dt__arena_publish(o.a, o.me, DT__ARENA_DONE, g);
@@ -347,7 +418,7 @@ dt_status dt__shm_broadcast(dt__coll *k, void *buf, size_t bytes, int root)
 dt_status dt__shm_allgather(dt__coll *k, void *recv, size_t bytes)
 {
     arena_op o;
-    op_begin(&o, k);
+    DT_CHECK(op_begin(&o, k));
     uint8_t *out = recv;
     size_t per = dt__arena_slot_bytes(o.a);
     for (size_t off = 0; off < bytes; off += per) {
@@ -355,10 +426,10 @@ dt_status dt__shm_allgather(dt__coll *k, void *recv, size_t bytes)
         uint32_t g = next_round(&o);
         DT_CHECK(dt__coll_error(k, claim(&o, g)));
         memcpy(slot(&o, g, o.me), out + (size_t)o.me * bytes + off, m);
-        dt__arena_publish(o.a, o.me, DT__ARENA_READY, g);
+        publish_ready(&o, g);
         for (int j = 0; j < o.n; j++)
             if (j != o.me) {
-                DT_CHECK(dt__coll_error(k, wait_rank(&o, j, DT__ARENA_READY, g)));
+                DT_CHECK(dt__coll_error(k, wait_ready(&o, j, g)));
                 memcpy(out + (size_t)j * bytes + off, slot(&o, g, j), m);
             }
         dt__arena_publish(o.a, o.me, DT__ARENA_DONE, g);
@@ -375,7 +446,7 @@ static dt_status post_pieces(arena_op *o, uint32_t g, const uint8_t *in, size_t 
     for (int j = 0; j < o->n; j++)
         if (j != skip)
             memcpy(slot(o, g, o->me) + (size_t)j * m, in + (size_t)j * stride, m);
-    dt__arena_publish(o->a, o->me, DT__ARENA_READY, g);
+    publish_ready(o, g);
     return DT_OK;
 }
 
@@ -387,7 +458,7 @@ dt_status dt__shm_reduce_scatter(dt__coll *k, const void *send, void *recv, size
                                  dt_redop op)
 {
     arena_op o;
-    op_begin(&o, k);
+    DT_CHECK(op_begin(&o, k));
     size_t es = dt_dtype_size(t), per = dt__arena_slot_bytes(o.a) / ((size_t)o.n * es);
     const uint8_t *in = send;
     uint8_t *out = recv;
@@ -395,7 +466,7 @@ dt_status dt__shm_reduce_scatter(dt__coll *k, const void *send, void *recv, size
         size_t m = min_size(per, recvcount - off);
         uint32_t g = next_round(&o);
         DT_CHECK(dt__coll_error(k, post_pieces(&o, g, in + off * es, recvcount * es, m * es, -1)));
-        DT_CHECK(dt__coll_error(k, wait_all(&o, DT__ARENA_READY, g)));
+        DT_CHECK(dt__coll_error(k, wait_all_ready(&o, g)));
         reduce_slots(&o, g, (size_t)o.me * m * es, m, t, op, out + off * es, out + off * es);
         dt__arena_publish(o.a, o.me, DT__ARENA_DONE, g);
     }
@@ -409,7 +480,7 @@ dt_status dt__shm_reduce_scatter(dt__coll *k, const void *send, void *recv, size
 dt_status dt__shm_alltoall(dt__coll *k, const void *send, void *recv, size_t bytes)
 {
     arena_op o;
-    op_begin(&o, k);
+    DT_CHECK(op_begin(&o, k));
     size_t per = dt__arena_slot_bytes(o.a) / (size_t)o.n;
     const uint8_t *in = send;
     uint8_t *out = recv;
@@ -423,7 +494,7 @@ dt_status dt__shm_alltoall(dt__coll *k, const void *send, void *recv, size_t byt
         for (int j = 0; j < o.n; j++) {
             if (j == o.me)
                 continue;
-            DT_CHECK(dt__coll_error(k, wait_rank(&o, j, DT__ARENA_READY, g)));
+            DT_CHECK(dt__coll_error(k, wait_ready(&o, j, g)));
             memcpy(out + (size_t)j * bytes + off, slot(&o, g, j) + (size_t)o.me * m, m);
         }
         dt__arena_publish(o.a, o.me, DT__ARENA_DONE, g);

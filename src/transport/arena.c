@@ -15,7 +15,7 @@
 #include "transport/shm.h"
 
 #define ARENA_MAGIC 0x414e52414e525444ull /* "DTRNARNA" */
-#define ARENA_VERSION 3u /* 2: the ring of small entries after the slots; 3: a line per flag */
+#define ARENA_VERSION 4u /* 2: the ring of small entries after the slots; 3: a line per flag; 4: signatures */
 #define PAGE 4096u
 
 typedef struct {
@@ -24,9 +24,14 @@ typedef struct {
     uint64_t slot_bytes;
 } arena_header;
 
-/* One flag on a line (two, for the adjacent-line prefetcher) of its own. */
+/* One flag on a line (two, for the adjacent-line prefetcher) of its own.
+ * READY's line also holds the signature of the rounds (g & 1), on the same
+ * 64 bytes as the flag: the reader that sees the flag has the signature
+ * without another line moving between cores. */
 typedef struct {
     _Alignas(128) _Atomic uint32_t v;
+    _Atomic uint32_t round[2], small_round; /* whose signature sig[] and small_sig hold */
+    _Atomic uint64_t sig[2], small_sig;
 } flag_line;
 
 /* One rank's flags: only that rank writes them.  Each on its own line, so
@@ -170,6 +175,27 @@ void dt__arena_publish(dt__arena *a, int rank, dt__arena_flag f, uint32_t g)
     atomic_store(&c->flag[f].v, g);
     if (atomic_load(&c->sleepers))
         futex(&c->flag[f].v, FUTEX_WAKE, INT_MAX, NULL);
+}
+
+void dt__arena_publish_ready(dt__arena *a, int rank, uint32_t g, uint64_t sig, bool small)
+{
+    /* Relaxed: the flag's sequentially consistent store below orders them. */
+    flag_line *l = &a->ctl[rank].flag[DT__ARENA_READY];
+    atomic_store_explicit(small ? &l->small_sig : &l->sig[g & 1], sig, memory_order_relaxed);
+    atomic_store_explicit(small ? &l->small_round : &l->round[g & 1], g, memory_order_relaxed);
+    dt__arena_publish(a, rank, DT__ARENA_READY, g);
+}
+
+bool dt__arena_ready_sig(const dt__arena *a, int rank, uint32_t g, uint64_t *sig)
+{
+    const flag_line *l = &a->ctl[rank].flag[DT__ARENA_READY];
+    if (atomic_load_explicit(&l->round[g & 1], memory_order_acquire) == g) {
+        *sig = atomic_load_explicit(&l->sig[g & 1], memory_order_acquire);
+        return true;
+    }
+    bool small = atomic_load_explicit(&l->small_round, memory_order_acquire) == g;
+    *sig = small ? atomic_load_explicit(&l->small_sig, memory_order_acquire) : 0;
+    return false;
 }
 
 bool dt__arena_reached(const dt__arena *a, int rank, dt__arena_flag f, uint32_t g)

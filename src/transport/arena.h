@@ -80,6 +80,19 @@ void dt__arena_refresh(dt__arena *a, int me, uint32_t g);
 /* Record that `rank` (the caller) has reached round g at this flag, and wake
  * any rank asleep on it. */
 void dt__arena_publish(dt__arena *a, int rank, dt__arena_flag f, uint32_t g);
+/* dt__arena_publish of READY for round g, with the signature of the
+ * collective call the round belongs to (0: none), kept next to the flag.
+ * A round of slots (small false) keeps it for rounds g and g + 1 (a rank
+ * starts round g + 2 only once every rank is DONE with round g); a round of
+ * the small ring (small true: a broadcast root) in one place that the next
+ * such round overwrites, which readers of the small ring do not read (they
+ * take the signature from the entry). */
+void dt__arena_publish_ready(dt__arena *a, int rank, uint32_t g, uint64_t sig, bool small);
+/* For a reader that saw rank's READY(g) and is not DONE with round g: true
+ * and its signature when rank's round g was a round of slots; false when it
+ * was not (*sig: the small round's signature when rank's last one was g,
+ * else 0). */
+bool dt__arena_ready_sig(const dt__arena *a, int rank, uint32_t g, uint64_t *sig);
 /* Whether `rank` has reached round g (or later) at this flag. */
 bool dt__arena_reached(const dt__arena *a, int rank, dt__arena_flag f, uint32_t g);
 /* The same from what this process last read of the flag (dt__arena_reached,

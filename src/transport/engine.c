@@ -397,9 +397,9 @@ static dt_status peer_write(dt__engine *e, int pi)
 }
 
 static dt_status queue_frame(dt__engine *e, dt__req *r, int pi, uint8_t type, uint32_t comm_id,
-                             int32_t tag, uint64_t seq, const void *buf, size_t len, bool by_ref_ok)
+                             int32_t tag, uint64_t seq, uint64_t sig, const void *buf, size_t len, bool by_ref_ok)
 {
-    dt__frame f = {.type = type, .comm_id = comm_id, .tag = tag, .seq = seq, .len = len};
+    dt__frame f = {.type = type, .comm_id = comm_id, .tag = tag, .seq = seq, .len = len, .sig = sig};
     memset(r, 0, sizeof *r);
     r->kind = DT_REQ_SEND;
     r->state = DT_REQ_PENDING;
@@ -407,6 +407,7 @@ static dt_status queue_frame(dt__engine *e, dt__req *r, int pi, uint8_t type, ui
     r->comm_id = comm_id;
     r->tag = tag;
     r->seq = seq;
+    r->sig = sig;
     r->buf = (uint8_t *)buf;
     r->len = len;
     peer *p = &e->peers[pi];
@@ -427,7 +428,7 @@ static dt_status queue_frame(dt__engine *e, dt__req *r, int pi, uint8_t type, ui
 static dt_status deliver_local(dt__engine *e, const dt__frame *f, const void *buf);
 
 dt_status dt__engine_isend(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, int32_t tag,
-                           uint64_t seq, const void *buf, size_t len, bool by_ref_ok)
+                           uint64_t seq, uint64_t sig, const void *buf, size_t len, bool by_ref_ok)
 {
     DT_CHECK(dt__engine_status(e));
     if (pi < 0 || pi >= e->size)
@@ -435,8 +436,10 @@ dt_status dt__engine_isend(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, 
     if (len > DT_FRAME_MAX_PAYLOAD)
         return dt__fail(DT_ERR_INVALID, "message of %zu bytes to rank %d: one message carries at most %llu", len, pi,
                         (unsigned long long)DT_FRAME_MAX_PAYLOAD);
+    if (sig)
+        DT_CHECK(dt__engine_sig_enter(e, comm_id, seq, sig));
     if (pi == e->rank) {
-        dt__frame f = {.type = DT_FRAME_DATA, .comm_id = comm_id, .tag = tag, .seq = seq, .len = len};
+        dt__frame f = {.type = DT_FRAME_DATA, .comm_id = comm_id, .tag = tag, .seq = seq, .len = len, .sig = sig};
         memset(r, 0, sizeof *r);
         r->kind = DT_REQ_SEND;
         DT_CHECK(deliver_local(e, &f, buf));
@@ -445,7 +448,7 @@ dt_status dt__engine_isend(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, 
     }
     if (e->peers[pi].bye_sent)
         return dt__fail(DT_ERR_INVALID, "send to %s after the communicator was destroyed", e->peers[pi].name);
-    return queue_frame(e, r, pi, DT_FRAME_DATA, comm_id, tag, seq, buf, len, by_ref_ok);
+    return queue_frame(e, r, pi, DT_FRAME_DATA, comm_id, tag, seq, sig, buf, len, by_ref_ok);
 }
 
 static void finish_recv(dt__req *r, const dt__frame *f)
@@ -503,7 +506,7 @@ static dt_status deliver_buffered(dt__engine *e, peer *p, dt__req *r, unexpected
 }
 
 dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, int32_t tag,
-                           uint64_t seq, bool any_seq, void *buf, size_t cap)
+                           uint64_t seq, uint64_t sig, bool any_seq, void *buf, size_t cap)
 {
     DT_CHECK(dt__engine_status(e));
     if (pi < 0 || pi >= e->size)
@@ -515,11 +518,20 @@ dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, 
     r->comm_id = comm_id;
     r->tag = tag;
     r->seq = seq;
+    r->sig = sig;
     r->any_seq = any_seq;
     r->buf = buf;
     r->len = cap;
     peer *p = &e->peers[pi];
     unexpected *u = take_unexpected(p, r);
+    if (u && dt__sig_differs(sig, u->f.sig)) {
+        uint64_t theirs = u->f.sig;
+        dt__bufcache_put(&e->early, u->data, u->cap);
+        free(u);
+        return dt__engine_sig_mismatch(e, pi, comm_id, seq, sig, theirs);
+    }
+    if (sig)
+        DT_CHECK(dt__engine_sig_enter(e, comm_id, seq, sig));
     if (u) {
         DT_CHECK(deliver_buffered(e, p, r, u));
         return r->status == DT_OK ? DT_OK
@@ -537,6 +549,12 @@ dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, 
 static dt_status route_data(dt__engine *e, peer *p, const dt__frame *f)
 {
     dt__req *r = take_posted(p, f);
+    if (r && dt__sig_differs(r->sig, f->sig)) {
+        complete(r, DT_ERR_INVALID);
+        return dt__engine_sig_mismatch(e, (int)(p - e->peers), f->comm_id, f->seq, r->sig, f->sig);
+    }
+    if (!r && f->sig)
+        DT_CHECK(dt__sig_check_arrival(e, (int)(p - e->peers), f));
     if (r) {
         p->target = r;
         p->dst = f->len <= r->len ? r->buf : NULL;
@@ -952,6 +970,8 @@ void dt__engine_set_heartbeat(dt__engine *e, struct dt__heartbeat *h)
     e->heartbeat_period_ns = h ? (int64_t)(dt__heartbeat_period(h) * 1e9) : 0;
 }
 
+void dt__engine_set_sig_namer(dt__engine *e, dt__sig_namer namer) { e->sig_namer = namer; }
+
 void dt__engine_set_fail_hook(dt__engine *e, void (*hook)(void *arg, dt_status code, const char *why), void *arg)
 {
     e->fail_hook = hook;
@@ -995,5 +1015,5 @@ dt_status dt__engine_queue_bye(dt__engine *e, int pi)
 {
     peer *p = &e->peers[pi];
     p->bye_sent = true;
-    return queue_frame(e, &p->bye, pi, DT_FRAME_BYE, 0, 0, 0, NULL, 0, false);
+    return queue_frame(e, &p->bye, pi, DT_FRAME_BYE, 0, 0, 0, 0, NULL, 0, false);
 }

@@ -37,6 +37,7 @@ typedef struct dt__req {
     uint32_t comm_id;
     int32_t tag;
     uint64_t seq;
+    uint64_t sig;    /* the collective call's signature (frame.h); 0: none, no check */
     bool any_seq;
     uint8_t *buf;
     size_t len;      /* send: payload bytes; recv: capacity */
@@ -102,9 +103,29 @@ const char *dt__engine_peer_name(dt__engine *e, int peer);
  * read from this rank's memory by the receiver (DATA_REF) instead of passing
  * through the ring; false keeps every byte in the ring. */
 dt_status dt__engine_isend(dt__engine *e, dt__req *r, int peer, uint32_t comm_id, int32_t tag,
-                           uint64_t seq, const void *buf, size_t len, bool by_ref_ok);
+                           uint64_t seq, uint64_t sig, const void *buf, size_t len, bool by_ref_ok);
+/* A receive with a nonzero `sig` checks it against every message of the same
+ * communicator and sequence number from that peer, matching or not (another
+ * collective's tags): a difference fails the engine with DT_ERR_INVALID and
+ * a message naming both calls (dt__engine_set_sig_namer) and both ranks,
+ * which every peer receives. */
 dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int peer, uint32_t comm_id, int32_t tag,
-                           uint64_t seq, bool any_seq, void *buf, size_t cap);
+                           uint64_t seq, uint64_t sig, bool any_seq, void *buf, size_t cap);
+/* This rank enters collective `seq` of communicator comm_id, signed `sig`
+ * (0: nothing to check): messages of it that arrived already, from any peer,
+ * and those that arrive from now on must carry the same signature, whatever
+ * their tag.  dt__engine_isend/irecv call it for their sig; a collective that
+ * runs without messages (the shared arena) calls it itself, so that a peer
+ * in a message-based collective of the same number is noticed. */
+dt_status dt__engine_sig_enter(dt__engine *e, uint32_t comm_id, uint64_t seq, uint64_t sig);
+/* How mismatch reports name a signature, e.g. "allreduce(7 x f64, sum)";
+ * NULL: in hex. */
+typedef void (*dt__sig_namer)(uint64_t sig, char *buf, size_t len);
+void dt__engine_set_sig_namer(dt__engine *e, dt__sig_namer namer);
+/* Fail the engine with the mismatch report: this rank's call `mine` against
+ * world rank `peer`'s `theirs`, collective `seq` of communicator comm_id. */
+dt_status dt__engine_sig_mismatch(dt__engine *e, int peer, uint32_t comm_id, uint64_t seq, uint64_t mine,
+                                  uint64_t theirs);
 /* Poll the sockets once, waiting at most timeout_ms for activity. */
 dt_status dt__engine_progress(dt__engine *e, int timeout_ms);
 /* Progress until r completes or deadline_ns passes (then the engine fails). */

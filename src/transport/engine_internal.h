@@ -8,6 +8,10 @@
 #include "transport/engine.h"
 #include "transport/shm.h"
 
+/* Collectives remembered as this rank's current ones: a public call and the
+ * pieces of a hierarchical one on two sub-communicators. */
+#define DT__SIG_ACTIVE 4
+
 typedef struct unexpected {
     struct unexpected *next;
     dt__frame f;
@@ -80,6 +84,14 @@ struct dt__engine {
     int64_t heartbeat_period_ns, last_watch_ns;
     void (*fail_hook)(void *arg, dt_status code, const char *why);
     void *fail_hook_arg;
+    dt__sig_namer sig_namer;
+    /* The collectives this rank is in (or was in last): communicator,
+     * sequence and signature, newest at active_next - 1 (engine_sig.c). */
+    struct {
+        uint32_t comm_id, seq;
+        uint64_t sig;
+    } active[DT__SIG_ACTIVE];
+    unsigned active_next;
 };
 
 /* Set up the shared-memory channels to the peers on this host (after the TCP
@@ -105,6 +117,16 @@ static inline dt__req *dt__req_unlink(dt__req **head, dt__req **tail, dt__req *p
         *tail = prev;
     return r;
 }
+
+/* ---- collective signatures (engine_sig.c) ---- */
+
+/* A signed frame f arrived from peer pi: if this rank is in the collective
+ * of f's communicator and sequence, f must carry its signature (else the
+ * engine fails with the mismatch).  One it is not in yet is checked when it
+ * gets there (dt__engine_sig_enter). */
+dt_status dt__sig_check_arrival(dt__engine *e, int pi, const dt__frame *f);
+/* r matched f: their signatures must agree. */
+static inline bool dt__sig_differs(uint64_t a, uint64_t b) { return a && b && a != b; }
 
 /* ---- DATA_REF bookkeeping (engine_ref.c) ---- */
 

@@ -31,7 +31,8 @@ void dt__frame_encode(const dt__frame *f, uint8_t out[DT_FRAME_HDR])
     dt__put_u32(out + 8, (uint32_t)f->tag);
     dt__put_u32(out + 12, (uint32_t)f->seq);
     put_u48(out + 16, f->len); /* lengths above 2^48 cannot pass the limit check: callers keep to it */
-    dt__put_u16(out + 22, header_check(out));
+    dt__put_u64(out + 22, f->sig);
+    dt__put_u16(out + 30, header_check(out));
 }
 
 dt_status dt__frame_decode(const uint8_t in[DT_FRAME_HDR], dt__frame *f)
@@ -40,13 +41,14 @@ dt_status dt__frame_decode(const uint8_t in[DT_FRAME_HDR], dt__frame *f)
         return dt__fail(DT_ERR_PROTOCOL, "bad magic %02x%02x", in[0], in[1]);
     if (in[2] != DT_FRAME_VERSION)
         return dt__fail(DT_ERR_PROTOCOL, "frame version %d, expected %d", in[2], DT_FRAME_VERSION);
-    if (dt__get_u16(in + 22) != header_check(in))
+    if (dt__get_u16(in + 30) != header_check(in))
         return dt__fail(DT_ERR_PROTOCOL, "header checksum mismatch");
     f->type = in[3];
     f->comm_id = dt__get_u32(in + 4);
     f->tag = (int32_t)dt__get_u32(in + 8);
     f->seq = dt__get_u32(in + 12);
     f->len = get_u48(in + 16);
+    f->sig = dt__get_u64(in + 22);
     if (f->type < DT_FRAME_DATA || f->type > DT_FRAME_ACK)
         return dt__fail(DT_ERR_PROTOCOL, "unknown frame type %d", f->type);
     uint64_t max = f->type == DT_FRAME_DATA || f->type == DT_FRAME_DATA_REF ? DT_FRAME_MAX_PAYLOAD

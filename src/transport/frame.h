@@ -10,7 +10,13 @@
  *            communicator; messages in flight on a connection never lie
  *            2^32 apart, so the low bits match as well as all 64)
  *    16   6  payload length in bytes (at most DT_FRAME_MAX_PAYLOAD)
- *    22   2  FNV-1a of bytes 0..21 folded to 16 bits (catches garbage and
+ *    22   8  signature of the collective call the frame belongs to (kind,
+ *            count, dtype, op, root; src/comm/collsig.c), 0 for
+ *            point-to-point and internal messages: the receiver compares it
+ *            with its own call's and fails both sides on a difference
+ *            (docs/failures.md), which costs 8 bytes a message and no
+ *            extra message
+ *    30   2  FNV-1a of bytes 0..29 folded to 16 bits (catches garbage and
  *            misalignment together with magic, version, type and length)
  * All little endian.  dt__frame_decode checks every field before use.  The
  * sender is not in the header: a connection is to one authenticated peer.
@@ -23,8 +29,8 @@
 
 #include "dtrain/base.h"
 
-#define DT_FRAME_VERSION 3
-#define DT_FRAME_HDR 24
+#define DT_FRAME_VERSION 4
+#define DT_FRAME_HDR 32
 #define DT_FRAME_MAX_PAYLOAD (1ull << 40)
 #define DT_FRAME_MAX_CONTROL 4096
 
@@ -43,6 +49,7 @@ typedef struct {
     int32_t tag;
     uint64_t seq; /* decoded: the low 32 bits */
     uint64_t len;
+    uint64_t sig; /* 0: none */
 } dt__frame;
 
 void dt__frame_encode(const dt__frame *f, uint8_t out[DT_FRAME_HDR]);

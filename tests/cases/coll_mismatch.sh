@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Always-on collective mismatch check (no DT_DEBUG): for every collective
+# kind and every field a call is made of (count, dtype, op, root, kind), one
+# of 3 ranks calls it differently from the others, over TCP and over shared
+# memory (the arena's rounds), at a small count and for allreduce also at a
+# large one (ring, several arena rounds).  Every rank must fail, at that call
+# or, for a rank that exchanged nothing with a differing rank, at the barrier after it, with
+# "collective mismatch" naming both calls; none may hang or return DT_OK from
+# both (DT_OK from the call itself only where the rank exchanged nothing
+# with a differing rank: its result is right).  Prints how many ranks failed at the call itself.
+. "$(dirname "$0")/lib.sh"
+export DT_TIMEOUT=20
+cases=(
+    "allreduce count" "allreduce dtype" "allreduce op" "allreduce kind"
+    "allreduce_half count" "allreduce_half dtype" "allreduce_half op" "allreduce_half kind"
+    "reduce count" "reduce dtype" "reduce op" "reduce root" "reduce kind"
+    "reduce_scatter count" "reduce_scatter dtype" "reduce_scatter op" "reduce_scatter kind"
+    "broadcast count" "broadcast dtype" "broadcast root" "broadcast kind"
+    "gather count" "gather dtype" "gather root" "gather kind"
+    "scatter count" "scatter dtype" "scatter root" "scatter kind"
+    "allgather count" "allgather dtype" "allgather kind"
+    "alltoall count" "alltoall dtype" "alltoall kind"
+    "barrier kind"
+)
+bad=0
+run_case() { # transport ranks kind field count
+    local t0 out="$WORK/out"
+    t0=$(now)
+    DT_TRANSPORT=$1 timeout 60 "$BIN/dtrun" -n "$2" "$BIN/coll_mismatch" field "$3" "$4" "$5" >"$out" 2>"$WORK/err"
+    local rc=$? took
+    took=$(elapsed "$t0")
+    local oks at_call
+    oks=$(grep -c ": OK at the" "$out")
+    at_call=$(grep -c ": OK at the call" "$out")
+    if [ "$oks" != "$2" ] || ! less_than "$took" 15; then
+        echo "FAILED: DT_TRANSPORT=$1 -n $2 $3 $4 $5 (rc $rc, $took s):"
+        cat "$out" "$WORK/err"
+        bad=$((bad + 1))
+    else
+        printf '%-4s n=%s %-15s %-6s count %-6s: %s of %s ranks failed at the call, the rest at the next (%.1f s)\n' \
+            "$1" "$2" "$3" "$4" "$5" "$at_call" "$2" "$took"
+    fi
+}
+for tr in tcp shm; do
+    for c in "${cases[@]}"; do
+        if [ "$tr" = shm ] && { [ "$c" = "reduce kind" ] || [ "$c" = "gather kind" ]; }; then
+            # Known gap (docs/failures.md): rank 1 waits in the arena's
+            # allgather while the others' reduce/gather wait for its message
+            # and send it none: DT_ERR_TIMEOUT after DT_TIMEOUT, not a report.
+            echo "shm  n=3 $c: skipped (known gap: arena against messages, no message to the arena rank)"
+            continue
+        fi
+        # shellcheck disable=SC2086
+        run_case "$tr" 3 $c 7
+    done
+    run_case "$tr" 3 allreduce count 70000
+    run_case "$tr" 3 allreduce kind 70000
+    run_case "$tr" 4 allreduce dtype 7
+    run_case "$tr" 4 broadcast root 7
+done
+[ "$bad" = 0 ] || fail "$bad mismatch cases were not reported on every rank"
+echo ok
