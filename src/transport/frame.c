@@ -2,15 +2,14 @@
 
 #include <string.h>
 
+#include "base/hash.h"
 #include "base/status.h"
 #include "transport/socket.h"
 
 /* FNV-1a over the header's first bytes, the two halves xor-folded. */
 static uint16_t header_check(const uint8_t *p)
 {
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < DT_FRAME_HDR - 2; i++)
-        h = (h ^ p[i]) * 16777619u;
+    uint32_t h = dt__fnv1a32(DT_FNV32_SEED, p, DT_FRAME_HDR - 2);
     return (uint16_t)(h ^ (h >> 16));
 }
 
