@@ -84,7 +84,7 @@ for run in range(RUNS):
         subprocess.run(["ip", "-n", f"dt{victim}", "link", "set", "eth0", "up"], check=True)
     _, m, n = wait_for(f"{d}/node.0", r"resumed from .* at step (\d+)|no checkpoint to resume from", mark)
     resumed = int(m.group(1)) if m.group(1) else 0
-    t_train, _, _ = wait_for(f"{d}/node.0", r"^\[0\] step \d+/", n)
+    t_train, _, _ = wait_for(f"{d}/node.0", r"^\[0\] (\S+Z )?step \d+/", n)
     wait_nodes(d, procs, 240)
     if weights(d) != ref_weights:
         fail(f"{d}: final weights differ from the uninterrupted run's ({kind} of rank {victim} at step {at})")

@@ -8,6 +8,8 @@
 # "collective mismatch" naming both calls; none may hang or return DT_OK from
 # both (DT_OK from the call itself only where the rank exchanged nothing
 # with a differing rank: its result is right).  Prints how many ranks failed at the call itself.
+# Under DT_TEST_QUICK (the sanitizer builds) every fourth case runs, each
+# transport starting at another, and one large allreduce per transport.
 . "$(dirname "$0")/lib.sh"
 export DT_TIMEOUT=20
 cases=(
@@ -41,8 +43,13 @@ run_case() { # transport ranks kind field count
             "$1" "$2" "$3" "$4" "$5" "$at_call" "$2" "$took"
     fi
 }
+quick=${QUICK:-${DT_TEST_QUICK:-0}}
 for tr in tcp shm; do
+    i=0
     for c in "${cases[@]}"; do
+        i=$((i + 1))
+        off=0; [ "$tr" = shm ] && off=2
+        if [ "$quick" = 1 ] && [ $(((i + off) % 4)) != 0 ]; then continue; fi
         if [ "$tr" = shm ] && { [ "$c" = "reduce kind" ] || [ "$c" = "gather kind" ]; }; then
             # Known gap (docs/failures.md): rank 1 waits in the arena's
             # allgather while the others' reduce/gather wait for its message
@@ -54,6 +61,7 @@ for tr in tcp shm; do
         run_case "$tr" 3 $c 7
     done
     run_case "$tr" 3 allreduce count 70000
+    [ "$quick" = 1 ] && continue
     run_case "$tr" 3 allreduce kind 70000
     run_case "$tr" 4 allreduce dtype 7
     run_case "$tr" 4 broadcast root 7

@@ -41,7 +41,7 @@ procs[3].wait()
 _, _, n = wait_for(log0, r"dtrun: generation \d+: 3 nodes, 3 ranks", mark)
 wait_for(log0, r"elastic: 3 ranks now \(the checkpoint was written by 4\): gradient accumulation 3 -> 4", n)
 wait_for(log0, r"batch 4 x 3 ranks x 4 micro-batches = 48", n)
-t_on3, _, n = wait_for(log0, r"^\[0\] step \d+/", n)
+t_on3, _, n = wait_for(log0, r"^\[0\] (\S+Z )?step \d+/", n)
 print(f"host 3 removed: training again on 3 nodes {t_on3 - t_gone:.1f} s later (includes --rejoin-timeout 5), "
       f"global batch 48 kept with accumulation 4", flush=True)
 
@@ -55,7 +55,7 @@ _, _, n = wait_for(log0, r"dtrun: restarting: membership: a node is waiting to j
 _, _, n = wait_for(log0, r"dtrun: generation \d+: 4 nodes, 4 ranks", n)
 wait_for(log0, r"elastic: 4 ranks now \(the checkpoint was written by 3\): gradient accumulation 4 -> 3", n)
 wait_for(log0, r"batch 4 x 4 ranks x 3 micro-batches = 48", n)
-t_on4, _, _ = wait_for(log0, r"^\[0\] step \d+/", n)
+t_on4, _, _ = wait_for(log0, r"^\[0\] (\S+Z )?step \d+/", n)
 print(f"host 3 back: training on 4 nodes {t_on4 - t_back:.1f} s after it started", flush=True)
 wait_nodes(d, procs, 300)
 if last_step(f"{d}/metrics.jsonl") != STEPS:
