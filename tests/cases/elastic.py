@@ -47,7 +47,7 @@ print(f"host 3 removed: training again on 3 nodes {t_on3 - t_gone:.1f} s later (
 
 # -- host 3 comes back and joins at the next restart, once the 3 nodes wrote a
 # checkpoint (else the restart resumes from the 4 nodes' and nothing changes)
-wait_for(log0, r"^\[0\] checkpoint .*/step-\d+ \(", n)
+wait_for(log0, r"^\[0\] (\S+Z )?checkpoint .*/step-\d+ \(", n)
 mark = line_count(log0)
 t_back = time.time()
 procs[3] = start_node(d, 3, "3:4", DTRUN, PROGRAM, ENV)
