@@ -21,8 +21,13 @@ WORK=$(mktemp -d /tmp/dtrain-cost.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 args=(allreduce -b 8 -e 8 -n 1000 -w 200 -t "$MINTIME")
 
+# The (first, out-of-place) time column, found by name in dtbench's header:
+# before and after its nccl-tests layout the column moved.
+time_col() { awk '/^#/ && /size/ && /time/ && !c { for (i = 1; i <= NF; i++) if ($i ~ /^time/) { c = i - 1; break } }
+                  !/^#/ && c && NF >= 8 { print $c }'; }
+
 local_run() { # bin ranks -> time_us
-    "$1/dtrun" -n "$2" "$1/dtbench" "${args[@]}" | sed 's/^\[0\] //' | awk '!/^#/ && NF >= 8 { print $5 }'
+    "$1/dtrun" -n "$2" "$1/dtbench" "${args[@]}" | sed 's/^\[0\] //' | time_col
 }
 
 hosts_run() { # bin -> time_us
@@ -33,8 +38,7 @@ hosts_run() { # bin -> time_us
         pids+=($!)
     done
     ip netns exec dt0 "$bin/dtrun" --nnodes 4 --node-rank 0 --master 10.77.0.1:29500 \
-        --token-file "$WORK/tok" -n 1 "$bin/dtbench" "${args[@]}" | sed 's/^\[0\] //' |
-        awk '!/^#/ && NF >= 8 { print $5 }'
+        --token-file "$WORK/tok" -n 1 "$bin/dtbench" "${args[@]}" | sed 's/^\[0\] //' | time_col
     for p in "${pids[@]}"; do wait "$p"; done
 }
 
