@@ -76,8 +76,9 @@ section1="## Activation recomputation"
         echo "| $m | $(stats <"$WORK/off") | $(stats <"$WORK/on") | $(python3 -c "print(f'{($off / $on - 1) * 100:+.0f}%')") | $moff | $mon | $(python3 -c "print(f'{(1 - $mon / $moff) * 100:.0f}%')") |"
     done
     echo
-    echo "One more forward per step is a third more compute (forward is about a third of a step); the"
-    echo "time added is that."
+    echo "The time added is one more forward of every transformer block (about a third of a step's"
+    echo "compute) and the copy that keeps each block's output below its rewound activations; the memory"
+    echo "left is the blocks' outputs plus one block's activations and gradients at a time."
 } >"$WORK/s1.md"
 cat "$WORK/s1.md"
 python3 bench/update_results.py bench/RESULTS.md "$WORK/s1.md" "$section1"
