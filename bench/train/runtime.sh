@@ -88,7 +88,7 @@ section2="## Runtime refactor: no regression"
 {
     echo "$section2"
     echo
-    echo "This build against \`$BASE\` (built from the commit before the runtime of issue 30: layers"
+    echo "This build against \`$BASE\` (a dtrain built from an earlier commit; here the one before issue 30's runtime: layers"
     echo "holding their activations, one model loop), measured $(date -u +%Y-%m-%d) on this 2-core VM ($cpu),"
     echo "both on OpenBLAS core ${OPENBLAS_CORETYPE:-as dtrain chooses}; median of $RUNS alternating runs of $STEPS timed"
     echo "steps (spread in brackets). Command: \`bench/train/runtime.sh BASELINE_DTRAIN\`"
