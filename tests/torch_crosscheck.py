@@ -3,101 +3,26 @@
 
 usage: torch_crosscheck.py mlp|gpt-mini DIR
 
-Loads DIR/weights.safetensors into an equivalent torch module, checks the loss
+Loads DIR/weights.safetensors into the converter's torch module
+(scripts/dtrain_to_torch.py), checks the loss
 and every parameter gradient (relative 1e-4, as norms of the difference), then
 runs 20 torch.optim.AdamW steps and checks every loss (relative 1e-3).
 """
-import json
-import math
-import struct
+import os
 import sys
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+
+# The modules are the shipped converter's (scripts/dtrain_to_torch.py): the
+# names users load dtrain's checkpoints under are the ones checked here.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import dtrain_to_torch as converter  # noqa: E402
+from dtrain_to_torch import GPT, MLP  # noqa: E402
 
 
 def read_safetensors(path):
-    """The format is small enough to read directly: u64 header length, JSON, data."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    (hlen,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + hlen])
-    data = raw[8 + hlen:]
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        assert t["dtype"] == "F32", (name, t["dtype"])
-        b, e = t["data_offsets"]
-        out[name] = torch.frombuffer(bytearray(data[b:e]), dtype=torch.float32).reshape(t["shape"]).clone()
-    return out
-
-
-class MLP(nn.Module):
-    def __init__(self, sizes):
-        super().__init__()
-        self.n = len(sizes) - 1
-        for i in range(self.n):
-            setattr(self, f"fc{i + 1}", nn.Linear(sizes[i], sizes[i + 1]))
-
-    def forward(self, x):
-        for i in range(self.n):
-            x = getattr(self, f"fc{i + 1}")(x)
-            if i + 1 < self.n:
-                x = F.relu(x)
-        return x
-
-
-class Attention(nn.Module):
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.heads = heads
-        self.c_attn = nn.Linear(dim, 3 * dim)
-        self.c_proj = nn.Linear(dim, dim)
-
-    def forward(self, x):
-        B, T, D = x.shape
-        q, k, v = self.c_attn(x).split(D, dim=2)
-        hd = D // self.heads
-        q, k, v = (t.view(B, T, self.heads, hd).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
-        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, D)
-        return self.c_proj(y)
-
-
-class Block(nn.Module):
-    def __init__(self, dim, heads):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(dim, eps=1e-5)
-        self.attn = Attention(dim, heads)
-        self.ln_2 = nn.LayerNorm(dim, eps=1e-5)
-        self.mlp = nn.Module()
-        self.mlp.c_fc = nn.Linear(dim, 4 * dim)
-        self.mlp.c_proj = nn.Linear(4 * dim, dim)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self, vocab, context, layers, heads, dim):
-        super().__init__()
-        self.transformer = nn.Module()
-        self.transformer.wte = nn.Embedding(vocab, dim)
-        self.transformer.wpe = nn.Embedding(context, dim)
-        self.transformer.h = nn.ModuleList([Block(dim, heads) for _ in range(layers)])
-        self.transformer.ln_f = nn.LayerNorm(dim, eps=1e-5)
-
-    def forward(self, idx):
-        T = idx.shape[1]
-        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T))
-        for b in self.transformer.h:
-            x = b(x)
-        return self.transformer.ln_f(x) @ self.transformer.wte.weight.t()  # tied output
+    return converter.read_safetensors(path)[0]
 
 
 def rel(a, b):
@@ -109,6 +34,8 @@ def main():
     torch.set_num_threads(1)
     model = GPT(256, 128, 4, 4, 256) if kind == "gpt-mini" else MLP([784, 256, 256, 10])
     weights = read_safetensors(f"{d}/weights.safetensors")
+    if kind == "gpt-mini":
+        weights["lm_head.weight"] = weights["transformer.wte.weight"]  # the tied head
     model.load_state_dict(weights, strict=True)
     with open(f"{d}/batch.txt") as f:
         B, T, feat = map(int, f.readline().split())
