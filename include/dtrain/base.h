@@ -37,7 +37,8 @@ const char *dt_last_error(void);
 /* Check the DT_* variables a program reads at start-up before it relies on
  * them: DT_DEBUG's words, DT_THREADS, DT_RESTART, DT_LOCAL_WORLD_SIZE.
  * DT_ERR_INVALID naming the variable, its value and what is accepted.  Tools
- * call it first and exit 2 on failure. */
+ * call it first and exit 2 on failure; dt_comm_init_env calls it too, so a
+ * program joining a job refuses a bad value before relying on it. */
 dt_status dt_env_check(void);
 
 typedef enum {

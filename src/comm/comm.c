@@ -148,6 +148,7 @@ dt_status dt_comm_init_env(dt_comm **out)
     if (!out)
         return dt__fail(DT_ERR_INVALID, "dt_comm_init_env: out is NULL");
     *out = NULL;
+    DT_CHECK(dt_env_check()); /* DT_DEBUG's words and the integers, before anything relies on them */
     dt__launch_env env;
     DT_CHECK(dt__launch_env_read(&env));
     dt__log_set_rank(env.rank);

@@ -31,4 +31,12 @@ calls=$(awk '$1 == "[0]" && $2 == 8 { print $15 }' "$WORK/out")
 [ -n "$calls" ] && [ "$calls" -gt 3 ] || { cat "$WORK/out"; fail "dtbench -t 0.05 timed $calls calls of an 8-byte allreduce, expected more than -n 3"; }
 us=$(awk '$1 == "[0]" && $2 == 8 { print $7 }' "$WORK/out")
 less_than 0.045 "$(python3 -c "print($calls * $us / 1e6)")" || { cat "$WORK/out"; fail "dtbench -t 0.05: $calls calls of $us us do not fill 0.05 s"; }
+
+# a bad DT_DEBUG or DT_THREADS is refused by dtrun and by any program joining a job (dt_comm_init_env)
+DT_DEBUG=bogus "$BIN/dtrun" -n 1 true >"$WORK/out" 2>"$WORK/err"
+[ $? = 2 ] || fail "dtrun accepted DT_DEBUG=bogus"
+expect_grep "$WORK/err" "DT_DEBUG.*bogus"
+DT_THREADS=abc "$BIN/dtbench" allreduce -b 8 -e 8 >"$WORK/out" 2>"$WORK/err"
+[ $? != 0 ] || fail "dtbench accepted DT_THREADS=abc"
+expect_grep "$WORK/err" "DT_THREADS.*abc"
 echo ok

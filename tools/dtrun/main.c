@@ -21,6 +21,10 @@ int main(int argc, char **argv)
 {
     dtrun_opts o;
     dtrun_parse(argc, argv, &o);
+    if (dt_env_check() != DT_OK) { /* the ranks inherit the environment: refuse it here, once */
+        fprintf(stderr, "dtrun: %s\n", dt_last_error());
+        return 2;
+    }
     if (!o.token[0])
         random_token(o.token, sizeof o.token);
     dt_store_server *server = NULL;
