@@ -839,6 +839,18 @@ int main(int argc, char **argv)
         CALL(dt_comm_destroy(quarter));
         CALL(dt_comm_destroy(half));
     }
+    /* A split spanning hosts: every host's ranks but the last host's (on the
+     * namespace cluster, 3 hosts x 2 ranks: 2 hosts x 2 ranks, which keeps
+     * the hierarchical algorithms; DT_DEBUG=info says so). */
+    int local = dt_comm_local_size(world);
+    if (local > 1 && size >= 3 * local && size % local == 0) {
+        dt_comm *hosts = NULL;
+        CALL(dt_comm_split(world, rank < size - local ? 0 : 1, rank, &hosts));
+        size_t h_counts[] = {7, 4096, big_count};
+        run_suite(hosts, h_counts, 3, 1);
+        check_nonblocking(hosts, big_count);
+        CALL(dt_comm_destroy(hosts));
+    }
     /* The world still works after the sub-communicators are gone. */
     check_determinism(world, 4096);
 

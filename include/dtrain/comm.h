@@ -28,8 +28,13 @@
  *    dtype, op or root fail with DT_ERR_INVALID "collective mismatch" naming
  *    both calls, in that call or (a rank that exchanged nothing with a
  *    differing rank in it, e.g. a broadcast root) the next
- *    (always checked, docs/failures.md); a communicator is used by one thread at a time (nonblocking
- *    collectives run on an internal progress thread; see below). */
+ *    (always checked, docs/failures.md);
+ *  - threads: different communicators (the world and ones split from it) may
+ *    be used from different threads at the same time, and each makes
+ *    progress on its own: a tensor-parallel group's small allreduces do not
+ *    wait behind a data-parallel group's large one.  One communicator is
+ *    used by one thread at a time (its nonblocking collectives run on its
+ *    own progress thread; see below). */
 #ifndef DTRAIN_COMM_H
 #define DTRAIN_COMM_H
 
@@ -69,6 +74,23 @@ int dt_comm_local_size(const dt_comm *c);
  * by (key, rank in c).  Collective over c.  A rank passing DT_UNDEFINED gets
  * *out = NULL.  Sub-communicators share the parent's connections. */
 dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out);
+
+/* ---- per-communicator options (beside the environment) ----
+ * A communicator starts with DT_TIMEOUT and DT_ALGO; one made by
+ * dt_comm_split starts with its parent's options. */
+/* Deadline of each blocking call on c, and of each nonblocking collective
+ * started on it from now on, in seconds (> 0, at most 1e7).  Local: the ranks
+ * may set different deadlines. */
+dt_status dt_comm_set_timeout(dt_comm *c, double seconds);
+double dt_comm_timeout(const dt_comm *c);
+/* Algorithm of c's collectives: "auto" (chosen by size and topology,
+ * docs/algorithms.md) or one of DT_ALGO's names: "ring", "rd", "rhd",
+ * "direct", "shm".  Collective over c: every rank must pass the same name;
+ * otherwise every rank gets DT_ERR_INVALID naming two of the choices and c
+ * keeps its algorithm.  An unknown name is refused before any message. */
+dt_status dt_comm_set_algorithm(dt_comm *c, const char *name);
+/* The name set last ("auto" unless DT_ALGO or dt_comm_set_algorithm said otherwise). */
+const char *dt_comm_algorithm(const dt_comm *c);
 
 /* Label the following collectives on c (up to 31 characters are kept; NULL
  * or "" clears it).  With DT_DEBUG=coll the label is recorded with each
@@ -141,12 +163,13 @@ dt_status dt_allreduce_half(const float *send, float *recv, size_t count, dt_dty
 
 /* ---- nonblocking collectives ----
  * Start the operation and return at once; it runs, in the order started, on
- * the communicator's progress thread while the caller computes.  Buffers must
+ * the communicator's own progress thread while the caller computes.  Buffers must
  * stay untouched until dt_wait (or a dt_test that reports done) returns the
  * operation's status; argument errors are reported there too, and `received`
  * is not set for collectives.  Every rank must start the same collectives in
- * the same order.  Any other call on the communicator (or one split from the
- * same world) first waits for the started ones to finish. */
+ * the same order.  Any other collective on the communicator first waits for
+ * the started ones to finish; other communicators' calls, and point-to-point
+ * on this one, do not wait (they run beside them, from any thread). */
 dt_status dt_iallreduce(const void *send, void *recv, size_t count, dt_dtype dtype, dt_redop op, dt_comm *c,
                         dt_request **req);
 dt_status dt_iallreduce_half(const float *send, float *recv, size_t count, dt_dtype wire, dt_redop op, dt_comm *c,
@@ -155,7 +178,7 @@ dt_status dt_ibroadcast(void *buf, size_t count, dt_dtype dtype, int root, dt_co
 dt_status dt_iallgather(const void *send, void *recv, size_t sendcount, dt_dtype dtype, dt_comm *c, dt_request **req);
 dt_status dt_ireduce_scatter(const void *send, void *recv, size_t recvcount, dt_dtype dtype, dt_redop op, dt_comm *c,
                              dt_request **req);
-/* Seconds the world's progress thread has spent running nonblocking
+/* Seconds c's progress thread has spent running c's nonblocking
  * collectives so far (0 before the first). */
 double dt_comm_async_seconds(dt_comm *c);
 

@@ -22,7 +22,7 @@ static dt_status recursive_doubling(dt__coll *k, uint8_t *recv, size_t bytes)
     return DT_OK;
 }
 
-dt_status dt_allgather(const void *send, void *recv, size_t sendcount, dt_dtype t, dt_comm *c)
+dt_status dt__native_allgather(const void *send, void *recv, size_t sendcount, dt_dtype t, dt_comm *c)
 {
     if (!c)
         return dt__fail(DT_ERR_INVALID, "allgather: communicator is NULL");

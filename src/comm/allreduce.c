@@ -52,7 +52,7 @@ dt_status dt__allreduce_alg(dt__coll *k, const void *src, void *buf, size_t coun
     return s;
 }
 
-dt_status dt_allreduce(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, dt_comm *c)
+dt_status dt__native_allreduce(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, dt_comm *c)
 {
     DT_CHECK(dt__check_dtype_op("allreduce", t, op));
     size_t bytes;

@@ -49,7 +49,7 @@ static dt_status exchange_and_sum(dt__coll *k, const uint16_t *wire, uint16_t *i
     return DT_OK;
 }
 
-dt_status dt_allreduce_half(const float *send, float *recv, size_t count, dt_dtype wire, dt_redop op, dt_comm *c)
+dt_status dt__native_allreduce_half(const float *send, float *recv, size_t count, dt_dtype wire, dt_redop op, dt_comm *c)
 {
     const char *name = "allreduce_half";
     if (wire != DT_F16 && wire != DT_BF16)

@@ -134,7 +134,7 @@ dt_status dt__alltoall_alg(dt__coll *k, const void *src, void *dst, size_t bytes
     return s;
 }
 
-dt_status dt_alltoall(const void *send, void *recv, size_t count, dt_dtype t, dt_comm *c)
+dt_status dt__native_alltoall(const void *send, void *recv, size_t count, dt_dtype t, dt_comm *c)
 {
     if (!c)
         return dt__fail(DT_ERR_INVALID, "alltoall: communicator is NULL");

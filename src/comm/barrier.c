@@ -4,7 +4,7 @@
 #include "comm/coll.h"
 #include "comm/colltrace.h"
 
-dt_status dt_barrier(dt_comm *c)
+dt_status dt__native_barrier(dt_comm *c)
 {
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "barrier"));

@@ -47,7 +47,7 @@ static dt_status chain(dt__coll *k, uint8_t *buf, size_t bytes, int root, dt__re
         size_t forwarded = 0;
         while (forwarded < nseg) {
             /* Segments arrive in order on one connection: forward each as it lands. */
-            if (recvs[forwarded].state == DT_REQ_DONE) {
+            if (dt__req_done(&recvs[forwarded])) {
                 if (recvs[forwarded].status != DT_OK)
                     return dt__engine_status(k->c->world->eng);
                 size_t len = forwarded + 1 < nseg ? seg : bytes - forwarded * seg;
@@ -99,7 +99,7 @@ static dt_status scatter_allgather(dt__coll *k, uint8_t *buf, size_t bytes, int 
     return s == DT_OK ? dt__ring_run(k, buf, off, len, DT_U8, DT_SUM, DT_RING_AG) : s;
 }
 
-dt_status dt_broadcast(void *buf, size_t count, dt_dtype t, int root, dt_comm *c)
+dt_status dt__native_broadcast(void *buf, size_t count, dt_dtype t, int root, dt_comm *c)
 {
     size_t bytes;
     DT_CHECK(dt__coll_bytes("broadcast", count, t, 1, &bytes));

@@ -26,6 +26,9 @@ typedef struct {
     uint64_t sig;
 } dt__coll;
 
+/* c is set, its world alive and its engine healthy (point to point). */
+dt_status dt__comm_usable(dt_comm *c, const char *op);
+/* The same after c's queued nonblocking collectives finished (collectives). */
 dt_status dt__comm_check(dt_comm *c, const char *op);
 /* Signature of a public collective call named `op` (its k->op); redop and
  * root -1 when the call has none.  0 for an unknown name. */

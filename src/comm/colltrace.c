@@ -1,5 +1,6 @@
 #include "comm/colltrace.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #define TRACE_SUBTAG (DT__SUBTAG_MAX - 3)
 
 struct dt__colltrace {
+    pthread_mutex_t mu; /* communicators record from their own threads */
     dt__colldesc ring[RING];
     uint64_t n; /* entries ever recorded */
 };
@@ -27,10 +29,18 @@ dt_status dt__colltrace_create(dt__colltrace **out)
     if (!d || !strstr(d, "coll"))
         return DT_OK;
     *out = calloc(1, sizeof **out);
-    return *out ? DT_OK : dt__fail(DT_ERR_NOMEM, "out of memory");
+    if (!*out)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&(*out)->mu, NULL);
+    return DT_OK;
 }
 
-void dt__colltrace_destroy(dt__colltrace *t) { free(t); }
+void dt__colltrace_destroy(dt__colltrace *t)
+{
+    if (t)
+        pthread_mutex_destroy(&t->mu);
+    free(t);
+}
 
 void dt__colldesc_format(const dt__colldesc *d, char *buf, size_t len)
 {
@@ -134,7 +144,7 @@ static dt_status exchange(dt__coll *k, const dt__colldesc *mine, dt__colldesc *a
 dt_status dt__coll_trace(dt__coll *k, size_t count, dt_dtype dtype, int redop, int root)
 {
     uint64_t sig = dt__coll_sig(k->op, count, dtype, redop, root);
-    k->c->world->coll_sig = sig;
+    k->c->coll_sig = sig;
     dt__colltrace *t = k->c->world->trace;
     if (!t) {
         k->sig = sig;
@@ -146,12 +156,13 @@ dt_status dt__coll_trace(dt__coll *k, size_t count, dt_dtype dtype, int redop, i
                       .comm_id = k->c->id, .comm_size = k->c->size, .seq = k->seq};
     snprintf(d.op, sizeof d.op, "%s", k->op);
     snprintf(d.tag, sizeof d.tag, "%s", k->c->tag);
+    char note[1024];
+    pthread_mutex_lock(&t->mu);
     t->ring[t->n++ % RING] = d;
-    if (k->c->world->heartbeat) {
-        char note[1024];
-        format_recent(t, PUBLISHED, note, sizeof note);
+    format_recent(t, PUBLISHED, note, sizeof note);
+    pthread_mutex_unlock(&t->mu);
+    if (k->c->world->heartbeat)
         dt__heartbeat_set_note(k->c->world->heartbeat, note);
-    }
     if (k->c->size == 1) {
         k->sig = sig;
         return DT_OK;
@@ -183,13 +194,14 @@ void dt__colltrace_dump(void *arg, dt_status code, const char *why)
     (void)why;
     if (!w->trace)
         return;
-    char mine[4096];
+    char mine[4096], recent[1024];
+    pthread_mutex_lock(&w->trace->mu);
     format_recent(w->trace, RING, mine, sizeof mine);
+    format_recent(w->trace, PUBLISHED, recent, sizeof recent);
+    pthread_mutex_unlock(&w->trace->mu);
     int rank = dt__engine_rank(w->eng), size = dt__engine_size(w->eng);
     if (w->heartbeat) { /* for the ranks that read it after this one */
-        char note[1024];
-        format_recent(w->trace, PUBLISHED, note, sizeof note);
-        dt__heartbeat_set_note(w->heartbeat, note);
+        dt__heartbeat_set_note(w->heartbeat, recent);
         dt__heartbeat_publish_note(w->heartbeat);
     }
     fprintf(stderr, "dtrain rank %d: DT_DEBUG=coll: recent collectives, oldest first:\n  rank %d (this rank): %s\n",

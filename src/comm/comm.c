@@ -8,6 +8,7 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "comm/backend.h"
 #include "comm/coll.h"
 #include "comm/colltrace.h"
 #include "comm/comm_internal.h"
@@ -21,20 +22,8 @@
 static dt_status read_tunables(dt_comm *c)
 {
     const char *algo = dt__env_str("DT_ALGO");
-    if (!algo || strcmp(algo, "auto") == 0)
-        c->algo = DT_ALGO_AUTO;
-    else if (strcmp(algo, "ring") == 0)
-        c->algo = DT_ALGO_RING;
-    else if (strcmp(algo, "rd") == 0)
-        c->algo = DT_ALGO_RD;
-    else if (strcmp(algo, "rhd") == 0)
-        c->algo = DT_ALGO_RHD;
-    else if (strcmp(algo, "direct") == 0)
-        c->algo = DT_ALGO_DIRECT;
-    else if (strcmp(algo, "shm") == 0)
-        c->algo = DT_ALGO_SHM;
-    else
-        return dt__fail(DT_ERR_INVALID, "DT_ALGO='%s': expected auto, ring, rd, rhd, direct or shm", algo);
+    if (!dt__algo_parse(algo ? algo : "auto", &c->algo))
+        return dt__fail(DT_ERR_INVALID, "DT_ALGO='%s': expected %s", algo, DT__ALGO_NAMES);
     int64_t v;
     DT_CHECK(dt__env_int("DT_RING_SEGMENT", 1024, 1LL << 30, &v));
     c->segment_bytes = (size_t)v;
@@ -69,15 +58,15 @@ static dt_status read_tunables(dt_comm *c)
 
 static void world_release(dt__world *w)
 {
-    if (--w->refs > 0)
+    if (__atomic_sub_fetch(&w->refs, 1, __ATOMIC_ACQ_REL) > 0)
         return;
-    dt__progress_stop(w);
     if (!w->engine_closed)
         dt__engine_destroy(w->eng);
     dt__heartbeat_stop(w->heartbeat);
     dt__colltrace_destroy(w->trace);
     dt_store_close(w->store);
     dt_store_server_stop(w->server);
+    pthread_mutex_destroy(&w->queues_mu);
     free(w);
 }
 
@@ -165,7 +154,9 @@ dt_status dt_comm_init_env(dt_comm **out)
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     }
     w->refs = 1;
+    pthread_mutex_init(&w->queues_mu, NULL);
     c->world = w;
+    c->backend = dt__backend_from_env();
     c->rank = env.rank;
     c->size = env.size;
     c->local_rank = env.local_rank;
@@ -174,7 +165,7 @@ dt_status dt_comm_init_env(dt_comm **out)
     c->timeout_s = env.timeout_s;
     for (int i = 0; i < env.size; i++)
         c->ranks[i] = i;
-    dt_status s = read_tunables(c);
+    dt_status s = c->backend ? read_tunables(c) : DT_ERR_INVALID;
     if (s == DT_OK)
         s = init_world(&env, w);
     char why[DT__ERROR_LEN]; /* tearing down must not replace the first error */
@@ -230,7 +221,7 @@ dt_status dt_comm_abort(dt_comm *c, const char *reason)
         return dt__fail(DT_ERR_INVALID, "dt_comm_abort: communicator is NULL");
     if (c->world->engine_closed)
         return dt__fail(DT_ERR_ABORTED, "aborted: %s", reason ? reason : "");
-    dt__progress_drain(c->world);
+    /* No waiting for queued collectives: they fail at once with the abort. */
     return dt__engine_abort(c->world->eng, reason);
 }
 
@@ -247,6 +238,7 @@ void dt__comm_twin(const dt_comm *c, uint32_t id, dt_comm *twin)
     *twin = *c;
     twin->id = id;
     twin->coll_seq = 0;
+    twin->progress = NULL;
     memset(twin->scratch, 0, sizeof twin->scratch);
     memset(twin->scratch_size, 0, sizeof twin->scratch_size);
 }
@@ -273,11 +265,11 @@ dt_status dt_comm_destroy(dt_comm *c)
         return DT_OK;
     dt__world *w = c->world;
     dt_status s = DT_OK;
-    dt__progress_drain(w); /* queued collectives may use this communicator */
+    dt__progress_stop(c); /* what it queued runs first: it uses c */
     dt__hier_destroy(c);
     dt__shm_coll_destroy(c);
     if (c->id == WORLD_COMM_ID && !w->engine_closed) {
-        dt__progress_stop(w);
+        dt__progress_drain_all(w); /* communicators still alive may have queued work */
         s = dt__engine_destroy(w->eng);
         w->engine_closed = true;
     }
@@ -289,14 +281,27 @@ dt_status dt_comm_destroy(dt_comm *c)
     return s;
 }
 
-/* Every collective starts here: a healthy engine and the next sequence number. */
+dt_status dt__comm_usable(dt_comm *c, const char *op)
+{
+    if (!c)
+        return dt__fail(DT_ERR_INVALID, "%s: communicator is NULL", op);
+    if (c->world->engine_closed)
+        return dt__fail(DT_ERR_INVALID, "%s: the world communicator was already destroyed", op);
+    dt_status s = dt__engine_status(c->world->eng);
+    if (s != DT_OK)
+        return dt__wrap(s, "%s: ", op);
+    return DT_OK;
+}
+
+/* Every collective starts here: its communicator's earlier nonblocking
+ * collectives come first, then a healthy engine. */
 dt_status dt__comm_check(dt_comm *c, const char *op)
 {
     if (!c)
         return dt__fail(DT_ERR_INVALID, "%s: communicator is NULL", op);
     if (c->world->engine_closed)
         return dt__fail(DT_ERR_INVALID, "%s: the world communicator was already destroyed", op);
-    dt__progress_drain(c->world); /* earlier nonblocking collectives come first */
+    dt__progress_drain(c);
     dt_status s = dt__engine_status(c->world->eng);
     if (s != DT_OK)
         return dt__wrap(s, "%s: ", op);

@@ -2,6 +2,7 @@
 #ifndef DT_COMM_INTERNAL_H
 #define DT_COMM_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -22,16 +23,16 @@ typedef struct {
     struct dt_store_client *store;
     struct dt__heartbeat *heartbeat; /* NULL with one rank or DT_HEARTBEAT_TIMEOUT=0 */
     dt__colltrace *trace;            /* DT_DEBUG=coll, else NULL */
-    int refs;
+    int refs;                 /* communicators alive (atomic: splits may run on several threads) */
     bool engine_closed;
-    dt__progress *progress; /* the nonblocking collectives' thread, started on first use */
+    /* Every communicator's progress queue (nonblocking.c), so that
+     * destroying the world first lets each finish what it started. */
+    pthread_mutex_t queues_mu;
+    dt__progress *queues;
     /* Some rank's TCP peer connections run bbr, agreed by every rank at
      * start-up (dt__tune_collectives): dt__coll_pick keeps halving-doubling
      * off the sizes where bbr's round-trip probes stalled it. */
     bool tcp_probes_rtt;
-    /* Signature of the public collective running (dt__coll_trace), which
-     * the pieces of a hierarchical one carry on the sub-communicators. */
-    uint64_t coll_sig;
 } dt__world;
 
 /* Communicator id of the world's start-up timing (src/comm/tune.c): its
@@ -39,9 +40,18 @@ typedef struct {
 #define DT__TUNE_COMM_ID 2u
 
 typedef enum { DT_ALGO_AUTO = 0, DT_ALGO_RING, DT_ALGO_RD, DT_ALGO_RHD, DT_ALGO_DIRECT, DT_ALGO_SHM } dt__algo;
+#define DT__ALGO_NAMES "auto, ring, rd, rhd, direct or shm"
+/* DT_ALGO's and dt_comm_set_algorithm's names (options.c); false: unknown. */
+bool dt__algo_parse(const char *name, dt__algo *out);
+const char *dt__algo_name(dt__algo a);
 
 struct dt_comm {
     dt__world *world;
+    const struct dt__backend *backend; /* how its operations run (backend.h) */
+    dt__progress *progress; /* its nonblocking collectives' thread, started on first use */
+    /* Signature of the public collective running on it (dt__coll_trace),
+     * which the pieces of a hierarchical one carry on the sub-communicators. */
+    uint64_t coll_sig;
     int rank, size;
     int local_rank, local_size;
     int *ranks; /* comm rank -> world rank */
@@ -85,6 +95,9 @@ struct dt_comm {
  * each rank decides from what the engine knows of its own peers, and a host's
  * ranks share memory with each other or with none, so all ranks agree. */
 bool dt__comm_one_host(const dt_comm *c);
+/* dt_comm_split; hier false: no hierarchical set-up (the hierarchy's own
+ * parts). */
+dt_status dt__comm_split(dt_comm *c, int color, int key, bool hier, dt_comm **out);
 /* Id of the communicator split from `parent` as its split number split_seq
  * with `color` (the same on every rank).  Internal twins of a communicator
  * take split number UINT64_MAX, which no split reaches. */
@@ -108,13 +121,15 @@ struct dt_request {
 };
 
 /* Nonblocking collectives run, in the order they were started, on one
- * progress thread per world.  The engine is never used by two threads at
- * once: any other call on the world's communicators first waits until that
- * thread has finished everything queued (dt__progress_drain), and only the
- * user's thread queues work. */
-void dt__progress_drain(dt__world *w);
-/* Stop the thread (after draining); called before the engine goes. */
-void dt__progress_stop(dt__world *w);
+ * progress thread per communicator.  Any other call on that communicator
+ * first waits until its thread has finished everything queued
+ * (dt__progress_drain); other communicators are not held up: the engine
+ * serves every thread at once (transport/engine.h). */
+void dt__progress_drain(dt_comm *c);
+/* Stop c's thread (after draining); called when c is destroyed. */
+void dt__progress_stop(dt_comm *c);
+/* Wait until every communicator's queue of w is empty (before the engine goes). */
+void dt__progress_drain_all(dt__world *w);
 /* Wait for / test a collective request (frees it when done). */
 dt_status dt__job_wait(dt_request *r);
 dt_status dt__job_test(dt_request *r, int *done);

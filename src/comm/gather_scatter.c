@@ -49,7 +49,7 @@ static dt_status leaf(dt__coll *k, bool is_send, void *buf, size_t bytes, int ro
     return dt__coll_error(k, s);
 }
 
-dt_status dt_gather(const void *send, void *recv, size_t sendcount, dt_dtype t, int root, dt_comm *c)
+dt_status dt__native_gather(const void *send, void *recv, size_t sendcount, dt_dtype t, int root, dt_comm *c)
 {
     DT_CHECK(check_root("gather", c, root, t));
     size_t bytes;
@@ -69,7 +69,7 @@ dt_status dt_gather(const void *send, void *recv, size_t sendcount, dt_dtype t, 
     return root_all(&k, false, recv, bytes);
 }
 
-dt_status dt_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t, int root, dt_comm *c)
+dt_status dt__native_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t, int root, dt_comm *c)
 {
     DT_CHECK(check_root("scatter", c, root, t));
     size_t bytes;

@@ -14,9 +14,10 @@
  * (the flat ring crosses each host boundary with almost all the data); see
  * docs/algorithms.md for the measurements.
  *
- * Set up once, on the world communicator, when every host has the same number
- * L > 1 of ranks and there is more than one host; otherwise (and for split
- * communicators) the flat algorithms run. */
+ * Set up on the world communicator and on every communicator split from it
+ * whose members span hosts, when each of its hosts has the same number L > 1
+ * of its members and there is more than one host; otherwise the flat
+ * algorithms run. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,11 +100,12 @@ dt_status dt__hier_setup(dt_comm *c)
         for (int i = 0; i < c->rank; i++)
             local_index += colors[i] == color;
         if (s == DT_OK)
-            s = dt_comm_split(c, color, c->rank, &c->local);
+            s = dt__comm_split(c, color, c->rank, false, &c->local);
         if (s == DT_OK)
-            s = dt_comm_split(c, local_index, c->rank, &c->cross);
+            s = dt__comm_split(c, local_index, c->rank, false, &c->cross);
         if (s == DT_OK)
-            DT_INFO("hierarchical collectives: %d hosts x %d ranks", nhosts, c->size / nhosts);
+            DT_INFO("hierarchical collectives%s: %d hosts x %d ranks", c->id == 1 ? "" : " (split communicator)", nhosts,
+                    c->size / nhosts);
     }
     free(colors);
     return s;
@@ -132,7 +134,7 @@ static dt_status piece(dt__coll *k, const dt_comm *c, dt_comm *sub, const char *
 {
     DT_CHECK(dt__coll_begin(k, sub, what));
     k->reduces = reduces;
-    k->sig = c->world->coll_sig;
+    k->sig = c->coll_sig;
     return DT_OK;
 }
 

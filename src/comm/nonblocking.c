@@ -1,7 +1,10 @@
-/* Nonblocking collectives: a FIFO of calls run by one progress thread per
- * world, so that a caller's computation overlaps the communication.  Each
- * queued call is the blocking collective itself, run on that thread; every
- * rank queues the same calls in the same order, so they match up. */
+/* Nonblocking collectives: a FIFO of calls per communicator, run by that
+ * communicator's progress thread, so that a caller's computation overlaps
+ * the communication and one communicator's queue never holds up another's
+ * (a tensor-parallel group's small allreduces pass a data-parallel group's
+ * large one).  Each queued call is the blocking collective itself, run on
+ * that thread; every rank queues the same calls in the same order on each
+ * communicator, so they match up. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +33,7 @@ struct dt__job {
 };
 
 struct dt__progress {
+    dt__progress *next; /* the world's list (queues_mu) */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t work, done;
@@ -39,8 +43,9 @@ struct dt__progress {
     double busy_s; /* time spent running collectives */
 };
 
-/* True on a progress thread: the collectives it runs must not wait for it. */
-static _Thread_local bool on_progress_thread;
+/* The queue this thread serves (NULL on a caller's thread): the
+ * collectives it runs must not wait for it. */
+static _Thread_local dt__progress *serving;
 
 static dt_status run_job(dt__job *j)
 {
@@ -57,7 +62,7 @@ static dt_status run_job(dt__job *j)
 static void *progress_main(void *arg)
 {
     dt__progress *p = arg;
-    on_progress_thread = true;
+    serving = p;
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (!p->head && !p->stop)
@@ -89,9 +94,9 @@ static void *progress_main(void *arg)
     return NULL;
 }
 
-static dt_status progress_start(dt__world *w)
+static dt_status progress_start(dt_comm *c)
 {
-    if (w->progress)
+    if (c->progress)
         return DT_OK;
     dt__progress *p = calloc(1, sizeof *p);
     if (!p)
@@ -106,14 +111,18 @@ static dt_status progress_start(dt__world *w)
         free(p);
         return dt__fail(DT_ERR_SYSTEM, "cannot start the communication progress thread");
     }
-    w->progress = p;
+    dt__world *w = c->world;
+    pthread_mutex_lock(&w->queues_mu);
+    p->next = w->queues;
+    w->queues = p;
+    pthread_mutex_unlock(&w->queues_mu);
+    c->progress = p;
     return DT_OK;
 }
 
-void dt__progress_drain(dt__world *w)
+static void drain(dt__progress *p)
 {
-    dt__progress *p = w->progress;
-    if (!p || on_progress_thread)
+    if (!p || serving == p)
         return;
     pthread_mutex_lock(&p->mu);
     while (p->unfinished > 0) /* each queued collective ends by its own deadline */
@@ -121,12 +130,30 @@ void dt__progress_drain(dt__world *w)
     pthread_mutex_unlock(&p->mu);
 }
 
-void dt__progress_stop(dt__world *w)
+void dt__progress_drain(dt_comm *c) { drain(c->progress); }
+
+void dt__progress_drain_all(dt__world *w)
 {
-    dt__progress *p = w->progress;
+    pthread_mutex_lock(&w->queues_mu);
+    for (dt__progress *p = w->queues; p; p = p->next)
+        drain(p);
+    pthread_mutex_unlock(&w->queues_mu);
+}
+
+void dt__progress_stop(dt_comm *c)
+{
+    dt__progress *p = c->progress;
     if (!p)
         return;
-    dt__progress_drain(w);
+    drain(p);
+    dt__world *w = c->world;
+    pthread_mutex_lock(&w->queues_mu);
+    for (dt__progress **at = &w->queues; *at; at = &(*at)->next)
+        if (*at == p) {
+            *at = p->next;
+            break;
+        }
+    pthread_mutex_unlock(&w->queues_mu);
     pthread_mutex_lock(&p->mu);
     p->stop = true;
     pthread_cond_broadcast(&p->work);
@@ -136,7 +163,7 @@ void dt__progress_stop(dt__world *w)
     pthread_cond_destroy(&p->work);
     pthread_cond_destroy(&p->done);
     free(p);
-    w->progress = NULL;
+    c->progress = NULL;
 }
 
 static dt_status submit(dt__job *proto, const char *op, dt_request **req)
@@ -154,8 +181,8 @@ static dt_status submit(dt__job *proto, const char *op, dt_request **req)
     dt__world *w = proto->comm->world;
     if (w->engine_closed)
         return dt__fail(DT_ERR_INVALID, "%s: the world communicator was already destroyed", op);
-    if (on_progress_thread)
-        return dt__fail(DT_ERR_INVALID, "%s: cannot be started from the progress thread", op);
+    if (serving)
+        return dt__fail(DT_ERR_INVALID, "%s: cannot be started from a progress thread", op);
     dt_request *r = calloc(1, sizeof *r);
     dt__job *j = malloc(sizeof *j);
     if (!r || !j) {
@@ -163,7 +190,7 @@ static dt_status submit(dt__job *proto, const char *op, dt_request **req)
         free(j);
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     }
-    dt_status s = progress_start(w);
+    dt_status s = progress_start(proto->comm);
     if (s != DT_OK) {
         free(r);
         free(j);
@@ -175,7 +202,7 @@ static dt_status submit(dt__job *proto, const char *op, dt_request **req)
     r->comm = proto->comm;
     r->elem = dt_dtype_size(proto->dtype);
     r->job = j;
-    dt__progress *p = w->progress;
+    dt__progress *p = proto->comm->progress;
     pthread_mutex_lock(&p->mu);
     if (p->tail)
         p->tail->next = j;
@@ -200,7 +227,7 @@ static dt_status finish(dt_request *r)
 
 dt_status dt__job_wait(dt_request *r)
 {
-    dt__progress *p = r->comm->world->progress;
+    dt__progress *p = r->comm->progress;
     pthread_mutex_lock(&p->mu);
     while (!r->job->done)
         pthread_cond_wait(&p->done, &p->mu);
@@ -210,7 +237,7 @@ dt_status dt__job_wait(dt_request *r)
 
 dt_status dt__job_test(dt_request *r, int *done)
 {
-    dt__progress *p = r->comm->world->progress;
+    dt__progress *p = r->comm->progress;
     pthread_mutex_lock(&p->mu);
     *done = r->job->done;
     pthread_mutex_unlock(&p->mu);
@@ -254,7 +281,7 @@ dt_status dt_ireduce_scatter(const void *send, void *recv, size_t recvcount, dt_
 
 double dt_comm_async_seconds(dt_comm *c)
 {
-    dt__progress *p = c && !c->world->engine_closed ? c->world->progress : NULL;
+    dt__progress *p = c && !c->world->engine_closed ? c->progress : NULL;
     if (!p)
         return 0;
     pthread_mutex_lock(&p->mu);

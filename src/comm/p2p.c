@@ -13,7 +13,7 @@ static dt_status post(dt_comm *c, bool is_send, void *buf, size_t count, dt_dtyp
     if (!out)
         return dt__fail(DT_ERR_INVALID, "%s: request pointer (req) is NULL", is_send ? "isend" : "irecv");
     *out = NULL;
-    DT_CHECK(dt__comm_check(c, op));
+    DT_CHECK(dt__comm_usable(c, op)); /* no waiting for c's nonblocking collectives: other tags */
     size_t es = dt_dtype_size(t);
     if (!es)
         return dt__fail(DT_ERR_INVALID, "%s: invalid dtype %d", op, (int)t);
@@ -43,12 +43,12 @@ static dt_status post(dt_comm *c, bool is_send, void *buf, size_t count, dt_dtyp
     return DT_OK;
 }
 
-dt_status dt_isend(const void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, dt_request **req)
+dt_status dt__native_isend(const void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, dt_request **req)
 {
     return post(c, true, (void *)buf, count, t, peer, tag, req);
 }
 
-dt_status dt_irecv(void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, dt_request **req)
+dt_status dt__native_irecv(void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, dt_request **req)
 {
     return post(c, false, buf, count, t, peer, tag, req);
 }
@@ -73,14 +73,9 @@ static dt_status finish(dt_request *r, size_t *received)
     return s;
 }
 
-dt_status dt_wait(dt_request *r, size_t *received)
+dt_status dt__native_wait(dt_request *r, size_t *received)
 {
-    if (!r)
-        return dt__fail(DT_ERR_INVALID, "dt_wait: request is NULL");
-    if (r->job)
-        return dt__job_wait(r);
-    dt__progress_drain(r->comm->world);
-    if (r->req.state == DT_REQ_PENDING) {
+    if (!dt__req_done(&r->req)) {
         dt_comm *c = r->comm;
         if (c->world->engine_closed) {
             free(r);
@@ -92,32 +87,12 @@ dt_status dt_wait(dt_request *r, size_t *received)
     return finish(r, received);
 }
 
-dt_status dt_test(dt_request *r, int *done, size_t *received)
+dt_status dt__native_test(dt_request *r, int *done, size_t *received)
 {
-    if (!r || !done)
-        return dt__fail(DT_ERR_INVALID, "dt_test: %s is NULL", r ? "done" : "request (req)");
-    *done = 0;
-    if (r->job)
-        return dt__job_test(r, done);
-    dt__progress_drain(r->comm->world);
-    if (r->req.state == DT_REQ_PENDING && !r->comm->world->engine_closed)
+    if (!dt__req_done(&r->req) && !r->comm->world->engine_closed)
         dt__engine_progress(r->comm->world->eng, 0);
-    if (r->req.state == DT_REQ_PENDING && !r->comm->world->engine_closed)
+    if (!dt__req_done(&r->req) && !r->comm->world->engine_closed)
         return DT_OK;
     *done = 1;
     return finish(r, received);
-}
-
-dt_status dt_send(const void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c)
-{
-    dt_request *r;
-    DT_CHECK(dt_isend(buf, count, t, peer, tag, c, &r));
-    return dt_wait(r, NULL);
-}
-
-dt_status dt_recv(void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, size_t *received)
-{
-    dt_request *r;
-    DT_CHECK(dt_irecv(buf, count, t, peer, tag, c, &r));
-    return dt_wait(r, received);
 }

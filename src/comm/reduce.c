@@ -65,7 +65,7 @@ static dt_status ring_then_gather(dt__coll *k, uint8_t *work, void *recv, size_t
     return s;
 }
 
-dt_status dt_reduce(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, int root, dt_comm *c)
+dt_status dt__native_reduce(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, int root, dt_comm *c)
 {
     DT_CHECK(dt__check_dtype_op("reduce", t, op));
     if (c && (root < 0 || root >= c->size))

@@ -10,7 +10,7 @@
 #include "comm/coll.h"
 #include "comm/colltrace.h"
 
-dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op, dt_comm *c)
+dt_status dt__native_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op, dt_comm *c)
 {
     DT_CHECK(dt__check_dtype_op("reduce_scatter", t, op));
     if (!c)

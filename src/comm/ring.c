@@ -102,7 +102,7 @@ static dt_status run(ring *g, dt_dtype t, dt_redop op)
             DT_CHECK(dt__coll_progress(g->k));
         idle = true;
         for (int s = 0; s < g->nseg; s++) {
-            if (g->step[s] == g->steps || g->recvs[s].state != DT_REQ_DONE)
+            if (g->step[s] == g->steps || !dt__req_done(&g->recvs[s]))
                 continue;
             if (g->recvs[s].status != DT_OK)
                 return dt__engine_status(g->k->c->world->eng);

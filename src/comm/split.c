@@ -53,10 +53,12 @@ static dt_status make_child(dt_comm *c, const int32_t *pairs, int color, dt_comm
     sub->ranks = ranks;
     sub->size = cnt;
     sub->coll_seq = sub->split_seq = sub->p2p_seq = 0;
+    sub->progress = NULL; /* its own, started by its first nonblocking collective */
+    sub->coll_sig = 0;
     memset(sub->scratch, 0, sizeof sub->scratch);
-    sub->local = sub->cross = NULL; /* split communicators run flat */
+    sub->local = sub->cross = NULL; /* its own hierarchy, if any: dt__hier_setup */
     sub->members = NULL;
-    sub->hier_auto = false;
+    sub->nhosts = 0;
     sub->arena = NULL; /* its own: dt_comm_split sets it up */
     sub->arena_round = 0;
     memset(sub->scratch_size, 0, sizeof sub->scratch_size);
@@ -68,12 +70,12 @@ static dt_status make_child(dt_comm *c, const int32_t *pairs, int color, dt_comm
     }
     free(m);
     sub->one_host = dt__comm_one_host(sub);
-    c->world->refs++;
+    __atomic_add_fetch(&c->world->refs, 1, __ATOMIC_ACQ_REL);
     *out = sub;
     return DT_OK;
 }
 
-dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out)
+dt_status dt__comm_split(dt_comm *c, int color, int key, bool hier, dt_comm **out)
 {
     if (!out)
         return dt__fail(DT_ERR_INVALID, "dt_comm_split: out is NULL");
@@ -90,9 +92,24 @@ dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out)
     if (s == DT_OK && color != DT_UNDEFINED)
         s = make_child(c, pairs, color, out);
     free(pairs);
-    if (s == DT_OK && *out && (s = dt__shm_coll_setup(*out)) != DT_OK) {
+    if (s == DT_OK && *out)
+        s = dt__shm_coll_setup(*out);
+    /* Members on several hosts keep the host-aware algorithms (hier.c); the
+     * hierarchy's own parts (one host; one rank per host) need none.  All
+     * members agree on one_host, so they all take part or none does. */
+    if (s == DT_OK && *out && hier && !(*out)->one_host)
+        s = dt__hier_setup(*out);
+    if (s != DT_OK && *out) {
+        char why[DT__ERROR_LEN];
+        dt__error_save(why);
         dt_comm_destroy(*out);
         *out = NULL;
+        dt__error_restore(s, why);
     }
     return s == DT_OK ? DT_OK : dt__wrap(s, "split: ");
+}
+
+dt_status dt_comm_split(dt_comm *c, int color, int key, dt_comm **out)
+{
+    return dt__comm_split(c, color, key, true, out);
 }

@@ -49,6 +49,14 @@ typedef struct dt__req {
     dt_status status;
 } dt__req;
 
+/* Whether r has completed.  The engine completes requests on whichever
+ * thread is progressing it (a release store of state after status and
+ * received), so the owner reads state with this acquire load. */
+static inline bool dt__req_done(const dt__req *r)
+{
+    return __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == DT_REQ_DONE;
+}
+
 typedef struct {
     int rank, size;
     const char *token;

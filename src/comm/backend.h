@@ -1,0 +1,69 @@
+/* The backend ops table: how a communicator's operations run.
+ *
+ * Every public call of dtrain/comm.h checks the arguments no backend can
+ * judge differently (a NULL communicator or request), then calls its
+ * communicator's table.  Today's code is the native backend (native.c): the
+ * algorithms of src/comm over the engine of src/transport.  Another backend
+ * (MPI: one MPI communicator per dt_comm, each operation the MPI call of
+ * the same name; NCCL: a stream per communicator, with the host buffers
+ * staged) provides a table of its own and is chosen where a communicator is
+ * made; what stays common is the layer above the table: argument checks,
+ * nonblocking collectives on the communicator's progress thread
+ * (nonblocking.c, which runs the blocking entries below), the communicator's
+ * options and life cycle.
+ *
+ * Each entry has the public call's signature and contract (dtrain/comm.h):
+ * the same validation, results and failure behaviour. */
+#ifndef DT_COMM_BACKEND_H
+#define DT_COMM_BACKEND_H
+
+#include "dtrain/comm.h"
+
+typedef struct dt__backend {
+    const char *name;
+    dt_status (*barrier)(dt_comm *c);
+    dt_status (*broadcast)(void *buf, size_t count, dt_dtype t, int root, dt_comm *c);
+    dt_status (*reduce)(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, int root, dt_comm *c);
+    dt_status (*allreduce)(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, dt_comm *c);
+    dt_status (*reduce_scatter)(const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op,
+                                dt_comm *c);
+    dt_status (*allgather)(const void *send, void *recv, size_t sendcount, dt_dtype t, dt_comm *c);
+    dt_status (*gather)(const void *send, void *recv, size_t sendcount, dt_dtype t, int root, dt_comm *c);
+    dt_status (*scatter)(const void *send, void *recv, size_t recvcount, dt_dtype t, int root, dt_comm *c);
+    dt_status (*alltoall)(const void *send, void *recv, size_t count, dt_dtype t, dt_comm *c);
+    dt_status (*allreduce_half)(const float *send, float *recv, size_t count, dt_dtype wire, dt_redop op,
+                                dt_comm *c);
+    /* Point to point: the request is the backend's (a nonblocking
+     * collective's request never reaches wait and test here). */
+    dt_status (*isend)(const void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, dt_request **req);
+    dt_status (*irecv)(void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, dt_request **req);
+    dt_status (*wait)(dt_request *req, size_t *received);
+    dt_status (*test)(dt_request *req, int *done, size_t *received);
+} dt__backend;
+
+/* The native backend (native.c) and its entries, one file per collective. */
+extern const dt__backend dt__native_backend;
+dt_status dt__native_barrier(dt_comm *c);
+dt_status dt__native_broadcast(void *buf, size_t count, dt_dtype t, int root, dt_comm *c);
+dt_status dt__native_reduce(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, int root,
+                            dt_comm *c);
+dt_status dt__native_allreduce(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, dt_comm *c);
+dt_status dt__native_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op,
+                                    dt_comm *c);
+dt_status dt__native_allgather(const void *send, void *recv, size_t sendcount, dt_dtype t, dt_comm *c);
+dt_status dt__native_gather(const void *send, void *recv, size_t sendcount, dt_dtype t, int root, dt_comm *c);
+dt_status dt__native_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t, int root, dt_comm *c);
+dt_status dt__native_alltoall(const void *send, void *recv, size_t count, dt_dtype t, dt_comm *c);
+dt_status dt__native_allreduce_half(const float *send, float *recv, size_t count, dt_dtype wire, dt_redop op,
+                                    dt_comm *c);
+dt_status dt__native_isend(const void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c,
+                           dt_request **req);
+dt_status dt__native_irecv(void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, dt_request **req);
+dt_status dt__native_wait(dt_request *req, size_t *received);
+dt_status dt__native_test(dt_request *req, int *done, size_t *received);
+
+/* The table named by DT_BACKEND ("native", the default); NULL with the
+ * error set when this build has no such backend. */
+const dt__backend *dt__backend_from_env(void);
+
+#endif

@@ -1,0 +1,241 @@
+/* Communicators that make progress side by side, from several threads: the
+ * runtime tensor and data parallelism need (issue 30).  Run under dtrun
+ * with an even number of ranks (tests/cases/comm_concurrency.sh).
+ *
+ * The world is split the way a dp x tp mesh splits it: tensor-parallel
+ * pairs {0,1}, {2,3}, ... and data-parallel groups {0,2,...}, {1,3,...}.
+ *   - the main thread starts a large nonblocking allreduce on the dp group
+ *     and waits for it;
+ *   - a "tp" thread, once that is in flight, runs SMALL small allreduces on
+ *     its tp pair, blocking, one after the other;
+ *   - a "p2p" thread exchanges PINGS messages with its tp partner on a
+ *     third communicator (a copy of the world split by nothing).
+ * Every result is checked exactly.  Each rank counts how many of its small
+ * allreduces and ping-pongs finished while the large allreduce was still
+ * running; the check is that most did (with one progress thread per world,
+ * as before, none could: the small ones waited behind the large one), and
+ * the times are printed:
+ *   rank R: 40 small allreduces on the tp pair in X ms, 38 of them while the
+ *   dp allreduce of N MiB was in flight (it took Y ms); ...
+ *
+ * usage: comm_concurrency [--mib N] [--small K]    (exit 0: every check held) */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dtrain/dtrain.h"
+
+#define PINGS 40
+
+static int failures;
+static atomic_bool large_started, large_done;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+#define CALL(x)                                                                                       \
+    do {                                                                                              \
+        dt_status s_ = (x);                                                                           \
+        if (s_ != DT_OK) {                                                                            \
+            fprintf(stderr, "comm_concurrency: %s failed: %s\n", #x, dt_last_error());               \
+            exit(1);                                                                                  \
+        }                                                                                             \
+    } while (0)
+
+typedef struct {
+    dt_comm *comm;
+    int rank, count, during;
+    double took_ms;
+    int wrong;
+} worker;
+
+static void wait_for_large(void)
+{
+    while (!atomic_load(&large_started)) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Small allreduces on the tp pair: the sum of both ranks' values. */
+static void *tp_loop(void *arg)
+{
+    worker *w = arg;
+    wait_for_large();
+    double t0 = now_ms();
+    int me = dt_comm_rank(w->comm);
+    for (int i = 0; i < w->count; i++) {
+        float v[64], out[64];
+        for (int j = 0; j < 64; j++)
+            v[j] = (float)(me * 1000 + i * 64 + j);
+        CALL(dt_allreduce(v, out, 64, DT_F32, DT_SUM, w->comm));
+        for (int j = 0; j < 64; j++)
+            w->wrong += out[j] != (float)(1000 + 2 * (i * 64 + j));
+        w->during += !atomic_load(&large_done);
+    }
+    w->took_ms = now_ms() - t0;
+    return NULL;
+}
+
+/* Ping-pong with the tp partner over point to point on its own communicator. */
+static void *p2p_loop(void *arg)
+{
+    worker *w = arg;
+    wait_for_large();
+    double t0 = now_ms();
+    int me = dt_comm_rank(w->comm), partner = me ^ 1;
+    for (int i = 0; i < w->count; i++) {
+        int32_t msg[16], got[16];
+        for (int j = 0; j < 16; j++)
+            msg[j] = me * 100000 + i * 16 + j;
+        size_t n = 0;
+        if (me % 2 == 0) {
+            CALL(dt_send(msg, 16, DT_I32, partner, 7, w->comm));
+            CALL(dt_recv(got, 16, DT_I32, partner, 7, w->comm, &n));
+        } else {
+            CALL(dt_recv(got, 16, DT_I32, partner, 7, w->comm, &n));
+            CALL(dt_send(msg, 16, DT_I32, partner, 7, w->comm));
+        }
+        w->wrong += n != 16;
+        for (int j = 0; j < 16; j++)
+            w->wrong += got[j] != partner * 100000 + i * 16 + j;
+        w->during += !atomic_load(&large_done);
+    }
+    w->took_ms = now_ms() - t0;
+    return NULL;
+}
+
+#define EXPECT(cond, ...)                                                                             \
+    do {                                                                                              \
+        if (!(cond)) {                                                                                \
+            fprintf(stderr, "rank %d: %s: ", rank, #cond);                                            \
+            fprintf(stderr, __VA_ARGS__);                                                             \
+            fprintf(stderr, "\n");                                                                    \
+            failures++;                                                                               \
+        }                                                                                             \
+    } while (0)
+
+/* Per-communicator options: inherited by splits, refused when bad, the
+ * algorithm agreed by every rank. */
+static void check_options(dt_comm *world, dt_comm *tp, int rank)
+{
+    EXPECT(dt_comm_timeout(tp) == dt_comm_timeout(world), "split did not inherit the timeout");
+    EXPECT(dt_comm_set_timeout(tp, 0) == DT_ERR_INVALID, "timeout 0 accepted");
+    EXPECT(strstr(dt_last_error(), "0 seconds"), "message '%s'", dt_last_error());
+    EXPECT(dt_comm_set_algorithm(tp, "fastest") == DT_ERR_INVALID, "unknown algorithm accepted");
+    EXPECT(strstr(dt_last_error(), "'fastest'"), "message '%s'", dt_last_error());
+    CALL(dt_comm_set_timeout(tp, 123));
+    CALL(dt_comm_set_algorithm(tp, "ring"));
+    dt_comm *sub;
+    CALL(dt_comm_split(tp, 0, 0, &sub));
+    EXPECT(dt_comm_timeout(sub) == 123, "timeout %g, not the parent's 123", dt_comm_timeout(sub));
+    EXPECT(!strcmp(dt_comm_algorithm(sub), "ring"), "algorithm %s, not the parent's ring", dt_comm_algorithm(sub));
+    EXPECT(!strcmp(dt_comm_algorithm(world), "auto"), "the world's algorithm changed to %s", dt_comm_algorithm(world));
+    float v[1000], out[1000];
+    for (int i = 0; i < 1000; i++)
+        v[i] = (float)(i + rank % 2);
+    CALL(dt_allreduce(v, out, 1000, DT_F32, DT_SUM, sub));
+    for (int i = 0; i < 1000; i++)
+        EXPECT(out[i] == (float)(2 * i + 1), "ring allreduce element %d is %g", i, out[i]);
+    /* Different choices on the ranks: refused on every rank, the old one kept. */
+    dt_status s = dt_comm_set_algorithm(sub, rank % 2 ? "rd" : "direct");
+    EXPECT(s == DT_ERR_INVALID, "different algorithms accepted (%s)", dt_status_name(s));
+    EXPECT(strstr(dt_last_error(), "different algorithms"), "message '%s'", dt_last_error());
+    EXPECT(!strcmp(dt_comm_algorithm(sub), "ring"), "algorithm %s after the refusal", dt_comm_algorithm(sub));
+    CALL(dt_allreduce(v, out, 1000, DT_F32, DT_SUM, sub)); /* still healthy */
+    CALL(dt_comm_destroy(sub));
+    CALL(dt_comm_set_algorithm(tp, "auto"));
+}
+
+int main(int argc, char **argv)
+{
+    size_t mib = 64;
+    int small = 40;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--mib") && i + 1 < argc)
+            mib = (size_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--small") && i + 1 < argc)
+            small = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: comm_concurrency [--mib N] [--small K]\n");
+            return 2;
+        }
+    }
+    dt_comm *world, *tp, *dp, *pairs;
+    CALL(dt_comm_init_env(&world));
+    int rank = dt_comm_rank(world), size = dt_comm_size(world);
+    if (size < 2 || size % 2) {
+        fprintf(stderr, "comm_concurrency: needs an even number of ranks (got %d)\n", size);
+        return 2;
+    }
+    CALL(dt_comm_split(world, rank / 2, rank, &tp));
+    CALL(dt_comm_split(world, rank % 2, rank, &dp));
+    CALL(dt_comm_split(world, 0, rank, &pairs));
+
+    check_options(world, tp, rank);
+
+    size_t count = mib * 1024 * 1024 / sizeof(float);
+    float *big = malloc(count * sizeof *big);
+    if (!big)
+        return 1;
+    int dpn = dt_comm_size(dp), dpr = dt_comm_rank(dp);
+    for (size_t i = 0; i < count; i++)
+        big[i] = (float)((i % 1024) + (size_t)dpr);
+
+    worker tw = {.comm = tp, .rank = rank, .count = small};
+    worker pw = {.comm = pairs, .rank = rank, .count = PINGS};
+    pthread_t tt, pt;
+    pthread_create(&tt, NULL, tp_loop, &tw);
+    pthread_create(&pt, NULL, p2p_loop, &pw);
+
+    CALL(dt_barrier(world));
+    double t0 = now_ms();
+    dt_request *req;
+    CALL(dt_iallreduce(big, big, count, DT_F32, DT_SUM, dp, &req));
+    atomic_store(&large_started, true);
+    CALL(dt_wait(req, NULL));
+    atomic_store(&large_done, true);
+    double large_ms = now_ms() - t0;
+    pthread_join(tt, NULL);
+    pthread_join(pt, NULL);
+
+    /* dp members r hold (i % 1024) + r: the sum is dpn * (i % 1024) + dpn(dpn-1)/2. */
+    size_t wrong_big = 0;
+    for (size_t i = 0; i < count; i++)
+        wrong_big += big[i] != (float)((size_t)dpn * (i % 1024) + (size_t)(dpn * (dpn - 1) / 2));
+    if (wrong_big || tw.wrong || pw.wrong) {
+        fprintf(stderr, "rank %d: wrong results: %zu of the large allreduce, %d small, %d ping-pong\n", rank,
+                wrong_big, tw.wrong, pw.wrong);
+        failures++;
+    }
+    /* Most of the small operations must finish while the large one runs. */
+    if (tw.during * 2 < tw.count || pw.during * 2 < pw.count) {
+        fprintf(stderr,
+                "rank %d: the small operations waited for the large one: %d of %d small allreduces and %d of %d "
+                "ping-pongs finished while it was in flight\n",
+                rank, tw.during, tw.count, pw.during, pw.count);
+        failures++;
+    }
+    printf("rank %d: %d small allreduces on the tp pair in %.1f ms and %d ping-pongs in %.1f ms; %d and %d of them "
+           "finished while the dp allreduce of %zu MiB was in flight (it took %.1f ms)\n",
+           rank, tw.count, tw.took_ms, pw.count, pw.took_ms, tw.during, pw.during, mib, large_ms);
+    fflush(stdout);
+    int all = 0;
+    CALL(dt_allreduce(&failures, &all, 1, DT_I32, DT_SUM, world));
+    free(big);
+    CALL(dt_comm_destroy(pairs));
+    CALL(dt_comm_destroy(dp));
+    CALL(dt_comm_destroy(tp));
+    CALL(dt_comm_destroy(world));
+    if (rank == 0)
+        printf("comm_concurrency: %d ranks: %s\n", size, all ? "FAILED" : "ok");
+    return all ? 1 : 0;
+}
