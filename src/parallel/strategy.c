@@ -24,7 +24,8 @@ dt_status dt__strategy_init(dt_strategy *s, dt_model *m, dt_optimizer *o, const 
 
 static dt_status micro_step(dt_strategy *s, int64_t step, int micro, const dt_micro_batch *mb, float *loss)
 {
-    dt_arena_reset(s->arena);
+    if (micro > 0)
+        dt_arena_reset(s->arena); /* the step reset it for the first */
     dt_ctx ctx = {.arena = s->arena,
                   .key = {s->cfg.seed, (uint64_t)step, (uint32_t)micro, s->key_group},
                   .training = true};
@@ -46,7 +47,7 @@ dt_status dt_strategy_step(dt_strategy *s, int64_t step, float lr, dt_next_batch
         return dt__fail(DT_ERR_INVALID, "strategy_step: %s is NULL", s ? "the batch source" : "the strategy");
     dt_step_stats st = {0};
     dt_params_zero_grads(dt_model_params(s->model));
-    dt_arena_reset(s->arena);
+    dt_arena_reset(s->arena); /* the last step's activations do not count in this step's peak */
     dt_arena_reset_peak(s->arena);
     for (int micro = 0; micro < s->cfg.micro_batches; micro++) {
         dt_micro_batch mb = {0};
