@@ -8,6 +8,7 @@
 #include "dtrain/tensor.h"
 #include "dtrain/nn.h"
 #include "dtrain/optim.h"
+#include "dtrain/mesh.h"
 #include "dtrain/parallel.h"
 #include "dtrain/data.h"
 #include "dtrain/ckpt.h"
