@@ -81,7 +81,7 @@ static dt_status finish_handshake(dt__engine *e, const dt__engine_config *cfg, c
     uint8_t proof[DT_AUTH_PROOF_LEN];
     int64_t info = -1;
     DT_CHECK(dt__auth_check(cfg->token, label, h->challenge, h->response, h->what, proof, &info));
-    if (info <= e->rank || info >= e->size || e->peers[info].fd >= 0)
+    if (info <= e->rank || info >= e->size || e->peers[info].ch)
         return dt__fail(DT_ERR_PROTOCOL, "%s claims rank %lld, which is not an expected peer", h->what,
                         (long long)info);
     if (send(h->fd, proof, sizeof proof, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof proof)
@@ -136,7 +136,7 @@ dt_status dt__engine_accept_peers(dt__engine *e, const dt__engine_config *cfg, c
         if (now >= deadline) {
             int missing = -1;
             for (int r = e->size - 1; r > e->rank; r--)
-                if (e->peers[r].fd < 0)
+                if (!e->peers[r].ch)
                     missing = r;
             s = dt__fail(DT_ERR_TIMEOUT, "rank %d did not connect within %.0f s (%d higher ranks missing)", missing,
                          cfg->timeout_s, remaining);

@@ -108,8 +108,7 @@ static dt_status connect_lower(dt__engine *e, const dt__engine_config *cfg, dt_s
         struct pollfd none;
         poll(&none, 0, 100);
     }
-    p->fd = fd;
-    return DT_OK;
+    return dt__chan_tcp_open(fd, &p->ch);
 }
 
 typedef struct {
@@ -135,8 +134,7 @@ static dt_status joined(void *arg, int rank, int fd)
         close(fd);
         return s;
     }
-    p->fd = fd;
-    return DT_OK;
+    return dt__chan_tcp_open(fd, &p->ch);
 }
 
 static dt_status build_mesh(dt__engine *e, const dt__engine_config *cfg, dt_store_client *store,
@@ -199,10 +197,8 @@ dt_status dt__engine_create(const dt__engine_config *cfg, dt_store_client *store
         dt__engine_destroy(e);
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     }
-    for (int i = 0; i < cfg->size; i++) {
-        e->peers[i].fd = -1;
+    for (int i = 0; i < cfg->size; i++)
         snprintf(e->peers[i].name, sizeof e->peers[i].name, "rank %d", i);
-    }
     dt_status s = cfg->size > 1 ? connect_all(e, cfg, store) : DT_OK;
     if (s != DT_OK) {
         char msg[1024];
@@ -219,7 +215,7 @@ static bool goodbyes_done(dt__engine *e)
 {
     for (int i = 0; i < e->size; i++) {
         peer *p = &e->peers[i];
-        if (p->fd >= 0 && (p->bye.state == DT_REQ_PENDING || !p->bye_received || p->acks_owed || p->unacked))
+        if (dt__peer_open(p) && (p->bye.state == DT_REQ_PENDING || !p->bye_received || p->acks_owed || p->unacked))
             return false;
     }
     return true;
@@ -232,8 +228,7 @@ dt_status dt__engine_destroy(dt__engine *e)
     dt_status s = e->failed != DT_OK ? dt__engine_status(e) : DT_OK; /* report the earlier failure */
     if (e->failed == DT_OK && e->peers) {
         for (int i = 0; i < e->size; i++) {
-            peer *p = &e->peers[i];
-            if (p->fd < 0)
+            if (!dt__peer_open(&e->peers[i]))
                 continue;
             s = dt__engine_queue_bye(e, i);
             if (s != DT_OK)
@@ -256,9 +251,8 @@ dt_status dt__engine_destroy(dt__engine *e)
                 (unsigned long long)e->refs_buffered, DT__REF_WAIT_NS / 1000000);
     dt__engine_close(e); /* completes what is pending, frees buffers, closes sockets */
     for (int i = 0; e->peers && i < e->size; i++) {
-        dt__shm_close(e->peers[i].shm);
+        dt__chan_free(e->peers[i].ch);
         free(e->peers[i].acks);
-        free(e->peers[i].inbox);
     }
     dt__bufcache_clear(&e->early);
     free(e->peers);

@@ -1,10 +1,24 @@
-/* Engine state shared by engine.c (progress) and engine_connect.c (set-up). */
+/* Engine state shared by the engine's files:
+ *
+ *   engine.c          queries and settings
+ *   engine_connect.c  set-up (the TCP mesh) and orderly teardown
+ *   engine_accept.c   accepting and authenticating the higher ranks
+ *   engine_shm.c      shared-memory channels to the peers on this host
+ *   engine_send.c     the send queues: frames out to the channels
+ *   engine_recv.c     matching receives, and parsing the frames that arrive
+ *   engine_poll.c     the poll loop: pumping, spinning, sleeping, waiting
+ *   engine_fail.c     sticky failure: notices to peers, linger, close
+ *   engine_ref.c      payloads sent by reference (DATA_REF)
+ *   engine_sig.c      collective signatures (mismatch checks)
+ *
+ * and the byte channels under them (channel.h). */
 #ifndef DT_TRANSPORT_ENGINE_INTERNAL_H
 #define DT_TRANSPORT_ENGINE_INTERNAL_H
 
 #include <poll.h>
 
 #include "transport/bufcache.h"
+#include "transport/channel.h"
 #include "transport/engine.h"
 #include "transport/shm.h"
 
@@ -24,7 +38,7 @@ typedef struct unexpected {
 } unexpected;
 
 typedef struct {
-    int fd; /* -1 when closed (or self) */
+    dt__chan *ch; /* the byte channel (channel.h); NULL: none (this rank) */
     char name[128];
     dt__req *sendq, *sendq_tail;
     dt__req *posted, *posted_tail;
@@ -41,23 +55,14 @@ typedef struct {
     uint8_t *control;   /* ABORT text being filled */
     bool bye_sent, bye_received;
     dt__req bye;
-    /* Shared-memory channel (same host): frames go through the rings and fd
-     * only carries doorbell bytes and the end of the connection. */
-    dt__shm_pair *shm;
-    dt__shm_ring *tx, *rx;
-    pid_t pid;            /* the peer's process, to read DATA_REF payloads */
-    bool send_refs;       /* the peer can read our memory: send large payloads by address */
+    /* DATA_REF (engine_ref.c), over channels that can read the peer's
+     * memory (shared memory): */
     uint8_t ref[DT_FRAME_REF_BYTES]; /* address and id of the DATA_REF payload being received */
     uint64_t ref_next;    /* id of the next DATA_REF sent to the peer */
     dt__req *unacked, *unacked_tail; /* DATA_REF sends waiting for their ACK */
     uint64_t *acks;       /* ids of DATA_REF payloads read, ACK not yet written: */
     size_t acks_head, acks_owed, acks_cap; /* acks[head .. head+owed) */
     int64_t last_io;      /* when this rank last read from or wrote to the peer */
-    /* TCP: bytes read from the socket ahead of the parser, so that a small
-     * frame (header and payload) costs one recv instead of two.  Bytes
-     * waiting here do not show in poll: progress looks at them first. */
-    uint8_t *inbox;
-    size_t inbox_at, inbox_end;
 } peer;
 
 struct dt__engine {
@@ -68,7 +73,7 @@ struct dt__engine {
     int *pfd_peer;
     dt_status failed;
     char fail_msg[1024];
-    int nshm;              /* peers reached through shared memory */
+    int nshm;              /* peers reached through shared memory: pumped channels */
     size_t shm_copy_min;   /* DATA_REF from this many payload bytes */
     int refs_waiting;      /* unexpected DATA_REF payloads still in their senders' memory */
     /* DATA_REF payloads copied: in all, after waiting for their receive, and
@@ -105,6 +110,26 @@ dt_status dt__engine_shm_setup(dt__engine *e, const dt__engine_config *cfg, stru
  * (rate limited) and dropped. */
 dt_status dt__engine_accept_peers(dt__engine *e, const dt__engine_config *cfg, const char *label, int lfd,
                                   int64_t deadline, dt_status (*joined)(void *arg, int rank, int fd), void *arg);
+
+/* True when p's channel is open (never for this rank). */
+static inline bool dt__peer_open(const peer *p) { return p->ch && p->ch->fd >= 0; }
+
+static inline void dt__req_complete(dt__req *r, dt_status s)
+{
+    r->state = DT_REQ_DONE;
+    r->status = s;
+    r->next = NULL;
+}
+
+static inline void dt__req_enqueue(dt__req **head, dt__req **tail, dt__req *r)
+{
+    r->next = NULL;
+    if (*tail)
+        (*tail)->next = r;
+    else
+        *head = r;
+    *tail = r;
+}
 
 /* Unlink r, which follows prev (NULL: r is the head), from a request queue. */
 static inline dt__req *dt__req_unlink(dt__req **head, dt__req **tail, dt__req *prev, dt__req *r)
@@ -152,7 +177,31 @@ dt_status dt__ref_fetch(dt__engine *e, peer *p, unexpected *u, void *dst);
 /* Copy out every unexpected DATA_REF payload older than DT__REF_WAIT_NS. */
 dt_status dt__ref_fetch_stale(dt__engine *e);
 
+/* ---- sending (engine_send.c) ---- */
+
 /* Queue an empty BYE frame behind everything already queued to peer pi. */
 dt_status dt__engine_queue_bye(dt__engine *e, int pi);
+/* Write what pi's channel takes: owed ACKs between frames, then the queue. */
+dt_status dt__peer_write(dt__engine *e, int pi);
+/* Header and payload (or address) bytes of r's frame. */
+static inline size_t dt__frame_bytes(const dt__req *r) { return DT_FRAME_HDR + (r->by_ref ? sizeof r->ref : r->len); }
+/* Send what is left of r's frame (header, then payload or address): the
+ * channel's send contract. */
+ssize_t dt__send_rest(peer *p, dt__req *r);
+
+/* ---- receiving (engine_recv.c) ---- */
+
+/* Read and parse what pi's channel holds (a bounded amount per call). */
+dt_status dt__peer_read(dt__engine *e, int pi);
+/* pi's connection ended (err: its errno, 0 when closed): an orderly goodbye
+ * closes the channel, anything else fails the engine. */
+dt_status dt__peer_eof(dt__engine *e, int pi, int err);
+/* A message from this rank to itself, delivered at once. */
+dt_status dt__deliver_local(dt__engine *e, const dt__frame *f, const void *buf);
+
+/* ---- failure (engine_fail.c) ---- */
+
+/* Fail the engine with msg (first failure wins; notify: tell every peer). */
+dt_status dt__engine_fail_with(dt__engine *e, dt_status code, bool notify, const char *msg);
 
 #endif

@@ -26,7 +26,7 @@ dt_status dt__ref_copy(dt__engine *e, peer *p, uint64_t addr, uint64_t id, void 
 {
     e->refs_copied++;
     if (dst && len) {
-        dt_status s = dt__shm_read_remote(p->pid, addr, dst, len);
+        dt_status s = p->ch->ops->read_remote(p->ch, addr, dst, len);
         if (s != DT_OK)
             return dt__engine_fail(e, DT_ERR_PEER, "copying a %zu-byte message out of %s's memory: %s", len, p->name,
                                    dt_last_error());

@@ -69,15 +69,13 @@ static dt_status refuse(setup *s, int r, dt_status st)
     return DT_OK;
 }
 
-static void use_channel(dt__engine *e, int r, dt__shm_pair *pair, int side, bool send_refs)
+/* Rank r's TCP channel becomes a shared-memory one over pair (which it owns
+ * from then on; on error the caller still does). */
+static dt_status use_channel(dt__engine *e, int r, dt__shm_pair *pair, int side, bool send_refs)
 {
-    peer *p = &e->peers[r];
-    p->shm = pair;
-    p->tx = dt__shm_tx(pair, side);
-    p->rx = dt__shm_rx(pair, side);
-    p->pid = dt__shm_peer_pid(pair, side);
-    p->send_refs = send_refs;
+    DT_CHECK(dt__chan_shm_open(&e->peers[r].ch, pair, side, send_refs));
     e->nshm++;
+    return DT_OK;
 }
 
 static dt_status create_for_higher(setup *s, int j, dt__shm_pair **pair)
@@ -132,9 +130,12 @@ static dt_status finish_higher(setup *s, int j, dt__shm_pair *pair)
         return DT_OK;
     }
     bool can_read = dt__shm_probe_peer(pair, 0);
-    DT_CHECK(put(s, can_read ? "1" : "0", "%s/shm/%d/%d/back", e->rank, j));
-    use_channel(e, j, pair, 0, ok[1] == '1');
-    return DT_OK;
+    st = put(s, can_read ? "1" : "0", "%s/shm/%d/%d/back", e->rank, j);
+    if (st == DT_OK)
+        st = use_channel(e, j, pair, 0, ok[1] == '1');
+    if (st != DT_OK)
+        dt__shm_close(pair);
+    return st;
 }
 
 static dt_status run_setup(setup *s, dt__shm_pair **pairs)
@@ -157,7 +158,7 @@ static dt_status run_setup(setup *s, dt__shm_pair **pairs)
             continue;
         char back[8];
         DT_CHECK(get(s, back, sizeof back, "%s/shm/%d/%d/back", i, e->rank));
-        use_channel(e, i, pairs[i], 1, back[0] == '1');
+        DT_CHECK(use_channel(e, i, pairs[i], 1, back[0] == '1'));
         pairs[i] = NULL;
     }
     return DT_OK;
@@ -215,7 +216,7 @@ dt_status dt__engine_shm_setup(dt__engine *e, const dt__engine_config *cfg, dt_s
         char copy[96] = "every payload through the rings";
         int readable = 0; /* peers whose memory process_vm_readv may read */
         for (int i = 0; i < e->size; i++)
-            readable += e->peers[i].shm && e->peers[i].send_refs;
+            readable += e->peers[i].ch && e->peers[i].ch->send_refs;
         if (e->shm_copy_min)
             snprintf(copy, sizeof copy, "a single copy from %zu bytes with %d of them", e->shm_copy_min, readable);
         DT_INFO("shared memory to %d ranks on this host (rings of %zu bytes, %s %lld us before sleeping, %s)",
