@@ -8,7 +8,15 @@
 int dt__engine_rank(const dt__engine *e) { return e->rank; }
 int dt__engine_size(const dt__engine *e) { return e->size; }
 const char *dt__engine_peer_name(dt__engine *e, int p) { return e->peers[p].name; }
-void dt__engine_allow_poll_spin(dt__engine *e, bool allow) { e->poll_spin_off = !allow; }
+/* Per thread: the progress threads of nonblocking collectives never spin,
+ * a caller waiting in a blocking call may (engine_poll.c). */
+_Thread_local bool dt__poll_spin_off;
+
+void dt__engine_allow_poll_spin(dt__engine *e, bool allow)
+{
+    (void)e;
+    dt__poll_spin_off = !allow;
+}
 
 void dt__engine_shm_spin_policy(const dt__engine *e, int64_t *spin_ns, bool *yields)
 {

@@ -7,7 +7,9 @@
  * with the job token; the connector's rank is covered by the MAC.  The
  * listener handshakes every arrival at once (engine_accept.c); a connector
  * whose handshake fails tries again until the job's deadline. */
+#include <errno.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,16 +188,28 @@ dt_status dt__engine_create(const dt__engine_config *cfg, dt_store_client *store
     dt__engine *e = calloc(1, sizeof *e);
     if (!e)
         return dt__fail(DT_ERR_NOMEM, "out of memory");
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&e->mu, &ma);
+    pthread_mutexattr_destroy(&ma);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->progressed, &ca);
+    pthread_condattr_destroy(&ca);
+    e->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     e->rank = cfg->rank;
     e->size = cfg->size;
     e->timeout_s = cfg->timeout_s;
     e->poll_spin_ns = (int64_t)cfg->poll_spin_us * 1000;
     e->peers = calloc((size_t)cfg->size, sizeof *e->peers);
-    e->pfds = calloc((size_t)cfg->size, sizeof *e->pfds);
-    e->pfd_peer = calloc((size_t)cfg->size, sizeof *e->pfd_peer);
-    if (!e->peers || !e->pfds || !e->pfd_peer) {
+    e->pfds = calloc((size_t)cfg->size + 1, sizeof *e->pfds); /* + the wake-up eventfd */
+    e->pfd_peer = calloc((size_t)cfg->size + 1, sizeof *e->pfd_peer);
+    if (!e->peers || !e->pfds || !e->pfd_peer || e->wake_fd < 0) {
+        bool no_fd = e->wake_fd < 0;
         dt__engine_destroy(e);
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
+        return no_fd ? dt__fail(DT_ERR_SYSTEM, "eventfd: %s", strerror(errno)) : dt__fail(DT_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; i < cfg->size; i++)
         snprintf(e->peers[i].name, sizeof e->peers[i].name, "rank %d", i);
@@ -258,6 +272,10 @@ dt_status dt__engine_destroy(dt__engine *e)
     free(e->peers);
     free(e->pfds);
     free(e->pfd_peer);
+    if (e->wake_fd >= 0)
+        close(e->wake_fd);
+    pthread_cond_destroy(&e->progressed);
+    pthread_mutex_destroy(&e->mu);
     free(e);
     return s;
 }

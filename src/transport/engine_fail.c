@@ -108,6 +108,7 @@ static void notify_peers(dt__engine *e, dt_status code, const char *text)
 
 dt_status dt__engine_fail_with(dt__engine *e, dt_status code, bool notify, const char *msg)
 {
+    dt__engine_lock(e);
     if (e->failed == DT_OK) {
         snprintf(e->fail_msg, sizeof e->fail_msg, "%s", msg);
         if (notify)
@@ -129,8 +130,11 @@ dt_status dt__engine_fail_with(dt__engine *e, dt_status code, bool notify, const
         }
         if (e->fail_hook)
             e->fail_hook(e->fail_hook_arg, code, e->fail_msg);
+        dt__engine_wake(e); /* a poller asleep in poll() stops at once */
     }
-    return dt__engine_status(e);
+    dt_status s = dt__engine_status(e);
+    dt__engine_unlock(e);
+    return s;
 }
 
 dt_status dt__engine_fail(dt__engine *e, dt_status code, const char *fmt, ...)
@@ -177,6 +181,7 @@ static void linger_and_close(dt__engine *e, double seconds)
             e->peers[i].ch->ops->close(e->peers[i].ch);
 }
 
+/* Teardown: no other thread uses the engine any more. */
 dt_status dt__engine_close(dt__engine *e)
 {
     bool failed = e->failed != DT_OK;
@@ -189,9 +194,10 @@ dt_status dt__engine_close(dt__engine *e)
 
 dt_status dt__engine_status(dt__engine *e)
 {
-    if (e->failed == DT_OK)
-        return DT_OK;
-    return dt__fail(e->failed, "%s", e->fail_msg);
+    dt__engine_lock(e);
+    dt_status s = e->failed == DT_OK ? DT_OK : dt__fail(e->failed, "%s", e->fail_msg);
+    dt__engine_unlock(e);
+    return s;
 }
 
 dt_status dt__engine_abort(dt__engine *e, const char *reason)
@@ -199,7 +205,10 @@ dt_status dt__engine_abort(dt__engine *e, const char *reason)
     char text[DT_FRAME_MAX_CONTROL], local[DT_FRAME_MAX_CONTROL + 64];
     snprintf(text, sizeof text, "%s aborted the job: %s", e->peers[e->rank].name, reason ? reason : "(no reason given)");
     snprintf(local, sizeof local, "this rank aborted the job: %s", reason ? reason : "(no reason given)");
+    dt__engine_lock(e);
     if (e->failed == DT_OK)
         notify_peers(e, DT_ERR_ABORTED, text);
-    return dt__engine_fail_with(e, DT_ERR_ABORTED, false, local);
+    dt_status s = dt__engine_fail_with(e, DT_ERR_ABORTED, false, local);
+    dt__engine_unlock(e);
+    return s;
 }

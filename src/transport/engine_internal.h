@@ -16,6 +16,7 @@
 #define DT_TRANSPORT_ENGINE_INTERNAL_H
 
 #include <poll.h>
+#include <pthread.h>
 
 #include "transport/bufcache.h"
 #include "transport/channel.h"
@@ -23,8 +24,9 @@
 #include "transport/shm.h"
 
 /* Collectives remembered as this rank's current ones: a public call and the
- * pieces of a hierarchical one on two sub-communicators. */
-#define DT__SIG_ACTIVE 4
+ * pieces of a hierarchical one on two sub-communicators, for each of several
+ * communicators running at once on their own threads. */
+#define DT__SIG_ACTIVE 16
 
 typedef struct unexpected {
     struct unexpected *next;
@@ -66,6 +68,16 @@ typedef struct {
 } peer;
 
 struct dt__engine {
+    /* Threads (engine_poll.c): every entry point of engine.h takes mu
+     * (recursive: failure paths re-enter dt__engine_fail and _status); one
+     * thread at a time is the poller, which sleeps in poll() with mu
+     * released and signals `progressed` after each pass; the others wait on
+     * it.  wake_fd (an eventfd in the poller's poll set) wakes it when a
+     * thread queues bytes it is not watching for. */
+    pthread_mutex_t mu;
+    pthread_cond_t progressed;
+    bool polling;
+    int wake_fd;
     int rank, size;
     double timeout_s;
     peer *peers;
@@ -82,7 +94,6 @@ struct dt__engine {
     int64_t shm_spin_ns;   /* poll the rings this long before sleeping */
     bool shm_spin_yields;  /* oversubscribed host: sched_yield between polls */
     int64_t poll_spin_ns;  /* sockets: non-blocking polls (with sched_yield) before sleeping */
-    bool poll_spin_off;    /* set while the progress thread runs a collective */
     int64_t sockets_seen_ns; /* shm-only ranks: last non-blocking look at the sockets */
     dt__bufcache early;    /* payload buffers of messages that beat their receive */
     struct dt__heartbeat *heartbeat; /* NULL: no liveness checks while waiting */
@@ -114,12 +125,26 @@ dt_status dt__engine_accept_peers(dt__engine *e, const dt__engine_config *cfg, c
 /* True when p's channel is open (never for this rank). */
 static inline bool dt__peer_open(const peer *p) { return p->ch && p->ch->fd >= 0; }
 
+/* The release store pairs with dt__req_done's acquire load by the request's
+ * owner, which may look without the lock. */
 static inline void dt__req_complete(dt__req *r, dt_status s)
 {
-    r->state = DT_REQ_DONE;
     r->status = s;
     r->next = NULL;
+    __atomic_store_n(&r->state, DT_REQ_DONE, __ATOMIC_RELEASE);
 }
+
+/* Set on a thread that must not poll without blocking (dt__engine_allow_poll_spin). */
+extern _Thread_local bool dt__poll_spin_off;
+
+static inline void dt__engine_lock(dt__engine *e) { pthread_mutex_lock(&e->mu); }
+static inline void dt__engine_unlock(dt__engine *e) { pthread_mutex_unlock(&e->mu); }
+/* After a thread that is not the poller queued work on peer pi: wake a
+ * sleeping poller if that work needs it to watch something new (a send or
+ * an ACK waiting for room).  Called with mu held. */
+void dt__engine_wake_for(dt__engine *e, int pi);
+/* Wake the poller unconditionally (a failure: it must stop at once). */
+void dt__engine_wake(dt__engine *e);
 
 static inline void dt__req_enqueue(dt__req **head, dt__req **tail, dt__req *r)
 {

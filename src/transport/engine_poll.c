@@ -7,6 +7,8 @@
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/spin.h"
@@ -136,7 +138,48 @@ static dt_status watch_silent_peers(dt__engine *e)
     return DT_OK;
 }
 
-dt_status dt__engine_progress(dt__engine *e, int timeout_ms)
+/* ---- threads: one poller, the others wait for its passes ---- */
+
+/* The engine this thread is the poller of (NULL: none). */
+static _Thread_local dt__engine *polling_here;
+
+void dt__engine_wake(dt__engine *e)
+{
+    if (e->polling && polling_here != e && e->wake_fd >= 0) {
+        uint64_t one = 1;
+        ssize_t n = write(e->wake_fd, &one, sizeof one); /* full counter: a wake-up is pending anyway */
+        (void)n;
+    }
+}
+
+void dt__engine_wake_for(dt__engine *e, int pi)
+{
+    const peer *p = &e->peers[pi];
+    if (p->sendq || p->acks_owed)
+        dt__engine_wake(e);
+}
+
+static void drain_wake_fd(dt__engine *e)
+{
+    uint64_t v;
+    ssize_t n = read(e->wake_fd, &v, sizeof v);
+    (void)n;
+}
+
+/* poll() with the lock released, so that other threads post and wait
+ * meanwhile; only the poller touches pfds.  Returns poll's result. */
+static int poll_unlocked(dt__engine *e, int n, int timeout_ms)
+{
+    dt__engine_unlock(e);
+    int rc = poll(e->pfds, (nfds_t)n, timeout_ms);
+    int err = errno;
+    dt__engine_lock(e);
+    errno = err;
+    return rc;
+}
+
+/* One pass of the poller (mu held, e->polling set by this thread). */
+static dt_status poll_pass(dt__engine *e, int timeout_ms)
 {
     DT_CHECK(dt__engine_status(e));
     if (e->refs_waiting) {
@@ -180,26 +223,41 @@ dt_status dt__engine_progress(dt__engine *e, int timeout_ms)
         if (!c->ops->pumped && c->ops->readable(c))
             timeout_ms = 0; /* frames already read wait in the inbox */
     }
+    int npeers = n;
+    if (timeout_ms > 0) /* another thread may need this sleep cut short */
+        e->pfds[n++] = (struct pollfd){.fd = e->wake_fd, .events = POLLIN};
     int rc = 0;
-    if (timeout_ms > 0 && e->poll_spin_ns > 0 && !e->poll_spin_off && e->nshm + 1 < e->size) {
+    if (timeout_ms > 0 && e->poll_spin_ns > 0 && !dt__poll_spin_off && e->nshm + 1 < e->size) {
         /* A wake-up from a blocking poll costs tens of microseconds; with
          * peers over TCP look without blocking first, giving the core away
          * between looks (the 8-byte allreduce on 4 namespace hosts: 107 ->
          * 72 us with 200 us of looking). */
         int64_t until = dt__now_ns() + e->poll_spin_ns;
+        dt__engine_unlock(e);
         while ((rc = poll(e->pfds, (nfds_t)n, 0)) == 0 && dt__now_ns() < until)
             sched_yield();
+        int err = errno;
+        dt__engine_lock(e);
+        errno = err;
     }
     if (rc == 0)
-        rc = poll(e->pfds, (nfds_t)n, timeout_ms);
+        rc = timeout_ms > 0 ? poll_unlocked(e, n, timeout_ms) : poll(e->pfds, (nfds_t)n, 0);
     if (armed)
         shm_disarm(e);
     if (rc < 0 && errno != EINTR)
         return dt__engine_fail(e, DT_ERR_SYSTEM, "poll: %s", strerror(errno));
-    for (int k = 0; rc >= 0 && k < n; k++) {
+    if (e->failed != DT_OK) /* another thread failed the engine while this one slept */
+        return dt__engine_status(e);
+    if (n > npeers && rc > 0 && e->pfds[npeers].revents) {
+        drain_wake_fd(e);
+        rc--;
+    }
+    for (int k = 0; rc >= 0 && k < npeers; k++) {
         short ev = rc > 0 ? e->pfds[k].revents : 0;
         int pi = e->pfd_peer[k];
         dt__chan *c = e->peers[pi].ch;
+        if (!dt__peer_open(&e->peers[pi]) || c->fd != e->pfds[k].fd)
+            continue; /* closed by another thread while this one slept */
         if (c->ops->pumped) {
             if (ev & (POLLIN | POLLHUP | POLLERR))
                 DT_CHECK(doorbell_event(e, pi));
@@ -217,7 +275,40 @@ dt_status dt__engine_progress(dt__engine *e, int timeout_ms)
     return dt__engine_status(e);
 }
 
-dt_status dt__engine_wait_all(dt__engine *e, dt__req *rs, size_t n, int64_t deadline_ns)
+/* Progress as the poller, or, while another thread is the poller (it serves
+ * this thread's requests too), wait up to timeout_ms for its next pass.
+ * mu held exactly once (the waits release it). */
+static dt_status progress_locked(dt__engine *e, int timeout_ms)
+{
+    if (e->polling) {
+        if (timeout_ms > 0) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            int64_t at = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + (int64_t)timeout_ms * 1000000;
+            ts.tv_sec = (time_t)(at / 1000000000);
+            ts.tv_nsec = (long)(at % 1000000000);
+            pthread_cond_timedwait(&e->progressed, &e->mu, &ts);
+        }
+        return dt__engine_status(e);
+    }
+    e->polling = true;
+    polling_here = e;
+    dt_status s = poll_pass(e, timeout_ms);
+    polling_here = NULL;
+    e->polling = false;
+    pthread_cond_broadcast(&e->progressed);
+    return s;
+}
+
+dt_status dt__engine_progress(dt__engine *e, int timeout_ms)
+{
+    dt__engine_lock(e);
+    dt_status s = progress_locked(e, timeout_ms);
+    dt__engine_unlock(e);
+    return s;
+}
+
+static dt_status wait_all_locked(dt__engine *e, dt__req *rs, size_t n, int64_t deadline_ns)
 {
     for (size_t i = 0; i < n; i++) {
         while (rs[i].state == DT_REQ_PENDING) {
@@ -226,12 +317,20 @@ dt_status dt__engine_wait_all(dt__engine *e, dt__req *rs, size_t n, int64_t dead
                 return dt__engine_fail(e, DT_ERR_TIMEOUT, "timed out after %.0f s waiting for %s", e->timeout_s,
                                        req_what(e, &rs[i], what, sizeof what));
             }
-            DT_CHECK(dt__engine_progress(e, dt__ms_left(deadline_ns, 1000)));
+            DT_CHECK(progress_locked(e, dt__ms_left(deadline_ns, 1000)));
         }
         if (rs[i].status != DT_OK)
             return dt__engine_status(e) != DT_OK ? e->failed : dt__fail(rs[i].status, "request failed");
     }
     return DT_OK;
+}
+
+dt_status dt__engine_wait_all(dt__engine *e, dt__req *rs, size_t n, int64_t deadline_ns)
+{
+    dt__engine_lock(e);
+    dt_status s = wait_all_locked(e, rs, n, deadline_ns);
+    dt__engine_unlock(e);
+    return s;
 }
 
 dt_status dt__engine_wait(dt__engine *e, dt__req *r, int64_t deadline_ns)

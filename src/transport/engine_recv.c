@@ -76,8 +76,8 @@ static dt_status deliver_buffered(dt__engine *e, peer *p, dt__req *r, unexpected
     return s;
 }
 
-dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, int32_t tag,
-                           uint64_t seq, uint64_t sig, bool any_seq, void *buf, size_t cap)
+static dt_status irecv_locked(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, int32_t tag, uint64_t seq,
+                              uint64_t sig, bool any_seq, void *buf, size_t cap)
 {
     DT_CHECK(dt__engine_status(e));
     if (pi < 0 || pi >= e->size)
@@ -113,6 +113,17 @@ dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, 
         return dt__fail(DT_ERR_PEER, "receive from %s, which has already left (destroyed its communicator)", p->name);
     dt__req_enqueue(&p->posted, &p->posted_tail, r);
     return DT_OK;
+}
+
+dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, int32_t tag,
+                           uint64_t seq, uint64_t sig, bool any_seq, void *buf, size_t cap)
+{
+    dt__engine_lock(e);
+    dt_status s = irecv_locked(e, r, pi, comm_id, tag, seq, sig, any_seq, buf, cap);
+    if (s == DT_OK && pi >= 0 && pi < e->size && pi != e->rank)
+        dt__engine_wake_for(e, pi); /* a buffered DATA_REF copied now owes its ACK */
+    dt__engine_unlock(e);
+    return s;
 }
 
 /* Route an arriving DATA frame: to its posted receive, or into a buffer (a

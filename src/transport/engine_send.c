@@ -98,8 +98,8 @@ static dt_status queue_frame(dt__engine *e, dt__req *r, int pi, uint8_t type, ui
     return was_idle ? dt__peer_write(e, pi) : DT_OK;
 }
 
-dt_status dt__engine_isend(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, int32_t tag,
-                           uint64_t seq, uint64_t sig, const void *buf, size_t len, bool by_ref_ok)
+static dt_status isend_locked(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, int32_t tag, uint64_t seq,
+                              uint64_t sig, const void *buf, size_t len, bool by_ref_ok)
 {
     DT_CHECK(dt__engine_status(e));
     if (pi < 0 || pi >= e->size)
@@ -120,6 +120,17 @@ dt_status dt__engine_isend(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, 
     if (e->peers[pi].bye_sent)
         return dt__fail(DT_ERR_INVALID, "send to %s after the communicator was destroyed", e->peers[pi].name);
     return queue_frame(e, r, pi, DT_FRAME_DATA, comm_id, tag, seq, sig, buf, len, by_ref_ok);
+}
+
+dt_status dt__engine_isend(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, int32_t tag,
+                           uint64_t seq, uint64_t sig, const void *buf, size_t len, bool by_ref_ok)
+{
+    dt__engine_lock(e);
+    dt_status s = isend_locked(e, r, pi, comm_id, tag, seq, sig, buf, len, by_ref_ok);
+    if (s == DT_OK && pi != e->rank)
+        dt__engine_wake_for(e, pi);
+    dt__engine_unlock(e);
+    return s;
 }
 
 /* Used by teardown: an empty BYE frame after everything already queued. */

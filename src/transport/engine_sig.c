@@ -17,10 +17,8 @@ static bool same_call(uint32_t comm_id, uint64_t seq, uint32_t comm_id2, uint64_
     return comm_id == comm_id2 && dt__frame_seq_eq(seq, seq2);
 }
 
-dt_status dt__engine_sig_enter(dt__engine *e, uint32_t comm_id, uint64_t seq, uint64_t sig)
+static dt_status sig_enter_locked(dt__engine *e, uint32_t comm_id, uint64_t seq, uint64_t sig)
 {
-    if (!sig)
-        return DT_OK;
     unsigned last = (e->active_next - 1) % DT__SIG_ACTIVE;
     if (e->active_next && e->active[last].sig == sig && same_call(e->active[last].comm_id, e->active[last].seq,
                                                                   comm_id, seq))
@@ -38,6 +36,16 @@ dt_status dt__engine_sig_enter(dt__engine *e, uint32_t comm_id, uint64_t seq, ui
             if (same_call(comm_id, seq, u->f.comm_id, u->f.seq) && dt__sig_differs(sig, u->f.sig))
                 return dt__engine_sig_mismatch(e, pi, comm_id, seq, sig, u->f.sig);
     return DT_OK;
+}
+
+dt_status dt__engine_sig_enter(dt__engine *e, uint32_t comm_id, uint64_t seq, uint64_t sig)
+{
+    if (!sig)
+        return DT_OK;
+    dt__engine_lock(e);
+    dt_status s = sig_enter_locked(e, comm_id, seq, sig);
+    dt__engine_unlock(e);
+    return s;
 }
 
 dt_status dt__sig_check_arrival(dt__engine *e, int pi, const dt__frame *f)
