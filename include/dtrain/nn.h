@@ -105,6 +105,20 @@ struct dt_layer {
 
 /* Constructors register their parameters in p under "<name>.weight" etc. */
 dt_status dt_linear_create(dt_params *p, const char *name, int64_t in, int64_t out, bool bias, dt_layer **l);
+/* Tensor-parallel linear (Megatron-LM) over the group `tp` of t ranks:
+ * DT_TP_COLUMN splits W [out, in] by output features (this rank computes
+ * out/t of them from the whole input; backward sums the input gradient over
+ * the group), DT_TP_ROW by input features (this rank takes its in/t slice of
+ * the input; forward sums the outputs over the group, then adds the bias,
+ * which every rank holds whole).  Parameters are registered under
+ * "<name>.weight" / ".bias" with this rank's shard shape, initialised as
+ * their slice of the unsplit layer's initialisation.  The split size must
+ * divide by t (an error names the numbers).  Forward and backward are
+ * collective over tp. */
+typedef enum { DT_TP_COLUMN = 1, DT_TP_ROW = 2 } dt_tp_split;
+struct dt_comm;
+dt_status dt_linear_parallel_create(dt_params *p, const char *name, int64_t in, int64_t out, bool bias,
+                                    dt_tp_split split, struct dt_comm *tp, dt_layer **l);
 dt_status dt_relu_create(const char *name, dt_layer **l);
 /* GELU, tanh approximation (as GPT-2 and torch's approximate="tanh"). */
 dt_status dt_gelu_create(const char *name, dt_layer **l);
