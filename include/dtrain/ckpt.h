@@ -25,10 +25,10 @@
  * canonical text (cJSON's compact print of it without that member) as eight
  * hex digits.  Format 1 manifests (no manifest_crc32) still open.
  *
- * Conventions: every call returns DT_OK or a negative dt_status with the
- * detail in dt_last_error(), which names the file or directory and the
- * problem (the field and its value for a manifest); nothing here prints.
- * Paths are limited to DT_CKPT_PATH_MAX bytes. */
+ * Conventions: every call that can fail returns DT_OK or a negative
+ * dt_status, with the detail in dt_last_error(), which names the file or
+ * directory and the problem (the field and its value for a manifest);
+ * nothing here prints.  Paths are limited to DT_CKPT_PATH_MAX bytes. */
 #ifndef DTRAIN_CKPT_H
 #define DTRAIN_CKPT_H
 
@@ -42,6 +42,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- tensor files ---- */
 
 /* Write `data` (a flat buffer laid out like the registry: its values, its
  * gradients, or any array of that layout) as one F32 tensor per parameter.
@@ -58,7 +60,6 @@ dt_status dt_safetensors_read(const char *path, dt_params *p, float *data);
 dt_status dt_atomic_write(const char *path, const void *bytes, size_t len);
 /* CRC-32 (zlib's) of a whole file; DT_ERR_INVALID naming it when unreadable. */
 dt_status dt_file_crc32(const char *path, uint32_t *crc, uint64_t *size);
-
 
 /* ---- checkpoint directories ---- */
 
@@ -87,7 +88,7 @@ dt_ckpt_tensors dt_ckpt_tensors_live(dt_params *p, dt_optimizer *o);
 /* What the caller adds to every checkpoint. */
 typedef struct {
     const char *config_json; /* JSON text: the manifest's "config", kept as given (NULL: none) */
-    const char *model_json;  /* the safetensors "model" metadata: what rebuilds the model outside dtrain (NULL: "{}") */
+    const char *model_json;  /* the safetensors "model" metadata, what rebuilds the model (NULL: "{}") */
     const char *optimizer;   /* the manifest's optimizer.kind ("adamw") */
 } dt_ckpt_meta;
 
@@ -161,7 +162,8 @@ typedef struct {
 /* The manifest's progress, every value range-checked: step, optimizer.steps
  * (up to step), world_size and global_batch (when present), sampler.epoch and
  * .position, the four rng words (64-bit decimals, not all zero). */
-dt_status dt_ckpt_manifest_progress(const dt_ckpt_manifest *m, const dt_ckpt_limits *lim, dt_ckpt_progress *out);
+dt_status dt_ckpt_manifest_progress(const dt_ckpt_manifest *m, const dt_ckpt_limits *lim,
+                                    dt_ckpt_progress *out);
 /* Every tensor file holds exactly p's parameters with their shapes; model
  * names the model in the message ("mlp"). */
 dt_status dt_ckpt_manifest_check_tensors(const dt_ckpt_manifest *m, dt_params *p, const char *model);
@@ -208,7 +210,8 @@ dt_status dt_ckpt_writer_start(const dt_ckpt_writer_config *cfg, dt_params *p, d
                                dt_ckpt_writer **out);
 /* Wait for the write in flight (if any), then snapshot the state with pr;
  * *stall_s (may be NULL) is the time the caller was held up. */
-dt_status dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label, double *stall_s);
+dt_status dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
+                                double *stall_s);
 /* Wait for the write in flight; DT_OK when every write so far succeeded,
  * else the last failure (its message in dt_last_error()). */
 dt_status dt_ckpt_writer_flush(dt_ckpt_writer *w);

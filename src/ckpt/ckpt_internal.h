@@ -44,7 +44,7 @@ void dt__ckpt_fsync_dir(const char *path);
  * it without the manifest_crc32 member.  false when out of memory. */
 bool dt__ckpt_manifest_crc(cJSON *m, uint32_t *crc);
 /* Write dir/manifest.json (atomically) for the files, meta and pr. */
-dt_status dt__ckpt_manifest_write(const char *dir, const dt__ckpt_file *files, int nfiles, const dt_ckpt_meta *meta,
-                                  const dt_ckpt_progress *pr);
+dt_status dt__ckpt_manifest_write(const char *dir, const dt__ckpt_file *files, int nfiles,
+                                  const dt_ckpt_meta *meta, const dt_ckpt_progress *pr);
 
 #endif

@@ -27,8 +27,8 @@ bool dt__ckpt_manifest_crc(cJSON *m, uint32_t *crc)
 }
 
 /* The members in the order of every manifest written so far (files first). */
-static cJSON *build(const dt__ckpt_file *files, int nfiles, const dt_ckpt_meta *meta, const dt_ckpt_progress *pr,
-                    cJSON *config)
+static cJSON *build(const dt__ckpt_file *files, int nfiles, const dt_ckpt_meta *meta,
+                    const dt_ckpt_progress *pr, cJSON *config)
 {
     cJSON *manifest = cJSON_CreateObject(), *jfiles = cJSON_AddObjectToObject(manifest, "files");
     cJSON_AddStringToObject(manifest, "format", DT__CKPT_FORMAT);
@@ -57,8 +57,8 @@ static cJSON *build(const dt__ckpt_file *files, int nfiles, const dt_ckpt_meta *
     return manifest;
 }
 
-dt_status dt__ckpt_manifest_write(const char *dir, const dt__ckpt_file *files, int nfiles, const dt_ckpt_meta *meta,
-                                  const dt_ckpt_progress *pr)
+dt_status dt__ckpt_manifest_write(const char *dir, const dt__ckpt_file *files, int nfiles,
+                                  const dt_ckpt_meta *meta, const dt_ckpt_progress *pr)
 {
     char path[DT_CKPT_PATH_MAX];
     DT_CHECK(dt__ckpt_path(path, sizeof path, "%s/manifest.json", dir));
@@ -112,18 +112,20 @@ static dt_status check_format(dt_ckpt_manifest *m)
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(m->json, "format");
     bool v1 = cJSON_IsString(fmt) && strcmp(fmt->valuestring, DT__CKPT_FORMAT_V1) == 0;
     if (!m->json || !cJSON_IsString(fmt) || (!v1 && strcmp(fmt->valuestring, DT__CKPT_FORMAT) != 0))
-        return dt__fail(DT_ERR_INVALID, "%s is not a dtrain checkpoint manifest (bad JSON or format)", m->path);
+        return dt__fail(DT_ERR_INVALID, "%s is not a dtrain checkpoint manifest (bad JSON or format)",
+                        m->path);
     if (v1)
         return DT_OK;
     const cJSON *want = cJSON_GetObjectItemCaseSensitive(m->json, "manifest_crc32");
     uint32_t crc;
     if (!cJSON_IsString(want) || !dt__ckpt_manifest_crc(m->json, &crc))
-        return dt__fail(DT_ERR_INVALID, "%s: field manifest_crc32 is missing or not a string (edited or corrupt)",
-                        m->path);
+        return dt__fail(DT_ERR_INVALID,
+                        "%s: field manifest_crc32 is missing or not a string (edited or corrupt)", m->path);
     char hex[16];
     snprintf(hex, sizeof hex, "%08x", crc);
     if (strcmp(hex, want->valuestring) != 0)
-        return dt__fail(DT_ERR_INVALID, "%s has checksum %08x, its field manifest_crc32 says %.12s (edited or corrupt)",
+        return dt__fail(DT_ERR_INVALID,
+                        "%s has checksum %08x, its field manifest_crc32 says %.12s (edited or corrupt)",
                         m->path, crc, want->valuestring);
     return DT_OK;
 }
@@ -148,7 +150,8 @@ static dt_status check_files(const dt_ckpt_manifest *m)
     for (const cJSON *f = files->child; f; f = f->next) {
         char path[DT_CKPT_PATH_MAX];
         if (strchr(f->string, '/'))
-            return dt__fail(DT_ERR_INVALID, "%s: the manifest names a file outside the checkpoint: %s", dir, f->string);
+            return dt__fail(DT_ERR_INVALID, "%s: the manifest names a file outside the checkpoint: %s", dir,
+                            f->string);
         DT_CHECK(dt__ckpt_path(path, sizeof path, "%s/%s", dir, f->string));
         uint32_t crc;
         uint64_t size;
@@ -156,12 +159,16 @@ static dt_status check_files(const dt_ckpt_manifest *m)
             return dt__fail(DT_ERR_INVALID, "checkpoint file missing: %s", path);
         double want_size, want_crc;
         if (!num(f, "bytes", &want_size) || !num(f, "crc32", &want_crc))
-            return dt__fail(DT_ERR_INVALID, "%s: the manifest entry for %s lacks bytes or crc32", dir, f->string);
+            return dt__fail(DT_ERR_INVALID, "%s: the manifest entry for %s lacks bytes or crc32", dir,
+                            f->string);
         if ((double)size != want_size)
-            return dt__fail(DT_ERR_INVALID, "checkpoint file %s has %llu bytes, the manifest says %.0f (truncated or replaced)",
-                            path, (unsigned long long)size, want_size);
+            return dt__fail(
+                DT_ERR_INVALID,
+                "checkpoint file %s has %llu bytes, the manifest says %.0f (truncated or replaced)", path,
+                (unsigned long long)size, want_size);
         if ((double)crc != want_crc)
-            return dt__fail(DT_ERR_INVALID, "checkpoint file %s has checksum %08x, the manifest says %08x (corrupt)", path,
+            return dt__fail(DT_ERR_INVALID,
+                            "checkpoint file %s has checksum %08x, the manifest says %08x (corrupt)", path,
                             crc, (uint32_t)want_crc);
     }
     return DT_OK;
@@ -178,7 +185,8 @@ dt_status dt_ckpt_manifest_open(const char *step_dir, dt_ckpt_manifest **out)
         s = dt__ckpt_path(m->path, sizeof m->path, "%s/manifest.json", step_dir);
     char *text = NULL;
     if (s == DT_OK && read_text(m->path, &text) != DT_OK)
-        s = dt__fail_errno(DT_ERR_INVALID, "%s has no readable manifest.json (incomplete checkpoint?)", step_dir);
+        s = dt__fail_errno(DT_ERR_INVALID, "%s has no readable manifest.json (incomplete checkpoint?)",
+                           step_dir);
     if (s == DT_OK) {
         m->json = cJSON_Parse(text);
         s = check_format(m);
@@ -197,7 +205,10 @@ dt_status dt_ckpt_manifest_open(const char *step_dir, dt_ckpt_manifest **out)
     return DT_OK;
 }
 
-const char *dt_ckpt_manifest_config(const dt_ckpt_manifest *m) { return m->config; }
+const char *dt_ckpt_manifest_config(const dt_ckpt_manifest *m)
+{
+    return m->config;
+}
 
 void dt_ckpt_manifest_close(dt_ckpt_manifest *m)
 {

@@ -11,16 +11,18 @@
 static const double BIG = 9007199254740992.0;
 
 /* A whole number field in [min, max] (obj may be NULL). */
-static dt_status whole(const dt_ckpt_manifest *m, const cJSON *obj, const char *field, const char *key, double min,
-                       double max, int64_t *out)
+static dt_status whole(const dt_ckpt_manifest *m, const cJSON *obj, const char *field, const char *key,
+                       double min, double max, int64_t *out)
 {
     const cJSON *v = obj ? cJSON_GetObjectItemCaseSensitive(obj, key) : NULL;
     if (!cJSON_IsNumber(v))
-        return dt__fail(DT_ERR_INVALID, "%s: the manifest's field %s is missing or not a number", m->dir, field);
+        return dt__fail(DT_ERR_INVALID, "%s: the manifest's field %s is missing or not a number", m->dir,
+                        field);
     double d = v->valuedouble;
     if (!(d >= min && d <= max) || d != (double)(int64_t)d) /* the range first: the cast needs it */
-        return dt__fail(DT_ERR_INVALID, "%s: the manifest's field %s = %.17g is not a whole number in [%.0f, %.0f]",
-                        m->dir, field, d, min, max);
+        return dt__fail(DT_ERR_INVALID,
+                        "%s: the manifest's field %s = %.17g is not a whole number in [%.0f, %.0f]", m->dir,
+                        field, d, min, max);
     *out = (int64_t)d;
     return DT_OK;
 }
@@ -38,17 +40,20 @@ static dt_status rng_words(const dt_ckpt_manifest *m, dt_rng *out)
         errno = 0;
         unsigned long long x = cJSON_IsString(v) ? strtoull(v->valuestring, &end, 10) : 0;
         if (!cJSON_IsString(v) || !v->valuestring[0] || *end || errno || v->valuestring[0] == '-')
-            return dt__fail(DT_ERR_INVALID, "%s: the manifest's field rng[%d] = %.40s is not a 64-bit unsigned decimal",
+            return dt__fail(DT_ERR_INVALID,
+                            "%s: the manifest's field rng[%d] = %.40s is not a 64-bit unsigned decimal",
                             m->dir, i, cJSON_IsString(v) ? v->valuestring : "(not a string)");
         out->s[i] = x;
         any |= x;
     }
     if (!any)
-        return dt__fail(DT_ERR_INVALID, "%s: the manifest's field rng is all zero (not a generator state)", m->dir);
+        return dt__fail(DT_ERR_INVALID, "%s: the manifest's field rng is all zero (not a generator state)",
+                        m->dir);
     return DT_OK;
 }
 
-dt_status dt_ckpt_manifest_progress(const dt_ckpt_manifest *m, const dt_ckpt_limits *lim, dt_ckpt_progress *out)
+dt_status dt_ckpt_manifest_progress(const dt_ckpt_manifest *m, const dt_ckpt_limits *lim,
+                                    dt_ckpt_progress *out)
 {
     const cJSON *j = m->json;
     dt_ckpt_progress got = {0};

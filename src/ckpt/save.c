@@ -11,8 +11,8 @@
 #include "dtrain/version.h"
 
 /* The tensor files t has, then the manifest, into dir. */
-static dt_status write_files(const char *dir, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
-                             const dt_ckpt_progress *pr)
+static dt_status write_files(const char *dir, dt_params *p, const dt_ckpt_tensors *t,
+                             const dt_ckpt_meta *meta, const dt_ckpt_progress *pr)
 {
     const struct {
         const char *name;
@@ -22,8 +22,10 @@ static dt_status write_files(const char *dir, dt_params *p, const dt_ckpt_tensor
      * needs to rebuild the model (scripts/dtrain_to_torch.py) */
     char step_text[32];
     snprintf(step_text, sizeof step_text, "%" PRId64, pr->step);
-    const char *metadata[] = {"format", "pt", "producer", "dtrain", "dtrain_version", DTRAIN_VERSION, "model",
-                              meta->model_json ? meta->model_json : "{}", "step", step_text, NULL, NULL};
+    const char *metadata[] = {
+        "format",         "pt",           "producer", "dtrain",
+        "dtrain_version", DTRAIN_VERSION, "model",    meta->model_json ? meta->model_json : "{}",
+        "step",           step_text,      NULL,       NULL};
     dt__ckpt_file files[3];
     int n = 0;
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {

@@ -201,7 +201,8 @@ dt_status dt_ckpt_clear(const char *root)
             s = dt__fail_errno(DT_ERR_SYSTEM, "cannot remove %s", manifest);
         dt__ckpt_remove_dir(dir);
         if (s == DT_OK && stat(dir, &st) == 0)
-            s = dt__fail(DT_ERR_SYSTEM, "cannot remove %s (not a flat checkpoint directory, or permissions)", dir);
+            s = dt__fail(DT_ERR_SYSTEM, "cannot remove %s (not a flat checkpoint directory, or permissions)",
+                         dir);
     }
     free_names(names, n);
     dt__ckpt_fsync_dir(root);

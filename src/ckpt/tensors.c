@@ -47,7 +47,8 @@ static cJSON *tensor_header(const char *path)
 }
 
 /* One file's header holds exactly p's parameters with their shapes. */
-static dt_status check_file(const dt_ckpt_manifest *m, const char *name, const cJSON *h, dt_params *p, const char *model)
+static dt_status check_file(const dt_ckpt_manifest *m, const char *name, const cJSON *h, dt_params *p,
+                            const char *model)
 {
     int tensors = 0;
     for (const cJSON *t = h ? h->child : NULL; t; t = t->next)
@@ -55,11 +56,13 @@ static dt_status check_file(const dt_ckpt_manifest *m, const char *name, const c
     if (!h)
         return dt__fail(DT_ERR_INVALID, "%s: %s has no readable safetensors header", m->dir, name);
     if (tensors != dt_params_count(p))
-        return dt__fail(DT_ERR_INVALID, "%s: %s holds %d tensors, the configuration (model %s) has %d parameters", m->dir,
+        return dt__fail(DT_ERR_INVALID,
+                        "%s: %s holds %d tensors, the configuration (model %s) has %d parameters", m->dir,
                         name, tensors, model, dt_params_count(p));
     for (int i = 0; i < dt_params_count(p); i++) {
         const dt_param_info *pi = dt_params_info(p, i);
-        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(h, pi->name), "shape");
+        const cJSON *shape =
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(h, pi->name), "shape");
         bool same = cJSON_GetArraySize(shape) == pi->ndim;
         for (int d = 0; same && d < pi->ndim; d++)
             same = cJSON_GetArrayItem(shape, d)->valuedouble == (double)pi->shape[d];
@@ -67,9 +70,11 @@ static dt_status check_file(const dt_ckpt_manifest *m, const char *name, const c
             continue;
         char want[128] = "", *w = want;
         for (int d = 0; d < pi->ndim; d++)
-            w += snprintf(w, sizeof want - (size_t)(w - want), "%s%lld", d ? ", " : "", (long long)pi->shape[d]);
+            w += snprintf(w, sizeof want - (size_t)(w - want), "%s%lld", d ? ", " : "",
+                          (long long)pi->shape[d]);
         char *got = shape ? cJSON_PrintUnformatted(shape) : NULL;
-        dt_status s = dt__fail(DT_ERR_INVALID, "%s: %s: tensor %s has shape %s, the manifest's config (model %s) needs [%s]",
+        dt_status s = dt__fail(DT_ERR_INVALID,
+                               "%s: %s: tensor %s has shape %s, the manifest's config (model %s) needs [%s]",
                                m->dir, name, pi->name, got ? got : "(missing)", model, want);
         free(got);
         return s;

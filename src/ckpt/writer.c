@@ -32,7 +32,10 @@ struct dt_ckpt_writer {
     char last_good_dir[DT_CKPT_PATH_MAX];
 };
 
-static double now_s(void) { return (double)dt__now_ns() / 1e9; }
+static double now_s(void)
+{
+    return (double)dt__now_ns() / 1e9;
+}
 
 /* On the writer thread, with busy set: the fields it touches are the
  * submitter's only while busy and pending are both clear. */
@@ -51,8 +54,14 @@ static void write_one(dt_ckpt_writer *w)
         w->failed = s;
         snprintf(w->failed_why, sizeof w->failed_why, "%s", dt_last_error());
     }
-    dt_ckpt_report r = {w->pr.step, w->label, s, s == DT_OK ? "" : w->failed_why, where, now_s() - t0,
-                        w->last_good, w->last_good_dir};
+    dt_ckpt_report r = {.step = w->pr.step,
+                        .label = w->label,
+                        .status = s,
+                        .error = s == DT_OK ? "" : w->failed_why,
+                        .dir = where,
+                        .seconds = now_s() - t0,
+                        .kept_step = w->last_good,
+                        .kept_dir = w->last_good_dir};
     if (w->report)
         w->report(w->user, &r);
 }
@@ -148,7 +157,8 @@ static void wait_idle(dt_ckpt_writer *w)
         pthread_cond_wait(&w->cv, &w->mu);
 }
 
-dt_status dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label, double *stall_s)
+dt_status dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
+                                double *stall_s)
 {
     double t0 = now_s();
     pthread_mutex_lock(&w->mu);

@@ -91,21 +91,29 @@ static void report(void *user, const dt_ckpt_report *r)
     }
     fprintf(stderr, "dtrain: %s\n", r->error);
     if (r->kept_step >= 0)
-        fprintf(stderr, "dtrain: checkpoint at step %lld failed (above); training continues, the checkpoint of step %lld "
-                        "is kept (%s)\n", (long long)r->step, (long long)r->kept_step, r->kept_dir);
+        fprintf(
+            stderr,
+            "dtrain: checkpoint at step %lld failed (above); training continues, the checkpoint of step %lld "
+            "is kept (%s)\n",
+            (long long)r->step, (long long)r->kept_step, r->kept_dir);
     else
-        fprintf(stderr, "dtrain: checkpoint at step %lld failed (above); training continues\n", (long long)r->step);
+        fprintf(stderr, "dtrain: checkpoint at step %lld failed (above); training continues\n",
+                (long long)r->step);
 }
 
-dt_status dtrain_checkpoint_writer_start(const dtrain_config *c, dt_params *p, dt_optimizer *o, int64_t kept_step,
-                                         const char *kept_dir, dt_ckpt_writer **out)
+dt_status dtrain_checkpoint_writer_start(const dtrain_config *c, dt_params *p, dt_optimizer *o,
+                                         int64_t kept_step, const char *kept_dir, dt_ckpt_writer **out)
 {
     cJSON *config = dtrain_config_to_json(c), *model = dtrain_model_config_json(c);
     char *config_text = cJSON_PrintUnformatted(config), *model_text = cJSON_PrintUnformatted(model);
     cJSON_Delete(config);
     cJSON_Delete(model);
-    dt_ckpt_writer_config wc = {c->checkpoint_dir, (int)c->checkpoint_keep, {config_text, model_text, c->optimizer},
-                                kept_step, kept_dir, report, NULL};
+    dt_ckpt_writer_config wc = {.root = c->checkpoint_dir,
+                                .keep = (int)c->checkpoint_keep,
+                                .meta = {config_text, model_text, c->optimizer},
+                                .kept_step = kept_step,
+                                .kept_dir = kept_dir,
+                                .report = report};
     dt_status s = config_text ? dt_ckpt_writer_start(&wc, p, o, out) : DT_ERR_NOMEM;
     if (s != DT_OK)
         fprintf(stderr, "dtrain: %s\n", config_text ? dt_last_error() : "out of memory");
