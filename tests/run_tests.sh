@@ -61,6 +61,7 @@ run transport/tcp-congestion-control 60 tests/cases/tcp_congestion.sh
 run collectives/bbr-limit-agreed 120 tests/cases/tcp_bbr_agree.sh
 run unit/engine 300 "$BIN/test_engine"
 run unit/runtime 120 "$BIN/test_runtime"
+run unit/checkpoint 60 "$BIN/test_ckpt"
 run engine/pytorch-crosscheck 300 tests/cases/torch_crosscheck.sh
 run engine/optimizer-groups-vs-pytorch 120 tests/cases/optim_groups.sh
 run engine/dtrain-cli 300 tests/cases/dtrain_cli.sh

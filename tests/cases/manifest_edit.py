@@ -8,7 +8,7 @@ usage: manifest_edit.py MANIFEST check            the stored manifest_crc32 matc
            editor who knows the checksum rule would
 
 The checksum is the CRC-32 (zlib) of the manifest without manifest_crc32,
-printed as compact JSON (cJSON_PrintUnformatted), as tools/dtrain/checkpoint.c does.
+printed as compact JSON (cJSON_PrintUnformatted), as src/ckpt/manifest.c does.
 """
 import json
 import sys

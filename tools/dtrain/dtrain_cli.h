@@ -48,63 +48,22 @@ cJSON *dtrain_config_to_json(const dtrain_config *c);
 dt_status dtrain_config_from_json(const cJSON *json, const char *origin, dtrain_config *c);
 void dtrain_config_help(FILE *to);
 
-/* What a checkpoint carries besides the tensors. */
-typedef struct {
-    int64_t step, epoch, position, optimizer_steps;
-    int64_t world_size, global_batch; /* of the run that wrote it; 0 when unknown */
-    dt_rng rng;
-} dtrain_progress;
-
-/* The tensors a checkpoint holds: weights, and the optimizer's moments (NULL
- * when the optimizer has none).  Either live or a snapshot. */
-typedef struct {
-    const float *values, *m, *v;
-} dtrain_state;
-
-/* The live state of a model's parameters and its optimizer. */
-dtrain_state dtrain_state_live(dt_params *p, dt_optimizer *o);
-
-/* Write <dir>/step-NNNNNNNN/: every file into a hidden temporary directory,
- * the manifest last, then one rename, so a step directory is whole or absent.
- * On failure (disk full, permissions) nothing already there is touched. */
-dt_status dtrain_checkpoint_save(const char *dir, const dtrain_config *c, dt_params *p, const dtrain_state *st,
-                                 const dtrain_progress *pr, char *written, size_t written_len);
-/* Resolve `path` (a step directory, or a root holding step-* directories: the
- * newest complete one that verifies, falling back to older ones and saying
- * so), verify the manifest's checksum and values (train_samples > 0: the
- * sampler position against that epoch size), the tensors' shapes and every
- * file's size and checksum, read the configuration from its manifest. */
+/* Checkpoints (the library's dt_ckpt_*, dtrain/ckpt.h) with the trainer's
+ * configuration in their manifest.  Resolve `path` (a step directory, or a
+ * root holding step-* directories: the newest complete one that verifies,
+ * falling back to older ones and saying so), verify the manifest's checksum
+ * and values (train_samples > 0: the sampler position against that epoch
+ * size), the tensors' shapes against the model its configuration builds and
+ * every file's size and checksum, read the configuration into c.  Every
+ * failure is printed. */
 dt_status dtrain_checkpoint_open(const char *path, int64_t train_samples, char *step_dir, size_t len,
-                                 dtrain_config *c, dtrain_progress *pr);
-/* Step directories of any state (complete, partial, temporary) under root. */
-int dtrain_checkpoint_count_any(const char *root);
-/* --overwrite: remove every step directory under root (each manifest first,
- * so an interrupted removal leaves nothing that looks complete). */
-dt_status dtrain_checkpoint_clear(const char *root);
-/* Whether root holds at least one complete checkpoint (not verified). */
-bool dtrain_checkpoint_exists(const char *root);
-/* Delete all but the newest `keep` complete checkpoints (keep 0: none deleted). */
-void dtrain_checkpoint_prune(const char *root, int keep);
-
-/* Background checkpoint writer: submit copies the state at a step boundary
- * and returns; a thread writes it, prunes to checkpoint_keep and prints the
- * outcome.  A failed write is reported and the previous checkpoints stay. */
-typedef struct dtrain_ckpt_writer dtrain_ckpt_writer;
-/* kept_step: the step of the checkpoint already on disk that a failed write
- * leaves in place (the one resumed from), -1 for none. */
-dt_status dtrain_ckpt_writer_start(const dtrain_config *c, dt_params *p, dt_optimizer *o, int64_t kept_step,
-                                   const char *kept_dir, dtrain_ckpt_writer **out);
-/* After a flush: the step of the newest checkpoint on disk (-1: none) and its directory. */
-int64_t dtrain_ckpt_writer_last_good(dtrain_ckpt_writer *w, char *dir, size_t len);
-/* Waits for the write in flight (if any), then snapshots; *stall_s (may be
- * NULL) is the time training was held up. */
-dt_status dtrain_ckpt_writer_submit(dtrain_ckpt_writer *w, const dtrain_progress *pr, const char *label,
-                                    double *stall_s);
-/* Wait for the write in flight; false when any write so far failed. */
-bool dtrain_ckpt_writer_flush(dtrain_ckpt_writer *w);
-void dtrain_ckpt_writer_stop(dtrain_ckpt_writer *w);
-/* Load weights (and optimizer state when o is non-NULL) from a verified step directory. */
-dt_status dtrain_checkpoint_load(const char *step_dir, dt_params *p, dt_optimizer *o);
+                                 dtrain_config *c, dt_ckpt_progress *pr);
+/* The background writer into c->checkpoint_dir, keeping c->checkpoint_keep,
+ * each manifest carrying c; it prints each outcome.  kept_step: the step of
+ * the checkpoint already on disk that a failed write leaves in place (the
+ * one resumed from, in kept_dir), -1 for none. */
+dt_status dtrain_checkpoint_writer_start(const dtrain_config *c, dt_params *p, dt_optimizer *o, int64_t kept_step,
+                                         const char *kept_dir, dt_ckpt_writer **out);
 
 /* A progress line on stdout, prefixed with a UTC timestamp (milliseconds). */
 void dtrain_progress_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -116,7 +75,8 @@ int dtrain_train(const dtrain_config *c, const char *resume, bool overwrite);
 int dtrain_eval(const char *checkpoint);
 int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, double temperature, uint64_t seed);
 
-/* Shared by the commands: the model and data a configuration describes. */
+/* Shared by the commands and checkpoints: the model a configuration
+ * describes (the failure printed). */
 dt_status dtrain_build_model(const dtrain_config *c, dt_model **m);
 
 #endif

@@ -10,7 +10,7 @@
 static dt_status load(const char *checkpoint, dtrain_config *c, dt_model **m)
 {
     char step_dir[2048];
-    dtrain_progress pr;
+    dt_ckpt_progress pr;
     if (dtrain_checkpoint_open(checkpoint, 0, step_dir, sizeof step_dir, c, &pr) != DT_OK)
         return DT_ERR_INVALID;
     int threads = (int)c->threads;
@@ -21,7 +21,8 @@ static dt_status load(const char *checkpoint, dtrain_config *c, dt_model **m)
     dt_set_threads(threads);
     if (dtrain_build_model(c, m) != DT_OK)
         return DT_ERR_INVALID;
-    if (dtrain_checkpoint_load(step_dir, dt_model_params(*m), NULL) != DT_OK) {
+    if (dt_ckpt_load(step_dir, dt_model_params(*m), NULL) != DT_OK) {
+        fprintf(stderr, "dtrain: %s\n", dt_last_error());
         dt_model_destroy(*m);
         return DT_ERR_INVALID;
     }

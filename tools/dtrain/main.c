@@ -89,7 +89,7 @@ static int cmd_train(cli *a)
             return 2;
     } else { /* resume alone: the checkpoint's own configuration, with --set applied */
         char dir[2048];
-        dtrain_progress pr;
+        dt_ckpt_progress pr;
         if (dtrain_checkpoint_open(a->resume, 0, dir, sizeof dir, &c, &pr) != DT_OK)
             return 1;
         if (dtrain_config_apply_sets(&c, a->sets, a->nsets) != DT_OK || dtrain_config_validate(&c) != DT_OK)
@@ -104,7 +104,7 @@ static int cmd_train(cli *a)
             fprintf(stderr, "dtrain train: --resume auto needs checkpoint_dir in the configuration\n");
             return 2;
         }
-        resume = c.checkpoint_dir[0] && dtrain_checkpoint_exists(c.checkpoint_dir) ? c.checkpoint_dir : NULL;
+        resume = c.checkpoint_dir[0] && dt_ckpt_newest(c.checkpoint_dir) >= 0 ? c.checkpoint_dir : NULL;
         if (!resume && restarted && (!getenv("DT_RANK") || atoi(getenv("DT_RANK")) == 0))
             printf("restart %s: no checkpoint to resume from%s; training from the start\n", restart,
                    c.checkpoint_dir[0] ? " yet" : " (no checkpoint_dir configured)");

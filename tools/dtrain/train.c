@@ -15,20 +15,6 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-dt_status dtrain_build_model(const dtrain_config *c, dt_model **m)
-{
-    dt_status s;
-    if (strcmp(c->model, "gpt") == 0)
-        s = dt_gpt_create(&(dt_gpt_config){c->vocab, c->context, c->layers, c->heads, c->dim, (float)c->dropout}, m);
-    else if (strcmp(c->model, "cnn") == 0)
-        s = dt_cnn_create(28, c->conv1_channels, c->conv2_channels, 10, m);
-    else
-        s = dt_mlp_create(c->mlp_sizes, c->mlp_nsizes, m);
-    if (s != DT_OK)
-        fprintf(stderr, "dtrain: cannot build the model: %s\n", dt_last_error());
-    return s;
-}
-
 /* The optimizer, with weight decay only where the no_decay patterns allow
  * (dt_decay_groups: not on biases, LayerNorm or embeddings by default). */
 static dt_status make_optimizer(const dtrain_config *c, dt_params *p, dt_optimizer **o)
@@ -168,7 +154,7 @@ typedef struct {
  * run that wrote the checkpoint: per-rank batch unchanged, the accumulation
  * adjusted.  When no whole accumulation gives it, the nearest smaller global
  * batch that does is used, and the run says so. */
-static void keep_global_batch(dtrain_config *c, const dtrain_progress *pr, int nranks, bool lead)
+static void keep_global_batch(dtrain_config *c, const dt_ckpt_progress *pr, int nranks, bool lead)
 {
     int64_t want = pr->global_batch, per = c->batch_size * nranks;
     if (want <= 0 || pr->world_size == nranks)
@@ -234,7 +220,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     const char *rank_env = getenv("DT_RANK"), *restart = getenv("DT_RESTART");
     bool rank0 = !rank_env || !*rank_env || atoi(rank_env) == 0;
     bool restarted = restart && atoi(restart) > 0; /* this job's own, from before the restart */
-    int old = !resume && !restarted && c->checkpoint_dir[0] ? dtrain_checkpoint_count_any(c->checkpoint_dir) : 0;
+    int old = !resume && !restarted && c->checkpoint_dir[0] ? dt_ckpt_count_any(c->checkpoint_dir) : 0;
     if (old > 0 && !overwrite) {
         fprintf(stderr, "dtrain: checkpoint_dir %s already holds %d checkpoint director%s of another run; "
                         "continue it with --resume %s (or --resume auto), write elsewhere, or give --overwrite to "
@@ -242,8 +228,10 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         return 2;
     }
     if (old > 0 && rank0) {
-        if (dtrain_checkpoint_clear(c->checkpoint_dir) != DT_OK)
+        if (dt_ckpt_clear(c->checkpoint_dir) != DT_OK) {
+            fprintf(stderr, "dtrain: --overwrite: %s\n", dt_last_error());
             return 1;
+        }
         printf("--overwrite: removed %d checkpoint director%s of an earlier run from %s\n", old,
                old == 1 ? "y" : "ies", c->checkpoint_dir);
         fflush(stdout);
@@ -258,11 +246,11 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     dt_strategy *strategy = NULL;
     dt_sampler sampler;
     memset(&sampler, 0, sizeof sampler);
-    dtrain_ckpt_writer *writer = NULL;
+    dt_ckpt_writer *writer = NULL;
     FILE *metrics = NULL;
     dt_arena *arena = NULL;
     dt_prefetcher *pf = NULL;
-    dtrain_progress pr = {0};
+    dt_ckpt_progress pr = {0};
     char resumed_dir[2048] = "";
     if (data_open(c, &d) != DT_OK) { /* a configuration error: data_path, vocab */
         code = 2;
@@ -291,9 +279,12 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     if (resume) { /* every rank reads the checkpoint: it must be on a path they all see */
         char step_dir[2048];
         dtrain_config saved;
-        if (dtrain_checkpoint_open(resume, d.train_samples, step_dir, sizeof step_dir, &saved, &pr) != DT_OK ||
-            dtrain_checkpoint_load(step_dir, p, o) != DT_OK)
+        if (dtrain_checkpoint_open(resume, d.train_samples, step_dir, sizeof step_dir, &saved, &pr) != DT_OK)
             goto out;
+        if (dt_ckpt_load(step_dir, p, o) != DT_OK) {
+            fprintf(stderr, "dtrain: %s\n", dt_last_error());
+            goto out;
+        }
         if (pr.step > c->steps) {
             fprintf(stderr, "dtrain: %s is at step %lld, past steps = %lld of this run (raise steps)\n", step_dir,
                     (long long)pr.step, (long long)c->steps);
@@ -314,7 +305,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     dt_rng_seed(&pr.rng, dt_rng_key_stream(&(dt_rng_key){(uint64_t)c->seed, (uint64_t)pr.step, 0, 0}, 0));
     pr.global_batch = c->batch_size * nranks * c->grad_accumulation;
     if (lead && c->checkpoint_dir[0] &&
-        dtrain_ckpt_writer_start(c, p, o, resume ? pr.step : -1, resumed_dir, &writer) != DT_OK)
+        dtrain_checkpoint_writer_start(c, p, o, resume ? pr.step : -1, resumed_dir, &writer) != DT_OK)
         goto out;
     if (make_strategy(c, world, m, o, &strategy) != DT_OK)
         goto out;
@@ -330,8 +321,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
      * batch (and world size) and keeps it. */
     const char *restartable = getenv("DT_RESTARTABLE");
     if (writer && !resume && (c->checkpoint_initial || (restartable && !strcmp(restartable, "1")))) {
-        dtrain_ckpt_writer_submit(writer, &pr, " (initial weights)", NULL);
-        if (!dtrain_ckpt_writer_flush(writer))
+        dt_ckpt_writer_submit(writer, &pr, " (initial weights)", NULL);
+        if (dt_ckpt_writer_flush(writer) != DT_OK) /* the writer printed why */
             goto out;
     }
     if (dt_prefetch_start(&sampler, c->batch_size, d.features, d.gpt ? d.features : 1, data_fill, &d, &pf) != DT_OK) {
@@ -439,7 +430,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         bool by_time = c->checkpoint_seconds > 0 && now_s() - last_ckpt >= c->checkpoint_seconds;
         if (writer && ((c->checkpoint_interval && pr.step % c->checkpoint_interval == 0) || by_time || last)) {
             double stall = 0;
-            dtrain_ckpt_writer_submit(writer, &pr, "", &stall);
+            dt_ckpt_writer_submit(writer, &pr, "", &stall);
             last_ckpt = now_s();
             win.compute -= stall; /* not compute: time held up by the writer */
         }
@@ -453,7 +444,7 @@ out:
     dt_prefetch_stop(pf);
     if (writer) { /* the last checkpoint is on disk before the job reports success */
         char good[2048];
-        int64_t last_good = dtrain_ckpt_writer_last_good(writer, good, sizeof good);
+        int64_t last_good = dt_ckpt_writer_last_good(writer, good, sizeof good);
         if (code == 0 && last_good != pr.step) { /* the final model is missing: a scheduler must see it */
             if (last_good >= 0)
                 fprintf(stderr, "dtrain: the final checkpoint (step %lld) could not be written (above); the newest "
@@ -464,7 +455,7 @@ out:
                                 "earlier one exists in %s\n", (long long)pr.step, c->checkpoint_dir);
             code = 3;
         }
-        dtrain_ckpt_writer_stop(writer);
+        dt_ckpt_writer_stop(writer);
     }
     if (metrics)
         fclose(metrics);

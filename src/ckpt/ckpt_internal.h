@@ -1,0 +1,50 @@
+/* Internal to src/ckpt: the manifest's format names and in-memory form, and
+ * the directory helpers the step, manifest and writer files share. */
+#ifndef DT_CKPT_INTERNAL_H
+#define DT_CKPT_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtrain/ckpt.h"
+
+/* Version 2 adds manifest_crc32; version 1 manifests (no checksum) still
+ * open, with every value range-checked. */
+#define DT__CKPT_FORMAT "dtrain-checkpoint-2"
+#define DT__CKPT_FORMAT_V1 "dtrain-checkpoint-1"
+
+/* The tensor files a checkpoint may hold, in the manifest's order. */
+#define DT__CKPT_MODEL "model.safetensors"
+#define DT__CKPT_OPTIM_M "optim_m.safetensors"
+#define DT__CKPT_OPTIM_V "optim_v.safetensors"
+
+struct dt_ckpt_manifest {
+    char dir[DT_CKPT_PATH_MAX];  /* the step directory */
+    char path[DT_CKPT_PATH_MAX]; /* its manifest.json */
+    cJSON *json;
+    char *config; /* "config" printed compactly, or NULL */
+};
+
+/* One tensor file of a checkpoint as the manifest lists it. */
+typedef struct {
+    const char *name;
+    uint64_t bytes;
+    uint32_t crc;
+} dt__ckpt_file;
+
+/* snprintf into out, DT_ERR_INVALID "path too long" when it does not fit. */
+dt_status dt__ckpt_path(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Remove a flat directory (a checkpoint holds only files); best effort. */
+void dt__ckpt_remove_dir(const char *path);
+/* fsync a directory, so that renames in it are durable; best effort. */
+void dt__ckpt_fsync_dir(const char *path);
+
+/* CRC-32 (zlib) of the manifest's canonical text: cJSON's compact print of
+ * it without the manifest_crc32 member.  false when out of memory. */
+bool dt__ckpt_manifest_crc(cJSON *m, uint32_t *crc);
+/* Write dir/manifest.json (atomically) for the files, meta and pr. */
+dt_status dt__ckpt_manifest_write(const char *dir, const dt__ckpt_file *files, int nfiles,
+                                  const dt_ckpt_meta *meta, const dt_ckpt_progress *pr);
+
+#endif

@@ -1,0 +1,77 @@
+/* Writing a checkpoint: every file into a hidden temporary directory, the
+ * manifest last, then one rename, so a step directory is whole or absent. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/status.h"
+#include "ckpt/ckpt_internal.h"
+#include "dtrain/version.h"
+
+/* The tensor files t has, then the manifest, into dir. */
+static dt_status write_files(const char *dir, dt_params *p, const dt_ckpt_tensors *t,
+                             const dt_ckpt_meta *meta, const dt_ckpt_progress *pr)
+{
+    const struct {
+        const char *name;
+        const float *data;
+    } want[] = {{DT__CKPT_MODEL, t->values}, {DT__CKPT_OPTIM_M, t->m}, {DT__CKPT_OPTIM_V, t->v}};
+    /* safetensors __metadata__ (strings only): what a reader outside dtrain
+     * needs to rebuild the model (scripts/dtrain_to_torch.py) */
+    char step_text[32];
+    snprintf(step_text, sizeof step_text, "%" PRId64, pr->step);
+    const char *metadata[] = {
+        "format",         "pt",           "producer", "dtrain",
+        "dtrain_version", DTRAIN_VERSION, "model",    meta->model_json ? meta->model_json : "{}",
+        "step",           step_text,      NULL,       NULL};
+    dt__ckpt_file files[3];
+    int n = 0;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        if (!want[i].data)
+            continue;
+        char path[DT_CKPT_PATH_MAX];
+        DT_CHECK(dt__ckpt_path(path, sizeof path, "%s/%s", dir, want[i].name));
+        dt__ckpt_file *f = &files[n++];
+        f->name = want[i].name;
+        dt_status s = dt_safetensors_write(path, p, want[i].data, metadata, &f->crc);
+        if (s == DT_OK) /* the bytes on disk, read back */
+            s = dt_file_crc32(path, &f->crc, &f->bytes);
+        if (s != DT_OK)
+            return dt__wrap(s, "checkpoint not written: ");
+    }
+    return dt__ckpt_manifest_write(dir, files, n, meta, pr);
+}
+
+dt_status dt_ckpt_save(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
+                       const dt_ckpt_progress *pr, char *written, size_t written_len)
+{
+    if (!root || !p || !t || !t->values || !meta || !pr)
+        return dt__fail(DT_ERR_INVALID, "dt_ckpt_save: root, p, t, t->values, meta and pr are required");
+    char step_dir[DT_CKPT_PATH_MAX], tmp_dir[DT_CKPT_PATH_MAX], old_dir[DT_CKPT_PATH_MAX];
+    DT_CHECK(dt_ckpt_step_dir(root, pr->step, step_dir, sizeof step_dir));
+    DT_CHECK(dt__ckpt_path(tmp_dir, sizeof tmp_dir, "%s/.step-%08" PRId64 ".tmp", root, pr->step));
+    DT_CHECK(dt__ckpt_path(old_dir, sizeof old_dir, "%s/.step-%08" PRId64 ".old", root, pr->step));
+    if (mkdir(root, 0755) != 0 && errno != EEXIST)
+        return dt__fail_errno(DT_ERR_SYSTEM, "cannot create checkpoint directory %s", root);
+    dt__ckpt_remove_dir(tmp_dir); /* left by a writer that died */
+    if (mkdir(tmp_dir, 0755) != 0)
+        return dt__fail_errno(DT_ERR_SYSTEM, "cannot create %s", tmp_dir);
+    dt_status s = write_files(tmp_dir, p, t, meta, pr);
+    /* The step directory appears whole, by one rename; one already there for
+     * this step (a run restarted from an earlier one) is replaced. */
+    if (s == DT_OK && rename(step_dir, old_dir) != 0 && errno != ENOENT)
+        s = dt__fail_errno(DT_ERR_SYSTEM, "cannot replace %s", step_dir);
+    if (s == DT_OK && rename(tmp_dir, step_dir) != 0)
+        s = dt__fail_errno(DT_ERR_SYSTEM, "cannot rename %s into place", tmp_dir);
+    if (s != DT_OK) {
+        dt__ckpt_remove_dir(tmp_dir);
+        return s;
+    }
+    dt__ckpt_remove_dir(old_dir);
+    dt__ckpt_fsync_dir(root); /* make the rename durable */
+    if (written)
+        snprintf(written, written_len, "%s", step_dir);
+    return DT_OK;
+}

@@ -1,0 +1,216 @@
+/* The background checkpoint writer: the training thread copies the state at
+ * a step boundary (a memcpy, milliseconds) and goes on; this thread writes
+ * the copy, prunes old checkpoints and reports.  One write is in flight at a
+ * time: a submit while the previous one still writes waits for it. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "ckpt/ckpt_internal.h"
+
+struct dt_ckpt_writer {
+    char root[DT_CKPT_PATH_MAX];
+    int keep;
+    char *config, *model, *optimizer; /* copies of the caller's meta */
+    void (*report)(void *user, const dt_ckpt_report *r);
+    void *user;
+    dt_params *p;
+    dt_optimizer *o;
+    float *values, *m, *v; /* the snapshot */
+    dt_ckpt_progress pr;
+    char label[64];
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool pending, busy, stop;
+    dt_status failed; /* the last failed write's, DT_OK: none */
+    char failed_why[DT__ERROR_LEN];
+    int64_t last_good; /* step of the newest checkpoint on disk, -1: none */
+    char last_good_dir[DT_CKPT_PATH_MAX];
+};
+
+static double now_s(void)
+{
+    return (double)dt__now_ns() / 1e9;
+}
+
+/* On the writer thread, with busy set: the fields it touches are the
+ * submitter's only while busy and pending are both clear. */
+static void write_one(dt_ckpt_writer *w)
+{
+    dt_ckpt_tensors snap = {w->values, w->m, w->v};
+    dt_ckpt_meta meta = {w->config, w->model, w->optimizer};
+    char where[DT_CKPT_PATH_MAX] = "";
+    double t0 = now_s();
+    dt_status s = dt_ckpt_save(w->root, w->p, &snap, &meta, &w->pr, where, sizeof where);
+    if (s == DT_OK) {
+        dt_ckpt_prune(w->root, w->keep);
+        w->last_good = w->pr.step;
+        snprintf(w->last_good_dir, sizeof w->last_good_dir, "%s", where);
+    } else {
+        w->failed = s;
+        snprintf(w->failed_why, sizeof w->failed_why, "%s", dt_last_error());
+    }
+    dt_ckpt_report r = {.step = w->pr.step,
+                        .label = w->label,
+                        .status = s,
+                        .error = s == DT_OK ? "" : w->failed_why,
+                        .dir = where,
+                        .seconds = now_s() - t0,
+                        .kept_step = w->last_good,
+                        .kept_dir = w->last_good_dir};
+    if (w->report)
+        w->report(w->user, &r);
+}
+
+static void *writer_main(void *arg)
+{
+    dt_ckpt_writer *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->pending && !w->stop)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (!w->pending)
+            break;
+        w->pending = false;
+        w->busy = true;
+        pthread_mutex_unlock(&w->mu);
+        write_one(w);
+        pthread_mutex_lock(&w->mu);
+        w->busy = false;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static void writer_free(dt_ckpt_writer *w)
+{
+    free(w->config);
+    free(w->model);
+    free(w->optimizer);
+    free(w->values);
+    free(w->m);
+    free(w->v);
+    free(w);
+}
+
+/* strdup that keeps NULL; false when out of memory. */
+static bool copy(const char *s, char **out)
+{
+    *out = s ? strdup(s) : NULL;
+    return !s || *out;
+}
+
+dt_status dt_ckpt_writer_start(const dt_ckpt_writer_config *cfg, dt_params *p, dt_optimizer *o,
+                               dt_ckpt_writer **out)
+{
+    *out = NULL;
+    if (!cfg || !cfg->root || !p)
+        return dt__fail(DT_ERR_INVALID, "dt_ckpt_writer_start: cfg, cfg->root and p are required");
+    dt_ckpt_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    dt_status s = dt__ckpt_path(w->root, sizeof w->root, "%s", cfg->root);
+    if (s != DT_OK) {
+        free(w);
+        return s;
+    }
+    dt_ckpt_tensors live = dt_ckpt_tensors_live(p, o);
+    size_t bytes = (size_t)dt_params_numel(p) * sizeof(float);
+    w->values = malloc(bytes);
+    w->m = live.m ? malloc(bytes) : NULL;
+    w->v = live.v ? malloc(bytes) : NULL;
+    bool ok = copy(cfg->meta.config_json, &w->config) && copy(cfg->meta.model_json, &w->model) &&
+              copy(cfg->meta.optimizer, &w->optimizer);
+    if (!ok || !w->values || (live.m && !w->m) || (live.v && !w->v)) {
+        writer_free(w);
+        return dt__fail(DT_ERR_NOMEM, "out of memory for the checkpoint snapshot (%zu bytes)", 3 * bytes);
+    }
+    w->keep = cfg->keep;
+    w->report = cfg->report;
+    w->user = cfg->user;
+    w->p = p;
+    w->o = o;
+    w->last_good = cfg->kept_step;
+    snprintf(w->last_good_dir, sizeof w->last_good_dir, "%s", cfg->kept_dir ? cfg->kept_dir : "");
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    int rc = pthread_create(&w->thread, NULL, writer_main, w);
+    if (rc != 0) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        writer_free(w);
+        return dt__fail(DT_ERR_SYSTEM, "cannot start the checkpoint writer thread: %s", strerror(rc));
+    }
+    *out = w;
+    return DT_OK;
+}
+
+/* With the mutex held: until no write is pending or in flight. */
+static void wait_idle(dt_ckpt_writer *w)
+{
+    while (w->pending || w->busy)
+        pthread_cond_wait(&w->cv, &w->mu);
+}
+
+dt_status dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
+                                double *stall_s)
+{
+    double t0 = now_s();
+    pthread_mutex_lock(&w->mu);
+    wait_idle(w);
+    dt_ckpt_tensors live = dt_ckpt_tensors_live(w->p, w->o);
+    size_t bytes = (size_t)dt_params_numel(w->p) * sizeof(float);
+    memcpy(w->values, live.values, bytes);
+    if (w->m)
+        memcpy(w->m, live.m, bytes);
+    if (w->v)
+        memcpy(w->v, live.v, bytes);
+    w->pr = *pr;
+    snprintf(w->label, sizeof w->label, "%s", label ? label : "");
+    w->pending = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    if (stall_s)
+        *stall_s = now_s() - t0;
+    return DT_OK;
+}
+
+dt_status dt_ckpt_writer_flush(dt_ckpt_writer *w)
+{
+    pthread_mutex_lock(&w->mu);
+    wait_idle(w);
+    dt_status s = w->failed;
+    if (s != DT_OK)
+        dt__fail(s, "%s", w->failed_why);
+    pthread_mutex_unlock(&w->mu);
+    return s;
+}
+
+int64_t dt_ckpt_writer_last_good(dt_ckpt_writer *w, char *dir, size_t len)
+{
+    pthread_mutex_lock(&w->mu);
+    wait_idle(w);
+    int64_t step = w->last_good;
+    snprintf(dir, len, "%s", w->last_good_dir);
+    pthread_mutex_unlock(&w->mu);
+    return step;
+}
+
+void dt_ckpt_writer_stop(dt_ckpt_writer *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL); /* a pending write still completes */
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    writer_free(w);
+}

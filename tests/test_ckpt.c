@@ -1,0 +1,401 @@
+/* The checkpoint library (dtrain/ckpt.h) on its own, without the trainer:
+ * a step written and read back to the bit, the newest complete step found
+ * past torn and temporary directories, a corrupt manifest or file refused
+ * naming it (and dt_ckpt_find falling back past it), the range checks, keep
+ * K, clear, and the background writer's reports, failures and flush. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "dtrain/ckpt.h"
+
+static char root[256];
+
+/* A registry with two parameters (w [3, 4], b [4]); its values and an AdamW's
+ * moments filled with a pattern of `seed`. */
+static dt_params *make_params(int64_t rows, dt_optimizer **o, float seed)
+{
+    dt_params *p;
+    int idx;
+    EXPECT_STATUS(dt_params_create(&p), DT_OK);
+    EXPECT_STATUS(dt_params_add(p, "w", 2, (int64_t[]){rows, 4}, &idx), DT_OK);
+    EXPECT_STATUS(dt_params_add(p, "b", 1, (int64_t[]){4}, &idx), DT_OK);
+    EXPECT_STATUS(dt_params_finalize(p), DT_OK);
+    int64_t n = dt_params_numel(p), count = 0;
+    for (int64_t i = 0; i < n; i++)
+        dt_params_values(p)[i] = seed + 0.25f * (float)i;
+    if (o) {
+        EXPECT_STATUS(dt_adamw_create(&(dt_adamw_config){0.9f, 0.999f, 1e-8f, 0.0f}, n, o), DT_OK);
+        float *state = dt_optimizer_state(*o, &count);
+        EXPECT_EQ(count, 2 * n);
+        for (int64_t i = 0; i < count; i++)
+            state[i] = -seed - 0.5f * (float)i;
+    }
+    return p;
+}
+
+static dt_ckpt_progress progress(int64_t step)
+{
+    dt_ckpt_progress pr = {.step = step,
+                           .epoch = 0,
+                           .position = 8 * step,
+                           .optimizer_steps = step,
+                           .world_size = 2,
+                           .global_batch = 8};
+    dt_rng_seed(&pr.rng, (uint64_t)step + 1);
+    return pr;
+}
+
+static const dt_ckpt_meta meta = {"{\"model\":\"toy\",\"steps\":100}", "{\"model\":\"toy\"}", "adamw"};
+
+static void path(char *out, size_t len, const char *rel)
+{
+    snprintf(out, len, "%s/%s", root, rel);
+}
+
+static void write_text(const char *rel, const char *text)
+{
+    char p[512];
+    path(p, sizeof p, rel);
+    FILE *f = fopen(p, "w");
+    EXPECT(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* Write steps 10 and 20, read 20 back: the manifest's config and progress,
+ * the tensors to the bit, the shape check. */
+static void test_write_and_read(void)
+{
+    dt_optimizer *o;
+    dt_params *p = make_params(3, &o, 1.0f);
+    dt_ckpt_tensors t = dt_ckpt_tensors_live(p, o);
+    EXPECT(t.values == dt_params_values(p) && t.m && t.v);
+    char written[DT_CKPT_PATH_MAX], want[600];
+    dt_ckpt_progress pr10 = progress(10), pr20 = progress(20);
+    EXPECT_STATUS(dt_ckpt_save(root, p, &t, &meta, &pr10, NULL, 0), DT_OK);
+    EXPECT_STATUS(dt_ckpt_save(root, p, &t, &meta, &pr20, written, sizeof written), DT_OK);
+    path(want, sizeof want, "step-00000020");
+    EXPECT(strcmp(written, want) == 0);
+    char dir[DT_CKPT_PATH_MAX];
+    EXPECT_STATUS(dt_ckpt_step_dir(root, 20, dir, sizeof dir), DT_OK);
+    EXPECT(strcmp(dir, want) == 0);
+    EXPECT_STATUS(dt_ckpt_step_dir(root, 20, dir, 8), DT_ERR_INVALID);
+
+    dt_ckpt_manifest *m;
+    EXPECT_STATUS(dt_ckpt_manifest_open(written, &m), DT_OK);
+    if (m) {
+        EXPECT(dt_ckpt_manifest_config(m) && strcmp(dt_ckpt_manifest_config(m), meta.config_json) == 0);
+        dt_ckpt_progress got;
+        dt_ckpt_limits lim = {100, 0, 4};
+        EXPECT_STATUS(dt_ckpt_manifest_progress(m, &lim, &got), DT_OK);
+        EXPECT(memcmp(&got, &pr20, sizeof got) == 0);
+        /* the step beyond the run's steps; the position beyond the epoch */
+        lim = (dt_ckpt_limits){5, 0, 4};
+        EXPECT_STATUS(dt_ckpt_manifest_progress(m, &lim, &got), DT_ERR_INVALID);
+        EXPECT_CONTAINS(dt_last_error(),
+                        "step-00000020: the manifest's field step = 20 is not a whole number in [0, 5]");
+        lim = (dt_ckpt_limits){100, 100, 4};
+        EXPECT_STATUS(dt_ckpt_manifest_progress(m, &lim, &got), DT_ERR_INVALID);
+        EXPECT_CONTAINS(dt_last_error(), "field sampler.position = 160 is not a whole number in [0, 100]");
+        EXPECT_STATUS(dt_ckpt_manifest_check_tensors(m, p, "toy"), DT_OK);
+        dt_params *other = make_params(5, NULL, 0.0f);
+        EXPECT_STATUS(dt_ckpt_manifest_check_tensors(m, other, "toy"), DT_ERR_INVALID);
+        EXPECT_CONTAINS(
+            dt_last_error(),
+            "model.safetensors: tensor w has shape [3,4], the manifest's config (model toy) needs [5, 4]");
+        dt_params_destroy(other);
+        dt_ckpt_manifest_close(m);
+    }
+
+    dt_optimizer *o2;
+    dt_params *p2 = make_params(3, &o2, 7.0f);
+    EXPECT_STATUS(dt_ckpt_load(written, p2, o2), DT_OK);
+    int64_t n = dt_params_numel(p), c1, c2;
+    EXPECT(memcmp(dt_params_values(p2), dt_params_values(p), (size_t)n * sizeof(float)) == 0);
+    const float *m1 = dt_optimizer_state(o, &c1), *m2 = dt_optimizer_state(o2, &c2);
+    EXPECT(memcmp(m2, m1, (size_t)(2 * n) * sizeof(float)) == 0);
+    dt_optimizer_destroy(o2);
+    dt_params_destroy(p2);
+    dt_optimizer_destroy(o);
+    dt_params_destroy(p);
+}
+
+/* A step directory without a manifest (a writer cut short, or a removal),
+ * a writer's temporary directory and a stray file are not checkpoints. */
+static void test_newest_complete(void)
+{
+    char p[512];
+    path(p, sizeof p, "step-00000030");
+    mkdir(p, 0755);
+    write_text("step-00000030/model.safetensors", "torn");
+    path(p, sizeof p, ".step-00000040.tmp");
+    mkdir(p, 0755);
+    write_text(".step-00000040.tmp/manifest.json", "{}");
+    write_text("step-00000050", "a file, not a directory");
+    write_text("notes.txt", "kept");
+    int64_t *steps;
+    int n;
+    EXPECT_STATUS(dt_ckpt_list(root, &steps, &n), DT_OK);
+    EXPECT_EQ(n, 2);
+    if (n == 2) {
+        EXPECT_EQ(steps[0], 20);
+        EXPECT_EQ(steps[1], 10);
+    }
+    free(steps);
+    EXPECT_EQ(dt_ckpt_newest(root), 20);
+    EXPECT_EQ(dt_ckpt_count_any(root), 5); /* 10, 20, 30, .40.tmp, the file 50 */
+    EXPECT_EQ(dt_ckpt_newest("/nonexistent/dtrain-ckpt"), -1);
+    EXPECT_STATUS(dt_ckpt_list("/nonexistent/dtrain-ckpt", &steps, &n), DT_OK);
+    EXPECT(n == 0 && steps == NULL);
+}
+
+typedef struct {
+    int verified, skipped, older_left;
+    char skipped_dir[DT_CKPT_PATH_MAX], why[1024];
+} finder;
+
+static dt_status verify_manifest(void *user, const char *step_dir)
+{
+    ((finder *)user)->verified++;
+    dt_ckpt_manifest *m;
+    dt_status s = dt_ckpt_manifest_open(step_dir, &m);
+    dt_ckpt_manifest_close(m);
+    return s;
+}
+
+static void on_skip(void *user, const char *step_dir, const char *why, int older_left)
+{
+    finder *f = user;
+    f->skipped++;
+    f->older_left = older_left;
+    snprintf(f->skipped_dir, sizeof f->skipped_dir, "%s", step_dir);
+    snprintf(f->why, sizeof f->why, "%s", why);
+}
+
+/* Flip a bit of byte `at` of a file. */
+static void flip_byte(const char *rel, long at)
+{
+    char p[512];
+    path(p, sizeof p, rel);
+    int fd = open(p, O_RDWR);
+    EXPECT(fd >= 0);
+    unsigned char c = 0;
+    EXPECT(pread(fd, &c, 1, at) == 1);
+    c ^= 0x20;
+    EXPECT(pwrite(fd, &c, 1, at) == 1);
+    close(fd);
+}
+
+/* An edit of a file's text (the first `from` becomes `to`, as long). */
+static void replace_in(const char *rel, const char *from, const char *to)
+{
+    char p[512], text[65536];
+    path(p, sizeof p, rel);
+    FILE *f = fopen(p, "r+");
+    EXPECT(f != NULL);
+    if (!f)
+        return;
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    char *at = strstr(text, from);
+    EXPECT(at != NULL && strlen(from) == strlen(to));
+    if (at) {
+        memcpy(at, to, strlen(to));
+        rewind(f);
+        EXPECT(fwrite(text, 1, n, f) == n);
+    }
+    fclose(f);
+}
+
+/* A corrupt newest manifest is refused naming it; dt_ckpt_find falls back to
+ * the previous step and says which one it skipped. */
+static void test_corrupt(void)
+{
+    char manifest[512], found[DT_CKPT_PATH_MAX], want[512];
+    path(manifest, sizeof manifest, "step-00000020/manifest.json");
+    /* edited without a fresh manifest_crc32 */
+    replace_in("step-00000020/manifest.json", "\"step\":\t20,", "\"step\":\t21,");
+    dt_ckpt_manifest *m = NULL;
+    EXPECT_STATUS(dt_ckpt_manifest_open(manifest, &m), DT_ERR_INVALID); /* not a directory */
+    char dir20[512];
+    path(dir20, sizeof dir20, "step-00000020");
+    EXPECT_STATUS(dt_ckpt_manifest_open(dir20, &m), DT_ERR_INVALID);
+    EXPECT(m == NULL);
+    EXPECT_CONTAINS(dt_last_error(), manifest);
+    EXPECT_CONTAINS(dt_last_error(), "(edited or corrupt)");
+
+    finder f = {0};
+    EXPECT_STATUS(dt_ckpt_find(root, verify_manifest, on_skip, &f, found, sizeof found), DT_OK);
+    path(want, sizeof want, "step-00000010");
+    EXPECT(strcmp(found, want) == 0);
+    EXPECT_EQ(f.verified, 2);
+    EXPECT_EQ(f.skipped, 1);
+    EXPECT_EQ(f.older_left, 1);
+    EXPECT(strcmp(f.skipped_dir, dir20) == 0);
+    EXPECT_CONTAINS(f.why, manifest);
+
+    /* a step directory named alone: no fallback */
+    f = (finder){0};
+    EXPECT_STATUS(dt_ckpt_find(dir20, verify_manifest, on_skip, &f, found, sizeof found), DT_ERR_INVALID);
+    EXPECT_EQ(f.skipped, 0);
+    EXPECT_CONTAINS(dt_last_error(), "(edited or corrupt)");
+
+    /* not JSON at all */
+    write_text("step-00000020/manifest.json", "{ not json");
+    EXPECT_STATUS(dt_ckpt_manifest_open(dir20, &m), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "manifest.json is not a dtrain checkpoint manifest");
+
+    /* a corrupt tensor file under an intact manifest: named, and with both
+     * steps bad, dt_ckpt_find fails with the last one's reason */
+    char model[512];
+    path(model, sizeof model, "step-00000010/optim_v.safetensors");
+    flip_byte("step-00000010/optim_v.safetensors", 200);
+    f = (finder){0};
+    EXPECT_STATUS(dt_ckpt_find(root, verify_manifest, on_skip, &f, found, sizeof found), DT_ERR_INVALID);
+    EXPECT_EQ(f.skipped, 2);
+    EXPECT_EQ(f.older_left, 0);
+    EXPECT_CONTAINS(dt_last_error(), model);
+    EXPECT_CONTAINS(dt_last_error(), "(corrupt)");
+
+    EXPECT_STATUS(dt_ckpt_find("/nonexistent/dtrain-ckpt", verify_manifest, on_skip, &f, found, sizeof found),
+                  DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "/nonexistent/dtrain-ckpt holds no complete checkpoint");
+}
+
+/* Clear removes every step directory (the torn and temporary ones too) and
+ * nothing else; a step-N it cannot remove (here a file) is named, and the
+ * others are still removed. */
+static void test_clear(void)
+{
+    EXPECT_STATUS(dt_ckpt_clear(root), DT_ERR_SYSTEM);
+    EXPECT_CONTAINS(dt_last_error(), "step-00000050 (not a flat checkpoint directory, or permissions)");
+    EXPECT_EQ(dt_ckpt_count_any(root), 1);
+    char p[512];
+    struct stat st;
+    path(p, sizeof p, "step-00000050");
+    unlink(p);
+    EXPECT_STATUS(dt_ckpt_clear(root), DT_OK);
+    EXPECT_EQ(dt_ckpt_count_any(root), 0);
+    path(p, sizeof p, "notes.txt");
+    EXPECT(stat(p, &st) == 0);
+}
+
+typedef struct {
+    int reports, failures;
+    int64_t last_step, kept_step;
+    char dir[DT_CKPT_PATH_MAX], error[1024], label[64];
+} reports;
+
+static void on_report(void *user, const dt_ckpt_report *r)
+{
+    reports *x = user;
+    x->reports++;
+    x->last_step = r->step;
+    x->kept_step = r->kept_step;
+    snprintf(x->label, sizeof x->label, "%s", r->label);
+    if (r->status != DT_OK) {
+        x->failures++;
+        snprintf(x->error, sizeof x->error, "%s", r->error);
+    } else {
+        snprintf(x->dir, sizeof x->dir, "%s", r->dir);
+    }
+}
+
+/* Three writes keeping two; then a root that cannot be created: the write
+ * fails, is reported naming it, flush returns it, the kept step stays. */
+static void test_writer(void)
+{
+    dt_optimizer *o;
+    dt_params *p = make_params(3, &o, 2.0f);
+    reports r = {0};
+    char wroot[512];
+    path(wroot, sizeof wroot, "bg");
+    dt_ckpt_writer_config cfg = {wroot, 2, meta, -1, NULL, on_report, &r};
+    dt_ckpt_writer *w;
+    EXPECT_STATUS(dt_ckpt_writer_start(&cfg, p, o, &w), DT_OK);
+    for (int64_t step = 1; step <= 3; step++) {
+        dt_ckpt_progress pr = progress(step);
+        double stall = -1;
+        EXPECT_STATUS(dt_ckpt_writer_submit(w, &pr, step == 1 ? " (first)" : NULL, &stall), DT_OK);
+        EXPECT(stall >= 0);
+        dt_params_values(p)[0] = (float)step; /* the write holds the snapshot, not the live values */
+    }
+    EXPECT_STATUS(dt_ckpt_writer_flush(w), DT_OK);
+    EXPECT_EQ(r.reports, 3);
+    EXPECT_EQ(r.failures, 0);
+    EXPECT_EQ(r.last_step, 3);
+    EXPECT_EQ(r.kept_step, 3);
+    char dir[DT_CKPT_PATH_MAX], want[DT_CKPT_PATH_MAX];
+    EXPECT_EQ(dt_ckpt_writer_last_good(w, dir, sizeof dir), 3);
+    dt_ckpt_step_dir(wroot, 3, want, sizeof want);
+    EXPECT(strcmp(dir, want) == 0 && strcmp(r.dir, want) == 0);
+    int64_t *steps;
+    int n;
+    EXPECT_STATUS(dt_ckpt_list(wroot, &steps, &n), DT_OK);
+    EXPECT_EQ(n, 2); /* keep 2 */
+    free(steps);
+    dt_params *back = make_params(3, NULL, 0.0f);
+    EXPECT_STATUS(dt_ckpt_load(want, back, NULL), DT_OK);
+    EXPECT(dt_params_values(back)[0] == 2.0f); /* the value at the third submit */
+    dt_params_destroy(back);
+    dt_ckpt_writer_stop(w);
+
+    /* a root under a regular file cannot be created */
+    char bad[600];
+    path(bad, sizeof bad, "notes.txt/ck");
+    cfg.root = bad;
+    cfg.kept_step = 3;
+    cfg.kept_dir = want;
+    r = (reports){0};
+    EXPECT_STATUS(dt_ckpt_writer_start(&cfg, p, o, &w), DT_OK);
+    dt_ckpt_progress pr = progress(4);
+    EXPECT_STATUS(dt_ckpt_writer_submit(w, &pr, " (doomed)", NULL), DT_OK);
+    EXPECT_STATUS(dt_ckpt_writer_flush(w), DT_ERR_SYSTEM);
+    EXPECT_CONTAINS(dt_last_error(), bad);
+    EXPECT_CONTAINS(dt_last_error(), "Not a directory");
+    EXPECT_EQ(r.failures, 1);
+    EXPECT_CONTAINS(r.error, "cannot create checkpoint directory");
+    EXPECT(strcmp(r.label, " (doomed)") == 0);
+    EXPECT_EQ(r.kept_step, 3);
+    EXPECT_EQ(dt_ckpt_writer_last_good(w, dir, sizeof dir), 3);
+    EXPECT(strcmp(dir, want) == 0);
+    /* stop completes a pending write, and reports it */
+    pr = progress(5);
+    EXPECT_STATUS(dt_ckpt_writer_submit(w, &pr, NULL, NULL), DT_OK);
+    dt_ckpt_writer_stop(w);
+    EXPECT_EQ(r.reports, 2);
+    EXPECT_EQ(r.last_step, 5);
+    dt_ckpt_writer_stop(NULL);
+    dt_optimizer_destroy(o);
+    dt_params_destroy(p);
+}
+
+int main(void)
+{
+    snprintf(root, sizeof root, "%s/dtrain-test-ckpt.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    if (!mkdtemp(root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_write_and_read();
+    test_newest_complete();
+    test_corrupt();
+    test_clear();
+    test_writer();
+    if (!check_failures) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not remove %s\n", root);
+    } else {
+        fprintf(stderr, "left %s for inspection\n", root);
+    }
+    return CHECK_DONE("test_ckpt");
+}

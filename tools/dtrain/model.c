@@ -1,0 +1,21 @@
+/* The model a configuration describes: used by training, by eval and
+ * generate, and by the checkpoint check of a manifest's configuration (kept
+ * out of train.c, so that checkpoint.c does not depend on the loop). */
+#include <stdio.h>
+#include <string.h>
+
+#include "dtrain_cli.h"
+
+dt_status dtrain_build_model(const dtrain_config *c, dt_model **m)
+{
+    dt_status s;
+    if (strcmp(c->model, "gpt") == 0)
+        s = dt_gpt_create(&(dt_gpt_config){c->vocab, c->context, c->layers, c->heads, c->dim, (float)c->dropout}, m);
+    else if (strcmp(c->model, "cnn") == 0)
+        s = dt_cnn_create(28, c->conv1_channels, c->conv2_channels, 10, m);
+    else
+        s = dt_mlp_create(c->mlp_sizes, c->mlp_nsizes, m);
+    if (s != DT_OK)
+        fprintf(stderr, "dtrain: cannot build the model: %s\n", dt_last_error());
+    return s;
+}
