@@ -112,6 +112,7 @@ else skip collectives/shm-copy-from-sender "process_vm_readv between ranks needs
 run "collectives/tiny-segments" 200 env DT_SHM_COLL=off DT_RING_SEGMENT=1024 DT_SMALL_MSG=0 "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 20000
 run "collectives/concurrent-communicators" 300 tests/cases/comm_concurrency.sh
 run "parallel/mesh" 200 tests/cases/mesh.sh
+run "parallel/tensor-parallel-linear" 200 tests/cases/tp_linear.sh
 
 # ---- launcher ----
 run dtrun/prefix-and-success 30 tests/cases/dtrun_prefix.sh

@@ -1,0 +1,198 @@
+/* Tensor-parallel linear layers against the unsplit ones, under dtrun: the
+ * world is one tensor-parallel group of t ranks.  Each rank also builds the
+ * unsplit model locally (the reference, t = 1) from the same seed, runs both
+ * on the same batch and compares:
+ *   - initial weights: every shard is bitwise its slice of the unsplit one;
+ *   - step 0: the loss and every gradient (each shard against its slice) to
+ *     relative 1e-5;
+ *   - STEPS steps of SGD on both: losses to relative 1e-4 at every step.
+ * The model is an MLP made of column-then-row pairs, Megatron's MLP split:
+ * fc1 column (IN -> H), relu, fc2 row (H -> H2), relu, fc3 column (H2 -> H),
+ * relu, fc4 row (H -> OUT), with H and H2 divisible by 2, 3, 4 and 6.
+ * Also checks the refusal of a size the group does not divide.
+ *
+ * usage: tp_check   (exit 0: every check held on every rank) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/dtrain.h"
+
+#define IN 20
+#define H 48
+#define H2 36
+#define OUT 10
+#define BATCH 16
+#define STEPS 20
+#define SEED 1234
+
+static int failures, rank;
+
+#define CALL(x)                                                                                        \
+    do {                                                                                               \
+        if ((x) != DT_OK) {                                                                            \
+            fprintf(stderr, "tp_check: %s failed: %s\n", #x, dt_last_error());                        \
+            exit(1);                                                                                   \
+        }                                                                                              \
+    } while (0)
+
+typedef struct {
+    dt_params *p;
+    dt_layer *net;
+    dt_arena *arena;
+} model;
+
+static const struct {
+    const char *name;
+    int in, out;
+    dt_tp_split split;
+} linears[] = {{"fc1", IN, H, DT_TP_COLUMN}, {"fc2", H, H2, DT_TP_ROW}, {"fc3", H2, H, DT_TP_COLUMN}, {"fc4", H, OUT, DT_TP_ROW}};
+enum { NLIN = sizeof linears / sizeof linears[0] };
+
+static void build(model *m, dt_comm *tp)
+{
+    CALL(dt_params_create(&m->p));
+    CALL(dt_sequential_create("mlp", &m->net));
+    for (int i = 0; i < NLIN; i++) {
+        dt_layer *l;
+        if (tp)
+            CALL(dt_linear_parallel_create(m->p, linears[i].name, linears[i].in, linears[i].out, true, linears[i].split,
+                                           tp, &l));
+        else
+            CALL(dt_linear_create(m->p, linears[i].name, linears[i].in, linears[i].out, true, &l));
+        CALL(dt_sequential_append(m->net, l));
+        if (i + 1 < NLIN) {
+            char n[16];
+            snprintf(n, sizeof n, "relu%d", i + 1);
+            CALL(dt_relu_create(n, &l));
+            CALL(dt_sequential_append(m->net, l));
+        }
+    }
+    CALL(dt_params_finalize(m->p));
+    m->net->ops->init(m->net, m->p, SEED);
+    CALL(dt_arena_create(&m->arena));
+}
+
+static float step(model *m, const float *xdata, const int32_t *y)
+{
+    dt_arena_reset(m->arena);
+    dt_params_zero_grads(m->p);
+    dt_ctx ctx = {.arena = m->arena, .params = m->p, .training = true};
+    dt_tensor x = dt_tensor_view((float *)xdata, 2, (int64_t[]){BATCH, IN}), out, g, dx;
+    CALL(m->net->ops->forward(m->net, &ctx, &x, &out));
+    g = out;
+    g.data = dt_arena_alloc(m->arena, dt_tensor_numel(&out));
+    float loss;
+    CALL(dt_softmax_cross_entropy(&out, y, &loss, &g));
+    CALL(m->net->ops->backward(m->net, &ctx, &g, &dx, false));
+    return loss;
+}
+
+static void sgd(model *m, float lr)
+{
+    float *w = dt_params_values(m->p), *g = dt_params_grads(m->p);
+    for (int64_t i = 0; i < dt_params_numel(m->p); i++)
+        w[i] -= lr * g[i];
+}
+
+/* Shard index `i` of the tp model against its slice of the reference's
+ * parameter of the same name: values (bitwise when exact) or gradients. */
+static double compare(model *ref, model *tp, int t, int r, bool grads, bool exact)
+{
+    double worst = 0;
+    for (int k = 0; k < dt_params_count(tp->p); k++) {
+        const dt_param_info *si = dt_params_info(tp->p, k);
+        int rk = dt_params_find(ref->p, si->name);
+        const dt_param_info *ri = dt_params_info(ref->p, rk);
+        const float *s = grads ? dt_param_grad(tp->p, k) : dt_param_value(tp->p, k);
+        const float *f = grads ? dt_param_grad(ref->p, rk) : dt_param_value(ref->p, rk);
+        int64_t cols = ri->ndim == 2 ? ri->shape[1] : 1, scols = si->ndim == 2 ? si->shape[1] : 1;
+        int64_t srows = si->numel / scols;
+        /* Which way this shard was cut: by rows (column-parallel) or columns. */
+        bool by_rows = scols == cols;
+        int64_t row0 = by_rows && si->numel != ri->numel ? srows * r : 0, col0 = by_rows ? 0 : scols * r;
+        double scale = 0;
+        for (int64_t i = 0; i < ri->numel; i++)
+            scale = fmax(scale, fabs(f[i]));
+        for (int64_t a = 0; a < srows; a++)
+            for (int64_t b = 0; b < scols; b++) {
+                float sv = s[a * scols + b], fv = f[(row0 + a) * cols + col0 + b];
+                double d = fabs((double)sv - fv) / (scale > 0 ? scale : 1);
+                if (exact && sv != fv && failures < 20) {
+                    fprintf(stderr, "tp_check rank %d (t=%d): %s[%lld,%lld] is %.9g, the unsplit layer's %.9g\n", rank,
+                            t, si->name, (long long)a, (long long)b, sv, fv);
+                    failures++;
+                }
+                worst = fmax(worst, d);
+            }
+    }
+    (void)t;
+    return worst;
+}
+
+int main(void)
+{
+    dt_comm *world;
+    CALL(dt_comm_init_env(&world));
+    rank = dt_comm_rank(world);
+    int t = dt_comm_size(world);
+
+    /* A size the group does not divide is refused, naming the numbers. */
+    dt_params *bad;
+    dt_layer *l = NULL;
+    CALL(dt_params_create(&bad));
+    if (t > 1) {
+        dt_status s = dt_linear_parallel_create(bad, "odd", IN, H + 1, true, DT_TP_COLUMN, world, &l);
+        if (s != DT_ERR_INVALID || !strstr(dt_last_error(), "not divisible by")) {
+            fprintf(stderr, "tp_check: a 49-wide column split over %d ranks: %s (%s)\n", t, dt_status_name(s),
+                    dt_last_error());
+            failures++;
+        }
+    }
+    dt_params_destroy(bad);
+
+    model ref, tp;
+    build(&ref, NULL);
+    build(&tp, world);
+    compare(&ref, &tp, t, rank, false, true); /* initial weights: bitwise */
+
+    float *x = malloc(sizeof(float) * BATCH * IN);
+    int32_t y[BATCH];
+    dt_rng g;
+    dt_rng_seed(&g, 77);
+    for (int i = 0; i < BATCH * IN; i++)
+        x[i] = 2.0f * dt_rng_uniform(&g) - 1.0f;
+    for (int i = 0; i < BATCH; i++)
+        y[i] = (int32_t)(dt_rng_uniform(&g) * OUT) % OUT;
+
+    double worst_grad = 0, worst_loss = 0;
+    for (int s = 0; s < STEPS; s++) {
+        float a = step(&ref, x, y), b = step(&tp, x, y);
+        double rel = fabs((double)a - b) / fabs((double)a);
+        worst_loss = fmax(worst_loss, rel);
+        if (s == 0) {
+            worst_grad = compare(&ref, &tp, t, rank, true, false);
+            if (rel > 1e-5 || worst_grad > 1e-5) {
+                fprintf(stderr, "tp_check rank %d (t=%d): step 0: loss %.9g against %.9g, gradients differ by %.2g\n",
+                        rank, t, b, a, worst_grad);
+                failures++;
+            }
+        } else if (rel > 1e-4) {
+            fprintf(stderr, "tp_check rank %d (t=%d): step %d: loss %.9g against %.9g\n", rank, t, s, b, a);
+            failures++;
+        }
+        sgd(&ref, 0.2f);
+        sgd(&tp, 0.2f);
+    }
+    printf("tp_check rank %d: t=%d: %lld of %lld parameters here; step 0 gradients within %.2g, %d-step losses within "
+           "%.2g\n",
+           rank, t, (long long)dt_params_numel(tp.p), (long long)dt_params_numel(ref.p), worst_grad, STEPS, worst_loss);
+    int all = 0;
+    CALL(dt_allreduce(&failures, &all, 1, DT_I32, DT_SUM, world));
+    if (rank == 0)
+        printf("tp_check: t=%d: %s\n", t, all ? "FAILED" : "ok");
+    free(x);
+    CALL(dt_comm_destroy(world));
+    return all ? 1 : 0;
+}
