@@ -108,16 +108,19 @@ static double compare(model *ref, model *tp, int t, int r, bool grads, bool exac
         const float *s = grads ? dt_param_grad(tp->p, k) : dt_param_value(tp->p, k);
         const float *f = grads ? dt_param_grad(ref->p, rk) : dt_param_value(ref->p, rk);
         int64_t cols = ri->ndim == 2 ? ri->shape[1] : 1, scols = si->ndim == 2 ? si->shape[1] : 1;
-        int64_t srows = si->numel / scols;
-        /* Which way this shard was cut: by rows (column-parallel) or columns. */
-        bool by_rows = scols == cols;
-        int64_t row0 = by_rows && si->numel != ri->numel ? srows * r : 0, col0 = by_rows ? 0 : scols * r;
+        int64_t srows = si->numel / scols, rows = ri->numel / cols;
+        /* Which way this shard was cut: by rows (column-parallel; attention's
+         * c_attn in 3 groups, q k v, each cut t ways) or by columns. */
+        bool by_rows = scols == cols, split = si->numel != ri->numel;
+        int64_t groups = strstr(si->name, "c_attn") ? 3 : 1, cut = srows / groups;
+        int64_t col0 = by_rows || !split ? 0 : scols * r;
         double scale = 0;
         for (int64_t i = 0; i < ri->numel; i++)
             scale = fmax(scale, fabs(f[i]));
         for (int64_t a = 0; a < srows; a++)
             for (int64_t b = 0; b < scols; b++) {
-                float sv = s[a * scols + b], fv = f[(row0 + a) * cols + col0 + b];
+                int64_t row = by_rows && split ? (a / cut) * (rows / groups) + r * cut + a % cut : a;
+                float sv = s[a * scols + b], fv = f[row * cols + col0 + b];
                 double d = fabs((double)sv - fv) / (scale > 0 ? scale : 1);
                 if (exact && sv != fv && failures < 20) {
                     fprintf(stderr, "tp_check rank %d (t=%d): %s[%lld,%lld] is %.9g, the unsplit layer's %.9g\n", rank,
@@ -129,6 +132,68 @@ static double compare(model *ref, model *tp, int t, int r, bool grads, bool exac
     }
     (void)t;
     return worst;
+}
+
+/* Attention with its heads split over the group against the unsplit one:
+ * output, input gradient and every parameter gradient, to 1e-5. */
+static void check_attention(dt_comm *tp, int t)
+{
+    enum { B = 2, T = 5, D = 24, HEADS = 12 };
+    model ref = {0}, par = {0};
+    dt_layer *a;
+    CALL(dt_params_create(&ref.p));
+    CALL(dt_attention_create(ref.p, "h.0.attn", D, HEADS, &a));
+    ref.net = a;
+    CALL(dt_params_create(&par.p));
+    CALL(dt_attention_parallel_create(par.p, "h.0.attn", D, HEADS, tp, &a));
+    par.net = a;
+    model *ms[2] = {&ref, &par};
+    float *x = malloc(sizeof(float) * B * T * D), *w = malloc(sizeof(float) * B * T * D);
+    dt_rng g;
+    dt_rng_seed(&g, 5);
+    for (int i = 0; i < B * T * D; i++) {
+        x[i] = 2.0f * dt_rng_uniform(&g) - 1.0f;
+        w[i] = 2.0f * dt_rng_uniform(&g) - 1.0f;
+    }
+    float *y[2], *dx[2];
+    for (int k = 0; k < 2; k++) {
+        model *m = ms[k];
+        CALL(dt_params_finalize(m->p));
+        m->net->ops->init(m->net, m->p, SEED);
+        CALL(dt_arena_create(&m->arena));
+        dt_ctx ctx = {.arena = m->arena, .params = m->p, .training = true};
+        dt_tensor xt = dt_tensor_view(x, 3, (int64_t[]){B, T, D}), out, gy, gx;
+        CALL(m->net->ops->forward(m->net, &ctx, &xt, &out));
+        y[k] = out.data;
+        gy = dt_tensor_view(w, 3, (int64_t[]){B, T, D}); /* loss = sum(y * w) */
+        CALL(m->net->ops->backward(m->net, &ctx, &gy, &gx, true));
+        dx[k] = gx.data;
+    }
+    double worst = compare(&ref, &par, t, rank, false, true);
+    double dy = 0, ddx = 0, scale_y = 0, scale_x = 0;
+    for (int i = 0; i < B * T * D; i++) {
+        dy = fmax(dy, fabs((double)y[0][i] - y[1][i]));
+        ddx = fmax(ddx, fabs((double)dx[0][i] - dx[1][i]));
+        scale_y = fmax(scale_y, fabs(y[0][i]));
+        scale_x = fmax(scale_x, fabs(dx[0][i]));
+    }
+    worst = compare(&ref, &par, t, rank, true, false);
+    dy /= scale_y;
+    ddx /= scale_x;
+    if (dy > 1e-5 || ddx > 1e-5 || worst > 1e-5) {
+        fprintf(stderr, "tp_check rank %d (t=%d): attention differs: output %.2g, input gradient %.2g, parameter "
+                        "gradients %.2g\n", rank, t, dy, ddx, worst);
+        failures++;
+    }
+    printf("tp_check rank %d: t=%d: attention, %d of %d heads here: output within %.2g, input gradient %.2g, "
+           "parameter gradients %.2g\n", rank, t, HEADS / t, HEADS, dy, ddx, worst);
+    for (int k = 0; k < 2; k++) {
+        dt_layer_destroy(ms[k]->net);
+        dt_params_destroy(ms[k]->p);
+        dt_arena_destroy(ms[k]->arena);
+    }
+    free(x);
+    free(w);
 }
 
 int main(void)
@@ -151,6 +216,18 @@ int main(void)
         }
     }
     dt_params_destroy(bad);
+
+    if (t > 1) { /* heads the group does not divide */
+        dt_params *q;
+        CALL(dt_params_create(&q));
+        dt_status s = dt_attention_parallel_create(q, "a", 35, 5 + (t % 5 == 0), world, &l);
+        if (s != DT_ERR_INVALID || !strstr(dt_last_error(), "cannot be split")) {
+            fprintf(stderr, "tp_check: heads not divisible by %d: %s (%s)\n", t, dt_status_name(s), dt_last_error());
+            failures++;
+        }
+        dt_params_destroy(q);
+    }
+    check_attention(world, t);
 
     model ref, tp;
     build(&ref, NULL);

@@ -132,6 +132,11 @@ dt_status dt_embedding_create(dt_params *p, const char *name, int64_t vocab, int
 /* Causal multi-head self-attention over [batch, time, dim], with parameters
  * "<name>.c_attn.{weight,bias}" [3*dim, dim] and "<name>.c_proj.*" [dim, dim]. */
 dt_status dt_attention_create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_layer **l);
+/* The same with its heads split over the tensor-parallel group tp (heads
+ * divisible by its size): c_attn column-parallel (this rank's heads' q, k
+ * and v), c_proj row-parallel; one allreduce forward, one backward. */
+dt_status dt_attention_parallel_create(dt_params *p, const char *name, int64_t dim, int64_t heads,
+                                       struct dt_comm *tp, dt_layer **l);
 /* conv2d over [batch, in, h, w]: square kernel k, stride 1, zero padding pad;
  * parameters "<name>.weight" [out, in, k, k] and "<name>.bias" [out]. */
 dt_status dt_conv2d_create(dt_params *p, const char *name, int64_t in, int64_t out, int64_t k, int64_t pad,

@@ -1,7 +1,15 @@
 /* Causal multi-head self-attention over [B, T, D] (GPT-2 layout):
  * qkv = x Wqkv^T + b (q, k, v side by side, head h at columns h*hd),
  * O = softmax(Q K^T / sqrt(hd) + causal mask) V per (batch, head),
- * y = merge(O) Wproj^T + b.  Saves Q, K, V and the probabilities for backward. */
+ * y = merge(O) Wproj^T + b.  Saves Q, K, V and the probabilities for backward.
+ *
+ * Tensor parallel (dt_attention_parallel_create): the heads are split over
+ * the group, H/t per rank; the QKV projection is column-parallel (each rank
+ * computes its heads' q, k and v: three output groups cut t ways) and the
+ * output projection row-parallel (its input is this rank's heads, merged),
+ * so the block's attention costs one allreduce forward and one backward.
+ * Here D is the model's width and DL = (heads here) x hd the width of this
+ * rank's heads (DL = D without tensor parallelism). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,11 +19,13 @@
 #include "dtrain/nn.h"
 #include "nn/layer.h"
 #include "nn/saved.h"
+#include "nn/tp.h"
 #include "tensor/threads.h"
 
 typedef struct {
     dt_layer base;
-    int64_t dim, heads, hd;
+    int64_t dim, heads, hd; /* heads: this rank's */
+    int64_t dl;             /* heads x hd */
     dt_layer *c_attn, *c_proj;
 } attention;
 
@@ -64,12 +74,12 @@ static void forward_heads(int64_t begin, int64_t end, void *arg)
     heads_args *a = arg;
     attention *A = a->A;
     attn_saved *S = a->S;
-    int64_t T = S->T, D = A->dim, H = A->heads, hd = A->hd;
+    int64_t T = S->T, D = A->dl, H = A->heads, hd = A->hd;
     float scale = 1.0f / sqrtf((float)hd);
     for (int64_t bh = begin; bh < end; bh++) {
         int64_t b = bh / H, h = bh % H;
         size_t off = head_off(A, S, b, h);
-        for (int64_t t = 0; t < T; t++) { /* this head's q, k, v out of [B, T, 3D] */
+        for (int64_t t = 0; t < T; t++) { /* this head's q, k, v out of [B, T, 3 DL] */
             const float *row = a->qkv + (b * T + t) * 3 * D + h * hd;
             memcpy(S->q + off + t * hd, row, (size_t)hd * sizeof(float));
             memcpy(S->k + off + t * hd, row + D, (size_t)hd * sizeof(float));
@@ -88,7 +98,7 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     attention *A = (attention *)l;
     if (x->ndim != 3 || x->shape[2] != A->dim)
         return dt__fail(DT_ERR_INVALID, "%s: expects [batch, time, %lld]", l->name, (long long)A->dim);
-    int64_t B = x->shape[0], T = x->shape[1], D = A->dim, H = A->heads;
+    int64_t B = x->shape[0], T = x->shape[1], D = A->dl, H = A->heads;
     dt_tensor qkv;
     DT_CHECK(A->c_attn->ops->forward(A->c_attn, ctx, x, &qkv));
     attn_saved *S = DT_SAVE(ctx, l, attn_saved); /* above c_attn's record: popped before it */
@@ -113,7 +123,7 @@ static void backward_heads(int64_t begin, int64_t end, void *arg)
     heads_args *a = arg;
     attention *A = a->A;
     const attn_saved *S = a->S;
-    int64_t T = S->T, D = A->dim, H = A->heads, hd = A->hd;
+    int64_t T = S->T, D = A->dl, H = A->heads, hd = A->hd;
     float scale = 1.0f / sqrtf((float)hd);
     for (int64_t bh = begin; bh < end; bh++) {
         int64_t b = bh / H, h = bh % H;
@@ -146,7 +156,7 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
     attn_saved *S = DT_LOAD(ctx, l, attn_saved);
     if (!S)
         return DT_ERR_INVALID;
-    int64_t B = S->B, T = S->T, D = A->dim, H = A->heads;
+    int64_t B = S->B, T = S->T, D = A->dl, H = A->heads;
     float *dqkv = dt_arena_alloc(ctx->arena, B * T * 3 * D), *dP = dt_arena_alloc(ctx->arena, B * H * T * T);
     if (!dqkv || !dP)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
@@ -172,23 +182,31 @@ static void destroy(dt_layer *l)
 
 static const dt_layer_ops ops = {"attention", forward, backward, init, destroy};
 
-dt_status dt_attention_create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_layer **l)
+static dt_status create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_comm *tp, dt_layer **l)
 {
     if (dim <= 0 || heads <= 0 || dim % heads != 0)
         return dt__fail(DT_ERR_INVALID, "attention %s: dim %lld is not a positive multiple of %lld heads", name,
                         (long long)dim, (long long)heads);
+    int t = tp ? dt_comm_size(tp) : 1;
+    if (heads % t)
+        return dt__fail(DT_ERR_INVALID,
+                        "attention %s: %lld heads cannot be split over %d tensor-parallel ranks (not divisible by %d)",
+                        name, (long long)heads, t, t);
     attention *A = dt__layer_new(sizeof *A, &ops, "%s", name);
     if (!A)
         return DT_ERR_NOMEM;
     A->dim = dim;
-    A->heads = heads;
+    A->heads = heads / t;
     A->hd = dim / heads;
+    A->dl = A->heads * A->hd;
     char sub[96];
     snprintf(sub, sizeof sub, "%s.c_attn", name);
-    dt_status s = dt_linear_create(p, sub, dim, 3 * dim, true, &A->c_attn);
+    dt_status s = tp ? dt__linear_parallel_create(p, sub, dim, 3 * dim, true, DT_TP_COLUMN, 3, tp, &A->c_attn)
+                     : dt_linear_create(p, sub, dim, 3 * dim, true, &A->c_attn);
     snprintf(sub, sizeof sub, "%s.c_proj", name);
     if (s == DT_OK)
-        s = dt_linear_create(p, sub, dim, dim, true, &A->c_proj);
+        s = tp ? dt_linear_parallel_create(p, sub, dim, dim, true, DT_TP_ROW, tp, &A->c_proj)
+               : dt_linear_create(p, sub, dim, dim, true, &A->c_proj);
     if (s != DT_OK) {
         dt_layer_destroy(A->c_attn);
         free(A);
@@ -196,4 +214,17 @@ dt_status dt_attention_create(dt_params *p, const char *name, int64_t dim, int64
     }
     *l = &A->base;
     return DT_OK;
+}
+
+dt_status dt_attention_create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_layer **l)
+{
+    return create(p, name, dim, heads, NULL, l);
+}
+
+dt_status dt_attention_parallel_create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_comm *tp,
+                                       dt_layer **l)
+{
+    if (!tp)
+        return dt__fail(DT_ERR_INVALID, "attention %s: the tensor-parallel communicator is NULL", name);
+    return create(p, name, dim, heads, tp, l);
 }

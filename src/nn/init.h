@@ -11,12 +11,12 @@
 
 /* U(-bound, bound) */
 void dt__init_uniform(dt_params *p, int index, uint64_t seed, float bound);
-/* The slice of a U(-bound, bound) parameter drawn whole: the whole tensor is
- * [rows, cols] with cols = `cols`, parameter `index` holds its block of
- * info->shape rows from row0 and info->numel / rows columns from col0
- * (tensor-parallel shards: the same values as the unsplit layer's). */
-void dt__init_uniform_slice(dt_params *p, int index, uint64_t seed, float bound, int64_t cols, int64_t row0,
-                            int64_t col0);
+/* The generator parameter `index` draws its values from, in order over the
+ * whole tensor (dt__init_uniform takes (2 u - 1) bound per element).  A
+ * tensor-parallel shard draws the whole tensor's sequence and keeps its
+ * slice: the same values as the unsplit layer's. */
+void dt__init_seed(dt_rng *r, dt_params *p, int index, uint64_t seed);
+static inline float dt__init_draw_uniform(dt_rng *r, float bound) { return (2.0f * dt_rng_uniform(r) - 1.0f) * bound; }
 /* N(0, std) */
 void dt__init_normal(dt_params *p, int index, uint64_t seed, float std);
 void dt__init_const(dt_params *p, int index, float value);

@@ -9,6 +9,10 @@
  *           forward  y = sum over r of x_r W_r^T + b   (one allreduce: g)
  *           backward dx_r = dy W_r, dW_r = dy^T x_r, db = column sums of dy
  *
+ * A column layer may cut its output into G equal groups first (attention's
+ * q, k and v side by side: G = 3); rank r then holds its 1/t of each group,
+ * the groups side by side in its output.
+ *
  * Column then row (an MLP, attention's QKV then its output) costs one
  * allreduce forward and one backward for the pair.  A row layer's bias is
  * the same on every rank and so is its gradient (dy is).  Each shard is
@@ -24,6 +28,7 @@
 #include "nn/init.h"
 #include "nn/layer.h"
 #include "nn/saved.h"
+#include "nn/tp.h"
 
 typedef struct {
     dt_layer base;
@@ -32,6 +37,7 @@ typedef struct {
     int t, r;
     int64_t in, out;     /* the whole layer's sizes */
     int64_t in_l, out_l; /* this rank's */
+    int64_t groups;      /* column: output groups, each cut t ways */
     int w, b;
 } plinear;
 
@@ -104,20 +110,44 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
     return DT_OK;
 }
 
-/* nn.Linear's U(-1/sqrt(in), 1/sqrt(in)) over the whole layer, this rank's slice kept. */
+/* Where element (row, col) of the whole [rows, cols] tensor lands in this
+ * rank's shard, or -1 when another rank holds it. */
+static int64_t shard_index(const plinear *L, int64_t row, int64_t col, int64_t cols)
+{
+    if (L->split == DT_TP_COLUMN) { /* rows: group g's r-th cut */
+        int64_t og = L->out / L->groups, cut = og / L->t, g = row / og, within = row % og;
+        if (within / cut != L->r)
+            return -1;
+        return (g * cut + within % cut) * cols + col;
+    }
+    if (cols == 1) /* the row layer's bias: whole */
+        return row;
+    int64_t c = col - L->r * L->in_l;
+    return c >= 0 && c < L->in_l ? row * L->in_l + c : -1;
+}
+
+/* nn.Linear's U(-1/sqrt(in), 1/sqrt(in)) drawn over the whole parameter in
+ * order, this rank's elements kept. */
+static void init_shard(const plinear *L, dt_params *p, int index, uint64_t seed, int64_t cols)
+{
+    float bound = 1.0f / sqrtf((float)L->in), *w = dt_param_value(p, index);
+    dt_rng r;
+    dt__init_seed(&r, p, index, seed);
+    for (int64_t row = 0; row < L->out; row++)
+        for (int64_t col = 0; col < cols; col++) {
+            float v = dt__init_draw_uniform(&r, bound);
+            int64_t at = shard_index(L, row, col, cols);
+            if (at >= 0)
+                w[at] = v;
+        }
+}
+
 static void init(dt_layer *l, dt_params *p, uint64_t seed)
 {
     plinear *L = (plinear *)l;
-    float bound = 1.0f / sqrtf((float)L->in);
-    if (L->split == DT_TP_COLUMN) {
-        dt__init_uniform_slice(p, L->w, seed, bound, L->in, L->out_l * L->r, 0);
-        if (L->b >= 0)
-            dt__init_uniform_slice(p, L->b, seed, bound, 1, L->out_l * L->r, 0);
-    } else {
-        dt__init_uniform_slice(p, L->w, seed, bound, L->in, 0, L->in_l * L->r);
-        if (L->b >= 0)
-            dt__init_uniform(p, L->b, seed, bound);
-    }
+    init_shard(L, p, L->w, seed, L->in);
+    if (L->b >= 0)
+        init_shard(L, p, L->b, seed, 1);
 }
 
 static void destroy(dt_layer *l) { free(l); }
@@ -125,15 +155,18 @@ static void destroy(dt_layer *l) { free(l); }
 static const dt_layer_ops column_ops = {"linear-column-parallel", forward, backward, init, destroy};
 static const dt_layer_ops row_ops = {"linear-row-parallel", forward, backward, init, destroy};
 
-dt_status dt_linear_parallel_create(dt_params *p, const char *name, int64_t in, int64_t out, bool bias,
-                                    dt_tp_split split, dt_comm *tp, dt_layer **l)
+dt_status dt__linear_parallel_create(dt_params *p, const char *name, int64_t in, int64_t out, bool bias,
+                                     dt_tp_split split, int64_t groups, dt_comm *tp, dt_layer **l)
 {
     if (!tp)
         return dt__fail(DT_ERR_INVALID, "linear %s: the tensor-parallel communicator is NULL", name);
     if (split != DT_TP_COLUMN && split != DT_TP_ROW)
         return dt__fail(DT_ERR_INVALID, "linear %s: split %d (expected DT_TP_COLUMN or DT_TP_ROW)", name, (int)split);
     int t = dt_comm_size(tp);
-    int64_t cut = split == DT_TP_COLUMN ? out : in;
+    if (groups < 1 || (split == DT_TP_ROW && groups != 1) || out % groups)
+        return dt__fail(DT_ERR_INVALID, "linear %s: %lld output groups for %lld outputs", name, (long long)groups,
+                        (long long)out);
+    int64_t cut = split == DT_TP_COLUMN ? out / groups : in;
     if (in <= 0 || out <= 0 || cut % t)
         return dt__fail(DT_ERR_INVALID,
                         "linear %s: %lld x %lld cannot be split %s-parallel over %d ranks (%s features %lld are not "
@@ -151,6 +184,7 @@ dt_status dt_linear_parallel_create(dt_params *p, const char *name, int64_t in, 
     L->out = out;
     L->in_l = split == DT_TP_ROW ? in / t : in;
     L->out_l = split == DT_TP_COLUMN ? out / t : out;
+    L->groups = groups;
     L->b = -1;
     dt_status s = dt__layer_param(p, &L->base, "weight", 2, (int64_t[]){L->out_l, L->in_l}, &L->w);
     if (s == DT_OK && bias)
@@ -161,4 +195,10 @@ dt_status dt_linear_parallel_create(dt_params *p, const char *name, int64_t in, 
     }
     *l = &L->base;
     return DT_OK;
+}
+
+dt_status dt_linear_parallel_create(dt_params *p, const char *name, int64_t in, int64_t out, bool bias,
+                                    dt_tp_split split, dt_comm *tp, dt_layer **l)
+{
+    return dt__linear_parallel_create(p, name, in, out, bias, split, 1, tp, l);
 }
