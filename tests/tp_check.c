@@ -196,6 +196,51 @@ static void check_attention(dt_comm *tp, int t)
     free(w);
 }
 
+/* The vocabulary-parallel cross-entropy against the ordinary one on the
+ * whole logits, with ignored targets (-1) among them: loss and this rank's
+ * slice of the gradient to 1e-6; an out-of-range target refused. */
+static void check_cross_entropy(dt_comm *tp, int t)
+{
+    enum { N = 13, V = 24 };
+    float z[N * V], g[N * V], gl[N * V];
+    int32_t y[N];
+    dt_rng r;
+    dt_rng_seed(&r, 9);
+    for (int i = 0; i < N * V; i++)
+        z[i] = 8.0f * dt_rng_uniform(&r) - 4.0f;
+    for (int i = 0; i < N; i++)
+        y[i] = i % 5 == 2 ? -1 : (int32_t)(dt_rng_uniform(&r) * V) % V;
+    dt_tensor zt = dt_tensor_view(z, 2, (int64_t[]){N, V}), gt = dt_tensor_view(g, 2, (int64_t[]){N, V});
+    float want;
+    CALL(dt_softmax_cross_entropy(&zt, y, &want, &gt));
+    int64_t c = V / t, start = c * rank;
+    float zl[N * V];
+    for (int i = 0; i < N; i++)
+        for (int64_t k = 0; k < c; k++)
+            zl[i * c + k] = z[i * V + start + k];
+    dt_tensor zlt = dt_tensor_view(zl, 2, (int64_t[]){N, c}), glt = dt_tensor_view(gl, 2, (int64_t[]){N, c});
+    float got;
+    CALL(dt_softmax_cross_entropy_parallel(&zlt, y, V, start, tp, &got, &glt));
+    double dl = fabs((double)got - want) / want, dg = 0;
+    for (int i = 0; i < N; i++)
+        for (int64_t k = 0; k < c; k++)
+            dg = fmax(dg, fabs((double)gl[i * c + k] - g[i * V + start + k]));
+    if (dl > 1e-6 || dg > 1e-6) {
+        fprintf(stderr, "tp_check rank %d (t=%d): vocabulary-parallel cross-entropy %.9g against %.9g, gradient %.2g\n",
+                rank, t, got, want, dg);
+        failures++;
+    }
+    printf("tp_check rank %d: t=%d: vocabulary-parallel cross-entropy, %lld of %d classes here, %d of %d rows ignored: "
+           "loss within %.2g, gradient within %.2g\n",
+           rank, t, (long long)c, V, (N + 2) / 5, N, dl, dg);
+    y[3] = V; /* a class outside the vocabulary: refused on every rank, before any message */
+    if (dt_softmax_cross_entropy_parallel(&zlt, y, V, start, tp, &got, &glt) != DT_ERR_INVALID ||
+        !strstr(dt_last_error(), "outside 0..23")) {
+        fprintf(stderr, "tp_check rank %d: target %d accepted (%s)\n", rank, V, dt_last_error());
+        failures++;
+    }
+}
+
 int main(void)
 {
     dt_comm *world;
@@ -228,6 +273,7 @@ int main(void)
         dt_params_destroy(q);
     }
     check_attention(world, t);
+    check_cross_entropy(world, t);
 
     model ref, tp;
     build(&ref, NULL);

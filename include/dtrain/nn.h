@@ -156,6 +156,17 @@ void dt_residual_add(const dt_tensor *a, const dt_tensor *b, dt_tensor *y);
 dt_status dt_softmax_cross_entropy(const dt_tensor *logits, const int32_t *targets, float *loss,
                                    dt_tensor *dlogits);
 
+/* The same over logits split by class across the tensor-parallel group tp:
+ * this rank holds classes [vocab_start, vocab_start + C) of `vocab`, the
+ * last dimension of logits being C; targets are global class ids (-1:
+ * ignored).  The full logits are never gathered: per row the maximum, the
+ * sum of exponentials and the target's logit are reduced over tp.  Every
+ * rank gets the loss; dlogits (optional) is this rank's slice of the
+ * gradient.  Collective over tp. */
+struct dt_comm;
+dt_status dt_softmax_cross_entropy_parallel(const dt_tensor *logits, const int32_t *targets, int64_t vocab,
+                                            int64_t vocab_start, struct dt_comm *tp, float *loss, dt_tensor *dlogits);
+
 /* ---- containers ---- */
 typedef enum { DT_BEFORE_FORWARD, DT_AFTER_FORWARD, DT_BEFORE_BACKWARD, DT_AFTER_BACKWARD } dt_hook_point;
 typedef dt_status (*dt_block_hook)(void *user, dt_hook_point point, int block, dt_ctx *ctx);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tensor-parallel linear layers (column then row, Megatron's MLP split)
+# Tensor parallelism: linear layers (column then row, Megatron's MLP split), attention split by heads and the vocabulary-parallel cross-entropy
 # against the unsplit layers from the same seed, for t = 2, 3, 4 and 6:
 # initial shards bitwise, step-0 loss and gradients to 1e-5, 20 SGD steps
 # of losses to 1e-4 (tests/tp_check.c).
