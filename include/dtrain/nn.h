@@ -29,6 +29,12 @@ typedef struct {
     int64_t offset, numel; /* into the flat buffers, in floats */
     int ndim;
     int64_t shape[DT_MAX_DIMS];
+    /* A tensor-parallel shard: part `part` of `parts` of the whole tensor
+     * of shape `whole`, cut along dimension split_dim, which holds `groups`
+     * equal groups each cut `parts` ways (attention's q, k, v: 3; else 1).
+     * parts == 1 (the default): this is the whole tensor. */
+    int parts, part, split_dim, groups;
+    int64_t whole[DT_MAX_DIMS];
 } dt_param_info;
 typedef void (*dt_grad_ready_fn)(int param_index, void *user);
 
@@ -49,6 +55,13 @@ dt_status dt_params_finalize_external(dt_params *p, float *values, float *grads)
 void dt_param_bind(dt_params *p, int index, float *value, float *grad);
 /* True when parameter `index` has value and gradient storage now. */
 bool dt_param_has_storage(const dt_params *p, int index);
+/* Declare parameter `index` a shard (see dt_param_info) of a tensor whose
+ * dimension split_dim is `parts` times (per group) this one's; the layers
+ * that split parameters call it right after registering them. */
+dt_status dt_param_set_shard(dt_params *p, int index, int parts, int part, int split_dim, int groups);
+/* Where element `i` (row-major over info->whole) of the whole tensor lies
+ * in this shard, or -1 when another part holds it. */
+int64_t dt_param_shard_index(const dt_param_info *info, int64_t i);
 int dt_params_count(const dt_params *p);
 int64_t dt_params_numel(const dt_params *p);
 const dt_param_info *dt_params_info(const dt_params *p, int index);

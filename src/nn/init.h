@@ -9,14 +9,10 @@
 
 #include "dtrain/nn.h"
 
-/* U(-bound, bound) */
+/* U(-bound, bound).  A tensor-parallel shard (dt_param_set_shard) gets its
+ * slice of the whole tensor's values: every initialiser draws the whole
+ * sequence and keeps this shard's elements. */
 void dt__init_uniform(dt_params *p, int index, uint64_t seed, float bound);
-/* The generator parameter `index` draws its values from, in order over the
- * whole tensor (dt__init_uniform takes (2 u - 1) bound per element).  A
- * tensor-parallel shard draws the whole tensor's sequence and keeps its
- * slice: the same values as the unsplit layer's. */
-void dt__init_seed(dt_rng *r, dt_params *p, int index, uint64_t seed);
-static inline float dt__init_draw_uniform(dt_rng *r, float bound) { return (2.0f * dt_rng_uniform(r) - 1.0f) * bound; }
 /* N(0, std) */
 void dt__init_normal(dt_params *p, int index, uint64_t seed, float std);
 void dt__init_const(dt_params *p, int index, float value);

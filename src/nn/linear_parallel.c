@@ -110,44 +110,15 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
     return DT_OK;
 }
 
-/* Where element (row, col) of the whole [rows, cols] tensor lands in this
- * rank's shard, or -1 when another rank holds it. */
-static int64_t shard_index(const plinear *L, int64_t row, int64_t col, int64_t cols)
-{
-    if (L->split == DT_TP_COLUMN) { /* rows: group g's r-th cut */
-        int64_t og = L->out / L->groups, cut = og / L->t, g = row / og, within = row % og;
-        if (within / cut != L->r)
-            return -1;
-        return (g * cut + within % cut) * cols + col;
-    }
-    if (cols == 1) /* the row layer's bias: whole */
-        return row;
-    int64_t c = col - L->r * L->in_l;
-    return c >= 0 && c < L->in_l ? row * L->in_l + c : -1;
-}
-
-/* nn.Linear's U(-1/sqrt(in), 1/sqrt(in)) drawn over the whole parameter in
- * order, this rank's elements kept. */
-static void init_shard(const plinear *L, dt_params *p, int index, uint64_t seed, int64_t cols)
-{
-    float bound = 1.0f / sqrtf((float)L->in), *w = dt_param_value(p, index);
-    dt_rng r;
-    dt__init_seed(&r, p, index, seed);
-    for (int64_t row = 0; row < L->out; row++)
-        for (int64_t col = 0; col < cols; col++) {
-            float v = dt__init_draw_uniform(&r, bound);
-            int64_t at = shard_index(L, row, col, cols);
-            if (at >= 0)
-                w[at] = v;
-        }
-}
-
+/* nn.Linear's U(-1/sqrt(in), 1/sqrt(in)) of the whole layer; each shard
+ * keeps its slice (dt_param_set_shard). */
 static void init(dt_layer *l, dt_params *p, uint64_t seed)
 {
     plinear *L = (plinear *)l;
-    init_shard(L, p, L->w, seed, L->in);
+    float bound = 1.0f / sqrtf((float)L->in);
+    dt__init_uniform(p, L->w, seed, bound);
     if (L->b >= 0)
-        init_shard(L, p, L->b, seed, 1);
+        dt__init_uniform(p, L->b, seed, bound);
 }
 
 static void destroy(dt_layer *l) { free(l); }
@@ -187,8 +158,12 @@ dt_status dt__linear_parallel_create(dt_params *p, const char *name, int64_t in,
     L->groups = groups;
     L->b = -1;
     dt_status s = dt__layer_param(p, &L->base, "weight", 2, (int64_t[]){L->out_l, L->in_l}, &L->w);
+    if (s == DT_OK) /* column: cut by output rows (in groups); row: by input columns */
+        s = dt_param_set_shard(p, L->w, t, L->r, split == DT_TP_COLUMN ? 0 : 1, (int)groups);
     if (s == DT_OK && bias)
         s = dt__layer_param(p, &L->base, "bias", 1, (int64_t[]){L->out_l}, &L->b);
+    if (s == DT_OK && bias && split == DT_TP_COLUMN)
+        s = dt_param_set_shard(p, L->b, t, L->r, 0, (int)groups);
     if (s != DT_OK) {
         free(L);
         return s;

@@ -54,8 +54,48 @@ dt_status dt_params_add(dt_params *p, const char *name, int ndim, const int64_t 
     }
     pi->offset = p->numel;
     p->numel += pi->numel;
+    pi->parts = pi->groups = 1;
+    memcpy(pi->whole, pi->shape, sizeof pi->whole);
     *index = p->count++;
     return DT_OK;
+}
+
+dt_status dt_param_set_shard(dt_params *p, int index, int parts, int part, int split_dim, int groups)
+{
+    if (index < 0 || index >= p->count)
+        return dt__fail(DT_ERR_INVALID, "parameter index %d outside 0..%d", index, p->count - 1);
+    dt_param_info *pi = &p->info[index];
+    if (parts < 1 || part < 0 || part >= parts || split_dim < 0 || split_dim >= pi->ndim || groups < 1 ||
+        pi->shape[split_dim] % groups)
+        return dt__fail(DT_ERR_INVALID, "parameter '%s': part %d of %d along dimension %d in %d groups", pi->name, part,
+                        parts, split_dim, groups);
+    pi->parts = parts;
+    pi->part = part;
+    pi->split_dim = split_dim;
+    pi->groups = groups;
+    memcpy(pi->whole, pi->shape, sizeof pi->whole);
+    pi->whole[split_dim] = pi->shape[split_dim] * parts;
+    return DT_OK;
+}
+
+int64_t dt_param_shard_index(const dt_param_info *info, int64_t i)
+{
+    int64_t at = 0;
+    for (int d = info->ndim - 1; d >= 0; d--) {
+        int64_t c = i % info->whole[d], stride = 1;
+        i /= info->whole[d];
+        if (d == info->split_dim && info->parts > 1) {
+            int64_t group = info->whole[d] / info->groups, cut = group / info->parts, g = c / group,
+                    within = c % group;
+            if (within / cut != info->part)
+                return -1;
+            c = g * cut + within % cut;
+        }
+        for (int e = d + 1; e < info->ndim; e++)
+            stride *= info->shape[e];
+        at += c * stride;
+    }
+    return at;
 }
 
 static dt_status make_pointers(dt_params *p)
