@@ -26,7 +26,7 @@ int main(int argc, char **argv)
     int gpt = strcmp(argv[1], "gpt-mini") == 0;
     dt_set_threads(1);
     dt_model *m;
-    dt_status s = gpt ? dt_gpt_create(&(dt_gpt_config){256, 128, 4, 4, 256, 0.0f}, &m)
+    dt_status s = gpt ? dt_gpt_create(&(dt_gpt_config){.vocab = 256, .context = 128, .layers = 4, .heads = 4, .dim = 256}, &m)
                       : dt_mlp_create((int64_t[]){784, 256, 256, 10}, 4, &m);
     if (s != DT_OK)
         return die("model");

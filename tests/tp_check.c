@@ -96,41 +96,46 @@ static void sgd(model *m, float lr)
         w[i] -= lr * g[i];
 }
 
-/* Shard index `i` of the tp model against its slice of the reference's
- * parameter of the same name: values (bitwise when exact) or gradients. */
-static double compare(model *ref, model *tp, int t, int r, bool grads, bool exact)
+/* Every parameter of the tp model against its slice of the reference's
+ * parameter of the same name (the shard layout from dt_param_info):
+ * values (bitwise when exact) or gradients; the largest difference relative
+ * to the reference tensor's largest magnitude. */
+static double compare(dt_params *refp, dt_params *tpp, int t, bool grads, bool exact)
 {
     double worst = 0;
-    for (int k = 0; k < dt_params_count(tp->p); k++) {
-        const dt_param_info *si = dt_params_info(tp->p, k);
-        int rk = dt_params_find(ref->p, si->name);
-        const dt_param_info *ri = dt_params_info(ref->p, rk);
-        const float *s = grads ? dt_param_grad(tp->p, k) : dt_param_value(tp->p, k);
-        const float *f = grads ? dt_param_grad(ref->p, rk) : dt_param_value(ref->p, rk);
-        int64_t cols = ri->ndim == 2 ? ri->shape[1] : 1, scols = si->ndim == 2 ? si->shape[1] : 1;
-        int64_t srows = si->numel / scols, rows = ri->numel / cols;
-        /* Which way this shard was cut: by rows (column-parallel; attention's
-         * c_attn in 3 groups, q k v, each cut t ways) or by columns. */
-        bool by_rows = scols == cols, split = si->numel != ri->numel;
-        int64_t groups = strstr(si->name, "c_attn") ? 3 : 1, cut = srows / groups;
-        int64_t col0 = by_rows || !split ? 0 : scols * r;
+    for (int k = 0; k < dt_params_count(tpp); k++) {
+        const dt_param_info *si = dt_params_info(tpp, k);
+        int rk = dt_params_find(refp, si->name);
+        if (rk < 0) {
+            fprintf(stderr, "tp_check rank %d: %s has no unsplit counterpart\n", rank, si->name);
+            failures++;
+            continue;
+        }
+        const dt_param_info *ri = dt_params_info(refp, rk);
+        const float *sv = grads ? dt_param_grad(tpp, k) : dt_param_value(tpp, k);
+        const float *fv = grads ? dt_param_grad(refp, rk) : dt_param_value(refp, rk);
         double scale = 0;
         for (int64_t i = 0; i < ri->numel; i++)
-            scale = fmax(scale, fabs(f[i]));
-        for (int64_t a = 0; a < srows; a++)
-            for (int64_t b = 0; b < scols; b++) {
-                int64_t row = by_rows && split ? (a / cut) * (rows / groups) + r * cut + a % cut : a;
-                float sv = s[a * scols + b], fv = f[row * cols + col0 + b];
-                double d = fabs((double)sv - fv) / (scale > 0 ? scale : 1);
-                if (exact && sv != fv && failures < 20) {
-                    fprintf(stderr, "tp_check rank %d (t=%d): %s[%lld,%lld] is %.9g, the unsplit layer's %.9g\n", rank,
-                            t, si->name, (long long)a, (long long)b, sv, fv);
-                    failures++;
-                }
-                worst = fmax(worst, d);
+            scale = fmax(scale, fabs(fv[i]));
+        int64_t seen = 0;
+        for (int64_t i = 0; i < ri->numel; i++) {
+            int64_t at = dt_param_shard_index(si, i);
+            if (at < 0)
+                continue;
+            seen++;
+            if (exact && sv[at] != fv[i] && failures < 20) {
+                fprintf(stderr, "tp_check rank %d (t=%d): %s element %lld is %.9g, the unsplit one's %.9g\n", rank, t,
+                        si->name, (long long)i, sv[at], fv[i]);
+                failures++;
             }
+            worst = fmax(worst, fabs((double)sv[at] - fv[i]) / (scale > 0 ? scale : 1));
+        }
+        if (seen != si->numel) {
+            fprintf(stderr, "tp_check rank %d: %s: %lld of its %lld elements map into the whole tensor\n", rank,
+                    si->name, (long long)seen, (long long)si->numel);
+            failures++;
+        }
     }
-    (void)t;
     return worst;
 }
 
@@ -169,7 +174,7 @@ static void check_attention(dt_comm *tp, int t)
         CALL(m->net->ops->backward(m->net, &ctx, &gy, &gx, true));
         dx[k] = gx.data;
     }
-    double worst = compare(&ref, &par, t, rank, false, true);
+    double worst = compare(ref.p, par.p, t, false, true);
     double dy = 0, ddx = 0, scale_y = 0, scale_x = 0;
     for (int i = 0; i < B * T * D; i++) {
         dy = fmax(dy, fabs((double)y[0][i] - y[1][i]));
@@ -177,7 +182,7 @@ static void check_attention(dt_comm *tp, int t)
         scale_y = fmax(scale_y, fabs(y[0][i]));
         scale_x = fmax(scale_x, fabs(dx[0][i]));
     }
-    worst = compare(&ref, &par, t, rank, true, false);
+    worst = compare(ref.p, par.p, t, true, false);
     dy /= scale_y;
     ddx /= scale_x;
     if (dy > 1e-5 || ddx > 1e-5 || worst > 1e-5) {
@@ -241,6 +246,73 @@ static void check_cross_entropy(dt_comm *tp, int t)
     }
 }
 
+/* A GPT with tensor parallelism (vocabulary-parallel embedding and tied
+ * output layer with the vocabulary-parallel loss, attention by heads, MLP
+ * column then row) against the unsplit GPT from the same seed, with
+ * dropout: step-0 loss and every gradient to 1e-5, then GPT_STEPS SGD steps
+ * with losses to 1e-4. */
+#define GPT_STEPS 50
+static void check_gpt(dt_comm *tp, int t, float dropout)
+{
+    dt_gpt_config c = {.vocab = 48, .context = 8, .layers = 2, .heads = 12, .dim = 24, .dropout = dropout};
+    dt_model *m[2];
+    CALL(dt_gpt_create(&c, &m[0]));
+    c.tp = tp;
+    CALL(dt_gpt_create(&c, &m[1]));
+    dt_arena *arena;
+    CALL(dt_arena_create(&arena));
+    enum { B = 3, T = 8 };
+    float ids[B * T];
+    int32_t y[B * T];
+    dt_rng g;
+    dt_rng_seed(&g, 11);
+    for (int i = 0; i < B * T; i++) {
+        ids[i] = (float)((int)(dt_rng_uniform(&g) * 48) % 48);
+        y[i] = i % 7 == 3 ? -1 : (int32_t)(dt_rng_uniform(&g) * 48) % 48;
+    }
+    for (int k = 0; k < 2; k++)
+        dt_model_init(m[k], SEED);
+    compare(dt_model_params(m[0]), dt_model_params(m[1]), t, false, true);
+    double worst_loss = 0, worst_grad = 0;
+    for (int step = 0; step < GPT_STEPS; step++) {
+        float loss[2];
+        for (int k = 0; k < 2; k++) {
+            dt_arena_reset(arena);
+            dt_params_zero_grads(dt_model_params(m[k]));
+            dt_ctx ctx = {.arena = arena, .key = {SEED, (uint64_t)step, 0, 0}, .training = true};
+            dt_tensor x = dt_tensor_view(ids, 2, (int64_t[]){B, T}), out, dout;
+            CALL(dt_model_forward(m[k], &ctx, &x, &out));
+            dout = out;
+            dout.data = dt_arena_alloc(arena, dt_tensor_numel(&out));
+            CALL(dt_model_loss(m[k], &out, y, &loss[k], &dout));
+            CALL(dt_model_backward(m[k], &ctx, &dout));
+        }
+        double rel = fabs((double)loss[0] - loss[1]) / loss[0];
+        worst_loss = fmax(worst_loss, rel);
+        if (step == 0)
+            worst_grad = compare(dt_model_params(m[0]), dt_model_params(m[1]), t, true, false);
+        if (rel > (step ? 1e-4 : 1e-5) || worst_grad > 1e-5) {
+            fprintf(stderr, "tp_check rank %d (t=%d, dropout %g): gpt step %d: loss %.9g against %.9g, step-0 gradients "
+                            "within %.2g\n", rank, t, dropout, step, loss[1], loss[0], worst_grad);
+            failures++;
+            break;
+        }
+        for (int k = 0; k < 2; k++) {
+            dt_params *p = dt_model_params(m[k]);
+            float *w = dt_params_values(p), *gr = dt_params_grads(p);
+            for (int64_t i = 0; i < dt_params_numel(p); i++)
+                w[i] -= 0.1f * gr[i];
+        }
+    }
+    printf("tp_check rank %d: t=%d: gpt (dropout %g), %lld of %lld parameters here: step-0 gradients within %.2g, "
+           "%d-step losses within %.2g\n",
+           rank, t, dropout, (long long)dt_params_numel(dt_model_params(m[1])),
+           (long long)dt_params_numel(dt_model_params(m[0])), worst_grad, GPT_STEPS, worst_loss);
+    dt_model_destroy(m[0]);
+    dt_model_destroy(m[1]);
+    dt_arena_destroy(arena);
+}
+
 int main(void)
 {
     dt_comm *world;
@@ -274,11 +346,13 @@ int main(void)
     }
     check_attention(world, t);
     check_cross_entropy(world, t);
+    check_gpt(world, t, 0.0f);
+    check_gpt(world, t, 0.1f);
 
     model ref, tp;
     build(&ref, NULL);
     build(&tp, world);
-    compare(&ref, &tp, t, rank, false, true); /* initial weights: bitwise */
+    compare(ref.p, tp.p, t, false, true); /* initial weights: bitwise */
 
     float *x = malloc(sizeof(float) * BATCH * IN);
     int32_t y[BATCH];
@@ -295,7 +369,7 @@ int main(void)
         double rel = fabs((double)a - b) / fabs((double)a);
         worst_loss = fmax(worst_loss, rel);
         if (s == 0) {
-            worst_grad = compare(&ref, &tp, t, rank, true, false);
+            worst_grad = compare(ref.p, tp.p, t, true, false);
             if (rel > 1e-5 || worst_grad > 1e-5) {
                 fprintf(stderr, "tp_check rank %d (t=%d): step 0: loss %.9g against %.9g, gradients differ by %.2g\n",
                         rank, t, b, a, worst_grad);

@@ -228,6 +228,12 @@ dt_status dt_mlp_describe(const int64_t *sizes, int nsizes, dt_model_desc **out)
 typedef struct {
     int64_t vocab, context, layers, heads, dim;
     float dropout;
+    /* Tensor parallelism over this group (NULL: none): the embedding table
+     * and the tied output layer split by vocabulary, attention by heads, the
+     * MLP column then row (docs/parallelism.md); vocab and heads must divide
+     * by its size.  The model's output is then this rank's slice of the
+     * logits: dt_model_loss takes the vocabulary-parallel loss. */
+    struct dt_comm *tp;
 } dt_gpt_config;
 dt_status dt_gpt_describe(const dt_gpt_config *cfg, dt_model_desc **out);
 /* CNN for square single-channel images: conv5x5(c1, pad 2)-relu-pool2-
@@ -290,6 +296,11 @@ dt_status dt_model_backward(dt_model *m, dt_ctx *ctx, const dt_tensor *dy);
 /* The same, also giving the gradient of the input (a pipeline stage sends
  * it to the previous stage). */
 dt_status dt_model_backward_dx(dt_model *m, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx);
+/* The training loss of the model's output (the last block's): mean softmax
+ * cross-entropy against targets (-1: ignored), vocabulary-parallel when
+ * the output is split over a tensor-parallel group (a GPT with tp set);
+ * dout (optional, out's shape) gets its gradient. */
+dt_status dt_model_loss(dt_model *m, const dt_tensor *out, const int32_t *targets, float *loss, dt_tensor *dout);
 void dt_model_destroy(dt_model *m);
 
 #ifdef __cplusplus

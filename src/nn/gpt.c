@@ -7,8 +7,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/status.h"
+#include "dtrain/comm.h"
 #include "dtrain/nn.h"
 #include "nn/layer.h"
 #include "nn/init.h"
@@ -29,10 +31,15 @@ static void init_zero(dt_params *p, const char *name)
         dt__init_const(p, i, 0.0f);
 }
 
-/* ---- embed: ids [B, T] -> wte[id] + wpe[t], then dropout ---- */
+/* ---- embed: ids [B, T] -> wte[id] + wpe[t], then dropout ----
+ * Vocabulary-parallel (tp set): this rank holds rows [v0, v0 + vl) of wte;
+ * each token's row comes from its owner, the others add zeros, one
+ * allreduce makes the sum whole on every rank. */
 typedef struct {
     dt_layer base;
     int64_t vocab, context, dim;
+    int64_t v0, vl; /* this rank's rows of wte */
+    dt_comm *tp;
     int wte, wpe;
     dt_layer *drop;
 } embed;
@@ -54,7 +61,21 @@ static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     *ids = *x;
     const float *wpe = dt_param_value(ctx->params, E->wpe);
-    dt_rows_gather(out, dt_param_value(ctx->params, E->wte), x->data, B * T, D);
+    if (E->tp) {
+        const float *wte = dt_param_value(ctx->params, E->wte);
+        for (int64_t i = 0; i < B * T; i++) {
+            int64_t id = (int64_t)x->data[i] - E->v0;
+            if (id >= 0 && id < E->vl)
+                memcpy(out + i * D, wte + id * D, (size_t)D * sizeof *out);
+            else
+                memset(out + i * D, 0, (size_t)D * sizeof *out);
+        }
+        dt_status s = dt_allreduce(out, out, (size_t)(B * T * D), DT_F32, DT_SUM, E->tp);
+        if (s != DT_OK)
+            return dt__wrap(s, "%s: vocabulary-parallel embedding: ", l->name);
+    } else {
+        dt_rows_gather(out, dt_param_value(ctx->params, E->wte), x->data, B * T, D);
+    }
     for (int64_t b = 0; b < B; b++) /* each sequence adds positions 0..T-1 */
         dt_vec_axpy(out + b * T * D, 1.0f, wpe, T * D);
     dt_tensor h = dt_tensor_view(out, 3, (int64_t[]){B, T, D});
@@ -71,7 +92,16 @@ static dt_status embed_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, d
     if (!ids)
         return DT_ERR_INVALID;
     int64_t B = ids->shape[0], T = ids->shape[1], D = E->dim;
-    dt_rows_scatter_add(dt_param_grad(ctx->params, E->wte), ids->data, g.data, B * T, D);
+    if (E->tp) { /* only this rank's rows: each token's gradient goes to its owner */
+        float *gw = dt_param_grad(ctx->params, E->wte);
+        for (int64_t i = 0; i < B * T; i++) {
+            int64_t id = (int64_t)ids->data[i] - E->v0;
+            if (id >= 0 && id < E->vl)
+                dt_vec_axpy(gw + id * D, 1.0f, g.data + i * D, D);
+        }
+    } else {
+        dt_rows_scatter_add(dt_param_grad(ctx->params, E->wte), ids->data, g.data, B * T, D);
+    }
     dt_rows_sum_add(dt_param_grad(ctx->params, E->wpe), g.data, B, T * D); /* rows are sequences */
     dt_params_grad_ready(ctx->params, E->wpe);
     dt_params_grad_ready(ctx->params, E->wte); /* final: a tied head in this stage added its part earlier */
@@ -140,10 +170,13 @@ static void block_destroy(dt_layer *l)
 
 static const dt_layer_ops block_ops = {"gpt-block", block_forward, block_backward, block_init, block_destroy};
 
-/* ---- head: ln_f, then logits = h wte^T ---- */
+/* ---- head: ln_f, then logits = h wte^T ----
+ * Vocabulary-parallel (tp set): this rank's logits are those of its rows of
+ * wte, [.., vocab / t]; backward sums the input gradient over the group. */
 typedef struct {
     dt_layer base;
-    int64_t vocab, dim;
+    int64_t vocab, dim; /* vocab: this rank's classes */
+    dt_comm *tp;
     int wte;
     dt_layer *ln_f;
 } head;
@@ -179,6 +212,11 @@ static dt_status head_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt
     if (!(dh.data = dt_arena_alloc(ctx->arena, n * H->dim)))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     dt_sgemm(0, 0, n, H->dim, H->vocab, 1.0f, dy->data, dt_param_value(ctx->params, H->wte), 0.0f, dh.data);
+    if (H->tp) {
+        dt_status s = dt_allreduce(dh.data, dh.data, (size_t)(n * H->dim), DT_F32, DT_SUM, H->tp);
+        if (s != DT_OK)
+            return dt__wrap(s, "%s: vocabulary-parallel output layer: ", l->name);
+    }
     return H->ln_f->ops->backward(H->ln_f, ctx, &dh, dx, true);
 }
 
@@ -199,6 +237,14 @@ static const dt_layer_ops head_ops = {"gpt-head", head_forward, head_backward, h
 
 /* ---- the description ---- */
 
+/* The tied table: this rank's rows of it under tensor parallelism. */
+static dt_status use_wte(const dt_gpt_config *c, dt_params *p, int *index)
+{
+    int t = c->tp ? dt_comm_size(c->tp) : 1;
+    DT_CHECK(dt__params_use(p, "transformer.wte.weight", 2, (int64_t[]){c->vocab / t, c->dim}, index));
+    return t > 1 ? dt_param_set_shard(p, *index, t, dt_comm_rank(c->tp), 0, 1) : DT_OK;
+}
+
 static dt_status make_embed(const dt_gpt_config *c, dt_params *p, dt_layer **out)
 {
     embed *E = dt__layer_new(sizeof *E, &embed_ops, "transformer.embed");
@@ -207,7 +253,11 @@ static dt_status make_embed(const dt_gpt_config *c, dt_params *p, dt_layer **out
     E->vocab = c->vocab;
     E->context = c->context;
     E->dim = c->dim;
-    dt_status s = dt__params_use(p, "transformer.wte.weight", 2, (int64_t[]){c->vocab, c->dim}, &E->wte);
+    E->tp = c->tp;
+    int t = c->tp ? dt_comm_size(c->tp) : 1;
+    E->vl = c->vocab / t;
+    E->v0 = E->vl * (c->tp ? dt_comm_rank(c->tp) : 0);
+    dt_status s = use_wte(c, p, &E->wte);
     if (s == DT_OK)
         s = dt_params_add(p, "transformer.wpe.weight", 2, (int64_t[]){c->context, c->dim}, &E->wpe);
     if (s == DT_OK)
@@ -263,7 +313,8 @@ static dt_status make_block(const dt_gpt_config *c, int i, dt_params *p, dt_laye
         s = dt_layernorm_create(p, n, c->dim, 1e-5f, &a[0]);
     snprintf(n, sizeof n, "%s.attn", b);
     if (s == DT_OK)
-        s = dt_attention_create(p, n, c->dim, c->heads, &a[1]);
+        s = c->tp ? dt_attention_parallel_create(p, n, c->dim, c->heads, c->tp, &a[1])
+                  : dt_attention_create(p, n, c->dim, c->heads, &a[1]);
     snprintf(n, sizeof n, "%s.attn_dropout", b);
     if (s == DT_OK)
         s = dt_dropout_create(n, c->dropout, &a[2]);
@@ -272,13 +323,15 @@ static dt_status make_block(const dt_gpt_config *c, int i, dt_params *p, dt_laye
         s = dt_layernorm_create(p, n, c->dim, 1e-5f, &m[0]);
     snprintf(n, sizeof n, "%s.mlp.c_fc", b);
     if (s == DT_OK)
-        s = dt_linear_create(p, n, c->dim, 4 * c->dim, true, &m[1]);
+        s = c->tp ? dt_linear_parallel_create(p, n, c->dim, 4 * c->dim, true, DT_TP_COLUMN, c->tp, &m[1])
+                  : dt_linear_create(p, n, c->dim, 4 * c->dim, true, &m[1]);
     snprintf(n, sizeof n, "%s.mlp.gelu", b);
     if (s == DT_OK)
         s = dt_gelu_create(n, &m[2]);
     snprintf(n, sizeof n, "%s.mlp.c_proj", b);
     if (s == DT_OK)
-        s = dt_linear_create(p, n, 4 * c->dim, c->dim, true, &m[3]);
+        s = c->tp ? dt_linear_parallel_create(p, n, 4 * c->dim, c->dim, true, DT_TP_ROW, c->tp, &m[3])
+                  : dt_linear_create(p, n, 4 * c->dim, c->dim, true, &m[3]);
     snprintf(n, sizeof n, "%s.mlp_dropout", b);
     if (s == DT_OK)
         s = dt_dropout_create(n, c->dropout, &m[4]);
@@ -299,9 +352,10 @@ static dt_status make_head(const dt_gpt_config *c, dt_params *p, dt_layer **out)
     head *H = dt__layer_new(sizeof *H, &head_ops, "lm_head");
     if (!H)
         return DT_ERR_NOMEM;
-    H->vocab = c->vocab;
+    H->vocab = c->vocab / (c->tp ? dt_comm_size(c->tp) : 1);
     H->dim = c->dim;
-    dt_status s = dt__params_use(p, "transformer.wte.weight", 2, (int64_t[]){c->vocab, c->dim}, &H->wte);
+    H->tp = c->tp;
+    dt_status s = use_wte(c, p, &H->wte);
     if (s == DT_OK)
         s = dt_layernorm_create(p, "transformer.ln_f", c->dim, 1e-5f, &H->ln_f);
     if (s != DT_OK) {
@@ -333,8 +387,16 @@ dt_status dt_gpt_describe(const dt_gpt_config *c, dt_model_desc **out)
                         "heads), dropout %g",
                         (long long)c->vocab, (long long)c->context, (long long)c->layers, (long long)c->heads,
                         (long long)c->dim, c->dropout);
+    int t = c->tp ? dt_comm_size(c->tp) : 1;
+    if (c->vocab % t || c->heads % t)
+        return dt__fail(DT_ERR_INVALID,
+                        "gpt: tensor parallel over %d ranks needs vocab and heads divisible by %d (vocab %lld, heads "
+                        "%lld)",
+                        t, t, (long long)c->vocab, (long long)c->heads);
     dt_model_desc *d = NULL;
     DT_CHECK(dt__desc_new(c, sizeof *c, &d));
+    if (c->tp)
+        dt__desc_set_output_split(d, c->vocab, c->vocab / t * dt_comm_rank(c->tp), c->tp);
     /* Cost hints per sample (one sequence of `context` tokens).  Activation
      * floats are what forward allocates in the arena and keeps for backward. */
     double T = (double)c->context, D = (double)c->dim, V = (double)c->vocab, H = (double)c->heads;

@@ -25,12 +25,20 @@ typedef struct {
     int first, last;
 } shared_decl;
 
+/* The last block's output split by class over a tensor-parallel group
+ * (vocab classes in all, this rank's from start); tp NULL: not split. */
+typedef struct {
+    int64_t vocab, start;
+    struct dt_comm *tp;
+} output_split;
+
 struct dt_model_desc {
     void *config;
     block_desc *blocks;
     int n, cap;
     shared_decl *shared;
     int nshared;
+    output_split split;
 };
 
 struct dt_model {
@@ -43,6 +51,7 @@ struct dt_model {
     int nshared;
     dt_block_hook hook;
     void *hook_user;
+    output_split split; /* when this model holds the last block */
 };
 
 /* ---- descriptions ---- */
@@ -171,6 +180,8 @@ static dt_status instantiate(const dt_model_desc *d, int lo, int hi, bool extern
     if (s == DT_OK) {
         m->lo = lo;
         m->hi = hi;
+        if (hi == d->n)
+            m->split = d->split;
         s = dt_params_create(&m->params);
     }
     if (s == DT_OK)
@@ -298,4 +309,19 @@ void dt_model_destroy(dt_model *m)
     free(m->num_params);
     free(m->shared);
     free(m);
+}
+
+void dt__desc_set_output_split(dt_model_desc *d, int64_t vocab, int64_t start, struct dt_comm *tp)
+{
+    d->split = (output_split){vocab, start, tp};
+}
+
+dt_status dt_model_loss(dt_model *m, const dt_tensor *out, const int32_t *targets, float *loss, dt_tensor *dout)
+{
+    if (!m || !out || !targets || !loss)
+        return dt__fail(DT_ERR_INVALID, "model_loss: %s is NULL",
+                        !m ? "the model" : !out ? "the output" : !targets ? "targets" : "loss");
+    if (m->split.tp)
+        return dt_softmax_cross_entropy_parallel(out, targets, m->split.vocab, m->split.start, m->split.tp, loss, dout);
+    return dt_softmax_cross_entropy(out, targets, loss, dout);
 }

@@ -34,7 +34,7 @@ static dt_status micro_step(dt_strategy *s, int64_t step, int micro, const dt_mi
     dt_tensor g = out;
     if (!(g.data = dt_arena_alloc(s->arena, dt_tensor_numel(&out))))
         return dt__fail(DT_ERR_NOMEM, "out of memory for the output gradient");
-    DT_CHECK(dt_softmax_cross_entropy(&out, mb->targets, loss, &g));
+    DT_CHECK(dt_model_loss(s->model, &out, mb->targets, loss, &g));
     if (s->ops->before_backward)
         s->ops->before_backward(s, micro, s->cfg.micro_batches);
     return dt_model_backward(s->model, &ctx, &g);

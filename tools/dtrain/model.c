@@ -10,7 +10,7 @@ dt_status dtrain_build_model(const dtrain_config *c, dt_model **m)
 {
     dt_status s;
     if (strcmp(c->model, "gpt") == 0)
-        s = dt_gpt_create(&(dt_gpt_config){c->vocab, c->context, c->layers, c->heads, c->dim, (float)c->dropout}, m);
+        s = dt_gpt_create(&(dt_gpt_config){.vocab = c->vocab, .context = c->context, .layers = c->layers, .heads = c->heads, .dim = c->dim, .dropout = (float)c->dropout}, m);
     else if (strcmp(c->model, "cnn") == 0)
         s = dt_cnn_create(28, c->conv1_channels, c->conv2_channels, 10, m);
     else
