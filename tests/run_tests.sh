@@ -113,6 +113,7 @@ run "collectives/tiny-segments" 200 env DT_SHM_COLL=off DT_RING_SEGMENT=1024 DT_
 run "collectives/concurrent-communicators" 300 tests/cases/comm_concurrency.sh
 run "parallel/mesh" 200 tests/cases/mesh.sh
 run "parallel/tensor-parallel-linear" 200 tests/cases/tp_linear.sh
+run "parallel/dtrain-tensor-parallel" 300 tests/cases/dtrain_tp.sh
 
 # ---- launcher ----
 run dtrun/prefix-and-success 30 tests/cases/dtrun_prefix.sh

@@ -93,6 +93,11 @@ typedef struct {
     float grad_clip;   /* global-norm clipping; 0 = off */
     uint64_t seed;     /* dropout keys */
     dt_ddp_config ddp; /* data parallel: buckets and wire format */
+    /* The tensor-parallel group of the model's shards (a GPT with tp set;
+     * NULL: none): the gradient norm adds every shard once over it
+     * (dt_clip_grad_norm_tp).  Data parallelism then runs over the
+     * communicator passed to the strategy, the mesh's dp group. */
+    dt_comm *tp;
 } dt_strategy_config;
 /* One micro-batch: the model's input and one target per output row. */
 typedef struct {
@@ -130,6 +135,12 @@ void dt_strategy_destroy(dt_strategy *s);
  * grad as torch's clip_grad_norm_ when the norm exceeds max_norm (> 0);
  * *norm (optional) gets the norm before clipping.  Collective over group. */
 dt_status dt_clip_grad_norm_group(float *grad, int64_t n, float max_norm, dt_comm *group, float *norm);
+/* The same over a registry of tensor-parallel shards and replicas
+ * (dt_param_info: parts > 1 for a shard): the global norm counts each
+ * shard's elements once over `tp` and each replicated tensor once (the
+ * replicas hold the same gradient); clips every gradient by it when above
+ * max_norm (> 0).  Collective over tp (NULL: this rank alone). */
+dt_status dt_clip_grad_norm_tp(dt_params *p, float max_norm, dt_comm *tp, float *norm);
 /* Sum the gradients of m's shared (tied) parameters over `stages`, the
  * communicator of the pipeline stages that hold a copy (GPT's wte: the first
  * and the last stage), so that every copy takes the same update.  Collective

@@ -22,6 +22,33 @@ dt_status dt_clip_grad_norm_group(float *grad, int64_t n, float max_norm, dt_com
     return DT_OK;
 }
 
+dt_status dt_clip_grad_norm_tp(dt_params *p, float max_norm, dt_comm *tp, float *norm)
+{
+    if (!p)
+        return dt__fail(DT_ERR_INVALID, "clip_grad_norm_tp: the registry is NULL");
+    int t = tp ? dt_comm_size(tp) : 1;
+    double shards = 0, replicas = 0;
+    for (int i = 0; i < dt_params_count(p); i++) {
+        const dt_param_info *in = dt_params_info(p, i);
+        double sq = dt_vec_sumsq(dt_param_grad(p, i), in->numel);
+        if (in->parts > 1)
+            shards += sq;
+        else
+            replicas += sq;
+    }
+    /* Every rank adds its replicas' share, so the sum counts them once. */
+    double sumsq = shards + replicas / t;
+    if (tp && t > 1)
+        DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, tp));
+    float total = (float)sqrt(sumsq);
+    if (norm)
+        *norm = total;
+    if (max_norm > 0 && total > max_norm)
+        for (int i = 0; i < dt_params_count(p); i++)
+            dt_vec_scale(dt_param_grad(p, i), max_norm / (total + 1e-6f), dt_params_info(p, i)->numel);
+    return DT_OK;
+}
+
 dt_status dt_model_reduce_shared(dt_model *m, dt_comm *stages)
 {
     if (!m || !stages)

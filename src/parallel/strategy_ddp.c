@@ -14,7 +14,13 @@ static void ddp_before_backward(dt_strategy *s, int micro, int count)
 
 static dt_status ddp_update(dt_strategy *s, float lr, float max_norm, float *norm)
 {
-    return dt_ddp_step(s->impl, s->opt, lr, max_norm, norm);
+    if (!s->cfg.tp || dt_comm_size(s->cfg.tp) == 1)
+        return dt_ddp_step(s->impl, s->opt, lr, max_norm, norm);
+    /* Tensor-parallel shards: the norm needs every bucket and the group. */
+    DT_CHECK(dt_ddp_finish(s->impl));
+    dt_params *p = dt_model_params(s->model);
+    DT_CHECK(dt_clip_grad_norm_tp(p, max_norm, s->cfg.tp, norm));
+    return dt_optimizer_step(s->opt, dt_params_values(p), dt_params_grads(p), dt_params_numel(p), lr);
 }
 
 static void ddp_timing(const dt_strategy *s, double *comm, double *exposed) { dt_ddp_last_timing(s->impl, comm, exposed); }

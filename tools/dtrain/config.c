@@ -38,6 +38,7 @@ static const spec specs[] = {
     {"steps", K_INT, F(steps), 1, 1LL << 40, NULL, "1000", "optimizer steps to train"},
     {"seed", K_INT, F(seed), 0, 1LL << 62, NULL, "1", "seed of weights, shuffling and dropout"},
     {"threads", K_INT, F(threads), 0, 256, NULL, "0", "compute threads (0: the cores available)"},
+    {"tp", K_INT, F(tp), 1, 4096, NULL, "1", "tensor-parallel ranks per group (gpt): the world is dp x tp with tp innermost, dp = world / tp"},
     {"grad_accumulation", K_INT, F(grad_accumulation), 1, 1 << 16, NULL, "1", "micro-batches per optimizer step"},
     {"grad_compression", K_STR, F(grad_compression), 0, 0, "none,f16,bf16", "\"none\"", "gradient format on the wire (data parallel)"},
     {"bucket_mb", K_NUM, F(bucket_mb), 0, 65536, NULL, "0", "MiB per gradient allreduce bucket (0: DT_BUCKET_MB, else min(25, gradients/8), at least 1)"},
@@ -326,6 +327,20 @@ dt_status dtrain_config_validate(const dtrain_config *c)
         return bad("configuration", "mlp_sizes", "must start with 784 and end with 10 for Fashion-MNIST");
     if (c->checkpoint_initial && !c->checkpoint_dir[0])
         return bad("configuration", "checkpoint_initial", "needs checkpoint_dir");
+    if (c->tp > 1) {
+        char why[160];
+        if (strcmp(c->model, "gpt"))
+            return bad("configuration", "tp", "> 1 is tensor parallelism, built for the gpt model only");
+        if (c->heads % c->tp || c->vocab % c->tp) {
+            snprintf(why, sizeof why, "= %lld must divide heads (%lld) and vocab (%lld)", (long long)c->tp,
+                     (long long)c->heads, (long long)c->vocab);
+            return bad("configuration", "tp", why);
+        }
+        if (c->checkpoint_dir[0])
+            return bad("configuration", "tp",
+                       "> 1 cannot be checkpointed yet (the unsplit layout is still to come); leave checkpoint_dir "
+                       "empty");
+    }
     return DT_OK;
 }
 

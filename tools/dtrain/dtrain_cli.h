@@ -17,7 +17,7 @@ typedef struct {
     double dropout;
     char data[16]; /* fashion-mnist | text */
     char data_path[1024];
-    int64_t batch_size, steps, seed, threads, grad_accumulation;
+    int64_t batch_size, steps, seed, threads, grad_accumulation, tp;
     char grad_compression[8]; /* none | f16 | bf16 */
     double bucket_mb, stop_at_accuracy;
     char optimizer[8]; /* sgd | adamw */
@@ -78,5 +78,7 @@ int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, 
 /* Shared by the commands and checkpoints: the model a configuration
  * describes (the failure printed). */
 dt_status dtrain_build_model(const dtrain_config *c, dt_model **m);
+/* The same split over the tensor-parallel group tp (NULL: whole). */
+dt_status dtrain_build_model_tp(const dtrain_config *c, dt_comm *tp, dt_model **m);
 
 #endif

@@ -6,11 +6,15 @@
 
 #include "dtrain_cli.h"
 
-dt_status dtrain_build_model(const dtrain_config *c, dt_model **m)
+dt_status dtrain_build_model(const dtrain_config *c, dt_model **m) { return dtrain_build_model_tp(c, NULL, m); }
+
+dt_status dtrain_build_model_tp(const dtrain_config *c, dt_comm *tp, dt_model **m)
 {
     dt_status s;
     if (strcmp(c->model, "gpt") == 0)
-        s = dt_gpt_create(&(dt_gpt_config){.vocab = c->vocab, .context = c->context, .layers = c->layers, .heads = c->heads, .dim = c->dim, .dropout = (float)c->dropout}, m);
+        s = dt_gpt_create(&(dt_gpt_config){.vocab = c->vocab, .context = c->context, .layers = c->layers,
+                                           .heads = c->heads, .dim = c->dim, .dropout = (float)c->dropout, .tp = tp},
+                          m);
     else if (strcmp(c->model, "cnn") == 0)
         s = dt_cnn_create(28, c->conv1_channels, c->conv2_channels, 10, m);
     else

@@ -51,8 +51,11 @@ static dt_status set_recompute(const dtrain_config *c, dt_model *m)
     return DT_OK;
 }
 
-void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, dt_arena *arena, eval_result *r)
+void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, dt_arena *arena, dt_comm *tp,
+                     eval_result *r)
 {
+    int t = tp ? dt_comm_size(tp) : 1;
+    float *all = NULL; /* tensor parallel: every rank's slice of the logits, for the argmax */
     int64_t B = c->batch_size, F = d->features, per = d->gpt ? c->context : 1;
     float *x = malloc((size_t)(B * F) * sizeof *x);
     int32_t *y = malloc((size_t)(B * per) * sizeof *y);
@@ -68,21 +71,38 @@ void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, 
         dt_ctx ctx = {.arena = arena};
         dt_tensor in = dt_tensor_view(x, 2, (int64_t[]){n, d->gpt ? c->context : F}), out;
         float l = 0;
-        if (dt_model_forward(m, &ctx, &in, &out) != DT_OK || dt_softmax_cross_entropy(&out, y, &l, NULL) != DT_OK)
+        if (dt_model_forward(m, &ctx, &in, &out) != DT_OK || dt_model_loss(m, &out, y, &l, NULL) != DT_OK)
             break;
         total += (double)l * (double)(n * per);
         rows += n * per;
         samples += n;
         batches++;
-        int64_t C = out.shape[out.ndim - 1];
-        for (int64_t r = 0; r < n * per; r++) {
+        int64_t C = out.shape[out.ndim - 1], R = n * per; /* C: this rank's classes */
+        const float *z = out.data;
+        if (t > 1) { /* gather the slices: [t][R][C], class k of row r at [k / C][r][k % C] */
+            float *grown = realloc(all, (size_t)(t * R * C) * sizeof *all);
+            if (!grown || dt_allgather(out.data, grown, (size_t)(R * C), DT_F32, tp) != DT_OK) {
+                all = grown ? grown : all;
+                break;
+            }
+            all = grown;
+            z = all;
+        }
+        for (int64_t r = 0; r < R; r++) {
             int64_t best = 0;
-            for (int64_t k = 1; k < C; k++)
-                best = out.data[r * C + k] > out.data[r * C + best] ? k : best;
+            float bv = z[r * C];
+            for (int64_t k = 1; k < C * t; k++) {
+                float v = z[((k / C) * R + r) * C + k % C];
+                if (v > bv) {
+                    bv = v;
+                    best = k;
+                }
+            }
             correct += best == y[r];
         }
     }
     *r = (eval_result){rows ? total / (double)rows : NAN, rows ? correct / (double)rows : NAN, batches, samples, rows};
+    free(all);
     free(x);
     free(y);
     free(idx);
@@ -111,11 +131,12 @@ static void format_eta(double seconds, char *buf, size_t len)
  * one rank, where it only averages micro-batches), dropout keyed by (seed,
  * step, micro-batch, rank) so that a resumed run, on any number of ranks,
  * draws the masks of the uninterrupted one. */
-static dt_status make_strategy(const dtrain_config *c, dt_comm *world, dt_model *m, dt_optimizer *o,
+static dt_status make_strategy(const dtrain_config *c, dt_comm *world, dt_model *m, dt_optimizer *o, dt_comm *tp,
                                dt_strategy **out)
 {
-    dt_strategy_config sc = {(int)c->grad_accumulation, (float)c->grad_clip, (uint64_t)c->seed,
-                             {(size_t)(c->bucket_mb * 1048576.0), DT_F32}};
+    dt_strategy_config sc = {.micro_batches = (int)c->grad_accumulation, .grad_clip = (float)c->grad_clip,
+                             .seed = (uint64_t)c->seed,
+                             .ddp = {(size_t)(c->bucket_mb * 1048576.0), DT_F32}, .tp = tp};
     if (!strcmp(c->grad_compression, "f16"))
         sc.ddp.wire = DT_F16;
     else if (!strcmp(c->grad_compression, "bf16"))
@@ -238,7 +259,9 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     }
     /* Set-up; a failure jumps to `out`, which frees what exists (all NULL or zeroed first). */
     int code = 0, rank = 0, nranks = 1, lead = 1;
-    dt_comm *world = NULL;
+    dt_comm *world = NULL, *dp = NULL, *tpc = NULL; /* dp: the data-parallel group (the world without tp) */
+    dt_mesh *mesh = NULL;
+    int dpn = 1, dpr = 0;
     data_source d;
     memset(&d, 0, sizeof d);
     dt_model *m = NULL;
@@ -265,14 +288,33 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     rank = dt_comm_rank(world);
     nranks = dt_comm_size(world);
     lead = rank == 0;
+    dp = world;
+    if (c->tp > 1) { /* dp x tp, tp innermost: a tensor-parallel group on one host */
+        if (resume) {
+            fprintf(stderr, "dtrain: --resume with tp = %lld: tensor-parallel runs are not checkpointed yet\n",
+                    (long long)c->tp);
+            code = 2;
+            goto out;
+        }
+        dt_mesh_dim dims[] = {{"dp", 0}, {"tp", (int)c->tp}};
+        if (dt_mesh_create(world, dims, 2, &mesh) != DT_OK) {
+            fprintf(stderr, "dtrain: tp = %lld: %s\n", (long long)c->tp, dt_last_error());
+            code = 2;
+            goto out;
+        }
+        dp = dt_mesh_comm(mesh, "dp");
+        tpc = dt_mesh_comm(mesh, "tp");
+    }
+    dpn = dt_comm_size(dp);
+    dpr = dt_comm_rank(dp);
     code = 1; /* for the failures below */
-    if (dtrain_build_model(c, &m) != DT_OK)
+    if (dtrain_build_model_tp(c, tpc, &m) != DT_OK)
         goto out;
     dt_params *p = dt_model_params(m);
     dt_model_init(m, (uint64_t)c->seed);
     if (set_recompute(c, m) != DT_OK || make_optimizer(c, p, &o) != DT_OK)
         goto out;
-    if (dt_dist_sampler_init(&sampler, d.train_samples, (uint64_t)c->seed, world) != DT_OK) {
+    if (dt_dist_sampler_init(&sampler, d.train_samples, (uint64_t)c->seed, dp) != DT_OK) {
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
         goto out;
     }
@@ -292,22 +334,22 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
             goto out;
         }
         dt_optimizer_set_steps(o, pr.optimizer_steps);
-        if (dt_sampler_seek(&sampler, pr.epoch, pr.position, rank, nranks) != DT_OK) {
+        if (dt_sampler_seek(&sampler, pr.epoch, pr.position, dpr, dpn) != DT_OK) {
             fprintf(stderr, "dtrain: %s: %s\n", step_dir, dt_last_error());
             goto out;
         }
         snprintf(resumed_dir, sizeof resumed_dir, "%s", step_dir);
         if (lead)
             dtrain_progress_line("resumed from %s at step %lld\n", step_dir, (long long)pr.step);
-        keep_global_batch(c, &pr, nranks, lead);
+        keep_global_batch(c, &pr, dpn, lead);
     }
-    pr.world_size = nranks;
+    pr.world_size = dpn; /* the data-parallel width: what the global batch is made of */
     dt_rng_seed(&pr.rng, dt_rng_key_stream(&(dt_rng_key){(uint64_t)c->seed, (uint64_t)pr.step, 0, 0}, 0));
-    pr.global_batch = c->batch_size * nranks * c->grad_accumulation;
+    pr.global_batch = c->batch_size * dpn * c->grad_accumulation;
     if (lead && c->checkpoint_dir[0] &&
         dtrain_checkpoint_writer_start(c, p, o, resume ? pr.step : -1, resumed_dir, &writer) != DT_OK)
         goto out;
-    if (make_strategy(c, world, m, o, &strategy) != DT_OK)
+    if (make_strategy(c, dp, m, o, tpc, &strategy) != DT_OK)
         goto out;
     if (lead && c->metrics_file[0] && !(metrics = fopen(c->metrics_file, resume ? "a" : "w"))) {
         fprintf(stderr, "dtrain: cannot write metrics file %s\n", c->metrics_file);
@@ -334,19 +376,28 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     int64_t k = c->grad_accumulation, per_item = d.gpt ? c->context : 1;
     if (lead) {
         int nt = dt_get_threads();
+        char shape[160] = "";
+        if (mesh) {
+            char m_desc[96];
+            snprintf(shape, sizeof shape, ", mesh %s (%lld parameters on each rank)",
+                     dt_mesh_describe(mesh, 0, m_desc, sizeof m_desc), (long long)dt_params_numel(p));
+        }
+        int64_t whole = dt_params_numel(p);
+        for (int i = 0; mesh && i < dt_params_count(p); i++) /* a shard counts for its whole tensor */
+            whole += dt_params_info(p, i)->numel * (dt_params_info(p, i)->parts - 1);
         dtrain_progress_line("training %s (%lld parameters) on %s: %lld steps, batch %lld x %d rank%s x %lld "
-                             "micro-batch%s = %lld, %d thread%s per rank (from %s)%s%s\n",
-                             c->model, (long long)dt_params_numel(p), d.gpt ? "text" : "fashion-mnist",
-                             (long long)c->steps, (long long)c->batch_size, nranks, nranks > 1 ? "s" : "",
-                             (long long)k, k > 1 ? "es" : "", (long long)(c->batch_size * nranks * k), nt,
-                             nt == 1 ? "" : "s", thread_source,
+                             "micro-batch%s = %lld, %d thread%s per rank (from %s)%s%s%s\n",
+                             c->model, (long long)whole, d.gpt ? "text" : "fashion-mnist",
+                             (long long)c->steps, (long long)c->batch_size, dpn, dpn > 1 ? "s" : "",
+                             (long long)k, k > 1 ? "es" : "", (long long)(c->batch_size * dpn * k), nt,
+                             nt == 1 ? "" : "s", thread_source, shape,
                              strcmp(c->grad_compression, "none") ? ", gradients as " : "",
                              strcmp(c->grad_compression, "none") ? c->grad_compression : "");
     }
     double window_start = now_s(), run_start = window_start, eval_s = 0, last_ckpt = window_start;
     window_totals win = {0};
     int64_t first_step = pr.step;
-    feed fd = {pf, d.features, per_item * nranks, 0, NULL};
+    feed fd = {pf, d.features, per_item * dpn, 0, NULL};
     size_t act_peak = 0;
     for (int64_t step = pr.step; step < c->steps; step++) {
         double t0 = now_s();
@@ -399,11 +450,15 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         }
         int last = pr.step == c->steps;
         int eval_now = (c->eval_interval && pr.step % c->eval_interval == 0) || last, reached = 0;
+        if (dpr == 0 && eval_now && !lead && tpc) { /* the lead's tensor-parallel group evaluates with it */
+            eval_result er;
+            dtrain_evaluate(c, m, &d, arena, tpc, &er);
+        }
         if (lead && eval_now) {
             double e0 = now_s();
             eval_result er;
             char what[256];
-            dtrain_evaluate(c, m, &d, arena, &er);
+            dtrain_evaluate(c, m, &d, arena, tpc, &er);
             double el = er.loss, acc = er.accuracy;
             eval_s += now_s() - e0;
             dtrain_eval_describe(c, &d, &er, what, sizeof what);
@@ -462,6 +517,7 @@ out:
     if (world && code != 0 && code != 3) /* the other ranks stop at once, not at their timeout */
         dt_comm_abort(world, "dtrain: training failed on a rank");
     dt_strategy_destroy(strategy);
+    dt_mesh_destroy(mesh);
     dt_status ds = dt_comm_destroy(world);
     if ((code == 0 || code == 3) && ds != DT_OK) {
         fprintf(stderr, "dtrain: rank %d: leaving the job: %s\n", rank, dt_last_error());
