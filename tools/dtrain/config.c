@@ -336,10 +336,6 @@ dt_status dtrain_config_validate(const dtrain_config *c)
                      (long long)c->heads, (long long)c->vocab);
             return bad("configuration", "tp", why);
         }
-        if (c->checkpoint_dir[0])
-            return bad("configuration", "tp",
-                       "> 1 cannot be checkpointed yet (the unsplit layout is still to come); leave checkpoint_dir "
-                       "empty");
     }
     return DT_OK;
 }

@@ -65,6 +65,14 @@ dt_status dtrain_checkpoint_open(const char *path, int64_t train_samples, char *
 dt_status dtrain_checkpoint_writer_start(const dtrain_config *c, dt_params *p, dt_optimizer *o, int64_t kept_step,
                                          const char *kept_dir, dt_ckpt_writer **out);
 
+/* Tensor-parallel checkpoints in the unsplit layout (tp_ckpt.c).  Gather:
+ * collective over tp; every shard (values and the optimizer's state) lands
+ * in `whole` / `wo` on tp rank 0 (the others pass NULL), replicated tensors
+ * from rank 0's copy.  Slice: this rank's shards (and state) out of a whole
+ * model loaded from a checkpoint. */
+dt_status dtrain_tp_gather(dt_params *p, dt_optimizer *o, dt_comm *tp, dt_params *whole, dt_optimizer *wo);
+dt_status dtrain_tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_optimizer *o);
+
 /* A progress line on stdout, prefixed with a UTC timestamp (milliseconds). */
 void dtrain_progress_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -35,6 +35,24 @@ static dt_status make_optimizer(const dtrain_config *c, dt_params *p, dt_optimiz
     return s;
 }
 
+/* A tensor-parallel resume: the checkpoint (always unsplit) into a whole
+ * model, then this rank's slices of it. */
+static dt_status load_sliced(const dtrain_config *c, const char *step_dir, dt_params *p, dt_optimizer *o)
+{
+    dt_model *wm = NULL;
+    dt_optimizer *wo = NULL;
+    dt_status s = dtrain_build_model_tp(c, NULL, &wm);
+    if (s == DT_OK)
+        s = make_optimizer(c, dt_model_params(wm), &wo);
+    if (s == DT_OK && (s = dt_ckpt_load(step_dir, dt_model_params(wm), wo)) != DT_OK)
+        fprintf(stderr, "dtrain: %s\n", dt_last_error());
+    if (s == DT_OK)
+        s = dtrain_tp_slice(dt_model_params(wm), wo, p, o);
+    dt_optimizer_destroy(wo);
+    dt_model_destroy(wm);
+    return s;
+}
+
 /* recompute = blocks: every transformer block (every block of mlp and cnn,
  * which have no others); all: every block, embedding and head included. */
 static dt_status set_recompute(const dtrain_config *c, dt_model *m)
@@ -262,6 +280,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     dt_comm *world = NULL, *dp = NULL, *tpc = NULL; /* dp: the data-parallel group (the world without tp) */
     dt_mesh *mesh = NULL;
     int dpn = 1, dpr = 0;
+    dt_model *whole = NULL; /* tensor parallel: the unsplit model the writer saves */
+    dt_optimizer *whole_o = NULL;
     data_source d;
     memset(&d, 0, sizeof d);
     dt_model *m = NULL;
@@ -290,12 +310,6 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     lead = rank == 0;
     dp = world;
     if (c->tp > 1) { /* dp x tp, tp innermost: a tensor-parallel group on one host */
-        if (resume) {
-            fprintf(stderr, "dtrain: --resume with tp = %lld: tensor-parallel runs are not checkpointed yet\n",
-                    (long long)c->tp);
-            code = 2;
-            goto out;
-        }
         dt_mesh_dim dims[] = {{"dp", 0}, {"tp", (int)c->tp}};
         if (dt_mesh_create(world, dims, 2, &mesh) != DT_OK) {
             fprintf(stderr, "dtrain: tp = %lld: %s\n", (long long)c->tp, dt_last_error());
@@ -323,7 +337,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         dtrain_config saved;
         if (dtrain_checkpoint_open(resume, d.train_samples, step_dir, sizeof step_dir, &saved, &pr) != DT_OK)
             goto out;
-        if (dt_ckpt_load(step_dir, p, o) != DT_OK) {
+        if (tpc ? load_sliced(c, step_dir, p, o) != DT_OK : dt_ckpt_load(step_dir, p, o) != DT_OK) {
             fprintf(stderr, "dtrain: %s\n", dt_last_error());
             goto out;
         }
@@ -347,7 +361,10 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     dt_rng_seed(&pr.rng, dt_rng_key_stream(&(dt_rng_key){(uint64_t)c->seed, (uint64_t)pr.step, 0, 0}, 0));
     pr.global_batch = c->batch_size * dpn * c->grad_accumulation;
     if (lead && c->checkpoint_dir[0] &&
-        dtrain_checkpoint_writer_start(c, p, o, resume ? pr.step : -1, resumed_dir, &writer) != DT_OK)
+        ((tpc && (dtrain_build_model_tp(c, NULL, &whole) != DT_OK ||
+                  make_optimizer(c, dt_model_params(whole), &whole_o) != DT_OK)) ||
+         dtrain_checkpoint_writer_start(c, tpc ? dt_model_params(whole) : p, tpc ? whole_o : o,
+                                        resume ? pr.step : -1, resumed_dir, &writer) != DT_OK))
         goto out;
     if (make_strategy(c, dp, m, o, tpc, &strategy) != DT_OK)
         goto out;
@@ -362,11 +379,16 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
      * restart before the first periodic one then still knows the job's global
      * batch (and world size) and keeps it. */
     const char *restartable = getenv("DT_RESTARTABLE");
-    if (writer && !resume && (c->checkpoint_initial || (restartable && !strcmp(restartable, "1")))) {
-        dt_ckpt_writer_submit(writer, &pr, " (initial weights)", NULL);
-        if (dt_ckpt_writer_flush(writer) != DT_OK) /* the writer printed why */
+    if (c->checkpoint_dir[0] && !resume && (c->checkpoint_initial || (restartable && !strcmp(restartable, "1")))) {
+        if (tpc && dpr == 0 && dtrain_tp_gather(p, o, tpc, whole ? dt_model_params(whole) : NULL, whole_o) != DT_OK)
             goto out;
+        if (writer) {
+            dt_ckpt_writer_submit(writer, &pr, " (initial weights)", NULL);
+            if (dt_ckpt_writer_flush(writer) != DT_OK) /* the writer printed why */
+                goto out;
+        }
     }
+
     if (dt_prefetch_start(&sampler, c->batch_size, d.features, d.gpt ? d.features : 1, data_fill, &d, &pf) != DT_OK) {
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
         goto out;
@@ -482,8 +504,21 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
                                      (long long)pr.step);
             last = reached;
         }
-        bool by_time = c->checkpoint_seconds > 0 && now_s() - last_ckpt >= c->checkpoint_seconds;
-        if (writer && ((c->checkpoint_interval && pr.step % c->checkpoint_interval == 0) || by_time || last)) {
+        int by_time = c->checkpoint_seconds > 0 && now_s() - last_ckpt >= c->checkpoint_seconds;
+        if (tpc && dpr == 0 && c->checkpoint_seconds > 0 && /* the writer's clock decides for its group */
+            dt_broadcast(&by_time, 1, DT_I32, 0, tpc) != DT_OK) {
+            fprintf(stderr, "dtrain: rank %d: step %lld failed: %s\n", rank, (long long)pr.step, dt_last_error());
+            code = 1;
+            break;
+        }
+        bool ckpt_now = c->checkpoint_dir[0] &&
+                        ((c->checkpoint_interval && pr.step % c->checkpoint_interval == 0) || by_time || last);
+        if (ckpt_now && tpc && dpr == 0 &&
+            dtrain_tp_gather(p, o, tpc, whole ? dt_model_params(whole) : NULL, whole_o) != DT_OK) {
+            code = 1;
+            break;
+        }
+        if (writer && ckpt_now) {
             double stall = 0;
             dt_ckpt_writer_submit(writer, &pr, "", &stall);
             last_ckpt = now_s();
@@ -518,6 +553,8 @@ out:
         dt_comm_abort(world, "dtrain: training failed on a rank");
     dt_strategy_destroy(strategy);
     dt_mesh_destroy(mesh);
+    dt_optimizer_destroy(whole_o);
+    dt_model_destroy(whole);
     dt_status ds = dt_comm_destroy(world);
     if ((code == 0 || code == 3) && ds != DT_OK) {
         fprintf(stderr, "dtrain: rank %d: leaving the job: %s\n", rank, dt_last_error());
