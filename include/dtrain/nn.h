@@ -220,6 +220,10 @@ typedef struct {
  * outputs.  Blocks fc1, relu1, fc2, ...; parameters "fc1.weight", "fc1.bias"
  * (PyTorch's nn.Linear layout). */
 dt_status dt_mlp_describe(const int64_t *sizes, int nsizes, dt_model_desc **out);
+/* The same split over the tensor-parallel group tp: fc1 column-parallel,
+ * fc2 row-parallel, fc3 column, ... (Megatron's MLP), a last layer without a
+ * partner replicated; the split widths must divide by tp's size. */
+dt_status dt_mlp_describe_tp(const int64_t *sizes, int nsizes, struct dt_comm *tp, dt_model_desc **out);
 /* GPT (decoder-only, pre-LayerNorm, learned positions, GELU MLP 4x, output
  * tied to the token embedding).  Input: token ids [batch, time] as floats;
  * output: logits [batch, time, vocab].  Blocks: transformer.embed,

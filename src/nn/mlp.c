@@ -4,12 +4,17 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "dtrain/comm.h"
 #include "dtrain/nn.h"
 #include "nn/model_internal.h"
 
-/* ---- MLP: fc1, relu1, fc2, ..., fcN ---- */
+/* ---- MLP: fc1, relu1, fc2, ..., fcN ----
+ * Tensor parallel: fc1 column, fc2 row, fc3 column, fc4 row, ... (the ReLU
+ * between a pair works on the split features), and a last layer without a
+ * partner replicated on every rank. */
 typedef struct {
     int n;
+    dt_comm *tp;
     int64_t sizes[]; /* n entries */
 } mlp_config;
 
@@ -23,10 +28,19 @@ static dt_status make_mlp_block(const dt_model_desc *d, int index, dt_params *p,
         return dt_relu_create(name, out);
     }
     snprintf(name, sizeof name, "fc%d", layer + 1);
+    int linears = c->n - 1;
+    if (c->tp && (layer % 2 == 1 || layer + 1 < linears))
+        return dt_linear_parallel_create(p, name, c->sizes[layer], c->sizes[layer + 1], true,
+                                         layer % 2 ? DT_TP_ROW : DT_TP_COLUMN, c->tp, out);
     return dt_linear_create(p, name, c->sizes[layer], c->sizes[layer + 1], true, out);
 }
 
 dt_status dt_mlp_describe(const int64_t *sizes, int nsizes, dt_model_desc **out)
+{
+    return dt_mlp_describe_tp(sizes, nsizes, NULL, out);
+}
+
+dt_status dt_mlp_describe_tp(const int64_t *sizes, int nsizes, dt_comm *tp, dt_model_desc **out)
 {
     if (!sizes || !out)
         return dt__fail(DT_ERR_INVALID, "mlp: %s is NULL", sizes ? "out" : "sizes");
@@ -40,6 +54,7 @@ dt_status dt_mlp_describe(const int64_t *sizes, int nsizes, dt_model_desc **out)
     if (!c)
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     c->n = nsizes;
+    c->tp = tp;
     memcpy(c->sizes, sizes, (size_t)nsizes * sizeof *sizes);
     dt_model_desc *d = NULL;
     dt_status s = dt__desc_new(c, bytes, &d);

@@ -4,7 +4,7 @@
 # with dropout 0.1, clipping and AdamW: every logged loss (metrics file,
 # 9 digits) within 1e-4 relative, the eval loss too; the first progress
 # line names the mesh.  Refusals: heads or vocab not divisible by tp, a
-# world not divisible by tp, tp with the mlp.  Checkpoints of a tp=2 run
+# world not divisible by tp, tp with the cnn; the mlp with tp=2.  Checkpoints of a tp=2 run
 # are unsplit and resume with tp=1 and tp=4 on the same trajectory.
 . "$(dirname "$0")/lib.sh"
 common=(--config configs/gpt-mini.json --set layers=2 --set dim=128 --set context=64 --set batch_size=8
@@ -42,8 +42,15 @@ compare "$WORK/dp2.jsonl" "$WORK/dp2tp2.jsonl" "dp=2 x tp=2 against dp=2"
 expect_grep "$WORK/bad" "key 'tp' = 4 must divide heads \(2\) and vocab \(256\)"
 "$BIN/dtrun" -n 3 "$BIN/dtrain" train "${common[@]}" --set tp=2 >"$WORK/bad" 2>&1 && fail "3 ranks with tp=2 accepted"
 expect_grep "$WORK/bad" "world's 3 ranks are not divisible by 2"
-"$BIN/dtrun" -n 2 "$BIN/dtrain" train --config configs/mlp.json --set tp=2 >"$WORK/bad" 2>&1 && fail "tp with the mlp accepted"
-expect_grep "$WORK/bad" "built for the gpt model only"
+"$BIN/dtrun" -n 2 "$BIN/dtrain" train --config configs/cnn.json --set tp=2 >"$WORK/bad" 2>&1 && fail "tp with the cnn accepted"
+expect_grep "$WORK/bad" "built for the gpt and mlp models"
+
+# The mlp: fc1 column, fc2 row, fc3 replicated; tp=2 against one rank.
+mlp=(--config configs/mlp.json --set steps=30 --set log_interval=10 --set eval_interval=30 --set threads=1)
+"$BIN/dtrun" -n 1 "$BIN/dtrain" train "${mlp[@]}" --set metrics_file="$WORK/mlp1.jsonl" >"$WORK/mlp1" 2>&1 || { cat "$WORK/mlp1"; fail "mlp, one rank"; }
+"$BIN/dtrun" -n 2 "$BIN/dtrain" train "${mlp[@]}" --set tp=2 --set metrics_file="$WORK/mlp2.jsonl" >"$WORK/mlp2" 2>&1 || { cat "$WORK/mlp2"; fail "mlp, tp=2"; }
+expect_grep "$WORK/mlp2" "training mlp .*mesh dp=1 x tp=2"
+compare "$WORK/mlp1.jsonl" "$WORK/mlp2.jsonl" "mlp tp=2 against one rank"
 
 # Checkpoints in the unsplit layout: tp=2 writes steps 8 and 16 with
 # PyTorch's shapes; resumed from step 8 with tp=1 and with tp=4, the run

@@ -329,9 +329,9 @@ dt_status dtrain_config_validate(const dtrain_config *c)
         return bad("configuration", "checkpoint_initial", "needs checkpoint_dir");
     if (c->tp > 1) {
         char why[160];
-        if (strcmp(c->model, "gpt"))
-            return bad("configuration", "tp", "> 1 is tensor parallelism, built for the gpt model only");
-        if (c->heads % c->tp || c->vocab % c->tp) {
+        if (!strcmp(c->model, "cnn"))
+            return bad("configuration", "tp", "> 1 is tensor parallelism, built for the gpt and mlp models");
+        if (!strcmp(c->model, "gpt") && (c->heads % c->tp || c->vocab % c->tp)) {
             snprintf(why, sizeof why, "= %lld must divide heads (%lld) and vocab (%lld)", (long long)c->tp,
                      (long long)c->heads, (long long)c->vocab);
             return bad("configuration", "tp", why);

@@ -17,7 +17,13 @@ dt_status dtrain_build_model_tp(const dtrain_config *c, dt_comm *tp, dt_model **
                           m);
     else if (strcmp(c->model, "cnn") == 0)
         s = dt_cnn_create(28, c->conv1_channels, c->conv2_channels, 10, m);
-    else
+    else if (tp) {
+        dt_model_desc *d = NULL;
+        s = dt_mlp_describe_tp(c->mlp_sizes, c->mlp_nsizes, tp, &d);
+        if (s == DT_OK)
+            s = dt_model_instantiate(d, 0, dt_model_desc_blocks(d), m);
+        dt_model_desc_destroy(d);
+    } else
         s = dt_mlp_create(c->mlp_sizes, c->mlp_nsizes, m);
     if (s != DT_OK)
         fprintf(stderr, "dtrain: cannot build the model: %s\n", dt_last_error());
