@@ -17,6 +17,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <string.h>
 
 #include "transport/bufcache.h"
 #include "transport/channel.h"
@@ -124,6 +125,22 @@ dt_status dt__engine_accept_peers(dt__engine *e, const dt__engine_config *cfg, c
 
 /* True when p's channel is open (never for this rank). */
 static inline bool dt__peer_open(const peer *p) { return p->ch && p->ch->fd >= 0; }
+
+/* A request about to be posted: kind, peer, matching key, buffer; pending. */
+static inline void dt__req_init(dt__req *r, int kind, int peer, uint32_t comm_id, int32_t tag, uint64_t seq,
+                                uint64_t sig, void *buf, size_t len)
+{
+    memset(r, 0, sizeof *r);
+    r->kind = kind;
+    r->state = DT_REQ_PENDING;
+    r->peer = peer;
+    r->comm_id = comm_id;
+    r->tag = tag;
+    r->seq = seq;
+    r->sig = sig;
+    r->buf = buf;
+    r->len = len;
+}
 
 /* The release store pairs with dt__req_done's acquire load by the request's
  * owner, which may look without the lock. */

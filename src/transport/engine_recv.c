@@ -82,17 +82,8 @@ static dt_status irecv_locked(dt__engine *e, dt__req *r, int pi, uint32_t comm_i
     DT_CHECK(dt__engine_status(e));
     if (pi < 0 || pi >= e->size)
         return dt__fail(DT_ERR_INVALID, "receive from rank %d outside the world of %d", pi, e->size);
-    memset(r, 0, sizeof *r);
-    r->kind = DT_REQ_RECV;
-    r->state = DT_REQ_PENDING;
-    r->peer = pi;
-    r->comm_id = comm_id;
-    r->tag = tag;
-    r->seq = seq;
-    r->sig = sig;
+    dt__req_init(r, DT_REQ_RECV, pi, comm_id, tag, seq, sig, buf, cap); /* len: the capacity */
     r->any_seq = any_seq;
-    r->buf = buf;
-    r->len = cap;
     peer *p = &e->peers[pi];
     unexpected *u = take_unexpected(p, r);
     if (u && dt__sig_differs(sig, u->f.sig)) {

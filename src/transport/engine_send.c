@@ -75,16 +75,7 @@ static dt_status queue_frame(dt__engine *e, dt__req *r, int pi, uint8_t type, ui
                              int32_t tag, uint64_t seq, uint64_t sig, const void *buf, size_t len, bool by_ref_ok)
 {
     dt__frame f = {.type = type, .comm_id = comm_id, .tag = tag, .seq = seq, .len = len, .sig = sig};
-    memset(r, 0, sizeof *r);
-    r->kind = DT_REQ_SEND;
-    r->state = DT_REQ_PENDING;
-    r->peer = pi;
-    r->comm_id = comm_id;
-    r->tag = tag;
-    r->seq = seq;
-    r->sig = sig;
-    r->buf = (uint8_t *)buf;
-    r->len = len;
+    dt__req_init(r, DT_REQ_SEND, pi, comm_id, tag, seq, sig, (void *)buf, len);
     peer *p = &e->peers[pi];
     if (by_ref_ok && p->ch->send_refs && type == DT_FRAME_DATA && e->shm_copy_min && len >= e->shm_copy_min) {
         f.type = DT_FRAME_DATA_REF;
