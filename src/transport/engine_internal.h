@@ -114,6 +114,7 @@ dt_status dt__engine_accept_peers(dt__engine *e, const dt__engine_config *cfg, c
 /* True when p's channel is open (never for this rank). */
 static inline bool dt__peer_open(const peer *p) { return p->ch && p->ch->fd >= 0; }
 
+/* r is done, with status s (the caller has unlinked it from its queue). */
 static inline void dt__req_complete(dt__req *r, dt_status s)
 {
     r->state = DT_REQ_DONE;
@@ -121,6 +122,7 @@ static inline void dt__req_complete(dt__req *r, dt_status s)
     r->next = NULL;
 }
 
+/* Append r to a request queue. */
 static inline void dt__req_enqueue(dt__req **head, dt__req **tail, dt__req *r)
 {
     r->next = NULL;
