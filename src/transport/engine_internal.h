@@ -142,7 +142,8 @@ static inline void dt__req_init(dt__req *r, int kind, int peer, uint32_t comm_id
     r->len = len;
 }
 
-/* The release store pairs with dt__req_done's acquire load by the request's
+/* r is done, with status s (the caller has unlinked it from its queue).
+ * The release store pairs with dt__req_done's acquire load by the request's
  * owner, which may look without the lock. */
 static inline void dt__req_complete(dt__req *r, dt_status s)
 {
@@ -163,6 +164,7 @@ void dt__engine_wake_for(dt__engine *e, int pi);
 /* Wake the poller unconditionally (a failure: it must stop at once). */
 void dt__engine_wake(dt__engine *e);
 
+/* Append r to a request queue. */
 static inline void dt__req_enqueue(dt__req **head, dt__req **tail, dt__req *r)
 {
     r->next = NULL;
