@@ -50,7 +50,8 @@ int dt_mesh_coord(const dt_mesh *m, const char *dim);
 /* The communicator of this rank's group along dim; NULL (error set) for a
  * name the mesh does not have. */
 dt_comm *dt_mesh_comm(const dt_mesh *m, const char *dim);
-/* World rank of the rank at `coords` (one per dimension, outermost first). */
+/* World rank of the rank at `coords` (one per dimension, outermost first);
+ * -1 for a coordinate outside its dimension. */
 int dt_mesh_rank_at(const dt_mesh *m, const int *coords);
 /* "dp=2 x tp=2" (and " (this rank: dp 1, tp 0)" with mine != 0). */
 const char *dt_mesh_describe(const dt_mesh *m, int mine, char *buf, size_t len);

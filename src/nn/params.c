@@ -62,6 +62,8 @@ dt_status dt_params_add(dt_params *p, const char *name, int ndim, const int64_t 
 
 dt_status dt_param_set_shard(dt_params *p, int index, int parts, int part, int split_dim, int groups)
 {
+    if (!p)
+        return dt__fail(DT_ERR_INVALID, "param_set_shard: the registry is NULL");
     if (index < 0 || index >= p->count)
         return dt__fail(DT_ERR_INVALID, "parameter index %d outside 0..%d", index, p->count - 1);
     dt_param_info *pi = &p->info[index];
@@ -80,6 +82,8 @@ dt_status dt_param_set_shard(dt_params *p, int index, int parts, int part, int s
 
 int64_t dt_param_shard_index(const dt_param_info *info, int64_t i)
 {
+    if (!info || i < 0)
+        return -1;
     int64_t at = 0;
     for (int d = info->ndim - 1; d >= 0; d--) {
         int64_t c = i % info->whole[d], stride = 1;

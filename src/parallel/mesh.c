@@ -43,7 +43,7 @@ static dt_status resolve(dt_mesh *m, const dt_mesh_dim *dims, int ndims, int wor
 {
     if (ndims < 1 || ndims > DT_MESH_MAX_DIMS)
         return dt__fail(DT_ERR_INVALID, "mesh: %d dimensions (expected 1 to %d)", ndims, DT_MESH_MAX_DIMS);
-    long long product = 1;
+    double product = 1;
     int rest = -1;
     m->ndims = ndims;
     for (int i = 0; i < ndims; i++) {
@@ -59,7 +59,7 @@ static dt_status resolve(dt_mesh *m, const dt_mesh_dim *dims, int ndims, int wor
         if (dims[i].size == 0)
             rest = i;
         else
-            product *= dims[i].size;
+            product *= dims[i].size; /* a double: no overflow, exact up to 2^53 */
         m->sizes[i] = dims[i].size;
     }
     char shape[160];
@@ -67,14 +67,14 @@ static dt_status resolve(dt_mesh *m, const dt_mesh_dim *dims, int ndims, int wor
     for (int i = 0; i < ndims && n < (int)sizeof shape; i++)
         n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%s=%d", i ? " x " : "", m->names[i], m->sizes[i]);
     if (rest >= 0) {
-        if (product > world || world % product)
+        if (product > world || world % (int)product)
             return dt__fail(DT_ERR_INVALID,
-                            "mesh %s: the world's %d ranks are not divisible by %lld (the product of the given sizes), "
+                            "mesh %s: the world's %d ranks are not divisible by %.0f (the product of the given sizes), "
                             "so %s cannot take the rest",
                             shape, world, product, m->names[rest]);
-        m->sizes[rest] = (int)(world / product);
+        m->sizes[rest] = world / (int)product;
     } else if (product != world) {
-        return dt__fail(DT_ERR_INVALID, "mesh %s: %lld ranks, but the world has %d", shape, product, world);
+        return dt__fail(DT_ERR_INVALID, "mesh %s: %.0f ranks, but the world has %d", shape, product, world);
     }
     return DT_OK;
 }
@@ -141,9 +141,14 @@ dt_comm *dt_mesh_comm(const dt_mesh *m, const char *dim)
 
 int dt_mesh_rank_at(const dt_mesh *m, const int *coords)
 {
+    if (!m || !coords)
+        return -1;
     int r = 0;
-    for (int i = 0; i < m->ndims; i++)
+    for (int i = 0; i < m->ndims; i++) {
+        if (coords[i] < 0 || coords[i] >= m->sizes[i])
+            return -1;
         r = r * m->sizes[i] + coords[i];
+    }
     return r;
 }
 
