@@ -20,13 +20,14 @@ lib = C.CDLL(sys.argv[1])
 
 class GptConfig(C.Structure):
     _fields_ = [("vocab", C.c_int64), ("context", C.c_int64), ("layers", C.c_int64), ("heads", C.c_int64),
-                ("dim", C.c_int64), ("dropout", C.c_float), ("tp", C.c_void_p)]
+                ("dim", C.c_int64), ("dropout", C.c_float), ("tp", C.c_void_p),
+                ("sequence_parallel", C.c_bool)]
 
 
 class ParamInfo(C.Structure):
     _fields_ = [("name", C.c_char * 96), ("offset", C.c_int64), ("numel", C.c_int64), ("ndim", C.c_int),
                 ("shape", C.c_int64 * 4), ("parts", C.c_int), ("part", C.c_int), ("split_dim", C.c_int),
-                ("groups", C.c_int), ("whole", C.c_int64 * 4)]
+                ("groups", C.c_int), ("whole", C.c_int64 * 4), ("tp_partial", C.c_bool)]
 
 
 class Group(C.Structure):

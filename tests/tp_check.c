@@ -252,16 +252,17 @@ static void check_cross_entropy(dt_comm *tp, int t)
  * dropout: step-0 loss and every gradient to 1e-5, then GPT_STEPS SGD steps
  * with losses to 1e-4. */
 #define GPT_STEPS 50
-static void check_gpt(dt_comm *tp, int t, float dropout)
+static void check_gpt(dt_comm *tp, int t, float dropout, bool sp)
 {
-    dt_gpt_config c = {.vocab = 48, .context = 8, .layers = 2, .heads = 12, .dim = 24, .dropout = dropout};
+    dt_gpt_config c = {.vocab = 48, .context = 12, .layers = 2, .heads = 12, .dim = 24, .dropout = dropout};
     dt_model *m[2];
     CALL(dt_gpt_create(&c, &m[0]));
     c.tp = tp;
+    c.sequence_parallel = sp;
     CALL(dt_gpt_create(&c, &m[1]));
     dt_arena *arena;
     CALL(dt_arena_create(&arena));
-    enum { B = 3, T = 8 };
+    enum { B = 3, T = 12 };
     float ids[B * T];
     int32_t y[B * T];
     dt_rng g;
@@ -286,14 +287,17 @@ static void check_gpt(dt_comm *tp, int t, float dropout)
             dout.data = dt_arena_alloc(arena, dt_tensor_numel(&out));
             CALL(dt_model_loss(m[k], &out, y, &loss[k], &dout));
             CALL(dt_model_backward(m[k], &ctx, &dout));
+            if (k == 1) /* sequence parallel: the LayerNorms' and biases' parts summed */
+                CALL(dt_params_reduce_tp_partial(dt_model_params(m[1]), tp));
         }
         double rel = fabs((double)loss[0] - loss[1]) / loss[0];
         worst_loss = fmax(worst_loss, rel);
         if (step == 0)
             worst_grad = compare(dt_model_params(m[0]), dt_model_params(m[1]), t, true, false);
         if (rel > (step ? 1e-4 : 1e-5) || worst_grad > 1e-5) {
-            fprintf(stderr, "tp_check rank %d (t=%d, dropout %g): gpt step %d: loss %.9g against %.9g, step-0 gradients "
-                            "within %.2g\n", rank, t, dropout, step, loss[1], loss[0], worst_grad);
+            fprintf(stderr, "tp_check rank %d (t=%d, dropout %g%s): gpt step %d: loss %.9g against %.9g, step-0 "
+                            "gradients within %.2g\n", rank, t, dropout, sp ? ", sequence parallel" : "", step,
+                    loss[1], loss[0], worst_grad);
             failures++;
             break;
         }
@@ -304,9 +308,9 @@ static void check_gpt(dt_comm *tp, int t, float dropout)
                 w[i] -= 0.1f * gr[i];
         }
     }
-    printf("tp_check rank %d: t=%d: gpt (dropout %g), %lld of %lld parameters here: step-0 gradients within %.2g, "
+    printf("tp_check rank %d: t=%d: gpt (dropout %g%s), %lld of %lld parameters here: step-0 gradients within %.2g, "
            "%d-step losses within %.2g\n",
-           rank, t, dropout, (long long)dt_params_numel(dt_model_params(m[1])),
+           rank, t, dropout, sp ? ", sequence parallel" : "", (long long)dt_params_numel(dt_model_params(m[1])),
            (long long)dt_params_numel(dt_model_params(m[0])), worst_grad, GPT_STEPS, worst_loss);
     dt_model_destroy(m[0]);
     dt_model_destroy(m[1]);
@@ -346,8 +350,9 @@ int main(void)
     }
     check_attention(world, t);
     check_cross_entropy(world, t);
-    check_gpt(world, t, 0.0f);
-    check_gpt(world, t, 0.1f);
+    check_gpt(world, t, 0.0f, false);
+    check_gpt(world, t, 0.1f, false);
+    check_gpt(world, t, 0.1f, true);
 
     model ref, tp;
     build(&ref, NULL);

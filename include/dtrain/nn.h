@@ -35,6 +35,11 @@ typedef struct {
      * parts == 1 (the default): this is the whole tensor. */
     int parts, part, split_dim, groups;
     int64_t whole[DT_MAX_DIMS];
+    /* Replicated over a tensor-parallel group, but each rank's gradient is
+     * a partial sum (sequence parallelism: LayerNorms and biases between
+     * the split regions see 1/t of the positions); the strategy sums it over
+     * the group (dt_params_reduce_tp_partial) before the update. */
+    bool tp_partial;
 } dt_param_info;
 typedef void (*dt_grad_ready_fn)(int param_index, void *user);
 
@@ -62,6 +67,8 @@ dt_status dt_param_set_shard(dt_params *p, int index, int parts, int part, int s
 /* Where element `i` (row-major over info->whole) of the whole tensor lies
  * in this shard, or -1 when another part holds it. */
 int64_t dt_param_shard_index(const dt_param_info *info, int64_t i);
+/* Mark parameter `index` tp_partial (see dt_param_info). */
+void dt_param_set_tp_partial(dt_params *p, int index);
 int dt_params_count(const dt_params *p);
 int64_t dt_params_numel(const dt_params *p);
 const dt_param_info *dt_params_info(const dt_params *p, int index);
@@ -238,6 +245,12 @@ typedef struct {
      * by its size.  The model's output is then this rank's slice of the
      * logits: dt_model_loss takes the vocabulary-parallel loss. */
     struct dt_comm *tp;
+    /* Sequence parallelism (Megatron-LM's later form; needs tp, context
+     * divisible by its size): between the split regions (LayerNorms,
+     * dropouts, residuals) each rank keeps 1/t of the positions, gathered
+     * entering a region and reduce-scattered leaving it instead of one
+     * allreduce: the same bytes, 1/t of those activations. */
+    bool sequence_parallel;
 } dt_gpt_config;
 dt_status dt_gpt_describe(const dt_gpt_config *cfg, dt_model_desc **out);
 /* CNN for square single-channel images: conv5x5(c1, pad 2)-relu-pool2-

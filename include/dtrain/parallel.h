@@ -141,6 +141,10 @@ dt_status dt_clip_grad_norm_group(float *grad, int64_t n, float max_norm, dt_com
  * replicas hold the same gradient); clips every gradient by it when above
  * max_norm (> 0).  Collective over tp (NULL: this rank alone). */
 dt_status dt_clip_grad_norm_tp(dt_params *p, float max_norm, dt_comm *tp, float *norm);
+/* Sum the gradient of every tp_partial parameter of p over tp (sequence
+ * parallelism: each rank saw its slice of the positions).  Collective over
+ * tp; nothing when none is marked or tp is NULL. */
+dt_status dt_params_reduce_tp_partial(dt_params *p, dt_comm *tp);
 /* Sum the gradients of m's shared (tied) parameters over `stages`, the
  * communicator of the pipeline stages that hold a copy (GPT's wte: the first
  * and the last stage), so that every copy takes the same update.  Collective

@@ -98,9 +98,10 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     attention *A = (attention *)l;
     if (x->ndim != 3 || x->shape[2] != A->dim)
         return dt__fail(DT_ERR_INVALID, "%s: expects [batch, time, %lld]", l->name, (long long)A->dim);
-    int64_t B = x->shape[0], T = x->shape[1], D = A->dl, H = A->heads;
     dt_tensor qkv;
     DT_CHECK(A->c_attn->ops->forward(A->c_attn, ctx, x, &qkv));
+    /* the whole sequences: under sequence parallelism c_attn gathered them */
+    int64_t B = qkv.shape[0], T = qkv.shape[1], D = A->dl, H = A->heads;
     attn_saved *S = DT_SAVE(ctx, l, attn_saved); /* above c_attn's record: popped before it */
     if (!S)
         return DT_ERR_NOMEM;
@@ -182,7 +183,8 @@ static void destroy(dt_layer *l)
 
 static const dt_layer_ops ops = {"attention", forward, backward, init, destroy};
 
-static dt_status create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_comm *tp, dt_layer **l)
+static dt_status create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_comm *tp, bool sp,
+                        dt_layer **l)
 {
     if (dim <= 0 || heads <= 0 || dim % heads != 0)
         return dt__fail(DT_ERR_INVALID, "attention %s: dim %lld is not a positive multiple of %lld heads", name,
@@ -201,11 +203,11 @@ static dt_status create(dt_params *p, const char *name, int64_t dim, int64_t hea
     A->dl = A->heads * A->hd;
     char sub[96];
     snprintf(sub, sizeof sub, "%s.c_attn", name);
-    dt_status s = tp ? dt__linear_parallel_create(p, sub, dim, 3 * dim, true, DT_TP_COLUMN, 3, tp, &A->c_attn)
+    dt_status s = tp ? dt__linear_parallel_create(p, sub, dim, 3 * dim, true, DT_TP_COLUMN, 3, sp, tp, &A->c_attn)
                      : dt_linear_create(p, sub, dim, 3 * dim, true, &A->c_attn);
     snprintf(sub, sizeof sub, "%s.c_proj", name);
     if (s == DT_OK)
-        s = tp ? dt_linear_parallel_create(p, sub, dim, dim, true, DT_TP_ROW, tp, &A->c_proj)
+        s = tp ? dt__linear_parallel_create(p, sub, dim, dim, true, DT_TP_ROW, 1, sp, tp, &A->c_proj)
                : dt_linear_create(p, sub, dim, dim, true, &A->c_proj);
     if (s != DT_OK) {
         dt_layer_destroy(A->c_attn);
@@ -218,7 +220,7 @@ static dt_status create(dt_params *p, const char *name, int64_t dim, int64_t hea
 
 dt_status dt_attention_create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_layer **l)
 {
-    return create(p, name, dim, heads, NULL, l);
+    return create(p, name, dim, heads, NULL, false, l);
 }
 
 dt_status dt_attention_parallel_create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_comm *tp,
@@ -226,5 +228,11 @@ dt_status dt_attention_parallel_create(dt_params *p, const char *name, int64_t d
 {
     if (!tp)
         return dt__fail(DT_ERR_INVALID, "attention %s: the tensor-parallel communicator is NULL", name);
-    return create(p, name, dim, heads, tp, l);
+    return create(p, name, dim, heads, tp, false, l);
+}
+
+dt_status dt__attention_seq_create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_comm *tp,
+                                   dt_layer **l)
+{
+    return create(p, name, dim, heads, tp, true, l);
 }

@@ -12,6 +12,7 @@
 #include "dtrain/nn.h"
 #include "nn/layer.h"
 #include "nn/saved.h"
+#include "nn/tp.h"
 #include "tensor/threads.h"
 
 #define GRAIN 16384
@@ -20,6 +21,7 @@ typedef struct {
     dt_layer base;
     float prob;
     uint64_t id; /* FNV-1a of the name: this layer's stream under a key */
+    int t, r;    /* sequence parallel: rank r of t holds a slice of the positions (t = 1: whole) */
 } dropout;
 
 typedef struct {
@@ -32,13 +34,17 @@ typedef struct {
     float prob, keep;
     const float *x;
     float *y, *mask;
+    /* sequence parallel: element i of the [B, Tl, D] slice is element
+     * (i / slice) * whole + first + i % slice of the whole tensor */
+    int64_t slice, whole, first;
 } mask_args;
 
 static void draw_mask(int64_t b, int64_t e, void *p)
 {
     mask_args *a = p;
     for (int64_t i = b; i < e; i++) {
-        a->mask[i] = dt_rng_key_uniform(a->stream, (uint64_t)i) < a->prob ? 0.0f : a->keep;
+        uint64_t at = (uint64_t)((i / a->slice) * a->whole + a->first + i % a->slice);
+        a->mask[i] = dt_rng_key_uniform(a->stream, at) < a->prob ? 0.0f : a->keep;
         a->y[i] = a->x[i] * a->mask[i];
     }
 }
@@ -62,7 +68,14 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     if (!y->data || !sv->mask)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     mask_args a = {dt_rng_key_stream(&ctx->key, D->id), D->prob, 1.0f / (1.0f - D->prob), x->data, y->data,
-                   sv->mask};
+                   sv->mask, n, n, 0};
+    if (D->t > 1) { /* [B, Tl, D]: this rank's positions r Tl .. of every sequence */
+        if (x->ndim != 3)
+            return dt__fail(DT_ERR_INVALID, "%s: sequence parallel expects [batch, time, features]", l->name);
+        a.slice = x->shape[1] * x->shape[2];
+        a.whole = a.slice * D->t;
+        a.first = a.slice * D->r;
+    }
     dt__parallel_for(n, GRAIN, draw_mask, &a);
     return DT_OK;
 }
@@ -96,6 +109,15 @@ static void destroy(dt_layer *l) { free(l); }
 
 static const dt_layer_ops ops = {"dropout", forward, backward, init, destroy};
 
+dt_status dt__dropout_seq_create(const char *name, float prob, int t, int r, dt_layer **l)
+{
+    DT_CHECK(dt_dropout_create(name, prob, l));
+    dropout *D = (dropout *)*l;
+    D->t = t;
+    D->r = r;
+    return DT_OK;
+}
+
 dt_status dt_dropout_create(const char *name, float prob, dt_layer **l)
 {
     if (!(prob >= 0.0f && prob < 1.0f))
@@ -104,6 +126,7 @@ dt_status dt_dropout_create(const char *name, float prob, dt_layer **l)
     if (!D)
         return DT_ERR_NOMEM;
     D->prob = prob;
+    D->t = 1;
     D->id = dt__fnv1a64(DT_FNV64_SEED, D->base.name, strlen(D->base.name));
     *l = &D->base;
     return DT_OK;

@@ -16,6 +16,7 @@
 #include "nn/init.h"
 #include "nn/model_internal.h"
 #include "nn/saved.h"
+#include "nn/tp.h"
 
 static void init_normal(dt_params *p, const char *name, float std, uint64_t seed)
 {
@@ -40,6 +41,7 @@ typedef struct {
     int64_t vocab, context, dim;
     int64_t v0, vl; /* this rank's rows of wte */
     dt_comm *tp;
+    bool sp; /* sequence parallel: the output is this rank's slice of the positions */
     int wte, wpe;
     dt_layer *drop;
 } embed;
@@ -56,7 +58,14 @@ static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_
             return dt__fail(DT_ERR_INVALID, "%s: token id %g outside 0..%lld", l->name, f, (long long)E->vocab - 1);
     }
     dt_tensor *ids = DT_SAVE(ctx, l, dt_tensor);
-    float *out = ids ? dt_arena_alloc(ctx->arena, B * T * D) : NULL;
+    int t = E->tp ? dt_comm_size(E->tp) : 1;
+    if (E->sp && T % t)
+        return dt__fail(DT_ERR_INVALID, "%s: sequence parallel: %lld positions are not divisible by %d ranks", l->name,
+                        (long long)T, t);
+    /* sequence parallel: this rank's slice is kept, the whole sum is a temporary */
+    float *local = ids && E->sp ? dt_arena_alloc(ctx->arena, B * T * D / t) : NULL;
+    dt_arena_mark mark = dt_arena_get_mark(ctx->arena);
+    float *out = ids && (local || !E->sp) ? dt_arena_alloc(ctx->arena, B * T * D) : NULL;
     if (!out)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     *ids = *x;
@@ -69,6 +78,19 @@ static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_
                 memcpy(out + i * D, wte + id * D, (size_t)D * sizeof *out);
             else
                 memset(out + i * D, 0, (size_t)D * sizeof *out);
+        }
+        if (E->sp) { /* summed, and split into the slices of the positions */
+            float *scratch = dt_arena_alloc(ctx->arena, B * T * D);
+            dt_status s = scratch ? dt__sp_reduce_scatter(E->tp, out, local, scratch, B, T / t, D)
+                                  : dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+            dt_arena_rewind(ctx->arena, mark);
+            if (s != DT_OK)
+                return dt__wrap(s, "%s: vocabulary-parallel embedding: ", l->name);
+            int64_t Tl = T / t, p0 = Tl * dt_comm_rank(E->tp);
+            for (int64_t b = 0; b < B; b++) /* positions p0 .. p0 + Tl - 1 */
+                dt_vec_axpy(local + b * Tl * D, 1.0f, wpe + p0 * D, Tl * D);
+            dt_tensor h = dt_tensor_view(local, 3, (int64_t[]){B, Tl, D});
+            return E->drop->ops->forward(E->drop, ctx, &h, y);
         }
         dt_status s = dt_allreduce(out, out, (size_t)(B * T * D), DT_F32, DT_SUM, E->tp);
         if (s != DT_OK)
@@ -92,6 +114,20 @@ static dt_status embed_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, d
     if (!ids)
         return DT_ERR_INVALID;
     int64_t B = ids->shape[0], T = ids->shape[1], D = E->dim;
+    dt_arena_mark mark = dt_arena_get_mark(ctx->arena);
+    if (E->sp) { /* positions: this slice's part (tp_partial); then the whole gradient for the tokens */
+        int t = dt_comm_size(E->tp);
+        int64_t Tl = T / t, p0 = Tl * dt_comm_rank(E->tp);
+        dt_rows_sum_add(dt_param_grad(ctx->params, E->wpe) + p0 * D, g.data, B, Tl * D);
+        float *whole = dt_arena_alloc(ctx->arena, B * T * D), *scratch = dt_arena_alloc(ctx->arena, B * T * D);
+        dt_status s = whole && scratch ? dt__sp_gather(E->tp, g.data, whole, scratch, B, Tl, D)
+                                       : dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+        if (s != DT_OK) {
+            dt_arena_rewind(ctx->arena, mark);
+            return dt__wrap(s, "%s: vocabulary-parallel embedding: ", l->name);
+        }
+        g.data = whole;
+    }
     if (E->tp) { /* only this rank's rows: each token's gradient goes to its owner */
         float *gw = dt_param_grad(ctx->params, E->wte);
         for (int64_t i = 0; i < B * T; i++) {
@@ -102,7 +138,9 @@ static dt_status embed_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, d
     } else {
         dt_rows_scatter_add(dt_param_grad(ctx->params, E->wte), ids->data, g.data, B * T, D);
     }
-    dt_rows_sum_add(dt_param_grad(ctx->params, E->wpe), g.data, B, T * D); /* rows are sequences */
+    if (!E->sp)
+        dt_rows_sum_add(dt_param_grad(ctx->params, E->wpe), g.data, B, T * D); /* rows are sequences */
+    dt_arena_rewind(ctx->arena, mark);
     dt_params_grad_ready(ctx->params, E->wpe);
     dt_params_grad_ready(ctx->params, E->wte); /* final: a tied head in this stage added its part earlier */
     return DT_OK;
@@ -177,9 +215,23 @@ typedef struct {
     dt_layer base;
     int64_t vocab, dim; /* vocab: this rank's classes */
     dt_comm *tp;
+    bool sp; /* sequence parallel: ln_f on this rank's slice, gathered before the logits */
     int wte;
     dt_layer *ln_f;
 } head;
+
+/* Sequence parallel: the whole [B, t Tl, D] of the slices h [B, Tl, D], a
+ * temporary of the arena (the caller rewinds to a mark taken before). */
+static float *head_whole(head *H, dt_ctx *ctx, const dt_tensor *h, dt_status *st)
+{
+    int64_t whole = dt_tensor_numel(h) * dt_comm_size(H->tp);
+    float *out = dt_arena_alloc(ctx->arena, whole), *scratch = dt_arena_alloc(ctx->arena, whole);
+    *st = out && scratch ? dt__sp_gather(H->tp, h->data, out, scratch, h->shape[0], h->shape[1], H->dim)
+                         : dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", H->base.name);
+    if (*st != DT_OK)
+        *st = dt__wrap(*st, "%s: vocabulary-parallel output layer: ", H->base.name);
+    return *st == DT_OK ? out : NULL;
+}
 
 static dt_status head_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
@@ -189,14 +241,21 @@ static dt_status head_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_t
     dt_tensor *saved = DT_SAVE(ctx, l, dt_tensor);
     if (!saved)
         return DT_ERR_NOMEM;
-    *saved = h;
-    int64_t n = dt_tensor_numel(x) / H->dim;
-    *y = *x;
+    *saved = h; /* sequence parallel: this rank's slice, gathered again in backward */
+    *y = h;
+    if (H->sp)
+        y->shape[1] *= dt_comm_size(H->tp);
     y->shape[y->ndim - 1] = H->vocab;
+    int64_t n = dt_tensor_numel(y) / H->vocab;
     if (!(y->data = dt_arena_alloc(ctx->arena, n * H->vocab)))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    dt_sgemm(0, 1, n, H->vocab, H->dim, 1.0f, h.data, dt_param_value(ctx->params, H->wte), 0.0f, y->data);
-    return DT_OK;
+    dt_arena_mark mark = dt_arena_get_mark(ctx->arena);
+    dt_status st = DT_OK;
+    const float *in = H->sp ? head_whole(H, ctx, &h, &st) : h.data;
+    if (in)
+        dt_sgemm(0, 1, n, H->vocab, H->dim, 1.0f, in, dt_param_value(ctx->params, H->wte), 0.0f, y->data);
+    dt_arena_rewind(ctx->arena, mark);
+    return st;
 }
 
 static dt_status head_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
@@ -206,17 +265,31 @@ static dt_status head_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt
     const dt_tensor *h = DT_LOAD(ctx, l, dt_tensor);
     if (!h)
         return DT_ERR_INVALID;
-    int64_t n = dt_tensor_numel(h) / H->dim;
-    dt_sgemm(1, 0, H->vocab, H->dim, n, 1.0f, dy->data, h->data, 1.0f, dt_param_grad(ctx->params, H->wte));
+    int64_t n = dt_tensor_numel(dy) / H->vocab; /* every position's row */
     dt_tensor dh = *h;
-    if (!(dh.data = dt_arena_alloc(ctx->arena, n * H->dim)))
+    if (!(dh.data = dt_arena_alloc(ctx->arena, dt_tensor_numel(h))))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    dt_sgemm(0, 0, n, H->dim, H->vocab, 1.0f, dy->data, dt_param_value(ctx->params, H->wte), 0.0f, dh.data);
-    if (H->tp) {
-        dt_status s = dt_allreduce(dh.data, dh.data, (size_t)(n * H->dim), DT_F32, DT_SUM, H->tp);
-        if (s != DT_OK)
-            return dt__wrap(s, "%s: vocabulary-parallel output layer: ", l->name);
+    dt_arena_mark mark = dt_arena_get_mark(ctx->arena);
+    dt_status st = DT_OK;
+    const float *in = H->sp ? head_whole(H, ctx, h, &st) : h->data;
+    float *g = !in ? NULL : H->sp ? dt_arena_alloc(ctx->arena, n * H->dim) : dh.data;
+    if (in && !g)
+        st = dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+    if (g) {
+        dt_sgemm(1, 0, H->vocab, H->dim, n, 1.0f, dy->data, in, 1.0f, dt_param_grad(ctx->params, H->wte));
+        dt_sgemm(0, 0, n, H->dim, H->vocab, 1.0f, dy->data, dt_param_value(ctx->params, H->wte), 0.0f, g);
+        if (H->sp) { /* summed and split into this rank's slice of the positions */
+            float *scratch = dt_arena_alloc(ctx->arena, n * H->dim);
+            st = scratch ? dt__sp_reduce_scatter(H->tp, g, dh.data, scratch, h->shape[0], h->shape[1], H->dim)
+                         : dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+        } else if (H->tp) {
+            st = dt_allreduce(g, g, (size_t)(n * H->dim), DT_F32, DT_SUM, H->tp);
+        }
+        if (st != DT_OK && H->tp)
+            st = dt__wrap(st, "%s: vocabulary-parallel output layer: ", l->name);
     }
+    dt_arena_rewind(ctx->arena, mark);
+    DT_CHECK(st);
     return H->ln_f->ops->backward(H->ln_f, ctx, &dh, dx, true);
 }
 
@@ -245,6 +318,33 @@ static dt_status use_wte(const dt_gpt_config *c, dt_params *p, int *index)
     return t > 1 ? dt_param_set_shard(p, *index, t, dt_comm_rank(c->tp), 0, 1) : DT_OK;
 }
 
+/* Sequence parallel: tensor parallel over more than one rank, asked for. */
+static bool seq_parallel(const dt_gpt_config *c) { return c->tp && c->sequence_parallel && dt_comm_size(c->tp) > 1; }
+
+/* A dropout between the split regions: over this rank's slice of the
+ * positions under sequence parallelism (the same masks as without). */
+static dt_status make_dropout(const dt_gpt_config *c, const char *name, dt_layer **out)
+{
+    if (seq_parallel(c))
+        return dt__dropout_seq_create(name, c->dropout, dt_comm_size(c->tp), dt_comm_rank(c->tp), out);
+    return dt_dropout_create(name, c->dropout, out);
+}
+
+/* A LayerNorm; under sequence parallelism it sees this rank's slice of the
+ * positions, so its gradients are parts of the whole (tp_partial). */
+static dt_status make_layernorm(const dt_gpt_config *c, dt_params *p, const char *name, dt_layer **out)
+{
+    DT_CHECK(dt_layernorm_create(p, name, c->dim, 1e-5f, out));
+    if (seq_parallel(c)) {
+        char n[160];
+        snprintf(n, sizeof n, "%s.weight", name);
+        dt_param_set_tp_partial(p, dt_params_find(p, n));
+        snprintf(n, sizeof n, "%s.bias", name);
+        dt_param_set_tp_partial(p, dt_params_find(p, n));
+    }
+    return DT_OK;
+}
+
 static dt_status make_embed(const dt_gpt_config *c, dt_params *p, dt_layer **out)
 {
     embed *E = dt__layer_new(sizeof *E, &embed_ops, "transformer.embed");
@@ -254,14 +354,17 @@ static dt_status make_embed(const dt_gpt_config *c, dt_params *p, dt_layer **out
     E->context = c->context;
     E->dim = c->dim;
     E->tp = c->tp;
+    E->sp = seq_parallel(c);
     int t = c->tp ? dt_comm_size(c->tp) : 1;
     E->vl = c->vocab / t;
     E->v0 = E->vl * (c->tp ? dt_comm_rank(c->tp) : 0);
     dt_status s = use_wte(c, p, &E->wte);
     if (s == DT_OK)
         s = dt_params_add(p, "transformer.wpe.weight", 2, (int64_t[]){c->context, c->dim}, &E->wpe);
+    if (s == DT_OK && E->sp)
+        dt_param_set_tp_partial(p, E->wpe);
     if (s == DT_OK)
-        s = dt_dropout_create("transformer.drop", c->dropout, &E->drop);
+        s = make_dropout(c, "transformer.drop", &E->drop);
     if (s != DT_OK) {
         free(E);
         return s;
@@ -308,33 +411,35 @@ static dt_status make_block(const dt_gpt_config *c, int i, dt_params *p, dt_laye
     char n[160];
     dt_layer *a[3] = {0}, *m[5] = {0};
     dt_status s = dt_sequential_create(b, &K->body);
+    bool sp = seq_parallel(c);
     snprintf(n, sizeof n, "%s.ln_1", b);
     if (s == DT_OK)
-        s = dt_layernorm_create(p, n, c->dim, 1e-5f, &a[0]);
+        s = make_layernorm(c, p, n, &a[0]);
     snprintf(n, sizeof n, "%s.attn", b);
     if (s == DT_OK)
-        s = c->tp ? dt_attention_parallel_create(p, n, c->dim, c->heads, c->tp, &a[1])
-                  : dt_attention_create(p, n, c->dim, c->heads, &a[1]);
+        s = sp      ? dt__attention_seq_create(p, n, c->dim, c->heads, c->tp, &a[1])
+            : c->tp ? dt_attention_parallel_create(p, n, c->dim, c->heads, c->tp, &a[1])
+                    : dt_attention_create(p, n, c->dim, c->heads, &a[1]);
     snprintf(n, sizeof n, "%s.attn_dropout", b);
     if (s == DT_OK)
-        s = dt_dropout_create(n, c->dropout, &a[2]);
+        s = make_dropout(c, n, &a[2]);
     snprintf(n, sizeof n, "%s.ln_2", b);
     if (s == DT_OK)
-        s = dt_layernorm_create(p, n, c->dim, 1e-5f, &m[0]);
+        s = make_layernorm(c, p, n, &m[0]);
     snprintf(n, sizeof n, "%s.mlp.c_fc", b);
     if (s == DT_OK)
-        s = c->tp ? dt_linear_parallel_create(p, n, c->dim, 4 * c->dim, true, DT_TP_COLUMN, c->tp, &m[1])
+        s = c->tp ? dt__linear_parallel_create(p, n, c->dim, 4 * c->dim, true, DT_TP_COLUMN, 1, sp, c->tp, &m[1])
                   : dt_linear_create(p, n, c->dim, 4 * c->dim, true, &m[1]);
     snprintf(n, sizeof n, "%s.mlp.gelu", b);
     if (s == DT_OK)
         s = dt_gelu_create(n, &m[2]);
     snprintf(n, sizeof n, "%s.mlp.c_proj", b);
     if (s == DT_OK)
-        s = c->tp ? dt_linear_parallel_create(p, n, 4 * c->dim, c->dim, true, DT_TP_ROW, c->tp, &m[3])
+        s = c->tp ? dt__linear_parallel_create(p, n, 4 * c->dim, c->dim, true, DT_TP_ROW, 1, sp, c->tp, &m[3])
                   : dt_linear_create(p, n, 4 * c->dim, c->dim, true, &m[3]);
     snprintf(n, sizeof n, "%s.mlp_dropout", b);
     if (s == DT_OK)
-        s = dt_dropout_create(n, c->dropout, &m[4]);
+        s = make_dropout(c, n, &m[4]);
     snprintf(n, sizeof n, "%s.attn_branch", b);
     s = s == DT_OK ? add_branch(K->body, n, a, 3) : destroy_all(a, 3, s);
     snprintf(n, sizeof n, "%s.mlp_branch", b);
@@ -355,9 +460,10 @@ static dt_status make_head(const dt_gpt_config *c, dt_params *p, dt_layer **out)
     H->vocab = c->vocab / (c->tp ? dt_comm_size(c->tp) : 1);
     H->dim = c->dim;
     H->tp = c->tp;
+    H->sp = seq_parallel(c);
     dt_status s = use_wte(c, p, &H->wte);
     if (s == DT_OK)
-        s = dt_layernorm_create(p, "transformer.ln_f", c->dim, 1e-5f, &H->ln_f);
+        s = make_layernorm(c, p, "transformer.ln_f", &H->ln_f);
     if (s != DT_OK) {
         free(H);
         return s;
@@ -388,6 +494,9 @@ dt_status dt_gpt_describe(const dt_gpt_config *c, dt_model_desc **out)
                         (long long)c->vocab, (long long)c->context, (long long)c->layers, (long long)c->heads,
                         (long long)c->dim, c->dropout);
     int t = c->tp ? dt_comm_size(c->tp) : 1;
+    if (c->sequence_parallel && (!c->tp || c->context % t))
+        return dt__fail(DT_ERR_INVALID, "gpt: sequence parallel needs tensor parallelism (tp) and a context divisible "
+                                        "by its %d ranks (context %lld)", t, (long long)c->context);
     if (c->vocab % t || c->heads % t)
         return dt__fail(DT_ERR_INVALID,
                         "gpt: tensor parallel over %d ranks needs vocab and heads divisible by %d (vocab %lld, heads "

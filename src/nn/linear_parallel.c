@@ -38,6 +38,7 @@ typedef struct {
     int64_t in, out;     /* the whole layer's sizes */
     int64_t in_l, out_l; /* this rank's */
     int64_t groups;      /* column: output groups, each cut t ways */
+    bool sp;             /* sequence parallel (nn/tp.h) */
     int w, b;
 } plinear;
 
@@ -49,6 +50,59 @@ static dt_status allreduce(plinear *L, float *buf, int64_t n, const char *what)
     return s == DT_OK ? DT_OK : dt__wrap(s, "%s: %s allreduce over the tensor-parallel group: ", L->base.name, what);
 }
 
+/* Sequence parallel: a [B, T, D] tensor and T's slice per rank. */
+static dt_status seq_shape(const plinear *L, const dt_tensor *x, int64_t *B, int64_t *T)
+{
+    if (x->ndim != 3)
+        return dt__fail(DT_ERR_INVALID, "%s: sequence parallel expects [batch, time, features], got %d dimensions",
+                        L->base.name, x->ndim);
+    *B = x->shape[0];
+    *T = x->shape[1];
+    return DT_OK;
+}
+
+static dt_status sp_fail(const plinear *L, dt_status s, const char *what)
+{
+    return s == DT_OK ? DT_OK : dt__wrap(s, "%s: sequence-parallel %s over the tensor-parallel group: ", L->base.name, what);
+}
+
+/* The whole sequences of slices x [B, Tl, cols] into a temporary of the
+ * arena (freed with a rewind to a mark taken before). */
+static float *gather_whole(plinear *L, dt_ctx *ctx, const dt_tensor *x, int64_t cols, dt_status *st)
+{
+    int64_t whole = dt_tensor_numel(x) * L->t;
+    float *scratch = dt_arena_alloc(ctx->arena, whole), *out = dt_arena_alloc(ctx->arena, whole);
+    if (!scratch || !out) {
+        *st = dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", L->base.name);
+        return NULL;
+    }
+    *st = sp_fail(L, dt__sp_gather(L->tp, x->data, out, scratch, x->shape[0], x->shape[1], cols), "allgather");
+    return *st == DT_OK ? out : NULL;
+}
+
+/* The whole partial sums `whole` [B, t Tl, cols] summed into this rank's
+ * slice `local` [B, Tl, cols]. */
+static dt_status scatter_sum(plinear *L, dt_ctx *ctx, const float *whole, float *local, int64_t B, int64_t Tl,
+                             int64_t cols)
+{
+    float *scratch = dt_arena_alloc(ctx->arena, B * Tl * L->t * cols);
+    if (!scratch)
+        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", L->base.name);
+    return sp_fail(L, dt__sp_reduce_scatter(L->tp, whole, local, scratch, B, Tl, cols), "reduce-scatter");
+}
+
+static void add_bias(const float *b, float *y, int64_t n, int64_t cols)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < cols; j++)
+            y[i * cols + j] += b[j];
+}
+
+/* Sequence parallel (Megatron-LM's later form): a column layer keeps only
+ * its input's slice and gathers the whole input again in backward, a row
+ * layer sums its output into slices; the gathered and partial whole tensors
+ * are temporaries, freed by an arena rewind, so that between the split
+ * regions a rank holds 1/t of the positions. */
 static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
     plinear *L = (plinear *)l;
@@ -56,31 +110,60 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
         return dt__fail(DT_ERR_INVALID, "%s: input's last dimension is %lld, expected %lld (%s-parallel, %d ranks)",
                         l->name, (long long)x->shape[x->ndim - 1], (long long)L->in_l,
                         L->split == DT_TP_COLUMN ? "column" : "row", L->t);
-    int64_t n = rows(x, L->in_l);
+    int64_t B = 0, T = 0;
+    if (L->sp)
+        DT_CHECK(seq_shape(L, x, &B, &T));
     dt_tensor *saved = DT_SAVE(ctx, l, dt_tensor);
     if (!saved)
         return DT_ERR_NOMEM;
     *saved = *x;
+    const float *W = dt_param_value(ctx->params, L->w), *bias = L->b >= 0 ? dt_param_value(ctx->params, L->b) : NULL;
     *y = *x;
     y->shape[y->ndim - 1] = L->out_l;
-    if (!(y->data = dt_arena_alloc(ctx->arena, n * L->out_l)))
-        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    const float *W = dt_param_value(ctx->params, L->w);
     if (L->split == DT_TP_COLUMN) {
-        if (L->b >= 0)
-            dt_rows_fill(y->data, dt_param_value(ctx->params, L->b), n, L->out_l);
-        dt_sgemm(0, 1, n, L->out_l, L->in_l, 1.0f, x->data, W, L->b >= 0 ? 1.0f : 0.0f, y->data);
-        return DT_OK;
+        if (L->sp)
+            y->shape[1] = T * L->t;
+        int64_t n = dt_tensor_numel(y) / L->out_l;
+        if (!(y->data = dt_arena_alloc(ctx->arena, n * L->out_l)))
+            return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+        if (bias)
+            dt_rows_fill(y->data, bias, n, L->out_l);
+        dt_arena_mark mark = dt_arena_get_mark(ctx->arena);
+        dt_status st = DT_OK;
+        const float *in = L->sp ? gather_whole(L, ctx, x, L->in_l, &st) : x->data;
+        if (in)
+            dt_sgemm(0, 1, n, L->out_l, L->in_l, 1.0f, in, W, bias ? 1.0f : 0.0f, y->data);
+        dt_arena_rewind(ctx->arena, mark);
+        return st;
     }
-    /* row: partial products summed over the group, then the bias once */
-    dt_sgemm(0, 1, n, L->out_l, L->in_l, 1.0f, x->data, W, 0.0f, y->data);
-    DT_CHECK(allreduce(L, y->data, n * L->out_l, "forward"));
-    if (L->b >= 0) {
-        const float *b = dt_param_value(ctx->params, L->b);
-        for (int64_t i = 0; i < n; i++)
-            for (int64_t j = 0; j < L->out_l; j++)
-                y->data[i * L->out_l + j] += b[j];
+    /* row: partial products summed over the group (whole, or into this
+     * rank's slice of the sequence), then the bias once */
+    int64_t n = rows(x, L->in_l);
+    if (!L->sp) {
+        if (!(y->data = dt_arena_alloc(ctx->arena, n * L->out_l)))
+            return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+        dt_sgemm(0, 1, n, L->out_l, L->in_l, 1.0f, x->data, W, 0.0f, y->data);
+        DT_CHECK(allreduce(L, y->data, n * L->out_l, "forward"));
+    } else {
+        if (T % L->t)
+            return dt__fail(DT_ERR_INVALID, "%s: sequence parallel: %lld positions are not divisible by %d ranks",
+                            l->name, (long long)T, L->t);
+        y->shape[1] = T / L->t;
+        if (!(y->data = dt_arena_alloc(ctx->arena, n / L->t * L->out_l)))
+            return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+        dt_arena_mark mark = dt_arena_get_mark(ctx->arena);
+        float *partial = dt_arena_alloc(ctx->arena, n * L->out_l);
+        dt_status st = partial ? DT_OK : dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+        if (st == DT_OK) {
+            dt_sgemm(0, 1, n, L->out_l, L->in_l, 1.0f, x->data, W, 0.0f, partial);
+            st = scatter_sum(L, ctx, partial, y->data, B, T / L->t, L->out_l);
+        }
+        dt_arena_rewind(ctx->arena, mark);
+        DT_CHECK(st);
+        n /= L->t;
     }
+    if (bias)
+        add_bias(bias, y->data, n, L->out_l);
     return DT_OK;
 }
 
@@ -90,24 +173,46 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
     const dt_tensor *x = DT_LOAD(ctx, l, dt_tensor);
     if (!x)
         return DT_ERR_INVALID;
-    int64_t n = rows(x, L->in_l);
-    dt_sgemm(1, 0, L->out_l, L->in_l, n, 1.0f, dy->data, x->data, 1.0f, dt_param_grad(ctx->params, L->w));
-    dt_params_grad_ready(ctx->params, L->w);
-    if (L->b >= 0) {
-        dt_rows_sum_add(dt_param_grad(ctx->params, L->b), dy->data, n, L->out_l);
+    if (L->b >= 0) { /* a row layer's bias under sequence parallelism: this slice's part (tp_partial) */
+        dt_rows_sum_add(dt_param_grad(ctx->params, L->b), dy->data, rows(dy, L->out_l), L->out_l);
         dt_params_grad_ready(ctx->params, L->b);
     }
+    float *dW = dt_param_grad(ctx->params, L->w);
+    const float *W = dt_param_value(ctx->params, L->w);
     /* A column layer's input gradient is a sum over the group even when this
-     * layer needs none: the allreduce is collective, every rank calls it. */
-    if (!need_dx && L->split == DT_TP_ROW)
-        return DT_OK;
-    *dx = *x;
-    if (!(dx->data = dt_arena_alloc(ctx->arena, n * L->in_l)))
-        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    dt_sgemm(0, 0, n, L->in_l, L->out_l, 1.0f, dy->data, dt_param_value(ctx->params, L->w), 0.0f, dx->data);
-    if (L->split == DT_TP_COLUMN)
-        DT_CHECK(allreduce(L, dx->data, n * L->in_l, "backward"));
-    return DT_OK;
+     * layer needs none: the collective is called on every rank. */
+    bool want_dx = need_dx || L->split == DT_TP_COLUMN;
+    if (want_dx) {
+        *dx = *x;
+        if (!(dx->data = dt_arena_alloc(ctx->arena, dt_tensor_numel(x))))
+            return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+    }
+    dt_arena_mark mark = dt_arena_get_mark(ctx->arena);
+    dt_status st = DT_OK;
+    if (L->split == DT_TP_ROW) {
+        const float *g = L->sp ? gather_whole(L, ctx, dy, L->out_l, &st) : dy->data; /* the whole output gradient */
+        int64_t n = rows(x, L->in_l);
+        if (g) {
+            dt_sgemm(1, 0, L->out_l, L->in_l, n, 1.0f, g, x->data, 1.0f, dW);
+            if (want_dx)
+                dt_sgemm(0, 0, n, L->in_l, L->out_l, 1.0f, g, W, 0.0f, dx->data);
+        }
+    } else {
+        const float *in = L->sp ? gather_whole(L, ctx, x, L->in_l, &st) : x->data; /* the whole input again */
+        int64_t n = rows(dy, L->out_l);
+        float *g = !in ? NULL : L->sp ? dt_arena_alloc(ctx->arena, n * L->in_l) : dx->data;
+        if (in && !g)
+            st = dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+        if (g) {
+            dt_sgemm(1, 0, L->out_l, L->in_l, n, 1.0f, dy->data, in, 1.0f, dW);
+            dt_sgemm(0, 0, n, L->in_l, L->out_l, 1.0f, dy->data, W, 0.0f, g);
+            st = L->sp ? scatter_sum(L, ctx, g, dx->data, x->shape[0], x->shape[1], L->in_l)
+                       : allreduce(L, g, n * L->in_l, "backward");
+        }
+    }
+    dt_arena_rewind(ctx->arena, mark);
+    dt_params_grad_ready(ctx->params, L->w);
+    return st;
 }
 
 /* nn.Linear's U(-1/sqrt(in), 1/sqrt(in)) of the whole layer; each shard
@@ -127,7 +232,7 @@ static const dt_layer_ops column_ops = {"linear-column-parallel", forward, backw
 static const dt_layer_ops row_ops = {"linear-row-parallel", forward, backward, init, destroy};
 
 dt_status dt__linear_parallel_create(dt_params *p, const char *name, int64_t in, int64_t out, bool bias,
-                                     dt_tp_split split, int64_t groups, dt_comm *tp, dt_layer **l)
+                                     dt_tp_split split, int64_t groups, bool sp, dt_comm *tp, dt_layer **l)
 {
     if (!tp)
         return dt__fail(DT_ERR_INVALID, "linear %s: the tensor-parallel communicator is NULL", name);
@@ -156,6 +261,7 @@ dt_status dt__linear_parallel_create(dt_params *p, const char *name, int64_t in,
     L->in_l = split == DT_TP_ROW ? in / t : in;
     L->out_l = split == DT_TP_COLUMN ? out / t : out;
     L->groups = groups;
+    L->sp = sp && t > 1;
     L->b = -1;
     dt_status s = dt__layer_param(p, &L->base, "weight", 2, (int64_t[]){L->out_l, L->in_l}, &L->w);
     if (s == DT_OK) /* column: cut by output rows (in groups); row: by input columns */
@@ -164,6 +270,8 @@ dt_status dt__linear_parallel_create(dt_params *p, const char *name, int64_t in,
         s = dt__layer_param(p, &L->base, "bias", 1, (int64_t[]){L->out_l}, &L->b);
     if (s == DT_OK && bias && split == DT_TP_COLUMN)
         s = dt_param_set_shard(p, L->b, t, L->r, 0, (int)groups);
+    if (s == DT_OK && bias && split == DT_TP_ROW && L->sp)
+        dt_param_set_tp_partial(p, L->b);
     if (s != DT_OK) {
         free(L);
         return s;
@@ -175,5 +283,5 @@ dt_status dt__linear_parallel_create(dt_params *p, const char *name, int64_t in,
 dt_status dt_linear_parallel_create(dt_params *p, const char *name, int64_t in, int64_t out, bool bias,
                                     dt_tp_split split, dt_comm *tp, dt_layer **l)
 {
-    return dt__linear_parallel_create(p, name, in, out, bias, split, 1, tp, l);
+    return dt__linear_parallel_create(p, name, in, out, bias, split, 1, false, tp, l);
 }

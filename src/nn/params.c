@@ -80,6 +80,12 @@ dt_status dt_param_set_shard(dt_params *p, int index, int parts, int part, int s
     return DT_OK;
 }
 
+void dt_param_set_tp_partial(dt_params *p, int index)
+{
+    if (p && index >= 0 && index < p->count)
+        p->info[index].tp_partial = true;
+}
+
 int64_t dt_param_shard_index(const dt_param_info *info, int64_t i)
 {
     if (!info || i < 0)

@@ -49,6 +49,20 @@ dt_status dt_clip_grad_norm_tp(dt_params *p, float max_norm, dt_comm *tp, float 
     return DT_OK;
 }
 
+dt_status dt_params_reduce_tp_partial(dt_params *p, dt_comm *tp)
+{
+    if (!p)
+        return dt__fail(DT_ERR_INVALID, "params_reduce_tp_partial: the registry is NULL");
+    for (int i = 0; tp && i < dt_params_count(p); i++) {
+        const dt_param_info *in = dt_params_info(p, i);
+        if (in->tp_partial) {
+            float *g = dt_param_grad(p, i);
+            DT_CHECK(dt_allreduce(g, g, (size_t)in->numel, DT_F32, DT_SUM, tp));
+        }
+    }
+    return DT_OK;
+}
+
 dt_status dt_model_reduce_shared(dt_model *m, dt_comm *stages)
 {
     if (!m || !stages)

@@ -19,6 +19,7 @@ static dt_status ddp_update(dt_strategy *s, float lr, float max_norm, float *nor
     /* Tensor-parallel shards: the norm needs every bucket and the group. */
     DT_CHECK(dt_ddp_finish(s->impl));
     dt_params *p = dt_model_params(s->model);
+    DT_CHECK(dt_params_reduce_tp_partial(p, s->cfg.tp)); /* sequence parallel: sums of the slices' parts */
     DT_CHECK(dt_clip_grad_norm_tp(p, max_norm, s->cfg.tp, norm));
     return dt_optimizer_step(s->opt, dt_params_values(p), dt_params_grads(p), dt_params_numel(p), lr);
 }

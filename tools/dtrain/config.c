@@ -39,6 +39,7 @@ static const spec specs[] = {
     {"seed", K_INT, F(seed), 0, 1LL << 62, NULL, "1", "seed of weights, shuffling and dropout"},
     {"threads", K_INT, F(threads), 0, 256, NULL, "0", "compute threads (0: the cores available)"},
     {"tp", K_INT, F(tp), 1, 4096, NULL, "1", "tensor-parallel ranks per group (gpt): the world is dp x tp with tp innermost, dp = world / tp"},
+    {"sequence_parallel", K_BOOL, F(sequence_parallel), 0, 1, NULL, "false", "gpt with tp > 1: keep 1/tp of the positions between the split regions (allgather and reduce-scatter instead of allreduce; less activation memory)"},
     {"grad_accumulation", K_INT, F(grad_accumulation), 1, 1 << 16, NULL, "1", "micro-batches per optimizer step"},
     {"grad_compression", K_STR, F(grad_compression), 0, 0, "none,f16,bf16", "\"none\"", "gradient format on the wire (data parallel)"},
     {"bucket_mb", K_NUM, F(bucket_mb), 0, 65536, NULL, "0", "MiB per gradient allreduce bucket (0: DT_BUCKET_MB, else min(25, gradients/8), at least 1)"},
@@ -327,6 +328,14 @@ dt_status dtrain_config_validate(const dtrain_config *c)
         return bad("configuration", "mlp_sizes", "must start with 784 and end with 10 for Fashion-MNIST");
     if (c->checkpoint_initial && !c->checkpoint_dir[0])
         return bad("configuration", "checkpoint_initial", "needs checkpoint_dir");
+    if (c->sequence_parallel && (c->tp < 2 || strcmp(c->model, "gpt")))
+        return bad("configuration", "sequence_parallel", "needs the gpt model and tp > 1");
+    if (c->sequence_parallel && c->context % c->tp) {
+        char why[160];
+        snprintf(why, sizeof why, "needs context (%lld) divisible by tp (%lld)", (long long)c->context,
+                 (long long)c->tp);
+        return bad("configuration", "sequence_parallel", why);
+    }
     if (c->tp > 1) {
         char why[160];
         if (!strcmp(c->model, "cnn"))

@@ -22,7 +22,7 @@ typedef struct {
     double bucket_mb, stop_at_accuracy;
     char optimizer[8]; /* sgd | adamw */
     double lr, min_lr, momentum, weight_decay, beta1, beta2, eps, grad_clip;
-    bool nesterov, checkpoint_initial;
+    bool nesterov, checkpoint_initial, sequence_parallel;
     char schedule[16]; /* constant | cosine */
     int64_t warmup_steps, log_interval, eval_interval, eval_batches, checkpoint_interval, checkpoint_keep;
     double checkpoint_seconds;

@@ -13,7 +13,8 @@ dt_status dtrain_build_model_tp(const dtrain_config *c, dt_comm *tp, dt_model **
     dt_status s;
     if (strcmp(c->model, "gpt") == 0)
         s = dt_gpt_create(&(dt_gpt_config){.vocab = c->vocab, .context = c->context, .layers = c->layers,
-                                           .heads = c->heads, .dim = c->dim, .dropout = (float)c->dropout, .tp = tp},
+                                           .heads = c->heads, .dim = c->dim, .dropout = (float)c->dropout, .tp = tp,
+                                           .sequence_parallel = tp && c->sequence_parallel},
                           m);
     else if (strcmp(c->model, "cnn") == 0)
         s = dt_cnn_create(28, c->conv1_channels, c->conv2_channels, 10, m);
