@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# dtrain train with tensor parallelism: tp=2 on 2 ranks against one rank,
+# dtrain train with tensor parallelism: tp=2 on 2 ranks (also sequence
+# parallel) against one rank,
 # and dp=2 x tp=2 on 4 ranks against dp=2 on 2 ranks, from the same seed
 # with dropout 0.1, clipping and AdamW: every logged loss (metrics file,
 # 9 digits) within 1e-4 relative, the eval loss too; the first progress
@@ -33,6 +34,12 @@ run_job 1 1 "$WORK/one"
 run_job 2 2 "$WORK/tp2"
 expect_grep "$WORK/tp2" "training gpt \([0-9]+ parameters\).*mesh dp=1 x tp=2 \([0-9]+ parameters on each rank\)"
 compare "$WORK/one.jsonl" "$WORK/tp2.jsonl" "tp=2 against one rank"
+"$BIN/dtrun" -n 2 "$BIN/dtrain" train "${common[@]}" --set tp=2 --set sequence_parallel=true \
+    --set metrics_file="$WORK/sp.jsonl" >"$WORK/sp" 2>&1 || { cat "$WORK/sp"; fail "tp=2 with sequence parallelism failed"; }
+compare "$WORK/one.jsonl" "$WORK/sp.jsonl" "tp=2 sequence parallel against one rank"
+"$BIN/dtrun" -n 1 "$BIN/dtrain" train "${common[@]}" --set sequence_parallel=true >"$WORK/bad" 2>&1 &&
+    fail "sequence_parallel without tp accepted"
+expect_grep "$WORK/bad" "key 'sequence_parallel' needs the gpt model and tp > 1"
 run_job 2 1 "$WORK/dp2"
 run_job 4 2 "$WORK/dp2tp2"
 expect_grep "$WORK/dp2tp2" "mesh dp=2 x tp=2"
