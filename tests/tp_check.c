@@ -394,6 +394,12 @@ int main(void)
     CALL(dt_allreduce(&failures, &all, 1, DT_I32, DT_SUM, world));
     if (rank == 0)
         printf("tp_check: t=%d: %s\n", t, all ? "FAILED" : "ok");
+    model *ms[2] = {&ref, &tp};
+    for (int k = 0; k < 2; k++) {
+        dt_layer_destroy(ms[k]->net);
+        dt_params_destroy(ms[k]->p);
+        dt_arena_destroy(ms[k]->arena);
+    }
     free(x);
     CALL(dt_comm_destroy(world));
     return all ? 1 : 0;
