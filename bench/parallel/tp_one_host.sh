@@ -3,6 +3,7 @@
 #   - one process with 2 compute threads,
 #   - dp=2: 2 ranks of 1 thread, data parallel,
 #   - tp=2: 2 ranks of 1 thread, the model split (Megatron),
+#   - tp=2 with sequence parallelism,
 # alternating, ROUNDS rounds (the better of each kept: this machine is
 # shared).  Reports tokens/s (after 3 warm-up steps), the peak resident
 # memory per rank, the activation peak per micro-batch and the model
@@ -21,15 +22,17 @@ trap 'rm -rf "$WORK"' EXIT
 CFG=(--config configs/gpt-small.json --set steps="$STEPS" --set log_interval=1 --set eval_interval=0
      --set eval_batches=1)
 
-run() { # name ranks threads tp
+run() { # name ranks threads tp [sequence_parallel]
     local out="$WORK/$1.$r"
     "$BIN/dtrun" -n "$2" /usr/bin/time -f "maxrss_kb %M" "$BIN/dtrain" train "${CFG[@]}" --set threads="$3" \
-        --set tp="$4" --set metrics_file="$out.jsonl" >"$out" 2>&1 || { cat "$out"; exit 1; }
+        --set tp="$4" --set sequence_parallel="${5:-false}" --set metrics_file="$out.jsonl" >"$out" 2>&1 ||
+        { cat "$out"; exit 1; }
 }
 for ((r = 0; r < ROUNDS; r++)); do
     run one 1 2 1
     run dp2 2 1 1
     run tp2 2 1 2
+    run tp2sp 2 1 2 true
 done
 python3 - "$WORK" "$ROUNDS" <<'PY'
 import glob, json, re, sys
@@ -38,7 +41,7 @@ def rate(path):
     rows = [json.loads(l) for l in open(path) if '"loss"' in l][3:]
     return len(rows) / sum(1.0 / r["tokens_per_s"] for r in rows)
 res = {}
-for name in ("one", "dp2", "tp2"):
+for name in ("one", "dp2", "tp2", "tp2sp"):
     best = max(range(rounds), key=lambda k: rate(f"{work}/{name}.{k}.jsonl"))
     text = open(f"{work}/{name}.{best}").read()
     rss = [int(x) for x in re.findall(r"maxrss_kb (\d+)", text)]
@@ -55,7 +58,7 @@ assert split + rep == res["one"]["whole"], (split + rep, res["one"]["whole"])
 print("| run | ranks x threads | tokens/s | vs one process | peak RSS per rank | activations per micro-batch | model states per rank (16 B/param) | formula |")
 print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 base = res["one"]["rate"]
-for name, shape, t in (("one", "1 x 2", 1), ("dp2", "2 x 1", 1), ("tp2", "2 x 1", 2)):
+for name, shape, t in (("one", "1 x 2", 1), ("dp2", "2 x 1", 1), ("tp2", "2 x 1", 2), ("tp2sp", "2 x 1", 2)):
     x = res[name]
     formula = (split / t + rep) * 16 / 2**20
     print(f"| {name} | {shape} | {x['rate']:.0f} | {x['rate'] / base:.2f} | {x['rss']:.0f} MiB | {x['act']:.1f} MiB "
