@@ -8,22 +8,22 @@
 # world not divisible by tp, tp with the cnn; the mlp with tp=2.  Checkpoints of a tp=2 run
 # are unsplit and resume with tp=1 and tp=4 on the same trajectory.
 . "$(dirname "$0")/lib.sh"
-common=(--config configs/gpt-mini.json --set layers=2 --set dim=128 --set context=64 --set batch_size=8
-        --set steps=16 --set log_interval=4 --set eval_interval=16 --set eval_batches=2 --set dropout=0.1
-        --set threads=1)
+base=(--config configs/gpt-mini.json --set layers=2 --set dim=128 --set context=64 --set steps=16
+      --set log_interval=4 --set eval_interval=16 --set eval_batches=2 --set threads=1)
+common=("${base[@]}" --set batch_size=8 --set dropout=0.1)
 run_job() { # ranks tp out
     "$BIN/dtrun" -n "$1" "$BIN/dtrain" train "${common[@]}" --set tp="$2" --set metrics_file="$3.jsonl" >"$3" 2>&1 ||
         { cat "$3"; fail "dtrun -n $1 tp=$2 failed"; }
 }
-compare() { # a.jsonl b.jsonl what
-    python3 - "$1" "$2" "$3" <<'PY' || fail "$3: the losses differ"
+compare() { # a.jsonl b.jsonl what [keys: default "loss eval_loss"]
+    python3 - "$1" "$2" "$3" ${4:-loss eval_loss} <<'PY' || fail "$3: the losses differ"
 import json, sys
 a = [json.loads(l) for l in open(sys.argv[1])]
 b = [json.loads(l) for l in open(sys.argv[2])]
 assert len(a) == len(b) and len(a) > 0, f"{len(a)} against {len(b)} records"
 worst = 0
 for x, y in zip(a, b):
-    for k in ("loss", "eval_loss"):
+    for k in sys.argv[4:]:
         if k in x:
             worst = max(worst, abs(x[k] - y[k]) / abs(x[k]))
 print(f"{sys.argv[3]}: {len(a)} records, losses within {worst:.2g}")
@@ -44,6 +44,13 @@ run_job 2 1 "$WORK/dp2"
 run_job 4 2 "$WORK/dp2tp2"
 expect_grep "$WORK/dp2tp2" "mesh dp=2 x tp=2"
 compare "$WORK/dp2.jsonl" "$WORK/dp2tp2.jsonl" "dp=2 x tp=2 against dp=2"
+# ... and against one process with the global batch (no dropout: its masks follow the data-parallel rank)
+"$BIN/dtrun" -n 1 "$BIN/dtrain" train "${base[@]}" --set batch_size=16 --set dropout=0 \
+    --set metrics_file="$WORK/g1.jsonl" >"$WORK/g1" 2>&1 || { cat "$WORK/g1"; fail "one process, batch 16"; }
+"$BIN/dtrun" -n 4 "$BIN/dtrain" train "${base[@]}" --set batch_size=8 --set tp=2 --set dropout=0 \
+    --set metrics_file="$WORK/g4.jsonl" >"$WORK/g4" 2>&1 || { cat "$WORK/g4"; fail "dp=2 x tp=2 without dropout"; }
+# (the training losses: each evaluates eval_batches of its own batch_size)
+compare "$WORK/g1.jsonl" "$WORK/g4.jsonl" "dp=2 x tp=2 (batch 8 each) against one process with the global batch 16" loss
 
 "$BIN/dtrun" -n 4 "$BIN/dtrain" train "${common[@]}" --set tp=4 --set heads=2 >"$WORK/bad" 2>&1 && fail "heads 2 over tp=4 accepted"
 expect_grep "$WORK/bad" "key 'tp' = 4 must divide heads \(2\) and vocab \(256\)"
