@@ -67,7 +67,7 @@ expect_grep "$WORK/mlp2" "training mlp .*mesh dp=1 x tp=2"
 compare "$WORK/mlp1.jsonl" "$WORK/mlp2.jsonl" "mlp tp=2 against one rank"
 
 # Checkpoints in the unsplit layout: tp=2 writes steps 8 and 16 with
-# PyTorch's shapes; resumed from step 8 with tp=1 and with tp=4, the run
+# PyTorch's shapes (scripts/dtrain_to_torch.py loads it, strict); resumed from step 8 with tp=1 and with tp=4, the run
 # continues the uninterrupted one (losses of steps 12 and 16 within 1e-4).
 "$BIN/dtrun" -n 2 "$BIN/dtrain" train "${common[@]}" --set tp=2 --set checkpoint_dir="$WORK/ck" \
     --set checkpoint_interval=8 --set metrics_file="$WORK/ck.jsonl" >"$WORK/ckrun" 2>&1 || { cat "$WORK/ckrun"; fail "tp=2 with checkpoints failed"; }
@@ -81,6 +81,9 @@ for k, v in want.items():
     assert h[k]["shape"] == v, (k, h[k]["shape"], v)
 print("tp=2 checkpoint: unsplit shapes (wte [256, 128], c_attn [384, 128], ...)")
 PY
+/usr/bin/python3 scripts/dtrain_to_torch.py "$WORK/ck" >"$WORK/torch" 2>&1 || { cat "$WORK/torch"; fail "PyTorch cannot load the tp=2 checkpoint"; }
+expect_grep "$WORK/torch" "load_state_dict\(strict=True\) ok"
+grep "loaded" "$WORK/torch"
 for t in 1 4; do
     mkdir -p "$WORK/ck$t" && cp -r "$WORK/ck/step-00000008" "$WORK/ck$t/"
     "$BIN/dtrun" -n $t "$BIN/dtrain" train "${common[@]}" --set tp=$t --set checkpoint_dir="$WORK/ck$t" \
