@@ -6,7 +6,15 @@ trap 'rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 expect_grep() { grep -qE -- "$2" "$1" || { echo "--- $1:"; cat "$1"; fail "expected /$2/ in $1"; }; }
 expect_no_grep() { ! grep -qE -- "$2" "$1" || { echo "--- $1:"; cat "$1"; fail "did not expect /$2/ in $1"; }; }
-now() { python3 -c "import time; print(time.time())"; }
-elapsed() { python3 -c "import time; print(time.time() - $1)"; }
-less_than() { python3 -c "import sys; sys.exit(0 if float('$1') < float('$2') else 1)"; }
+# Wall-clock seconds (the same clock as the test programs' CLOCK_REALTIME
+# stamps).  date and awk, not python: a python start-up takes 30 ms idle and
+# far more on a loaded machine, and it would count in every measured time.
+now() { date +%s.%N; }
+elapsed() { awk -v t0="$1" -v t1="$(date +%s.%N)" 'BEGIN { printf "%.3f\n", t1 - t0 }'; }
+# less_than A B: A < B as numbers; false (like a failed float()) when either is not a number.
+less_than() {
+    awk -v a="$1" -v b="$2" 'BEGIN {
+        num = "^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$"
+        exit !(a ~ num && b ~ num && a + 0 < b + 0) }'
+}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
