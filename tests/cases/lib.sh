@@ -18,3 +18,17 @@ less_than() {
         exit !(a ~ num && b ~ num && a + 0 < b + 0) }'
 }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Independent jobs side by side (a dtrun job mostly waits: start-up, rendezvous,
+# teardown).  par FILE CMD...: runs CMD in the background, stdout and stderr
+# in FILE and its exit status in FILE.rc, once fewer than PAR_JOBS of them run
+# (3; 2 under DT_TEST_QUICK, the sanitizer builds, whose ranks need more CPU).
+# par_wait: waits for them all.  Only for scripts with no other background jobs.
+PAR_JOBS=${PAR_JOBS:-3}
+[ "${QUICK:-${DT_TEST_QUICK:-0}}" = 1 ] && PAR_JOBS=2
+par() {
+    local out=$1; shift
+    while [ "$(jobs -rp | wc -l)" -ge "$PAR_JOBS" ]; do wait -n; done
+    { "$@" >"$out" 2>&1; echo $? >"$out.rc"; } &
+}
+par_wait() { wait; }
+par_ok() { [ "$(cat "$1.rc" 2>/dev/null)" = 0 ]; } # par_ok FILE: its command exited 0
