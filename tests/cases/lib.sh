@@ -7,8 +7,9 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 expect_grep() { grep -qE -- "$2" "$1" || { echo "--- $1:"; cat "$1"; fail "expected /$2/ in $1"; }; }
 expect_no_grep() { ! grep -qE -- "$2" "$1" || { echo "--- $1:"; cat "$1"; fail "did not expect /$2/ in $1"; }; }
 # Wall-clock seconds (the same clock as the test programs' CLOCK_REALTIME
-# stamps).  date and awk, not python: a python start-up takes 30 ms idle and
-# far more on a loaded machine, and it would count in every measured time.
+# stamps).  date and awk, not python: a python start-up takes 0.1 s on a
+# loaded 2-core machine (1 to 2 s through pyenv's shim), and it counted in
+# every time measured.
 now() { date +%s.%N; }
 elapsed() { awk -v t0="$1" -v t1="$(date +%s.%N)" 'BEGIN { printf "%.3f\n", t1 - t0 }'; }
 # less_than A B: A < B as numbers; false (like a failed float()) when either is not a number.
