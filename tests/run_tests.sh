@@ -45,6 +45,15 @@ skip() {
     skipped=$((skipped + 1)); note "$1" "skipped: $2"
 }
 
+# python3 through a version manager's shim (pyenv here) takes 1 to 2 s to
+# start on a loaded 2-core machine, against 0.1 s for the interpreter, and the
+# cases start it often (helpers, parsers): they get the interpreter the shim
+# picks, by its own path (torch's tests name /usr/bin/python3 themselves).
+py=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null)
+if [ -n "$py" ] && [ -x "$py" ] && [ "$(command -v python3)" != "$py" ]; then
+    mkdir -p "$LOGS/.python" && ln -s "$py" "$LOGS/.python/python3" && export PATH="$LOGS/.python:$PATH"
+fi
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 export -f free_port
 export BIN LOGS QUICK

@@ -27,52 +27,62 @@ verdicts=$(grep -oE 'INFO allreduce: recursive doubling up to (4096|8192|16384) 
 verdicts=$(grep -oE "INFO alltoall: Bruck's exchange up to [0-9]+-byte pieces" "$WORK/tuned" | sort | uniq -c)
 [ "$(echo "$verdicts" | wc -l)" = 1 ] && [ "$(echo "$verdicts" | awk '{print $1}')" = 3 ] \
     || { cat "$WORK/tuned"; fail "the ranks disagree on Bruck's alltoall limit: $verdicts"; }
+# The rest runs 3 jobs at a time (lib.sh's par): nothing below checks a
+# timing verdict beyond the ranks' agreement.
 # DT_SMALL_MSG set: that threshold stands, nothing timed for it.
-DT_TRANSPORT=tcp DT_SMALL_MSG=8192 DT_DEBUG=info "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 4096 >"$WORK/small" 2>&1 \
-    || { cat "$WORK/small"; fail "run with DT_SMALL_MSG=8192 failed"; }
-expect_no_grep "$WORK/small" "halving-doubling"
-expect_grep "$WORK/small" "direct algorithm up to"
-
+par "$WORK/small" env DT_TRANSPORT=tcp DT_SMALL_MSG=8192 DT_DEBUG=info "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 4096
 # Shared memory without the arena: timed as well, same agreement; with the
 # arena (the default) nothing is timed, as no allreduce goes as messages.
-DT_DEBUG=info "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 64 >"$WORK/arena" 2>&1 || { cat "$WORK/arena"; fail "local run with the arena failed"; }
-expect_no_grep "$WORK/arena" "direct algorithm up to"
-DT_SHM_COLL=off DT_DEBUG=info "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 4096 >"$WORK/local" 2>&1 || { cat "$WORK/local"; fail "local run failed"; }
-[ "$(grep -oE 'INFO allreduce: direct algorithm up to [0-9]+ bytes' "$WORK/local" | sort -u | wc -l)" = 1 ] \
-    || { cat "$WORK/local"; fail "the ranks disagree on the threshold"; }
-expect_no_grep "$WORK/local" "halving-doubling" # one host: the bytes cost no link
+par "$WORK/arena" env DT_DEBUG=info "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 64
+par "$WORK/local" env DT_SHM_COLL=off DT_DEBUG=info "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 4096
 # Two ranks (direct is recursive doubling there) and DT_ALGO forced: nothing timed.
-DT_DEBUG=info "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64 >"$WORK/two" 2>&1 || { cat "$WORK/two"; fail "2-rank run failed"; }
-expect_no_grep "$WORK/two" "direct algorithm up to"
-DT_ALGO=rd DT_DEBUG=info "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 64 >"$WORK/rd" 2>&1 || { cat "$WORK/rd"; fail "DT_ALGO=rd run failed"; }
-expect_no_grep "$WORK/rd" "direct algorithm up to"
-
+par "$WORK/two" env DT_DEBUG=info "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64
+par "$WORK/rd" env DT_ALGO=rd DT_DEBUG=info "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 64
 # DT_DIRECT_MSG set: no timing; direct up to 4 KiB, the other algorithms
 # above, on a world that is not a power of two.
-DT_TRANSPORT=tcp DT_DIRECT_MSG=4096 DT_DEBUG=info "$BIN/dtrun" -n 5 "$BIN/coll_check" --quick --big 65536 >"$WORK/forced" 2>&1 \
-    || { cat "$WORK/forced"; fail "DT_DIRECT_MSG=4096 run failed"; }
-expect_no_grep "$WORK/forced" "direct algorithm up to"
-expect_grep "$WORK/forced" "coll_check: world 5: [0-9]+ checks, 0 mismatches"
-
+par "$WORK/forced" env DT_TRANSPORT=tcp DT_DIRECT_MSG=4096 DT_DEBUG=info "$BIN/dtrun" -n 5 "$BIN/coll_check" --quick --big 65536
 # Direct and halving-doubling combine in recursive doubling's order: the same
 # bits whichever the start-up timing picks (folded pairs at 3, 5, 6 and 7
 # ranks, none at 4 and 8).
 for n in 3 4 5 6 7 8; do
     for algo in rd direct rhd; do
-        DT_TRANSPORT=tcp DT_ALGO=$algo "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big 64 --hashes >"$WORK/h.$algo" 2>&1 \
-            || { cat "$WORK/h.$algo"; fail "DT_ALGO=$algo on $n ranks failed"; }
-        grep '^\[0\] hash' "$WORK/h.$algo" >"$WORK/hashes.$algo"
+        par "$WORK/h.$n.$algo" env DT_TRANSPORT=tcp DT_ALGO=$algo "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big 64 --hashes
     done
-    [ "$(wc -l <"$WORK/hashes.rd")" -ge 3 ] || { cat "$WORK/h.rd"; fail "no hashes printed"; }
+done
+# Bad settings are named.
+par "$WORK/bad1" env DT_DIRECT_MSG=lots "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64
+par "$WORK/bad2" env DT_ALGO=oneshot "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64
+par_wait
+
+par_ok "$WORK/small" || { cat "$WORK/small"; fail "run with DT_SMALL_MSG=8192 failed"; }
+expect_no_grep "$WORK/small" "halving-doubling"
+expect_grep "$WORK/small" "direct algorithm up to"
+par_ok "$WORK/arena" || { cat "$WORK/arena"; fail "local run with the arena failed"; }
+expect_no_grep "$WORK/arena" "direct algorithm up to"
+par_ok "$WORK/local" || { cat "$WORK/local"; fail "local run failed"; }
+[ "$(grep -oE 'INFO allreduce: direct algorithm up to [0-9]+ bytes' "$WORK/local" | sort -u | wc -l)" = 1 ] \
+    || { cat "$WORK/local"; fail "the ranks disagree on the threshold"; }
+expect_no_grep "$WORK/local" "halving-doubling" # one host: the bytes cost no link
+par_ok "$WORK/two" || { cat "$WORK/two"; fail "2-rank run failed"; }
+expect_no_grep "$WORK/two" "direct algorithm up to"
+par_ok "$WORK/rd" || { cat "$WORK/rd"; fail "DT_ALGO=rd run failed"; }
+expect_no_grep "$WORK/rd" "direct algorithm up to"
+par_ok "$WORK/forced" || { cat "$WORK/forced"; fail "DT_DIRECT_MSG=4096 run failed"; }
+expect_no_grep "$WORK/forced" "direct algorithm up to"
+expect_grep "$WORK/forced" "coll_check: world 5: [0-9]+ checks, 0 mismatches"
+for n in 3 4 5 6 7 8; do
+    for algo in rd direct rhd; do
+        par_ok "$WORK/h.$n.$algo" || { cat "$WORK/h.$n.$algo"; fail "DT_ALGO=$algo on $n ranks failed"; }
+        grep '^\[0\] hash' "$WORK/h.$n.$algo" >"$WORK/hashes.$algo"
+    done
+    [ "$(wc -l <"$WORK/hashes.rd")" -ge 3 ] || { cat "$WORK/h.$n.rd"; fail "no hashes printed"; }
     cmp -s "$WORK/hashes.rd" "$WORK/hashes.direct" \
         || { paste "$WORK/hashes.rd" "$WORK/hashes.direct"; fail "$n ranks: direct and recursive doubling give different bits"; }
     cmp -s "$WORK/hashes.rd" "$WORK/hashes.rhd" \
         || { paste "$WORK/hashes.rd" "$WORK/hashes.rhd"; fail "$n ranks: halving-doubling and recursive doubling give different bits"; }
 done
-
-# Bad settings are named.
-DT_DIRECT_MSG=lots "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64 >"$WORK/bad" 2>&1 && fail "DT_DIRECT_MSG=lots accepted"
-expect_grep "$WORK/bad" "DT_DIRECT_MSG"
-DT_ALGO=oneshot "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64 >"$WORK/bad" 2>&1 && fail "DT_ALGO=oneshot accepted"
-expect_grep "$WORK/bad" "DT_ALGO='oneshot': expected auto, ring, rd, rhd, direct or shm"
+par_ok "$WORK/bad1" && fail "DT_DIRECT_MSG=lots accepted"
+expect_grep "$WORK/bad1" "DT_DIRECT_MSG"
+par_ok "$WORK/bad2" && fail "DT_ALGO=oneshot accepted"
+expect_grep "$WORK/bad2" "DT_ALGO='oneshot': expected auto, ring, rd, rhd, direct or shm"
 echo "ok"

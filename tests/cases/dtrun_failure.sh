@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# A rank that exits non-zero or is killed: dtrun stops the others within 5 s,
-# exits non-zero and names the rank and how it ended.
+# A rank that exits non-zero or is killed: dtrun stops the others within 5 s
+# (they end on SIGTERM: about 2 s under ASan), exits non-zero and names the
+# rank and how it ended; a rank that ignores SIGTERM is killed after the
+# grace period.
 . "$(dirname "$0")/lib.sh"
 t0=$(now)
 "$BIN/dtrun" -n 4 sh -c 'if [ "$DT_RANK" = 1 ]; then sleep 0.3; exit 7; fi; sleep 60' >"$WORK/out" 2>"$WORK/err"
@@ -16,12 +18,37 @@ rc=$?
 less_than "$(elapsed "$t0")" 5 || fail "dtrun took too long"
 expect_grep "$WORK/err" "rank 2 \(pid [0-9]+\) was killed by signal 9 \(Killed\)"
 
-# a rank that ignores SIGTERM is killed after the grace period, still within 5 s
+# A rank that ignores SIGTERM is killed after the grace period (KILL_AFTER,
+# 3 s, in tools/dtrun/supervise.c), not before and not much later.  Rank 0
+# fails only once rank 1 ignores SIGTERM (else a SIGTERM before the trap
+# would end rank 1 at once), and stamps the time; rank 1 stamps the time
+# every 0.1 s while it lives, and leaves a child holding dtrun's pipes (dtrun
+# stops reading them 0.5 s after the last rank ended).  The bounds: at least
+# the grace from the failure to dtrun's end and to rank 1's last stamp (less
+# a few periods of its stamping loop, which a loaded machine slows), and
+# under 8 s in all: the grace, the 0.5 s drain, and dtrun's start and end
+# (about 1 s, 2 under ASan on a loaded machine).
 t0=$(now)
-"$BIN/dtrun" -n 2 sh -c 'trap "" TERM; if [ "$DT_RANK" = 0 ]; then exit 3; fi; sleep 60 & wait; sleep 60' >"$WORK/out" 2>"$WORK/err"
+"$BIN/dtrun" -n 2 sh -c 'trap "" TERM
+    if [ "$DT_RANK" = 0 ]; then
+        while [ ! -s "$1/alive" ]; do sleep 0.05; done
+        date +%s.%N >"$1/failed"; exit 3
+    fi
+    sleep 60 & echo $! >"$1/child"
+    while :; do date +%s.%N >>"$1/alive"; sleep 0.1; done' sh "$WORK" >"$WORK/out" 2>"$WORK/err"
 rc=$?
-[ $rc = 3 ] || fail "dtrun exited $rc, expected 3"
-less_than "$(elapsed "$t0")" 5 || fail "dtrun needed $(elapsed "$t0") s with a rank ignoring SIGTERM"
+took=$(elapsed "$t0")
+kill -9 "$(cat "$WORK/child")" 2>/dev/null
+[ $rc = 3 ] || { cat "$WORK/err"; fail "dtrun exited $rc, expected 3"; }
+failed=$(cat "$WORK/failed")
+lived=$(awk -v f="$failed" '{ last = $1 } END { printf "%.3f\n", last - f }' "$WORK/alive")
+echo "SIGTERM ignored: rank 1 lived $lived s after rank 0 failed; dtrun took $took s"
+less_than "$took" 3 && fail "dtrun needed only $took s with a rank ignoring SIGTERM: it did not wait the 3 s grace"
+less_than "$lived" 2.5 && fail "rank 1 (ignoring SIGTERM) lived only $lived s after the failure: killed before the 3 s grace"
+less_than "$took" 8 || fail "dtrun needed $took s with a rank ignoring SIGTERM (grace 3 s)"
+stamps=$(wc -l <"$WORK/alive")
+sleep 0.3
+[ "$(wc -l <"$WORK/alive")" = "$stamps" ] || fail "rank 1 still runs after dtrun ended"
 
 # a program that does not exist
 "$BIN/dtrun" -n 2 /nonexistent/program >"$WORK/out" 2>"$WORK/err"

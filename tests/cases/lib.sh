@@ -6,7 +6,30 @@ trap 'rm -rf "$WORK"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 expect_grep() { grep -qE -- "$2" "$1" || { echo "--- $1:"; cat "$1"; fail "expected /$2/ in $1"; }; }
 expect_no_grep() { ! grep -qE -- "$2" "$1" || { echo "--- $1:"; cat "$1"; fail "did not expect /$2/ in $1"; }; }
-now() { python3 -c "import time; print(time.time())"; }
-elapsed() { python3 -c "import time; print(time.time() - $1)"; }
-less_than() { python3 -c "import sys; sys.exit(0 if float('$1') < float('$2') else 1)"; }
+# Wall-clock seconds (the same clock as the test programs' CLOCK_REALTIME
+# stamps).  date and awk, not python: a python start-up takes 0.1 s on a
+# loaded 2-core machine (1 to 2 s through pyenv's shim), and it counted in
+# every time measured.
+now() { date +%s.%N; }
+elapsed() { awk -v t0="$1" -v t1="$(date +%s.%N)" 'BEGIN { printf "%.3f\n", t1 - t0 }'; }
+# less_than A B: A < B as numbers; false (like a failed float()) when either is not a number.
+less_than() {
+    awk -v a="$1" -v b="$2" 'BEGIN {
+        num = "^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$"
+        exit !(a ~ num && b ~ num && a + 0 < b + 0) }'
+}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Independent jobs side by side (a dtrun job mostly waits: start-up, rendezvous,
+# teardown).  par FILE CMD...: runs CMD in the background, stdout and stderr
+# in FILE and its exit status in FILE.rc, once fewer than PAR_JOBS of them run
+# (3; 2 under DT_TEST_QUICK, the sanitizer builds, whose ranks need more CPU).
+# par_wait: waits for them all.  Only for scripts with no other background jobs.
+PAR_JOBS=${PAR_JOBS:-3}
+[ "${QUICK:-${DT_TEST_QUICK:-0}}" = 1 ] && PAR_JOBS=2
+par() {
+    local out=$1; shift
+    while [ "$(jobs -rp | wc -l)" -ge "$PAR_JOBS" ]; do wait -n; done
+    { "$@" >"$out" 2>&1; echo $? >"$out.rc"; } &
+}
+par_wait() { wait; }
+par_ok() { [ "$(cat "$1.rc" 2>/dev/null)" = 0 ]; } # par_ok FILE: its command exited 0

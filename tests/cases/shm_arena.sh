@@ -16,27 +16,37 @@ same_hashes() {
     cmp -s "$WORK/h.$2" "$WORK/h.$3" || { paste "$WORK/h.$2" "$WORK/h.$3"; fail "$4"; }
 }
 
+# The jobs run 3 at a time (lib.sh's par), each with its own output; the
+# checks follow once all ended.
 ls /dev/shm >"$WORK/shm.before" 2>/dev/null
-DT_DEBUG=info DT_SHM_COLL_SLOT=4096 "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 65536 --hashes >"$WORK/small" 2>&1 \
-    || { cat "$WORK/small"; fail "coll_check with 4 KiB arena rounds failed"; }
+par "$WORK/small" env DT_DEBUG=info DT_SHM_COLL_SLOT=4096 "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 65536 --hashes
+par "$WORK/default" "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 65536 --hashes
+par "$WORK/off" env DT_SHM_COLL=off "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 65536 --hashes
+for n in 2 3; do
+    par "$WORK/w$n" env DT_SHM_COLL_SLOT=8192 "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big 20000
+done
+par "$WORK/mismatch" "$BIN/dtrun" -n 3 sh -c '[ "$DT_RANK" = 2 ] && export DT_SHM_COLL_SLOT=8192; exec "$0" "$@"' \
+    "$BIN/coll_check" --quick --big 4096
+par "$WORK/bad1" env DT_SHM_COLL=sometimes "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64
+par "$WORK/bad2" env DT_SHM_COLL_SLOT=5000 "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64
+par_wait
+
+par_ok "$WORK/small" || { cat "$WORK/small"; fail "coll_check with 4 KiB arena rounds failed"; }
 [ "$(grep -c 'shared-memory collectives: an arena of 2 x 4 slots of 4096 bytes' "$WORK/small")" = 4 ] \
     || { cat "$WORK/small"; fail "not every rank set the arena up"; }
 expect_grep "$WORK/small" "coll_check: world 4: [0-9]+ checks, 0 mismatches"
 
 # Default round size: the same bits (reductions go in rank order, whatever the rounds).
-"$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 65536 --hashes >"$WORK/default" 2>&1 \
-    || { cat "$WORK/default"; fail "coll_check with the default arena failed"; }
+par_ok "$WORK/default" || { cat "$WORK/default"; fail "coll_check with the default arena failed"; }
 same_hashes '^\[0\] hash' small default "the arena's bits depend on its round size"
 
 # The f16/bf16-wire allreduce gives the bits of its message version.
-DT_SHM_COLL=off "$BIN/dtrun" -n 4 "$BIN/coll_check" --quick --big 65536 --hashes >"$WORK/off" 2>&1 \
-    || { cat "$WORK/off"; fail "coll_check with the arena off failed"; }
+par_ok "$WORK/off" || { cat "$WORK/off"; fail "coll_check with the arena off failed"; }
 same_hashes '^\[0\] hash half' off default "the half-wire allreduce differs between the arena and the messages"
 
 # 3 ranks (blocks of unequal length) and 2.
 for n in 2 3; do
-    DT_SHM_COLL_SLOT=8192 "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big 20000 >"$WORK/w$n" 2>&1 \
-        || { cat "$WORK/w$n"; fail "coll_check on $n ranks through the arena failed"; }
+    par_ok "$WORK/w$n" || { cat "$WORK/w$n"; fail "coll_check on $n ranks through the arena failed"; }
 done
 
 # Nothing of the arenas (world and split communicators) left behind.
@@ -46,15 +56,13 @@ new=$(comm -13 <(sort "$WORK/shm.before") <(sort "$WORK/shm.after") | grep dtrai
 
 # One rank asks for another geometry: it cannot map rank 0's arena, every rank
 # hears so and the collectives go as messages, still right.
-"$BIN/dtrun" -n 3 sh -c '[ "$DT_RANK" = 2 ] && export DT_SHM_COLL_SLOT=8192; exec "$0" "$@"' \
-    "$BIN/coll_check" --quick --big 4096 >"$WORK/mismatch" 2>&1 \
-    || { cat "$WORK/mismatch"; fail "coll_check with one rank unable to map the arena failed"; }
+par_ok "$WORK/mismatch" || { cat "$WORK/mismatch"; fail "coll_check with one rank unable to map the arena failed"; }
 expect_grep "$WORK/mismatch" "^\[2\].*shared-memory collectives off.*not an arena for 3 ranks with 8192-byte slots"
 expect_grep "$WORK/mismatch" "coll_check: world 3: [0-9]+ checks, 0 mismatches"
 
 # Bad settings are named.
-DT_SHM_COLL=sometimes "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64 >"$WORK/bad" 2>&1 && fail "DT_SHM_COLL=sometimes accepted"
-expect_grep "$WORK/bad" "DT_SHM_COLL='sometimes': expected auto or off"
-DT_SHM_COLL_SLOT=5000 "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64 >"$WORK/bad" 2>&1 && fail "DT_SHM_COLL_SLOT=5000 accepted"
-expect_grep "$WORK/bad" "DT_SHM_COLL_SLOT=5000: expected a multiple of 4096"
+par_ok "$WORK/bad1" && fail "DT_SHM_COLL=sometimes accepted"
+expect_grep "$WORK/bad1" "DT_SHM_COLL='sometimes': expected auto or off"
+par_ok "$WORK/bad2" && fail "DT_SHM_COLL_SLOT=5000 accepted"
+expect_grep "$WORK/bad2" "DT_SHM_COLL_SLOT=5000: expected a multiple of 4096"
 echo ok
