@@ -168,8 +168,9 @@ static void parse(int argc, char **argv, options *o)
 
 /* Most calls one size may take under --mintime. */
 #define MAX_ITERS 1000000
-/* Most batches after the first under --mintime. */
-#define MAX_ROUNDS 8
+/* Most batches after the first under --mintime (each costs an untimed
+ * allreduce; MAX_ITERS bounds the calls whatever happens). */
+#define MAX_ROUNDS 32
 
 /* Calls to add to `done` calls that took `took` seconds so that all of them
  * take at least mintime; at most MAX_ITERS in all. */
@@ -177,7 +178,9 @@ static int more_calls(double mintime, double took, int done)
 {
     if (took >= mintime)
         return 0;
-    double want = took > 0 ? ceil(mintime * done / took) : MAX_ITERS;
+    /* 2% beyond the estimate: calls that speed up as they warm would
+     * otherwise leave each batch a little short of the time. */
+    double want = took > 0 ? ceil(1.02 * mintime * done / took) : MAX_ITERS;
     return want >= MAX_ITERS ? MAX_ITERS - done : (int)want - done;
 }
 
