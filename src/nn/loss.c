@@ -6,6 +6,7 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/loss.h"
 #include "tensor/threads.h"
 
 typedef struct {
@@ -44,17 +45,24 @@ static void ce_rows(int64_t r0, int64_t r1, void *p)
     }
 }
 
+dt_status dt__ce_count_targets(const int32_t *targets, int64_t rows, int64_t classes, int64_t *counted)
+{
+    *counted = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        if (targets[r] == -1)
+            continue;
+        if (targets[r] < 0 || targets[r] >= classes)
+            return dt__fail(DT_ERR_INVALID, "cross-entropy: target %d of row %lld is outside 0..%lld", targets[r],
+                            (long long)r, (long long)classes - 1);
+        (*counted)++;
+    }
+    return DT_OK;
+}
+
 dt_status dt_softmax_cross_entropy(const dt_tensor *logits, const int32_t *targets, float *loss, dt_tensor *dlogits)
 {
     int64_t C = logits->shape[logits->ndim - 1], n = dt_tensor_numel(logits) / C, counted = 0;
-    for (int64_t r = 0; r < n; r++) {
-        if (targets[r] == -1)
-            continue;
-        if (targets[r] < 0 || targets[r] >= C)
-            return dt__fail(DT_ERR_INVALID, "cross-entropy: target %d of row %lld is outside 0..%lld", targets[r],
-                            (long long)r, (long long)C - 1);
-        counted++;
-    }
+    DT_CHECK(dt__ce_count_targets(targets, n, C, &counted));
     double *row_loss = malloc((size_t)(n ? n : 1) * sizeof *row_loss);
     if (!row_loss)
         return dt__fail(DT_ERR_NOMEM, "cross-entropy: out of memory for %lld row losses", (long long)n);

@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "dtrain/comm.h"
 #include "dtrain/nn.h"
+#include "nn/loss.h"
 
 dt_status dt_softmax_cross_entropy_parallel(const dt_tensor *logits, const int32_t *targets, int64_t vocab,
                                             int64_t vocab_start, struct dt_comm *tp, float *loss, dt_tensor *dlogits)
@@ -29,14 +30,7 @@ dt_status dt_softmax_cross_entropy_parallel(const dt_tensor *logits, const int32
                         "of %lld",
                         (long long)vocab_start, (long long)(vocab_start + C - 1), (long long)vocab);
     int64_t counted = 0;
-    for (int64_t r = 0; r < n; r++) {
-        if (targets[r] == -1)
-            continue;
-        if (targets[r] < 0 || targets[r] >= vocab)
-            return dt__fail(DT_ERR_INVALID, "cross-entropy: target %d of row %lld is outside 0..%lld", targets[r],
-                            (long long)r, (long long)vocab - 1);
-        counted++;
-    }
+    DT_CHECK(dt__ce_count_targets(targets, n, vocab, &counted));
     /* rows x {max}, then rows x {sum, target logit} */
     double *mx = malloc((size_t)(n ? n : 1) * sizeof *mx), *st = malloc((size_t)(n ? 2 * n : 1) * sizeof *st);
     dt_status s = mx && st ? DT_OK : dt__fail(DT_ERR_NOMEM, "cross-entropy: out of memory for %lld rows", (long long)n);
