@@ -38,7 +38,7 @@ static const spec specs[] = {
     {"steps", K_INT, F(steps), 1, 1LL << 40, NULL, "1000", "optimizer steps to train"},
     {"seed", K_INT, F(seed), 0, 1LL << 62, NULL, "1", "seed of weights, shuffling and dropout"},
     {"threads", K_INT, F(threads), 0, 256, NULL, "0", "compute threads (0: the cores available)"},
-    {"tp", K_INT, F(tp), 1, 4096, NULL, "1", "tensor-parallel ranks per group (gpt): the world is dp x tp with tp innermost, dp = world / tp"},
+    {"tp", K_INT, F(tp), 1, 4096, NULL, "1", "tensor-parallel ranks per group (gpt, mlp): the world is dp x tp with tp innermost, dp = world / tp"},
     {"sequence_parallel", K_BOOL, F(sequence_parallel), 0, 1, NULL, "false", "gpt with tp > 1: keep 1/tp of the positions between the split regions (allgather and reduce-scatter instead of allreduce; less activation memory)"},
     {"grad_accumulation", K_INT, F(grad_accumulation), 1, 1 << 16, NULL, "1", "micro-batches per optimizer step"},
     {"grad_compression", K_STR, F(grad_compression), 0, 0, "none,f16,bf16", "\"none\"", "gradient format on the wire (data parallel)"},
