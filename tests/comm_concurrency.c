@@ -11,11 +11,14 @@
  *     has seen its large allreduce finish (at most K);
  *   - a "p2p" thread ping-pongs with its tp partner on a third
  *     communicator (a copy of the world), with the same stopping rule.
- * Every result is checked exactly.  Each rank counts how many of its small
- * allreduces and ping-pongs finished while its large allreduce was still
- * running; at least MIN_DURING of each must (with one progress thread per
- * world, as before, none could: the first small allreduce waited behind the
- * large one), and the times are printed:
+ * The first tp pair (dp rank 0) holds the large allreduce open: the other
+ * members of each dp group join it only when told so, over a fourth
+ * communicator, and the first pair tells them only after MIN_DURING small
+ * allreduces and ping-pongs of its own have finished.  So the check does
+ * not depend on timing: with one progress queue per world, as before, the
+ * first small allreduce waits behind the large one, the word never comes
+ * and the test fails (naming the wait) instead of passing by luck.  Every
+ * result is checked exactly and the times are printed:
  *   rank R: 40 small allreduces on the tp pair in X ms ... (it took Y ms)
  *
  * usage: comm_concurrency [--mib N] [--small K] [--pings P]   (exit 0: every check held) */
@@ -54,7 +57,9 @@ static double now_ms(void)
 
 typedef struct {
     dt_comm *comm;
-    int rank, count, during;
+    int rank, count;
+    atomic_int during; /* finished while the large allreduce was in flight */
+    atomic_bool finished;
     double took_ms;
     int wrong;
 } worker;
@@ -86,12 +91,13 @@ static void *tp_loop(void *arg)
         for (int j = 1; j < 64; j++)
             w->wrong += out[j] != (float)(1000 + 2 * (i * 64 + j));
         ran++;
-        w->during += !done;
+        atomic_fetch_add(&w->during, !done);
         if (out[0] > 0)
             break;
     }
     w->count = ran;
     w->took_ms = now_ms() - t0;
+    atomic_store(&w->finished, true);
     return NULL;
 }
 
@@ -122,12 +128,13 @@ static void *p2p_loop(void *arg)
         for (int j = 1; j < 16; j++)
             w->wrong += got[j] != partner * 100000 + i * 16 + j;
         ran++;
-        w->during += !done;
+        atomic_fetch_add(&w->during, !done);
         if (got[0] || msg[0])
             break;
     }
     w->count = ran;
     w->took_ms = now_ms() - t0;
+    atomic_store(&w->finished, true);
     return NULL;
 }
 
@@ -189,16 +196,17 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    dt_comm *world, *tp, *dp, *pairs;
+    dt_comm *world, *tp, *dp, *pairs, *word;
     CALL(dt_comm_init_env(&world));
     int rank = dt_comm_rank(world), size = dt_comm_size(world);
-    if (size < 2 || size % 2) {
-        fprintf(stderr, "comm_concurrency: needs an even number of ranks (got %d)\n", size);
+    if (size < 4 || size % 2) {
+        fprintf(stderr, "comm_concurrency: needs an even number of ranks, at least 4 (got %d)\n", size);
         return 2;
     }
     CALL(dt_comm_split(world, rank / 2, rank, &tp));
     CALL(dt_comm_split(world, rank % 2, rank, &dp));
     CALL(dt_comm_split(world, 0, rank, &pairs));
+    CALL(dt_comm_split(world, 0, rank, &word));
 
     check_options(world, tp, rank);
 
@@ -219,8 +227,34 @@ int main(int argc, char **argv)
     CALL(dt_barrier(world));
     double t0 = now_ms();
     dt_request *req;
+    bool holds_open = dpr == 0; /* the first tp pair: its large allreduce waits for the word */
+    int32_t go = 1;
+    if (!holds_open) /* the word comes from dp rank 0 of this dp group: world rank rank % 2 */
+        CALL(dt_recv(&go, 1, DT_I32, rank % 2, 9, word, NULL));
     CALL(dt_iallreduce(big, big, count, DT_F32, DT_SUM, dp, &req));
     atomic_store(&large_started, true);
+    if (holds_open) {
+        double held_since = now_ms();
+        /* The large allreduce cannot finish before the others join: wait for
+         * MIN_DURING of each small operation (or the thread's end), at most
+         * 60 s, then let the others in either way so the job ends. */
+        bool gave_up = false;
+        while (!(gave_up = now_ms() - held_since > 60000) &&
+               !((atomic_load(&tw.during) >= MIN_DURING || atomic_load(&tw.finished)) &&
+                 (atomic_load(&pw.during) >= MIN_DURING || atomic_load(&pw.finished)))) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+        if (gave_up) {
+            fprintf(stderr,
+                    "rank %d: the small operations waited for the large one: after 60 s with it in flight, %d "
+                    "small allreduces and %d ping-pongs had finished (%d of each expected)\n",
+                    rank, atomic_load(&tw.during), atomic_load(&pw.during), MIN_DURING);
+            failures++;
+        }
+        for (int r = rank + 2; r < size; r += 2)
+            CALL(dt_send(&go, 1, DT_I32, r, 9, word));
+    }
     CALL(dt_wait(req, NULL));
     atomic_store(&large_done, true);
     double large_ms = now_ms() - t0;
@@ -236,14 +270,13 @@ int main(int argc, char **argv)
                 wrong_big, tw.wrong, pw.wrong);
         failures++;
     }
-    /* The small operations must run while the large one is in flight (with
-     * one queue per world, as before, the first small allreduce waited for
-     * it: none could). */
-    if ((small && tw.during < MIN_DURING) || (pings && pw.during < MIN_DURING)) {
+    /* The pair that held its large allreduce open must have run its small
+     * operations meanwhile (the others joined later: theirs are reported). */
+    if (holds_open && ((small && tw.during < MIN_DURING) || (pings && pw.during < MIN_DURING))) {
         fprintf(stderr,
                 "rank %d: the small operations waited for the large one: %d small allreduces and %d ping-pongs "
                 "finished while it was in flight (at least %d of each expected)\n",
-                rank, tw.during, pw.during, MIN_DURING);
+                rank, atomic_load(&tw.during), atomic_load(&pw.during), MIN_DURING);
         failures++;
     }
     printf("rank %d: %d small allreduces on the tp pair in %.1f ms and %d ping-pongs in %.1f ms; %d and %d of them "
@@ -253,6 +286,7 @@ int main(int argc, char **argv)
     int all = 0;
     CALL(dt_allreduce(&failures, &all, 1, DT_I32, DT_SUM, world));
     free(big);
+    CALL(dt_comm_destroy(word));
     CALL(dt_comm_destroy(pairs));
     CALL(dt_comm_destroy(dp));
     CALL(dt_comm_destroy(tp));

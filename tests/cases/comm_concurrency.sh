@@ -5,13 +5,13 @@
 # nonblocking allreduce on the dp groups is in flight; every result exact.
 # Over TCP and over shared memory.  The per-rank timings are in the log.
 . "$(dirname "$0")/lib.sh"
-# The large allreduce must outlast a few small ones: through shared memory
-# on 2 cores 64 MiB takes about 25 ms, so it moves 256 MiB there.
+# The first tp pair holds its large allreduce open until its own small
+# operations have run (see tests/comm_concurrency.c), so the check does not
+# depend on how long the large one takes: its size only has to be real.
 quick=${DT_TEST_QUICK:-0}
 for tr in tcp shm; do
-    mib=64
-    [ $tr = shm ] && mib=256
-    [ "$quick" = 1 ] && mib=$((mib / 2))
+    mib=32
+    [ "$quick" = 1 ] && mib=16
     DT_TRANSPORT=$tr timeout 120 "$BIN/dtrun" -n 4 "$BIN/comm_concurrency" --mib $mib >"$WORK/out.$tr" 2>&1 ||
         { cat "$WORK/out.$tr"; fail "DT_TRANSPORT=$tr: comm_concurrency failed"; }
     echo "--- DT_TRANSPORT=$tr"
