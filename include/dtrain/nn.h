@@ -269,6 +269,12 @@ dt_status dt_model_instantiate(const dt_model_desc *d, int lo, int hi, dt_model 
  * hooks bind each block's parameters).  dt_model_init needs storage. */
 dt_status dt_model_instantiate_external(const dt_model_desc *d, int lo, int hi, float *values, float *grads,
                                         dt_model **out);
+/* Several ranges of blocks in one model, one parameter registry: an
+ * interleaved pipeline rank's virtual stages (chunks).  bounds holds
+ * nchunks pairs [lo, hi), increasing and not overlapping.  A block shared
+ * by two chunks' users (a tied parameter) is registered once.  Each chunk
+ * runs on its own: dt_model_forward_chunk / dt_model_backward_chunk. */
+dt_status dt_model_instantiate_chunks(const dt_model_desc *d, const int *bounds, int nchunks, dt_model **out);
 /* Describe and instantiate every block. */
 dt_status dt_mlp_create(const int64_t *sizes, int nsizes, dt_model **out);
 dt_status dt_gpt_create(const dt_gpt_config *cfg, dt_model **out);
@@ -277,8 +283,15 @@ dt_status dt_cnn_create(int64_t size, int64_t c1, int64_t c2, int64_t classes, d
 dt_params *dt_model_params(dt_model *m);
 /* Number of blocks in this model (hi - lo). */
 int dt_model_num_layers(const dt_model *m);
-/* The blocks' range in the whole model's numbering. */
+/* The blocks' range in the whole model's numbering (of a model holding
+ * several chunks: from the first chunk's start to the last one's end). */
 void dt_model_block_range(const dt_model *m, int *lo, int *hi);
+/* Chunks of blocks this model holds (1 unless dt_model_instantiate_chunks
+ * made it), chunk c's range in the whole model's numbering, and the number
+ * of blocks of the whole model it was cut from. */
+int dt_model_chunks(const dt_model *m);
+void dt_model_chunk_range(const dt_model *m, int c, int *lo, int *hi);
+int dt_model_whole_blocks(const dt_model *m);
 /* Block i of this model (0 <= i < dt_model_num_layers). */
 const dt_block_info *dt_model_block(const dt_model *m, int i);
 /* Parameters [first, first + count) of the registry were registered by
@@ -306,8 +319,14 @@ dt_status dt_model_set_recompute(dt_model *m, int i, bool on);
 void dt_model_set_hooks(dt_model *m, dt_block_hook hook, void *user);
 /* Initialise every parameter from `seed` (PyTorch's schemes; GPT-2's for GPT). */
 void dt_model_init(dt_model *m, uint64_t seed);
-/* Forward through every block; y is allocated in ctx->arena. */
+/* Forward through every block; y is allocated in ctx->arena.  (A model of
+ * several chunks refuses: run each chunk.) */
 dt_status dt_model_forward(dt_model *m, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y);
+/* Forward through chunk c's blocks / backward through them; dx (NULL when
+ * the chunk starts at block 0 and no input gradient is wanted) gets the
+ * gradient of the chunk's input, in ctx->arena. */
+dt_status dt_model_forward_chunk(dt_model *m, int c, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y);
+dt_status dt_model_backward_chunk(dt_model *m, int c, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx);
 /* Backward from dy (the loss gradient of the last output). */
 dt_status dt_model_backward(dt_model *m, dt_ctx *ctx, const dt_tensor *dy);
 /* The same, also giving the gradient of the input (a pipeline stage sends

@@ -41,10 +41,23 @@ struct dt_model_desc {
     output_split split;
 };
 
+/* The hook context of one chunk's sequence: its blocks' local numbers start
+ * at `local`, their whole-model numbers at `global`. */
+typedef struct {
+    struct dt_model *m;
+    int local, global;
+} chunk_hook;
+
 struct dt_model {
     dt_params *params;
-    dt_layer *root; /* sequential over blocks [lo, hi) */
-    int lo, hi;
+    /* One sequence per chunk: blocks [chunk_lo[c], chunk_hi[c]) of the whole
+     * model, one range for a model or a stage, several for an interleaved
+     * pipeline rank's virtual stages. */
+    dt_layer **chunks;
+    int *chunk_lo, *chunk_hi;
+    chunk_hook *hooks;
+    int nchunks;
+    int n, total; /* blocks held; blocks in the whole model */
     dt_block_info *info;
     int *first_param, *num_params;
     dt_shared_param *shared;
@@ -141,14 +154,15 @@ dt_status dt__params_use(dt_params *p, const char *name, int ndim, const int64_t
 
 /* The root sequence's hook: the user's first (it may bind storage), then a
  * check that the block about to run has storage for its parameters. */
-static dt_status model_hook(void *user, dt_hook_point at, int i, dt_ctx *ctx)
+static dt_status model_hook(void *user, dt_hook_point at, int item, dt_ctx *ctx)
 {
-    dt_model *m = user;
+    const chunk_hook *ch = user;
+    dt_model *m = ch->m;
+    int i = ch->local + item, global = ch->global + item, bad = -1;
     if (m->hook)
         DT_CHECK(m->hook(m->hook_user, at, i, ctx));
     if (at != DT_BEFORE_FORWARD && at != DT_BEFORE_BACKWARD)
         return DT_OK;
-    int global = m->lo + i, bad = -1;
     for (int k = m->first_param[i]; bad < 0 && k < m->first_param[i] + m->num_params[i]; k++)
         bad = dt_param_has_storage(m->params, k) ? -1 : k;
     for (int k = 0; bad < 0 && k < m->nshared; k++) /* a tied parameter this block uses */
@@ -162,44 +176,77 @@ static dt_status model_hook(void *user, dt_hook_point at, int i, dt_ctx *ctx)
 }
 
 
-static dt_status instantiate(const dt_model_desc *d, int lo, int hi, bool external, float *values, float *grads,
-                             dt_model **out)
+static dt_status check_ranges(const dt_model_desc *d, const int *bounds, int nchunks)
 {
-    if (!d || !out)
-        return dt__fail(DT_ERR_INVALID, "model_instantiate: %s is NULL", d ? "out" : "the description");
-    if (lo < 0 || hi > d->n || lo >= hi)
-        return dt__fail(DT_ERR_INVALID, "model_instantiate: blocks [%d, %d) outside the model's %d blocks", lo, hi,
-                        d->n);
-    int n = hi - lo;
+    if (!d || !bounds || nchunks < 1)
+        return dt__fail(DT_ERR_INVALID, "model_instantiate: %s", !d ? "the description is NULL"
+                                                                     : !bounds ? "the ranges are NULL" : "no range");
+    for (int c = 0; c < nchunks; c++) {
+        int lo = bounds[2 * c], hi = bounds[2 * c + 1];
+        if (lo < 0 || hi > d->n || lo >= hi)
+            return dt__fail(DT_ERR_INVALID, "model_instantiate: blocks [%d, %d) outside the model's %d blocks", lo,
+                            hi, d->n);
+        if (c > 0 && lo < bounds[2 * c - 1])
+            return dt__fail(DT_ERR_INVALID, "model_instantiate: range [%d, %d) overlaps or precedes [%d, %d)", lo, hi,
+                            bounds[2 * c - 2], bounds[2 * c - 1]);
+    }
+    return DT_OK;
+}
+
+static dt_status instantiate(const dt_model_desc *d, const int *bounds, int nchunks, bool external, float *values,
+                             float *grads, dt_model **out)
+{
+    if (!out)
+        return dt__fail(DT_ERR_INVALID, "model_instantiate: out is NULL");
+    DT_CHECK(check_ranges(d, bounds, nchunks));
+    int n = 0;
+    for (int c = 0; c < nchunks; c++)
+        n += bounds[2 * c + 1] - bounds[2 * c];
     dt_model *m = calloc(1, sizeof *m);
     dt_status s = m ? DT_OK : dt__fail(DT_ERR_NOMEM, "out of memory");
     if (s == DT_OK && (!(m->info = calloc((size_t)n, sizeof *m->info)) ||
                        !(m->first_param = calloc((size_t)n, sizeof(int))) ||
-                       !(m->num_params = calloc((size_t)n, sizeof(int)))))
+                       !(m->num_params = calloc((size_t)n, sizeof(int))) ||
+                       !(m->chunks = calloc((size_t)nchunks, sizeof *m->chunks)) ||
+                       !(m->chunk_lo = calloc((size_t)nchunks, sizeof(int))) ||
+                       !(m->chunk_hi = calloc((size_t)nchunks, sizeof(int))) ||
+                       !(m->hooks = calloc((size_t)nchunks, sizeof *m->hooks))))
         s = dt__fail(DT_ERR_NOMEM, "out of memory");
     if (s == DT_OK) {
-        m->lo = lo;
-        m->hi = hi;
-        if (hi == d->n)
+        m->n = n;
+        m->total = d->n;
+        if (bounds[2 * nchunks - 1] == d->n)
             m->split = d->split;
         s = dt_params_create(&m->params);
     }
-    if (s == DT_OK)
-        s = dt_sequential_create(lo == 0 && hi == d->n ? "model" : "stage", &m->root);
-    for (int i = lo; s == DT_OK && i < hi; i++) {
-        dt_layer *b = NULL;
-        int before = dt_params_count(m->params);
-        s = d->blocks[i].make(d, i, m->params, &b);
-        if (s == DT_OK)
-            s = dt_sequential_append(m->root, b);
-        m->info[i - lo] = d->blocks[i].info;
-        m->first_param[i - lo] = before;
-        m->num_params[i - lo] = dt_params_count(m->params) - before;
+    int local = 0;
+    for (int c = 0; s == DT_OK && c < nchunks; c++) {
+        int lo = bounds[2 * c], hi = bounds[2 * c + 1];
+        bool whole = lo == 0 && hi == d->n;
+        char name[32];
+        snprintf(name, sizeof name, nchunks > 1 ? "chunk %d" : "stage", c);
+        s = dt_sequential_create(whole ? "model" : name, &m->chunks[c]);
+        if (s != DT_OK)
+            break;
+        m->nchunks = c + 1;
+        m->chunk_lo[c] = lo;
+        m->chunk_hi[c] = hi;
+        m->hooks[c] = (chunk_hook){m, local, lo};
+        for (int i = lo; s == DT_OK && i < hi; i++, local++) {
+            dt_layer *b = NULL;
+            int before = dt_params_count(m->params);
+            s = d->blocks[i].make(d, i, m->params, &b);
+            if (s == DT_OK)
+                s = dt_sequential_append(m->chunks[c], b);
+            m->info[local] = d->blocks[i].info;
+            m->first_param[local] = before;
+            m->num_params[local] = dt_params_count(m->params) - before;
+        }
     }
     if (s == DT_OK)
         s = external ? dt_params_finalize_external(m->params, values, grads) : dt_params_finalize(m->params);
-    if (s == DT_OK)
-        dt_sequential_set_hooks(m->root, model_hook, m);
+    for (int c = 0; s == DT_OK && c < nchunks; c++)
+        dt_sequential_set_hooks(m->chunks[c], model_hook, &m->hooks[c]);
     for (int k = 0; s == DT_OK && k < d->nshared; k++) {
         int idx = dt_params_find(m->params, d->shared[k].name);
         if (idx < 0)
@@ -222,13 +269,18 @@ static dt_status instantiate(const dt_model_desc *d, int lo, int hi, bool extern
 
 dt_status dt_model_instantiate(const dt_model_desc *d, int lo, int hi, dt_model **out)
 {
-    return instantiate(d, lo, hi, false, NULL, NULL, out);
+    return instantiate(d, (int[]){lo, hi}, 1, false, NULL, NULL, out);
+}
+
+dt_status dt_model_instantiate_chunks(const dt_model_desc *d, const int *bounds, int nchunks, dt_model **out)
+{
+    return instantiate(d, bounds, nchunks, false, NULL, NULL, out);
 }
 
 dt_status dt_model_instantiate_external(const dt_model_desc *d, int lo, int hi, float *values, float *grads,
                                         dt_model **out)
 {
-    return instantiate(d, lo, hi, true, values, grads, out);
+    return instantiate(d, (int[]){lo, hi}, 1, true, values, grads, out);
 }
 
 dt_status dt__build_whole(dt_status describe_status, dt_model_desc **d, dt_model **out)
@@ -243,22 +295,30 @@ dt_status dt__build_whole(dt_status describe_status, dt_model_desc **d, dt_model
 /* ---- the instantiated model ---- */
 
 dt_params *dt_model_params(dt_model *m) { return m->params; }
-int dt_model_num_layers(const dt_model *m) { return m->hi - m->lo; }
+int dt_model_num_layers(const dt_model *m) { return m->n; }
 
 void dt_model_block_range(const dt_model *m, int *lo, int *hi)
 {
-    *lo = m->lo;
-    *hi = m->hi;
+    *lo = m->chunk_lo[0];
+    *hi = m->chunk_hi[m->nchunks - 1];
 }
 
-const dt_block_info *dt_model_block(const dt_model *m, int i)
+int dt_model_chunks(const dt_model *m) { return m->nchunks; }
+
+void dt_model_chunk_range(const dt_model *m, int c, int *lo, int *hi)
 {
-    return i >= 0 && i < m->hi - m->lo ? &m->info[i] : NULL;
+    bool ok = c >= 0 && c < m->nchunks;
+    *lo = ok ? m->chunk_lo[c] : 0;
+    *hi = ok ? m->chunk_hi[c] : 0;
 }
+
+int dt_model_whole_blocks(const dt_model *m) { return m->total; }
+
+const dt_block_info *dt_model_block(const dt_model *m, int i) { return i >= 0 && i < m->n ? &m->info[i] : NULL; }
 
 void dt_model_block_params(const dt_model *m, int i, int *first, int *count)
 {
-    bool ok = i >= 0 && i < m->hi - m->lo;
+    bool ok = i >= 0 && i < m->n;
     *first = ok ? m->first_param[i] : 0;
     *count = ok ? m->num_params[i] : 0;
 }
@@ -275,34 +335,81 @@ void dt_model_set_hooks(dt_model *m, dt_block_hook hook, void *user)
     m->hook_user = user;
 }
 
-dt_status dt_model_set_recompute(dt_model *m, int i, bool on) { return dt_sequential_set_recompute(m->root, i, on); }
+dt_status dt_model_set_recompute(dt_model *m, int i, bool on)
+{
+    for (int c = 0; c < m->nchunks; c++) {
+        int items = m->chunk_hi[c] - m->chunk_lo[c];
+        if (i >= m->hooks[c].local && i < m->hooks[c].local + items)
+            return dt_sequential_set_recompute(m->chunks[c], i - m->hooks[c].local, on);
+    }
+    return dt__fail(DT_ERR_INVALID, "recompute: the model holds no block %d (it has %d)", i, m->n);
+}
 
-void dt_model_init(dt_model *m, uint64_t seed) { m->root->ops->init(m->root, m->params, seed); }
+void dt_model_init(dt_model *m, uint64_t seed)
+{
+    for (int c = 0; c < m->nchunks; c++)
+        m->chunks[c]->ops->init(m->chunks[c], m->params, seed);
+}
+
+static dt_status check_chunk(const dt_model *m, int c, const char *what)
+{
+    if (c < 0 || c >= m->nchunks)
+        return dt__fail(DT_ERR_INVALID, "%s: chunk %d of a model holding %d", what, c, m->nchunks);
+    return DT_OK;
+}
+
+dt_status dt_model_forward_chunk(dt_model *m, int c, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
+{
+    DT_CHECK(check_chunk(m, c, "model_forward_chunk"));
+    ctx->params = m->params;
+    return m->chunks[c]->ops->forward(m->chunks[c], ctx, x, y);
+}
+
+dt_status dt_model_backward_chunk(dt_model *m, int c, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx)
+{
+    DT_CHECK(check_chunk(m, c, "model_backward_chunk"));
+    ctx->params = m->params;
+    dt_tensor unused;
+    return m->chunks[c]->ops->backward(m->chunks[c], ctx, dy, dx ? dx : &unused, dx != NULL);
+}
+
+static dt_status one_chunk(const dt_model *m, const char *what)
+{
+    if (m->nchunks != 1)
+        return dt__fail(DT_ERR_INVALID, "%s: the model holds %d chunks of blocks (an interleaved pipeline rank's): "
+                        "run each with dt_model_forward_chunk / dt_model_backward_chunk", what, m->nchunks);
+    return DT_OK;
+}
 
 dt_status dt_model_forward(dt_model *m, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
-    ctx->params = m->params;
-    return m->root->ops->forward(m->root, ctx, x, y);
+    DT_CHECK(one_chunk(m, "model_forward"));
+    return dt_model_forward_chunk(m, 0, ctx, x, y);
 }
 
 dt_status dt_model_backward(dt_model *m, dt_ctx *ctx, const dt_tensor *dy)
 {
-    ctx->params = m->params;
+    DT_CHECK(one_chunk(m, "model_backward"));
     dt_tensor dx;
-    return m->root->ops->backward(m->root, ctx, dy, &dx, m->lo > 0);
+    return dt_model_backward_chunk(m, 0, ctx, dy, m->chunk_lo[0] > 0 ? &dx : NULL);
 }
 
 dt_status dt_model_backward_dx(dt_model *m, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx)
 {
-    ctx->params = m->params;
-    return m->root->ops->backward(m->root, ctx, dy, dx, true);
+    DT_CHECK(one_chunk(m, "model_backward_dx"));
+    return dt_model_backward_chunk(m, 0, ctx, dy, dx);
 }
 
 void dt_model_destroy(dt_model *m)
 {
     if (!m)
         return;
-    dt_layer_destroy(m->root);
+    for (int c = 0; m->chunks && c < m->nchunks; c++)
+        dt_layer_destroy(m->chunks[c]);
+    free(m->chunks);
+    free(m->chunk_lo);
+    free(m->chunk_hi);
+    free(m->hooks);
     dt_params_destroy(m->params);
     free(m->info);
     free(m->first_param);
