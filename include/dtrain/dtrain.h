@@ -10,6 +10,7 @@
 #include "dtrain/optim.h"
 #include "dtrain/mesh.h"
 #include "dtrain/parallel.h"
+#include "dtrain/pipeline.h"
 #include "dtrain/data.h"
 #include "dtrain/ckpt.h"
 #include "dtrain/version.h" /* DTRAIN_VERSION, generated from CMakeLists.txt */

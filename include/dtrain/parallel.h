@@ -103,6 +103,7 @@ typedef struct {
 typedef struct {
     dt_tensor x;
     const int32_t *targets;
+    int64_t ntargets; /* how many targets (one per output row); a pipeline needs it, to keep a copy */
 } dt_micro_batch;
 /* Called micro_batches times per step, in order, for the next micro-batch;
  * the data must stay valid until the next call. */
@@ -112,7 +113,10 @@ typedef struct {
     float grad_norm; /* before clipping */
     double comm_s;   /* time in gradient communication */
     double exposed_s; /* of which the step waited for (not hidden behind backward) */
-    size_t activation_bytes; /* the most activation memory one micro-batch held */
+    size_t activation_bytes; /* the most activation memory held at once (one micro-batch's, or a pipeline
+                                stage's micro-batches in flight together) */
+    int micro_in_flight;     /* the most micro-batches whose activations were held at once */
+    double busy_s;           /* time computing (forward, loss, backward), not waiting for messages */
 } dt_step_stats;
 
 /* No communication: clipping and the update on this process's gradients. */
@@ -141,6 +145,12 @@ dt_status dt_clip_grad_norm_group(float *grad, int64_t n, float max_norm, dt_com
  * replicas hold the same gradient); clips every gradient by it when above
  * max_norm (> 0).  Collective over tp (NULL: this rank alone). */
 dt_status dt_clip_grad_norm_tp(dt_params *p, float max_norm, dt_comm *tp, float *norm);
+/* The same over a pipeline stage's model m (its chunks' parameters, tensor-
+ * parallel shards and replicas as above): summed over tp, then over
+ * `stages`, the pipeline group; a tied parameter's copy counts only on the
+ * stage that holds its first user.  Collective over tp and stages (either
+ * NULL: none). */
+dt_status dt_clip_grad_norm_stages(dt_model *m, float max_norm, dt_comm *tp, dt_comm *stages, float *norm);
 /* Sum the gradient of every tp_partial parameter of p over tp (sequence
  * parallelism: each rank saw its slice of the positions).  Collective over
  * tp; nothing when none is marked or tp is NULL. */

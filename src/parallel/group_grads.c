@@ -3,6 +3,7 @@
  * count their own elements once), and the sum of a tied parameter's copies
  * between the pipeline stages that hold them. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "base/status.h"
 #include "dtrain/parallel.h"
@@ -22,13 +23,15 @@ dt_status dt_clip_grad_norm_group(float *grad, int64_t n, float max_norm, dt_com
     return DT_OK;
 }
 
-dt_status dt_clip_grad_norm_tp(dt_params *p, float max_norm, dt_comm *tp, float *norm)
+/* The sum of squares of p's gradients this rank contributes: a shard's
+ * whole, a replica's 1/t share (the t replicas add up to one), nothing for
+ * the parameters in `skip` (NULL: none). */
+static double sumsq_share(dt_params *p, int t, const bool *skip)
 {
-    if (!p)
-        return dt__fail(DT_ERR_INVALID, "clip_grad_norm_tp: the registry is NULL");
-    int t = tp ? dt_comm_size(tp) : 1;
     double shards = 0, replicas = 0;
     for (int i = 0; i < dt_params_count(p); i++) {
+        if (skip && skip[i])
+            continue;
         const dt_param_info *in = dt_params_info(p, i);
         double sq = dt_vec_sumsq(dt_param_grad(p, i), in->numel);
         if (in->parts > 1)
@@ -36,10 +39,11 @@ dt_status dt_clip_grad_norm_tp(dt_params *p, float max_norm, dt_comm *tp, float 
         else
             replicas += sq;
     }
-    /* Every rank adds its replicas' share, so the sum counts them once. */
-    double sumsq = shards + replicas / t;
-    if (tp && t > 1)
-        DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, tp));
+    return shards + replicas / t;
+}
+
+static dt_status clip_by(dt_params *p, double sumsq, float max_norm, float *norm)
+{
     float total = (float)sqrt(sumsq);
     if (norm)
         *norm = total;
@@ -47,6 +51,50 @@ dt_status dt_clip_grad_norm_tp(dt_params *p, float max_norm, dt_comm *tp, float 
         for (int i = 0; i < dt_params_count(p); i++)
             dt_vec_scale(dt_param_grad(p, i), max_norm / (total + 1e-6f), dt_params_info(p, i)->numel);
     return DT_OK;
+}
+
+dt_status dt_clip_grad_norm_tp(dt_params *p, float max_norm, dt_comm *tp, float *norm)
+{
+    if (!p)
+        return dt__fail(DT_ERR_INVALID, "clip_grad_norm_tp: the registry is NULL");
+    int t = tp ? dt_comm_size(tp) : 1;
+    double sumsq = sumsq_share(p, t, NULL);
+    if (tp && t > 1)
+        DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, tp));
+    return clip_by(p, sumsq, max_norm, norm);
+}
+
+static bool holds_block(const dt_model *m, int block)
+{
+    for (int c = 0; c < dt_model_chunks(m); c++) {
+        int lo, hi;
+        dt_model_chunk_range(m, c, &lo, &hi);
+        if (block >= lo && block < hi)
+            return true;
+    }
+    return false;
+}
+
+dt_status dt_clip_grad_norm_stages(dt_model *m, float max_norm, dt_comm *tp, dt_comm *stages, float *norm)
+{
+    if (!m)
+        return dt__fail(DT_ERR_INVALID, "clip_grad_norm_stages: the model is NULL");
+    dt_params *p = dt_model_params(m);
+    bool *skip = calloc((size_t)dt_params_count(p) + 1, sizeof *skip);
+    if (!skip)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    const dt_shared_param *sh;
+    int n = dt_model_shared_params(m, &sh);
+    for (int k = 0; k < n; k++) /* a tied copy counts on the stage of its first user only */
+        skip[sh[k].param] = !holds_block(m, sh[k].first_block);
+    int t = tp ? dt_comm_size(tp) : 1;
+    double sumsq = sumsq_share(p, t, skip);
+    free(skip);
+    if (tp && t > 1)
+        DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, tp));
+    if (stages && dt_comm_size(stages) > 1)
+        DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, stages));
+    return clip_by(p, sumsq, max_norm, norm);
 }
 
 dt_status dt_params_reduce_tp_partial(dt_params *p, dt_comm *tp)

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "base/clock.h"
 #include "base/status.h"
 #include "parallel/strategy_internal.h"
 
@@ -47,8 +48,15 @@ dt_status dt_strategy_step(dt_strategy *s, int64_t step, float lr, dt_next_batch
         return dt__fail(DT_ERR_INVALID, "strategy_step: %s is NULL", s ? "the batch source" : "the strategy");
     dt_step_stats st = {0};
     dt_params_zero_grads(dt_model_params(s->model));
+    if (s->ops->step) {
+        dt_status r = s->ops->step(s, step, lr, next, user, &st);
+        if (r == DT_OK && out)
+            *out = st;
+        return r;
+    }
     dt_arena_reset(s->arena); /* the last step's activations do not count in this step's peak */
     dt_arena_reset_peak(s->arena);
+    int64_t t0 = dt__now_ns();
     for (int micro = 0; micro < s->cfg.micro_batches; micro++) {
         dt_micro_batch mb = {0};
         float l = 0;
@@ -56,6 +64,8 @@ dt_status dt_strategy_step(dt_strategy *s, int64_t step, float lr, dt_next_batch
         DT_CHECK(micro_step(s, step, micro, &mb, &l));
         st.loss += l / (float)s->cfg.micro_batches;
     }
+    st.busy_s = (double)(dt__now_ns() - t0) / 1e9;
+    st.micro_in_flight = 1;
     DT_CHECK(s->ops->update(s, lr, s->cfg.grad_clip, &st.grad_norm));
     if (s->ops->timing)
         s->ops->timing(s, &st.comm_s, &st.exposed_s);
@@ -88,7 +98,7 @@ static dt_status single_update(dt_strategy *s, float lr, float max_norm, float *
     return dt_optimizer_step(s->opt, dt_params_values(p), dt_params_grads(p), dt_params_numel(p), lr);
 }
 
-static const dt__strategy_ops single_ops = {"single", NULL, single_update, NULL, NULL};
+static const dt__strategy_ops single_ops = {.name = "single", .update = single_update};
 
 dt_status dt_strategy_single_create(dt_model *m, dt_optimizer *o, const dt_strategy_config *cfg, dt_strategy **out)
 {

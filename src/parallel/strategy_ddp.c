@@ -28,7 +28,8 @@ static void ddp_timing(const dt_strategy *s, double *comm, double *exposed) { dt
 
 static void ddp_destroy(dt_strategy *s) { dt_ddp_destroy(s->impl); }
 
-static const dt__strategy_ops ddp_ops = {"ddp", ddp_before_backward, ddp_update, ddp_timing, ddp_destroy};
+static const dt__strategy_ops ddp_ops = {
+    .name = "ddp", .before_backward = ddp_before_backward, .update = ddp_update, .timing = ddp_timing, .destroy = ddp_destroy};
 
 dt_status dt_strategy_ddp_create(dt_model *m, dt_optimizer *o, dt_comm *c, const dt_strategy_config *cfg,
                                  dt_strategy **out)

@@ -11,6 +11,9 @@
 
 typedef struct {
     const char *name;
+    /* The whole step instead of the common micro-batch loop (a pipeline
+     * runs its own schedule); NULL for the common loop. */
+    dt_status (*step)(dt_strategy *s, int64_t step, float lr, dt_next_batch_fn next, void *user, dt_step_stats *out);
     /* Before micro-batch `micro` of `count` runs its backward. */
     void (*before_backward)(dt_strategy *s, int micro, int count);
     /* After the last backward: synchronise, clip, update. */
