@@ -123,6 +123,8 @@ run "collectives/concurrent-communicators" 300 tests/cases/comm_concurrency.sh
 run "parallel/mesh" 200 tests/cases/mesh.sh
 run "parallel/tensor-parallel-linear" 200 tests/cases/tp_linear.sh
 run "parallel/dtrain-tensor-parallel" 300 tests/cases/dtrain_tp.sh
+run "parallel/pipeline-schedules" 300 tests/cases/pp_schedules.sh
+run "parallel/dtrain-pipeline" 400 tests/cases/dtrain_pp.sh
 
 # ---- launcher ----
 run dtrun/prefix-and-success 30 tests/cases/dtrun_prefix.sh

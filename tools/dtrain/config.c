@@ -40,7 +40,11 @@ static const spec specs[] = {
     {"threads", K_INT, F(threads), 0, 256, NULL, "0", "compute threads (0: the cores available)"},
     {"tp", K_INT, F(tp), 1, 4096, NULL, "1", "tensor-parallel ranks per group (gpt, mlp): the world is dp x tp with tp innermost, dp = world / tp"},
     {"sequence_parallel", K_BOOL, F(sequence_parallel), 0, 1, NULL, "false", "gpt with tp > 1: keep 1/tp of the positions between the split regions (allgather and reduce-scatter instead of allreduce; less activation memory)"},
-    {"grad_accumulation", K_INT, F(grad_accumulation), 1, 1 << 16, NULL, "1", "micro-batches per optimizer step"},
+    {"pp", K_INT, F(pp), 1, 4096, NULL, "1", "pipeline stages: the model's blocks cut into pp stages balanced by their cost; the world is dp x pp x tp (tp innermost, then pp)"},
+    {"pipeline_schedule", K_STR, F(pipeline_schedule), 0, 0, "gpipe,1f1b,interleaved", "\"1f1b\"", "pp > 1: gpipe, 1f1b (at most pp micro-batches in flight) or interleaved (virtual_stages chunks per rank, a smaller bubble)"},
+    {"virtual_stages", K_INT, F(virtual_stages), 2, 64, NULL, "2", "pipeline_schedule interleaved: chunks of blocks per pipeline rank"},
+    {"micro_batches", K_INT, F(micro_batches), 1, 1 << 16, NULL, "1", "pieces each rank's batch is cut into (they must divide batch_size); a pipeline fills its stages with them"},
+    {"grad_accumulation", K_INT, F(grad_accumulation), 1, 1 << 16, NULL, "1", "batches per optimizer step (each cut into micro_batches)"},
     {"grad_compression", K_STR, F(grad_compression), 0, 0, "none,f16,bf16", "\"none\"", "gradient format on the wire (data parallel)"},
     {"bucket_mb", K_NUM, F(bucket_mb), 0, 65536, NULL, "0", "MiB per gradient allreduce bucket (0: DT_BUCKET_MB, else min(25, gradients/8), at least 1)"},
     {"optimizer", K_STR, F(optimizer), 0, 0, "sgd,adamw", "\"adamw\"", "sgd or adamw"},
@@ -335,6 +339,20 @@ dt_status dtrain_config_validate(const dtrain_config *c)
         snprintf(why, sizeof why, "needs context (%lld) divisible by tp (%lld)", (long long)c->context,
                  (long long)c->tp);
         return bad("configuration", "sequence_parallel", why);
+    }
+    if (c->batch_size % c->micro_batches) {
+        char why[160];
+        snprintf(why, sizeof why, "= %lld does not divide batch_size = %lld into equal micro-batches",
+                 (long long)c->micro_batches, (long long)c->batch_size);
+        return bad("configuration", "micro_batches", why);
+    }
+    if (c->pp > 1 && !strcmp(c->pipeline_schedule, "interleaved") &&
+        (c->micro_batches * c->grad_accumulation) % c->pp) {
+        char why[200];
+        snprintf(why, sizeof why, "interleaved needs the micro-batches per step (micro_batches x grad_accumulation = "
+                 "%lld) to be a multiple of pp = %lld", (long long)(c->micro_batches * c->grad_accumulation),
+                 (long long)c->pp);
+        return bad("configuration", "pipeline_schedule", why);
     }
     if (c->tp > 1) {
         char why[160];

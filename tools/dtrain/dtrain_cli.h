@@ -18,6 +18,8 @@ typedef struct {
     char data[16]; /* fashion-mnist | text */
     char data_path[1024];
     int64_t batch_size, steps, seed, threads, grad_accumulation, tp;
+    int64_t pp, micro_batches, virtual_stages;
+    char pipeline_schedule[16]; /* gpipe | 1f1b | interleaved */
     char grad_compression[8]; /* none | f16 | bf16 */
     double bucket_mb, stop_at_accuracy;
     char optimizer[8]; /* sgd | adamw */
@@ -65,13 +67,20 @@ dt_status dtrain_checkpoint_open(const char *path, int64_t train_samples, char *
 dt_status dtrain_checkpoint_writer_start(const dtrain_config *c, dt_params *p, dt_optimizer *o, int64_t kept_step,
                                          const char *kept_dir, dt_ckpt_writer **out);
 
-/* Tensor-parallel checkpoints in the unsplit layout (tp_ckpt.c).  Gather:
+/* Tensor-parallel checkpoints in the unsplit layout (split_ckpt.c).  Gather:
  * collective over tp; every shard (values and the optimizer's state) lands
  * in `whole` / `wo` on tp rank 0 (the others pass NULL), replicated tensors
  * from rank 0's copy.  Slice: this rank's shards (and state) out of a whole
  * model loaded from a checkpoint. */
 dt_status dtrain_tp_gather(dt_params *p, dt_optimizer *o, dt_comm *tp, dt_params *whole, dt_optimizer *wo);
 dt_status dtrain_tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_optimizer *o);
+/* The whole model onto the writer's rank from a pp x tp slice of the mesh
+ * (split_ckpt.c): the tp shards gathered per stage, each stage's unsplit
+ * tensors sent to stage 0, placed by name in `whole` / `wo` (on tp rank 0
+ * of stage 0; the others pass NULL).  Collective over tp and pp (either
+ * NULL: not split that way).  A slice (resume) is dtrain_tp_slice: by name. */
+dt_status dtrain_split_gather(const dtrain_config *c, dt_params *p, dt_optimizer *o, dt_comm *tp, dt_comm *pp,
+                              dt_params *whole, dt_optimizer *wo);
 
 /* A progress line on stdout, prefixed with a UTC timestamp (milliseconds). */
 void dtrain_progress_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -88,5 +97,12 @@ int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, 
 dt_status dtrain_build_model(const dtrain_config *c, dt_model **m);
 /* The same split over the tensor-parallel group tp (NULL: whole). */
 dt_status dtrain_build_model_tp(const dtrain_config *c, dt_comm *tp, dt_model **m);
+/* The description behind both (the failure printed). */
+dt_status dtrain_describe_model(const dtrain_config *c, dt_comm *tp, dt_model_desc **d);
+/* Pipeline stage `stage` of c->pp (c->virtual_stages chunks when the
+ * schedule is interleaved), split over tp (NULL: whole). */
+dt_status dtrain_build_stage(const dtrain_config *c, dt_comm *tp, int stage, dt_model **m);
+/* Chunks per pipeline rank: virtual_stages when interleaved, else 1. */
+int dtrain_chunks(const dtrain_config *c);
 
 #endif

@@ -8,25 +8,48 @@
 
 dt_status dtrain_build_model(const dtrain_config *c, dt_model **m) { return dtrain_build_model_tp(c, NULL, m); }
 
-dt_status dtrain_build_model_tp(const dtrain_config *c, dt_comm *tp, dt_model **m)
+
+dt_status dtrain_describe_model(const dtrain_config *c, dt_comm *tp, dt_model_desc **d)
 {
     dt_status s;
     if (strcmp(c->model, "gpt") == 0)
-        s = dt_gpt_create(&(dt_gpt_config){.vocab = c->vocab, .context = c->context, .layers = c->layers,
-                                           .heads = c->heads, .dim = c->dim, .dropout = (float)c->dropout, .tp = tp,
-                                           .sequence_parallel = tp && c->sequence_parallel},
-                          m);
+        s = dt_gpt_describe(&(dt_gpt_config){.vocab = c->vocab, .context = c->context, .layers = c->layers,
+                                             .heads = c->heads, .dim = c->dim, .dropout = (float)c->dropout, .tp = tp,
+                                             .sequence_parallel = tp && c->sequence_parallel},
+                            d);
     else if (strcmp(c->model, "cnn") == 0)
-        s = dt_cnn_create(28, c->conv1_channels, c->conv2_channels, 10, m);
-    else if (tp) {
-        dt_model_desc *d = NULL;
-        s = dt_mlp_describe_tp(c->mlp_sizes, c->mlp_nsizes, tp, &d);
-        if (s == DT_OK)
-            s = dt_model_instantiate(d, 0, dt_model_desc_blocks(d), m);
-        dt_model_desc_destroy(d);
-    } else
-        s = dt_mlp_create(c->mlp_sizes, c->mlp_nsizes, m);
+        s = dt_cnn_describe(28, c->conv1_channels, c->conv2_channels, 10, d);
+    else if (tp)
+        s = dt_mlp_describe_tp(c->mlp_sizes, c->mlp_nsizes, tp, d);
+    else
+        s = dt_mlp_describe(c->mlp_sizes, c->mlp_nsizes, d);
     if (s != DT_OK)
         fprintf(stderr, "dtrain: cannot build the model: %s\n", dt_last_error());
+    return s;
+}
+
+dt_status dtrain_build_model_tp(const dtrain_config *c, dt_comm *tp, dt_model **m)
+{
+    dt_model_desc *d = NULL;
+    if (dtrain_describe_model(c, tp, &d) != DT_OK)
+        return DT_ERR_INVALID;
+    dt_status s = dt_model_instantiate(d, 0, dt_model_desc_blocks(d), m);
+    if (s != DT_OK)
+        fprintf(stderr, "dtrain: cannot build the model: %s\n", dt_last_error());
+    dt_model_desc_destroy(d);
+    return s;
+}
+
+int dtrain_chunks(const dtrain_config *c) { return !strcmp(c->pipeline_schedule, "interleaved") ? (int)c->virtual_stages : 1; }
+
+dt_status dtrain_build_stage(const dtrain_config *c, dt_comm *tp, int stage, dt_model **m)
+{
+    dt_model_desc *d = NULL;
+    if (dtrain_describe_model(c, tp, &d) != DT_OK)
+        return DT_ERR_INVALID;
+    dt_status s = dt_pipeline_stage_create(d, (int)c->pp, dtrain_chunks(c), stage, m);
+    if (s != DT_OK)
+        fprintf(stderr, "dtrain: pp = %lld: %s\n", (long long)c->pp, dt_last_error());
+    dt_model_desc_destroy(d);
     return s;
 }

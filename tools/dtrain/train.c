@@ -69,73 +69,6 @@ static dt_status set_recompute(const dtrain_config *c, dt_model *m)
     return DT_OK;
 }
 
-void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, dt_arena *arena, dt_comm *tp,
-                     eval_result *r)
-{
-    int t = tp ? dt_comm_size(tp) : 1;
-    float *all = NULL; /* tensor parallel: every rank's slice of the logits, for the argmax */
-    int64_t B = c->batch_size, F = d->features, per = d->gpt ? c->context : 1;
-    float *x = malloc((size_t)(B * F) * sizeof *x);
-    int32_t *y = malloc((size_t)(B * per) * sizeof *y);
-    int64_t *idx = malloc((size_t)B * sizeof *idx);
-    double total = 0, correct = 0;
-    int64_t rows = 0, batches = 0, samples = 0;
-    for (int64_t start = 0; start < d->eval_samples && batches < c->eval_batches; start += B) {
-        int64_t n = d->eval_samples - start < B ? d->eval_samples - start : B;
-        for (int64_t i = 0; i < n; i++)
-            idx[i] = start + i;
-        data_batch(d, 1, idx, n, x, y);
-        dt_arena_reset(arena);
-        dt_ctx ctx = {.arena = arena};
-        dt_tensor in = dt_tensor_view(x, 2, (int64_t[]){n, d->gpt ? c->context : F}), out;
-        float l = 0;
-        if (dt_model_forward(m, &ctx, &in, &out) != DT_OK || dt_model_loss(m, &out, y, &l, NULL) != DT_OK)
-            break;
-        total += (double)l * (double)(n * per);
-        rows += n * per;
-        samples += n;
-        batches++;
-        int64_t C = out.shape[out.ndim - 1], R = n * per; /* C: this rank's classes */
-        const float *z = out.data;
-        if (t > 1) { /* gather the slices: [t][R][C], class k of row r at [k / C][r][k % C] */
-            float *grown = realloc(all, (size_t)(t * R * C) * sizeof *all);
-            if (!grown || dt_allgather(out.data, grown, (size_t)(R * C), DT_F32, tp) != DT_OK) {
-                all = grown ? grown : all;
-                break;
-            }
-            all = grown;
-            z = all;
-        }
-        for (int64_t r = 0; r < R; r++) {
-            int64_t best = 0;
-            float bv = z[r * C];
-            for (int64_t k = 1; k < C * t; k++) {
-                float v = z[((k / C) * R + r) * C + k % C];
-                if (v > bv) {
-                    bv = v;
-                    best = k;
-                }
-            }
-            correct += best == y[r];
-        }
-    }
-    *r = (eval_result){rows ? total / (double)rows : NAN, rows ? correct / (double)rows : NAN, batches, samples, rows};
-    free(all);
-    free(x);
-    free(y);
-    free(idx);
-}
-
-void dtrain_eval_describe(const dtrain_config *c, const data_source *d, const eval_result *r, char *buf, size_t len)
-{
-    const char *split = d->gpt ? "held-out windows (the last 10% of the text)" : "images of the t10k split";
-    int n = snprintf(buf, len, "%lld batch%s of %lld: %lld of the %lld %s", (long long)r->batches,
-                     r->batches == 1 ? "" : "es", (long long)c->batch_size, (long long)r->samples,
-                     (long long)d->eval_samples, split);
-    if (d->gpt && n > 0 && (size_t)n < len)
-        snprintf(buf + n, len - (size_t)n, ", %lld tokens", (long long)r->rows);
-}
-
 static void format_eta(double seconds, char *buf, size_t len)
 {
     long s = (long)(seconds + 0.5);
@@ -145,14 +78,74 @@ static void format_eta(double seconds, char *buf, size_t len)
         snprintf(buf, len, "%ldm%02lds", s / 60, s % 60);
 }
 
+/* The whole model's parameter count from a stage's shards: each shard counts
+ * for its whole tensor, a tied copy only on the stage of its first user,
+ * the stages summed over pp.  Collective over pp (NULL: this model alone). */
+static int64_t whole_parameters(dt_model *m, dt_comm *pp)
+{
+    dt_params *p = dt_model_params(m);
+    const dt_shared_param *sh;
+    int nsh = dt_model_shared_params(m, &sh);
+    int64_t n = 0;
+    for (int i = 0; i < dt_params_count(p); i++) {
+        bool copy = false;
+        for (int k = 0; k < nsh; k++)
+            if (sh[k].param == i) {
+                int lo, hi;
+                copy = true;
+                for (int ch = 0; ch < dt_model_chunks(m); ch++) {
+                    dt_model_chunk_range(m, ch, &lo, &hi);
+                    copy &= !(sh[k].first_block >= lo && sh[k].first_block < hi);
+                }
+            }
+        if (!copy)
+            n += dt_params_info(p, i)->numel * dt_params_info(p, i)->parts;
+    }
+    if (pp && dt_allreduce(&n, &n, 1, DT_I64, DT_SUM, pp) != DT_OK)
+        return -1;
+    return n;
+}
+
+/* The pipeline's stages as the partition cut them, with each one's share of
+ * the cost hints (printed once by the lead). */
+static void describe_stages(const dtrain_config *c)
+{
+    dt_model_desc *d = NULL;
+    int parts = (int)c->pp * dtrain_chunks(c), bounds[4096 + 1];
+    if (parts > 4096 || dtrain_describe_model(c, NULL, &d) != DT_OK || dt_pipeline_partition(d, parts, bounds) != DT_OK) {
+        dt_model_desc_destroy(d);
+        return;
+    }
+    double total = 0, cost[4096];
+    for (int k = 0; k < parts; k++) {
+        cost[k] = 0;
+        for (int b = bounds[k]; b < bounds[k + 1]; b++) {
+            const dt_block_info *bi = dt_model_desc_block(d, b);
+            cost[k] += bi->flops > 0 ? bi->flops : (double)bi->params;
+        }
+        total += cost[k];
+    }
+    char line[1024];
+    int n = snprintf(line, sizeof line, "pipeline: %lld stages%s, %s schedule, %lld micro-batches of %lld per step; "
+                     "blocks by cost hints (forward FLOPs):", (long long)c->pp,
+                     parts > c->pp ? " x virtual stages" : "", c->pipeline_schedule,
+                     (long long)(c->micro_batches * c->grad_accumulation), (long long)(c->batch_size / c->micro_batches));
+    for (int k = 0; k < parts && n > 0 && (size_t)n < sizeof line; k++)
+        n += snprintf(line + n, sizeof line - (size_t)n, " %s%d [%d, %d) %.0f%%", parts > c->pp ? "v" : "", k,
+                      bounds[k], bounds[k + 1], 100 * cost[k] / total);
+    dtrain_progress_line("%s\n", line);
+    dt_model_desc_destroy(d);
+}
+
 /* The step belongs to a strategy: data parallel over the world (also with
  * one rank, where it only averages micro-batches), dropout keyed by (seed,
  * step, micro-batch, rank) so that a resumed run, on any number of ranks,
  * draws the masks of the uninterrupted one. */
 static dt_status make_strategy(const dtrain_config *c, dt_comm *world, dt_model *m, dt_optimizer *o, dt_comm *tp,
-                               dt_strategy **out)
+                               dt_comm *pp, dt_strategy **out)
 {
-    dt_strategy_config sc = {.micro_batches = (int)c->grad_accumulation, .grad_clip = (float)c->grad_clip,
+    dt_strategy_config sc = {.micro_batches = (int)(c->micro_batches * c->grad_accumulation),
+                             .grad_clip = (float)c->grad_clip,
                              .seed = (uint64_t)c->seed,
                              .ddp = {(size_t)(c->bucket_mb * 1048576.0), DT_F32}, .tp = tp};
     if (!strcmp(c->grad_compression, "f16"))
@@ -161,7 +154,14 @@ static dt_status make_strategy(const dtrain_config *c, dt_comm *world, dt_model 
         sc.ddp.wire = DT_BF16;
     if (c->bucket_mb > 0 && sc.ddp.bucket_bytes < sizeof(float))
         sc.ddp.bucket_bytes = sizeof(float);
-    dt_status s = dt_strategy_ddp_create(m, o, world, &sc, out);
+    dt_status s;
+    if (pp) { /* a pipeline over pp, data parallel over world (the mesh's dp group) */
+        dt_pipeline_config pc = {DT_PIPE_1F1B, dtrain_chunks(c), pp, world};
+        s = dt_pipe_schedule_parse(c->pipeline_schedule, &pc.schedule);
+        if (s == DT_OK)
+            s = dt_strategy_pipeline_create(m, o, &pc, &sc, out);
+    } else
+        s = dt_strategy_ddp_create(m, o, world, &sc, out);
     if (s != DT_OK)
         fprintf(stderr, "dtrain: rank %d: %s\n", dt_comm_rank(world), dt_last_error());
     return s;
@@ -170,7 +170,7 @@ static dt_status make_strategy(const dtrain_config *c, dt_comm *world, dt_model 
 /* The strategy's batch source: the prefetcher's next batch. */
 typedef struct {
     dt_prefetcher *pf;
-    int64_t features, per_item, items;
+    int64_t features, per_item, items, targets_per_sample;
     const dt_batch *last;
 } feed;
 
@@ -180,6 +180,7 @@ static dt_status next_batch(void *user, dt_micro_batch *mb)
     f->last = dt_prefetch_next(f->pf);
     mb->x = dt_tensor_view(f->last->x, 2, (int64_t[]){f->last->n, f->features});
     mb->targets = f->last->y;
+    mb->ntargets = f->last->n * f->targets_per_sample;
     f->items += f->last->n * f->per_item;
     return DT_OK;
 }
@@ -277,7 +278,9 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     }
     /* Set-up; a failure jumps to `out`, which frees what exists (all NULL or zeroed first). */
     int code = 0, rank = 0, nranks = 1, lead = 1;
-    dt_comm *world = NULL, *dp = NULL, *tpc = NULL; /* dp: the data-parallel group (the world without tp) */
+    /* dp: the data-parallel group (the world without tp and pp); tpc, ppc:
+     * this rank's tensor-parallel and pipeline groups (NULL: not split so) */
+    dt_comm *world = NULL, *dp = NULL, *tpc = NULL, *ppc = NULL;
     dt_mesh *mesh = NULL;
     int dpn = 1, dpr = 0;
     dt_model *whole = NULL; /* tensor parallel: the unsplit model the writer saves */
@@ -309,21 +312,30 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     nranks = dt_comm_size(world);
     lead = rank == 0;
     dp = world;
-    if (c->tp > 1) { /* dp x tp, tp innermost: a tensor-parallel group on one host */
-        dt_mesh_dim dims[] = {{"dp", 0}, {"tp", (int)c->tp}};
-        if (dt_mesh_create(world, dims, 2, &mesh) != DT_OK) {
-            fprintf(stderr, "dtrain: tp = %lld: %s\n", (long long)c->tp, dt_last_error());
+    if (c->tp > 1 || c->pp > 1) { /* dp x pp x tp, tp innermost: a tensor-parallel group on one host */
+        dt_mesh_dim dims[3] = {{"dp", 0}};
+        int nd = 1;
+        if (c->pp > 1)
+            dims[nd++] = (dt_mesh_dim){"pp", (int)c->pp};
+        if (c->tp > 1)
+            dims[nd++] = (dt_mesh_dim){"tp", (int)c->tp};
+        if (dt_mesh_create(world, dims, nd, &mesh) != DT_OK) {
+            fprintf(stderr, "dtrain: pp = %lld, tp = %lld: %s\n", (long long)c->pp, (long long)c->tp,
+                    dt_last_error());
             code = 2;
             goto out;
         }
         dp = dt_mesh_comm(mesh, "dp");
-        tpc = dt_mesh_comm(mesh, "tp");
+        tpc = c->tp > 1 ? dt_mesh_comm(mesh, "tp") : NULL;
+        ppc = c->pp > 1 ? dt_mesh_comm(mesh, "pp") : NULL;
     }
     dpn = dt_comm_size(dp);
     dpr = dt_comm_rank(dp);
     code = 1; /* for the failures below */
-    if (dtrain_build_model_tp(c, tpc, &m) != DT_OK)
+    if (ppc ? dtrain_build_stage(c, tpc, dt_comm_rank(ppc), &m) != DT_OK : dtrain_build_model_tp(c, tpc, &m) != DT_OK) {
+        code = ppc ? 2 : 1; /* a pipeline that does not fit the model is a configuration error */
         goto out;
+    }
     dt_params *p = dt_model_params(m);
     dt_model_init(m, (uint64_t)c->seed);
     if (set_recompute(c, m) != DT_OK || make_optimizer(c, p, &o) != DT_OK)
@@ -337,7 +349,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         dtrain_config saved;
         if (dtrain_checkpoint_open(resume, d.train_samples, step_dir, sizeof step_dir, &saved, &pr) != DT_OK)
             goto out;
-        if (tpc ? load_sliced(c, step_dir, p, o) != DT_OK : dt_ckpt_load(step_dir, p, o) != DT_OK) {
+        if (mesh ? load_sliced(c, step_dir, p, o) != DT_OK : dt_ckpt_load(step_dir, p, o) != DT_OK) {
             fprintf(stderr, "dtrain: %s\n", dt_last_error());
             goto out;
         }
@@ -361,12 +373,12 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     dt_rng_seed(&pr.rng, dt_rng_key_stream(&(dt_rng_key){(uint64_t)c->seed, (uint64_t)pr.step, 0, 0}, 0));
     pr.global_batch = c->batch_size * dpn * c->grad_accumulation;
     if (lead && c->checkpoint_dir[0] &&
-        ((tpc && (dtrain_build_model_tp(c, NULL, &whole) != DT_OK ||
-                  make_optimizer(c, dt_model_params(whole), &whole_o) != DT_OK)) ||
-         dtrain_checkpoint_writer_start(c, tpc ? dt_model_params(whole) : p, tpc ? whole_o : o,
+        ((mesh && (dtrain_build_model_tp(c, NULL, &whole) != DT_OK ||
+                   make_optimizer(c, dt_model_params(whole), &whole_o) != DT_OK)) ||
+         dtrain_checkpoint_writer_start(c, mesh ? dt_model_params(whole) : p, mesh ? whole_o : o,
                                         resume ? pr.step : -1, resumed_dir, &writer) != DT_OK))
         goto out;
-    if (make_strategy(c, dp, m, o, tpc, &strategy) != DT_OK)
+    if (make_strategy(c, dp, m, o, tpc, ppc, &strategy) != DT_OK)
         goto out;
     if (lead && c->metrics_file[0] && !(metrics = fopen(c->metrics_file, resume ? "a" : "w"))) {
         fprintf(stderr, "dtrain: cannot write metrics file %s\n", c->metrics_file);
@@ -380,7 +392,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
      * batch (and world size) and keeps it. */
     const char *restartable = getenv("DT_RESTARTABLE");
     if (c->checkpoint_dir[0] && !resume && (c->checkpoint_initial || (restartable && !strcmp(restartable, "1")))) {
-        if (tpc && dpr == 0 && dtrain_tp_gather(p, o, tpc, whole ? dt_model_params(whole) : NULL, whole_o) != DT_OK)
+        if (mesh && dpr == 0 &&
+            dtrain_split_gather(c, p, o, tpc, ppc, whole ? dt_model_params(whole) : NULL, whole_o) != DT_OK)
             goto out;
         if (writer) {
             dt_ckpt_writer_submit(writer, &pr, " (initial weights)", NULL);
@@ -389,27 +402,34 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         }
     }
 
-    if (dt_prefetch_start(&sampler, c->batch_size, d.features, d.gpt ? d.features : 1, data_fill, &d, &pf) != DT_OK) {
+    /* the prefetcher hands out micro-batches: batch_size / micro_batches samples each */
+    if (dt_prefetch_start(&sampler, c->batch_size / c->micro_batches, d.features, d.gpt ? d.features : 1, data_fill, &d,
+                          &pf) != DT_OK) {
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
         goto out;
     }
     code = 0;
     const char *unit = d.gpt ? "tokens" : "samples";
     int64_t k = c->grad_accumulation, per_item = d.gpt ? c->context : 1;
+    int64_t nparams = whole_parameters(m, ppc);
+    if (lead && ppc)
+        describe_stages(c);
     if (lead) {
         int nt = dt_get_threads();
-        char shape[160] = "";
-        if (mesh) {
+        char shape[256] = "";
+        int n = 0;
+        if (c->micro_batches > 1)
+            n = snprintf(shape, sizeof shape, ", each batch cut into %lld micro-batches of %lld",
+                         (long long)c->micro_batches, (long long)(c->batch_size / c->micro_batches));
+        if (mesh && n >= 0 && (size_t)n < sizeof shape) {
             char m_desc[96];
-            snprintf(shape, sizeof shape, ", mesh %s (%lld parameters on each rank)",
-                     dt_mesh_describe(mesh, 0, m_desc, sizeof m_desc), (long long)dt_params_numel(p));
+            snprintf(shape + n, sizeof shape - (size_t)n, ", mesh %s (%lld parameters on %s)",
+                     dt_mesh_describe(mesh, 0, m_desc, sizeof m_desc), (long long)dt_params_numel(p),
+                     ppc ? "rank 0, stage 0" : "each rank");
         }
-        int64_t whole = dt_params_numel(p);
-        for (int i = 0; mesh && i < dt_params_count(p); i++) /* a shard counts for its whole tensor */
-            whole += dt_params_info(p, i)->numel * (dt_params_info(p, i)->parts - 1);
         dtrain_progress_line("training %s (%lld parameters) on %s: %lld steps, batch %lld x %d rank%s x %lld "
                              "micro-batch%s = %lld, %d thread%s per rank (from %s)%s%s%s\n",
-                             c->model, (long long)whole, d.gpt ? "text" : "fashion-mnist",
+                             c->model, (long long)nparams, d.gpt ? "text" : "fashion-mnist",
                              (long long)c->steps, (long long)c->batch_size, dpn, dpn > 1 ? "s" : "",
                              (long long)k, k > 1 ? "es" : "", (long long)(c->batch_size * dpn * k), nt,
                              nt == 1 ? "" : "s", thread_source, shape,
@@ -419,8 +439,9 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     double window_start = now_s(), run_start = window_start, eval_s = 0, last_ckpt = window_start;
     window_totals win = {0};
     int64_t first_step = pr.step;
-    feed fd = {pf, d.features, per_item * dpn, 0, NULL};
+    feed fd = {pf, d.features, per_item * dpn, 0, d.gpt ? d.features : 1, NULL};
     size_t act_peak = 0;
+    int flight_peak = 0;
     for (int64_t step = pr.step; step < c->steps; step++) {
         double t0 = now_s();
         float lr = dt_lr_at(&sched, step);
@@ -429,6 +450,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         dt_status s = dt_strategy_step(strategy, step, lr, next_batch, &fd, &st);
         float loss = st.loss, norm = st.grad_norm;
         act_peak = st.activation_bytes > act_peak ? st.activation_bytes : act_peak;
+        flight_peak = st.micro_in_flight > flight_peak ? st.micro_in_flight : flight_peak;
         const dt_batch *b = fd.last;
         win.items += fd.items;
         int log_now = (step + 1) % c->log_interval == 0 || step + 1 == c->steps;
@@ -472,15 +494,15 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         }
         int last = pr.step == c->steps;
         int eval_now = (c->eval_interval && pr.step % c->eval_interval == 0) || last, reached = 0;
-        if (dpr == 0 && eval_now && !lead && tpc) { /* the lead's tensor-parallel group evaluates with it */
+        if (dpr == 0 && eval_now && !lead && mesh) { /* the lead's tensor-parallel group and pipeline evaluate with it */
             eval_result er;
-            dtrain_evaluate(c, m, &d, arena, tpc, &er);
+            dtrain_evaluate(c, m, &d, arena, tpc, ppc, &er);
         }
         if (lead && eval_now) {
             double e0 = now_s();
             eval_result er;
             char what[256];
-            dtrain_evaluate(c, m, &d, arena, tpc, &er);
+            dtrain_evaluate(c, m, &d, arena, tpc, ppc, &er);
             double el = er.loss, acc = er.accuracy;
             eval_s += now_s() - e0;
             dtrain_eval_describe(c, &d, &er, what, sizeof what);
@@ -505,16 +527,16 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
             last = reached;
         }
         int by_time = c->checkpoint_seconds > 0 && now_s() - last_ckpt >= c->checkpoint_seconds;
-        if (tpc && dpr == 0 && c->checkpoint_seconds > 0 && /* the writer's clock decides for its group */
-            dt_broadcast(&by_time, 1, DT_I32, 0, tpc) != DT_OK) {
+        if (mesh && c->checkpoint_seconds > 0 && /* the writer's clock decides for the ranks that gather */
+            dt_broadcast(&by_time, 1, DT_I32, 0, world) != DT_OK) {
             fprintf(stderr, "dtrain: rank %d: step %lld failed: %s\n", rank, (long long)pr.step, dt_last_error());
             code = 1;
             break;
         }
         bool ckpt_now = c->checkpoint_dir[0] &&
                         ((c->checkpoint_interval && pr.step % c->checkpoint_interval == 0) || by_time || last);
-        if (ckpt_now && tpc && dpr == 0 &&
-            dtrain_tp_gather(p, o, tpc, whole ? dt_model_params(whole) : NULL, whole_o) != DT_OK) {
+        if (ckpt_now && mesh && dpr == 0 &&
+            dtrain_split_gather(c, p, o, tpc, ppc, whole ? dt_model_params(whole) : NULL, whole_o) != DT_OK) {
             code = 1;
             break;
         }
@@ -527,7 +549,11 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         if (last)
             break;
     }
-    if (lead && act_peak)
+    if (lead && act_peak && ppc)
+        printf("activation memory: at most %.1f MiB held at once, %d micro-batch%s in flight (stage 0, %s schedule, "
+               "recompute %s)\n", (double)act_peak / 1048576.0, flight_peak, flight_peak == 1 ? "" : "es",
+               c->pipeline_schedule, c->recompute);
+    else if (lead && act_peak)
         printf("activation memory: at most %.1f MiB per micro-batch (recompute %s)\n", (double)act_peak / 1048576.0,
                c->recompute);
 out:
