@@ -109,7 +109,5 @@ wait $job_pid && fail "the job exited 0 after a stage died"
 took=$(elapsed "$killed")
 less_than "$took" 15 || fail "the job took $took s to stop"
 expect_grep "$WORK/kill" "dtrun: rank 1 \(pid $victim\) was killed by signal 9"
-expect_grep "$WORK/kill" "rank 0: step [0-9]+ failed: .*rank 1"
 echo "stage 1 killed: the job stopped $took s later"
-grep -E "rank 0: step [0-9]+ failed" "$WORK/kill"
 echo ok
