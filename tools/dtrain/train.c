@@ -549,11 +549,11 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         if (last)
             break;
     }
-    if (lead && act_peak && ppc)
+    if (lead && act_peak && ppc && code == 0)
         printf("activation memory: at most %.1f MiB held at once, %d micro-batch%s in flight (stage 0, %s schedule, "
                "recompute %s)\n", (double)act_peak / 1048576.0, flight_peak, flight_peak == 1 ? "" : "es",
                c->pipeline_schedule, c->recompute);
-    else if (lead && act_peak)
+    else if (lead && act_peak && code == 0)
         printf("activation memory: at most %.1f MiB per micro-batch (recompute %s)\n", (double)act_peak / 1048576.0,
                c->recompute);
 out:
