@@ -115,7 +115,8 @@ typedef struct {
     double exposed_s; /* of which the step waited for (not hidden behind backward) */
     size_t activation_bytes; /* the most activation memory held at once (one micro-batch's, or a pipeline
                                 stage's micro-batches in flight together) */
-    int micro_in_flight;     /* the most micro-batches whose activations were held at once */
+    int micro_in_flight;     /* the most micro-batches whose activations were held at once (an
+                                interleaved pipeline counts each micro-batch once per chunk) */
     double busy_s;           /* time computing (forward, loss, backward), not waiting for messages */
 } dt_step_stats;
 

@@ -30,7 +30,8 @@ typedef struct {
     dt_ctx ctx;
     dt_tensor in, out, dy; /* dy: the loss gradient (last stage) or the received output gradient */
     dt_request *in_req, *dy_req, *send_out, *send_dx;
-    bool live; /* forward began, arena held */
+    bool live;     /* forward began, arena held */
+    bool finished; /* backward ran; the arena goes back once the gradient has left */
 } slot;
 
 typedef struct {
@@ -372,6 +373,35 @@ static dt_status drain(pipe *P, dt_status s)
     return s;
 }
 
+/* Give back the arenas of micro-batches whose backward ran and whose
+ * gradient has left since (a shared-memory send completes when the
+ * receiver takes it, which may be several actions later). */
+static dt_status release_finished(pipe *P)
+{
+    for (int q = 0; q < P->nslots; q++) {
+        slot *sl = &P->slots[q];
+        if (!sl->live || !sl->finished)
+            continue;
+        int done = 1;
+        if (sl->send_dx)
+            DT_CHECK(dt_test(sl->send_dx, &done, NULL));
+        if (done) {
+            sl->send_dx = NULL;
+            DT_CHECK(slot_release(P, sl));
+        }
+    }
+    return DT_OK;
+}
+
+static size_t bytes_held(const pipe *P)
+{
+    size_t bytes = 0;
+    for (int q = 0; q < P->nslots; q++)
+        if (P->slots[q].live)
+            bytes += dt_arena_bytes_in_use(P->slots[q].arena);
+    return bytes;
+}
+
 static dt_status run_schedule(pipe *P, dt_strategy *s, int64_t step, float *loss, dt_step_stats *st)
 {
     int live = 0;
@@ -385,31 +415,23 @@ static dt_status run_schedule(pipe *P, dt_strategy *s, int64_t step, float *loss
         dt_pipe_event *ev = &P->events[k];
         ev->action = *a;
         ev->begin_s = (double)dt__now_ns() / 1e9;
+        DT_CHECK(release_finished(P));
         if (k + 1 < P->nplan) /* the next action's message may arrive while this one computes */
             DT_CHECK(post_receive(P, s, step, &P->plan[k + 1]));
         if (a->kind == 'F') {
             DT_CHECK(run_forward(P, s, step, a, loss, ev));
             live++;
-            size_t bytes = 0;
-            for (int q = 0; q < P->nslots; q++)
-                if (P->slots[q].live)
-                    bytes += dt_arena_bytes_in_use(P->slots[q].arena);
-            held = bytes > held ? bytes : held;
             st->micro_in_flight = live > st->micro_in_flight ? live : st->micro_in_flight;
         } else {
             if (P->ddp)
                 dt_ddp_set_sync(P->ddp, k == last_b); /* buckets start during the last backward */
             DT_CHECK(run_backward(P, s, step, a, ev));
             live--;
-            slot *sl = slot_of(P, a->micro, a->chunk);
-            int done = 1;
-            if (sl->send_dx)
-                DT_CHECK(dt_test(sl->send_dx, &done, NULL));
-            if (done) { /* else the arena waits for the end of the step */
-                sl->send_dx = NULL;
-                DT_CHECK(slot_release(P, sl));
-            }
+            slot_of(P, a->micro, a->chunk)->finished = true;
         }
+        size_t bytes = bytes_held(P); /* after a backward too: its scratch is still in the arena */
+        held = bytes > held ? bytes : held;
+        DT_CHECK(release_finished(P));
         ev->end_s = (double)dt__now_ns() / 1e9;
         st->busy_s += ev->end_s - ev->ready_s;
     }
