@@ -284,7 +284,7 @@ static void bubble(const options *o, dt_comm *pp, dt_pipe_schedule s, int m)
     dt_pipeline_config pc = {s, v, pp, NULL};
     dt_strategy *st;
     CALL(dt_strategy_pipeline_create(stage, opt, &pc, &cfg, &st));
-    double idle_sum = 0, idle_min = 1, idle_max = 0, span_sum = 0;
+    double idle_sum = 0, idle_min = 1, idle_max = 0, span_sum = 0, busy_sum = 0;
     int in_flight = 0;
     double *mine = NULL, *all = NULL;
     int n = 0;
@@ -308,11 +308,13 @@ static void bubble(const options *o, dt_comm *pp, dt_pipe_schedule s, int m)
             busy += ev[e].end_s - ev[e].ready_s;
         }
         CALL(dt_allreduce(span, span, 2, DT_F64, DT_MAX, pp));
-        double T = span[1] + span[0], idle = 1 - busy / T, idle_all[64];
+        double T = span[1] + span[0], idle = 1 - busy / T, idle_all[64], busy_all = busy;
         CALL(dt_allgather(&idle, idle_all, 1, DT_F64, pp));
+        CALL(dt_allreduce(&busy_all, &busy_all, 1, DT_F64, DT_SUM, pp));
         if (step == 0)
             continue; /* warm-up: connections, arenas, the boundary shapes */
         span_sum += T;
+        busy_sum += busy_all / p;
         for (int r = 0; r < p; r++) {
             idle_sum += idle_all[r] / p;
             idle_min = fmin(idle_min, idle_all[r]);
@@ -349,9 +351,9 @@ static void bubble(const options *o, dt_comm *pp, dt_pipe_schedule s, int m)
         int at = 0;
         for (int r = 0; r < p && at < (int)sizeof fl - 8; r++)
             at += snprintf(fl + at, sizeof fl - (size_t)at, "%s%d", r ? " " : "", flights[r]);
-        printf("| %s | %d | %d | %.1f%% | %.1f-%.1f%% | %.1f%% | %+.1f | %.1f | %.1f | %s |\n", dt_pipe_schedule_name(s),
-               p, m, 100 * idle, 100 * idle_min, 100 * idle_max, 100 * th, 100 * (idle - th), span_sum / measured * 1e3,
-               ideal_ms, fl);
+        printf("| %s | %d | %d | %.1f%% | %.1f-%.1f%% | %.1f%% | %+.1f | %.1f / %.1f | %.1f | %.1f | %s |\n",
+               dt_pipe_schedule_name(s), p, m, 100 * idle, 100 * idle_min, 100 * idle_max, 100 * th, 100 * (idle - th),
+               busy_sum / measured / m * 1e3, stage_ms, span_sum / measured * 1e3, ideal_ms, fl);
         fflush(stdout);
     }
     if (all && rank == 0)
@@ -440,8 +442,8 @@ int main(int argc, char **argv)
     } else {
         if (rank == 0 && o.header)
             printf("| schedule | p | m | idle, mean over stages | min-max over stages | theory | measured - theory "
-                   "(points) | span (ms) | ideal span (ms) | peak micro-batches in flight per stage |\n"
-                   "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
+                   "(points) | busy per micro-batch / nominal (ms) | span (ms) | ideal span (ms) | peak micro-batches in flight "
+                   "per stage |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n");
         for (int i = 0; i < o.nsched; i++)
             for (int j = 0; j < o.nmicro; j++)
                 if (o.sched[i] != DT_PIPE_INTERLEAVED || o.micro[j] % p == 0)
