@@ -376,6 +376,63 @@ static void test_mlp(void)
     dt_model_destroy(m);
 }
 
+/* The synthetic delay model (pipeline schedule benchmarks): forward copies,
+ * backward passes the gradient through, one parameter per block whose
+ * gradient is 0 and reported ready; 0 ms so that nothing here is timed. */
+static int delay_ready;
+static void on_delay_ready(int index, void *user)
+{
+    (void)index;
+    (void)user;
+    delay_ready++;
+}
+
+static void test_delay(void)
+{
+    dt_model_desc *d = NULL;
+    EXPECT_STATUS(dt_delay_describe(0, 4, 1, 1, &d), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "0 blocks");
+    EXPECT_STATUS(dt_delay_describe(2, 4, -1, 1, &d), DT_ERR_INVALID);
+    EXPECT_STATUS(dt_delay_describe(3, 4, 0, 0, &d), DT_OK);
+    EXPECT_EQ(dt_model_desc_blocks(d), 3);
+    EXPECT(dt_model_desc_block(d, 0)->flops > 0 && dt_model_desc_block(d, 0)->flops == dt_model_desc_block(d, 2)->flops);
+    dt_model *m;
+    EXPECT_STATUS(dt_model_instantiate(d, 0, 3, &m), DT_OK);
+    dt_model_init(m, 1);
+    dt_params *p = dt_model_params(m);
+    EXPECT_EQ(dt_params_count(p), 3);
+    EXPECT(dt_params_find(p, "delay.2.weight") == 2);
+    EXPECT_EQ(dt_params_numel(p), 3);
+    dt_arena *arena;
+    dt_arena_create(&arena);
+    float xs[2 * 4] = {1, -2, 3, 0.5f, 0, 7, -1, 2};
+    int32_t t[2] = {2, 1};
+    dt_tensor x = dt_tensor_view(xs, 2, (int64_t[]){2, 4}), y;
+    dt_ctx ctx = {.arena = arena, .training = true};
+    dt_params_zero_grads(p);
+    dt_params_on_grad_ready(p, on_delay_ready, NULL);
+    EXPECT_STATUS(dt_model_forward(m, &ctx, &x, &y), DT_OK);
+    EXPECT(y.data != xs && y.ndim == 2 && y.shape[0] == 2 && y.shape[1] == 4);
+    EXPECT(memcmp(y.data, xs, sizeof xs) == 0);
+    dt_tensor dy = y, dx;
+    dy.data = dt_arena_alloc(arena, dt_tensor_numel(&y));
+    float loss;
+    EXPECT_STATUS(dt_model_loss(m, &y, t, &loss, &dy), DT_OK);
+    EXPECT_STATUS(dt_model_backward_dx(m, &ctx, &dy, &dx), DT_OK);
+    EXPECT(dx.ndim == 2 && memcmp(dx.data, dy.data, sizeof xs) == 0);
+    EXPECT_EQ(delay_ready, 3);
+    for (int i = 0; i < 3; i++)
+        EXPECT_NEAR(dt_param_grad(p, i)[0], 0.0, 0);
+    EXPECT_EQ(dt_ctx_saved_depth(&ctx), 0);
+    dt_params_on_grad_ready(p, NULL, NULL);
+    dt_tensor wrong = dt_tensor_view(xs, 2, (int64_t[]){4, 2});
+    EXPECT_STATUS(dt_model_forward(m, &ctx, &wrong, &y), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "delay.0");
+    dt_arena_destroy(arena);
+    dt_model_destroy(m);
+    dt_model_desc_destroy(d);
+}
+
 /* A whole tiny GPT + loss against finite differences (every parameter). */
 static void test_gpt(void)
 {
@@ -998,6 +1055,7 @@ int main(void)
     test_layers();
     test_loss();
     test_mlp();
+    test_delay();
     test_maxpool();
     test_cnn();
     test_gpt();

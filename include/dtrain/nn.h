@@ -257,6 +257,16 @@ dt_status dt_gpt_describe(const dt_gpt_config *cfg, dt_model_desc **out);
  * conv5x5(c2, pad 2)-relu-pool2-linear(classes), one block per layer.  For
  * Fashion-MNIST: {28, 32, 64, 10}.  Input [batch, size*size]. */
 dt_status dt_cnn_describe(int64_t size, int64_t c1, int64_t c2, int64_t classes, dt_model_desc **out);
+/* A synthetic model for timing pipeline schedules: `blocks` blocks
+ * "delay.<i>", each a dim -> dim identity whose forward copies its input to
+ * a new output (in ctx->arena; it keeps nothing else) and then sleeps
+ * forward_ms, and whose backward passes dy through as dx and sleeps
+ * backward_ms.  Sleeping, not computing, makes a stage's time independent of
+ * the cores the ranks share.  Each block has one parameter
+ * "delay.<i>.weight" of shape [1] whose gradient is 0, and equal cost hints
+ * (a uniform partition).  Input and output [batch, dim]: with dim >= 2
+ * dt_model_loss (softmax cross-entropy, one target per row) works on it. */
+dt_status dt_delay_describe(int blocks, int64_t dim, double forward_ms, double backward_ms, dt_model_desc **out);
 int dt_model_desc_blocks(const dt_model_desc *d);
 const dt_block_info *dt_model_desc_block(const dt_model_desc *d, int i);
 void dt_model_desc_destroy(dt_model_desc *d);
