@@ -129,7 +129,7 @@ run "parallel/dtrain-pipeline" 400 tests/cases/dtrain_pp.sh
 # ---- launcher ----
 run dtrun/prefix-and-success 30 tests/cases/dtrun_prefix.sh
 run dtrun/failed-rank-named 30 tests/cases/dtrun_failure.sh
-run dtrun/signal-forwarded 30 tests/cases/dtrun_signal.sh
+run dtrun/signal-forwarded 90 tests/cases/dtrun_signal.sh
 run dtrun/bad-arguments 30 tests/cases/dtrun_args.sh
 run dtrun/join-timeout 30 tests/cases/dtrun_join_timeout.sh
 run dtrun/two-nodes-localhost 200 tests/cases/dtrun_two_nodes.sh

@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/random.h>
 
 #include "base/status.h"
@@ -63,6 +64,21 @@ dt_status dt__auth_check(const char *token, const char *label, const uint8_t cha
     return DT_OK;
 }
 
+static void refusal_proof(uint8_t out[MAC])
+{
+    memset(out, 0, MAC);
+    memcpy(out, DT_AUTH_REFUSAL "wrong job token", 4 + 15);
+}
+
+void dt__auth_refuse_token(int fd)
+{
+    uint8_t msg[MAC];
+    refusal_proof(msg);
+    if (send(fd, msg, sizeof msg, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+        /* the connector is gone: nothing more to tell it */
+    }
+}
+
 dt_status dt__auth_accept(int fd, const char *token, const char *label, int64_t deadline_ns,
                           const char *what, int64_t *info_out)
 {
@@ -70,7 +86,11 @@ dt_status dt__auth_accept(int fd, const char *token, const char *label, int64_t 
     DT_CHECK(dt__auth_challenge(challenge));
     DT_CHECK(dt__sock_send_all(fd, challenge, sizeof challenge, deadline_ns, what));
     DT_CHECK(dt__sock_recv_all(fd, response, sizeof response, deadline_ns, what));
-    DT_CHECK(dt__auth_check(token, label, challenge, response, what, proof, info_out));
+    dt_status s = dt__auth_check(token, label, challenge, response, what, proof, info_out);
+    if (s != DT_OK) {
+        dt__auth_refuse_token(fd);
+        return s;
+    }
     return dt__sock_send_all(fd, proof, sizeof proof, deadline_ns, what);
 }
 
@@ -97,9 +117,14 @@ dt_status dt__auth_connect(int fd, const char *token, const char *label, int64_t
     mac(token, label, 'c', challenge + 5, response + NONCE, response + NONCE + 8);
     DT_CHECK(dt__sock_send_all(fd, response, sizeof response, deadline_ns, what));
     dt_status s = dt__sock_recv_all(fd, proof, sizeof proof, deadline_ns, what);
-    if (s == DT_ERR_PEER)
-        return dt__fail(DT_ERR_AUTH, "%s refused this process's job token (check DT_JOB_TOKEN)", what);
+    if (s == DT_ERR_PEER) /* dropped, not refused: a flood of connections or a timed-out handshake */
+        return dt__fail(DT_ERR_PEER, "%s closed the connection during the job-token handshake (it may be "
+                                     "crowded with connections; trying again)", what);
     DT_CHECK(s);
+    uint8_t refused[MAC];
+    refusal_proof(refused);
+    if (memcmp(proof, refused, MAC) == 0)
+        return dt__fail(DT_ERR_AUTH, "%s refused this process's job token (check DT_JOB_TOKEN)", what);
     mac(token, label, 'a', response, response + NONCE, expect);
     if (CRYPTO_memcmp(expect, proof, MAC) != 0)
         return dt__fail(DT_ERR_AUTH, "%s does not hold the job token (impostor or another job)", what);

@@ -36,6 +36,12 @@ dt_status dt__auth_challenge(uint8_t challenge[DT_AUTH_CHALLENGE_LEN]);
 dt_status dt__auth_check(const char *token, const char *label, const uint8_t challenge[DT_AUTH_CHALLENGE_LEN],
                          const uint8_t response[DT_AUTH_RESPONSE_LEN], const char *what,
                          uint8_t proof[DT_AUTH_PROOF_LEN], int64_t *info_out);
+/* After a failed dt__auth_check: tell the connector its token was refused
+ * (DT_AUTH_PROOF_LEN bytes, "DTNO" and "wrong job token" NUL-padded, in
+ * place of the proof), best effort, without blocking.  A connector that
+ * reads the connection's end instead of a proof was dropped for another
+ * reason (a flood, a timed-out handshake) and may try again. */
+void dt__auth_refuse_token(int fd);
 /* Connector side: proves the token and checks the acceptor's proof. */
 dt_status dt__auth_connect(int fd, const char *token, const char *label, int64_t info,
                            int64_t deadline_ns, const char *what);

@@ -80,7 +80,11 @@ static dt_status finish_handshake(dt__engine *e, const dt__engine_config *cfg, c
 {
     uint8_t proof[DT_AUTH_PROOF_LEN];
     int64_t info = -1;
-    DT_CHECK(dt__auth_check(cfg->token, label, h->challenge, h->response, h->what, proof, &info));
+    dt_status s = dt__auth_check(cfg->token, label, h->challenge, h->response, h->what, proof, &info);
+    if (s != DT_OK) {
+        dt__auth_refuse_token(h->fd);
+        return s;
+    }
     if (info <= e->rank || info >= e->size || e->peers[info].ch)
         return dt__fail(DT_ERR_PROTOCOL, "%s claims rank %lld, which is not an expected peer", h->what,
                         (long long)info);

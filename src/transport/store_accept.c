@@ -144,6 +144,7 @@ static void pump(acceptor *a, handshake *h)
         return;
     uint8_t proof[DT_AUTH_PROOF_LEN];
     if (dt__auth_check(a->s->token, "dtrain-store", h->challenge, h->response, h->peer, proof, NULL) != DT_OK) {
+        dt__auth_refuse_token(h->fd);
         refuse(a, h, dt_last_error());
         return;
     }
