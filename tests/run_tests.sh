@@ -125,6 +125,7 @@ run "parallel/tensor-parallel-linear" 200 tests/cases/tp_linear.sh
 run "parallel/dtrain-tensor-parallel" 300 tests/cases/dtrain_tp.sh
 run "parallel/pipeline-schedules" 300 tests/cases/pp_schedules.sh
 run "parallel/dtrain-pipeline" 400 tests/cases/dtrain_pp.sh
+run "parallel/zero-stages" 300 tests/cases/zero_stages.sh
 
 # ---- launcher ----
 run dtrun/prefix-and-success 30 tests/cases/dtrun_prefix.sh

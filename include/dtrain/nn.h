@@ -58,8 +58,15 @@ dt_status dt_params_finalize_external(dt_params *p, float *values, float *grads)
  * block hooks (dt_model_set_hooks) bind a block's parameters before the
  * block runs and release them after. */
 void dt_param_bind(dt_params *p, int index, float *value, float *grad);
-/* True when parameter `index` has value and gradient storage now. */
+/* True when parameter `index` has value and gradient storage now / value
+ * storage (what a forward needs). */
 bool dt_param_has_storage(const dt_params *p, int index);
+bool dt_param_has_value(const dt_params *p, int index);
+/* Give up the flat value and/or gradient buffer (freed when the registry
+ * owns it, forgotten when it came from outside; every parameter unbound):
+ * ZeRO-2 keeps no whole gradient, ZeRO-3 no whole parameters either; the
+ * strategy's block hooks bind what a block needs while it runs. */
+void dt_params_drop_storage(dt_params *p, bool values, bool grads);
 /* Declare parameter `index` a shard (see dt_param_info) of a tensor whose
  * dimension split_dim is `parts` times (per group) this one's; the layers
  * that split parameters call it right after registering them. */

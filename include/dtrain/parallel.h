@@ -126,6 +126,34 @@ dt_status dt_strategy_single_create(dt_model *m, dt_optimizer *o, const dt_strat
  * allreduce overlapping backward).  Collective over c. */
 dt_status dt_strategy_ddp_create(dt_model *m, dt_optimizer *o, dt_comm *c, const dt_strategy_config *cfg,
                                  dt_strategy **out);
+/* ZeRO (DeepSpeed's optimizer sharding) over the data-parallel group c of N
+ * ranks: each rank keeps 1/N of the optimizer state (stage 1), also of the
+ * gradients (stage 2: each block's gradients reduce-scattered as its
+ * backward ends, overlapping the blocks still running, so no whole gradient
+ * is held) and of the parameters (stage 3: each block's parameters
+ * allgathered before its forward and again before its backward, the next
+ * block's gather started while the current one computes, freed after).
+ * Stage 0 is data parallelism (dt_strategy_ddp_create).  The shard is a
+ * slice of every block's parameters (dt_zero_shard_numel elements): make
+ * the optimizer for that many, with dt_zero_decay_groups for weight decay.
+ * m is a whole model with its own storage, initialised; rank 0's values are
+ * broadcast, then stage 2 gives up the flat gradient buffer and stage 3 the
+ * parameters too (dt_params_drop_storage) and installs its block hooks.
+ * Losses, gradients and updates equal data parallelism's (to rounding).
+ * Collective over c. */
+dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int stage, const dt_strategy_config *cfg,
+                                  dt_strategy **out);
+/* Elements of a rank's ZeRO shard of m over nranks ranks (-1 on error). */
+int64_t dt_zero_shard_numel(dt_model *m, int nranks);
+/* Weight-decay groups (see dt_decay_groups) over rank's shard. */
+dt_status dt_zero_decay_groups(dt_model *m, int nranks, int rank, const char *patterns, float weight_decay,
+                               dt_optim_group **out, int *count);
+/* A ZeRO strategy's shard: its values (the master copy the optimizer
+ * updates), gradients and length; NULL / 0 for another strategy.  The
+ * values of the elements of the whole flat buffer this rank owns: slice
+ * `rank` of each block's range (dt_zero_shard_numel's layout). */
+float *dt_strategy_zero_shard(dt_strategy *s, int64_t *numel);
+
 /* One optimizer step at learning rate lr. */
 dt_status dt_strategy_step(dt_strategy *s, int64_t step, float lr, dt_next_batch_fn next, void *user,
                            dt_step_stats *out);

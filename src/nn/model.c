@@ -163,11 +163,13 @@ static dt_status model_hook(void *user, dt_hook_point at, int item, dt_ctx *ctx)
         DT_CHECK(m->hook(m->hook_user, at, i, ctx));
     if (at != DT_BEFORE_FORWARD && at != DT_BEFORE_BACKWARD)
         return DT_OK;
+    /* forward reads values; backward also writes gradients */
+    bool (*has)(const dt_params *, int) = at == DT_BEFORE_FORWARD ? dt_param_has_value : dt_param_has_storage;
     for (int k = m->first_param[i]; bad < 0 && k < m->first_param[i] + m->num_params[i]; k++)
-        bad = dt_param_has_storage(m->params, k) ? -1 : k;
+        bad = has(m->params, k) ? -1 : k;
     for (int k = 0; bad < 0 && k < m->nshared; k++) /* a tied parameter this block uses */
         if (m->shared[k].first_block == global || m->shared[k].last_block == global)
-            bad = dt_param_has_storage(m->params, m->shared[k].param) ? -1 : m->shared[k].param;
+            bad = has(m->params, m->shared[k].param) ? -1 : m->shared[k].param;
     if (bad >= 0)
         return dt__fail(DT_ERR_INVALID, "%s: parameter %s has no storage before its %s (no hook bound it)",
                         m->info[i].name, dt_params_info(m->params, bad)->name,

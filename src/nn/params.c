@@ -150,7 +150,23 @@ void dt_param_bind(dt_params *p, int i, float *value, float *grad)
 }
 
 bool dt_param_has_storage(const dt_params *p, int i) { return p->vptr[i] && p->gptr[i]; }
+bool dt_param_has_value(const dt_params *p, int i) { return p->vptr[i] != NULL; }
 
+void dt_params_drop_storage(dt_params *p, bool values, bool grads)
+{
+    if (values) {
+        if (p->owned)
+            free(p->values);
+        p->values = NULL;
+    }
+    if (grads) {
+        if (p->owned)
+            free(p->grads);
+        p->grads = NULL;
+    }
+    for (int i = 0; p->finalized && i < p->count; i++)
+        dt_param_bind(p, i, NULL, NULL);
+}
 int dt_params_count(const dt_params *p) { return p->count; }
 int64_t dt_params_numel(const dt_params *p) { return p->numel; }
 const dt_param_info *dt_params_info(const dt_params *p, int i) { return (i >= 0 && i < p->count) ? &p->info[i] : NULL; }

@@ -1,0 +1,379 @@
+/* ZeRO as a strategy (see parallel.h).  The common micro-batch loop
+ * (strategy.c) runs forward and backward; around it:
+ *   stage 1: after the last backward each block's gradients are
+ *            reduce-scattered into this rank's shard;
+ *   stage 2: the registry holds no gradient buffer: a block's gradients go
+ *            into a buffer of their own bound before its backward, and are
+ *            reduce-scattered (nonblocking) as soon as the block is done,
+ *            their sum added to the shard once it lands;
+ *   stage 3: the registry holds no values either: a block's parameters are
+ *            allgathered into a buffer bound before its forward (the next
+ *            block's gather started as the current one ends) and again
+ *            before its backward, and freed after.
+ * Then the norm over the shards, clipping, the optimizer on the shard, and
+ * for stages 1 and 2 the updated slices allgathered into the registry.
+ * A tied parameter (GPT's wte) lives in the unit of its first holder (the
+ * embedding); the head's hooks bind that unit too, and its gradient stays
+ * bound until the embedding's backward, the unit's last, is done. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "parallel/strategy_internal.h"
+#include "parallel/zero_internal.h"
+
+#define MAX_UNITS_PER_BLOCK 4 /* its own and the tied ones it uses */
+
+typedef struct {
+    float *values;       /* stage 3: the gathered unit (slice x ranks), NULL when not held */
+    dt_request *gather;  /* a gather in flight into values */
+    float *grads;        /* stages 2, 3: the unit's gradients during backward (padded), bound */
+    float *sending;      /* the last micro-batch's, being reduce-scattered into `summed` */
+    float *summed;
+    dt_request *reduce;
+} unit_state;
+
+typedef struct {
+    int stage, N, r;
+    dt_comm *dp;
+    dt__zero_layout L;
+    float *values, *grads; /* the shard: the optimizer's params and gradients */
+    float *pad;            /* stage 1: one padded unit */
+    unit_state *u;
+} zero;
+
+/* Units block b (local) uses: its own, then the tied parameters' units. */
+static int units_of_block(const dt_strategy *s, const zero *Z, int b, int *out)
+{
+    int n = 0, lo, hi;
+    dt_model_block_range(s->model, &lo, &hi);
+    if (Z->L.unit_of_block[b] >= 0)
+        out[n++] = Z->L.unit_of_block[b];
+    const dt_shared_param *sh;
+    int ns = dt_model_shared_params(s->model, &sh);
+    for (int k = 0; k < ns && n < MAX_UNITS_PER_BLOCK; k++) {
+        int u = Z->L.unit_of_param[sh[k].param];
+        bool uses = sh[k].first_block == lo + b || sh[k].last_block == lo + b, have = false;
+        for (int j = 0; j < n; j++)
+            have |= out[j] == u;
+        if (uses && !have)
+            out[n++] = u;
+    }
+    return n;
+}
+
+/* Point unit u's parameters at its buffers (NULL: the registry's own, or none). */
+static void bind_unit(dt_strategy *s, zero *Z, int u)
+{
+    const dt__zero_unit *U = &Z->L.unit[u];
+    dt_params *p = dt_model_params(s->model);
+    for (int k = U->first_param; k < U->first_param + U->nparams; k++) {
+        int64_t at = dt_params_info(p, k)->offset - U->flat_offset;
+        dt_param_bind(p, k, Z->u[u].values ? Z->u[u].values + at : NULL, Z->u[u].grads ? Z->u[u].grads + at : NULL);
+    }
+}
+
+/* ---- stage 3: gathering a unit's parameters ---- */
+
+static dt_status gather_start(zero *Z, int u)
+{
+    unit_state *us = &Z->u[u];
+    if (us->values || us->gather)
+        return DT_OK;
+    const dt__zero_unit *U = &Z->L.unit[u];
+    if (!(us->values = malloc((size_t)(U->slice * Z->N) * sizeof(float))))
+        return dt__fail(DT_ERR_NOMEM, "zero: out of memory gathering block %d's parameters", U->block);
+    dt_status s = dt_iallgather(Z->values + U->shard_offset, us->values, (size_t)U->slice, DT_F32, Z->dp, &us->gather);
+    if (s != DT_OK) {
+        free(us->values);
+        us->values = NULL;
+    }
+    return s;
+}
+
+static dt_status gather_wait(zero *Z, int u)
+{
+    DT_CHECK(gather_start(Z, u));
+    unit_state *us = &Z->u[u];
+    if (!us->gather)
+        return DT_OK;
+    dt_status s = dt_wait(us->gather, NULL);
+    us->gather = NULL;
+    return s == DT_OK ? s : dt__fail(s, "zero: gathering block %d's parameters: %s", Z->L.unit[u].block, dt_last_error());
+}
+
+static dt_status release_values(dt_strategy *s, zero *Z, int u)
+{
+    unit_state *us = &Z->u[u];
+    dt_status st = DT_OK;
+    if (us->gather) { /* a prefetch nobody used: it must land before its buffer goes */
+        st = dt_wait(us->gather, NULL);
+        us->gather = NULL;
+    }
+    free(us->values);
+    us->values = NULL;
+    bind_unit(s, Z, u);
+    return st;
+}
+
+/* ---- stages 2 and 3: a unit's gradients, reduce-scattered into the shard ---- */
+
+/* Add unit u's reduce-scatter into the shard if it landed (wait: once it has). */
+static dt_status collect_unit(zero *Z, int u, bool wait)
+{
+    unit_state *us = &Z->u[u];
+    if (!us->reduce)
+        return DT_OK;
+    int done = 1;
+    dt_status s = wait ? dt_wait(us->reduce, NULL) : dt_test(us->reduce, &done, NULL);
+    if (s != DT_OK || done)
+        us->reduce = NULL;
+    if (s != DT_OK)
+        return dt__fail(s, "zero: reducing block %d's gradients: %s", Z->L.unit[u].block, dt_last_error());
+    if (!done)
+        return DT_OK;
+    const dt__zero_unit *U = &Z->L.unit[u];
+    dt_vec_axpy(Z->grads + U->shard_offset, 1.0f, us->summed, U->slice);
+    free(us->summed);
+    free(us->sending);
+    us->summed = us->sending = NULL;
+    return DT_OK;
+}
+
+/* Add the landed reduce-scatters into the shard (all of them: wait). */
+static dt_status collect(zero *Z, bool wait)
+{
+    dt_status st = DT_OK;
+    for (int u = 0; u < Z->L.nunits; u++) {
+        dt_status s = collect_unit(Z, u, wait);
+        st = st != DT_OK ? st : s;
+    }
+    return st;
+}
+
+static dt_status grads_bind(dt_strategy *s, zero *Z, int u)
+{
+    unit_state *us = &Z->u[u];
+    if (!us->grads) {
+        const dt__zero_unit *U = &Z->L.unit[u];
+        if (!(us->grads = calloc((size_t)(U->slice * Z->N), sizeof(float))))
+            return dt__fail(DT_ERR_NOMEM, "zero: out of memory for block %d's gradients", U->block);
+    }
+    bind_unit(s, Z, u);
+    return DT_OK;
+}
+
+static dt_status reduce_start(dt_strategy *s, zero *Z, int u)
+{
+    unit_state *us = &Z->u[u];
+    const dt__zero_unit *U = &Z->L.unit[u];
+    DT_CHECK(collect_unit(Z, u, true)); /* the micro-batch before's, if still in flight */
+    if (!(us->summed = malloc((size_t)U->slice * sizeof(float))))
+        return dt__fail(DT_ERR_NOMEM, "zero: out of memory reducing block %d's gradients", U->block);
+    us->sending = us->grads; /* the parameters let go of it; it lives until the reduce lands */
+    us->grads = NULL;
+    bind_unit(s, Z, u);
+    return dt_ireduce_scatter(us->sending, us->summed, (size_t)U->slice, DT_F32, DT_SUM, Z->dp, &us->reduce);
+}
+
+static dt_status zero_hook(void *user, dt_hook_point at, int b, dt_ctx *ctx)
+{
+    (void)ctx;
+    dt_strategy *s = user;
+    zero *Z = s->impl;
+    int us[MAX_UNITS_PER_BLOCK], n = units_of_block(s, Z, b, us), nb = dt_model_num_layers(s->model);
+    DT_CHECK(collect(Z, false));
+    switch (at) {
+    case DT_BEFORE_FORWARD:
+        for (int k = 0; Z->stage == 3 && k < n; k++) {
+            DT_CHECK(gather_wait(Z, us[k]));
+            bind_unit(s, Z, us[k]);
+        }
+        return DT_OK;
+    case DT_AFTER_FORWARD:
+        if (Z->stage != 3)
+            return DT_OK;
+        for (int k = 0; k < n; k++)
+            DT_CHECK(release_values(s, Z, us[k]));
+        if (b + 1 < nb) { /* the next block's parameters while this rank moves on */
+            int next[MAX_UNITS_PER_BLOCK], nn = units_of_block(s, Z, b + 1, next);
+            for (int k = 0; k < nn; k++)
+                DT_CHECK(gather_start(Z, next[k]));
+        }
+        return DT_OK;
+    case DT_BEFORE_BACKWARD:
+        for (int k = 0; k < n; k++) {
+            if (Z->stage == 3)
+                DT_CHECK(gather_wait(Z, us[k]));
+            DT_CHECK(grads_bind(s, Z, us[k]));
+        }
+        return DT_OK;
+    case DT_AFTER_BACKWARD: {
+        int own = Z->L.unit_of_block[b];
+        for (int k = 0; k < n; k++) {
+            if (us[k] == own) /* the unit's last user is its owner: its gradients are final */
+                DT_CHECK(reduce_start(s, Z, own));
+            if (Z->stage == 3)
+                DT_CHECK(release_values(s, Z, us[k]));
+        }
+        if (Z->stage == 3 && b > 0) { /* the block before's parameters for its backward */
+            int prev[MAX_UNITS_PER_BLOCK], np = units_of_block(s, Z, b - 1, prev);
+            for (int k = 0; k < np; k++)
+                DT_CHECK(gather_start(Z, prev[k]));
+        }
+        return DT_OK;
+    }
+    }
+    return DT_OK;
+}
+
+/* ---- the update ---- */
+
+/* Stage 1: every unit's gradients (whole in the registry) reduce-scattered
+ * into the shard. */
+static dt_status reduce_registry(dt_strategy *s, zero *Z)
+{
+    const float *g = dt_params_grads(dt_model_params(s->model));
+    for (int u = 0; u < Z->L.nunits; u++) {
+        const dt__zero_unit *U = &Z->L.unit[u];
+        memcpy(Z->pad, g + U->flat_offset, (size_t)U->numel * sizeof(float));
+        memset(Z->pad + U->numel, 0, (size_t)(U->slice * Z->N - U->numel) * sizeof(float));
+        dt_status st = dt_reduce_scatter(Z->pad, Z->grads + U->shard_offset, (size_t)U->slice, DT_F32, DT_SUM, Z->dp);
+        if (st != DT_OK)
+            return dt__fail(st, "zero: reducing block %d's gradients: %s", U->block, dt_last_error());
+    }
+    return DT_OK;
+}
+
+/* Stages 1 and 2: the updated slices into every rank's whole parameters. */
+static dt_status gather_registry(dt_strategy *s, zero *Z)
+{
+    float *v = dt_params_values(dt_model_params(s->model));
+    for (int u = 0; u < Z->L.nunits; u++) {
+        const dt__zero_unit *U = &Z->L.unit[u];
+        dt_status st = dt_allgather(Z->values + U->shard_offset, Z->pad, (size_t)U->slice, DT_F32, Z->dp);
+        if (st != DT_OK)
+            return dt__fail(st, "zero: gathering block %d's parameters: %s", U->block, dt_last_error());
+        memcpy(v + U->flat_offset, Z->pad, (size_t)U->numel * sizeof(float));
+    }
+    return DT_OK;
+}
+
+static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *norm)
+{
+    zero *Z = s->impl;
+    DT_CHECK(Z->stage == 1 ? reduce_registry(s, Z) : collect(Z, true));
+    int64_t S = Z->L.shard_numel;
+    dt_vec_scale(Z->grads, 1.0f / (float)(Z->N * s->cfg.micro_batches), S); /* the mean over ranks and micro-batches */
+    DT_CHECK(dt_clip_grad_norm_group(Z->grads, S, max_norm, Z->dp, norm));
+    DT_CHECK(dt_optimizer_step(s->opt, Z->values, Z->grads, S, lr));
+    dt_vec_zero(Z->grads, S);
+    return Z->stage == 3 ? DT_OK : gather_registry(s, Z);
+}
+
+static void zero_destroy(dt_strategy *s)
+{
+    zero *Z = s->impl;
+    if (!Z)
+        return;
+    if (Z->u) {
+        collect(Z, true);
+        for (int u = 0; u < Z->L.nunits; u++) {
+            if (Z->u[u].gather)
+                dt_wait(Z->u[u].gather, NULL);
+            free(Z->u[u].values);
+            free(Z->u[u].grads);
+            free(Z->u[u].sending);
+            free(Z->u[u].summed);
+        }
+    }
+    if (s->model)
+        dt_model_set_hooks(s->model, NULL, NULL);
+    free(Z->u);
+    free(Z->values);
+    free(Z->grads);
+    free(Z->pad);
+    dt__zero_layout_free(&Z->L);
+    free(Z);
+}
+
+static const dt__strategy_ops zero_ops = {.name = "zero", .update = zero_update, .destroy = zero_destroy};
+
+float *dt_strategy_zero_shard(dt_strategy *s, int64_t *numel)
+{
+    if (!s || s->ops != &zero_ops) {
+        if (numel)
+            *numel = 0;
+        return NULL;
+    }
+    zero *Z = s->impl;
+    if (numel)
+        *numel = Z->L.shard_numel;
+    return Z->values;
+}
+
+/* This rank's slices of the (broadcast) whole values: its shard. */
+static void take_shard(dt_strategy *s, zero *Z)
+{
+    const float *v = dt_params_values(dt_model_params(s->model));
+    for (int u = 0; u < Z->L.nunits; u++) {
+        const dt__zero_unit *U = &Z->L.unit[u];
+        int64_t lo = (int64_t)Z->r * U->slice, n = U->numel - lo < U->slice ? U->numel - lo : U->slice;
+        if (n > 0)
+            memcpy(Z->values + U->shard_offset, v + U->flat_offset + lo, (size_t)n * sizeof(float));
+    }
+}
+
+dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int stage, const dt_strategy_config *cfg,
+                                  dt_strategy **out)
+{
+    if (!c || !m || !out)
+        return dt__fail(DT_ERR_INVALID, "strategy zero: %s is NULL", !c ? "the communicator" : !m ? "the model" : "out");
+    if (stage < 1 || stage > 3)
+        return dt__fail(DT_ERR_INVALID, "strategy zero: stage %d is not 1, 2 or 3 (stage 0 is data parallel)", stage);
+    if (cfg && cfg->tp)
+        return dt__fail(DT_ERR_INVALID, "strategy zero: tensor-parallel shards are not sharded further yet (tp)");
+    dt_params *p = dt_model_params(m);
+    if (!dt_params_values(p) || !dt_params_grads(p))
+        return dt__fail(DT_ERR_INVALID, "strategy zero: the model must hold its whole parameters and gradients "
+                                        "(dt_model_instantiate) when the strategy starts");
+    dt_strategy *s = calloc(1, sizeof *s);
+    zero *Z = calloc(1, sizeof *Z);
+    if (!s || !Z) {
+        free(s);
+        free(Z);
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    }
+    s->impl = Z;
+    s->ops = &zero_ops;
+    dt_status st = dt__strategy_init(s, m, o, cfg);
+    Z->stage = stage;
+    Z->dp = c;
+    Z->N = dt_comm_size(c);
+    Z->r = dt_comm_rank(c);
+    s->key_group = (uint32_t)Z->r;
+    if (st == DT_OK)
+        st = dt__zero_layout_make(m, Z->N, Z->r, &Z->L);
+    int64_t S = Z->L.shard_numel;
+    if (st == DT_OK &&
+        (!(Z->values = calloc((size_t)(S ? S : 1), sizeof(float))) ||
+         !(Z->grads = calloc((size_t)(S ? S : 1), sizeof(float))) ||
+         !(Z->pad = malloc((size_t)(Z->L.max_padded ? Z->L.max_padded : 1) * sizeof(float))) ||
+         !(Z->u = calloc((size_t)(Z->L.nunits ? Z->L.nunits : 1), sizeof *Z->u))))
+        st = dt__fail(DT_ERR_NOMEM, "out of memory for the ZeRO shard (%lld elements)", (long long)S);
+    if (st == DT_OK) /* every rank starts from rank 0's weights */
+        st = dt_broadcast(dt_params_values(p), (size_t)dt_params_numel(p), DT_F32, 0, c);
+    if (st == DT_OK) {
+        take_shard(s, Z);
+        if (stage >= 2) {
+            dt_params_drop_storage(p, stage == 3, true);
+            dt_model_set_hooks(m, zero_hook, s);
+        }
+    }
+    if (st != DT_OK) {
+        dt_strategy_destroy(s);
+        return st;
+    }
+    *out = s;
+    return DT_OK;
+}
