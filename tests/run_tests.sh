@@ -126,6 +126,7 @@ run "parallel/dtrain-tensor-parallel" 300 tests/cases/dtrain_tp.sh
 run "parallel/pipeline-schedules" 300 tests/cases/pp_schedules.sh
 run "parallel/dtrain-pipeline" 400 tests/cases/dtrain_pp.sh
 run "parallel/zero-stages" 300 tests/cases/zero_stages.sh
+run "parallel/dtrain-zero" 300 tests/cases/dtrain_zero.sh
 
 # ---- launcher ----
 run dtrun/prefix-and-success 30 tests/cases/dtrun_prefix.sh

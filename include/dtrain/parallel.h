@@ -148,6 +148,13 @@ int64_t dt_zero_shard_numel(dt_model *m, int nranks);
 /* Weight-decay groups (see dt_decay_groups) over rank's shard. */
 dt_status dt_zero_decay_groups(dt_model *m, int nranks, int rank, const char *patterns, float weight_decay,
                                dt_optim_group **out, int *count);
+/* Copy rank's slices of a whole flat array laid out like m's registry
+ * (values, or an optimizer state buffer) into its shard of
+ * dt_zero_shard_numel elements (padding zeroed), or back (put): how a
+ * checkpoint of the whole model is cut for any number of ranks, and put
+ * together again from theirs. */
+dt_status dt_zero_shard_take(dt_model *m, int nranks, int rank, const float *whole, float *shard);
+dt_status dt_zero_shard_put(dt_model *m, int nranks, int rank, const float *shard, float *whole);
 /* A ZeRO strategy's shard: its values (the master copy the optimizer
  * updates), gradients and length; NULL / 0 for another strategy.  The
  * values of the elements of the whole flat buffer this rank owns: slice

@@ -312,18 +312,6 @@ float *dt_strategy_zero_shard(dt_strategy *s, int64_t *numel)
     return Z->values;
 }
 
-/* This rank's slices of the (broadcast) whole values: its shard. */
-static void take_shard(dt_strategy *s, zero *Z)
-{
-    const float *v = dt_params_values(dt_model_params(s->model));
-    for (int u = 0; u < Z->L.nunits; u++) {
-        const dt__zero_unit *U = &Z->L.unit[u];
-        int64_t lo = (int64_t)Z->r * U->slice, n = U->numel - lo < U->slice ? U->numel - lo : U->slice;
-        if (n > 0)
-            memcpy(Z->values + U->shard_offset, v + U->flat_offset + lo, (size_t)n * sizeof(float));
-    }
-}
-
 dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int stage, const dt_strategy_config *cfg,
                                   dt_strategy **out)
 {
@@ -363,12 +351,11 @@ dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int 
         st = dt__fail(DT_ERR_NOMEM, "out of memory for the ZeRO shard (%lld elements)", (long long)S);
     if (st == DT_OK) /* every rank starts from rank 0's weights */
         st = dt_broadcast(dt_params_values(p), (size_t)dt_params_numel(p), DT_F32, 0, c);
-    if (st == DT_OK) {
-        take_shard(s, Z);
-        if (stage >= 2) {
-            dt_params_drop_storage(p, stage == 3, true);
-            dt_model_set_hooks(m, zero_hook, s);
-        }
+    if (st == DT_OK)
+        st = dt_zero_shard_take(m, Z->N, Z->r, dt_params_values(p), Z->values);
+    if (st == DT_OK && stage >= 2) {
+        dt_params_drop_storage(p, stage == 3, true);
+        dt_model_set_hooks(m, zero_hook, s);
     }
     if (st != DT_OK) {
         dt_strategy_destroy(s);

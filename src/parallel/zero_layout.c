@@ -6,6 +6,7 @@
  * of its unit away (ZeRO-3) and its gradients one reduce-scatter (ZeRO-2),
  * and the optimizer works on the shard as on any flat array. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/status.h"
 #include "parallel/zero_internal.h"
@@ -108,4 +109,38 @@ dt_status dt_zero_decay_groups(dt_model *m, int nranks, int rank, const char *pa
     *out = all;
     *count = used;
     return DT_OK;
+}
+
+/* Copy between a whole flat array and rank's shard of it (put: shard to whole). */
+static dt_status move_slices(dt_model *m, int nranks, int rank, float *whole, float *shard, bool put)
+{
+    if (!m || !whole || !shard || nranks < 1 || rank < 0 || rank >= nranks)
+        return dt__fail(DT_ERR_INVALID, "zero_shard_%s: rank %d of %d, arrays %p and %p", put ? "put" : "take", rank,
+                        nranks, (void *)whole, (void *)shard);
+    dt__zero_layout L;
+    DT_CHECK(dt__zero_layout_make(m, nranks, rank, &L));
+    for (int k = 0; k < L.nunits; k++) {
+        const dt__zero_unit *u = &L.unit[k];
+        int64_t lo = (int64_t)rank * u->slice, n = u->numel - lo < u->slice ? u->numel - lo : u->slice;
+        if (!put && u->slice > (n > 0 ? n : 0)) /* the padding takes zeros */
+            memset(shard + u->shard_offset + (n > 0 ? n : 0), 0, (size_t)(u->slice - (n > 0 ? n : 0)) * sizeof(float));
+        if (n <= 0)
+            continue;
+        if (put)
+            memcpy(whole + u->flat_offset + lo, shard + u->shard_offset, (size_t)n * sizeof(float));
+        else
+            memcpy(shard + u->shard_offset, whole + u->flat_offset + lo, (size_t)n * sizeof(float));
+    }
+    dt__zero_layout_free(&L);
+    return DT_OK;
+}
+
+dt_status dt_zero_shard_take(dt_model *m, int nranks, int rank, const float *whole, float *shard)
+{
+    return move_slices(m, nranks, rank, (float *)whole, shard, false);
+}
+
+dt_status dt_zero_shard_put(dt_model *m, int nranks, int rank, const float *shard, float *whole)
+{
+    return move_slices(m, nranks, rank, whole, (float *)shard, true);
 }

@@ -43,6 +43,7 @@ static const spec specs[] = {
     {"pp", K_INT, F(pp), 1, 4096, NULL, "1", "pipeline stages: the model's blocks cut into pp stages balanced by their cost; the world is dp x pp x tp (tp innermost, then pp)"},
     {"pipeline_schedule", K_STR, F(pipeline_schedule), 0, 0, "gpipe,1f1b,interleaved", "\"1f1b\"", "pp > 1: gpipe, 1f1b (at most pp micro-batches in flight) or interleaved (virtual_stages chunks per rank, a smaller bubble)"},
     {"virtual_stages", K_INT, F(virtual_stages), 2, 64, NULL, "2", "pipeline_schedule interleaved: chunks of blocks per pipeline rank"},
+    {"zero_stage", K_INT, F(zero_stage), 0, 3, NULL, "0", "ZeRO over the data-parallel ranks: 0 off (each holds everything), 1 shards the optimizer state, 2 also the gradients, 3 also the parameters"},
     {"micro_batches", K_INT, F(micro_batches), 1, 1 << 16, NULL, "1", "pieces each rank's batch is cut into (they must divide batch_size); a pipeline fills its stages with them"},
     {"grad_accumulation", K_INT, F(grad_accumulation), 1, 1 << 16, NULL, "1", "batches per optimizer step (each cut into micro_batches)"},
     {"grad_compression", K_STR, F(grad_compression), 0, 0, "none,f16,bf16", "\"none\"", "gradient format on the wire (data parallel)"},
@@ -340,6 +341,10 @@ dt_status dtrain_config_validate(const dtrain_config *c)
                  (long long)c->tp);
         return bad("configuration", "sequence_parallel", why);
     }
+    if (c->zero_stage > 0 && (c->tp > 1 || c->pp > 1))
+        return bad("configuration", "zero_stage", "> 0 shards over data parallelism alone: not with tp or pp yet");
+    if (c->zero_stage > 0 && strcmp(c->grad_compression, "none"))
+        return bad("configuration", "grad_compression", "is for data parallelism (zero_stage 0)");
     if (c->batch_size % c->micro_batches) {
         char why[160];
         snprintf(why, sizeof why, "= %lld does not divide batch_size = %lld into equal micro-batches",

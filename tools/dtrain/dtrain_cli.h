@@ -18,7 +18,7 @@ typedef struct {
     char data[16]; /* fashion-mnist | text */
     char data_path[1024];
     int64_t batch_size, steps, seed, threads, grad_accumulation, tp;
-    int64_t pp, micro_batches, virtual_stages;
+    int64_t pp, micro_batches, virtual_stages, zero_stage;
     char pipeline_schedule[16]; /* gpipe | 1f1b | interleaved */
     char grad_compression[8]; /* none | f16 | bf16 */
     double bucket_mb, stop_at_accuracy;
@@ -81,6 +81,14 @@ dt_status dtrain_tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_o
  * NULL: not split that way).  A slice (resume) is dtrain_tp_slice: by name. */
 dt_status dtrain_split_gather(const dtrain_config *c, dt_params *p, dt_optimizer *o, dt_comm *tp, dt_comm *pp,
                               dt_params *whole, dt_optimizer *wo);
+/* ZeRO (split_ckpt.c): gather every rank's shard of the values and of the
+ * optimizer state into the whole model `whole` / `wo` on dp rank 0 (the
+ * others pass NULL; collective over dp), and the inverse at a resume: this
+ * rank's shard of the optimizer state out of a whole one (m's registry
+ * still whole: the values are copied by dt_ckpt_load as usual). */
+dt_status dtrain_zero_gather(dt_strategy *s, dt_model *m, dt_optimizer *o, dt_comm *dp, dt_params *whole,
+                             dt_optimizer *wo);
+dt_status dtrain_zero_slice(dt_model *m, int nranks, int rank, dt_optimizer *wo, dt_optimizer *o);
 
 /* A progress line on stdout, prefixed with a UTC timestamp (milliseconds). */
 void dtrain_progress_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

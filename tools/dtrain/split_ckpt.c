@@ -202,3 +202,45 @@ dt_status dtrain_tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_o
     dt_optimizer_set_steps(o, dt_optimizer_steps(wo));
     return DT_OK;
 }
+
+dt_status dtrain_zero_gather(dt_strategy *s, dt_model *m, dt_optimizer *o, dt_comm *dp, dt_params *whole,
+                             dt_optimizer *wo)
+{
+    int N = dt_comm_size(dp), root = dt_comm_rank(dp) == 0;
+    int64_t S = 0;
+    float *mine[5], *all[5] = {0};
+    mine[0] = dt_strategy_zero_shard(s, &S);
+    dt_optim_state st[4];
+    int na = 1 + dt_optimizer_state_buffers(o, st, 4);
+    for (int a = 1; a < na; a++)
+        mine[a] = st[a - 1].data;
+    if (root && flat_arrays(whole, wo, all) != na)
+        return fail(DT_ERR_INVALID, "checkpoint: the whole model's optimizer keeps other state");
+    float *tmp = root ? malloc((size_t)(S * N) * sizeof *tmp) : NULL;
+    if (root && !tmp)
+        return fail(DT_ERR_NOMEM, "checkpoint: out of memory gathering the ZeRO shards");
+    dt_status r = DT_OK;
+    for (int a = 0; r == DT_OK && a < na; a++) {
+        if ((r = dt_gather(mine[a], tmp, (size_t)S, DT_F32, 0, dp)) != DT_OK)
+            fail(r, "gathering the ZeRO shards for a checkpoint: %s", dt_last_error());
+        for (int q = 0; r == DT_OK && root && q < N; q++)
+            r = dt_zero_shard_put(m, N, q, tmp + (size_t)q * (size_t)S, all[a]);
+    }
+    free(tmp);
+    if (r == DT_OK && root && wo)
+        dt_optimizer_set_steps(wo, dt_optimizer_steps(o));
+    return r;
+}
+
+dt_status dtrain_zero_slice(dt_model *m, int nranks, int rank, dt_optimizer *wo, dt_optimizer *o)
+{
+    dt_optim_state ws[4], st[4];
+    int nw = dt_optimizer_state_buffers(wo, ws, 4), n = dt_optimizer_state_buffers(o, st, 4);
+    if (nw != n)
+        return fail(DT_ERR_INVALID, "ZeRO resume: the checkpoint's optimizer keeps other state");
+    for (int a = 0; a < n; a++)
+        if (dt_zero_shard_take(m, nranks, rank, ws[a].data, st[a].data) != DT_OK)
+            return fail(DT_ERR_INVALID, "ZeRO resume: %s", dt_last_error());
+    dt_optimizer_set_steps(o, dt_optimizer_steps(wo));
+    return DT_OK;
+}

@@ -17,13 +17,18 @@ static double now_s(void)
 
 /* The optimizer, with weight decay only where the no_decay patterns allow
  * (dt_decay_groups: not on biases, LayerNorm or embeddings by default). */
-static dt_status make_optimizer(const dtrain_config *c, dt_params *p, dt_optimizer **o)
+static dt_status make_optimizer_n(const dtrain_config *c, int64_t n, dt_optimizer **o)
 {
-    int64_t n = dt_params_numel(p);
-    dt_status s = strcmp(c->optimizer, "sgd") == 0
+    return strcmp(c->optimizer, "sgd") == 0
                       ? dt_sgd_create(&(dt_sgd_config){(float)c->momentum, (float)c->weight_decay, c->nesterov}, n, o)
                       : dt_adamw_create(&(dt_adamw_config){(float)c->beta1, (float)c->beta2, (float)c->eps,
                                                            (float)c->weight_decay}, n, o);
+}
+
+static dt_status make_optimizer(const dtrain_config *c, dt_params *p, dt_optimizer **o)
+{
+    int64_t n = dt_params_numel(p);
+    dt_status s = make_optimizer_n(c, n, o);
     dt_optim_group *groups = NULL;
     int ngroups = 0;
     if (s == DT_OK && c->weight_decay > 0 &&
@@ -32,6 +37,44 @@ static dt_status make_optimizer(const dtrain_config *c, dt_params *p, dt_optimiz
     free(groups);
     if (s != DT_OK)
         fprintf(stderr, "dtrain: optimizer: %s\n", dt_last_error());
+    return s;
+}
+
+/* ZeRO: the optimizer over this rank's shard of nranks (the groups cut to it). */
+static dt_status make_zero_optimizer(const dtrain_config *c, dt_model *m, int nranks, int rank, dt_optimizer **o)
+{
+    dt_status s = make_optimizer_n(c, dt_zero_shard_numel(m, nranks), o);
+    dt_optim_group *groups = NULL;
+    int ngroups = 0;
+    if (s == DT_OK && c->weight_decay > 0 &&
+        (s = dt_zero_decay_groups(m, nranks, rank, c->no_decay, (float)c->weight_decay, &groups, &ngroups)) == DT_OK)
+        s = dt_optimizer_set_groups(*o, groups, ngroups);
+    free(groups);
+    if (s != DT_OK)
+        fprintf(stderr, "dtrain: optimizer: %s\n", dt_last_error());
+    return s;
+}
+
+/* A ZeRO resume: the checkpoint (unsplit) into a whole model, its values
+ * into m (still whole: the strategy takes its shard later) and this rank's
+ * shard of the optimizer state into o. */
+static dt_status load_zero(const dtrain_config *c, const char *step_dir, dt_model *m, dt_optimizer *o, int nranks,
+                           int rank)
+{
+    dt_model *wm = NULL;
+    dt_optimizer *wo = NULL;
+    dt_status s = dtrain_build_model_tp(c, NULL, &wm);
+    if (s == DT_OK)
+        s = make_optimizer(c, dt_model_params(wm), &wo);
+    if (s == DT_OK && (s = dt_ckpt_load(step_dir, dt_model_params(wm), wo)) != DT_OK)
+        fprintf(stderr, "dtrain: %s\n", dt_last_error());
+    if (s == DT_OK) {
+        dt_vec_copy(dt_params_values(dt_model_params(m)), dt_params_values(dt_model_params(wm)),
+                    dt_params_numel(dt_model_params(m)));
+        s = dtrain_zero_slice(m, nranks, rank, wo, o);
+    }
+    dt_optimizer_destroy(wo);
+    dt_model_destroy(wm);
     return s;
 }
 
@@ -51,6 +94,21 @@ static dt_status load_sliced(const dtrain_config *c, const char *step_dir, dt_pa
     dt_optimizer_destroy(wo);
     dt_model_destroy(wm);
     return s;
+}
+
+/* Before a checkpoint of a split run: the whole model onto the writer (rank
+ * 0) from the shards, over the ranks that hold them (ZeRO: the dp group; a
+ * mesh: dp rank 0's pipeline and tensor-parallel groups).  Nothing for a
+ * run that is not split. */
+static dt_status gather_whole(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o, dt_comm *dp,
+                              dt_comm *tp, dt_comm *pp, dt_model *whole, dt_optimizer *whole_o)
+{
+    dt_params *wp = whole ? dt_model_params(whole) : NULL;
+    if (c->zero_stage > 0)
+        return dtrain_zero_gather(s, m, o, dp, wp, whole_o);
+    if ((tp || pp) && dt_comm_rank(dp) == 0)
+        return dtrain_split_gather(c, dt_model_params(m), o, tp, pp, wp, whole_o);
+    return DT_OK;
 }
 
 /* recompute = blocks: every transformer block (every block of mlp and cnn,
@@ -160,7 +218,9 @@ static dt_status make_strategy(const dtrain_config *c, dt_comm *world, dt_model 
         s = dt_pipe_schedule_parse(c->pipeline_schedule, &pc.schedule);
         if (s == DT_OK)
             s = dt_strategy_pipeline_create(m, o, &pc, &sc, out);
-    } else
+    } else if (c->zero_stage > 0)
+        s = dt_strategy_zero_create(m, o, world, (int)c->zero_stage, &sc, out);
+    else
         s = dt_strategy_ddp_create(m, o, world, &sc, out);
     if (s != DT_OK)
         fprintf(stderr, "dtrain: rank %d: %s\n", dt_comm_rank(world), dt_last_error());
@@ -338,7 +398,9 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     }
     dt_params *p = dt_model_params(m);
     dt_model_init(m, (uint64_t)c->seed);
-    if (set_recompute(c, m) != DT_OK || make_optimizer(c, p, &o) != DT_OK)
+    bool zero = c->zero_stage > 0, split = mesh || zero; /* split: checkpoints gather the whole model */
+    if (set_recompute(c, m) != DT_OK ||
+        (zero ? make_zero_optimizer(c, m, dpn, dpr, &o) : make_optimizer(c, p, &o)) != DT_OK)
         goto out;
     if (dt_dist_sampler_init(&sampler, d.train_samples, (uint64_t)c->seed, dp) != DT_OK) {
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
@@ -349,7 +411,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         dtrain_config saved;
         if (dtrain_checkpoint_open(resume, d.train_samples, step_dir, sizeof step_dir, &saved, &pr) != DT_OK)
             goto out;
-        if (mesh ? load_sliced(c, step_dir, p, o) != DT_OK : dt_ckpt_load(step_dir, p, o) != DT_OK) {
+        if (zero ? load_zero(c, step_dir, m, o, dpn, dpr) != DT_OK
+                 : mesh ? load_sliced(c, step_dir, p, o) != DT_OK : dt_ckpt_load(step_dir, p, o) != DT_OK) {
             fprintf(stderr, "dtrain: %s\n", dt_last_error());
             goto out;
         }
@@ -373,9 +436,9 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     dt_rng_seed(&pr.rng, dt_rng_key_stream(&(dt_rng_key){(uint64_t)c->seed, (uint64_t)pr.step, 0, 0}, 0));
     pr.global_batch = c->batch_size * dpn * c->grad_accumulation;
     if (lead && c->checkpoint_dir[0] &&
-        ((mesh && (dtrain_build_model_tp(c, NULL, &whole) != DT_OK ||
-                   make_optimizer(c, dt_model_params(whole), &whole_o) != DT_OK)) ||
-         dtrain_checkpoint_writer_start(c, mesh ? dt_model_params(whole) : p, mesh ? whole_o : o,
+        ((split && (dtrain_build_model_tp(c, NULL, &whole) != DT_OK ||
+                    make_optimizer(c, dt_model_params(whole), &whole_o) != DT_OK)) ||
+         dtrain_checkpoint_writer_start(c, split ? dt_model_params(whole) : p, split ? whole_o : o,
                                         resume ? pr.step : -1, resumed_dir, &writer) != DT_OK))
         goto out;
     if (make_strategy(c, dp, m, o, tpc, ppc, &strategy) != DT_OK)
@@ -392,8 +455,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
      * batch (and world size) and keeps it. */
     const char *restartable = getenv("DT_RESTARTABLE");
     if (c->checkpoint_dir[0] && !resume && (c->checkpoint_initial || (restartable && !strcmp(restartable, "1")))) {
-        if (mesh && dpr == 0 &&
-            dtrain_split_gather(c, p, o, tpc, ppc, whole ? dt_model_params(whole) : NULL, whole_o) != DT_OK)
+        if (gather_whole(c, strategy, m, o, dp, tpc, ppc, whole, whole_o) != DT_OK)
             goto out;
         if (writer) {
             dt_ckpt_writer_submit(writer, &pr, " (initial weights)", NULL);
@@ -421,6 +483,10 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         if (c->micro_batches > 1)
             n = snprintf(shape, sizeof shape, ", each batch cut into %lld micro-batches of %lld",
                          (long long)c->micro_batches, (long long)(c->batch_size / c->micro_batches));
+        if (c->zero_stage > 0 && n >= 0 && (size_t)n < sizeof shape)
+            n += snprintf(shape + n, sizeof shape - (size_t)n, ", ZeRO stage %lld (%lld of the parameters' optimizer "
+                          "state%s on each rank)", (long long)c->zero_stage, (long long)dt_zero_shard_numel(m, dpn),
+                          c->zero_stage == 1 ? "" : c->zero_stage == 2 ? " and gradients" : ", gradients and values");
         if (mesh && n >= 0 && (size_t)n < sizeof shape) {
             char m_desc[96];
             snprintf(shape + n, sizeof shape - (size_t)n, ", mesh %s (%lld parameters on %s)",
@@ -494,7 +560,9 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         }
         int last = pr.step == c->steps;
         int eval_now = (c->eval_interval && pr.step % c->eval_interval == 0) || last, reached = 0;
-        if (dpr == 0 && eval_now && !lead && mesh) { /* the lead's tensor-parallel group and pipeline evaluate with it */
+        /* the lead's tensor-parallel group and pipeline evaluate with it (under ZeRO-3 every rank: its
+         * forward gathers each block's parameters from all) */
+        if ((dpr == 0 || c->zero_stage == 3) && eval_now && !lead && (mesh || c->zero_stage == 3)) {
             eval_result er;
             dtrain_evaluate(c, m, &d, arena, tpc, ppc, &er);
         }
@@ -527,7 +595,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
             last = reached;
         }
         int by_time = c->checkpoint_seconds > 0 && now_s() - last_ckpt >= c->checkpoint_seconds;
-        if (mesh && c->checkpoint_seconds > 0 && /* the writer's clock decides for the ranks that gather */
+        if (split && c->checkpoint_seconds > 0 && /* the writer's clock decides for the ranks that gather */
             dt_broadcast(&by_time, 1, DT_I32, 0, world) != DT_OK) {
             fprintf(stderr, "dtrain: rank %d: step %lld failed: %s\n", rank, (long long)pr.step, dt_last_error());
             code = 1;
@@ -535,8 +603,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         }
         bool ckpt_now = c->checkpoint_dir[0] &&
                         ((c->checkpoint_interval && pr.step % c->checkpoint_interval == 0) || by_time || last);
-        if (ckpt_now && mesh && dpr == 0 &&
-            dtrain_split_gather(c, p, o, tpc, ppc, whole ? dt_model_params(whole) : NULL, whole_o) != DT_OK) {
+        if (ckpt_now && gather_whole(c, strategy, m, o, dp, tpc, ppc, whole, whole_o) != DT_OK) {
             code = 1;
             break;
         }
