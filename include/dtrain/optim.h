@@ -40,6 +40,11 @@ dt_status dt_optimizer_step(dt_optimizer *o, float *param, const float *grad, in
 dt_status dt_optimizer_update_range(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n,
                                     float lr);
 void dt_optimizer_end_step(dt_optimizer *o);
+/* The same with param and grad pointing at element `offset` itself: a slice
+ * that lives elsewhere than in one array of the shard's length (ZeRO-1 and
+ * -2 update their slices where they sit in the whole parameters). */
+dt_status dt_optimizer_update_slice(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n,
+                                    float lr);
 /* Parameter groups: ranges of the shard, [offset, offset + numel), with a
  * weight decay of their own (as torch.optim's param_groups); elements in no
  * group take the configuration's.  Groups may not overlap.  GPT-2 and

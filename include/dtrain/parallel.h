@@ -155,10 +155,10 @@ dt_status dt_zero_decay_groups(dt_model *m, int nranks, int rank, const char *pa
  * together again from theirs. */
 dt_status dt_zero_shard_take(dt_model *m, int nranks, int rank, const float *whole, float *shard);
 dt_status dt_zero_shard_put(dt_model *m, int nranks, int rank, const float *shard, float *whole);
-/* A ZeRO strategy's shard: its values (the master copy the optimizer
- * updates), gradients and length; NULL / 0 for another strategy.  The
- * values of the elements of the whole flat buffer this rank owns: slice
- * `rank` of each block's range (dt_zero_shard_numel's layout). */
+/* A ZeRO-3 strategy's shard of the values (the master copy its optimizer
+ * updates, dt_zero_shard_numel elements: see dt_zero_shard_take for the
+ * layout) and its length; NULL for stages 1 and 2, which update their
+ * slices in the registry's whole values, and for another strategy. */
 float *dt_strategy_zero_shard(dt_strategy *s, int64_t *numel);
 
 /* One optimizer step at learning rate lr. */

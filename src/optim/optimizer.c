@@ -112,8 +112,8 @@ static dt_status check_lr(float lr)
     return DT_OK;
 }
 
-dt_status dt_optimizer_update_range(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n,
-                                    float lr)
+/* The update of [offset, offset + n): param and grad point at element offset. */
+static dt_status update_from(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n, float lr)
 {
     if (offset < 0 || n < 0 || offset + n > o->numel)
         return dt__fail(DT_ERR_INVALID, "optimizer update of [%lld, %lld) outside its %lld parameters",
@@ -133,11 +133,24 @@ dt_status dt_optimizer_update_range(dt_optimizer *o, float *param, const float *
         bool inside = g < o->ngroups && o->groups[g].offset <= at;
         int64_t stop = inside ? o->groups[g].offset + o->groups[g].numel : g < o->ngroups ? o->groups[g].offset : end;
         stop = stop < end ? stop : end;
-        update_args a = {o, param + at, grad + at, at, lr, inside ? o->groups[g].weight_decay : base_decay, bc1, bc2_sqrt};
+        update_args a = {o,        param + (at - offset), grad + (at - offset), at, lr,
+                         inside ? o->groups[g].weight_decay : base_decay, bc1, bc2_sqrt};
         dt__parallel_for(stop - at, UPDATE_GRAIN, o->kind == SGD ? sgd_range : adamw_range, &a);
         at = stop;
     }
     return DT_OK;
+}
+
+dt_status dt_optimizer_update_range(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n,
+                                    float lr)
+{
+    return update_from(o, param + offset, grad + offset, offset, n, lr);
+}
+
+dt_status dt_optimizer_update_slice(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n,
+                                    float lr)
+{
+    return update_from(o, param, grad, offset, n, lr);
 }
 
 static int by_offset(const void *a, const void *b)

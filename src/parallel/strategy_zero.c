@@ -15,6 +15,7 @@
  * A tied parameter (GPT's wte) lives in the unit of its first holder (the
  * embedding); the head's hooks bind that unit too, and its gradient stays
  * bound until the embedding's backward, the unit's last, is done. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,8 +38,11 @@ typedef struct {
     int stage, N, r;
     dt_comm *dp;
     dt__zero_layout L;
-    float *values, *grads; /* the shard: the optimizer's params and gradients */
-    float *pad;            /* stage 1: one padded unit */
+    /* The shard: values (stage 3; stages 1 and 2 update their slices in the
+     * whole parameters) and gradients (stages 2, 3; stage 1 reduces into the
+     * whole gradients), dt_zero_shard_numel each. */
+    float *values, *grads;
+    float *pad, *slice_buf; /* one padded unit, one slice: the collectives' staging */
     unit_state *u;
 } zero;
 
@@ -229,8 +233,27 @@ static dt_status zero_hook(void *user, dt_hook_point at, int b, dt_ctx *ctx)
 
 /* ---- the update ---- */
 
-/* Stage 1: every unit's gradients (whole in the registry) reduce-scattered
- * into the shard. */
+/* This rank's real part of unit u: [lo, lo + n) of the unit (n may be 0: all padding). */
+static int64_t own_part(const zero *Z, int u, int64_t *lo)
+{
+    const dt__zero_unit *U = &Z->L.unit[u];
+    *lo = (int64_t)Z->r * U->slice;
+    int64_t n = U->numel - *lo;
+    return n < 0 ? 0 : n < U->slice ? n : U->slice;
+}
+
+/* Where this rank's gradient slice of unit u is: in the registry's whole
+ * gradients (stage 1) or in the shard (stages 2, 3). */
+static float *grad_slice(dt_strategy *s, zero *Z, int u)
+{
+    int64_t lo;
+    own_part(Z, u, &lo);
+    return Z->stage == 1 ? dt_params_grads(dt_model_params(s->model)) + Z->L.unit[u].flat_offset + lo
+                         : Z->grads + Z->L.unit[u].shard_offset;
+}
+
+/* Stage 1: every unit's gradients (whole in the registry) reduce-scattered;
+ * the sum of this rank's slice goes back where the slice sits. */
 static dt_status reduce_registry(dt_strategy *s, zero *Z)
 {
     const float *g = dt_params_grads(dt_model_params(s->model));
@@ -238,9 +261,11 @@ static dt_status reduce_registry(dt_strategy *s, zero *Z)
         const dt__zero_unit *U = &Z->L.unit[u];
         memcpy(Z->pad, g + U->flat_offset, (size_t)U->numel * sizeof(float));
         memset(Z->pad + U->numel, 0, (size_t)(U->slice * Z->N - U->numel) * sizeof(float));
-        dt_status st = dt_reduce_scatter(Z->pad, Z->grads + U->shard_offset, (size_t)U->slice, DT_F32, DT_SUM, Z->dp);
+        dt_status st = dt_reduce_scatter(Z->pad, Z->slice_buf, (size_t)U->slice, DT_F32, DT_SUM, Z->dp);
         if (st != DT_OK)
             return dt__fail(st, "zero: reducing block %d's gradients: %s", U->block, dt_last_error());
+        int64_t lo, n = own_part(Z, u, &lo);
+        memcpy(grad_slice(s, Z, u), Z->slice_buf, (size_t)n * sizeof(float));
     }
     return DT_OK;
 }
@@ -251,7 +276,10 @@ static dt_status gather_registry(dt_strategy *s, zero *Z)
     float *v = dt_params_values(dt_model_params(s->model));
     for (int u = 0; u < Z->L.nunits; u++) {
         const dt__zero_unit *U = &Z->L.unit[u];
-        dt_status st = dt_allgather(Z->values + U->shard_offset, Z->pad, (size_t)U->slice, DT_F32, Z->dp);
+        int64_t lo, n = own_part(Z, u, &lo);
+        memcpy(Z->slice_buf, v + U->flat_offset + lo, (size_t)n * sizeof(float));
+        memset(Z->slice_buf + n, 0, (size_t)(U->slice - n) * sizeof(float));
+        dt_status st = dt_allgather(Z->slice_buf, Z->pad, (size_t)U->slice, DT_F32, Z->dp);
         if (st != DT_OK)
             return dt__fail(st, "zero: gathering block %d's parameters: %s", U->block, dt_last_error());
         memcpy(v + U->flat_offset, Z->pad, (size_t)U->numel * sizeof(float));
@@ -263,12 +291,41 @@ static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *no
 {
     zero *Z = s->impl;
     DT_CHECK(Z->stage == 1 ? reduce_registry(s, Z) : collect(Z, true));
-    int64_t S = Z->L.shard_numel;
-    dt_vec_scale(Z->grads, 1.0f / (float)(Z->N * s->cfg.micro_batches), S); /* the mean over ranks and micro-batches */
-    DT_CHECK(dt_clip_grad_norm_group(Z->grads, S, max_norm, Z->dp, norm));
-    DT_CHECK(dt_optimizer_step(s->opt, Z->values, Z->grads, S, lr));
-    dt_vec_zero(Z->grads, S);
-    return Z->stage == 3 ? DT_OK : gather_registry(s, Z);
+    /* the mean over ranks and micro-batches, its norm over every rank's slices, clipped */
+    float mean = 1.0f / (float)(Z->N * s->cfg.micro_batches);
+    double sumsq = 0;
+    for (int u = 0; u < Z->L.nunits; u++) {
+        int64_t lo, n = own_part(Z, u, &lo);
+        float *g = grad_slice(s, Z, u);
+        dt_vec_scale(g, mean, n);
+        sumsq += dt_vec_sumsq(g, n);
+    }
+    DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, Z->dp));
+    float total = (float)sqrt(sumsq);
+    if (norm)
+        *norm = total;
+    float clip = max_norm > 0 && total > max_norm ? max_norm / (total + 1e-6f) : 1.0f; /* torch's clip_grad_norm_ */
+    if (Z->stage == 3) {
+        if (clip != 1.0f)
+            dt_vec_scale(Z->grads, clip, Z->L.shard_numel);
+        DT_CHECK(dt_optimizer_step(s->opt, Z->values, Z->grads, Z->L.shard_numel, lr));
+        dt_vec_zero(Z->grads, Z->L.shard_numel);
+        return DT_OK;
+    }
+    /* stages 1 and 2: each slice updated where it sits in the whole parameters */
+    float *v = dt_params_values(dt_model_params(s->model));
+    for (int u = 0; u < Z->L.nunits; u++) {
+        const dt__zero_unit *U = &Z->L.unit[u];
+        int64_t lo, n = own_part(Z, u, &lo);
+        float *g = grad_slice(s, Z, u);
+        if (clip != 1.0f)
+            dt_vec_scale(g, clip, n);
+        DT_CHECK(dt_optimizer_update_slice(s->opt, v + U->flat_offset + lo, g, U->shard_offset, n, lr));
+    }
+    dt_optimizer_end_step(s->opt);
+    if (Z->stage == 2)
+        dt_vec_zero(Z->grads, Z->L.shard_numel);
+    return gather_registry(s, Z);
 }
 
 static void zero_destroy(dt_strategy *s)
@@ -293,6 +350,7 @@ static void zero_destroy(dt_strategy *s)
     free(Z->values);
     free(Z->grads);
     free(Z->pad);
+    free(Z->slice_buf);
     dt__zero_layout_free(&Z->L);
     free(Z);
 }
@@ -342,16 +400,19 @@ dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int 
     s->key_group = (uint32_t)Z->r;
     if (st == DT_OK)
         st = dt__zero_layout_make(m, Z->N, Z->r, &Z->L);
-    int64_t S = Z->L.shard_numel;
+    int64_t S = Z->L.shard_numel, slice = 1;
+    for (int u = 0; u < Z->L.nunits; u++)
+        slice = Z->L.unit[u].slice > slice ? Z->L.unit[u].slice : slice;
     if (st == DT_OK &&
-        (!(Z->values = calloc((size_t)(S ? S : 1), sizeof(float))) ||
-         !(Z->grads = calloc((size_t)(S ? S : 1), sizeof(float))) ||
+        ((stage == 3 && !(Z->values = calloc((size_t)(S ? S : 1), sizeof(float)))) ||
+         (stage >= 2 && !(Z->grads = calloc((size_t)(S ? S : 1), sizeof(float)))) ||
          !(Z->pad = malloc((size_t)(Z->L.max_padded ? Z->L.max_padded : 1) * sizeof(float))) ||
+         !(Z->slice_buf = malloc((size_t)slice * sizeof(float))) ||
          !(Z->u = calloc((size_t)(Z->L.nunits ? Z->L.nunits : 1), sizeof *Z->u))))
         st = dt__fail(DT_ERR_NOMEM, "out of memory for the ZeRO shard (%lld elements)", (long long)S);
     if (st == DT_OK) /* every rank starts from rank 0's weights */
         st = dt_broadcast(dt_params_values(p), (size_t)dt_params_numel(p), DT_F32, 0, c);
-    if (st == DT_OK)
+    if (st == DT_OK && stage == 3)
         st = dt_zero_shard_take(m, Z->N, Z->r, dt_params_values(p), Z->values);
     if (st == DT_OK && stage >= 2) {
         dt_params_drop_storage(p, stage == 3, true);
