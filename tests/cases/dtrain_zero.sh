@@ -3,11 +3,14 @@
 #   - each stage on 2 ranks against data parallelism (zero_stage 0) from the
 #     same seed, with dropout, AdamW, clipping and 2 micro-batches: every
 #     logged loss and the eval loss within 1e-5;
+#   - a checkpoint of 2 ranks at stage 1 resumed at stage 2;
 #   - a checkpoint written by 4 ranks at stage 3 (unsplit: every rank's
 #     shard of the values and of AdamW's state gathered) resumed by 2 ranks
 #     at stage 1 and by one process: each continues the uninterrupted run's
 #     losses within 1e-5;
-#   - refusals: zero_stage with tp, with gradient compression.
+#   - refusals: zero_stage with tp, with gradient compression;
+#   - a rank killed mid-step at stage 3 (gathers every block): the job stops
+#     and names it.
 . "$(dirname "$0")/lib.sh"
 model=(--config configs/gpt-mini.json --set layers=2 --set dim=64 --set context=32 --set threads=1)
 base=("${model[@]}" --set steps=8 --set log_interval=1 --set eval_interval=8 --set eval_batches=2 --set warmup_steps=2)
@@ -30,9 +33,11 @@ job() { # out ranks settings...
     "$BIN/dtrun" -n "$n" "$BIN/dtrain" train "${base[@]}" "$@" --set metrics_file="$out.jsonl" >"$out" 2>&1
 }
 common=(--set batch_size=4 --set micro_batches=2 --set dropout=0.1)
-for z in 0 1 2 3; do
+for z in 0 2 3; do
     par "$WORK/z$z" job "$WORK/z$z" 2 "${common[@]}" --set zero_stage=$z
 done
+par "$WORK/z1" job "$WORK/z1" 2 "${common[@]}" --set zero_stage=1 --set checkpoint_dir="$WORK/ck1" \
+    --set checkpoint_interval=4 --set checkpoint_keep=0
 par_wait
 for z in 0 1 2 3; do
     par_ok "$WORK/z$z" || { cat "$WORK/z$z"; fail "zero_stage=$z on 2 ranks failed"; }
@@ -54,7 +59,12 @@ resume() { # out ranks settings...
 }
 par "$WORK/r2" resume "$WORK/r2" 2 --set batch_size=4 --set zero_stage=1
 par "$WORK/r1" resume "$WORK/r1" 1 --set batch_size=4
+# stage 1's checkpoint (2 ranks) resumed at stage 2 on 2 ranks
+par "$WORK/r12" "$BIN/dtrun" -n 2 "$BIN/dtrain" train "${base[@]}" "${common[@]}" --set zero_stage=2 \
+    --set metrics_file="$WORK/r12.jsonl" --resume "$WORK/ck1/step-00000004"
 par_wait
+par_ok "$WORK/r12" || { cat "$WORK/r12"; fail "stage 1 resumed at stage 2 failed"; }
+compare "$WORK/z1.jsonl" "$WORK/r12.jsonl" "2 ranks at stage 1 resumed at stage 2" 5
 for r in r2 r1; do
     par_ok "$WORK/$r" || { cat "$WORK/$r"; fail "resume $r failed"; }
     expect_grep "$WORK/$r" "resumed from .*step-00000004 at step 4"
@@ -69,4 +79,22 @@ job "$WORK/bad" 2 --set zero_stage=1 --set tp=2 && fail "zero_stage with tp acce
 expect_grep "$WORK/bad" "key 'zero_stage' > 0 shards over data parallelism alone"
 job "$WORK/bad" 2 --set zero_stage=2 --set grad_compression=bf16 && fail "zero_stage with bf16 gradients accepted"
 expect_grep "$WORK/bad" "key 'grad_compression' is for data parallelism"
+
+# -- a rank killed while stage 3 gathers parameters every block: the job stops, naming it
+"$BIN/dtrun" -n 3 "$BIN/dtrain" train "${model[@]}" --set steps=100000 --set zero_stage=3 --set batch_size=4 \
+    --set log_interval=5 >"$WORK/kill" 2>&1 &
+job_pid=$!
+for _ in $(seq 300); do grep -q "step 5/" "$WORK/kill" && break; sleep 0.1; done
+victim=""
+for p in $(pgrep -P $job_pid); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx DT_RANK=2 && victim=$p
+done
+[ -n "$victim" ] || { kill $job_pid; cat "$WORK/kill"; fail "did not find rank 2 among dtrun's children"; }
+killed=$(now)
+kill -9 "$victim"
+wait $job_pid && fail "the job exited 0 after a rank died"
+took=$(elapsed "$killed")
+less_than "$took" 15 || fail "the job took $took s to stop"
+expect_grep "$WORK/kill" "dtrun: rank 2 \(pid $victim\) was killed by signal 9"
+echo "rank 2 killed during ZeRO-3: the job stopped $took s later"
 echo ok
