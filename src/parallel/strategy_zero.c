@@ -406,8 +406,8 @@ dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int 
     if (st == DT_OK &&
         ((stage == 3 && !(Z->values = calloc((size_t)(S ? S : 1), sizeof(float)))) ||
          (stage >= 2 && !(Z->grads = calloc((size_t)(S ? S : 1), sizeof(float)))) ||
-         !(Z->pad = malloc((size_t)(Z->L.max_padded ? Z->L.max_padded : 1) * sizeof(float))) ||
-         !(Z->slice_buf = malloc((size_t)slice * sizeof(float))) ||
+         (stage < 3 && !(Z->pad = malloc((size_t)(Z->L.max_padded ? Z->L.max_padded : 1) * sizeof(float)))) ||
+         (stage < 3 && !(Z->slice_buf = malloc((size_t)slice * sizeof(float)))) ||
          !(Z->u = calloc((size_t)(Z->L.nunits ? Z->L.nunits : 1), sizeof *Z->u))))
         st = dt__fail(DT_ERR_NOMEM, "out of memory for the ZeRO shard (%lld elements)", (long long)S);
     if (st == DT_OK) /* every rank starts from rank 0's weights */

@@ -44,6 +44,7 @@ static const spec specs[] = {
     {"pipeline_schedule", K_STR, F(pipeline_schedule), 0, 0, "gpipe,1f1b,interleaved", "\"1f1b\"", "pp > 1: gpipe, 1f1b (at most pp micro-batches in flight) or interleaved (virtual_stages chunks per rank, a smaller bubble)"},
     {"virtual_stages", K_INT, F(virtual_stages), 2, 64, NULL, "2", "pipeline_schedule interleaved: chunks of blocks per pipeline rank"},
     {"zero_stage", K_INT, F(zero_stage), 0, 3, NULL, "0", "ZeRO over the data-parallel ranks: 0 off (each holds everything), 1 shards the optimizer state, 2 also the gradients, 3 also the parameters"},
+    {"memory_limit", K_STR, F(memory_limit), 0, 0, NULL, "\"\"", "model-state memory allowed per rank, e.g. \"2GiB\" (empty: this process's share of its cgroup's limit, if any); a zero_stage that needs more is refused, naming the stage that fits"},
     {"micro_batches", K_INT, F(micro_batches), 1, 1 << 16, NULL, "1", "pieces each rank's batch is cut into (they must divide batch_size); a pipeline fills its stages with them"},
     {"grad_accumulation", K_INT, F(grad_accumulation), 1, 1 << 16, NULL, "1", "batches per optimizer step (each cut into micro_batches)"},
     {"grad_compression", K_STR, F(grad_compression), 0, 0, "none,f16,bf16", "\"none\"", "gradient format on the wire (data parallel)"},
@@ -341,6 +342,9 @@ dt_status dtrain_config_validate(const dtrain_config *c)
                  (long long)c->tp);
         return bad("configuration", "sequence_parallel", why);
     }
+    double limit;
+    if (c->memory_limit[0] && dtrain_parse_bytes(c->memory_limit, &limit) != DT_OK)
+        return bad("configuration", "memory_limit", "is not a size (bytes, or a number with B, KiB, MiB, GiB, KB, MB, GB)");
     if (c->zero_stage > 0 && (c->tp > 1 || c->pp > 1))
         return bad("configuration", "zero_stage", "> 0 shards over data parallelism alone: not with tp or pp yet");
     if (c->zero_stage > 0 && strcmp(c->grad_compression, "none"))

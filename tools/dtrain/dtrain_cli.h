@@ -31,6 +31,7 @@ typedef struct {
     char checkpoint_dir[1024], metrics_file[1024];
     char recompute[16];  /* off | blocks | all */
     char no_decay[256];  /* glob patterns exempt from weight decay, or "none" */
+    char memory_limit[32]; /* model-state bytes allowed per rank ("2GiB"; "" or "0": the cgroup's, if any) */
 } dtrain_config;
 
 /* A whole file as a NUL-terminated string (caller frees); NULL with errno set. */
@@ -92,6 +93,13 @@ dt_status dtrain_zero_slice(dt_model *m, int nranks, int rank, dt_optimizer *wo,
 
 /* A progress line on stdout, prefixed with a UTC timestamp (milliseconds). */
 void dtrain_progress_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* "512MiB", "1.5GiB", "2GB", "1000000" (bytes) into *bytes (memory.c). */
+dt_status dtrain_parse_bytes(const char *text, double *bytes);
+/* Print the model states per rank by kind for c's zero_stage over nranks
+ * data-parallel ranks (lead only) and check them against the memory limit:
+ * 0, or 2 with a message naming the stage that fits. */
+int dtrain_memory_plan(const dtrain_config *c, dt_model *m, int nranks, bool lead);
 
 /* Commands. */
 /* overwrite: checkpoint_dir may hold another run's checkpoints (removed first);

@@ -399,6 +399,10 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     dt_params *p = dt_model_params(m);
     dt_model_init(m, (uint64_t)c->seed);
     bool zero = c->zero_stage > 0, split = mesh || zero; /* split: checkpoints gather the whole model */
+    if (dtrain_memory_plan(c, m, dpn, lead) != 0) {
+        code = 2;
+        goto out;
+    }
     if (set_recompute(c, m) != DT_OK ||
         (zero ? make_zero_optimizer(c, m, dpn, dpr, &o) : make_optimizer(c, p, &o)) != DT_OK)
         goto out;

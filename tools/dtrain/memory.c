@@ -1,0 +1,152 @@
+/* Model-state memory per rank, by kind, for each ZeRO stage (f32: 4 bytes
+ * an element; AdamW keeps 2 state floats an element, SGD with momentum 1):
+ *
+ *   stage 0   parameters 4P    gradients 4P    optimizer 4kP
+ *   stage 1   parameters 4P    gradients 4P    optimizer 4kP/N
+ *   stage 2   parameters 4P    gradients 4P/N  optimizer 4kP/N
+ *   stage 3   parameters 4P/N  gradients 4P/N  optimizer 4kP/N
+ *
+ * (P/N exactly: the shard, a slice of every block rounded up), plus the
+ * communication buffers each stage allocates, counted at the largest block:
+ * stages 1 and 2 stage one padded block and one slice for the collectives,
+ * stages 2 and 3 hold a block's gradients until its reduce-scatter lands
+ * (two: the running block's and the one before's in flight), stage 3 its
+ * gathered parameters (three: the running block's, a tied block's, the next
+ * one's prefetched).  An upper bound: most blocks are smaller.  The trainer prints it
+ * at start and refuses a stage whose model states exceed the memory limit
+ * (the memory_limit key, else this process's share of its cgroup's limit),
+ * naming the stage that fits. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain_cli.h"
+
+typedef struct {
+    double params, grads, optim, buffers;
+} state_bytes;
+
+static double total(const state_bytes *b) { return b->params + b->grads + b->optim + b->buffers; }
+
+static double mib(double bytes) { return bytes / 1048576.0; }
+
+/* The largest block's parameters, padded to a multiple of n. */
+static int64_t largest_block(dt_model *m, int n)
+{
+    dt_params *p = dt_model_params(m);
+    int64_t best = 0;
+    for (int b = 0; b < dt_model_num_layers(m); b++) {
+        int first, count;
+        dt_model_block_params(m, b, &first, &count);
+        if (!count)
+            continue;
+        int64_t lo = dt_params_info(p, first)->offset;
+        int64_t len = dt_params_info(p, first + count - 1)->offset + dt_params_info(p, first + count - 1)->numel - lo;
+        len = (len + n - 1) / n * n;
+        best = len > best ? len : best;
+    }
+    return best;
+}
+
+static state_bytes estimate(const dtrain_config *c, dt_model *m, int n, int stage)
+{
+    double P = (double)dt_params_numel(dt_model_params(m)), S = stage ? (double)dt_zero_shard_numel(m, n) : P;
+    double k = !strcmp(c->optimizer, "adamw") ? 2 : c->momentum > 0 ? 1 : 0, unit = (double)largest_block(m, n);
+    state_bytes b = {4 * P, 4 * P, 4 * k * S, 0};
+    if (stage == 1 || stage == 2) /* the collectives' staging: a padded block and a slice */
+        b.buffers = 4 * (unit + unit / n);
+    if (stage >= 2) {
+        b.grads = 4 * S;
+        b.buffers += 4 * 2 * unit; /* a block's gradients, and the block before's in flight */
+    }
+    if (stage == 3) {
+        b.params = 4 * S;
+        b.buffers += 4 * 3 * unit; /* the block running, a tied block it uses, the next one prefetched */
+    }
+    return b;
+}
+
+dt_status dtrain_parse_bytes(const char *text, double *bytes)
+{
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || errno || !(v >= 0) || !isfinite(v))
+        return DT_ERR_INVALID;
+    while (*end == ' ')
+        end++;
+    static const struct {
+        const char *unit;
+        double scale;
+    } units[] = {{"", 1}, {"B", 1}, {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+                 {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (!strcmp(end, units[i].unit)) {
+            *bytes = v * units[i].scale;
+            return DT_OK;
+        }
+    return DT_ERR_INVALID;
+}
+
+/* This cgroup's memory limit (v2 memory.max, else v1), 0 when none. */
+static double cgroup_limit(void)
+{
+    static const char *const files[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        FILE *f = fopen(files[i], "r");
+        char line[64] = "";
+        if (!f)
+            continue;
+        char *got = fgets(line, sizeof line, f);
+        fclose(f);
+        if (!got || !isdigit((unsigned char)line[0]))
+            return 0; /* "max": none */
+        double v = strtod(line, NULL);
+        return v >= 9e18 ? 0 : v; /* v1 writes a huge number for none */
+    }
+    return 0;
+}
+
+int dtrain_memory_plan(const dtrain_config *c, dt_model *m, int nranks, bool lead)
+{
+    int stage = (int)c->zero_stage;
+    state_bytes want = estimate(c, m, nranks, stage);
+    double limit = 0;
+    const char *source = "";
+    if (c->memory_limit[0] && dtrain_parse_bytes(c->memory_limit, &limit) == DT_OK && limit > 0)
+        source = "memory_limit";
+    else if ((limit = cgroup_limit()) > 0) { /* shared by this host's ranks */
+        const char *lws = getenv("DT_LOCAL_WORLD_SIZE");
+        int local = lws && atoi(lws) > 0 ? atoi(lws) : 1;
+        limit /= local;
+        source = "the cgroup's memory limit, shared by this host's ranks";
+    }
+    if (lead)
+        dtrain_progress_line("model states per rank (zero_stage %d over %d rank%s): parameters %.1f MiB, gradients "
+                             "%.1f MiB, optimizer state %.1f MiB, communication buffers %.1f MiB: %.1f MiB, plus "
+                             "activations%s\n",
+                             stage, nranks, nranks == 1 ? "" : "s", mib(want.params), mib(want.grads), mib(want.optim),
+                             mib(want.buffers), mib(total(&want)), limit > 0 ? " (limit below)" : "");
+    if (limit <= 0 || total(&want) <= limit)
+        return 0;
+    int fits = -1;
+    for (int z = 0; z <= 3 && fits < 0; z++) {
+        state_bytes b = estimate(c, m, nranks, z);
+        if (total(&b) <= limit)
+            fits = z;
+    }
+    char hint[256];
+    state_bytes s3 = estimate(c, m, nranks, 3);
+    if (fits >= 0) {
+        state_bytes b = estimate(c, m, nranks, fits);
+        snprintf(hint, sizeof hint, "zero_stage %d needs %.1f MiB and fits", fits, mib(total(&b)));
+    } else
+        snprintf(hint, sizeof hint, "even zero_stage 3 needs %.1f MiB on %d ranks: add ranks or shrink the model",
+                 mib(s3.params + s3.grads + s3.optim + s3.buffers), nranks);
+    fprintf(stderr, "dtrain: zero_stage %d needs %.1f MiB of model states per rank (before activations), above %.1f "
+                    "MiB (%s); %s\n", stage, mib(total(&want)), mib(limit), source, hint);
+    return 2;
+}
