@@ -24,6 +24,10 @@
 #include "parallel/zero_internal.h"
 
 #define MAX_UNITS_PER_BLOCK 4 /* its own and the tied ones it uses */
+/* Reduce-scatters in flight at once: each holds its block's gradients, so
+ * this bounds the gradient memory of stages 2 and 3 (the running block's and
+ * this many), while still overlapping backward. */
+#define MAX_REDUCES 2
 
 typedef struct {
     float *values;       /* stage 3: the gathered unit (slice x ranks), NULL when not held */
@@ -43,8 +47,17 @@ typedef struct {
      * whole gradients), dt_zero_shard_numel each. */
     float *values, *grads;
     float *pad, *slice_buf; /* one padded unit, one slice: the collectives' staging */
+    size_t fixed, held, held_peak; /* bytes: the buffers above; the blocks' buffers now and at most */
+    int inflight[MAX_REDUCES], ninflight; /* units whose reduce-scatter is in flight, oldest first */
     unit_state *u;
 } zero;
+
+/* The blocks' buffers come and go: count them (dt_strategy_memory_bytes). */
+static void held(zero *Z, int64_t floats)
+{
+    Z->held = (size_t)((int64_t)Z->held + floats * (int64_t)sizeof(float));
+    Z->held_peak = Z->held > Z->held_peak ? Z->held : Z->held_peak;
+}
 
 /* Units block b (local) uses: its own, then the tied parameters' units. */
 static int units_of_block(const dt_strategy *s, const zero *Z, int b, int *out)
@@ -87,10 +100,12 @@ static dt_status gather_start(zero *Z, int u)
     const dt__zero_unit *U = &Z->L.unit[u];
     if (!(us->values = malloc((size_t)(U->slice * Z->N) * sizeof(float))))
         return dt__fail(DT_ERR_NOMEM, "zero: out of memory gathering block %d's parameters", U->block);
+    held(Z, U->slice * Z->N);
     dt_status s = dt_iallgather(Z->values + U->shard_offset, us->values, (size_t)U->slice, DT_F32, Z->dp, &us->gather);
     if (s != DT_OK) {
         free(us->values);
         us->values = NULL;
+        held(Z, -U->slice * Z->N);
     }
     return s;
 }
@@ -114,6 +129,8 @@ static dt_status release_values(dt_strategy *s, zero *Z, int u)
         st = dt_wait(us->gather, NULL);
         us->gather = NULL;
     }
+    if (us->values)
+        held(Z, -Z->L.unit[u].slice * Z->N);
     free(us->values);
     us->values = NULL;
     bind_unit(s, Z, u);
@@ -141,6 +158,7 @@ static dt_status collect_unit(zero *Z, int u, bool wait)
     free(us->summed);
     free(us->sending);
     us->summed = us->sending = NULL;
+    held(Z, -U->slice * (Z->N + 1));
     return DT_OK;
 }
 
@@ -162,6 +180,7 @@ static dt_status grads_bind(dt_strategy *s, zero *Z, int u)
         const dt__zero_unit *U = &Z->L.unit[u];
         if (!(us->grads = calloc((size_t)(U->slice * Z->N), sizeof(float))))
             return dt__fail(DT_ERR_NOMEM, "zero: out of memory for block %d's gradients", U->block);
+        held(Z, U->slice * Z->N);
     }
     bind_unit(s, Z, u);
     return DT_OK;
@@ -172,8 +191,19 @@ static dt_status reduce_start(dt_strategy *s, zero *Z, int u)
     unit_state *us = &Z->u[u];
     const dt__zero_unit *U = &Z->L.unit[u];
     DT_CHECK(collect_unit(Z, u, true)); /* the micro-batch before's, if still in flight */
+    int keep = 0; /* forget the landed ones; at the bound, wait for the oldest */
+    for (int k = 0; k < Z->ninflight; k++)
+        if (Z->u[Z->inflight[k]].reduce)
+            Z->inflight[keep++] = Z->inflight[k];
+    Z->ninflight = keep;
+    if (Z->ninflight == MAX_REDUCES) {
+        DT_CHECK(collect_unit(Z, Z->inflight[0], true));
+        memmove(Z->inflight, Z->inflight + 1, (size_t)(--Z->ninflight) * sizeof(int));
+    }
+    Z->inflight[Z->ninflight++] = u;
     if (!(us->summed = malloc((size_t)U->slice * sizeof(float))))
         return dt__fail(DT_ERR_NOMEM, "zero: out of memory reducing block %d's gradients", U->block);
+    held(Z, U->slice);
     us->sending = us->grads; /* the parameters let go of it; it lives until the reduce lands */
     us->grads = NULL;
     bind_unit(s, Z, u);
@@ -355,7 +385,14 @@ static void zero_destroy(dt_strategy *s)
     free(Z);
 }
 
-static const dt__strategy_ops zero_ops = {.name = "zero", .update = zero_update, .destroy = zero_destroy};
+static size_t zero_memory(const dt_strategy *s)
+{
+    const zero *Z = s->impl;
+    return Z->fixed + Z->held_peak;
+}
+
+static const dt__strategy_ops zero_ops = {
+    .name = "zero", .update = zero_update, .memory = zero_memory, .destroy = zero_destroy};
 
 float *dt_strategy_zero_shard(dt_strategy *s, int64_t *numel)
 {
@@ -410,6 +447,8 @@ dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int 
          (stage < 3 && !(Z->slice_buf = malloc((size_t)slice * sizeof(float)))) ||
          !(Z->u = calloc((size_t)(Z->L.nunits ? Z->L.nunits : 1), sizeof *Z->u))))
         st = dt__fail(DT_ERR_NOMEM, "out of memory for the ZeRO shard (%lld elements)", (long long)S);
+    Z->fixed = sizeof(float) * (size_t)((stage == 3 ? S : 0) + (stage >= 2 ? S : 0) +
+                                        (stage < 3 ? Z->L.max_padded + slice : 0));
     if (st == DT_OK) /* every rank starts from rank 0's weights */
         st = dt_broadcast(dt_params_values(p), (size_t)dt_params_numel(p), DT_F32, 0, c);
     if (st == DT_OK && stage == 3)

@@ -100,6 +100,10 @@ dt_status dtrain_parse_bytes(const char *text, double *bytes);
  * data-parallel ranks (lead only) and check them against the memory limit:
  * 0, or 2 with a message naming the stage that fits. */
 int dtrain_memory_plan(const dtrain_config *c, dt_model *m, int nranks, bool lead);
+/* What rank 0 allocated for model states, by kind, measured from the
+ * registry's buffers, the optimizer's state and the strategy's own (ZeRO's
+ * shard and communication buffers at their most), and its peak RSS. */
+void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s);
 
 /* Commands. */
 /* overwrite: checkpoint_dir may hold another run's checkpoints (removed first);

@@ -10,7 +10,7 @@
  * communication buffers each stage allocates, counted at the largest block:
  * stages 1 and 2 stage one padded block and one slice for the collectives,
  * stages 2 and 3 hold a block's gradients until its reduce-scatter lands
- * (two: the running block's and the one before's in flight), stage 3 its
+ * (three: the running block's and two in flight), stage 3 its
  * gathered parameters (three: the running block's, a tied block's, the next
  * one's prefetched).  An upper bound: most blocks are smaller.  The trainer prints it
  * at start and refuses a stage whose model states exceed the memory limit
@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "dtrain_cli.h"
 
@@ -60,7 +61,7 @@ static state_bytes estimate(const dtrain_config *c, dt_model *m, int n, int stag
         b.buffers = 4 * (unit + unit / n);
     if (stage >= 2) {
         b.grads = 4 * S;
-        b.buffers += 4 * 2 * unit; /* a block's gradients, and the block before's in flight */
+        b.buffers += 4 * (3 * unit + 2 * unit / n); /* the running block's gradients, two blocks' being reduced */
     }
     if (stage == 3) {
         b.params = 4 * S;
@@ -149,4 +150,22 @@ int dtrain_memory_plan(const dtrain_config *c, dt_model *m, int nranks, bool lea
     fprintf(stderr, "dtrain: zero_stage %d needs %.1f MiB of model states per rank (before activations), above %.1f "
                     "MiB (%s); %s\n", stage, mib(total(&want)), mib(limit), source, hint);
     return 2;
+}
+
+void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s)
+{
+    dt_params *p = dt_model_params(m);
+    double n = (double)dt_params_numel(p), values = dt_params_values(p) ? 4 * n : 0, grads = dt_params_grads(p) ? 4 * n : 0;
+    dt_optim_state st[4];
+    int k = dt_optimizer_state_buffers(o, st, 4);
+    double optim = 0;
+    for (int i = 0; i < k; i++)
+        optim += 4.0 * (double)st[i].numel;
+    double strategy = (double)dt_strategy_memory_bytes(s);
+    struct rusage ru;
+    double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : NAN;
+    printf("memory on rank 0: model states allocated %.1f MiB (parameters %.1f, gradients %.1f, optimizer state "
+           "%.1f, the strategy's shard and communication buffers %.1f at most), peak RSS %.1f MiB\n",
+           mib(values + grads + optim + strategy), mib(values), mib(grads), mib(optim), mib(strategy), mib(rss));
+    fflush(stdout);
 }

@@ -620,6 +620,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         if (last)
             break;
     }
+    if (lead && code == 0)
+        dtrain_memory_report(m, o, strategy);
     if (lead && act_peak && ppc && code == 0)
         printf("activation memory: at most %.1f MiB held at once, %d micro-batch%s in flight (stage 0, %s schedule, "
                "recompute %s)\n", (double)act_peak / 1048576.0, flight_peak, flight_peak == 1 ? "" : "es",
