@@ -167,8 +167,9 @@ dt_status dt_strategy_step(dt_strategy *s, int64_t step, float lr, dt_next_batch
 const char *dt_strategy_name(const dt_strategy *s);
 /* Bytes the strategy itself holds beyond the model's registry and the
  * optimizer: ZeRO's shard and, at their most so far, its communication
- * buffers (0 for data parallelism, whose buckets are the gradients). */
-size_t dt_strategy_memory_bytes(const dt_strategy *s);
+ * buffers, *buffers (optional) gets the latter (0 for data parallelism,
+ * whose buckets are the gradients). */
+size_t dt_strategy_memory_bytes(const dt_strategy *s, size_t *buffers);
 void dt_strategy_destroy(dt_strategy *s);
 
 /* ---- gradients over a group of ranks that each hold part of the model ---- */

@@ -77,7 +77,13 @@ dt_status dt_strategy_step(dt_strategy *s, int64_t step, float lr, dt_next_batch
 
 const char *dt_strategy_name(const dt_strategy *s) { return s ? s->ops->name : "(none)"; }
 
-size_t dt_strategy_memory_bytes(const dt_strategy *s) { return s && s->ops->memory ? s->ops->memory(s) : 0; }
+size_t dt_strategy_memory_bytes(const dt_strategy *s, size_t *buffers)
+{
+    size_t none = 0;
+    buffers = buffers ? buffers : &none;
+    *buffers = 0;
+    return s && s->ops->memory ? s->ops->memory(s, buffers) : 0;
+}
 
 void dt_strategy_destroy(dt_strategy *s)
 {

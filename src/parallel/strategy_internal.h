@@ -20,8 +20,9 @@ typedef struct {
     dt_status (*update)(dt_strategy *s, float lr, float max_norm, float *norm);
     /* Communication time of the last step (seconds), and the part not hidden. */
     void (*timing)(const dt_strategy *s, double *comm, double *exposed);
-    /* Bytes the strategy holds beyond the model and the optimizer (NULL: none). */
-    size_t (*memory)(const dt_strategy *s);
+    /* Bytes the strategy holds beyond the model and the optimizer, of which
+     * *buffers communication buffers (NULL: none). */
+    size_t (*memory)(const dt_strategy *s, size_t *buffers);
     void (*destroy)(dt_strategy *s);
 } dt__strategy_ops;
 

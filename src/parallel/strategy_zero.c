@@ -47,7 +47,7 @@ typedef struct {
      * whole gradients), dt_zero_shard_numel each. */
     float *values, *grads;
     float *pad, *slice_buf; /* one padded unit, one slice: the collectives' staging */
-    size_t fixed, held, held_peak; /* bytes: the buffers above; the blocks' buffers now and at most */
+    size_t shard, staging, held, held_peak; /* bytes: the shard, the staging buffers; the blocks' now and at most */
     int inflight[MAX_REDUCES], ninflight; /* units whose reduce-scatter is in flight, oldest first */
     unit_state *u;
 } zero;
@@ -385,10 +385,11 @@ static void zero_destroy(dt_strategy *s)
     free(Z);
 }
 
-static size_t zero_memory(const dt_strategy *s)
+static size_t zero_memory(const dt_strategy *s, size_t *buffers)
 {
     const zero *Z = s->impl;
-    return Z->fixed + Z->held_peak;
+    *buffers = Z->staging + Z->held_peak;
+    return Z->shard + *buffers;
 }
 
 static const dt__strategy_ops zero_ops = {
@@ -447,8 +448,8 @@ dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int 
          (stage < 3 && !(Z->slice_buf = malloc((size_t)slice * sizeof(float)))) ||
          !(Z->u = calloc((size_t)(Z->L.nunits ? Z->L.nunits : 1), sizeof *Z->u))))
         st = dt__fail(DT_ERR_NOMEM, "out of memory for the ZeRO shard (%lld elements)", (long long)S);
-    Z->fixed = sizeof(float) * (size_t)((stage == 3 ? S : 0) + (stage >= 2 ? S : 0) +
-                                        (stage < 3 ? Z->L.max_padded + slice : 0));
+    Z->shard = sizeof(float) * (size_t)((stage == 3 ? S : 0) + (stage >= 2 ? S : 0));
+    Z->staging = sizeof(float) * (size_t)(stage < 3 ? Z->L.max_padded + slice : 0);
     if (st == DT_OK) /* every rank starts from rank 0's weights */
         st = dt_broadcast(dt_params_values(p), (size_t)dt_params_numel(p), DT_F32, 0, c);
     if (st == DT_OK && stage == 3)

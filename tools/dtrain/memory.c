@@ -12,7 +12,9 @@
  * stages 2 and 3 hold a block's gradients until its reduce-scatter lands
  * (three: the running block's and two in flight), stage 3 its
  * gathered parameters (three: the running block's, a tied block's, the next
- * one's prefetched).  An upper bound: most blocks are smaller.  The trainer prints it
+ * one's prefetched).  An estimate: most blocks are smaller, and a tied
+ * block's gradients (the embedding's, bound from the head's backward to its
+ * own) come on top.  The trainer prints it
  * at start and refuses a stage whose model states exceed the memory limit
  * (the memory_limit key, else this process's share of its cgroup's limit),
  * naming the stage that fits. */
@@ -161,11 +163,13 @@ void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s)
     double optim = 0;
     for (int i = 0; i < k; i++)
         optim += 4.0 * (double)st[i].numel;
-    double strategy = (double)dt_strategy_memory_bytes(s);
+    size_t buffers = 0;
+    double shard = (double)dt_strategy_memory_bytes(s, &buffers) - (double)buffers;
     struct rusage ru;
     double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : NAN;
     printf("memory on rank 0: model states allocated %.1f MiB (parameters %.1f, gradients %.1f, optimizer state "
-           "%.1f, the strategy's shard and communication buffers %.1f at most), peak RSS %.1f MiB\n",
-           mib(values + grads + optim + strategy), mib(values), mib(grads), mib(optim), mib(strategy), mib(rss));
+           "%.1f, the strategy's shard %.1f), communication buffers %.1f MiB at most, peak RSS %.1f MiB\n",
+           mib(values + grads + optim + shard), mib(values), mib(grads), mib(optim), mib(shard), mib((double)buffers),
+           mib(rss));
     fflush(stdout);
 }
