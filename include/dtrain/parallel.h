@@ -76,6 +76,30 @@ int64_t dt_ddp_bucket_numel(const dt_ddp *d, int b);
 /* Unhooks the gradient-ready callback.  Waits for anything still in flight. */
 void dt_ddp_destroy(dt_ddp *d);
 
+/* ---- ZeRO in your own loop (see dt_strategy_zero_create for the stages) ----
+ *
+ *   dt_optimizer *o;  dt_adamw_create(&acfg, dt_zero_shard_numel(model, dt_comm_size(c)), &o);
+ *   dt_zero *z;       dt_zero_create(c, model, o, 2, &z);   // rank 0's weights everywhere
+ *   each step:  zero grads, forward, loss, backward (stages 2 and 3 move
+ *               each block's gradients and parameters from its hooks), then
+ *               dt_zero_step(z, lr, clip, &norm);    // reduce, clip, update, gather
+ *
+ * See examples/zero_fashion_mnist.c.  With k micro-batches per step, call
+ * dt_zero_set_accumulation(z, k) and backward k times before the step. */
+typedef struct dt_zero dt_zero;
+typedef struct dt_strategy dt_strategy;
+/* Collective over c; m whole and initialised, o over the shard. */
+dt_status dt_zero_create(dt_comm *c, dt_model *m, dt_optimizer *o, int stage, dt_zero **out);
+void dt_zero_set_accumulation(dt_zero *z, int micro_batches);
+/* After the backward(s): the gradients averaged over the ranks (and the
+ * micro-batches) into the shards, clipped to max_norm (> 0; *norm gets the
+ * norm before), the update, and for stages 1 and 2 the new parameters
+ * gathered into every rank's whole ones.  Collective. */
+dt_status dt_zero_step(dt_zero *z, float lr, float max_norm, float *norm);
+/* The strategy behind it (for dt_strategy_zero_shard, dt_strategy_memory_bytes). */
+dt_strategy *dt_zero_strategy(dt_zero *z);
+void dt_zero_destroy(dt_zero *z);
+
 /* ---- strategies: who owns the training step ----
  * A strategy runs one optimizer step: the micro-batch schedule (forward,
  * loss and backward of each micro-batch on its own context, dropout keyed by
