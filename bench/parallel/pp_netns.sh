@@ -17,6 +17,9 @@
 # is reported apart as "start-up"; one step after the window and the final
 # evaluation are not counted.  The counters include TCP/IP headers and ACKs.
 # The formula is what each rank sends per step (tx); see the table's notes.
+# "other processes' CPU": the share of the machine's CPUs that processes outside
+# dt0 and dt1 used over the same steps (/proc/stat less the ranks' own
+# time): this VM is shared, and a busy neighbour slows every row.
 # Throughput: the best of ROUNDS rounds, from the metrics' elapsed_s over the
 # same STEPS steps.
 #
@@ -42,7 +45,7 @@ CFG=(--config configs/gpt-small.json --set threads=1 --set log_interval=1 --set 
 # Samples dt0's eth0 counters: at start, at the metrics' step WARM and step
 # WARM + STEPS, and when $WORK/stop appears; prints one line of JSON.
 poll() { python3 - "$1" "$SLEEPER" "$WARM" "$STEPS" "$WORK/stop" <<'PY'
-import json, os, sys, time
+import json, os, subprocess, sys, time
 metrics, pid, warm, steps, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 def counters():
     for line in open(f"/proc/{pid}/net/dev"):
@@ -51,6 +54,20 @@ def counters():
             f = rest.split()
             return int(f[8]), int(f[0])  # tx_bytes, rx_bytes
     raise SystemExit("pp_netns: no eth0 in dt0")
+def ns_pids():
+    return [p for ns in ("dt0", "dt1") for p in subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                                                               text=True).stdout.split()]
+def cpu(pids):  # (ticks busy on every CPU, ticks of the processes in dt0 and dt1)
+    f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    busy = sum(f) - f[3] - f[4]  # all but idle and iowait
+    mine = 0
+    for p in pids:
+        try:
+            st = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+            mine += int(st[11]) + int(st[12])  # utime, stime
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return busy, mine
 def elapsed(step):
     for l in open(metrics):
         r = json.loads(l)
@@ -66,6 +83,11 @@ while True:
         n = 0
     while want and n >= want[0]:
         s[want.pop(0)] = counters()
+        if len(want) == 1:
+            pids = ns_pids()
+            c0 = cpu(pids)
+        elif not want:
+            c1 = cpu(pids)
     if done:
         break
     time.sleep(0.005)
@@ -74,8 +96,11 @@ if warm + steps not in s:
     raise SystemExit("pp_netns: the run stopped before step %d" % (warm + steps))
 tx, rx = ((s[warm + steps][i] - s[warm][i]) / steps for i in (0, 1))
 up = [s[warm][i] - s["start"][i] - warm * (tx, rx)[i] for i in (0, 1)]
-print(json.dumps({"s_per_step": (elapsed(warm + steps) - elapsed(warm)) / steps, "tx": tx, "rx": rx,
-                  "startup_tx": up[0], "startup_rx": up[1]}))
+wall = elapsed(warm + steps) - elapsed(warm)
+hz = os.sysconf("SC_CLK_TCK")
+others = ((c1[0] - c0[0]) - (c1[1] - c0[1])) / hz / (os.cpu_count() * wall)
+print(json.dumps({"s_per_step": wall / steps, "tx": tx, "rx": rx, "startup_tx": up[0], "startup_rx": up[1],
+                  "others_cpu": others}))
 PY
 }
 one() {
@@ -132,15 +157,17 @@ formula["pp_gpipe"] = formula["pp_1f1b"]
 labels = [("one", "one process (1 thread)", 1), ("dp", "dp=2, batch 16 per replica (global 32)", 2),
           ("tp", "tp=2, batch 16", 1), ("pp_1f1b", "pp=2 1f1b, 4 micro-batches of 4 (batch 16)", 1),
           ("pp_gpipe", "pp=2 gpipe, 4 micro-batches of 4 (batch 16)", 1)]
-print("| layout | tokens/s | s per step | measured MB per step, dt0 tx / rx | formula MB per step, each rank's tx | start-up MB, tx / rx |")
-print("| --- | ---: | ---: | ---: | ---: | ---: |")
+print("| layout | tokens/s | s per step | measured MB per step, dt0 tx / rx | formula MB per step, each rank's tx | start-up MB, tx / rx | other processes' CPU |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
 for key, label, k in labels:
     best = min(runs[key], key=lambda r: r["s_per_step"])
     print(f"| {label} | {k * n / best['s_per_step']:.0f} | {best['s_per_step']:.2f} | "
           f"{best['tx'] / MB:.2f} / {best['rx'] / MB:.2f} | {formula[key] / MB:.2f} | "
-          f"{best['startup_tx'] / MB:.1f} / {best['startup_rx'] / MB:.1f} |")
+          f"{best['startup_tx'] / MB:.1f} / {best['startup_rx'] / MB:.1f} | {best['others_cpu']:.0%} |")
 print()
 print("measured tx per step, every round (MB):",
       "; ".join(f"{k} " + " ".join(f"{r['tx'] / MB:.2f}" for r in runs[k]) for k, _, _ in labels))
+print("other processes' CPU, every round:",
+      "; ".join(f"{k} " + " ".join(f"{r['others_cpu']:.0%}" for r in runs[k]) for k, _, _ in labels))
 print(f"params {params}; link {sys.argv[2]}; 1 MB = 10^6 bytes; bubble (p-1)/(m+p-1) = {1 / (M + 1):.0%} at p=2, m={M}")
 PY
