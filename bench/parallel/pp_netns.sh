@@ -35,9 +35,17 @@ WARM=3
 BIN=build/bin
 [ -x $BIN/dtrain ] || { echo "build first: make build" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "needs root (network namespaces)" >&2; exit 2; }
+# netns-cluster.sh up first takes down whatever dt0.. exist, killing what runs
+# in them: refuse to take over namespaces that someone else is using.
+if ip netns list 2>/dev/null | grep -E '^dt([0-9]+|br)( |$)' >/dev/null; then
+    echo "pp_netns: network namespaces dt0.. already exist (another job or test uses them?): $(ip netns list | grep -E '^dt' | awk '{print $1}' | tr '\n' ' ')" >&2
+    echo "pp_netns: take them down with scripts/netns-cluster.sh down once they are free" >&2
+    exit 2
+fi
 WORK=$(mktemp -d /tmp/dtrain-bench.XXXXXX)
-SLEEPER=
-trap '[ -n "$SLEEPER" ] && kill $SLEEPER 2>/dev/null; scripts/netns-cluster.sh down >/dev/null 2>&1; rm -rf "$WORK"' EXIT
+# $WORK/bg: what this script started in the background (some of it from
+# inside $(...), hence a file), killed on the way out.
+trap '[ -f "$WORK/bg" ] && kill $(cat "$WORK/bg") 2>/dev/null; scripts/netns-cluster.sh down >/dev/null 2>&1; rm -rf "$WORK"' EXIT
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/tok"
 CFG=(--config configs/gpt-small.json --set threads=1 --set log_interval=1 --set eval_interval=0 --set eval_batches=1
      --set steps=$((WARM + STEPS + 1)))
@@ -48,6 +56,8 @@ poll() { python3 - "$1" "$SLEEPER" "$WARM" "$STEPS" "$WORK/stop" <<'PY'
 import json, os, subprocess, sys, time
 metrics, pid, warm, steps, stop = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 def counters():
+    if not os.path.exists(f"/proc/{pid}/net/dev"):
+        raise SystemExit("pp_netns: the process holding dt0 is gone: someone took the namespaces down")
     for line in open(f"/proc/{pid}/net/dev"):
         name, _, rest = line.partition(":")
         if name.strip() == "eth0":
@@ -90,6 +100,8 @@ while True:
             c1 = cpu(pids)
     if done:
         break
+    if not os.path.exists(f"/proc/{pid}") or not os.path.isdir(os.path.dirname(stop)):
+        raise SystemExit("pp_netns: gave up sampling: dt0 or the work folder is gone")
     time.sleep(0.005)
 s["end"] = counters()
 if warm + steps not in s:
@@ -106,33 +118,55 @@ PY
 one() {
     rm -f "$WORK/stop" "$WORK/m.jsonl"; poll "$WORK/m.jsonl" >"$WORK/p" &
     local q=$!
+    echo $q >>"$WORK/bg"
     taskset -c 0 ip netns exec dt0 $BIN/dtrain train "${CFG[@]}" --set metrics_file="$WORK/m.jsonl" >"$WORK/o" 2>&1 ||
-        { cat "$WORK/o"; exit 1; }
-    touch "$WORK/stop"; wait $q; cat "$WORK/p"
+        { cat "$WORK/o" >&2; exit 1; }
+    touch "$WORK/stop"; wait $q || exit 1; cat "$WORK/p"
 }
 across() { # extra --set args: one rank on each of 2 namespace hosts
     rm -f "$WORK/stop" "$WORK/m.jsonl"; poll "$WORK/m.jsonl" >"$WORK/p" &
     local q=$!
+    echo $q >>"$WORK/bg"
     taskset -c 1 ip netns exec dt1 $BIN/dtrun --nnodes 2 --node-rank 1 --master 10.77.0.1:29500 --token-file "$WORK/tok" \
         -n 1 $BIN/dtrain train "${CFG[@]}" "$@" >"$WORK/n1" 2>&1 &
     local p=$!
+    echo $p >>"$WORK/bg"
     taskset -c 0 ip netns exec dt0 $BIN/dtrun --nnodes 2 --node-rank 0 --master 10.77.0.1:29500 --token-file "$WORK/tok" \
         -n 1 $BIN/dtrain train "${CFG[@]}" --set metrics_file="$WORK/m.jsonl" "$@" >"$WORK/n0" 2>&1 ||
-        { cat "$WORK/n0" "$WORK/n1"; exit 1; }
-    wait $p || { cat "$WORK/n1"; exit 1; }
-    touch "$WORK/stop"; wait $q; cat "$WORK/p"
+        { cat "$WORK/n0" "$WORK/n1" >&2; exit 1; }
+    wait $p || { cat "$WORK/n1" >&2; exit 1; }
+    touch "$WORK/stop"; wait $q || exit 1; cat "$WORK/p"
 }
-scripts/netns-cluster.sh up 2 --rate "$RATE" >/dev/null
-ip netns exec dt0 sleep 100000 &
-SLEEPER=$!
+# (Re)builds the cluster when dt0 or the process that holds it is gone.
+cluster() {
+    [ -n "${SLEEPER:-}" ] && [ -e /var/run/netns/dt0 ] && kill -0 "$SLEEPER" 2>/dev/null && return 0
+    scripts/netns-cluster.sh up 2 --rate "$RATE" >/dev/null
+    ip netns exec dt0 sleep 100000 &
+    SLEEPER=$!
+    echo $SLEEPER >>"$WORK/bg"
+}
+# row NAME RUN ARGS...: a failed run is retried (up to 3 times) only when the
+# namespaces vanished under it: anything that calls `netns-cluster.sh down`
+# (tests/run_tests.sh does at its end, even when its filter ran no netns
+# test) kills what runs inside them.
+row() {
+    local name=$1 out; shift
+    for try in 1 2 3; do
+        cluster
+        if out=$("$@"); then echo "$name $out" >>"$WORK/rows"; return 0; fi
+        if [ -e /var/run/netns/dt0 ] && kill -0 "$SLEEPER" 2>/dev/null; then exit 1; fi
+        echo "pp_netns: $name: the namespaces were taken down under the run (try $try); again" >&2
+    done
+    exit 1
+}
 PP=(--set pp=2 --set micro_batches=4)
 : >"$WORK/rows"
 for ((r = 0; r < ROUNDS; r++)); do
-    echo "one $(one)" >>"$WORK/rows"
-    echo "dp $(across)" >>"$WORK/rows"
-    echo "tp $(across --set tp=2)" >>"$WORK/rows"
-    echo "pp_1f1b $(across "${PP[@]}" --set pipeline_schedule=1f1b)" >>"$WORK/rows"
-    echo "pp_gpipe $(across "${PP[@]}" --set pipeline_schedule=gpipe)" >>"$WORK/rows"
+    row one one
+    row dp across
+    row tp across --set tp=2
+    row pp_1f1b across "${PP[@]}" --set pipeline_schedule=1f1b
+    row pp_gpipe across "${PP[@]}" --set pipeline_schedule=gpipe
 done
 python3 - "$WORK/rows" "$RATE" <<'PY'
 import json, sys
