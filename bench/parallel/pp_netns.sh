@@ -19,7 +19,8 @@
 # The formula is what each rank sends per step (tx); see the table's notes.
 # "other processes' CPU": the share of the machine's CPUs that processes outside
 # dt0 and dt1 used over the same steps (/proc/stat less the ranks' own
-# time): this VM is shared, and a busy neighbour slows every row.
+# time; the network's softirq time counts as other, a few % on a quiet
+# machine): this VM is shared, and a busy neighbour slows every row.
 # Throughput: the best of ROUNDS rounds, from the metrics' elapsed_s over the
 # same STEPS steps.
 #
@@ -43,9 +44,10 @@ if ip netns list 2>/dev/null | grep -E '^dt([0-9]+|br)( |$)' >/dev/null; then
     exit 2
 fi
 WORK=$(mktemp -d /tmp/dtrain-bench.XXXXXX)
-# $WORK/bg: what this script started in the background (some of it from
-# inside $(...), hence a file), killed on the way out.
-trap '[ -f "$WORK/bg" ] && kill $(cat "$WORK/bg") 2>/dev/null; scripts/netns-cluster.sh down >/dev/null 2>&1; rm -rf "$WORK"' EXIT
+# $WORK/bg.*: what this script has running in the background (the run's
+# from inside $(...), hence files; a run that ends well clears its own),
+# killed on the way out.
+trap 'cat "$WORK"/bg.* 2>/dev/null | xargs -r kill 2>/dev/null; scripts/netns-cluster.sh down >/dev/null 2>&1; rm -rf "$WORK"' EXIT
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/tok"
 CFG=(--config configs/gpt-small.json --set threads=1 --set log_interval=1 --set eval_interval=0 --set eval_batches=1
      --set steps=$((WARM + STEPS + 1)))
@@ -118,24 +120,24 @@ PY
 one() {
     rm -f "$WORK/stop" "$WORK/m.jsonl"; poll "$WORK/m.jsonl" >"$WORK/p" &
     local q=$!
-    echo $q >>"$WORK/bg"
+    echo $q >"$WORK/bg.run"
     taskset -c 0 ip netns exec dt0 $BIN/dtrain train "${CFG[@]}" --set metrics_file="$WORK/m.jsonl" >"$WORK/o" 2>&1 ||
         { cat "$WORK/o" >&2; exit 1; }
-    touch "$WORK/stop"; wait $q || exit 1; cat "$WORK/p"
+    touch "$WORK/stop"; wait $q || exit 1; rm -f "$WORK/bg.run"; cat "$WORK/p"
 }
 across() { # extra --set args: one rank on each of 2 namespace hosts
     rm -f "$WORK/stop" "$WORK/m.jsonl"; poll "$WORK/m.jsonl" >"$WORK/p" &
     local q=$!
-    echo $q >>"$WORK/bg"
+    echo $q >"$WORK/bg.run"
     taskset -c 1 ip netns exec dt1 $BIN/dtrun --nnodes 2 --node-rank 1 --master 10.77.0.1:29500 --token-file "$WORK/tok" \
         -n 1 $BIN/dtrain train "${CFG[@]}" "$@" >"$WORK/n1" 2>&1 &
     local p=$!
-    echo $p >>"$WORK/bg"
+    echo $p >>"$WORK/bg.run"
     taskset -c 0 ip netns exec dt0 $BIN/dtrun --nnodes 2 --node-rank 0 --master 10.77.0.1:29500 --token-file "$WORK/tok" \
         -n 1 $BIN/dtrain train "${CFG[@]}" --set metrics_file="$WORK/m.jsonl" "$@" >"$WORK/n0" 2>&1 ||
         { cat "$WORK/n0" "$WORK/n1" >&2; exit 1; }
     wait $p || { cat "$WORK/n1" >&2; exit 1; }
-    touch "$WORK/stop"; wait $q || exit 1; cat "$WORK/p"
+    touch "$WORK/stop"; wait $q || exit 1; rm -f "$WORK/bg.run"; cat "$WORK/p"
 }
 # (Re)builds the cluster when dt0 or the process that holds it is gone.
 cluster() {
@@ -143,7 +145,7 @@ cluster() {
     scripts/netns-cluster.sh up 2 --rate "$RATE" >/dev/null
     ip netns exec dt0 sleep 100000 &
     SLEEPER=$!
-    echo $SLEEPER >>"$WORK/bg"
+    echo $SLEEPER >"$WORK/bg.sleeper"
 }
 # row NAME RUN ARGS...: a failed run is retried (up to 3 times) only when the
 # namespaces vanished under it: anything that calls `netns-cluster.sh down`
