@@ -23,9 +23,11 @@ note() { printf '%-58s %s\n' "$1" "$2"; }
 
 # run NAME SECONDS CMD...: pass when CMD exits 0 within SECONDS; exit 77 is a
 # skip, its last line of output the reason.
+ran_netns=0 # set when a netns/ test ran (it leaves namespaces to take down)
 run() {
     local name=$1 limit=$2; shift 2
     [[ "$name" =~ $FILTER ]] || return 0
+    [[ "$name" == netns/* ]] && ran_netns=1
     local log="$LOGS/${name//[^A-Za-z0-9_.-]/_}.log" start=$SECONDS
     timeout -k 5 "$limit" "$@" >"$log" 2>&1
     local rc=$?
@@ -177,7 +179,8 @@ else
     run netns/hierarchical-3x2 500 tests/cases/netns_hier.sh
     run netns/chaos-restarts-bit-equal 600 tests/cases/chaos.sh
     run netns/elastic-leave-and-rejoin 400 tests/cases/elastic.sh
-    scripts/netns-cluster.sh down
+    # only when a netns test ran: the names dt0..dt3 may be another run's (a benchmark's)
+    [ "$ran_netns" = 1 ] && scripts/netns-cluster.sh down
 fi
 
 # ---- set-up, install and tools (issue 29's papercuts) ----

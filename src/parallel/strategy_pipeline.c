@@ -66,7 +66,7 @@ static dt_status pipe_step(dt_strategy *s, int64_t step, float lr, dt_next_batch
         dt_ddp_last_timing(P->ddp, &c0, &e0);
     } else if (M > 1)
         dt_vec_scale(dt_params_grads(p), 1.0f / (float)M, dt_params_numel(p));
-    st->comm_s = c0;
+    st->comm_s = c0 + P->wait_s; /* the stages' messages count as communication (waiting for them: the bubble too) */
     st->exposed_s = e0 + P->wait_s;
     DT_CHECK(dt_params_reduce_tp_partial(p, s->cfg.tp));
     if (P->tied)

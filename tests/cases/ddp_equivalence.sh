@@ -106,7 +106,7 @@ for j in "${!jobs_[@]}"; do
     cat "$WORK/job.$j"
     par_ok "$WORK/job.$j" || fail "${jobs_[$j]} failed (above)"
 done
-expect_grep "$WORK/mlp4.jsonl.log" "batch 8 x 4 ranks x 1 micro-batch = 32"
+expect_grep "$WORK/mlp4.jsonl.log" "batch 8 x 4 ranks x 1 accumulation step = 32"
 expect_grep "$WORK/mlp4.jsonl" '"comm_s": [0-9.]+, "exposed_comm_s": [0-9.]+'
 [ "$(grep -cE '^\[[1-3]\] .*step [0-9]+/' "$WORK/mlp4.jsonl.log")" = 0 ] || fail "ranks other than 0 printed progress"
 for w in f16 bf16; do

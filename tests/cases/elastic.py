@@ -32,7 +32,7 @@ PROGRAM = [f"{BIN}/dtrain", "train", "--config", "configs/gpt-mini.json", "--set
 log0 = f"{d}/node.0"
 
 procs = start_job(d, 4, "3:4", DTRUN, PROGRAM, ENV, f"elastic-{os.getpid()}")
-wait_for(log0, r"batch 4 x 4 ranks x 3 micro-batches = 48")
+wait_for(log0, r"batch 4 x 4 ranks x 3 accumulation steps = 48")
 while last_step(f"{d}/metrics.jsonl") < 10:
     time.sleep(0.02)
 
@@ -44,7 +44,7 @@ for pid in rank_pids(procs[3]) + [procs[3].pid]:
 procs[3].wait()
 _, _, n = wait_for(log0, r"dtrun: generation \d+: 3 nodes, 3 ranks", mark)
 wait_for(log0, r"elastic: 3 ranks now \(the checkpoint was written by 4\): gradient accumulation 3 -> 4", n)
-wait_for(log0, r"batch 4 x 3 ranks x 4 micro-batches = 48", n)
+wait_for(log0, r"batch 4 x 3 ranks x 4 accumulation steps = 48", n)
 t_on3, _, n = wait_for(log0, r"^\[0\] (\S+Z )?step \d+/", n)
 print(f"host 3 removed: training again on 3 nodes {t_on3 - t_gone:.1f} s later (includes --rejoin-timeout 5), "
       f"global batch 48 kept with accumulation 4", flush=True)
@@ -58,7 +58,7 @@ procs[3] = start_node(d, 3, "3:4", DTRUN, PROGRAM, ENV)
 _, _, n = wait_for(log0, r"dtrun: restarting: membership: a node is waiting to join", mark)
 _, _, n = wait_for(log0, r"dtrun: generation \d+: 4 nodes, 4 ranks", n)
 wait_for(log0, r"elastic: 4 ranks now \(the checkpoint was written by 3\): gradient accumulation 4 -> 3", n)
-wait_for(log0, r"batch 4 x 4 ranks x 3 micro-batches = 48", n)
+wait_for(log0, r"batch 4 x 4 ranks x 3 accumulation steps = 48", n)
 t_on4, _, _ = wait_for(log0, r"^\[0\] (\S+Z )?step \d+/", n)
 print(f"host 3 back: training on 4 nodes {t_on4 - t_back:.1f} s after it started", flush=True)
 wait_nodes(d, procs, 300)

@@ -498,10 +498,10 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
                      ppc ? "rank 0, stage 0" : "each rank");
         }
         dtrain_progress_line("training %s (%lld parameters) on %s: %lld steps, batch %lld x %d rank%s x %lld "
-                             "micro-batch%s = %lld, %d thread%s per rank (from %s)%s%s%s\n",
+                             "accumulation step%s = %lld, %d thread%s per rank (from %s)%s%s%s\n",
                              c->model, (long long)nparams, d.gpt ? "text" : "fashion-mnist",
                              (long long)c->steps, (long long)c->batch_size, dpn, dpn > 1 ? "s" : "",
-                             (long long)k, k > 1 ? "es" : "", (long long)(c->batch_size * dpn * k), nt,
+                             (long long)k, k > 1 ? "s" : "", (long long)(c->batch_size * dpn * k), nt,
                              nt == 1 ? "" : "s", thread_source, shape,
                              strcmp(c->grad_compression, "none") ? ", gradients as " : "",
                              strcmp(c->grad_compression, "none") ? c->grad_compression : "");
