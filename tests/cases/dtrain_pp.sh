@@ -94,20 +94,6 @@ job "$WORK/bad" 2 --set pp=2 --set pipeline_schedule=interleaved --set micro_bat
 expect_grep "$WORK/bad" "interleaved needs the micro-batches per step .* = 3\) to be a multiple of pp = 2"
 
 # -- a stage killed mid-step: every rank stops, the error names it
-"$BIN/dtrun" -n 2 "$BIN/dtrain" train "${model[@]}" --set steps=100000 --set pp=2 --set micro_batches=4 \
-    --set log_interval=5 >"$WORK/kill" 2>&1 &
-job_pid=$!
-for _ in $(seq 300); do grep -q "step 5/" "$WORK/kill" && break; sleep 0.1; done
-victim=""
-for p in $(pgrep -P $job_pid); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx DT_RANK=1 && victim=$p
-done
-[ -n "$victim" ] || { kill $job_pid; cat "$WORK/kill"; fail "did not find stage 1 among dtrun's children"; }
-killed=$(now)
-kill -9 "$victim"
-wait $job_pid && fail "the job exited 0 after a stage died"
-took=$(elapsed "$killed")
-less_than "$took" 15 || fail "the job took $took s to stop"
-expect_grep "$WORK/kill" "dtrun: rank 1 \(pid $victim\) was killed by signal 9"
-echo "stage 1 killed: the job stopped $took s later"
+kill_rank_in_training 1 "$WORK/kill" "$BIN/dtrun" -n 2 "$BIN/dtrain" train "${model[@]}" --set steps=100000 \
+    --set pp=2 --set micro_batches=4 --set log_interval=5
 echo ok

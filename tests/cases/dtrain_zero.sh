@@ -81,20 +81,6 @@ job "$WORK/bad" 2 --set zero_stage=2 --set grad_compression=bf16 && fail "zero_s
 expect_grep "$WORK/bad" "key 'grad_compression' is for data parallelism"
 
 # -- a rank killed while stage 3 gathers parameters every block: the job stops, naming it
-"$BIN/dtrun" -n 3 "$BIN/dtrain" train "${model[@]}" --set steps=100000 --set zero_stage=3 --set batch_size=4 \
-    --set log_interval=5 >"$WORK/kill" 2>&1 &
-job_pid=$!
-for _ in $(seq 300); do grep -q "step 5/" "$WORK/kill" && break; sleep 0.1; done
-victim=""
-for p in $(pgrep -P $job_pid); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx DT_RANK=2 && victim=$p
-done
-[ -n "$victim" ] || { kill $job_pid; cat "$WORK/kill"; fail "did not find rank 2 among dtrun's children"; }
-killed=$(now)
-kill -9 "$victim"
-wait $job_pid && fail "the job exited 0 after a rank died"
-took=$(elapsed "$killed")
-less_than "$took" 15 || fail "the job took $took s to stop"
-expect_grep "$WORK/kill" "dtrun: rank 2 \(pid $victim\) was killed by signal 9"
-echo "rank 2 killed during ZeRO-3: the job stopped $took s later"
+kill_rank_in_training 2 "$WORK/kill" "$BIN/dtrun" -n 3 "$BIN/dtrain" train "${model[@]}" --set steps=100000 \
+    --set zero_stage=3 --set batch_size=4 --set log_interval=5
 echo ok

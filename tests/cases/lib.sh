@@ -33,3 +33,25 @@ par() {
 }
 par_wait() { wait; }
 par_ok() { [ "$(cat "$1.rc" 2>/dev/null)" = 0 ]; } # par_ok FILE: its command exited 0
+# kill_rank_in_training RANK LOG CMD...: run CMD (a dtrun training job that
+# logs "step 5/" early) in the background with its output in LOG; once step 5
+# is logged kill -9 rank RANK (found by DT_RANK among dtrun's children), and
+# expect the job to fail within 15 s with dtrun naming that rank.
+kill_rank_in_training() {
+    local rank=$1 log=$2 job victim="" p killed took
+    shift 2
+    "$@" >"$log" 2>&1 &
+    job=$!
+    for _ in $(seq 300); do grep -q "step 5/" "$log" && break; sleep 0.1; done
+    for p in $(pgrep -P $job); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "DT_RANK=$rank" && victim=$p
+    done
+    [ -n "$victim" ] || { kill $job; cat "$log"; fail "did not find rank $rank among dtrun's children"; }
+    killed=$(now)
+    kill -9 "$victim"
+    wait $job && fail "the job exited 0 after rank $rank died"
+    took=$(elapsed "$killed")
+    less_than "$took" 15 || fail "the job took $took s to stop"
+    expect_grep "$log" "dtrun: rank $rank \(pid $victim\) was killed by signal 9"
+    echo "rank $rank killed: the job stopped $took s later"
+}

@@ -25,34 +25,32 @@ static dt_status make_optimizer_n(const dtrain_config *c, int64_t n, dt_optimize
                                                            (float)c->weight_decay}, n, o);
 }
 
-static dt_status make_optimizer(const dtrain_config *c, dt_params *p, dt_optimizer **o)
+/* The optimizer for n elements, with the weight-decay groups that `m` (the
+ * whole model's registry, or with zero_ranks > 0 ZeRO's shard of rank
+ * zero_rank) gives them. */
+static dt_status make_optimizer_for(const dtrain_config *c, dt_model *m, dt_params *p, int zero_ranks, int zero_rank,
+                                    dt_optimizer **o)
 {
-    int64_t n = dt_params_numel(p);
+    int64_t n = zero_ranks ? dt_zero_shard_numel(m, zero_ranks) : dt_params_numel(p);
     dt_status s = make_optimizer_n(c, n, o);
     dt_optim_group *groups = NULL;
     int ngroups = 0;
-    if (s == DT_OK && c->weight_decay > 0 &&
-        (s = dt_decay_groups(p, c->no_decay, (float)c->weight_decay, 0, n, &groups, &ngroups)) == DT_OK)
-        s = dt_optimizer_set_groups(*o, groups, ngroups);
+    if (s == DT_OK && c->weight_decay > 0) {
+        float wd = (float)c->weight_decay;
+        s = zero_ranks ? dt_zero_decay_groups(m, zero_ranks, zero_rank, c->no_decay, wd, &groups, &ngroups)
+                       : dt_decay_groups(p, c->no_decay, wd, 0, n, &groups, &ngroups);
+        if (s == DT_OK)
+            s = dt_optimizer_set_groups(*o, groups, ngroups);
+    }
     free(groups);
     if (s != DT_OK)
         fprintf(stderr, "dtrain: optimizer: %s\n", dt_last_error());
     return s;
 }
 
-/* ZeRO: the optimizer over this rank's shard of nranks (the groups cut to it). */
-static dt_status make_zero_optimizer(const dtrain_config *c, dt_model *m, int nranks, int rank, dt_optimizer **o)
+static dt_status make_optimizer(const dtrain_config *c, dt_params *p, dt_optimizer **o)
 {
-    dt_status s = make_optimizer_n(c, dt_zero_shard_numel(m, nranks), o);
-    dt_optim_group *groups = NULL;
-    int ngroups = 0;
-    if (s == DT_OK && c->weight_decay > 0 &&
-        (s = dt_zero_decay_groups(m, nranks, rank, c->no_decay, (float)c->weight_decay, &groups, &ngroups)) == DT_OK)
-        s = dt_optimizer_set_groups(*o, groups, ngroups);
-    free(groups);
-    if (s != DT_OK)
-        fprintf(stderr, "dtrain: optimizer: %s\n", dt_last_error());
-    return s;
+    return make_optimizer_for(c, NULL, p, 0, 0, o);
 }
 
 /* A ZeRO resume: the checkpoint (unsplit) into a whole model, its values
@@ -404,7 +402,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         goto out;
     }
     if (set_recompute(c, m) != DT_OK ||
-        (zero ? make_zero_optimizer(c, m, dpn, dpr, &o) : make_optimizer(c, p, &o)) != DT_OK)
+        make_optimizer_for(c, m, p, zero ? dpn : 0, dpr, &o) != DT_OK)
         goto out;
     if (dt_dist_sampler_init(&sampler, d.train_samples, (uint64_t)c->seed, dp) != DT_OK) {
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
