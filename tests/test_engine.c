@@ -376,6 +376,72 @@ static void test_mlp(void)
     dt_model_destroy(m);
 }
 
+/* Optimizer state offloaded to a file: the same bits as in memory, for
+ * AdamW and SGD with momentum, over 3 windows (the last one short), updated
+ * whole, in ranges out of order and in slices; the state read back for a
+ * checkpoint, changed and written back on the next update. */
+static void test_offload(void)
+{
+    const int64_t n = 2 * (1 << 20) + 12345;
+    float *p[2], *g = malloc((size_t)n * sizeof *g);
+    for (int k = 0; k < 2; k++)
+        p[k] = malloc((size_t)n * sizeof *p[k]);
+    for (int kind = 0; kind < 2; kind++) {
+        dt_optimizer *o[2];
+        for (int k = 0; k < 2; k++) {
+            if (kind == 0)
+                EXPECT_STATUS(dt_adamw_create(&(dt_adamw_config){0.9f, 0.99f, 1e-8f, 0.01f}, n, &o[k]), DT_OK);
+            else
+                EXPECT_STATUS(dt_sgd_create(&(dt_sgd_config){0.9f, 0.001f, true}, n, &o[k]), DT_OK);
+            for (int64_t i = 0; i < n; i++)
+                p[k][i] = (float)((i * 37) % 101) / 101.0f - 0.5f;
+        }
+        EXPECT_STATUS(dt_optimizer_offload(o[1], "/tmp"), DT_OK);
+        for (int step = 0; step < 4; step++) {
+            for (int64_t i = 0; i < n; i++)
+                g[i] = (float)(((i + 13 * step) * 53) % 97) / 97.0f - 0.5f;
+            for (int k = 0; k < 2; k++) {
+                if (step == 0)
+                    EXPECT_STATUS(dt_optimizer_step(o[k], p[k], g, n, 0.01f), DT_OK);
+                else if (step == 1) { /* ranges backwards, as data parallelism's buckets land */
+                    int64_t cut[] = {0, 1000, (1 << 20) + 7, n};
+                    for (int r = 2; r >= 0; r--)
+                        EXPECT_STATUS(dt_optimizer_update_range(o[k], p[k], g, cut[r], cut[r + 1] - cut[r], 0.01f), DT_OK);
+                    dt_optimizer_end_step(o[k]);
+                } else { /* slices, as ZeRO updates them where they sit */
+                    for (int64_t at = 0; at < n; at += 300000) {
+                        int64_t len = n - at < 300000 ? n - at : 300000;
+                        EXPECT_STATUS(dt_optimizer_update_slice(o[k], p[k] + at, g + at, at, len, 0.01f), DT_OK);
+                    }
+                    dt_optimizer_end_step(o[k]);
+                }
+            }
+            if (step == 2) { /* a checkpoint reads both states, a resume changes them */
+                for (int k = 0; k < 2; k++) {
+                    dt_optim_state st[2];
+                    int ns = dt_optimizer_state_buffers(o[k], st, 2);
+                    for (int b = 0; b < ns; b++)
+                        st[b].data[5] = 0.25f;
+                }
+            }
+        }
+        EXPECT(memcmp(p[0], p[1], (size_t)n * sizeof(float)) == 0);
+        dt_optim_state a[2], b[2];
+        int na = dt_optimizer_state_buffers(o[0], a, 2), nb = dt_optimizer_state_buffers(o[1], b, 2);
+        EXPECT(na == nb);
+        for (int k = 0; k < na && k < nb; k++)
+            EXPECT(memcmp(a[k].data, b[k].data, (size_t)n * sizeof(float)) == 0);
+        uint64_t rd, wr;
+        dt_optimizer_offload_io(o[1], &rd, &wr);
+        EXPECT(rd >= 4 * (uint64_t)n * sizeof(float) && wr >= 4 * (uint64_t)n * sizeof(float));
+        for (int k = 0; k < 2; k++)
+            dt_optimizer_destroy(o[k]);
+    }
+    free(g);
+    free(p[0]);
+    free(p[1]);
+}
+
 /* The synthetic delay model (pipeline schedule benchmarks): forward copies,
  * backward passes the gradient through, one parameter per block whose
  * gradient is 0 and reported ready; 0 ms so that nothing here is timed. */
@@ -1056,6 +1122,7 @@ int main(void)
     test_loss();
     test_mlp();
     test_delay();
+    test_offload();
     test_maxpool();
     test_cnn();
     test_gpt();

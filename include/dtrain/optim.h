@@ -68,6 +68,21 @@ typedef struct {
 } dt_optim_state;
 int dt_optimizer_state_buffers(dt_optimizer *o, dt_optim_state *out, int max);
 
+/* Keep the state in a file in `dir` (NULL or "": /var/tmp) instead of
+ * memory: ZeRO-Infinity's offload, to the local disk.  Updates stream it in
+ * windows of 2^20 elements through an I/O thread (the next window read and
+ * the last one written while one computes); the results are bitwise those
+ * of the state in memory.  dt_optimizer_state_buffers / dt_optimizer_state
+ * read it into memory (for a checkpoint) until the next update writes it
+ * back.  The file is removed as it is opened: nothing is left behind.
+ * Nothing to do for plain SGD (no state). */
+dt_status dt_optimizer_offload(dt_optimizer *o, const char *dir);
+/* Floats of state the optimizer keeps (2 x numel for AdamW, numel for SGD
+ * with momentum, 0 without), and whether they are on disk (offloaded). */
+int64_t dt_optimizer_state_floats(const dt_optimizer *o, bool *on_disk);
+/* Bytes an offloaded optimizer read and wrote so far (0 when not). */
+void dt_optimizer_offload_io(const dt_optimizer *o, uint64_t *read, uint64_t *written);
+
 /* Steps taken so far (AdamW's bias correction uses it). */
 int64_t dt_optimizer_steps(const dt_optimizer *o);
 /* The state as one flat array (SGD: momentum; AdamW: m then v) for checkpoints;

@@ -6,6 +6,7 @@
 
 #include "base/status.h"
 #include "dtrain/optim.h"
+#include "optim/offload.h"
 #include "tensor/threads.h"
 
 typedef enum { SGD, ADAMW } kind;
@@ -16,6 +17,11 @@ struct dt_optimizer {
     dt_adamw_config adam;
     int64_t numel, steps;
     float *state; /* SGD: momentum [numel]; AdamW: m [numel] then v [numel] */
+    int64_t state_len;
+    /* Offloaded (dt_optimizer_offload): the state lives in this file, and
+     * `state` is NULL, or a copy read for a checkpoint (written back
+     * before the next update). */
+    dt__offload *off;
     dt_optim_group *groups; /* sorted, disjoint; elements outside take the config's decay */
     int ngroups;
 };
@@ -31,6 +37,7 @@ static dt_status create(kind k, int64_t numel, int64_t state_len, dt_optimizer *
     }
     o->kind = k;
     o->numel = numel;
+    o->state_len = state_len;
     *out = o;
     return DT_OK;
 }
@@ -63,6 +70,7 @@ typedef struct {
     dt_optimizer *o;
     float *p;
     const float *g;
+    float *s0, *s1; /* the range's state: momentum, or m and v */
     int64_t at;
     float lr, weight_decay;
     float bc1, bc2_sqrt; /* AdamW bias corrections */
@@ -72,7 +80,7 @@ static void sgd_range(int64_t begin, int64_t end, void *arg)
 {
     update_args *a = arg;
     const dt_sgd_config *c = &a->o->sgd;
-    float *p = a->p, *buf = a->o->state + a->at;
+    float *p = a->p, *buf = a->s0;
     const float *g = a->g;
     bool first = a->o->steps == 0;
     for (int64_t i = begin; i < end; i++) {
@@ -91,7 +99,7 @@ static void adamw_range(int64_t begin, int64_t end, void *arg)
 {
     update_args *a = arg;
     const dt_adamw_config *c = &a->o->adam;
-    float *p = a->p, *m = a->o->state + a->at, *v = a->o->state + a->o->numel + a->at;
+    float *p = a->p, *m = a->s0, *v = a->s1;
     const float *g = a->g;
     float lr = a->lr, step_size = lr / a->bc1;
     for (int64_t i = begin; i < end; i++) {
@@ -112,13 +120,11 @@ static dt_status check_lr(float lr)
     return DT_OK;
 }
 
-/* The update of [offset, offset + n): param and grad point at element offset. */
-static dt_status update_from(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n, float lr)
+/* Update [offset, offset + n) with the state at s0 / s1 (element offset's);
+ * param and grad point at element offset. */
+static void update_part(dt_optimizer *o, float *param, const float *grad, float *s0, float *s1, int64_t offset,
+                        int64_t n, float lr)
 {
-    if (offset < 0 || n < 0 || offset + n > o->numel)
-        return dt__fail(DT_ERR_INVALID, "optimizer update of [%lld, %lld) outside its %lld parameters",
-                        (long long)offset, (long long)(offset + n), (long long)o->numel);
-    DT_CHECK(check_lr(lr));
     float bc1 = 1, bc2_sqrt = 1, base_decay = o->kind == SGD ? o->sgd.weight_decay : o->adam.weight_decay;
     if (o->kind == ADAMW) {
         double t = (double)(o->steps + 1);
@@ -133,12 +139,92 @@ static dt_status update_from(dt_optimizer *o, float *param, const float *grad, i
         bool inside = g < o->ngroups && o->groups[g].offset <= at;
         int64_t stop = inside ? o->groups[g].offset + o->groups[g].numel : g < o->ngroups ? o->groups[g].offset : end;
         stop = stop < end ? stop : end;
-        update_args a = {o,        param + (at - offset), grad + (at - offset), at, lr,
-                         inside ? o->groups[g].weight_decay : base_decay, bc1, bc2_sqrt};
+        int64_t d = at - offset;
+        update_args a = {o,      param + d,        grad + d, s0 ? s0 + d : NULL, s1 ? s1 + d : NULL,
+                         at,     lr,               inside ? o->groups[g].weight_decay : base_decay,
+                         bc1,    bc2_sqrt};
         dt__parallel_for(stop - at, UPDATE_GRAIN, o->kind == SGD ? sgd_range : adamw_range, &a);
         at = stop;
     }
+}
+
+/* State buffers of an offloaded optimizer read for a checkpoint go back
+ * to the file before the state changes. */
+static dt_status settle(dt_optimizer *o)
+{
+    if (!o->off || !o->state)
+        return DT_OK;
+    dt_status s = dt__offload_write_all(o->off, o->state);
+    free(o->state);
+    o->state = NULL;
+    return s;
+}
+
+/* The update of [offset, offset + n): param and grad point at element offset. */
+static dt_status update_from(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n, float lr)
+{
+    if (offset < 0 || n < 0 || offset + n > o->numel)
+        return dt__fail(DT_ERR_INVALID, "optimizer update of [%lld, %lld) outside its %lld parameters",
+                        (long long)offset, (long long)(offset + n), (long long)o->numel);
+    DT_CHECK(check_lr(lr));
+    DT_CHECK(settle(o));
+    bool two = o->kind == ADAMW, has = o->state_len > 0;
+    if (!o->off) {
+        update_part(o, param, grad, has ? o->state + offset : NULL, two ? o->state + o->numel + offset : NULL, offset,
+                    n, lr);
+        return DT_OK;
+    }
+    /* offloaded: window by window, the next one read while this one computes */
+    for (int64_t at = offset, end = offset + n; at < end;) {
+        int64_t w = at / DT__OFFLOAD_WINDOW, w0 = w * DT__OFFLOAD_WINDOW, count;
+        float *st[DT__OFFLOAD_MAX_ARRAYS] = {0};
+        DT_CHECK(dt__offload_acquire(o->off, w, st, &count));
+        int64_t stop = w0 + count < end ? w0 + count : end;
+        update_part(o, param + (at - offset), grad + (at - offset), st[0] + (at - w0), two ? st[1] + (at - w0) : NULL,
+                    at, stop - at, lr);
+        DT_CHECK(dt__offload_release(o->off, w));
+        at = stop;
+    }
     return DT_OK;
+}
+
+dt_status dt_optimizer_offload(dt_optimizer *o, const char *dir)
+{
+    if (!o)
+        return dt__fail(DT_ERR_INVALID, "optimizer_offload: no optimizer");
+    if (o->off || o->state_len == 0) /* already, or no state to keep (plain SGD) */
+        return DT_OK;
+    DT_CHECK(dt__offload_open(dir, o->kind == ADAMW ? 2 : 1, o->numel, o->state, &o->off));
+    free(o->state);
+    o->state = NULL;
+    return DT_OK;
+}
+
+int64_t dt_optimizer_state_floats(const dt_optimizer *o, bool *on_disk)
+{
+    if (on_disk)
+        *on_disk = o && o->off;
+    return o ? o->state_len : 0;
+}
+
+void dt_optimizer_offload_io(const dt_optimizer *o, uint64_t *read, uint64_t *written)
+{
+    *read = *written = 0;
+    if (o && o->off)
+        dt__offload_io(o->off, read, written);
+}
+
+/* An offloaded optimizer's state, read into memory for a checkpoint. */
+static float *materialize(dt_optimizer *o)
+{
+    if (!o->off || o->state)
+        return o->state;
+    float *buf = malloc((size_t)o->state_len * sizeof *buf);
+    if (buf && dt__offload_read_all(o->off, buf) != DT_OK) {
+        free(buf);
+        buf = NULL;
+    }
+    return o->state = buf;
 }
 
 dt_status dt_optimizer_update_range(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n,
@@ -194,6 +280,7 @@ int dt_optimizer_state_buffers(dt_optimizer *o, dt_optim_state *out, int max)
 {
     dt_optim_state all[2];
     int n = 0;
+    materialize(o);
     if (o->kind == ADAMW) {
         all[n++] = (dt_optim_state){"exp_avg", o->state, o->numel};
         all[n++] = (dt_optim_state){"exp_avg_sq", o->state + o->numel, o->numel};
@@ -223,13 +310,15 @@ void dt_optimizer_set_steps(dt_optimizer *o, int64_t steps) { o->steps = steps; 
 float *dt_optimizer_state(dt_optimizer *o, int64_t *count)
 {
     *count = o->kind == ADAMW ? 2 * o->numel : (o->sgd.momentum > 0 ? o->numel : 0);
-    return o->state;
+    return materialize(o);
 }
 
 void dt_optimizer_destroy(dt_optimizer *o)
 {
     if (!o)
         return;
+    settle(o);
+    dt__offload_close(o->off);
     free(o->state);
     free(o->groups);
     free(o);

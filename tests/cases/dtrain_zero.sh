@@ -8,6 +8,8 @@
 #     shard of the values and of AdamW's state gathered) resumed by 2 ranks
 #     at stage 1 and by one process: each continues the uninterrupted run's
 #     losses within 1e-5;
+#   - offload=disk against the state in memory: the same losses and the
+#     same checkpoint bits, no file left;
 #   - refusals: zero_stage with tp, with gradient compression;
 #   - a rank killed mid-step at stage 3 (gathers every block): the job stops
 #     and names it.
@@ -73,6 +75,25 @@ expect_grep "$WORK/r2" "gradient accumulation 1 -> 2 keeps the global batch at 1
 compare "$WORK/w4.jsonl" "$WORK/r2.jsonl" "4 ranks at stage 3 resumed by 2 ranks at stage 1" 5
 compare "$WORK/w4.jsonl" "$WORK/r1.jsonl" "4 ranks at stage 3 resumed by one process" 5
 "$BIN/dtrain" eval "$ck" >"$WORK/eval" 2>&1 || { cat "$WORK/eval"; fail "dtrain eval of the ZeRO checkpoint"; }
+
+# -- the optimizer state offloaded to disk: the same bits (losses and every checkpointed tensor)
+par "$WORK/on" job "$WORK/on" 2 "${common[@]}" --set zero_stage=1 --set offload=disk --set offload_dir="$WORK" \
+    --set checkpoint_dir="$WORK/ck-on"
+par "$WORK/off" job "$WORK/off" 2 "${common[@]}" --set zero_stage=1 --set checkpoint_dir="$WORK/ck-off"
+par_wait
+par_ok "$WORK/on" || { cat "$WORK/on"; fail "offload=disk failed"; }
+par_ok "$WORK/off" || { cat "$WORK/off"; fail "the run without offload failed"; }
+expect_grep "$WORK/on" "offload: the optimizer state on disk .*: [0-9.]+ MiB read and [0-9.]+ MiB written per step"
+expect_grep "$WORK/on" "optimizer state 0.0 \([0-9.]+ on disk\)"
+python3 -c 'import json, sys
+a, b = ([json.loads(l).get("loss") for l in open(f)] for f in sys.argv[1:])
+sys.exit(0 if a == b and len(a) > 1 else 1)' "$WORK/on.jsonl" "$WORK/off.jsonl" || fail "offload changed the losses"
+for f in model optim_m optim_v; do
+    cmp "$WORK/ck-on/step-00000008/$f.safetensors" "$WORK/ck-off/step-00000008/$f.safetensors" ||
+        fail "offload changed $f.safetensors"
+done
+ls "$WORK" | grep -q dtrain-offload && fail "the offload file was left behind"
+echo "offload=disk: the same losses and checkpoint bits as the state in memory"
 
 # -- refusals
 job "$WORK/bad" 2 --set zero_stage=1 --set tp=2 && fail "zero_stage with tp accepted"

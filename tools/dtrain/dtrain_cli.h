@@ -32,6 +32,8 @@ typedef struct {
     char recompute[16];  /* off | blocks | all */
     char no_decay[256];  /* glob patterns exempt from weight decay, or "none" */
     char memory_limit[32]; /* model-state bytes allowed per rank ("2GiB"; "" or "0": the cgroup's, if any) */
+    char offload[8];       /* none | disk: the optimizer state in a file */
+    char offload_dir[1024];
 } dtrain_config;
 
 /* A whole file as a NUL-terminated string (caller frees); NULL with errno set. */

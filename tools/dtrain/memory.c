@@ -158,18 +158,18 @@ void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s)
 {
     dt_params *p = dt_model_params(m);
     double n = (double)dt_params_numel(p), values = dt_params_values(p) ? 4 * n : 0, grads = dt_params_grads(p) ? 4 * n : 0;
-    dt_optim_state st[4];
-    int k = dt_optimizer_state_buffers(o, st, 4);
-    double optim = 0;
-    for (int i = 0; i < k; i++)
-        optim += 4.0 * (double)st[i].numel;
+    bool on_disk = false;
+    double state = 4.0 * (double)dt_optimizer_state_floats(o, &on_disk), optim = on_disk ? 0 : state;
     size_t buffers = 0;
     double shard = (double)dt_strategy_memory_bytes(s, &buffers) - (double)buffers;
     struct rusage ru;
     double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : NAN;
+    char disk[64] = "";
+    if (on_disk) /* two windows of it in memory */
+        snprintf(disk, sizeof disk, " (%.1f on disk)", mib(state));
     printf("memory on rank 0: model states allocated %.1f MiB (parameters %.1f, gradients %.1f, optimizer state "
-           "%.1f, the strategy's shard %.1f), communication buffers %.1f MiB at most, peak RSS %.1f MiB\n",
-           mib(values + grads + optim + shard), mib(values), mib(grads), mib(optim), mib(shard), mib((double)buffers),
-           mib(rss));
+           "%.1f%s, the strategy's shard %.1f), communication buffers %.1f MiB at most, peak RSS %.1f MiB\n",
+           mib(values + grads + optim + shard), mib(values), mib(grads), mib(optim), disk, mib(shard),
+           mib((double)buffers), mib(rss));
     fflush(stdout);
 }

@@ -434,6 +434,10 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
             dtrain_progress_line("resumed from %s at step %lld\n", step_dir, (long long)pr.step);
         keep_global_batch(c, &pr, dpn, lead);
     }
+    if (!strcmp(c->offload, "disk") && dt_optimizer_offload(o, c->offload_dir) != DT_OK) {
+        fprintf(stderr, "dtrain: offload: %s\n", dt_last_error());
+        goto out;
+    }
     pr.world_size = dpn; /* the data-parallel width: what the global batch is made of */
     dt_rng_seed(&pr.rng, dt_rng_key_stream(&(dt_rng_key){(uint64_t)c->seed, (uint64_t)pr.step, 0, 0}, 0));
     pr.global_batch = c->batch_size * dpn * c->grad_accumulation;
@@ -618,8 +622,16 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         if (last)
             break;
     }
-    if (lead && code == 0)
+    if (lead && code == 0) {
         dtrain_memory_report(m, o, strategy);
+        uint64_t rd, wr;
+        dt_optimizer_offload_io(o, &rd, &wr);
+        int64_t ran = pr.step - first_step;
+        if (!strcmp(c->offload, "disk") && ran > 0)
+            printf("offload: the optimizer state on disk (%s): %.1f MiB read and %.1f MiB written per step\n",
+                   c->offload_dir[0] ? c->offload_dir : "/var/tmp", (double)rd / 1048576.0 / (double)ran,
+                   (double)wr / 1048576.0 / (double)ran);
+    }
     if (lead && act_peak && ppc && code == 0)
         printf("activation memory: at most %.1f MiB held at once, %d micro-batch%s in flight (stage 0, %s schedule, "
                "recompute %s)\n", (double)act_peak / 1048576.0, flight_peak, flight_peak == 1 ? "" : "es",
