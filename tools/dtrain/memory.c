@@ -21,6 +21,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,23 +95,58 @@ dt_status dtrain_parse_bytes(const char *text, double *bytes)
     return DT_ERR_INVALID;
 }
 
-/* This cgroup's memory limit (v2 memory.max, else v1), 0 when none. */
+/* A limit file's value in bytes; 0 for none ("max", v1's huge number, absent). */
+static double limit_in(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char line[64] = "";
+    if (!f)
+        return 0;
+    char *got = fgets(line, sizeof line, f);
+    fclose(f);
+    if (!got || !isdigit((unsigned char)line[0]))
+        return 0;
+    double v = strtod(line, NULL);
+    return v >= 9e18 ? 0 : v;
+}
+
+/* This process's memory limit from its cgroups (v1's memory controller and
+ * v2, as /proc/self/cgroup names them, each and their ancestors: the
+ * smallest applies), 0 when none. */
 static double cgroup_limit(void)
 {
-    static const char *const files[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        FILE *f = fopen(files[i], "r");
-        char line[64] = "";
-        if (!f)
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    char line[1024];
+    double best = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
             continue;
-        char *got = fgets(line, sizeof line, f);
-        fclose(f);
-        if (!got || !isdigit((unsigned char)line[0]))
-            return 0; /* "max": none */
-        double v = strtod(line, NULL);
-        return v >= 9e18 ? 0 : v; /* v1 writes a huge number for none */
+        bool v1 = !strncmp(c1 + 1, "memory:", 7), v2 = c2 == c1 + 1; /* "0::/path" */
+        if (!v1 && !v2)
+            continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s", c2 + 1);
+        static const char *const roots[] = {"/sys/fs/cgroup/memory", "/sys/fs/cgroup", "/sys/fs/cgroup/unified"};
+        for (size_t r = v1 ? 0 : 1; r < (v1 ? 1 : 3); r++)
+            for (char *end = path + strlen(path);;) { /* the cgroup, then each ancestor */
+                char file[2200];
+                snprintf(file, sizeof file, "%s%s/%s", roots[r], path, v1 ? "memory.limit_in_bytes" : "memory.max");
+                double v = limit_in(file);
+                if (v > 0 && (best == 0 || v < best))
+                    best = v;
+                char *slash = strrchr(path, '/');
+                if (!slash || end == path)
+                    break;
+                *slash = '\0';
+                end = slash;
+            }
+        snprintf(path, sizeof path, "%s", c2 + 1);
     }
-    return 0;
+    if (f)
+        fclose(f);
+    return best;
 }
 
 int dtrain_memory_plan(const dtrain_config *c, dt_model *m, int nranks, bool lead)
