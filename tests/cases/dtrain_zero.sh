@@ -10,7 +10,9 @@
 #     losses within 1e-5;
 #   - offload=disk against the state in memory: the same losses and the
 #     same checkpoint bits, no file left;
-#   - refusals: zero_stage with tp, with gradient compression;
+#   - refusals: zero_stage with tp, with gradient compression, a
+#     memory_limit below the stage's model states (naming the stage that
+#     fits), a memory_limit that is not a size;
 #   - a rank killed mid-step at stage 3 (gathers every block): the job stops
 #     and names it.
 . "$(dirname "$0")/lib.sh"
@@ -100,6 +102,13 @@ job "$WORK/bad" 2 --set zero_stage=1 --set tp=2 && fail "zero_stage with tp acce
 expect_grep "$WORK/bad" "key 'zero_stage' > 0 shards over data parallelism alone"
 job "$WORK/bad" 2 --set zero_stage=2 --set grad_compression=bf16 && fail "zero_stage with bf16 gradients accepted"
 expect_grep "$WORK/bad" "key 'grad_compression' is for data parallelism"
+# a memory_limit the chosen stage does not fit: refused, naming the stage that does
+job "$WORK/bad" 2 --set zero_stage=0 --set memory_limit=1.7MiB && fail "a stage over memory_limit accepted"
+expect_grep "$WORK/bad" "zero_stage 0 needs [0-9.]+ MiB of model states per rank .* above 1.7 MiB \(memory_limit\); zero_stage [1-3] needs [0-9.]+ MiB and fits"
+job "$WORK/bad" 2 --set zero_stage=0 --set memory_limit=1MiB && fail "a memory_limit nothing fits accepted"
+expect_grep "$WORK/bad" "no zero_stage fits on 2 ranks \(the least, zero_stage [0-3], needs [0-9.]+ MiB\)"
+job "$WORK/bad" 2 --set memory_limit=lots && fail "memory_limit=lots accepted"
+expect_grep "$WORK/bad" "key 'memory_limit' is not a size"
 
 # -- a rank killed while stage 3 gathers parameters every block: the job stops, naming it
 kill_rank_in_training 2 "$WORK/kill" "$BIN/dtrun" -n 3 "$BIN/dtrain" train "${model[@]}" --set steps=100000 \

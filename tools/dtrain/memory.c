@@ -60,6 +60,8 @@ static state_bytes estimate(const dtrain_config *c, dt_model *m, int n, int stag
     double P = (double)dt_params_numel(dt_model_params(m)), S = stage ? (double)dt_zero_shard_numel(m, n) : P;
     double k = !strcmp(c->optimizer, "adamw") ? 2 : c->momentum > 0 ? 1 : 0, unit = (double)largest_block(m, n);
     state_bytes b = {4 * P, 4 * P, 4 * k * S, 0};
+    if (!strcmp(c->offload, "disk") && b.optim > 4 * k * 2 * 1048576.0) /* on disk: two windows of 2^20 in memory */
+        b.optim = 4 * k * 2 * 1048576.0;
     if (stage == 1 || stage == 2) /* the collectives' staging: a padded block and a slice */
         b.buffers = 4 * (unit + unit / n);
     if (stage >= 2) {
@@ -171,20 +173,22 @@ int dtrain_memory_plan(const dtrain_config *c, dt_model *m, int nranks, bool lea
                              mib(want.buffers), mib(total(&want)), limit > 0 ? " (limit below)" : "");
     if (limit <= 0 || total(&want) <= limit)
         return 0;
-    int fits = -1;
-    for (int z = 0; z <= 3 && fits < 0; z++) {
+    int fits = -1, least = 0;
+    double need[4];
+    for (int z = 0; z <= 3; z++) {
         state_bytes b = estimate(c, m, nranks, z);
-        if (total(&b) <= limit)
+        need[z] = total(&b);
+        if (need[z] <= limit && fits < 0)
             fits = z;
+        least = need[z] < need[least] ? z : least;
     }
     char hint[256];
-    state_bytes s3 = estimate(c, m, nranks, 3);
-    if (fits >= 0) {
-        state_bytes b = estimate(c, m, nranks, fits);
-        snprintf(hint, sizeof hint, "zero_stage %d needs %.1f MiB and fits", fits, mib(total(&b)));
-    } else
-        snprintf(hint, sizeof hint, "even zero_stage 3 needs %.1f MiB on %d ranks: add ranks or shrink the model",
-                 mib(s3.params + s3.grads + s3.optim + s3.buffers), nranks);
+    if (fits >= 0)
+        snprintf(hint, sizeof hint, "zero_stage %d needs %.1f MiB and fits", fits, mib(need[fits]));
+    else
+        snprintf(hint, sizeof hint, "no zero_stage fits on %d ranks (the least, zero_stage %d, needs %.1f MiB): add "
+                 "ranks, offload the optimizer state (offload=disk) or shrink the model", nranks, least,
+                 mib(need[least]));
     fprintf(stderr, "dtrain: zero_stage %d needs %.1f MiB of model states per rank (before activations), above %.1f "
                     "MiB (%s); %s\n", stage, mib(total(&want)), mib(limit), source, hint);
     return 2;
