@@ -14,20 +14,8 @@
 . "$(dirname "$0")/lib.sh"
 model=(--config configs/gpt-mini.json --set layers=4 --set dim=64 --set context=32 --set threads=1)
 base=("${model[@]}" --set steps=8 --set log_interval=1 --set eval_interval=8 --set eval_batches=2 --set warmup_steps=2)
-# (the eval loss only where both runs have the same batch_size: each evaluates eval_batches of its own)
-compare() { # a.jsonl b.jsonl what [first step compared, default 1] [keys, default "loss eval_loss"]
-    python3 - "$1" "$2" "$3" "${4:-1}" ${5:-loss eval_loss} <<'PY' || fail "$3: the losses differ"
-import json, sys
-keys = sys.argv[5:]
-a = {(r["step"], k): r[k] for r in map(json.loads, open(sys.argv[1])) for k in keys if k in r}
-b = {(r["step"], k): r[k] for r in map(json.loads, open(sys.argv[2])) for k in keys if k in r}
-keys = [k for k in b if k[0] >= int(sys.argv[4])]
-assert keys and all(k in a for k in keys), f"records {sorted(b)} against {sorted(a)}"
-worst = max(abs(a[k] - b[k]) / abs(a[k]) for k in keys)
-print(f"{sys.argv[3]}: {len(keys)} losses, within {worst:.2g}")
-sys.exit(0 if worst <= 1e-5 else 1)
-PY
-}
+# (compare_losses, lib.sh: the eval loss only where both runs have the same batch_size: each evaluates
+# eval_batches of its own)
 job() { # out ranks settings...
     local out=$1 n=$2
     shift 2
@@ -43,7 +31,7 @@ par_wait
 par_ok "$WORK/one" || { cat "$WORK/one"; fail "one rank failed"; }
 for s in gpipe 1f1b interleaved; do
     par_ok "$WORK/pp2-$s" || { cat "$WORK/pp2-$s"; fail "pp=2 $s failed"; }
-    compare "$WORK/one.jsonl" "$WORK/pp2-$s.jsonl" "pp=2 $s against one rank"
+    compare_losses "$WORK/one.jsonl" "$WORK/pp2-$s.jsonl" "pp=2 $s against one rank"
 done
 expect_grep "$WORK/pp2-1f1b" "pipeline: 2 stages, 1f1b schedule, 4 micro-batches of 2 per step; blocks by cost hints \(forward FLOPs\): 0 \[0, 3\) [0-9]+% 1 \[3, 6\) [0-9]+%"
 expect_grep "$WORK/pp2-interleaved" "pipeline: 2 stages x virtual stages, interleaved schedule.* v0 \[0, 2\) [0-9]+% v1 \[2, 3\)"
@@ -59,7 +47,7 @@ par_wait
 par_ok "$WORK/g1" || { cat "$WORK/g1"; fail "one process with the global batch failed"; }
 par_ok "$WORK/m8" || { cat "$WORK/m8"; fail "2x2x2 failed"; }
 expect_grep "$WORK/m8" "mesh dp=2 x pp=2 x tp=2"
-compare "$WORK/g1.jsonl" "$WORK/m8.jsonl" "dp=2 x pp=2 x tp=2 against one process with the global batch" 1 loss
+compare_losses "$WORK/g1.jsonl" "$WORK/m8.jsonl" "dp=2 x pp=2 x tp=2 against one process with the global batch" 1 loss
 python3 -c 'import json, sys; m = json.load(open(sys.argv[1])); c = m["config"]
 sys.exit(0 if (m["world_size"], c["pp"], c["tp"]) == (2, 2, 2) else 1)' "$ck/step-00000004/manifest.json" ||
     fail "the manifest does not record the layout dp x pp x tp = 2x2x2 (world_size, config pp and tp)"
@@ -77,9 +65,9 @@ for r in r111 r412 r124; do
     par_ok "$WORK/$r" || { cat "$WORK/$r"; fail "resume $r failed"; }
     expect_grep "$WORK/$r" "resumed from .*step-00000004 at step 4"
 done
-compare "$WORK/m8.jsonl" "$WORK/r111.jsonl" "2x2x2 resumed at 1x1x1" 5
-compare "$WORK/m8.jsonl" "$WORK/r412.jsonl" "2x2x2 resumed at 4x1x2" 5 loss
-compare "$WORK/m8.jsonl" "$WORK/r124.jsonl" "2x2x2 resumed at 1x2x4" 5 loss
+compare_losses "$WORK/m8.jsonl" "$WORK/r111.jsonl" "2x2x2 resumed at 1x1x1" 5
+compare_losses "$WORK/m8.jsonl" "$WORK/r412.jsonl" "2x2x2 resumed at 4x1x2" 5 loss
+compare_losses "$WORK/m8.jsonl" "$WORK/r124.jsonl" "2x2x2 resumed at 1x2x4" 5 loss
 "$BIN/dtrain" eval "$ck" >"$WORK/eval" 2>&1 || { cat "$WORK/eval"; fail "dtrain eval of the pipelined checkpoint"; }
 "$BIN/dtrain" generate "$ck" --prompt "The " --tokens 20 >"$WORK/gen" 2>&1 ||
     { cat "$WORK/gen"; fail "dtrain generate from the pipelined checkpoint"; }

@@ -55,3 +55,19 @@ kill_rank_in_training() {
     expect_grep "$log" "dtrun: rank $rank \(pid $victim\) was killed by signal 9"
     echo "rank $rank killed: the job stopped $took s later"
 }
+# compare_losses A.jsonl B.jsonl WHAT [FIRST_STEP=1] [KEYS="loss eval_loss"]:
+# every KEYS value B's metrics file logged from FIRST_STEP on is in A's too,
+# within 1e-5 relative (prints the worst); fails naming WHAT otherwise.
+compare_losses() {
+    python3 - "$1" "$2" "$3" "${4:-1}" ${5:-loss eval_loss} <<'PY' || fail "$3: the losses differ"
+import json, sys
+keys = sys.argv[5:]
+a = {(r["step"], k): r[k] for r in map(json.loads, open(sys.argv[1])) for k in keys if k in r}
+b = {(r["step"], k): r[k] for r in map(json.loads, open(sys.argv[2])) for k in keys if k in r}
+ks = [k for k in b if k[0] >= int(sys.argv[4])]
+assert ks and all(k in a for k in ks), f"records {sorted(b)} against {sorted(a)}"
+worst = max(abs(a[k] - b[k]) / abs(a[k]) for k in ks)
+print(f"{sys.argv[3]}: {len(ks)} losses, within {worst:.2g}")
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+}

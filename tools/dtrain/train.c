@@ -53,11 +53,13 @@ static dt_status make_optimizer(const dtrain_config *c, dt_params *p, dt_optimiz
     return make_optimizer_for(c, NULL, p, 0, 0, o);
 }
 
-/* A ZeRO resume: the checkpoint (unsplit) into a whole model, its values
- * into m (still whole: the strategy takes its shard later) and this rank's
- * shard of the optimizer state into o. */
-static dt_status load_zero(const dtrain_config *c, const char *step_dir, dt_model *m, dt_optimizer *o, int nranks,
-                           int rank)
+/* A split run's resume: the checkpoint (always unsplit) into a whole model
+ * and optimizer, then this rank's part of them: ZeRO (zero_ranks > 0) the
+ * whole values into m (still whole: the strategy takes its shard later) and
+ * its shard of the optimizer state; a mesh its stage's and shards' slices,
+ * by name. */
+static dt_status load_split(const dtrain_config *c, const char *step_dir, dt_model *m, dt_optimizer *o,
+                            int zero_ranks, int zero_rank)
 {
     dt_model *wm = NULL;
     dt_optimizer *wo = NULL;
@@ -66,29 +68,12 @@ static dt_status load_zero(const dtrain_config *c, const char *step_dir, dt_mode
         s = make_optimizer(c, dt_model_params(wm), &wo);
     if (s == DT_OK && (s = dt_ckpt_load(step_dir, dt_model_params(wm), wo)) != DT_OK)
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
-    if (s == DT_OK) {
-        dt_vec_copy(dt_params_values(dt_model_params(m)), dt_params_values(dt_model_params(wm)),
-                    dt_params_numel(dt_model_params(m)));
-        s = dtrain_zero_slice(m, nranks, rank, wo, o);
-    }
-    dt_optimizer_destroy(wo);
-    dt_model_destroy(wm);
-    return s;
-}
-
-/* A tensor-parallel resume: the checkpoint (always unsplit) into a whole
- * model, then this rank's slices of it. */
-static dt_status load_sliced(const dtrain_config *c, const char *step_dir, dt_params *p, dt_optimizer *o)
-{
-    dt_model *wm = NULL;
-    dt_optimizer *wo = NULL;
-    dt_status s = dtrain_build_model_tp(c, NULL, &wm);
-    if (s == DT_OK)
-        s = make_optimizer(c, dt_model_params(wm), &wo);
-    if (s == DT_OK && (s = dt_ckpt_load(step_dir, dt_model_params(wm), wo)) != DT_OK)
-        fprintf(stderr, "dtrain: %s\n", dt_last_error());
-    if (s == DT_OK)
-        s = dtrain_tp_slice(dt_model_params(wm), wo, p, o);
+    dt_params *p = dt_model_params(m), *wp = wm ? dt_model_params(wm) : NULL;
+    if (s == DT_OK && zero_ranks) {
+        dt_vec_copy(dt_params_values(p), dt_params_values(wp), dt_params_numel(p));
+        s = dtrain_zero_slice(m, zero_ranks, zero_rank, wo, o);
+    } else if (s == DT_OK)
+        s = dtrain_tp_slice(wp, wo, p, o);
     dt_optimizer_destroy(wo);
     dt_model_destroy(wm);
     return s;
@@ -413,8 +398,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         dtrain_config saved;
         if (dtrain_checkpoint_open(resume, d.train_samples, step_dir, sizeof step_dir, &saved, &pr) != DT_OK)
             goto out;
-        if (zero ? load_zero(c, step_dir, m, o, dpn, dpr) != DT_OK
-                 : mesh ? load_sliced(c, step_dir, p, o) != DT_OK : dt_ckpt_load(step_dir, p, o) != DT_OK) {
+        if (split ? load_split(c, step_dir, m, o, zero ? dpn : 0, dpr) != DT_OK : dt_ckpt_load(step_dir, p, o) != DT_OK) {
             fprintf(stderr, "dtrain: %s\n", dt_last_error());
             goto out;
         }
