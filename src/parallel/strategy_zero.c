@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/status.h"
 #include "parallel/strategy_internal.h"
 #include "parallel/zero_internal.h"
@@ -49,8 +50,14 @@ typedef struct {
     float *pad, *slice_buf; /* one padded unit, one slice: the collectives' staging */
     size_t shard, staging, held, held_peak; /* bytes: the shard, the staging buffers; the blocks' now and at most */
     int inflight[MAX_REDUCES], ninflight; /* units whose reduce-scatter is in flight, oldest first */
+    /* timing (seconds): waits for communication this step, blocking
+     * collectives' time, the progress thread's before the step; the last
+     * step's communication and the part of it not hidden */
+    double exposed, blocking, async_before, last_comm, last_exposed;
     unit_state *u;
 } zero;
+
+static double since(int64_t t0) { return (double)(dt__now_ns() - t0) / 1e9; }
 
 /* The blocks' buffers come and go: count them (dt_strategy_memory_bytes). */
 static void held(zero *Z, int64_t floats)
@@ -116,7 +123,9 @@ static dt_status gather_wait(zero *Z, int u)
     unit_state *us = &Z->u[u];
     if (!us->gather)
         return DT_OK;
+    int64_t t0 = dt__now_ns();
     dt_status s = dt_wait(us->gather, NULL);
+    Z->exposed += since(t0);
     us->gather = NULL;
     return s == DT_OK ? s : dt__fail(s, "zero: gathering block %d's parameters: %s", Z->L.unit[u].block, dt_last_error());
 }
@@ -146,7 +155,9 @@ static dt_status collect_unit(zero *Z, int u, bool wait)
     if (!us->reduce)
         return DT_OK;
     int done = 1;
+    int64_t t0 = dt__now_ns();
     dt_status s = wait ? dt_wait(us->reduce, NULL) : dt_test(us->reduce, &done, NULL);
+    Z->exposed += wait ? since(t0) : 0;
     if (s != DT_OK || done)
         us->reduce = NULL;
     if (s != DT_OK)
@@ -317,10 +328,33 @@ static dt_status gather_registry(dt_strategy *s, zero *Z)
     return DT_OK;
 }
 
+/* The step's communication: the progress thread's time in its collectives
+ * and the blocking ones; exposed: what the step waited for. */
+static void end_timing(zero *Z)
+{
+    double now = dt_comm_async_seconds(Z->dp);
+    Z->last_comm = now - Z->async_before + Z->blocking;
+    Z->last_exposed = Z->exposed;
+    Z->async_before = now;
+    Z->exposed = Z->blocking = 0;
+}
+
+static void zero_timing(const dt_strategy *s, double *comm, double *exposed)
+{
+    const zero *Z = s->impl;
+    *comm = Z->last_comm;
+    *exposed = Z->last_exposed;
+}
+
 static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *norm)
 {
     zero *Z = s->impl;
+    int64_t t0 = dt__now_ns();
     DT_CHECK(Z->stage == 1 ? reduce_registry(s, Z) : collect(Z, true));
+    if (Z->stage == 1) { /* blocking: all of it exposed */
+        Z->blocking += since(t0);
+        Z->exposed += since(t0);
+    }
     /* the mean over ranks and micro-batches, its norm over every rank's slices, clipped */
     float mean = 1.0f / (float)(Z->N * s->cfg.micro_batches);
     double sumsq = 0;
@@ -330,7 +364,10 @@ static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *no
         dt_vec_scale(g, mean, n);
         sumsq += dt_vec_sumsq(g, n);
     }
+    t0 = dt__now_ns();
     DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, Z->dp));
+    Z->blocking += since(t0);
+    Z->exposed += since(t0);
     float total = (float)sqrt(sumsq);
     if (norm)
         *norm = total;
@@ -340,6 +377,7 @@ static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *no
             dt_vec_scale(Z->grads, clip, Z->L.shard_numel);
         DT_CHECK(dt_optimizer_step(s->opt, Z->values, Z->grads, Z->L.shard_numel, lr));
         dt_vec_zero(Z->grads, Z->L.shard_numel);
+        end_timing(Z);
         return DT_OK;
     }
     /* stages 1 and 2: each slice updated where it sits in the whole parameters */
@@ -355,7 +393,12 @@ static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *no
     dt_optimizer_end_step(s->opt);
     if (Z->stage == 2)
         dt_vec_zero(Z->grads, Z->L.shard_numel);
-    return gather_registry(s, Z);
+    t0 = dt__now_ns();
+    dt_status st = gather_registry(s, Z);
+    Z->blocking += since(t0);
+    Z->exposed += since(t0);
+    end_timing(Z);
+    return st;
 }
 
 static void zero_destroy(dt_strategy *s)
@@ -393,7 +436,7 @@ static size_t zero_memory(const dt_strategy *s, size_t *buffers)
 }
 
 static const dt__strategy_ops zero_ops = {
-    .name = "zero", .update = zero_update, .memory = zero_memory, .destroy = zero_destroy};
+    .name = "zero", .update = zero_update, .timing = zero_timing, .memory = zero_memory, .destroy = zero_destroy};
 
 float *dt_strategy_zero_shard(dt_strategy *s, int64_t *numel)
 {
@@ -454,6 +497,7 @@ dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int 
         st = dt_broadcast(dt_params_values(p), (size_t)dt_params_numel(p), DT_F32, 0, c);
     if (st == DT_OK && stage == 3)
         st = dt_zero_shard_take(m, Z->N, Z->r, dt_params_values(p), Z->values);
+    Z->async_before = dt_comm_async_seconds(c);
     if (st == DT_OK && stage >= 2) {
         dt_params_drop_storage(p, stage == 3, true);
         dt_model_set_hooks(m, zero_hook, s);
