@@ -146,6 +146,7 @@ static void run(dt_comm *world, bool gpt, int stage, int steps)
         worst_loss = fmax(worst_loss, fabs((double)a.loss - b.loss) / fabs((double)a.loss));
         worst_norm = fmax(worst_norm, fabs((double)a.grad_norm - b.grad_norm) / fabs((double)a.grad_norm));
     }
+    CALL(dt_strategy_sync(sb)); /* stages 1 and 2: the last update's gathers land */
     int64_t n = 0;
     const float *shard = dt_strategy_zero_shard(sb, &n);
     double params = stage < 3 ? (shard ? 1 : 0) : n == S && shard ? compare_shard(ma, shard, N, rank) : 1;

@@ -151,12 +151,18 @@ dt_status dt_strategy_single_create(dt_model *m, dt_optimizer *o, const dt_strat
 dt_status dt_strategy_ddp_create(dt_model *m, dt_optimizer *o, dt_comm *c, const dt_strategy_config *cfg,
                                  dt_strategy **out);
 /* ZeRO (DeepSpeed's optimizer sharding) over the data-parallel group c of N
- * ranks: each rank keeps 1/N of the optimizer state (stage 1), also of the
+ * ranks: each rank keeps 1/N of the optimizer state (stage 1: each block's
+ * gradients reduce-scattered in place as the last micro-batch's backward
+ * of the block ends), also of the
  * gradients (stage 2: each block's gradients reduce-scattered as its
  * backward ends, overlapping the blocks still running, so no whole gradient
  * is held) and of the parameters (stage 3: each block's parameters
  * allgathered before its forward and again before its backward, the next
  * block's gather started while the current one computes, freed after).
+ * Stages 1 and 2 gather the updated slices while the update goes on and
+ * the next forward runs (see dt_strategy_step).  The strategy communicates
+ * on a communicator it splits from c, so the caller's own calls on c do not
+ * wait behind it.
  * Stage 0 is data parallelism (dt_strategy_ddp_create).  The shard is a
  * slice of every block's parameters (dt_zero_shard_numel elements): make
  * the optimizer for that many, with dt_zero_decay_groups for weight decay.
@@ -185,9 +191,16 @@ dt_status dt_zero_shard_put(dt_model *m, int nranks, int rank, const float *shar
  * slices in the registry's whole values, and for another strategy. */
 float *dt_strategy_zero_shard(dt_strategy *s, int64_t *numel);
 
-/* One optimizer step at learning rate lr. */
+/* One optimizer step at learning rate lr.  ZeRO stages 1 and 2 return with
+ * the updated parameters still being gathered: the next forward of each
+ * block waits for its own; call dt_strategy_sync before reading the
+ * parameters otherwise (a checkpoint, a comparison). */
 dt_status dt_strategy_step(dt_strategy *s, int64_t step, float lr, dt_next_batch_fn next, void *user,
                            dt_step_stats *out);
+/* Wait for the communication the last step left in flight; then the
+ * model's parameters are current on every rank.  Collective only in that
+ * it waits for collectives the ranks started together. */
+dt_status dt_strategy_sync(dt_strategy *s);
 const char *dt_strategy_name(const dt_strategy *s);
 /* Bytes the strategy itself holds beyond the model's registry and the
  * optimizer: ZeRO's shard and, at their most so far, its communication

@@ -75,6 +75,13 @@ dt_status dt_strategy_step(dt_strategy *s, int64_t step, float lr, dt_next_batch
     return DT_OK;
 }
 
+dt_status dt_strategy_sync(dt_strategy *s)
+{
+    if (!s)
+        return dt__fail(DT_ERR_INVALID, "strategy_sync: the strategy is NULL");
+    return s->ops->sync ? s->ops->sync(s) : DT_OK;
+}
+
 const char *dt_strategy_name(const dt_strategy *s) { return s ? s->ops->name : "(none)"; }
 
 size_t dt_strategy_memory_bytes(const dt_strategy *s, size_t *buffers)

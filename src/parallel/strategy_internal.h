@@ -18,6 +18,9 @@ typedef struct {
     void (*before_backward)(dt_strategy *s, int micro, int count);
     /* After the last backward: synchronise, clip, update. */
     dt_status (*update)(dt_strategy *s, float lr, float max_norm, float *norm);
+    /* Wait for what the last step left in flight (ZeRO's gathers of the
+     * updated parameters); NULL: nothing is ever left. */
+    dt_status (*sync)(dt_strategy *s);
     /* Communication time of the last step (seconds), and the part not hidden. */
     void (*timing)(const dt_strategy *s, double *comm, double *exposed);
     /* Bytes the strategy holds beyond the model and the optimizer, of which

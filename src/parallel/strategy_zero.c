@@ -1,20 +1,29 @@
 /* ZeRO as a strategy (see parallel.h).  The common micro-batch loop
- * (strategy.c) runs forward and backward; around it:
- *   stage 1: after the last backward each block's gradients are
- *            reduce-scattered into this rank's shard;
+ * (strategy.c) runs forward and backward; the block hooks move each block's
+ * unit (zero_layout.c) while the other blocks compute:
+ *   stage 1: in the last micro-batch's backward, as a block's backward ends
+ *            its unit's gradients are reduce-scattered in place in the
+ *            registry (this rank's sum lands at the unit's start);
  *   stage 2: the registry holds no gradient buffer: a block's gradients go
  *            into a buffer of their own bound before its backward, and are
  *            reduce-scattered (nonblocking) as soon as the block is done,
  *            their sum added to the shard once it lands;
  *   stage 3: the registry holds no values either: a block's parameters are
  *            allgathered into a buffer bound before its forward (the next
- *            block's gather started as the current one ends) and again
- *            before its backward, and freed after.
- * Then the norm over the shards, clipping, the optimizer on the shard, and
- * for stages 1 and 2 the updated slices allgathered into the registry.
- * A tied parameter (GPT's wte) lives in the unit of its first holder (the
- * embedding); the head's hooks bind that unit too, and its gradient stays
- * bound until the embedding's backward, the unit's last, is done. */
+ *            block's gather started as the current one begins) and again
+ *            before its backward (the block before's started likewise), and
+ *            freed after.
+ * The update: the norm over the shards, clipping, the optimizer on the
+ * shard.  Stages 1 and 2 then allgather each unit's updated slices in place
+ * into every rank's whole parameters, started unit by unit as the optimizer
+ * goes and waited for only by the next forward of the block that reads them
+ * (or dt_strategy_sync); stage 3 starts the first block's gather.
+ * The strategy's collectives run on a communicator split from the dp group,
+ * so the trainer's own calls on the group (the logged loss) do not wait
+ * behind them.  A tied parameter (GPT's wte) lives in the unit of its first
+ * holder (the embedding); the head's hooks bind that unit too, and its
+ * gradient stays bound until the embedding's backward, the unit's last, is
+ * done. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,31 +34,35 @@
 #include "parallel/zero_internal.h"
 
 #define MAX_UNITS_PER_BLOCK 4 /* its own and the tied ones it uses */
-/* Reduce-scatters in flight at once: each holds its block's gradients, so
- * this bounds the gradient memory of stages 2 and 3 (the running block's and
- * this many), while still overlapping backward. */
+/* Reduce-scatters in flight at once for stages 2 and 3: each holds its
+ * block's gradients, so this bounds their gradient memory (the running
+ * block's and this many), while still overlapping backward.  Stage 1
+ * reduces in place and needs no bound. */
 #define MAX_REDUCES 2
+/* (Also the bound on padded copies in flight, for units the ranks do not divide.) */
 
 typedef struct {
     float *values;       /* stage 3: the gathered unit (slice x ranks), NULL when not held */
-    dt_request *gather;  /* a gather in flight into values */
+    dt_request *gather;  /* stage 3: a gather into values; stages 1, 2: the updated slices into the registry */
+    float *staging;      /* stages 1, 2: a unit whose length the ranks do not divide goes through a padded copy */
     float *grads;        /* stages 2, 3: the unit's gradients during backward (padded), bound */
-    float *sending;      /* the last micro-batch's, being reduce-scattered into `summed` */
+    float *sending;      /* stages 2, 3: the last micro-batch's, being reduce-scattered into `summed` */
     float *summed;
     dt_request *reduce;
+    bool reduced;        /* its reduce-scatter started this step */
 } unit_state;
 
 typedef struct {
     int stage, N, r;
-    dt_comm *dp;
+    dt_comm *dp; /* split from the group the strategy was made over */
     dt__zero_layout L;
     /* The shard: values (stage 3; stages 1 and 2 update their slices in the
      * whole parameters) and gradients (stages 2, 3; stage 1 reduces into the
      * whole gradients), dt_zero_shard_numel each. */
     float *values, *grads;
-    float *pad, *slice_buf; /* one padded unit, one slice: the collectives' staging */
-    size_t shard, staging, held, held_peak; /* bytes: the shard, the staging buffers; the blocks' now and at most */
+    size_t shard, held, held_peak; /* bytes: the shard; the transient buffers now and at most */
     int inflight[MAX_REDUCES], ninflight; /* units whose reduce-scatter is in flight, oldest first */
+    int backwards; /* backward passes since the last update (the last micro-batch's is the one stage 1 reduces) */
     /* timing (seconds): waits for communication this step, blocking
      * collectives' time, the progress thread's before the step; the last
      * step's communication and the part of it not hidden */
@@ -59,11 +72,35 @@ typedef struct {
 
 static double since(int64_t t0) { return (double)(dt__now_ns() - t0) / 1e9; }
 
-/* The blocks' buffers come and go: count them (dt_strategy_memory_bytes). */
+/* The transient buffers come and go: count them (dt_strategy_memory_bytes). */
 static void held(zero *Z, int64_t floats)
 {
     Z->held = (size_t)((int64_t)Z->held + floats * (int64_t)sizeof(float));
     Z->held_peak = Z->held > Z->held_peak ? Z->held : Z->held_peak;
+}
+
+static bool padded(const zero *Z, int u) { return Z->L.unit[u].slice * Z->N != Z->L.unit[u].numel; }
+
+/* This rank's real part of unit u: [lo, lo + n) of the unit (n may be 0: all padding). */
+static int64_t own_part(const zero *Z, int u, int64_t *lo)
+{
+    const dt__zero_unit *U = &Z->L.unit[u];
+    *lo = (int64_t)Z->r * U->slice;
+    int64_t n = U->numel - *lo;
+    return n < 0 ? 0 : n < U->slice ? n : U->slice;
+}
+
+/* Wait for unit u's gather or reduce, counting the wait as exposed. */
+static dt_status wait_for(zero *Z, dt_request **req, bool gather, int u)
+{
+    if (!*req)
+        return DT_OK;
+    int64_t t0 = dt__now_ns();
+    dt_status s = dt_wait(*req, NULL);
+    Z->exposed += since(t0);
+    *req = NULL;
+    return s == DT_OK ? s : dt__fail(s, "zero: %s block %d's %s: %s", gather ? "gathering" : "reducing",
+                                     Z->L.unit[u].block, gather ? "parameters" : "gradients", dt_last_error());
 }
 
 /* Units block b (local) uses: its own, then the tied parameters' units. */
@@ -71,6 +108,8 @@ static int units_of_block(const dt_strategy *s, const zero *Z, int b, int *out)
 {
     int n = 0, lo, hi;
     dt_model_block_range(s->model, &lo, &hi);
+    if (b < 0 || b >= dt_model_num_layers(s->model))
+        return 0;
     if (Z->L.unit_of_block[b] >= 0)
         out[n++] = Z->L.unit_of_block[b];
     const dt_shared_param *sh;
@@ -86,6 +125,14 @@ static int units_of_block(const dt_strategy *s, const zero *Z, int b, int *out)
     return n;
 }
 
+static bool has_unit(const int *us, int n, int u)
+{
+    for (int k = 0; k < n; k++)
+        if (us[k] == u)
+            return true;
+    return false;
+}
+
 /* Point unit u's parameters at its buffers (NULL: the registry's own, or none). */
 static void bind_unit(dt_strategy *s, zero *Z, int u)
 {
@@ -95,6 +142,49 @@ static void bind_unit(dt_strategy *s, zero *Z, int u)
         int64_t at = dt_params_info(p, k)->offset - U->flat_offset;
         dt_param_bind(p, k, Z->u[u].values ? Z->u[u].values + at : NULL, Z->u[u].grads ? Z->u[u].grads + at : NULL);
     }
+}
+
+/* ---- stages 1 and 2: the updated slices back into the registry ---- */
+
+static dt_status regather_wait(dt_strategy *s, zero *Z, int u)
+{
+    unit_state *us = &Z->u[u];
+    DT_CHECK(wait_for(Z, &us->gather, true, u));
+    if (us->staging) {
+        const dt__zero_unit *U = &Z->L.unit[u];
+        memcpy(dt_params_values(dt_model_params(s->model)) + U->flat_offset, us->staging,
+               (size_t)U->numel * sizeof(float));
+        free(us->staging);
+        us->staging = NULL;
+        held(Z, -U->slice * Z->N);
+    }
+    return DT_OK;
+}
+
+/* Start gathering unit u's updated slices into every rank's whole values:
+ * in place where the ranks divide the unit, else through a padded copy. */
+static dt_status regather_start(dt_strategy *s, zero *Z, int u)
+{
+    const dt__zero_unit *U = &Z->L.unit[u];
+    unit_state *us = &Z->u[u];
+    float *v = dt_params_values(dt_model_params(s->model)) + U->flat_offset;
+    if (!padded(Z, u))
+        return dt_iallgather(v, v, (size_t)U->slice, DT_F32, Z->dp, &us->gather);
+    int staged = 0; /* at most MAX_REDUCES padded copies: wait for the oldest (started in unit order) */
+    for (int k = 0; k < u; k++)
+        staged += Z->u[k].staging != NULL;
+    for (int k = 0; staged >= MAX_REDUCES && k < u; k++)
+        if (Z->u[k].staging) {
+            DT_CHECK(regather_wait(s, Z, k));
+            staged--;
+        }
+    int64_t lo, n = own_part(Z, u, &lo);
+    if (!(us->staging = malloc((size_t)(U->slice * Z->N) * sizeof(float))))
+        return dt__fail(DT_ERR_NOMEM, "zero: out of memory gathering block %d's parameters", U->block);
+    held(Z, U->slice * Z->N);
+    memcpy(us->staging + lo, v + lo, (size_t)n * sizeof(float));
+    memset(us->staging + lo + n, 0, (size_t)(U->slice - n) * sizeof(float));
+    return dt_iallgather(us->staging, us->staging, (size_t)U->slice, DT_F32, Z->dp, &us->gather);
 }
 
 /* ---- stage 3: gathering a unit's parameters ---- */
@@ -120,14 +210,7 @@ static dt_status gather_start(zero *Z, int u)
 static dt_status gather_wait(zero *Z, int u)
 {
     DT_CHECK(gather_start(Z, u));
-    unit_state *us = &Z->u[u];
-    if (!us->gather)
-        return DT_OK;
-    int64_t t0 = dt__now_ns();
-    dt_status s = dt_wait(us->gather, NULL);
-    Z->exposed += since(t0);
-    us->gather = NULL;
-    return s == DT_OK ? s : dt__fail(s, "zero: gathering block %d's parameters: %s", Z->L.unit[u].block, dt_last_error());
+    return wait_for(Z, &Z->u[u].gather, true, u);
 }
 
 static dt_status release_values(dt_strategy *s, zero *Z, int u)
@@ -146,25 +229,59 @@ static dt_status release_values(dt_strategy *s, zero *Z, int u)
     return st;
 }
 
-/* ---- stages 2 and 3: a unit's gradients, reduce-scattered into the shard ---- */
+/* Start the gathers of block b's units (none when b is out of range). */
+static dt_status prefetch(dt_strategy *s, zero *Z, int b)
+{
+    int us[MAX_UNITS_PER_BLOCK], n = units_of_block(s, Z, b, us);
+    for (int k = 0; k < n; k++)
+        DT_CHECK(gather_start(Z, us[k]));
+    return DT_OK;
+}
 
-/* Add unit u's reduce-scatter into the shard if it landed (wait: once it has). */
-static dt_status collect_unit(zero *Z, int u, bool wait)
+/* Free block b's gathered units except those block `keep_for` uses next. */
+static dt_status release_block(dt_strategy *s, zero *Z, int b, int keep_for)
+{
+    int us[MAX_UNITS_PER_BLOCK], n = units_of_block(s, Z, b, us);
+    int ks[MAX_UNITS_PER_BLOCK], nk = units_of_block(s, Z, keep_for, ks);
+    for (int k = 0; k < n; k++)
+        if (!has_unit(ks, nk, us[k]))
+            DT_CHECK(release_values(s, Z, us[k]));
+    return DT_OK;
+}
+
+/* ---- a unit's gradients, reduce-scattered into the shard ---- */
+
+/* Unit u's reduce-scatter landed (wait: once it has): stages 2 and 3 add it
+ * into the shard; stage 1's sum is already in the registry, or in its
+ * padded copy, from which it goes to the unit's start. */
+static dt_status collect_unit(zero *Z, dt_strategy *s, int u, bool wait)
 {
     unit_state *us = &Z->u[u];
     if (!us->reduce)
         return DT_OK;
     int done = 1;
-    int64_t t0 = dt__now_ns();
-    dt_status s = wait ? dt_wait(us->reduce, NULL) : dt_test(us->reduce, &done, NULL);
-    Z->exposed += wait ? since(t0) : 0;
-    if (s != DT_OK || done)
-        us->reduce = NULL;
-    if (s != DT_OK)
-        return dt__fail(s, "zero: reducing block %d's gradients: %s", Z->L.unit[u].block, dt_last_error());
-    if (!done)
-        return DT_OK;
+    if (wait)
+        DT_CHECK(wait_for(Z, &us->reduce, false, u));
+    else {
+        dt_status st = dt_test(us->reduce, &done, NULL);
+        if (st != DT_OK || done)
+            us->reduce = NULL;
+        if (st != DT_OK)
+            return dt__fail(st, "zero: reducing block %d's gradients: %s", Z->L.unit[u].block, dt_last_error());
+        if (!done)
+            return DT_OK;
+    }
     const dt__zero_unit *U = &Z->L.unit[u];
+    if (Z->stage == 1) {
+        if (us->sending) {
+            int64_t lo, n = own_part(Z, u, &lo);
+            memcpy(dt_params_grads(dt_model_params(s->model)) + U->flat_offset, us->sending, (size_t)n * sizeof(float));
+            free(us->sending);
+            us->sending = NULL;
+            held(Z, -U->slice * Z->N);
+        }
+        return DT_OK;
+    }
     dt_vec_axpy(Z->grads + U->shard_offset, 1.0f, us->summed, U->slice);
     free(us->summed);
     free(us->sending);
@@ -173,13 +290,13 @@ static dt_status collect_unit(zero *Z, int u, bool wait)
     return DT_OK;
 }
 
-/* Add the landed reduce-scatters into the shard (all of them: wait). */
-static dt_status collect(zero *Z, bool wait)
+/* Take in the landed reduce-scatters (all of them: wait). */
+static dt_status collect(zero *Z, dt_strategy *s, bool wait)
 {
     dt_status st = DT_OK;
     for (int u = 0; u < Z->L.nunits; u++) {
-        dt_status s = collect_unit(Z, u, wait);
-        st = st != DT_OK ? st : s;
+        dt_status r = collect_unit(Z, s, u, wait);
+        st = st != DT_OK ? st : r;
     }
     return st;
 }
@@ -197,75 +314,104 @@ static dt_status grads_bind(dt_strategy *s, zero *Z, int u)
     return DT_OK;
 }
 
-static dt_status reduce_start(dt_strategy *s, zero *Z, int u)
+/* Unit u's reduce, holding a buffer, joins those in flight: forget the
+ * landed ones; at the bound, wait for the oldest first. */
+static dt_status reduce_room(zero *Z, dt_strategy *s, int u)
 {
-    unit_state *us = &Z->u[u];
-    const dt__zero_unit *U = &Z->L.unit[u];
-    DT_CHECK(collect_unit(Z, u, true)); /* the micro-batch before's, if still in flight */
-    int keep = 0; /* forget the landed ones; at the bound, wait for the oldest */
+    int keep = 0;
     for (int k = 0; k < Z->ninflight; k++)
         if (Z->u[Z->inflight[k]].reduce)
             Z->inflight[keep++] = Z->inflight[k];
     Z->ninflight = keep;
     if (Z->ninflight == MAX_REDUCES) {
-        DT_CHECK(collect_unit(Z, Z->inflight[0], true));
+        DT_CHECK(collect_unit(Z, s, Z->inflight[0], true));
         memmove(Z->inflight, Z->inflight + 1, (size_t)(--Z->ninflight) * sizeof(int));
     }
     Z->inflight[Z->ninflight++] = u;
+    return DT_OK;
+}
+
+/* Stage 1: reduce-scatter unit u's whole gradients in the registry, in
+ * place (this rank's sum lands at the unit's start), or through a padded
+ * copy where the ranks do not divide it. */
+static dt_status reduce_registry_start(dt_strategy *s, zero *Z, int u)
+{
+    const dt__zero_unit *U = &Z->L.unit[u];
+    unit_state *us = &Z->u[u];
+    float *g = dt_params_grads(dt_model_params(s->model)) + U->flat_offset;
+    us->reduced = true;
+    if (!padded(Z, u))
+        return dt_ireduce_scatter(g, g, (size_t)U->slice, DT_F32, DT_SUM, Z->dp, &us->reduce);
+    DT_CHECK(reduce_room(Z, s, u));
+    if (!(us->sending = malloc((size_t)(U->slice * Z->N) * sizeof(float))))
+        return dt__fail(DT_ERR_NOMEM, "zero: out of memory reducing block %d's gradients", U->block);
+    held(Z, U->slice * Z->N);
+    memcpy(us->sending, g, (size_t)U->numel * sizeof(float));
+    memset(us->sending + U->numel, 0, (size_t)(U->slice * Z->N - U->numel) * sizeof(float));
+    return dt_ireduce_scatter(us->sending, us->sending, (size_t)U->slice, DT_F32, DT_SUM, Z->dp, &us->reduce);
+}
+
+/* Stages 2 and 3: the bound gradients of unit u leave for the shard. */
+static dt_status reduce_bound_start(dt_strategy *s, zero *Z, int u)
+{
+    unit_state *us = &Z->u[u];
+    const dt__zero_unit *U = &Z->L.unit[u];
+    DT_CHECK(collect_unit(Z, s, u, true)); /* the micro-batch before's, if still in flight */
+    if (!us->grads) /* its block's backward never ran: nothing to add, the shard keeps its sum */
+        return DT_OK;
+    DT_CHECK(reduce_room(Z, s, u));
     if (!(us->summed = malloc((size_t)U->slice * sizeof(float))))
         return dt__fail(DT_ERR_NOMEM, "zero: out of memory reducing block %d's gradients", U->block);
     held(Z, U->slice);
     us->sending = us->grads; /* the parameters let go of it; it lives until the reduce lands */
     us->grads = NULL;
+    us->reduced = true;
     bind_unit(s, Z, u);
     return dt_ireduce_scatter(us->sending, us->summed, (size_t)U->slice, DT_F32, DT_SUM, Z->dp, &us->reduce);
 }
 
 static dt_status zero_hook(void *user, dt_hook_point at, int b, dt_ctx *ctx)
 {
-    (void)ctx;
     dt_strategy *s = user;
     zero *Z = s->impl;
     int us[MAX_UNITS_PER_BLOCK], n = units_of_block(s, Z, b, us), nb = dt_model_num_layers(s->model);
-    DT_CHECK(collect(Z, false));
+    DT_CHECK(collect(Z, s, false));
     switch (at) {
     case DT_BEFORE_FORWARD:
-        for (int k = 0; Z->stage == 3 && k < n; k++) {
+        for (int k = 0; k < n; k++) {
+            if (Z->stage < 3) { /* the slices updated by the other ranks */
+                DT_CHECK(regather_wait(s, Z, us[k]));
+                continue;
+            }
             DT_CHECK(gather_wait(Z, us[k]));
             bind_unit(s, Z, us[k]);
         }
-        return DT_OK;
+        return Z->stage == 3 ? prefetch(s, Z, b + 1) : DT_OK; /* the next block's while this one computes */
     case DT_AFTER_FORWARD:
-        if (Z->stage != 3)
-            return DT_OK;
-        for (int k = 0; k < n; k++)
-            DT_CHECK(release_values(s, Z, us[k]));
-        if (b + 1 < nb) { /* the next block's parameters while this rank moves on */
-            int next[MAX_UNITS_PER_BLOCK], nn = units_of_block(s, Z, b + 1, next);
-            for (int k = 0; k < nn; k++)
-                DT_CHECK(gather_start(Z, next[k]));
-        }
+        /* stage 3: the last block's backward follows at once: keep it */
+        if (Z->stage == 3 && !(ctx->training && b == nb - 1))
+            DT_CHECK(release_block(s, Z, b, b + 1));
         return DT_OK;
     case DT_BEFORE_BACKWARD:
-        for (int k = 0; k < n; k++) {
+        if (b == nb - 1)
+            Z->backwards++;
+        for (int k = 0; Z->stage >= 2 && k < n; k++) {
             if (Z->stage == 3)
                 DT_CHECK(gather_wait(Z, us[k]));
             DT_CHECK(grads_bind(s, Z, us[k]));
         }
-        return DT_OK;
+        return Z->stage == 3 ? prefetch(s, Z, b - 1) : DT_OK; /* the block before's, for its backward */
     case DT_AFTER_BACKWARD: {
         int own = Z->L.unit_of_block[b];
-        for (int k = 0; k < n; k++) {
-            if (us[k] == own) /* the unit's last user is its owner: its gradients are final */
-                DT_CHECK(reduce_start(s, Z, own));
-            if (Z->stage == 3)
-                DT_CHECK(release_values(s, Z, us[k]));
-        }
-        if (Z->stage == 3 && b > 0) { /* the block before's parameters for its backward */
-            int prev[MAX_UNITS_PER_BLOCK], np = units_of_block(s, Z, b - 1, prev);
-            for (int k = 0; k < np; k++)
-                DT_CHECK(gather_start(Z, prev[k]));
-        }
+        bool last_micro = Z->backwards >= s->cfg.micro_batches;
+        /* the unit's last user is its owner: its gradients are final */
+        if (own >= 0 && Z->stage == 1 && last_micro)
+            DT_CHECK(reduce_registry_start(s, Z, own));
+        else if (own >= 0 && Z->stage >= 2)
+            DT_CHECK(reduce_bound_start(s, Z, own));
+        /* stage 3: block 0 with another micro-batch to come keeps its parameters for that forward */
+        if (Z->stage == 3 && !(b == 0 && !last_micro))
+            DT_CHECK(release_block(s, Z, b, b - 1));
         return DT_OK;
     }
     }
@@ -274,59 +420,27 @@ static dt_status zero_hook(void *user, dt_hook_point at, int b, dt_ctx *ctx)
 
 /* ---- the update ---- */
 
-/* This rank's real part of unit u: [lo, lo + n) of the unit (n may be 0: all padding). */
-static int64_t own_part(const zero *Z, int u, int64_t *lo)
-{
-    const dt__zero_unit *U = &Z->L.unit[u];
-    *lo = (int64_t)Z->r * U->slice;
-    int64_t n = U->numel - *lo;
-    return n < 0 ? 0 : n < U->slice ? n : U->slice;
-}
-
-/* Where this rank's gradient slice of unit u is: in the registry's whole
- * gradients (stage 1) or in the shard (stages 2, 3). */
+/* Where this rank's gradient slice of unit u is: at the unit's start in the
+ * registry's whole gradients (stage 1, reduced in place) or in the shard
+ * (stages 2, 3). */
 static float *grad_slice(dt_strategy *s, zero *Z, int u)
 {
-    int64_t lo;
-    own_part(Z, u, &lo);
-    return Z->stage == 1 ? dt_params_grads(dt_model_params(s->model)) + Z->L.unit[u].flat_offset + lo
+    return Z->stage == 1 ? dt_params_grads(dt_model_params(s->model)) + Z->L.unit[u].flat_offset
                          : Z->grads + Z->L.unit[u].shard_offset;
 }
 
-/* Stage 1: every unit's gradients (whole in the registry) reduce-scattered;
- * the sum of this rank's slice goes back where the slice sits. */
-static dt_status reduce_registry(dt_strategy *s, zero *Z)
+/* Wait for everything in flight: gathers (the parameters current) and reduces. */
+static dt_status settle(dt_strategy *s, zero *Z)
 {
-    const float *g = dt_params_grads(dt_model_params(s->model));
+    dt_status st = collect(Z, s, true);
     for (int u = 0; u < Z->L.nunits; u++) {
-        const dt__zero_unit *U = &Z->L.unit[u];
-        memcpy(Z->pad, g + U->flat_offset, (size_t)U->numel * sizeof(float));
-        memset(Z->pad + U->numel, 0, (size_t)(U->slice * Z->N - U->numel) * sizeof(float));
-        dt_status st = dt_reduce_scatter(Z->pad, Z->slice_buf, (size_t)U->slice, DT_F32, DT_SUM, Z->dp);
-        if (st != DT_OK)
-            return dt__fail(st, "zero: reducing block %d's gradients: %s", U->block, dt_last_error());
-        int64_t lo, n = own_part(Z, u, &lo);
-        memcpy(grad_slice(s, Z, u), Z->slice_buf, (size_t)n * sizeof(float));
+        dt_status r = Z->stage < 3 ? regather_wait(s, Z, u) : wait_for(Z, &Z->u[u].gather, true, u);
+        st = st != DT_OK ? st : r;
     }
-    return DT_OK;
+    return st;
 }
 
-/* Stages 1 and 2: the updated slices into every rank's whole parameters. */
-static dt_status gather_registry(dt_strategy *s, zero *Z)
-{
-    float *v = dt_params_values(dt_model_params(s->model));
-    for (int u = 0; u < Z->L.nunits; u++) {
-        const dt__zero_unit *U = &Z->L.unit[u];
-        int64_t lo, n = own_part(Z, u, &lo);
-        memcpy(Z->slice_buf, v + U->flat_offset + lo, (size_t)n * sizeof(float));
-        memset(Z->slice_buf + n, 0, (size_t)(U->slice - n) * sizeof(float));
-        dt_status st = dt_allgather(Z->slice_buf, Z->pad, (size_t)U->slice, DT_F32, Z->dp);
-        if (st != DT_OK)
-            return dt__fail(st, "zero: gathering block %d's parameters: %s", U->block, dt_last_error());
-        memcpy(v + U->flat_offset, Z->pad, (size_t)U->numel * sizeof(float));
-    }
-    return DT_OK;
-}
+static dt_status zero_sync(dt_strategy *s) { return settle(s, s->impl); }
 
 /* The step's communication: the progress thread's time in its collectives
  * and the blocking ones; exposed: what the step waited for. */
@@ -349,12 +463,15 @@ static void zero_timing(const dt_strategy *s, double *comm, double *exposed)
 static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *norm)
 {
     zero *Z = s->impl;
-    int64_t t0 = dt__now_ns();
-    DT_CHECK(Z->stage == 1 ? reduce_registry(s, Z) : collect(Z, true));
-    if (Z->stage == 1) { /* blocking: all of it exposed */
-        Z->blocking += since(t0);
-        Z->exposed += since(t0);
-    }
+    /* units whose reduce did not start in a backward (a block that did not
+     * run one, or stage 1 with fewer backwards than micro-batches) go now */
+    for (int u = 0; u < Z->L.nunits; u++)
+        if (!Z->u[u].reduced)
+            DT_CHECK(Z->stage == 1 ? reduce_registry_start(s, Z, u) : reduce_bound_start(s, Z, u));
+    DT_CHECK(settle(s, Z));
+    Z->backwards = 0;
+    for (int u = 0; u < Z->L.nunits; u++)
+        Z->u[u].reduced = false;
     /* the mean over ranks and micro-batches, its norm over every rank's slices, clipped */
     float mean = 1.0f / (float)(Z->N * s->cfg.micro_batches);
     double sumsq = 0;
@@ -364,7 +481,7 @@ static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *no
         dt_vec_scale(g, mean, n);
         sumsq += dt_vec_sumsq(g, n);
     }
-    t0 = dt__now_ns();
+    int64_t t0 = dt__now_ns();
     DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, Z->dp));
     Z->blocking += since(t0);
     Z->exposed += since(t0);
@@ -378,9 +495,10 @@ static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *no
         DT_CHECK(dt_optimizer_step(s->opt, Z->values, Z->grads, Z->L.shard_numel, lr));
         dt_vec_zero(Z->grads, Z->L.shard_numel);
         end_timing(Z);
-        return DT_OK;
+        return prefetch(s, Z, 0); /* the next forward's first block */
     }
-    /* stages 1 and 2: each slice updated where it sits in the whole parameters */
+    /* stages 1 and 2: each slice updated where it sits in the whole
+     * parameters, its gather started at once */
     float *v = dt_params_values(dt_model_params(s->model));
     for (int u = 0; u < Z->L.nunits; u++) {
         const dt__zero_unit *U = &Z->L.unit[u];
@@ -389,16 +507,13 @@ static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *no
         if (clip != 1.0f)
             dt_vec_scale(g, clip, n);
         DT_CHECK(dt_optimizer_update_slice(s->opt, v + U->flat_offset + lo, g, U->shard_offset, n, lr));
+        DT_CHECK(regather_start(s, Z, u));
     }
     dt_optimizer_end_step(s->opt);
     if (Z->stage == 2)
         dt_vec_zero(Z->grads, Z->L.shard_numel);
-    t0 = dt__now_ns();
-    dt_status st = gather_registry(s, Z);
-    Z->blocking += since(t0);
-    Z->exposed += since(t0);
     end_timing(Z);
-    return st;
+    return DT_OK;
 }
 
 static void zero_destroy(dt_strategy *s)
@@ -407,11 +522,12 @@ static void zero_destroy(dt_strategy *s)
     if (!Z)
         return;
     if (Z->u) {
-        collect(Z, true);
+        collect(Z, s, true);
         for (int u = 0; u < Z->L.nunits; u++) {
             if (Z->u[u].gather)
                 dt_wait(Z->u[u].gather, NULL);
             free(Z->u[u].values);
+            free(Z->u[u].staging);
             free(Z->u[u].grads);
             free(Z->u[u].sending);
             free(Z->u[u].summed);
@@ -419,11 +535,11 @@ static void zero_destroy(dt_strategy *s)
     }
     if (s->model)
         dt_model_set_hooks(s->model, NULL, NULL);
+    if (Z->dp)
+        dt_comm_destroy(Z->dp);
     free(Z->u);
     free(Z->values);
     free(Z->grads);
-    free(Z->pad);
-    free(Z->slice_buf);
     dt__zero_layout_free(&Z->L);
     free(Z);
 }
@@ -431,12 +547,16 @@ static void zero_destroy(dt_strategy *s)
 static size_t zero_memory(const dt_strategy *s, size_t *buffers)
 {
     const zero *Z = s->impl;
-    *buffers = Z->staging + Z->held_peak;
+    *buffers = Z->held_peak;
     return Z->shard + *buffers;
 }
 
-static const dt__strategy_ops zero_ops = {
-    .name = "zero", .update = zero_update, .timing = zero_timing, .memory = zero_memory, .destroy = zero_destroy};
+static const dt__strategy_ops zero_ops = {.name = "zero",
+                                          .update = zero_update,
+                                          .sync = zero_sync,
+                                          .timing = zero_timing,
+                                          .memory = zero_memory,
+                                          .destroy = zero_destroy};
 
 float *dt_strategy_zero_shard(dt_strategy *s, int64_t *numel)
 {
@@ -475,31 +595,27 @@ dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int 
     s->ops = &zero_ops;
     dt_status st = dt__strategy_init(s, m, o, cfg);
     Z->stage = stage;
-    Z->dp = c;
     Z->N = dt_comm_size(c);
     Z->r = dt_comm_rank(c);
     s->key_group = (uint32_t)Z->r;
     if (st == DT_OK)
         st = dt__zero_layout_make(m, Z->N, Z->r, &Z->L);
-    int64_t S = Z->L.shard_numel, slice = 1;
-    for (int u = 0; u < Z->L.nunits; u++)
-        slice = Z->L.unit[u].slice > slice ? Z->L.unit[u].slice : slice;
-    if (st == DT_OK &&
-        ((stage == 3 && !(Z->values = calloc((size_t)(S ? S : 1), sizeof(float)))) ||
-         (stage >= 2 && !(Z->grads = calloc((size_t)(S ? S : 1), sizeof(float)))) ||
-         (stage < 3 && !(Z->pad = malloc((size_t)(Z->L.max_padded ? Z->L.max_padded : 1) * sizeof(float)))) ||
-         (stage < 3 && !(Z->slice_buf = malloc((size_t)slice * sizeof(float)))) ||
-         !(Z->u = calloc((size_t)(Z->L.nunits ? Z->L.nunits : 1), sizeof *Z->u))))
+    int64_t S = Z->L.shard_numel;
+    if (st == DT_OK && ((stage == 3 && !(Z->values = calloc((size_t)(S ? S : 1), sizeof(float)))) ||
+                        (stage >= 2 && !(Z->grads = calloc((size_t)(S ? S : 1), sizeof(float)))) ||
+                        !(Z->u = calloc((size_t)(Z->L.nunits ? Z->L.nunits : 1), sizeof *Z->u))))
         st = dt__fail(DT_ERR_NOMEM, "out of memory for the ZeRO shard (%lld elements)", (long long)S);
     Z->shard = sizeof(float) * (size_t)((stage == 3 ? S : 0) + (stage >= 2 ? S : 0));
-    Z->staging = sizeof(float) * (size_t)(stage < 3 ? Z->L.max_padded + slice : 0);
     if (st == DT_OK) /* every rank starts from rank 0's weights */
         st = dt_broadcast(dt_params_values(p), (size_t)dt_params_numel(p), DT_F32, 0, c);
+    if (st == DT_OK) /* a communicator of its own: the caller's calls on c do not wait behind its gathers */
+        st = dt_comm_split(c, 0, Z->r, &Z->dp);
     if (st == DT_OK && stage == 3)
         st = dt_zero_shard_take(m, Z->N, Z->r, dt_params_values(p), Z->values);
-    Z->async_before = dt_comm_async_seconds(c);
-    if (st == DT_OK && stage >= 2) {
-        dt_params_drop_storage(p, stage == 3, true);
+    if (st == DT_OK) {
+        Z->async_before = dt_comm_async_seconds(Z->dp);
+        if (stage >= 2)
+            dt_params_drop_storage(p, stage == 3, true);
         dt_model_set_hooks(m, zero_hook, s);
     }
     if (st != DT_OK) {
@@ -508,54 +624,4 @@ dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int 
     }
     *out = s;
     return DT_OK;
-}
-
-/* ---- the same for a hand-written loop ---- */
-
-struct dt_zero {
-    dt_strategy *s;
-};
-
-dt_status dt_zero_create(dt_comm *c, dt_model *m, dt_optimizer *o, int stage, dt_zero **out)
-{
-    if (!out)
-        return dt__fail(DT_ERR_INVALID, "zero_create: out is NULL");
-    dt_zero *z = calloc(1, sizeof *z);
-    if (!z)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    dt_strategy_config cfg = {.micro_batches = 1};
-    dt_status st = dt_strategy_zero_create(m, o, c, stage, &cfg, &z->s);
-    if (st != DT_OK) {
-        free(z);
-        return st;
-    }
-    *out = z;
-    return DT_OK;
-}
-
-void dt_zero_set_accumulation(dt_zero *z, int micro_batches)
-{
-    if (z)
-        z->s->cfg.micro_batches = micro_batches > 1 ? micro_batches : 1;
-}
-
-dt_status dt_zero_step(dt_zero *z, float lr, float max_norm, float *norm)
-{
-    if (!z)
-        return dt__fail(DT_ERR_INVALID, "zero_step: the ZeRO object is NULL");
-    float n = 0;
-    dt_status st = zero_update(z->s, lr, max_norm, &n);
-    if (norm)
-        *norm = n;
-    return st;
-}
-
-dt_strategy *dt_zero_strategy(dt_zero *z) { return z ? z->s : NULL; }
-
-void dt_zero_destroy(dt_zero *z)
-{
-    if (!z)
-        return;
-    dt_strategy_destroy(z->s);
-    free(z);
 }

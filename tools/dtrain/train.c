@@ -593,6 +593,11 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         }
         bool ckpt_now = c->checkpoint_dir[0] &&
                         ((c->checkpoint_interval && pr.step % c->checkpoint_interval == 0) || by_time || last);
+        if (ckpt_now && dt_strategy_sync(strategy) != DT_OK) { /* ZeRO's gathers of the updated parameters */
+            fprintf(stderr, "dtrain: rank %d: step %lld failed: %s\n", rank, (long long)pr.step, dt_last_error());
+            code = 1;
+            break;
+        }
         if (ckpt_now && gather_whole(c, strategy, m, o, dp, tpc, ppc, whole, whole_o) != DT_OK) {
             code = 1;
             break;
