@@ -116,7 +116,7 @@ static double compare_shard(dt_model *whole, const float *shard, int N, int r)
     return worst / largest(v, dt_params_numel(p));
 }
 
-static void run(dt_comm *world, bool gpt, int stage, int steps)
+static void run(dt_comm *world, bool gpt, int stage, bool offload, int steps)
 {
     int N = dt_comm_size(world);
     dt_comm *ca, *cb;
@@ -136,6 +136,10 @@ static void run(dt_comm *world, bool gpt, int stage, int steps)
     dt_strategy *sa, *sb;
     CALL(dt_strategy_ddp_create(ma, oa, ca, &cfg, &sa));
     CALL(dt_strategy_zero_create(mb, ob, cb, stage, &cfg, &sb));
+    if (offload) { /* the optimizer state and the parameter shard in files */
+        CALL(dt_optimizer_offload(ob, NULL));
+        CALL(dt_strategy_zero_offload(sb, NULL));
+    }
     double worst_loss = 0, worst_norm = 0;
     for (int step = 0; step < steps; step++) {
         float lr = 3e-3f;
@@ -170,9 +174,9 @@ static void run(dt_comm *world, bool gpt, int stage, int steps)
         snprintf(kept, sizeof kept, "shard (%lld of %lld elements) within %.2g", (long long)S,
                  (long long)dt_params_numel(dt_model_params(ma)), params);
     fprintf(bad ? stderr : stdout,
-            "zero_check rank %d: N=%d %s stage %d against ddp, %d steps: losses within %.2g, norms within %.2g, the "
+            "zero_check rank %d: N=%d %s stage %d%s against ddp, %d steps: losses within %.2g, norms within %.2g, the "
             "%s of the largest parameter%s\n",
-            rank, N, gpt ? "gpt" : "mlp", stage, steps, worst_loss, worst_norm, kept, bad ? " (FAILED)" : "");
+            rank, N, gpt ? "gpt" : "mlp", stage, offload ? " offloaded" : "", steps, worst_loss, worst_norm, kept, bad ? " (FAILED)" : "");
     dt_strategy_destroy(sa);
     dt_strategy_destroy(sb);
     dt_optimizer_destroy(oa);
@@ -214,11 +218,20 @@ int main(int argc, char **argv)
         failures++;
     }
     dt_optimizer_destroy(o);
+    o = adamw(S, NULL, 0); /* stage 1 holds whole parameters: no parameter offload */
+    CALL(dt_strategy_zero_create(m, o, world, 1, &cfg, &s));
+    if (dt_strategy_zero_offload(s, NULL) != DT_ERR_INVALID || !strstr(dt_last_error(), "only stage 3")) {
+        fprintf(stderr, "zero_check rank %d: parameter offload at stage 1 not refused (%s)\n", rank, dt_last_error());
+        failures++;
+    }
+    dt_strategy_destroy(s);
+    dt_optimizer_destroy(o);
     dt_model_destroy(m);
     for (int stage = 1; stage <= 3; stage++) {
-        run(world, true, stage, steps);
-        run(world, false, stage, steps);
+        run(world, true, stage, false, steps);
+        run(world, false, stage, false, steps);
     }
+    run(world, true, 3, true, steps);
     int all = 0;
     CALL(dt_allreduce(&failures, &all, 1, DT_I32, DT_SUM, world));
     CALL(dt_comm_destroy(world));

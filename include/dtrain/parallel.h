@@ -190,6 +190,19 @@ dt_status dt_zero_shard_put(dt_model *m, int nranks, int rank, const float *shar
  * layout) and its length; NULL for stages 1 and 2, which update their
  * slices in the registry's whole values, and for another strategy. */
 float *dt_strategy_zero_shard(dt_strategy *s, int64_t *numel);
+/* ZeRO-3's parameter shard kept in a file in dir (NULL or "": /var/tmp),
+ * unlinked at once, instead of memory (ZeRO-Infinity's parameter offload
+ * to NVMe, here to the local disk): each gather reads this rank's slice of
+ * the block, and the update streams the shard through an I/O thread in
+ * windows of 2^20 elements, two in memory, the next read and the last
+ * written while the optimizer computes (dt_optimizer_offload does the same
+ * for the optimizer state).  dt_strategy_zero_shard then returns a copy
+ * read from the file, valid until the next step.  Stages 1 and 2, which
+ * hold the whole parameters, are refused.  Results are bitwise those
+ * without. */
+dt_status dt_strategy_zero_offload(dt_strategy *s, const char *dir);
+/* Bytes the parameter offload read and wrote so far (0 without it). */
+void dt_strategy_zero_offload_io(const dt_strategy *s, uint64_t *read, uint64_t *written);
 
 /* One optimizer step at learning rate lr.  ZeRO stages 1 and 2 return with
  * the updated parameters still being gathered: the next forward of each

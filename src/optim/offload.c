@@ -29,6 +29,7 @@ typedef struct job {
 } job;
 
 struct dt__offload {
+    const char *what; /* for messages: "optimizer offload", ... */
     int fd, arrays;
     int64_t numel, windows;
     char path[1024];
@@ -90,7 +91,7 @@ static void *io_main(void *arg)
         pthread_mutex_lock(&f->mu);
         if (err && f->error == DT_OK) {
             f->error = DT_ERR_SYSTEM;
-            snprintf(f->why, sizeof f->why, "optimizer offload: %s %s: %s", j->write ? "writing" : "reading", f->path,
+            snprintf(f->why, sizeof f->why, "%s: %s %s: %s", f->what, j->write ? "writing" : "reading", f->path,
                      strerror((int)err));
         }
         *(j->write ? &f->written : &f->read) += (uint64_t)(len * f->arrays) * sizeof(float);
@@ -137,13 +138,14 @@ static dt_status failed(dt__offload *f)
     return f->error == DT_OK ? DT_OK : dt__fail(f->error, "%s", f->why);
 }
 
-dt_status dt__offload_open(const char *dir, int arrays, int64_t numel, const float *init, dt__offload **out)
+dt_status dt__offload_open(const char *dir, const char *what, int arrays, int64_t numel, const float *init, dt__offload **out)
 {
     if (arrays < 1 || arrays > DT__OFFLOAD_MAX_ARRAYS || numel < 0)
-        return dt__fail(DT_ERR_INVALID, "optimizer offload: %d arrays of %lld", arrays, (long long)numel);
+        return dt__fail(DT_ERR_INVALID, "%s: %d arrays of %lld", what, arrays, (long long)numel);
     dt__offload *f = calloc(1, sizeof *f);
     if (!f)
         return dt__fail(DT_ERR_NOMEM, "out of memory");
+    f->what = what;
     f->arrays = arrays;
     f->numel = numel;
     f->windows = (numel + DT__OFFLOAD_WINDOW - 1) / DT__OFFLOAD_WINDOW;
@@ -151,7 +153,7 @@ dt_status dt__offload_open(const char *dir, int arrays, int64_t numel, const flo
     snprintf(f->path, sizeof f->path, "%s/dtrain-offload-XXXXXX", dir && *dir ? dir : "/var/tmp");
     dt_status s = DT_OK;
     if ((f->fd = mkstemp(f->path)) < 0)
-        s = dt__fail_errno(DT_ERR_SYSTEM, "optimizer offload: creating a file in %s", dir && *dir ? dir : "/var/tmp");
+        s = dt__fail_errno(DT_ERR_SYSTEM, "%s: creating a file in %s", what, dir && *dir ? dir : "/var/tmp");
     else
         unlink(f->path); /* gone with the process */
     for (int k = 0; s == DT_OK && k < 2; k++) {
@@ -167,7 +169,7 @@ dt_status dt__offload_open(const char *dir, int arrays, int64_t numel, const flo
         else if (ftruncate(f->fd, (off_t)arrays * (off_t)numel * (off_t)sizeof(float)) != 0)
             err = errno;
         if (err)
-            s = dt__fail(DT_ERR_SYSTEM, "optimizer offload: writing %s: %s", f->path, strerror(err));
+            s = dt__fail(DT_ERR_SYSTEM, "%s: writing %s: %s", what, f->path, strerror(err));
         f->written += init ? (uint64_t)(arrays * numel) * sizeof(float) : 0;
     }
     if (s == DT_OK) {
@@ -178,7 +180,7 @@ dt_status dt__offload_open(const char *dir, int arrays, int64_t numel, const flo
             pthread_mutex_destroy(&f->mu);
             pthread_cond_destroy(&f->work);
             pthread_cond_destroy(&f->done);
-            s = dt__fail(DT_ERR_SYSTEM, "optimizer offload: cannot start its I/O thread");
+            s = dt__fail(DT_ERR_SYSTEM, "%s: cannot start its I/O thread", what);
         }
     }
     if (s != DT_OK) {
@@ -197,7 +199,7 @@ dt_status dt__offload_open(const char *dir, int arrays, int64_t numel, const flo
 dt_status dt__offload_acquire(dt__offload *f, int64_t w, float **arrays, int64_t *count)
 {
     if (w < 0 || w >= f->windows)
-        return dt__fail(DT_ERR_INVALID, "optimizer offload: window %lld of %lld", (long long)w, (long long)f->windows);
+        return dt__fail(DT_ERR_INVALID, "%s: window %lld of %lld", f->what, (long long)w, (long long)f->windows);
     pthread_mutex_lock(&f->mu);
     dt_status s = DT_OK;
     int k = f->slots[0].window == w ? 0 : f->slots[1].window == w ? 1 : -1;
@@ -224,7 +226,7 @@ dt_status dt__offload_release(dt__offload *f, int64_t w)
     if (k >= 0)
         f->slots[k].dirty = true;
     pthread_mutex_unlock(&f->mu);
-    return k >= 0 ? DT_OK : dt__fail(DT_ERR_INVALID, "optimizer offload: window %lld released but not held", (long long)w);
+    return k >= 0 ? DT_OK : dt__fail(DT_ERR_INVALID, "%s: window %lld released but not held", f->what, (long long)w);
 }
 
 dt_status dt__offload_flush(dt__offload *f)
@@ -252,12 +254,25 @@ static dt_status whole(dt__offload *f, float *data, bool write)
     int err = io_all(f->fd, write, data, (int64_t)f->arrays * f->numel, 0);
     *(write ? &f->written : &f->read) += (uint64_t)(f->arrays * f->numel) * sizeof(float);
     pthread_mutex_unlock(&f->mu);
-    return err ? dt__fail(DT_ERR_SYSTEM, "optimizer offload: %s %s: %s", write ? "writing" : "reading", f->path,
+    return err ? dt__fail(DT_ERR_SYSTEM, "%s: %s %s: %s", f->what, write ? "writing" : "reading", f->path,
                           strerror(err))
                : DT_OK;
 }
 
 dt_status dt__offload_read_all(dt__offload *f, float *out) { return whole(f, out, false); }
+
+dt_status dt__offload_read_range(dt__offload *f, int a, int64_t at, int64_t n, float *out)
+{
+    if (a < 0 || a >= f->arrays || at < 0 || n < 0 || at + n > f->numel)
+        return dt__fail(DT_ERR_INVALID, "%s: elements [%lld, %lld) of array %d: outside %d arrays of %lld",
+                        f->what, (long long)at, (long long)(at + n), a, f->arrays, (long long)f->numel);
+    DT_CHECK(dt__offload_flush(f));
+    int err = io_all(f->fd, false, out, n, (int64_t)a * f->numel + at); /* pread: beside the I/O thread */
+    pthread_mutex_lock(&f->mu);
+    f->read += (uint64_t)n * sizeof(float);
+    pthread_mutex_unlock(&f->mu);
+    return err ? dt__fail(DT_ERR_SYSTEM, "%s: reading %s: %s", f->what, f->path, strerror(err)) : DT_OK;
+}
 dt_status dt__offload_write_all(dt__offload *f, const float *in) { return whole(f, (float *)in, true); }
 
 void dt__offload_io(const dt__offload *f, uint64_t *read, uint64_t *written)

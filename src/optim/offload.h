@@ -17,8 +17,9 @@
 
 typedef struct dt__offload dt__offload;
 
-/* A file in dir holding `init` (arrays x numel floats, array after array). */
-dt_status dt__offload_open(const char *dir, int arrays, int64_t numel, const float *init, dt__offload **out);
+/* A file in dir holding `init` (arrays x numel floats, array after array);
+ * `what` (a string that outlives it) starts its messages. */
+dt_status dt__offload_open(const char *dir, const char *what, int arrays, int64_t numel, const float *init, dt__offload **out);
 /* Window w's arrays (each from element w x DT__OFFLOAD_WINDOW, *count
  * elements), in memory until released; starts reading window w+1. */
 dt_status dt__offload_acquire(dt__offload *f, int64_t w, float **arrays, int64_t *count);
@@ -29,6 +30,10 @@ dt_status dt__offload_flush(dt__offload *f);
 /* The whole state into out / from in (arrays x numel floats): checkpoints. */
 dt_status dt__offload_read_all(dt__offload *f, float *out);
 dt_status dt__offload_write_all(dt__offload *f, const float *in);
+/* Elements [at, at + n) of array a into out, straight from the file (after
+ * a flush: what the windows updated is there): a reader that needs a
+ * part of the array out of window order (ZeRO-3's gathers). */
+dt_status dt__offload_read_range(dt__offload *f, int a, int64_t at, int64_t n, float *out);
 /* Bytes moved so far. */
 void dt__offload_io(const dt__offload *f, uint64_t *read, uint64_t *written);
 void dt__offload_close(dt__offload *f);

@@ -194,7 +194,7 @@ dt_status dt_optimizer_offload(dt_optimizer *o, const char *dir)
         return dt__fail(DT_ERR_INVALID, "optimizer_offload: no optimizer");
     if (o->off || o->state_len == 0) /* already, or no state to keep (plain SGD) */
         return DT_OK;
-    DT_CHECK(dt__offload_open(dir, o->kind == ADAMW ? 2 : 1, o->numel, o->state, &o->off));
+    DT_CHECK(dt__offload_open(dir, "optimizer offload", o->kind == ADAMW ? 2 : 1, o->numel, o->state, &o->off));
     free(o->state);
     o->state = NULL;
     return DT_OK;

@@ -30,6 +30,7 @@
 
 #include "base/clock.h"
 #include "base/status.h"
+#include "optim/offload.h"
 #include "parallel/strategy_internal.h"
 #include "parallel/zero_internal.h"
 
@@ -60,6 +61,11 @@ typedef struct {
      * whole parameters) and gradients (stages 2, 3; stage 1 reduces into the
      * whole gradients), dt_zero_shard_numel each. */
     float *values, *grads;
+    /* Stage 3 with the values on disk (dt_strategy_zero_offload): values
+     * is NULL, the file holds them; view: a copy read for a caller
+     * (dt_strategy_zero_shard), dropped at the next update. */
+    dt__offload *values_off;
+    float *view;
     size_t shard, held, held_peak; /* bytes: the shard; the transient buffers now and at most */
     int inflight[MAX_REDUCES], ninflight; /* units whose reduce-scatter is in flight, oldest first */
     int backwards; /* backward passes since the last update (the last micro-batch's is the one stage 1 reduces) */
@@ -198,7 +204,14 @@ static dt_status gather_start(zero *Z, int u)
     if (!(us->values = malloc((size_t)(U->slice * Z->N) * sizeof(float))))
         return dt__fail(DT_ERR_NOMEM, "zero: out of memory gathering block %d's parameters", U->block);
     held(Z, U->slice * Z->N);
-    dt_status s = dt_iallgather(Z->values + U->shard_offset, us->values, (size_t)U->slice, DT_F32, Z->dp, &us->gather);
+    dt_status s;
+    if (Z->values_off) { /* this rank's slice from the file into its place, gathered in place */
+        float *mine = us->values + (int64_t)Z->r * U->slice;
+        s = dt__offload_read_range(Z->values_off, 0, U->shard_offset, U->slice, mine);
+        if (s == DT_OK)
+            s = dt_iallgather(us->values, us->values, (size_t)U->slice, DT_F32, Z->dp, &us->gather);
+    } else
+        s = dt_iallgather(Z->values + U->shard_offset, us->values, (size_t)U->slice, DT_F32, Z->dp, &us->gather);
     if (s != DT_OK) {
         free(us->values);
         us->values = NULL;
@@ -460,9 +473,26 @@ static void zero_timing(const dt_strategy *s, double *comm, double *exposed)
     *exposed = Z->last_exposed;
 }
 
+/* Stage 3 with the values on disk: the optimizer walks them window by
+ * window (the next one read, the last one written, while it computes). */
+static dt_status update_offloaded(dt_strategy *s, zero *Z, float lr)
+{
+    for (int64_t w = 0; w * DT__OFFLOAD_WINDOW < Z->L.shard_numel; w++) {
+        float *v[DT__OFFLOAD_MAX_ARRAYS];
+        int64_t n, at = w * DT__OFFLOAD_WINDOW;
+        DT_CHECK(dt__offload_acquire(Z->values_off, w, v, &n));
+        DT_CHECK(dt_optimizer_update_slice(s->opt, v[0], Z->grads + at, at, n, lr));
+        DT_CHECK(dt__offload_release(Z->values_off, w));
+    }
+    dt_optimizer_end_step(s->opt);
+    return dt__offload_flush(Z->values_off); /* the next gathers read the file */
+}
+
 static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *norm)
 {
     zero *Z = s->impl;
+    free(Z->view); /* a caller's copy of the shard goes stale */
+    Z->view = NULL;
     /* units whose reduce did not start in a backward (a block that did not
      * run one, or stage 1 with fewer backwards than micro-batches) go now */
     for (int u = 0; u < Z->L.nunits; u++)
@@ -492,7 +522,8 @@ static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *no
     if (Z->stage == 3) {
         if (clip != 1.0f)
             dt_vec_scale(Z->grads, clip, Z->L.shard_numel);
-        DT_CHECK(dt_optimizer_step(s->opt, Z->values, Z->grads, Z->L.shard_numel, lr));
+        DT_CHECK(Z->values_off ? update_offloaded(s, Z, lr)
+                               : dt_optimizer_step(s->opt, Z->values, Z->grads, Z->L.shard_numel, lr));
         dt_vec_zero(Z->grads, Z->L.shard_numel);
         end_timing(Z);
         return prefetch(s, Z, 0); /* the next forward's first block */
@@ -537,6 +568,8 @@ static void zero_destroy(dt_strategy *s)
         dt_model_set_hooks(s->model, NULL, NULL);
     if (Z->dp)
         dt_comm_destroy(Z->dp);
+    dt__offload_close(Z->values_off);
+    free(Z->view);
     free(Z->u);
     free(Z->values);
     free(Z->grads);
@@ -568,7 +601,43 @@ float *dt_strategy_zero_shard(dt_strategy *s, int64_t *numel)
     zero *Z = s->impl;
     if (numel)
         *numel = Z->L.shard_numel;
-    return Z->values;
+    if (!Z->values_off || Z->view)
+        return Z->values ? Z->values : Z->view;
+    if (!(Z->view = malloc((size_t)(Z->L.shard_numel ? Z->L.shard_numel : 1) * sizeof(float))) ||
+        dt__offload_read_all(Z->values_off, Z->view) != DT_OK) {
+        if (!Z->view)
+            dt__fail(DT_ERR_NOMEM, "zero: out of memory reading the parameter shard from disk");
+        free(Z->view);
+        Z->view = NULL;
+        if (numel)
+            *numel = 0;
+    }
+    return Z->view;
+}
+
+dt_status dt_strategy_zero_offload(dt_strategy *s, const char *dir)
+{
+    if (!s || s->ops != &zero_ops)
+        return dt__fail(DT_ERR_INVALID, "zero_offload: %s", s ? "the strategy is not ZeRO" : "the strategy is NULL");
+    zero *Z = s->impl;
+    if (Z->stage != 3)
+        return dt__fail(DT_ERR_INVALID, "zero_offload: stage %d keeps the whole parameters on every rank; only stage 3's "
+                                        "parameter shard can live on disk", Z->stage);
+    if (Z->values_off)
+        return DT_OK;
+    DT_CHECK(dt__offload_open(dir, "ZeRO-3 parameter offload", 1, Z->L.shard_numel, Z->values, &Z->values_off));
+    free(Z->values);
+    Z->values = NULL;
+    int64_t window = Z->L.shard_numel < DT__OFFLOAD_WINDOW ? Z->L.shard_numel : DT__OFFLOAD_WINDOW;
+    Z->shard = sizeof(float) * (size_t)(Z->L.shard_numel + 2 * window); /* the gradients, two windows of values */
+    return DT_OK;
+}
+
+void dt_strategy_zero_offload_io(const dt_strategy *s, uint64_t *read, uint64_t *written)
+{
+    *read = *written = 0;
+    if (s && s->ops == &zero_ops && ((const zero *)s->impl)->values_off)
+        dt__offload_io(((const zero *)s->impl)->values_off, read, written);
 }
 
 dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int stage, const dt_strategy_config *cfg,

@@ -8,8 +8,9 @@
 #     shard of the values and of AdamW's state gathered) resumed by 2 ranks
 #     at stage 1 and by one process: each continues the uninterrupted run's
 #     losses within 1e-5;
-#   - offload=disk against the state in memory: the same losses and the
-#     same checkpoint bits, no file left;
+#   - offload=disk against the state in memory, at stage 1 (the optimizer
+#     state) and stage 3 (also the parameter shard): the same losses and
+#     the same checkpoint bits, no file left;
 #   - refusals: zero_stage with tp, with gradient compression, a
 #     memory_limit below the stage's model states (naming the stage that
 #     fits), a memory_limit that is not a size;
@@ -65,24 +66,30 @@ compare_losses "$WORK/w4.jsonl" "$WORK/r2.jsonl" "4 ranks at stage 3 resumed by 
 compare_losses "$WORK/w4.jsonl" "$WORK/r1.jsonl" "4 ranks at stage 3 resumed by one process" 5
 "$BIN/dtrain" eval "$ck" >"$WORK/eval" 2>&1 || { cat "$WORK/eval"; fail "dtrain eval of the ZeRO checkpoint"; }
 
-# -- the optimizer state offloaded to disk: the same bits (losses and every checkpointed tensor)
-par "$WORK/on" job "$WORK/on" 2 "${common[@]}" --set zero_stage=1 --set offload=disk --set offload_dir="$WORK" \
-    --set checkpoint_dir="$WORK/ck-on"
-par "$WORK/off" job "$WORK/off" 2 "${common[@]}" --set zero_stage=1 --set checkpoint_dir="$WORK/ck-off"
-par_wait
-par_ok "$WORK/on" || { cat "$WORK/on"; fail "offload=disk failed"; }
-par_ok "$WORK/off" || { cat "$WORK/off"; fail "the run without offload failed"; }
-expect_grep "$WORK/on" "offload: the optimizer state on disk .*: [0-9.]+ MiB read and [0-9.]+ MiB written per step"
-expect_grep "$WORK/on" "optimizer state 0.0 \([0-9.]+ on disk\)"
-python3 -c 'import json, sys
+# -- the optimizer state offloaded to disk (stage 1), and with it stage 3's parameter shard: the same bits
+# (losses and every checkpointed tensor)
+for z in 1 3; do
+    par "$WORK/on$z" job "$WORK/on$z" 2 "${common[@]}" --set zero_stage=$z --set offload=disk --set offload_dir="$WORK" \
+        --set checkpoint_dir="$WORK/ck-on$z"
+    par "$WORK/off$z" job "$WORK/off$z" 2 "${common[@]}" --set zero_stage=$z --set checkpoint_dir="$WORK/ck-off$z"
+    par_wait
+    par_ok "$WORK/on$z" || { cat "$WORK/on$z"; fail "offload=disk failed at stage $z"; }
+    par_ok "$WORK/off$z" || { cat "$WORK/off$z"; fail "the run without offload failed at stage $z"; }
+    python3 -c 'import json, sys
 a, b = ([json.loads(l).get("loss") for l in open(f)] for f in sys.argv[1:])
-sys.exit(0 if a == b and len(a) > 1 else 1)' "$WORK/on.jsonl" "$WORK/off.jsonl" || fail "offload changed the losses"
-for f in model optim_m optim_v; do
-    cmp "$WORK/ck-on/step-00000008/$f.safetensors" "$WORK/ck-off/step-00000008/$f.safetensors" ||
-        fail "offload changed $f.safetensors"
+sys.exit(0 if a == b and len(a) > 1 else 1)' "$WORK/on$z.jsonl" "$WORK/off$z.jsonl" ||
+        fail "offload changed the losses at stage $z"
+    for f in model optim_m optim_v; do
+        cmp "$WORK/ck-on$z/step-00000008/$f.safetensors" "$WORK/ck-off$z/step-00000008/$f.safetensors" ||
+            fail "offload changed $f.safetensors at stage $z"
+    done
 done
+expect_grep "$WORK/on1" "offload: the optimizer state on disk .*: [0-9.]+ MiB read and [0-9.]+ MiB written per step"
+expect_grep "$WORK/on1" "optimizer state 0.0 \([0-9.]+ on disk\)"
+expect_grep "$WORK/on3" "offload: the optimizer state and the parameter shard on disk .*: [0-9.]+ MiB read"
+expect_grep "$WORK/on3" "the strategy's shard [0-9.]+; its parameters on disk"
 ls "$WORK" | grep -q dtrain-offload && fail "the offload file was left behind"
-echo "offload=disk: the same losses and checkpoint bits as the state in memory"
+echo "offload=disk (stages 1 and 3): the same losses and checkpoint bits as the state in memory"
 
 # -- refusals
 job "$WORK/bad" 2 --set zero_stage=1 --set tp=2 && fail "zero_stage with tp accepted"

@@ -6,10 +6,12 @@
  *   stage 2   parameters 4P    gradients 4P/N  optimizer 4kP/N
  *   stage 3   parameters 4P/N  gradients 4P/N  optimizer 4kP/N
  *
- * (P/N exactly: the shard, a slice of every block rounded up), plus the
- * communication buffers each stage allocates, counted at the largest block:
- * stages 1 and 2 stage one padded block and one slice for the collectives,
- * stages 2 and 3 hold a block's gradients until its reduce-scatter lands
+ * (P/N exactly: the shard, a slice of every block rounded up; offload=disk
+ * keeps two windows of 2^20 elements in memory of the optimizer state, and
+ * at stage 3 of the parameter shard), plus the communication buffers each
+ * stage allocates, counted at the largest block: stages 1 and 2 reduce and
+ * gather in place, except blocks the ranks do not divide (at most two
+ * padded copies at a time), stages 2 and 3 hold a block's gradients until its reduce-scatter lands
  * (three: the running block's and two in flight), stage 3 its
  * gathered parameters (three: the running block's, a tied block's, the next
  * one's prefetched).  An estimate: most blocks are smaller, and a tied
@@ -62,14 +64,16 @@ static state_bytes estimate(const dtrain_config *c, dt_model *m, int n, int stag
     state_bytes b = {4 * P, 4 * P, 4 * k * S, 0};
     if (!strcmp(c->offload, "disk") && b.optim > 4 * k * 2 * 1048576.0) /* on disk: two windows of 2^20 in memory */
         b.optim = 4 * k * 2 * 1048576.0;
-    if (stage == 1 || stage == 2) /* the collectives' staging: a padded block and a slice */
-        b.buffers = 4 * (unit + unit / n);
+    if ((stage == 1 || stage == 2) && S * n != P) /* blocks the ranks do not divide: at most two padded copies */
+        b.buffers = 4 * 2 * unit;
     if (stage >= 2) {
         b.grads = 4 * S;
         b.buffers += 4 * (3 * unit + 2 * unit / n); /* the running block's gradients, two blocks' being reduced */
     }
     if (stage == 3) {
         b.params = 4 * S;
+        if (!strcmp(c->offload, "disk") && b.params > 4 * 2 * 1048576.0) /* the shard on disk too */
+            b.params = 4 * 2 * 1048576.0;
         b.buffers += 4 * 3 * unit; /* the block running, a tied block it uses, the next one prefetched */
     }
     return b;
@@ -204,12 +208,16 @@ void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s)
     double shard = (double)dt_strategy_memory_bytes(s, &buffers) - (double)buffers;
     struct rusage ru;
     double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : NAN;
-    char disk[64] = "";
+    char disk[64] = "", shard_disk[64] = "";
     if (on_disk) /* two windows of it in memory */
         snprintf(disk, sizeof disk, " (%.1f on disk)", mib(state));
+    uint64_t rd, wr;
+    dt_strategy_zero_offload_io(s, &rd, &wr);
+    if (wr > 0) /* ZeRO-3's parameter shard on disk too (two windows of it in memory) */
+        snprintf(shard_disk, sizeof shard_disk, "; its parameters on disk");
     printf("memory on rank 0: model states allocated %.1f MiB (parameters %.1f, gradients %.1f, optimizer state "
-           "%.1f%s, the strategy's shard %.1f), communication buffers %.1f MiB at most, peak RSS %.1f MiB\n",
-           mib(values + grads + optim + shard), mib(values), mib(grads), mib(optim), disk, mib(shard),
+           "%.1f%s, the strategy's shard %.1f%s), communication buffers %.1f MiB at most, peak RSS %.1f MiB\n",
+           mib(values + grads + optim + shard), mib(values), mib(grads), mib(optim), disk, mib(shard), shard_disk,
            mib((double)buffers), mib(rss));
     fflush(stdout);
 }

@@ -433,6 +433,10 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         goto out;
     if (make_strategy(c, dp, m, o, tpc, ppc, &strategy) != DT_OK)
         goto out;
+    if (c->zero_stage == 3 && !strcmp(c->offload, "disk") && dt_strategy_zero_offload(strategy, c->offload_dir) != DT_OK) {
+        fprintf(stderr, "dtrain: offload: %s\n", dt_last_error());
+        goto out;
+    }
     if (lead && c->metrics_file[0] && !(metrics = fopen(c->metrics_file, resume ? "a" : "w"))) {
         fprintf(stderr, "dtrain: cannot write metrics file %s\n", c->metrics_file);
         goto out;
@@ -613,13 +617,14 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     }
     if (lead && code == 0) {
         dtrain_memory_report(m, o, strategy);
-        uint64_t rd, wr;
+        uint64_t rd, wr, prd, pwr;
         dt_optimizer_offload_io(o, &rd, &wr);
+        dt_strategy_zero_offload_io(strategy, &prd, &pwr);
         int64_t ran = pr.step - first_step;
         if (!strcmp(c->offload, "disk") && ran > 0)
-            printf("offload: the optimizer state on disk (%s): %.1f MiB read and %.1f MiB written per step\n",
-                   c->offload_dir[0] ? c->offload_dir : "/var/tmp", (double)rd / 1048576.0 / (double)ran,
-                   (double)wr / 1048576.0 / (double)ran);
+            printf("offload: the optimizer state%s on disk (%s): %.1f MiB read and %.1f MiB written per step\n",
+                   c->zero_stage == 3 ? " and the parameter shard" : "", c->offload_dir[0] ? c->offload_dir : "/var/tmp",
+                   (double)(rd + prd) / 1048576.0 / (double)ran, (double)(wr + pwr) / 1048576.0 / (double)ran);
     }
     if (lead && act_peak && ppc && code == 0)
         printf("activation memory: at most %.1f MiB held at once, %d micro-batch%s in flight (stage 0, %s schedule, "
