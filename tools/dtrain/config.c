@@ -45,7 +45,7 @@ static const spec specs[] = {
     {"virtual_stages", K_INT, F(virtual_stages), 2, 64, NULL, "2", "pipeline_schedule interleaved: chunks of blocks per pipeline rank"},
     {"zero_stage", K_INT, F(zero_stage), 0, 3, NULL, "0", "ZeRO over the data-parallel ranks: 0 off (each holds everything), 1 shards the optimizer state, 2 also the gradients, 3 also the parameters"},
     {"memory_limit", K_STR, F(memory_limit), 0, 0, NULL, "\"\"", "model-state memory allowed per rank, e.g. \"2GiB\" (empty: this process's share of its cgroup's limit, if any); a zero_stage that needs more is refused, naming the stage that fits"},
-    {"offload", K_STR, F(offload), 0, 0, "none,disk", "\"none\"", "disk: keep the optimizer state (each rank's shard under ZeRO) in a file, streamed through an I/O thread while the update runs (bitwise the same results)"},
+    {"offload", K_STR, F(offload), 0, 0, "none,disk", "\"none\"", "disk: keep the optimizer state (each rank's shard under ZeRO), and at zero_stage 3 the parameter shard, in files, streamed through an I/O thread while the update runs (bitwise the same results)"},
     {"offload_dir", K_STR, F(offload_dir), 0, 0, NULL, "\"\"", "offload=disk: where the file goes (local disk; empty: /var/tmp); it is removed as it is opened"},
     {"micro_batches", K_INT, F(micro_batches), 1, 1 << 16, NULL, "1", "pieces each rank's batch is cut into (they must divide batch_size); a pipeline fills its stages with them"},
     {"grad_accumulation", K_INT, F(grad_accumulation), 1, 1 << 16, NULL, "1", "batches per optimizer step (each cut into micro_batches)"},
