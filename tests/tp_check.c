@@ -9,7 +9,10 @@
  * The model is an MLP made of column-then-row pairs, Megatron's MLP split:
  * fc1 column (IN -> H), relu, fc2 row (H -> H2), relu, fc3 column (H2 -> H),
  * relu, fc4 row (H -> OUT), with H and H2 divisible by 2, 3, 4 and 6.
- * Also checks the refusal of a size the group does not divide.
+ * Also checks the refusal of a size the group does not divide, attention
+ * split by heads, the vocabulary-parallel cross-entropy and a whole GPT
+ * (check_gpt), and that sequence parallelism on and off give the same 50
+ * losses to relative 1e-5 (check_sequence_parallel).
  *
  * usage: tp_check   (exit 0: every check held on every rank) */
 #include <math.h>
@@ -252,7 +255,7 @@ static void check_cross_entropy(dt_comm *tp, int t)
  * dropout: step-0 loss and every gradient to 1e-5, then GPT_STEPS SGD steps
  * with losses to 1e-4. */
 #define GPT_STEPS 50
-static void check_gpt(dt_comm *tp, int t, float dropout, bool sp)
+static void check_gpt(dt_comm *tp, int t, float dropout, bool sp, float *losses)
 {
     dt_gpt_config c = {.vocab = 48, .context = 12, .layers = 2, .heads = 12, .dim = 24, .dropout = dropout};
     dt_model *m[2];
@@ -290,6 +293,7 @@ static void check_gpt(dt_comm *tp, int t, float dropout, bool sp)
             if (k == 1) /* sequence parallel: the LayerNorms' and biases' parts summed */
                 CALL(dt_params_reduce_tp_partial(dt_model_params(m[1]), tp));
         }
+        losses[step] = loss[1];
         double rel = fabs((double)loss[0] - loss[1]) / loss[0];
         worst_loss = fmax(worst_loss, rel);
         if (step == 0)
@@ -315,6 +319,22 @@ static void check_gpt(dt_comm *tp, int t, float dropout, bool sp)
     dt_model_destroy(m[0]);
     dt_model_destroy(m[1]);
     dt_arena_destroy(arena);
+}
+
+/* Sequence parallelism on against off, both tp = t with dropout 0.1 from
+ * the same seed: every step's loss to relative 1e-5 (issue 31). */
+static void check_sequence_parallel(int t, const float *off, const float *on)
+{
+    double worst = 0;
+    for (int step = 0; step < GPT_STEPS; step++)
+        worst = fmax(worst, fabs((double)on[step] - off[step]) / fabs((double)off[step]));
+    if (worst > 1e-5) {
+        fprintf(stderr, "tp_check rank %d (t=%d): sequence parallel on against off: losses differ by %.2g\n", rank, t,
+                worst);
+        failures++;
+    }
+    printf("tp_check rank %d: t=%d: gpt (dropout 0.1), sequence parallel on against off: %d-step losses within %.2g\n",
+           rank, t, GPT_STEPS, worst);
 }
 
 int main(void)
@@ -350,9 +370,11 @@ int main(void)
     }
     check_attention(world, t);
     check_cross_entropy(world, t);
-    check_gpt(world, t, 0.0f, false);
-    check_gpt(world, t, 0.1f, false);
-    check_gpt(world, t, 0.1f, true);
+    float off[GPT_STEPS] = {0}, on[GPT_STEPS] = {0};
+    check_gpt(world, t, 0.0f, false, off);
+    check_gpt(world, t, 0.1f, false, off);
+    check_gpt(world, t, 0.1f, true, on);
+    check_sequence_parallel(t, off, on);
 
     model ref, tp;
     build(&ref, NULL);
