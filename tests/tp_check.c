@@ -341,11 +341,13 @@ static void check_clip_group(dt_comm *tp, int t)
     for (int64_t i = 0; i < c; i++)
         dv = fmax(dv, fabs((double)mine[i] - whole[c * rank + i]) / fabs((double)whole[c * rank + i]));
     if (dn > 1e-6 || dv > 1e-6 || !(want_norm > 1.0f)) {
-        fprintf(stderr, "tp_check rank %d (t=%d): group clipping: norm %.9g against %.9g, slice within %.2g\n", rank, t,
-                norm, want_norm, dv);
+        fprintf(stderr,
+                "tp_check rank %d (t=%d): group clipping: norm %.9g against %.9g, slice within %.2g\n", rank,
+                t, norm, want_norm, dv);
         failures++;
     }
-    printf("tp_check rank %d: t=%d: clipping over the group: norm %.7g (whole vector %.7g), clipped slice within %.2g\n",
+    printf("tp_check rank %d: t=%d: clipping over the group: norm %.7g (whole vector %.7g), clipped slice "
+           "within %.2g\n",
            rank, t, norm, want_norm, dv);
 }
 
@@ -357,11 +359,12 @@ static void check_sequence_parallel(int t, const float *off, const float *on)
     for (int step = 0; step < GPT_STEPS; step++)
         worst = fmax(worst, fabs((double)on[step] - off[step]) / fabs((double)off[step]));
     if (worst > 1e-5) {
-        fprintf(stderr, "tp_check rank %d (t=%d): sequence parallel on against off: losses differ by %.2g\n", rank, t,
-                worst);
+        fprintf(stderr, "tp_check rank %d (t=%d): sequence parallel on against off: losses differ by %.2g\n",
+                rank, t, worst);
         failures++;
     }
-    printf("tp_check rank %d: t=%d: gpt (dropout 0.1), sequence parallel on against off: %d-step losses within %.2g\n",
+    printf("tp_check rank %d: t=%d: gpt (dropout 0.1), sequence parallel on against off: %d-step losses "
+           "within %.2g\n",
            rank, t, GPT_STEPS, worst);
 }
 
