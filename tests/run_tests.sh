@@ -76,6 +76,7 @@ run unit/checkpoint 60 "$BIN/test_ckpt"
 run engine/pytorch-crosscheck 300 tests/cases/torch_crosscheck.sh
 run engine/optimizer-groups-vs-pytorch 120 tests/cases/optim_groups.sh
 run engine/dtrain-cli 300 tests/cases/dtrain_cli.sh
+run engine/dtrain-recompute-bitwise 200 tests/cases/dtrain_recompute.sh
 run engine/dtrain-messages-threads 200 tests/cases/dtrain_messages.sh
 run fault/checkpoint-manifest-checked 200 tests/cases/checkpoint_manifest.sh
 run engine/torch-converter 200 tests/cases/torch_convert.sh
