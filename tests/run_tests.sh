@@ -131,6 +131,7 @@ run "parallel/pipeline-schedules" 300 tests/cases/pp_schedules.sh
 run "parallel/dtrain-pipeline" 400 tests/cases/dtrain_pp.sh
 run "parallel/zero-stages" 300 tests/cases/zero_stages.sh
 run "parallel/dtrain-zero" 300 tests/cases/dtrain_zero.sh
+run "parallel/ps-sync" 300 tests/cases/ps_sync.sh
 
 # ---- launcher ----
 run dtrun/prefix-and-success 30 tests/cases/dtrun_prefix.sh
