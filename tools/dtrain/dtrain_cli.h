@@ -34,6 +34,11 @@ typedef struct {
     char memory_limit[32]; /* model-state bytes allowed per rank ("2GiB"; "" or "0": the cgroup's, if any) */
     char offload[8];       /* none | disk: the optimizer state in a file */
     char offload_dir[1024];
+    /* parameter server: the last `servers` ranks serve (0: none) */
+    int64_t servers, staleness, straggler_rank;
+    double straggler_ms;
+    char sync[8]; /* bsp | asp | ssp */
+    char ps_clock_log[1024];
 } dtrain_config;
 
 /* A whole file as a NUL-terminated string (caller frees); NULL with errno set. */
@@ -119,6 +124,18 @@ int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, 
 dt_status dtrain_build_model(const dtrain_config *c, dt_model **m);
 /* The same split over the tensor-parallel group tp (NULL: whole). */
 dt_status dtrain_build_model_tp(const dtrain_config *c, dt_comm *tp, dt_model **m);
+
+/* The run's optimizer over [offset, offset + n) of p, with the weight-decay
+ * groups the names give (train.c). */
+dt_status dtrain_make_optimizer_range(const dtrain_config *c, dt_params *p, int64_t offset, int64_t n,
+                                      dt_optimizer **o);
+
+/* ---- parameter server (ps_role.c) ---- */
+/* The library's configuration from the servers, sync, staleness and
+ * ps_clock_log keys. */
+dt_status dtrain_ps_config(const dtrain_config *c, dt_ps_config *out);
+/* A server rank's whole life: serve until every worker has left; the exit code. */
+int dtrain_ps_serve(const dtrain_config *c, dt_comm *job, dt_comm *servers, const dt_ps_config *pc);
 /* The description behind both (the failure printed). */
 dt_status dtrain_describe_model(const dtrain_config *c, dt_comm *tp, dt_model_desc **d);
 /* Pipeline stage `stage` of c->pp (c->virtual_stages chunks when the
