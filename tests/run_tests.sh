@@ -190,6 +190,7 @@ fi
 # ---- set-up, install and tools (issue 29's papercuts) ----
 run setup/build-deps-without-apt 300 tests/cases/setup_build_deps.sh
 run tools/version-and-dtbench-nccl-tests-layout 200 tests/cases/dtbench_format.sh
+run docs/public-headers-and-links 30 tests/cases/docs_headers.sh
 
 echo
 [ $failed -gt 0 ] && echo "failed: ${failed_names[*]} (logs in $LOGS)"
