@@ -24,6 +24,8 @@
 typedef struct {
     ps_header hdr;        /* the request being received */
     ps_header rep;        /* the reply being sent */
+    float *reply;         /* the values being sent (a copy: updates go on while a slow worker takes them) */
+    dt_request *out[2];   /* the reply's header and values in flight */
     int64_t clock;        /* pushes completed */
     int64_t got;          /* elements of the current push received */
     int64_t (*piece)[2];  /* the current push's pieces [lo, hi) */
@@ -50,8 +52,6 @@ typedef struct {
     bool initialized;
     worker *w;
     dt_request **hreq;    /* one header receive per worker */
-    dt_request **sends;   /* replies in flight (they read values and the state) */
-    int nsends, cap_sends;
     FILE *log;
     int byes;
     char refused[512]; /* the first refusal, for the server's own error */
@@ -59,28 +59,17 @@ typedef struct {
 
 static dt_status bsp_try(server *S);
 
-static dt_status wait_sends(server *S)
+/* Worker w's last reply has left (its buffers may be reused). */
+static dt_status wait_worker(server *S, int w)
 {
     dt_status st = DT_OK;
-    for (int i = 0; i < S->nsends; i++) {
-        dt_status r = dt_wait(S->sends[i], NULL);
-        st = st != DT_OK ? st : r;
-    }
-    S->nsends = 0;
+    for (int i = 0; i < 2; i++)
+        if (S->w[w].out[i]) {
+            dt_status r = dt_wait(S->w[w].out[i], NULL);
+            S->w[w].out[i] = NULL;
+            st = st != DT_OK ? st : r;
+        }
     return st;
-}
-
-static dt_status send_async(server *S, const void *buf, size_t count, dt_dtype t, int peer, int tag)
-{
-    if (S->nsends == S->cap_sends) {
-        int cap = S->cap_sends ? 2 * S->cap_sends : 16;
-        dt_request **r = realloc(S->sends, (size_t)cap * sizeof *r);
-        if (!r)
-            return dt__fail(DT_ERR_NOMEM, "parameter server: out of memory");
-        S->sends = r;
-        S->cap_sends = cap;
-    }
-    return dt_isend(buf, count, t, peer, tag, S->c, &S->sends[S->nsends++]);
 }
 
 /* Refuse worker w's request: it gets PS_ERROR and the reason; the server's
@@ -97,7 +86,7 @@ static dt_status refuse(server *S, int w, const char *fmt, ...)
     va_end(ap);
     if (!S->refused[0])
         snprintf(S->refused, sizeof S->refused, "%s", why);
-    DT_CHECK(wait_sends(S));
+    DT_CHECK(wait_worker(S, w));
     S->w[w].rep = ps_make(PS_ERROR, 0, (int64_t)strlen(why), 0, 0);
     DT_CHECK(dt_send(&S->w[w].rep, PS_HEADER_WORDS, DT_I64, w, PS_TAG_REP, S->c));
     DT_CHECK(dt_send(why, strlen(why), DT_U8, w, PS_TAG_ERR, S->c));
@@ -126,8 +115,7 @@ static float apply(server *S, float *grad, double scale, double lr, double clip,
     float norm = (float)sqrt(sumsq);
     if (clip > 0 && norm > clip) /* torch's clip_grad_norm_ */
         dt_vec_scale(grad, (float)(clip / (norm + 1e-6)), S->n);
-    if ((*st = wait_sends(S)) == DT_OK) /* replies still reading the values */
-        *st = dt_optimizer_step(S->o, S->values, grad, S->n, (float)lr);
+    *st = dt_optimizer_step(S->o, S->values, grad, S->n, (float)lr); /* replies send copies */
     dt_vec_zero(grad, S->n);
     return norm;
 }
@@ -228,26 +216,33 @@ static bool ready(const server *S, const ps_header *h)
     }
 }
 
+/* A pull's answer goes from a copy of the values, so that neither an update
+ * nor the other workers wait until a slow worker has taken it in; a
+ * snapshot (worker 0, for a checkpoint, which waits for it) is sent before
+ * the server goes on. */
 static dt_status answer(server *S, int w, const ps_header *h, int64_t since_ns)
 {
     worker *W = &S->w[w];
-    DT_CHECK(wait_sends(S)); /* W->rep is reused */
+    DT_CHECK(wait_worker(S, w)); /* its last reply's buffers are reused */
     int64_t steps = dt_optimizer_steps(S->o);
     if (ps_op_of(h) == PS_PULL) {
         if (S->log)
             fprintf(S->log, "pull worker %d step %lld slowest %lld waited_ms %.1f\n", w, (long long)h->clock,
                     (long long)slowest(S), (double)(dt__now_ns() - since_ns) / 1e6);
+        if (!W->reply && !(W->reply = malloc((size_t)S->n * sizeof(float))))
+            return dt__fail(DT_ERR_NOMEM, "parameter server: out of memory for worker %d's answers", w);
+        memcpy(W->reply, S->values, (size_t)S->n * sizeof(float));
         W->rep = ps_make(PS_VALUES, h->clock, ps_bits(S->norm), steps, 0);
-        DT_CHECK(send_async(S, &W->rep, PS_HEADER_WORDS, DT_I64, w, PS_TAG_REP));
-        return send_async(S, S->values, (size_t)S->n, DT_F32, w, PS_TAG_REPDATA);
+        DT_CHECK(dt_isend(&W->rep, PS_HEADER_WORDS, DT_I64, w, PS_TAG_REP, S->c, &W->out[0]));
+        return dt_isend(W->reply, (size_t)S->n, DT_F32, w, PS_TAG_REPDATA, S->c, &W->out[1]);
     }
     dt_optim_state st[MAX_STATE];
     int ns = dt_optimizer_state_buffers(S->o, st, MAX_STATE);
     W->rep = ps_make(PS_STATE, h->clock, ns, steps, 0);
-    DT_CHECK(send_async(S, &W->rep, PS_HEADER_WORDS, DT_I64, w, PS_TAG_REP));
-    DT_CHECK(send_async(S, S->values, (size_t)S->n, DT_F32, w, PS_TAG_REPDATA));
+    DT_CHECK(dt_send(&W->rep, PS_HEADER_WORDS, DT_I64, w, PS_TAG_REP, S->c));
+    DT_CHECK(dt_send(S->values, (size_t)S->n, DT_F32, w, PS_TAG_REPDATA, S->c));
     for (int i = 0; i < ns; i++)
-        DT_CHECK(send_async(S, st[i].data, (size_t)S->n, DT_F32, w, PS_TAG_REPDATA));
+        DT_CHECK(dt_send(st[i].data, (size_t)S->n, DT_F32, w, PS_TAG_REPDATA, S->c));
     return DT_OK;
 }
 
@@ -359,14 +354,14 @@ static dt_status handle(server *S, int w)
 
 static void server_free(server *S)
 {
-    wait_sends(S);
     for (int w = 0; S->w && w < S->W; w++) {
+        wait_worker(S, w);
+        free(S->w[w].reply);
         free(S->w[w].piece);
         free(S->w[w].acc);
     }
     free(S->w);
     free(S->hreq);
-    free(S->sends);
     free(S->values);
     free(S->sum);
     free(S->scratch);

@@ -365,6 +365,8 @@ dt_status dtrain_config_validate(const dtrain_config *c)
     if (c->servers > 0 && c->grad_clip > 0 && strcmp(c->sync, "bsp"))
         return bad("configuration", "grad_clip", "needs sync bsp: asp and ssp apply each worker's push alone, with no "
                                                  "global norm to clip to");
+    if (c->servers > 0 && c->stop_at_accuracy > 0 && strcmp(c->sync, "bsp"))
+        return bad("configuration", "stop_at_accuracy", "needs sync bsp: asynchronous workers do not stop together");
     if (c->zero_stage > 0 && strcmp(c->grad_compression, "none"))
         return bad("configuration", "grad_compression", "is for data parallelism (zero_stage 0)");
     if (c->batch_size % c->micro_batches) {

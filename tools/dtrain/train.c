@@ -586,7 +586,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         const dt_batch *b = fd.last;
         win.items += fd.items;
         int log_now = (step + 1) % c->log_interval == 0 || step + 1 == c->steps;
-        if (s == DT_OK && log_now && nranks > 1) /* the loss over every rank's batch */
+        /* the loss over every rank's batch; asynchronous workers (asp, ssp) do not wait for each other: worker 0's */
+        if (s == DT_OK && log_now && nranks > 1 && !(job && psc.sync != DT_PS_BSP))
             s = dt_allreduce(&loss, &loss, 1, DT_F32, DT_AVG, world);
         if (s != DT_OK || !isfinite(loss)) {
             fprintf(stderr, "dtrain: rank %d: step %lld failed: %s\n", rank, (long long)step + 1,
