@@ -179,6 +179,12 @@ dt_status dt_zero_decay_groups(dt_model *m, int nranks, int rank, const char *pa
  * together again from theirs. */
 dt_status dt_zero_shard_take(dt_model *m, int nranks, int rank, const float *whole, float *shard);
 dt_status dt_zero_shard_put(dt_model *m, int nranks, int rank, const float *shard, float *whole);
+/* ZeRO's units of m, in shard order: each one's range of the flat buffer
+ * (offsets[i], numels[i]; up to max of them filled).  Returns how many
+ * there are (-1 on error).  A rank's shard over N ranks is slice r,
+ * ceil(numel / N) long, of each: what a sharded checkpoint's manifest
+ * records. */
+int dt_zero_units(dt_model *m, int64_t *offsets, int64_t *numels, int max);
 /* A ZeRO-3 strategy's shard of the values (the master copy its optimizer
  * updates, dt_zero_shard_numel elements: see dt_zero_shard_take for the
  * layout) and its length; NULL for stages 1 and 2, which update their

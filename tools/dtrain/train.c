@@ -53,11 +53,12 @@ static dt_status make_optimizer(const dtrain_config *c, dt_params *p, dt_optimiz
     return make_optimizer_for(c, NULL, p, 0, 0, o);
 }
 
-/* A split run's resume: the checkpoint (always unsplit) into a whole model
- * and optimizer, then this rank's part of them: ZeRO (zero_ranks > 0) the
+/* A split run's resume from an unsplit checkpoint (or, for a mesh, a
+ * sharded one put together whole by dt_ckpt_load): the whole model and
+ * optimizer, then this rank's part of them: ZeRO (zero_ranks > 0) the
  * whole values into m (still whole: the strategy takes its shard later) and
  * its shard of the optimizer state; a mesh its stage's and shards' slices,
- * by name. */
+ * by name.  A ZeRO run resumes from shard files with dtrain_zero_resume. */
 static dt_status load_split(const dtrain_config *c, const char *step_dir, dt_model *m, dt_optimizer *o,
                             int zero_ranks, int zero_rank)
 {
@@ -79,18 +80,25 @@ static dt_status load_split(const dtrain_config *c, const char *step_dir, dt_mod
     return s;
 }
 
-/* Before a checkpoint of a split run: the whole model onto the writer (rank
- * 0) from the shards, over the ranks that hold them (ZeRO: the dp group; a
- * mesh: dp rank 0's pipeline and tensor-parallel groups).  Nothing for a
- * run that is not split. */
-static dt_status gather_whole(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o, dt_comm *dp,
-                              dt_comm *tp, dt_comm *pp, dt_model *whole, dt_optimizer *whole_o)
+/* One checkpoint at pr->step, collective over the ranks that hold a part:
+ * ZeRO's ranks each write their shard file (zero_ckpt.c); a mesh gathers
+ * the whole model onto the writer (rank 0) from the shards, over dp rank
+ * 0's pipeline and tensor-parallel groups; a run that is not split hands
+ * its state to the writer as it is.  The writer (rank 0's; NULL on the
+ * others) writes in the background; *stall: the time it held us up. */
+static dt_status checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o, dt_comm *dp,
+                            dt_comm *tp, dt_comm *pp, dt_model *whole, dt_optimizer *whole_o, dt_ckpt_writer *w,
+                            const dt_ckpt_progress *pr, const char *label, double *stall)
 {
     dt_params *wp = whole ? dt_model_params(whole) : NULL;
     if (c->zero_stage > 0)
-        return dtrain_zero_gather(s, m, o, dp, wp, whole_o);
-    if ((tp || pp) && dt_comm_rank(dp) == 0)
-        return dtrain_split_gather(c, dt_model_params(m), o, tp, pp, wp, whole_o);
+        return dtrain_zero_checkpoint(c, s, m, o, dp, wp, w, pr, label, stall);
+    dt_status r = DT_OK;
+    if ((tp || pp) && dt_comm_rank(dp) == 0 &&
+        (r = dtrain_split_gather(c, dt_model_params(m), o, tp, pp, wp, whole_o)) != DT_OK)
+        return r;
+    if (w)
+        dt_ckpt_writer_submit(w, pr, label, stall);
     return DT_OK;
 }
 
@@ -326,7 +334,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     dt_comm *world = NULL, *dp = NULL, *tpc = NULL, *ppc = NULL;
     dt_mesh *mesh = NULL;
     int dpn = 1, dpr = 0;
-    dt_model *whole = NULL; /* tensor parallel: the unsplit model the writer saves */
+    dt_model *whole = NULL; /* a mesh's unsplit model, ZeRO-3's gathered values: what the writer saves */
     dt_optimizer *whole_o = NULL;
     data_source d;
     memset(&d, 0, sizeof d);
@@ -381,7 +389,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     }
     dt_params *p = dt_model_params(m);
     dt_model_init(m, (uint64_t)c->seed);
-    bool zero = c->zero_stage > 0, split = mesh || zero; /* split: checkpoints gather the whole model */
+    bool zero = c->zero_stage > 0, split = mesh || zero; /* split: a resume takes this rank's part */
     if (dtrain_memory_plan(c, m, dpn, lead) != 0) {
         code = 2;
         goto out;
@@ -398,8 +406,18 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         dtrain_config saved;
         if (dtrain_checkpoint_open(resume, d.train_samples, step_dir, sizeof step_dir, &saved, &pr) != DT_OK)
             goto out;
-        if (split ? load_split(c, step_dir, m, o, zero ? dpn : 0, dpr) != DT_OK : dt_ckpt_load(step_dir, p, o) != DT_OK) {
+        /* a ZeRO run takes its shard from shard files (written by any N at any stage), or from an unsplit
+         * checkpoint (one without, or an older ZeRO one); any other run loads the whole state either way */
+        int shards = 0;
+        if (dt_ckpt_shards(step_dir, &shards, NULL, NULL) != DT_OK) {
             fprintf(stderr, "dtrain: %s\n", dt_last_error());
+            goto out;
+        }
+        if (zero && shards > 0 ? dtrain_zero_resume(step_dir, m, o, dpn, dpr) != DT_OK
+                               : split ? load_split(c, step_dir, m, o, zero ? dpn : 0, dpr) != DT_OK
+                                       : dt_ckpt_load(step_dir, p, o) != DT_OK) {
+            if (!zero || !shards) /* dtrain_zero_resume printed why */
+                fprintf(stderr, "dtrain: %s\n", dt_last_error());
             goto out;
         }
         if (pr.step > c->steps) {
@@ -425,12 +443,17 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     pr.world_size = dpn; /* the data-parallel width: what the global batch is made of */
     dt_rng_seed(&pr.rng, dt_rng_key_stream(&(dt_rng_key){(uint64_t)c->seed, (uint64_t)pr.step, 0, 0}, 0));
     pr.global_batch = c->batch_size * dpn * c->grad_accumulation;
+    /* The writer's registry and optimizer: a mesh's gathered whole model; ZeRO's values alone (the live
+     * registry at stages 1-2, where every rank holds them whole; gathered into a whole model's at stage 3),
+     * its optimizer state going into each rank's shard file instead */
     if (lead && c->checkpoint_dir[0] &&
-        ((split && (dtrain_build_model_tp(c, NULL, &whole) != DT_OK ||
-                    make_optimizer(c, dt_model_params(whole), &whole_o) != DT_OK)) ||
-         dtrain_checkpoint_writer_start(c, split ? dt_model_params(whole) : p, split ? whole_o : o,
+        (((mesh || c->zero_stage == 3) && dtrain_build_model_tp(c, NULL, &whole) != DT_OK) ||
+         (mesh && make_optimizer(c, dt_model_params(whole), &whole_o) != DT_OK) ||
+         dtrain_checkpoint_writer_start(c, whole ? dt_model_params(whole) : p, mesh ? whole_o : zero ? NULL : o,
                                         resume ? pr.step : -1, resumed_dir, &writer) != DT_OK))
         goto out;
+    if (whole && !mesh) /* ZeRO-3's gathered values need no gradients */
+        dt_params_drop_storage(dt_model_params(whole), false, true);
     if (make_strategy(c, dp, m, o, tpc, ppc, &strategy) != DT_OK)
         goto out;
     if (lead && c->metrics_file[0] && !(metrics = fopen(c->metrics_file, resume ? "a" : "w"))) {
@@ -445,13 +468,11 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
      * batch (and world size) and keeps it. */
     const char *restartable = getenv("DT_RESTARTABLE");
     if (c->checkpoint_dir[0] && !resume && (c->checkpoint_initial || (restartable && !strcmp(restartable, "1")))) {
-        if (gather_whole(c, strategy, m, o, dp, tpc, ppc, whole, whole_o) != DT_OK)
+        if (checkpoint(c, strategy, m, o, dp, tpc, ppc, whole, whole_o, writer, &pr, " (initial weights)", NULL) !=
+            DT_OK)
             goto out;
-        if (writer) {
-            dt_ckpt_writer_submit(writer, &pr, " (initial weights)", NULL);
-            if (dt_ckpt_writer_flush(writer) != DT_OK) /* the writer printed why */
-                goto out;
-        }
+        if (writer && dt_ckpt_writer_flush(writer) != DT_OK) /* the writer printed why */
+            goto out;
     }
 
     /* the prefetcher hands out micro-batches: batch_size / micro_batches samples each */
@@ -593,13 +614,12 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         }
         bool ckpt_now = c->checkpoint_dir[0] &&
                         ((c->checkpoint_interval && pr.step % c->checkpoint_interval == 0) || by_time || last);
-        if (ckpt_now && gather_whole(c, strategy, m, o, dp, tpc, ppc, whole, whole_o) != DT_OK) {
+        double stall = 0;
+        if (ckpt_now && checkpoint(c, strategy, m, o, dp, tpc, ppc, whole, whole_o, writer, &pr, "", &stall) != DT_OK) {
             code = 1;
             break;
         }
-        if (writer && ckpt_now) {
-            double stall = 0;
-            dt_ckpt_writer_submit(writer, &pr, "", &stall);
+        if (ckpt_now) {
             last_ckpt = now_s();
             win.compute -= stall; /* not compute: time held up by the writer */
         }
