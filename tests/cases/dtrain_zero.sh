@@ -13,7 +13,9 @@
 #     continues the uninterrupted run's losses within 1e-5;
 #   - a corrupt shard file: named, and a resume from the root falls back to
 #     the previous checkpoint and continues the losses; a missing one, a unit
-#     that is not the model's, a file list short of the ranks: named;
+#     that is not the model's, a file list short of the ranks: named; a
+#     disk too full for a rank's shard (root only): named, the step dropped
+#     whole, training goes on, exit 3;
 #   - offload=disk against the state in memory: the same losses and the
 #     same checkpoint bits, no file left;
 #   - refusals: zero_stage with tp, with gradient compression, a
@@ -149,6 +151,28 @@ python3 tests/cases/manifest_edit.py "$WORK/ckbad/step-00000004/manifest.json" s
 refused "$WORK/ckbad/step-00000004" "the manifest's field sharding.files lists 4 files, sharding.ranks is 3" \
     "a file list short of the ranks"
 echo "shard files: a corrupt one skipped (fallback), a missing one, a foreign unit and a short file list refused"
+# a disk too small for the second checkpoint's shards: named, dropped whole (no temporary directory left),
+# training goes on and ends with exit 3 naming the newest good one (as for any failed final checkpoint)
+if [ "$(id -u)" = 0 ]; then
+    mnt="$WORK/small"
+    mkdir -p "$mnt"
+    # one checkpoint of 2 ranks at stage 1 (the weights and each rank's two moments, about 1.4 MiB) fits, two do not
+    mount -t tmpfs -o size=2m dtrain-test "$mnt" || fail "cannot mount a tmpfs"
+    trap 'umount "$mnt" 2>/dev/null; rm -rf "$WORK"' EXIT
+    job "$WORK/full" 2 --set batch_size=3 --set zero_stage=1 --set checkpoint_dir="$mnt/ck" --set checkpoint_interval=4 \
+        --set checkpoint_keep=0
+    rc=$?
+    [ $rc = 3 ] || { cat "$WORK/full"; fail "a full disk for the final ZeRO checkpoint: exit $rc, expected 3"; }
+    expect_grep "$WORK/full" "rank [01]'s shard of the checkpoint at step 8 not written: .*No space left on device"
+    expect_grep "$WORK/full" "checkpoint at step 8 failed: rank [01].* could not write its shard"
+    expect_grep "$WORK/full" "the newest good checkpoint is $mnt/ck/step-00000004 \(step 4\)"
+    expect_grep "$WORK/full" "step 8/8"
+    [ "$(ls -A "$mnt/ck")" = "step-00000004" ] || { ls -A "$mnt/ck"; fail "the full disk left more than step-4 behind"; }
+    umount "$mnt"
+    echo "disk full for a shard: named, the step dropped whole, step-4 kept, exit 3"
+else
+    echo "the disk-full case skipped: it needs root to mount a small tmpfs"
+fi
 
 # -- the optimizer state offloaded to disk: the same bits (losses and every checkpointed tensor)
 par "$WORK/on" job "$WORK/on" 2 "${common[@]}" --set zero_stage=1 --set offload=disk --set offload_dir="$WORK" \

@@ -86,10 +86,10 @@ dt_status dtrain_split_gather(const dtrain_config *c, dt_params *p, dt_optimizer
                               dt_params *whole, dt_optimizer *wo);
 /* ZeRO-3's values (split_ckpt.c): every rank's shard gathered into the
  * whole registry `whole` on dp rank 0 (the others pass NULL; collective
- * over dp), for model.safetensors.  And the inverse of an unsplit
- * checkpoint (written before shard files; still resumed): this rank's
- * shard of the optimizer state out of a whole one (m's registry still
- * whole: the values are copied by dt_ckpt_load as usual). */
+ * over dp), for model.safetensors.  Slice: a ZeRO run resumed from an
+ * unsplit checkpoint (data parallelism's, or ZeRO's from before shard
+ * files) takes this rank's shard of the optimizer state out of the whole
+ * one (m's registry still whole: the values are copied as they are). */
 dt_status dtrain_zero_gather_values(dt_strategy *s, dt_model *m, dt_comm *dp, dt_params *whole);
 dt_status dtrain_zero_slice(dt_model *m, int nranks, int rank, dt_optimizer *wo, dt_optimizer *o);
 

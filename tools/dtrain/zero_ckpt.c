@@ -101,8 +101,8 @@ dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_mode
     int64_t got[3] = {0, 0, 0}, *all = rank == 0 ? calloc((size_t)N * 3, sizeof *all) : NULL;
     if (r == DT_OK && ready) {
         got[0] = dt_ckpt_shard_write(c->checkpoint_dir, pr->step, &sh, rank, arrays, &mine) == DT_OK;
-        if (!got[0])
-            fprintf(stderr, "dtrain: rank %d: %s\n", rank, dt_last_error());
+        if (!got[0]) /* the message names the rank */
+            fprintf(stderr, "dtrain: %s\n", dt_last_error());
         got[1] = (int64_t)mine.bytes;
         got[2] = (int64_t)mine.crc;
     }
@@ -113,18 +113,18 @@ dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_mode
         fprintf(stderr, "dtrain: rank %d: checkpoint at step %lld: %s\n", rank, (long long)pr->step, dt_last_error());
     if (r == DT_OK && rank == 0 && ready) {
         dt_ckpt_shard_file *files = all ? calloc((size_t)N, sizeof *files) : NULL;
-        int bad = files ? -1 : 0;
+        int bad = files ? -1 : 0, nbad = 0;
         for (int q = 0; files && q < N; q++) {
-            if (!all[3 * q] && bad < 0)
+            if (!all[3 * q] && nbad++ == 0)
                 bad = q;
             dt_ckpt_shard_name(q, N, files[q].name, sizeof files[q].name);
             files[q].bytes = (uint64_t)all[3 * q + 1];
             files[q].crc = (uint32_t)all[3 * q + 2];
         }
         if (bad >= 0) {
-            fprintf(stderr, "dtrain: checkpoint at step %lld failed: rank %d could not write its shard (%s); "
+            fprintf(stderr, "dtrain: checkpoint at step %lld failed: rank %d%s could not write its shard (%s); "
                     "training continues with the previous checkpoints\n", (long long)pr->step, bad,
-                    bad == 0 ? "above" : "in its output");
+                    nbad > 1 ? " and others" : "", bad == 0 ? "above" : "in its output");
             dt_ckpt_shard_abandon(c->checkpoint_dir, pr->step);
         } else if (w)
             dt_ckpt_writer_submit_sharded(w, pr, label, &sh, files, stall);
@@ -163,12 +163,13 @@ dt_status dtrain_zero_check_sharding(const dt_ckpt_manifest *man, dt_model *m)
     int n = dt_zero_units(m, NULL, NULL, 0);
     int64_t *off = n > 0 ? malloc((size_t)n * sizeof *off) : NULL, *numel = n > 0 ? malloc((size_t)n * sizeof *numel) : NULL;
     dt_ckpt_unit *units = n > 0 ? malloc((size_t)n * sizeof *units) : NULL;
-    dt_status s = n > 0 && off && numel && units ? DT_OK : DT_ERR_NOMEM;
-    if (s == DT_OK) {
-        dt_zero_units(m, off, numel, n);
+    dt_status s = n <= 0 || (off && numel && units) ? DT_OK : DT_ERR_NOMEM;
+    if (s == DT_OK) { /* a model without units (n <= 0) passes an unsharded checkpoint only */
+        if (n > 0)
+            dt_zero_units(m, off, numel, n);
         for (int k = 0; k < n; k++)
             units[k] = (dt_ckpt_unit){off[k], numel[k]};
-        s = dt_ckpt_manifest_check_sharding(man, units, n, NULL);
+        s = dt_ckpt_manifest_check_sharding(man, units, n > 0 ? n : 0, NULL);
     }
     if (s != DT_OK)
         fprintf(stderr, "dtrain: %s\n", s == DT_ERR_NOMEM ? "out of memory" : dt_last_error());
