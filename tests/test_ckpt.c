@@ -417,7 +417,8 @@ static void test_sharded(void)
                     at += sl;
                 }
             }
-            EXPECT_STATUS(dt_ckpt_shard_write(root, pr.step, &sh, r, (const float *const *)arrays, &files[r]), DT_OK);
+            EXPECT_STATUS(dt_ckpt_shard_write(root, pr.step, &sh, r, (const float *const *)arrays, &files[r]),
+                          DT_OK);
         }
         free(arrays[0]);
         free(arrays[1]);
@@ -435,7 +436,8 @@ static void test_sharded(void)
             EXPECT_STATUS(dt_ckpt_manifest_check_sharding(m, units, 3, NULL), DT_OK);
             const dt_ckpt_unit other[3] = {{0, 7}, {7, 12}, {19, 5}};
             EXPECT_STATUS(dt_ckpt_manifest_check_sharding(m, other, 3, NULL), DT_ERR_INVALID);
-            EXPECT_CONTAINS(dt_last_error(), "field sharding.units[1].numel = 13, the model's ZeRO layout has 12");
+            EXPECT_CONTAINS(dt_last_error(),
+                            "field sharding.units[1].numel = 13, the model's ZeRO layout has 12");
             EXPECT_STATUS(dt_ckpt_manifest_check_sharding(m, units, 2, NULL), DT_ERR_INVALID);
             dt_ckpt_manifest_close(m);
         }
@@ -457,13 +459,16 @@ static void test_sharded(void)
                         at += sl;
                     }
                     if (wrong)
-                        fprintf(stderr, "N %d -> N' %d rank %d %s: %lld wrong\n", N, n2, r, names[tt], (long long)wrong);
+                        fprintf(stderr, "N %d -> N' %d rank %d %s: %lld wrong\n", N, n2, r, names[tt],
+                                (long long)wrong);
                     EXPECT_EQ(wrong, 0);
                     free(out);
                 }
         float one;
-        EXPECT_STATUS(dt_ckpt_load_shard(dir, "optim_m", 2, 0, &one, 1), DT_ERR_INVALID); /* the wrong length */
-        EXPECT_STATUS(dt_ckpt_load_shard(dir, "values", 1, 0, &one, 1), DT_ERR_INVALID);  /* a tensor it lacks */
+        EXPECT_STATUS(dt_ckpt_load_shard(dir, "optim_m", 2, 0, &one, 1),
+                      DT_ERR_INVALID); /* the wrong length */
+        EXPECT_STATUS(dt_ckpt_load_shard(dir, "values", 1, 0, &one, 1),
+                      DT_ERR_INVALID); /* a tensor it lacks */
         /* dt_ckpt_load: the weights, and the moments put together whole */
         int64_t count = 0;
         float *state = dt_optimizer_state(o, &count);
@@ -493,13 +498,13 @@ static void test_sharded(void)
     dt_ckpt_sharding bad = {4, 2, units, 3, names, 2};
     dt_ckpt_shard_file none[2] = {{"zero-shard-00000-of-00002.safetensors", 1, 0}, {"x", 1, 0}};
     dt_ckpt_progress pr = progress(200);
-    EXPECT_STATUS(dt_ckpt_save_sharded(root, p, &(dt_ckpt_tensors){dt_params_values(p), NULL, NULL}, &meta, &pr,
-                                       &bad, none, NULL, 0),
+    EXPECT_STATUS(dt_ckpt_save_sharded(root, p, &(dt_ckpt_tensors){dt_params_values(p), NULL, NULL}, &meta,
+                                       &pr, &bad, none, NULL, 0),
                   DT_ERR_INVALID); /* stage 4 */
     bad.stage = 2;
     EXPECT_STATUS(dt_ckpt_shard_prepare(root, pr.step), DT_OK);
-    EXPECT_STATUS(dt_ckpt_save_sharded(root, p, &(dt_ckpt_tensors){dt_params_values(p), NULL, NULL}, &meta, &pr,
-                                       &bad, none, NULL, 0),
+    EXPECT_STATUS(dt_ckpt_save_sharded(root, p, &(dt_ckpt_tensors){dt_params_values(p), NULL, NULL}, &meta,
+                                       &pr, &bad, none, NULL, 0),
                   DT_ERR_INVALID); /* the ranks' files are not there */
     EXPECT_CONTAINS(dt_last_error(), "rank 0's shard");
     dt_ckpt_shard_abandon(root, pr.step);

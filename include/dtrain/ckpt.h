@@ -172,12 +172,12 @@ typedef struct {
 } dt_ckpt_unit;
 
 typedef struct {
-    int stage;                   /* ZeRO stage, 1-3 */
-    int nranks;                  /* N, one shard file each; 0: not sharded */
-    const dt_ckpt_unit *units;   /* in shard order */
+    int stage;                 /* ZeRO stage, 1-3 */
+    int nranks;                /* N, one shard file each; 0: not sharded */
+    const dt_ckpt_unit *units; /* in shard order */
     int nunits;
-    const char *const *tensors;  /* each shard file's tensors, in order ("values", "optim_m", "optim_v") */
-    int ntensors;                /* 1 to 8 */
+    const char *const *tensors; /* each shard file's tensors, in order ("values", "optim_m", "optim_v") */
+    int ntensors;               /* 1 to 8 */
 } dt_ckpt_sharding;
 
 /* A shard file as its rank wrote it. */
@@ -208,9 +208,10 @@ void dt_ckpt_shard_abandon(const char *root, int64_t step);
  * moments are in the shards); files[sh->nranks] are the ranks' shard files,
  * already in the temporary directory with the sizes given (checked), listed
  * in the manifest with "sharding". */
-dt_status dt_ckpt_save_sharded(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
-                               const dt_ckpt_progress *pr, const dt_ckpt_sharding *sh,
-                               const dt_ckpt_shard_file *files, char *written, size_t written_len);
+dt_status dt_ckpt_save_sharded(const char *root, dt_params *p, const dt_ckpt_tensors *t,
+                               const dt_ckpt_meta *meta, const dt_ckpt_progress *pr,
+                               const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files, char *written,
+                               size_t written_len);
 
 /* The shard files of step_dir's checkpoint: *nranks (0: not sharded) and,
  * each optional, *stage and *ntensors (the tensors of each shard file).

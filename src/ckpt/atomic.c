@@ -32,7 +32,8 @@ dt_status dt_atomic_write(const char *path, const void *bytes, size_t len)
     return dt__ckpt_atomic_write_parts(path, &bytes, &len, 1);
 }
 
-dt_status dt__ckpt_atomic_write_parts(const char *path, const void *const *parts, const size_t *lens, int nparts)
+dt_status dt__ckpt_atomic_write_parts(const char *path, const void *const *parts, const size_t *lens,
+                                      int nparts)
 {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)

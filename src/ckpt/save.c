@@ -58,8 +58,8 @@ static dt_status write_files(const char *dir, dt_params *p, const dt_ckpt_tensor
         if (s == DT_OK)
             s = dt__ckpt_path(path, sizeof path, "%s/%s", dir, shards[r].name);
         if (s == DT_OK && (stat(path, &st) != 0 || (uint64_t)st.st_size != shards[r].bytes))
-            s = dt__fail(DT_ERR_INVALID, "rank %d's shard %s is missing or not the %llu bytes it wrote", r, path,
-                         (unsigned long long)shards[r].bytes);
+            s = dt__fail(DT_ERR_INVALID, "rank %d's shard %s is missing or not the %llu bytes it wrote", r,
+                         path, (unsigned long long)shards[r].bytes);
         if (s != DT_OK) {
             free(files);
             return dt__wrap(s, "checkpoint not written: ");
@@ -73,14 +73,15 @@ static dt_status write_files(const char *dir, dt_params *p, const dt_ckpt_tensor
 
 /* sh NULL: a fresh temporary directory; else the one the ranks wrote their shards into. */
 static dt_status save(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
-                      const dt_ckpt_progress *pr, const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *shards,
-                      char *written, size_t written_len)
+                      const dt_ckpt_progress *pr, const dt_ckpt_sharding *sh,
+                      const dt_ckpt_shard_file *shards, char *written, size_t written_len)
 {
     if (!root || !p || !t || !t->values || !meta || !pr)
         return dt__fail(DT_ERR_INVALID, "dt_ckpt_save: root, p, t, t->values, meta and pr are required");
     if (sh && (t->m || t->v || !shards || sh->nranks < 1))
-        return dt__fail(DT_ERR_INVALID, "dt_ckpt_save_sharded: the moments are in the shards (t->m and t->v NULL), "
-                                        "and every rank's shard file is required");
+        return dt__fail(DT_ERR_INVALID,
+                        "dt_ckpt_save_sharded: the moments are in the shards (t->m and t->v NULL), "
+                        "and every rank's shard file is required");
     char step_dir[DT_CKPT_PATH_MAX], tmp_dir[DT_CKPT_PATH_MAX], old_dir[DT_CKPT_PATH_MAX];
     DT_CHECK(dt_ckpt_step_dir(root, pr->step, step_dir, sizeof step_dir));
     DT_CHECK(dt__ckpt_path(tmp_dir, sizeof tmp_dir, "%s/.step-%08" PRId64 ".tmp", root, pr->step));
@@ -116,13 +117,15 @@ dt_status dt_ckpt_save(const char *root, dt_params *p, const dt_ckpt_tensors *t,
     return save(root, p, t, meta, pr, NULL, NULL, written, written_len);
 }
 
-dt_status dt_ckpt_save_sharded(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
-                               const dt_ckpt_progress *pr, const dt_ckpt_sharding *sh,
-                               const dt_ckpt_shard_file *files, char *written, size_t written_len)
+dt_status dt_ckpt_save_sharded(const char *root, dt_params *p, const dt_ckpt_tensors *t,
+                               const dt_ckpt_meta *meta, const dt_ckpt_progress *pr,
+                               const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files, char *written,
+                               size_t written_len)
 {
-    if (!sh || sh->stage < 1 || sh->stage > 3 || sh->ntensors < 1 || sh->ntensors > DT__CKPT_SHARD_TENSORS_MAX ||
-        !sh->tensors || dt_ckpt_shard_numel(sh) < 0)
-        return dt__fail(DT_ERR_INVALID, "dt_ckpt_save_sharded: a bad sharding (stage %d, %d ranks, %d tensors)",
+    if (!sh || sh->stage < 1 || sh->stage > 3 || sh->ntensors < 1 ||
+        sh->ntensors > DT__CKPT_SHARD_TENSORS_MAX || !sh->tensors || dt_ckpt_shard_numel(sh) < 0)
+        return dt__fail(DT_ERR_INVALID,
+                        "dt_ckpt_save_sharded: a bad sharding (stage %d, %d ranks, %d tensors)",
                         sh ? sh->stage : -1, sh ? sh->nranks : -1, sh ? sh->ntensors : -1);
     return save(root, p, t, meta, pr, sh, files, written, written_len);
 }

@@ -178,16 +178,18 @@ cJSON *dt__ckpt_sharding_json(const dt_ckpt_sharding *sh)
 }
 
 /* A whole number field of "sharding" in [min, max]; field names it. */
-static dt_status whole(const dt_ckpt_manifest *m, const cJSON *obj, const char *key, const char *field, double min,
-                       double max, int64_t *out)
+static dt_status whole(const dt_ckpt_manifest *m, const cJSON *obj, const char *key, const char *field,
+                       double min, double max, int64_t *out)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!cJSON_IsNumber(v))
-        return dt__fail(DT_ERR_INVALID, "%s: the manifest's field %s is missing or not a number", m->dir, field);
+        return dt__fail(DT_ERR_INVALID, "%s: the manifest's field %s is missing or not a number", m->dir,
+                        field);
     double d = v->valuedouble;
     if (!(d >= min && d <= max) || d != (double)(int64_t)d)
-        return dt__fail(DT_ERR_INVALID, "%s: the manifest's field %s = %.17g is not a whole number in [%.0f, %.0f]",
-                        m->dir, field, d, min, max);
+        return dt__fail(DT_ERR_INVALID,
+                        "%s: the manifest's field %s = %.17g is not a whole number in [%.0f, %.0f]", m->dir,
+                        field, d, min, max);
     *out = (int64_t)d;
     return DT_OK;
 }
@@ -206,8 +208,8 @@ dt_status dt__ckpt_sharding_parse(const dt_ckpt_manifest *m, const cJSON *j, dt_
         return DT_OK; /* not sharded */
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(j, "kind");
     if (!cJSON_IsObject(j) || !cJSON_IsString(kind) || strcmp(kind->valuestring, "zero") != 0)
-        return dt__fail(DT_ERR_INVALID, "%s: the manifest's field sharding.kind is not \"zero\" (the only kind)",
-                        m->dir);
+        return dt__fail(DT_ERR_INVALID,
+                        "%s: the manifest's field sharding.kind is not \"zero\" (the only kind)", m->dir);
     int64_t stage, ranks, S;
     DT_CHECK(whole(m, j, "stage", "sharding.stage", 1, 3, &stage));
     DT_CHECK(whole(m, j, "ranks", "sharding.ranks", 1, 99999, &ranks));
@@ -220,10 +222,11 @@ dt_status dt__ckpt_sharding_parse(const dt_ckpt_manifest *m, const cJSON *j, dt_
     const cJSON *listed = cJSON_GetObjectItemCaseSensitive(m->json, "files");
     int nt = cJSON_GetArraySize(tensors);
     if (!cJSON_IsArray(tensors) || nt < 1 || nt > DT__CKPT_SHARD_TENSORS_MAX)
-        return dt__fail(DT_ERR_INVALID, "%s: the manifest's field sharding.tensors must list 1 to %d names", m->dir,
-                        DT__CKPT_SHARD_TENSORS_MAX);
+        return dt__fail(DT_ERR_INVALID, "%s: the manifest's field sharding.tensors must list 1 to %d names",
+                        m->dir, DT__CKPT_SHARD_TENSORS_MAX);
     if (!cJSON_IsArray(files) || cJSON_GetArraySize(files) != ranks)
-        return dt__fail(DT_ERR_INVALID, "%s: the manifest's field sharding.files lists %d files, sharding.ranks is %lld",
+        return dt__fail(DT_ERR_INVALID,
+                        "%s: the manifest's field sharding.files lists %d files, sharding.ranks is %lld",
                         m->dir, cJSON_IsArray(files) ? cJSON_GetArraySize(files) : -1, (long long)ranks);
     if (!cJSON_IsArray(units))
         return dt__fail(DT_ERR_INVALID, "%s: the manifest's field sharding.units is missing", m->dir);
@@ -235,11 +238,12 @@ dt_status dt__ckpt_sharding_parse(const dt_ckpt_manifest *m, const cJSON *j, dt_
     for (int i = 0; st == DT_OK && i < nt; i++) {
         const cJSON *t = cJSON_GetArrayItem(tensors, i);
         if (!cJSON_IsString(t) || !t->valuestring[0] || strlen(t->valuestring) > 32)
-            st = dt__fail(DT_ERR_INVALID, "%s: the manifest's field sharding.tensors[%d] is not a tensor name", m->dir, i);
+            st = dt__fail(DT_ERR_INVALID,
+                          "%s: the manifest's field sharding.tensors[%d] is not a tensor name", m->dir, i);
         for (int k = 0; st == DT_OK && k < i; k++)
             if (!strcmp(s.tensors[k], t->valuestring))
-                st = dt__fail(DT_ERR_INVALID, "%s: the manifest's field sharding.tensors names %s twice", m->dir,
-                              t->valuestring);
+                st = dt__fail(DT_ERR_INVALID, "%s: the manifest's field sharding.tensors names %s twice",
+                              m->dir, t->valuestring);
         if (st == DT_OK)
             s.tensors[i] = t->valuestring;
     }
@@ -248,11 +252,13 @@ dt_status dt__ckpt_sharding_parse(const dt_ckpt_manifest *m, const cJSON *j, dt_
         char want[64];
         snprintf(want, sizeof want, DT__CKPT_SHARD_FMT, r, (int)ranks);
         if (!cJSON_IsString(f) || strcmp(f->valuestring, want) != 0)
-            st = dt__fail(DT_ERR_INVALID, "%s: the manifest's field sharding.files[%d] = %.80s, rank %d's file is %s",
-                          m->dir, r, cJSON_IsString(f) ? f->valuestring : "(not a string)", r, want);
+            st = dt__fail(DT_ERR_INVALID,
+                          "%s: the manifest's field sharding.files[%d] = %.80s, rank %d's file is %s", m->dir,
+                          r, cJSON_IsString(f) ? f->valuestring : "(not a string)", r, want);
         else if (!cJSON_GetObjectItemCaseSensitive(listed, want))
-            st = dt__fail(DT_ERR_INVALID, "%s: shard file %s (sharding.files[%d]) is not in the manifest's files",
-                          m->dir, want, r);
+            st = dt__fail(DT_ERR_INVALID,
+                          "%s: shard file %s (sharding.files[%d]) is not in the manifest's files", m->dir,
+                          want, r);
         else
             s.files[r] = f->valuestring;
     }
@@ -270,12 +276,13 @@ dt_status dt__ckpt_sharding_parse(const dt_ckpt_manifest *m, const cJSON *j, dt_
         if (st == DT_OK)
             st = whole(m, u, "slice", field, 0, BIG, &slice);
         if (st == DT_OK && slice != slice_of(s.units[k].numel, (int)ranks))
-            st = dt__fail(DT_ERR_INVALID, "%s: the manifest's field %s = %lld, ceil(numel / ranks) is %lld", m->dir,
-                          field, (long long)slice, (long long)slice_of(s.units[k].numel, (int)ranks));
+            st = dt__fail(DT_ERR_INVALID, "%s: the manifest's field %s = %lld, ceil(numel / ranks) is %lld",
+                          m->dir, field, (long long)slice, (long long)slice_of(s.units[k].numel, (int)ranks));
         sum += st == DT_OK ? slice : 0;
     }
     if (st == DT_OK && sum != S)
-        st = dt__fail(DT_ERR_INVALID, "%s: the manifest's field sharding.shard_numel = %lld, its units' slices sum to %lld",
+        st = dt__fail(DT_ERR_INVALID,
+                      "%s: the manifest's field sharding.shard_numel = %lld, its units' slices sum to %lld",
                       m->dir, (long long)S, (long long)sum);
     if (st != DT_OK) {
         dt__ckpt_sharding_free(&s);
@@ -339,8 +346,8 @@ static dt_status open_shard(const dt_ckpt_manifest *m, const char *name, const c
     for (const cJSON *t = h ? h->child : NULL; t; t = t->next)
         tensors += strcmp(t->string, "__metadata__") != 0;
     if (s == DT_OK && tensors != sh->sh.ntensors)
-        s = dt__fail(DT_ERR_INVALID, "%s holds %d tensors, the manifest's sharding.tensors names %d", path, tensors,
-                     sh->sh.ntensors);
+        s = dt__fail(DT_ERR_INVALID, "%s holds %d tensors, the manifest's sharding.tensors names %d", path,
+                     tensors, sh->sh.ntensors);
     bool found = !tensor;
     for (int i = 0; s == DT_OK && i < sh->sh.ntensors; i++) {
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(h, sh->tensors[i]);
@@ -350,17 +357,20 @@ static dt_status open_shard(const dt_ckpt_manifest *m, const char *name, const c
         double b = cJSON_GetArraySize(off) == 2 ? cJSON_GetArrayItem(off, 0)->valuedouble : -1;
         double e = cJSON_GetArraySize(off) == 2 ? cJSON_GetArrayItem(off, 1)->valuedouble : -1;
         if (!t)
-            s = dt__fail(DT_ERR_INVALID, "%s: tensor %s (in the manifest's sharding.tensors) is missing", path,
-                         sh->tensors[i]);
+            s = dt__fail(DT_ERR_INVALID, "%s: tensor %s (in the manifest's sharding.tensors) is missing",
+                         path, sh->tensors[i]);
         else if (!cJSON_IsString(dtype) || strcmp(dtype->valuestring, "F32") != 0)
             s = dt__fail(DT_ERR_INVALID, "%s: tensor %s is not F32", path, sh->tensors[i]);
         else if (cJSON_GetArraySize(shape) != 1 ||
                  cJSON_GetArrayItem(shape, 0)->valuedouble != (double)sh->shard_numel)
-            s = dt__fail(DT_ERR_INVALID, "%s: tensor %s is not [%lld] (the manifest's sharding.shard_numel)", path,
-                         sh->tensors[i], (long long)sh->shard_numel);
-        else if (!(b >= 0 && e - b == (double)sh->shard_numel * 4 && e <= (double)data_len) || b != (double)(int64_t)b)
-            s = dt__fail(DT_ERR_INVALID, "%s: tensor %s has byte range [%g, %g), not %lld bytes inside %llu (truncated?)",
-                         path, sh->tensors[i], b, e, (long long)sh->shard_numel * 4, (unsigned long long)data_len);
+            s = dt__fail(DT_ERR_INVALID, "%s: tensor %s is not [%lld] (the manifest's sharding.shard_numel)",
+                         path, sh->tensors[i], (long long)sh->shard_numel);
+        else if (!(b >= 0 && e - b == (double)sh->shard_numel * 4 && e <= (double)data_len) ||
+                 b != (double)(int64_t)b)
+            s = dt__fail(DT_ERR_INVALID,
+                         "%s: tensor %s has byte range [%g, %g), not %lld bytes inside %llu (truncated?)",
+                         path, sh->tensors[i], b, e, (long long)sh->shard_numel * 4,
+                         (unsigned long long)data_len);
         else if (tensor && !strcmp(tensor, sh->tensors[i])) {
             found = true;
             r->data = 8 + hlen;
@@ -369,7 +379,8 @@ static dt_status open_shard(const dt_ckpt_manifest *m, const char *name, const c
     }
     cJSON_Delete(h);
     if (s == DT_OK && !found)
-        s = dt__fail(DT_ERR_INVALID, "%s: the checkpoint's shards hold no tensor %s (sharding.tensors)", m->dir, tensor);
+        s = dt__fail(DT_ERR_INVALID, "%s: the checkpoint's shards hold no tensor %s (sharding.tensors)",
+                     m->dir, tensor);
     if (s != DT_OK || !tensor) {
         close(r->fd);
         r->fd = -1;
@@ -392,17 +403,20 @@ dt_status dt_ckpt_manifest_check_sharding(const dt_ckpt_manifest *m, const dt_ck
     if (s->sh.nranks == 0)
         return DT_OK;
     if (nunits != s->sh.nunits)
-        return dt__fail(DT_ERR_INVALID, "%s: the manifest's sharding.units has %d units, the model's ZeRO layout %d",
-                        m->dir, s->sh.nunits, nunits);
+        return dt__fail(DT_ERR_INVALID,
+                        "%s: the manifest's sharding.units has %d units, the model's ZeRO layout %d", m->dir,
+                        s->sh.nunits, nunits);
     for (int k = 0; k < nunits; k++) {
         if (units[k].offset != s->units[k].offset)
-            return dt__fail(DT_ERR_INVALID,
-                            "%s: the manifest's field sharding.units[%d].offset = %lld, the model's ZeRO layout has %lld",
-                            m->dir, k, (long long)s->units[k].offset, (long long)units[k].offset);
+            return dt__fail(
+                DT_ERR_INVALID,
+                "%s: the manifest's field sharding.units[%d].offset = %lld, the model's ZeRO layout has %lld",
+                m->dir, k, (long long)s->units[k].offset, (long long)units[k].offset);
         if (units[k].numel != s->units[k].numel)
-            return dt__fail(DT_ERR_INVALID,
-                            "%s: the manifest's field sharding.units[%d].numel = %lld, the model's ZeRO layout has %lld",
-                            m->dir, k, (long long)s->units[k].numel, (long long)units[k].numel);
+            return dt__fail(
+                DT_ERR_INVALID,
+                "%s: the manifest's field sharding.units[%d].numel = %lld, the model's ZeRO layout has %lld",
+                m->dir, k, (long long)s->units[k].numel, (long long)units[k].numel);
     }
     return DT_OK;
 }
@@ -440,7 +454,8 @@ static dt_status load_shard(const dt_ckpt_manifest *m, const char *tensor, int n
 {
     const dt__ckpt_shards *s = &m->shards;
     if (s->sh.nranks == 0)
-        return dt__fail(DT_ERR_INVALID, "%s is not a sharded checkpoint (its manifest has no sharding)", m->dir);
+        return dt__fail(DT_ERR_INVALID, "%s is not a sharded checkpoint (its manifest has no sharding)",
+                        m->dir);
     if (nranks < 0 || (nranks > 0 && (rank < 0 || rank >= nranks)) || !out || numel < 0)
         return dt__fail(DT_ERR_INVALID, "dt_ckpt_load_shard: rank %d of %d", rank, nranks);
     int N = s->sh.nranks;
@@ -451,8 +466,9 @@ static dt_status load_shard(const dt_ckpt_manifest *m, const char *tensor, int n
         want = nranks ? want + slice_of(u->numel, nranks) : (end > want ? end : want);
     }
     if (nranks ? numel != want : numel < want)
-        return dt__fail(DT_ERR_INVALID, "%s: the shard of rank %d of %d has %lld elements, the caller's has %lld",
-                        m->dir, rank, nranks, (long long)want, (long long)numel);
+        return dt__fail(DT_ERR_INVALID,
+                        "%s: the shard of rank %d of %d has %lld elements, the caller's has %lld", m->dir,
+                        rank, nranks, (long long)want, (long long)numel);
     memset(out, 0, (size_t)numel * sizeof *out); /* padding, and elements no unit covers */
     shard_reader *r = calloc((size_t)N, sizeof *r);
     if (!r)
@@ -467,7 +483,8 @@ static dt_status load_shard(const dt_ckpt_manifest *m, const char *tensor, int n
         int64_t lo = nranks ? (int64_t)rank * sn : 0, hi = lo + sn < u->numel ? lo + sn : u->numel;
         float *dst = nranks ? out + new_at : out + u->offset;
         for (int q = lo < hi ? (int)(lo / so) : N; st == DT_OK && q < N && (int64_t)q * so < hi; q++) {
-            int64_t a = (int64_t)q * so > lo ? (int64_t)q * so : lo, b = (int64_t)(q + 1) * so < hi ? (int64_t)(q + 1) * so : hi;
+            int64_t a = (int64_t)q * so > lo ? (int64_t)q * so : lo,
+                    b = (int64_t)(q + 1) * so < hi ? (int64_t)(q + 1) * so : hi;
             if (a >= b)
                 continue;
             if (r[q].fd == -2 && (st = open_shard(m, s->files[q], tensor, &r[q])) != DT_OK)

@@ -51,8 +51,8 @@ static void write_one(dt_ckpt_writer *w)
     dt_ckpt_meta meta = {w->config, w->model, w->optimizer};
     char where[DT_CKPT_PATH_MAX] = "";
     double t0 = now_s();
-    dt_status s = w->sh.nranks ? dt_ckpt_save_sharded(w->root, w->p, &snap, &meta, &w->pr, &w->sh, w->shards, where,
-                                                      sizeof where)
+    dt_status s = w->sh.nranks ? dt_ckpt_save_sharded(w->root, w->p, &snap, &meta, &w->pr, &w->sh, w->shards,
+                                                      where, sizeof where)
                                : dt_ckpt_save(w->root, w->p, &snap, &meta, &w->pr, where, sizeof where);
     if (s == DT_OK) {
         dt_ckpt_prune(w->root, w->keep);
@@ -168,8 +168,8 @@ static void wait_idle(dt_ckpt_writer *w)
 }
 
 /* submit's work; sh NULL: not sharded. */
-static dt_status submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label, const dt_ckpt_sharding *sh,
-                        const dt_ckpt_shard_file *files, double *stall_s)
+static dt_status submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
+                        const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files, double *stall_s)
 {
     double t0 = now_s();
     pthread_mutex_lock(&w->mu);
@@ -182,7 +182,8 @@ static dt_status submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const cha
         w->shards = shards ? shards : w->shards;
         if (!units || !shards || sh->ntensors < 1 || sh->ntensors > DT__CKPT_SHARD_TENSORS_MAX) {
             pthread_mutex_unlock(&w->mu);
-            return dt__fail(DT_ERR_NOMEM, "checkpoint at step %lld not written: out of memory, or %d shard tensors",
+            return dt__fail(DT_ERR_NOMEM,
+                            "checkpoint at step %lld not written: out of memory, or %d shard tensors",
                             (long long)pr->step, sh->ntensors);
         }
         memcpy(w->units, sh->units, (size_t)sh->nunits * sizeof *units);
@@ -223,8 +224,9 @@ dt_status dt_ckpt_writer_submit_sharded(dt_ckpt_writer *w, const dt_ckpt_progres
                                         double *stall_s)
 {
     if (!sh || !files || sh->nranks < 1 || w->m || w->v)
-        return dt__fail(DT_ERR_INVALID, "dt_ckpt_writer_submit_sharded: a sharding with its files, and a writer "
-                                        "started without the optimizer, are required");
+        return dt__fail(DT_ERR_INVALID,
+                        "dt_ckpt_writer_submit_sharded: a sharding with its files, and a writer "
+                        "started without the optimizer, are required");
     return submit(w, pr, label, sh, files, stall_s);
 }
 

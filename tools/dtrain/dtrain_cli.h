@@ -103,9 +103,9 @@ dt_status dtrain_zero_slice(dt_model *m, int nranks, int rank, dt_optimizer *wo,
  * failed.  Resume: m's whole values and this rank's shard (of nranks) of
  * o's state out of a sharded checkpoint, whatever N and stage wrote it.
  * Check: the manifest's units against m's (every failure printed). */
-dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o, dt_comm *dp,
-                                 dt_params *whole, dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
-                                 double *stall);
+dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o,
+                                 dt_comm *dp, dt_params *whole, dt_ckpt_writer *w, const dt_ckpt_progress *pr,
+                                 const char *label, double *stall);
 dt_status dtrain_zero_resume(const char *step_dir, dt_model *m, dt_optimizer *o, int nranks, int rank);
 dt_status dtrain_zero_check_sharding(const dt_ckpt_manifest *man, dt_model *m);
 

@@ -212,9 +212,11 @@ dt_status dtrain_zero_gather_values(dt_strategy *s, dt_model *m, dt_comm *dp, dt
         return fail(DT_ERR_INVALID, "checkpoint: the strategy holds no ZeRO-3 shard of the values");
     float *tmp = root ? malloc((size_t)(S * N) * sizeof *tmp) : NULL;
     int ok = !root || tmp;
-    dt_status r = N > 1 ? dt_broadcast(&ok, 1, DT_I32, 0, dp) : DT_OK; /* the others do not wait for a root that cannot */
+    dt_status r = N > 1 ? dt_broadcast(&ok, 1, DT_I32, 0, dp)
+                        : DT_OK; /* the others do not wait for a root that cannot */
     if (r == DT_OK && !ok)
-        r = root ? fail(DT_ERR_NOMEM, "checkpoint: out of memory gathering the values' ZeRO shards") : DT_ERR_NOMEM;
+        r = root ? fail(DT_ERR_NOMEM, "checkpoint: out of memory gathering the values' ZeRO shards")
+                 : DT_ERR_NOMEM;
     if (r == DT_OK && (r = dt_gather(mine, tmp, (size_t)S, DT_F32, 0, dp)) != DT_OK)
         fail(r, "gathering the values' ZeRO shards for a checkpoint: %s", dt_last_error());
     for (int q = 0; r == DT_OK && root && q < N; q++)

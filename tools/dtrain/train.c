@@ -87,8 +87,8 @@ static dt_status load_split(const dtrain_config *c, const char *step_dir, dt_mod
  * its state to the writer as it is.  The writer (rank 0's; NULL on the
  * others) writes in the background; *stall: the time it held us up. */
 static dt_status checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o, dt_comm *dp,
-                            dt_comm *tp, dt_comm *pp, dt_model *whole, dt_optimizer *whole_o, dt_ckpt_writer *w,
-                            const dt_ckpt_progress *pr, const char *label, double *stall)
+                            dt_comm *tp, dt_comm *pp, dt_model *whole, dt_optimizer *whole_o,
+                            dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label, double *stall)
 {
     dt_params *wp = whole ? dt_model_params(whole) : NULL;
     if (c->zero_stage > 0)
@@ -413,11 +413,12 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
             fprintf(stderr, "dtrain: %s\n", dt_last_error());
             goto out;
         }
-        if (zero && shards > 0 ? dtrain_zero_resume(step_dir, m, o, dpn, dpr) != DT_OK
-                               : split ? load_split(c, step_dir, m, o, zero ? dpn : 0, dpr) != DT_OK
-                                       : dt_ckpt_load(step_dir, p, o) != DT_OK) {
-            if (!zero || !shards) /* dtrain_zero_resume printed why */
-                fprintf(stderr, "dtrain: %s\n", dt_last_error());
+        if (zero && shards > 0) {
+            if (dtrain_zero_resume(step_dir, m, o, dpn, dpr) != DT_OK) /* printed why */
+                goto out;
+        } else if (split ? load_split(c, step_dir, m, o, zero ? dpn : 0, dpr) != DT_OK
+                         : dt_ckpt_load(step_dir, p, o) != DT_OK) {
+            fprintf(stderr, "dtrain: %s\n", dt_last_error());
             goto out;
         }
         if (pr.step > c->steps) {
@@ -446,10 +447,11 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     /* The writer's registry and optimizer: a mesh's gathered whole model; ZeRO's values alone (the live
      * registry at stages 1-2, where every rank holds them whole; gathered into a whole model's at stage 3),
      * its optimizer state going into each rank's shard file instead */
+    dt_optimizer *writer_o = zero ? NULL : o;
     if (lead && c->checkpoint_dir[0] &&
         (((mesh || c->zero_stage == 3) && dtrain_build_model_tp(c, NULL, &whole) != DT_OK) ||
          (mesh && make_optimizer(c, dt_model_params(whole), &whole_o) != DT_OK) ||
-         dtrain_checkpoint_writer_start(c, whole ? dt_model_params(whole) : p, mesh ? whole_o : zero ? NULL : o,
+         dtrain_checkpoint_writer_start(c, whole ? dt_model_params(whole) : p, mesh ? whole_o : writer_o,
                                         resume ? pr.step : -1, resumed_dir, &writer) != DT_OK))
         goto out;
     if (whole && !mesh) /* ZeRO-3's gathered values need no gradients */
@@ -468,8 +470,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
      * batch (and world size) and keeps it. */
     const char *restartable = getenv("DT_RESTARTABLE");
     if (c->checkpoint_dir[0] && !resume && (c->checkpoint_initial || (restartable && !strcmp(restartable, "1")))) {
-        if (checkpoint(c, strategy, m, o, dp, tpc, ppc, whole, whole_o, writer, &pr, " (initial weights)", NULL) !=
-            DT_OK)
+        if (checkpoint(c, strategy, m, o, dp, tpc, ppc, whole, whole_o, writer, &pr, " (initial weights)",
+                       NULL) != DT_OK)
             goto out;
         if (writer && dt_ckpt_writer_flush(writer) != DT_OK) /* the writer printed why */
             goto out;
@@ -615,7 +617,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         bool ckpt_now = c->checkpoint_dir[0] &&
                         ((c->checkpoint_interval && pr.step % c->checkpoint_interval == 0) || by_time || last);
         double stall = 0;
-        if (ckpt_now && checkpoint(c, strategy, m, o, dp, tpc, ppc, whole, whole_o, writer, &pr, "", &stall) != DT_OK) {
+        if (ckpt_now &&
+            checkpoint(c, strategy, m, o, dp, tpc, ppc, whole, whole_o, writer, &pr, "", &stall) != DT_OK) {
             code = 1;
             break;
         }

@@ -26,12 +26,14 @@ static dt_status sharding_of(dt_model *m, int stage, int nranks, int nstate, dt_
                              dt_ckpt_unit **units, const char **names)
 {
     int n = dt_zero_units(m, NULL, NULL, 0);
-    int64_t *off = n > 0 ? malloc((size_t)n * sizeof *off) : NULL, *numel = n > 0 ? malloc((size_t)n * sizeof *numel) : NULL;
+    int64_t *off = n > 0 ? malloc((size_t)n * sizeof *off) : NULL,
+            *numel = n > 0 ? malloc((size_t)n * sizeof *numel) : NULL;
     *units = n > 0 ? malloc((size_t)n * sizeof **units) : NULL;
     dt_status s = DT_OK;
     if (n <= 0 || !off || !numel || !*units || nstate > 2) {
         fprintf(stderr, "dtrain: checkpoint: %s\n",
-                nstate > 2 ? "the optimizer keeps more than two state buffers" : "the model's ZeRO units (out of memory?)");
+                nstate > 2 ? "the optimizer keeps more than two state buffers"
+                           : "the model's ZeRO units (out of memory?)");
         s = DT_ERR_INVALID;
     }
     if (s == DT_OK) {
@@ -50,9 +52,9 @@ static dt_status sharding_of(dt_model *m, int stage, int nranks, int nstate, dt_
     return s;
 }
 
-dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o, dt_comm *dp,
-                                 dt_params *whole, dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
-                                 double *stall)
+dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o,
+                                 dt_comm *dp, dt_params *whole, dt_ckpt_writer *w, const dt_ckpt_progress *pr,
+                                 const char *label, double *stall)
 {
     int N = dt_comm_size(dp), rank = dt_comm_rank(dp), stage = (int)c->zero_stage;
     dt_optim_state st[4];
@@ -96,7 +98,8 @@ dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_mode
         ready = 0;
     }
     if (r == DT_OK && (r = dt_broadcast(&ready, 1, DT_I32, 0, dp)) != DT_OK)
-        fprintf(stderr, "dtrain: rank %d: checkpoint at step %lld: %s\n", rank, (long long)pr->step, dt_last_error());
+        fprintf(stderr, "dtrain: rank %d: checkpoint at step %lld: %s\n", rank, (long long)pr->step,
+                dt_last_error());
     dt_ckpt_shard_file mine = {0};
     int64_t got[3] = {0, 0, 0}, *all = rank == 0 ? calloc((size_t)N * 3, sizeof *all) : NULL;
     if (r == DT_OK && ready) {
@@ -108,9 +111,11 @@ dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_mode
     }
     if (r == DT_OK && rank == 0 && !all)
         fprintf(stderr, "dtrain: checkpoint at step %lld: out of memory\n", (long long)pr->step);
-    /* what each rank wrote, to rank 0 for the manifest (every rank joins, also when rank 0 could not prepare) */
+    /* what each rank wrote, to rank 0 for the manifest (every rank joins, also when rank 0 could not prepare)
+     */
     if (r == DT_OK && (r = dt_gather(got, all ? all : got, 3, DT_I64, 0, dp)) != DT_OK)
-        fprintf(stderr, "dtrain: rank %d: checkpoint at step %lld: %s\n", rank, (long long)pr->step, dt_last_error());
+        fprintf(stderr, "dtrain: rank %d: checkpoint at step %lld: %s\n", rank, (long long)pr->step,
+                dt_last_error());
     if (r == DT_OK && rank == 0 && ready) {
         dt_ckpt_shard_file *files = all ? calloc((size_t)N, sizeof *files) : NULL;
         int bad = files ? -1 : 0, nbad = 0;
@@ -122,9 +127,11 @@ dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_mode
             files[q].crc = (uint32_t)all[3 * q + 2];
         }
         if (bad >= 0) {
-            fprintf(stderr, "dtrain: checkpoint at step %lld failed: rank %d%s could not write its shard (%s); "
-                    "training continues with the previous checkpoints\n", (long long)pr->step, bad,
-                    nbad > 1 ? " and others" : "", bad == 0 ? "above" : "in its output");
+            fprintf(stderr,
+                    "dtrain: checkpoint at step %lld failed: rank %d%s could not write its shard (%s); "
+                    "training continues with the previous checkpoints\n",
+                    (long long)pr->step, bad, nbad > 1 ? " and others" : "",
+                    bad == 0 ? "above" : "in its output");
             dt_ckpt_shard_abandon(c->checkpoint_dir, pr->step);
         } else if (w)
             dt_ckpt_writer_submit_sharded(w, pr, label, &sh, files, stall);
@@ -146,8 +153,10 @@ dt_status dtrain_zero_resume(const char *step_dir, dt_model *m, dt_optimizer *o,
         return DT_ERR_INVALID;
     }
     if (ntensors - (stage == 3) != nstate || nstate > 2) {
-        fprintf(stderr, "dtrain: %s: the checkpoint's shards hold %d optimizer state tensors, this optimizer keeps %d\n",
-                step_dir, ntensors - (stage == 3), nstate);
+        fprintf(
+            stderr,
+            "dtrain: %s: the checkpoint's shards hold %d optimizer state tensors, this optimizer keeps %d\n",
+            step_dir, ntensors - (stage == 3), nstate);
         return DT_ERR_INVALID;
     }
     for (int i = 0; i < nstate; i++)
@@ -161,7 +170,8 @@ dt_status dtrain_zero_resume(const char *step_dir, dt_model *m, dt_optimizer *o,
 dt_status dtrain_zero_check_sharding(const dt_ckpt_manifest *man, dt_model *m)
 {
     int n = dt_zero_units(m, NULL, NULL, 0);
-    int64_t *off = n > 0 ? malloc((size_t)n * sizeof *off) : NULL, *numel = n > 0 ? malloc((size_t)n * sizeof *numel) : NULL;
+    int64_t *off = n > 0 ? malloc((size_t)n * sizeof *off) : NULL,
+            *numel = n > 0 ? malloc((size_t)n * sizeof *numel) : NULL;
     dt_ckpt_unit *units = n > 0 ? malloc((size_t)n * sizeof *units) : NULL;
     dt_status s = n <= 0 || (off && numel && units) ? DT_OK : DT_ERR_NOMEM;
     if (s == DT_OK) { /* a model without units (n <= 0) passes an unsharded checkpoint only */
