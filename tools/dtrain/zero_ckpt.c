@@ -9,6 +9,7 @@
  * process, data parallelism, a mesh) puts the whole state together
  * (dt_ckpt_load). */
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,36 +21,50 @@
  * gives them (AdamW's exp_avg, exp_avg_sq; SGD's momentum_buffer). */
 static const char *const moment_names[2] = {"optim_m", "optim_v"};
 
+/* m's ZeRO units as the manifest records them (caller frees); *n: how many
+ * (0: none, -1: out of memory). */
+static dt_ckpt_unit *units_of(dt_model *m, int *n)
+{
+    *n = dt_zero_units(m, NULL, NULL, 0);
+    if (*n <= 0)
+        return NULL;
+    int64_t *off = malloc((size_t)*n * sizeof *off), *numel = malloc((size_t)*n * sizeof *numel);
+    dt_ckpt_unit *units = malloc((size_t)*n * sizeof *units);
+    if (off && numel && units) {
+        dt_zero_units(m, off, numel, *n);
+        for (int k = 0; k < *n; k++)
+            units[k] = (dt_ckpt_unit){off[k], numel[k]};
+    } else {
+        free(units);
+        units = NULL;
+        *n = -1;
+    }
+    free(off);
+    free(numel);
+    return units;
+}
+
 /* m's sharding over nranks: *units (caller frees) and the tensor names; 0
  * tensors when there is nothing to shard (stages 1-2 with plain SGD). */
 static dt_status sharding_of(dt_model *m, int stage, int nranks, int nstate, dt_ckpt_sharding *sh,
                              dt_ckpt_unit **units, const char **names)
 {
-    int n = dt_zero_units(m, NULL, NULL, 0);
-    int64_t *off = n > 0 ? malloc((size_t)n * sizeof *off) : NULL,
-            *numel = n > 0 ? malloc((size_t)n * sizeof *numel) : NULL;
-    *units = n > 0 ? malloc((size_t)n * sizeof **units) : NULL;
-    dt_status s = DT_OK;
-    if (n <= 0 || !off || !numel || !*units || nstate > 2) {
+    int n;
+    *units = units_of(m, &n);
+    if (n <= 0 || nstate > 2) {
         fprintf(stderr, "dtrain: checkpoint: %s\n",
                 nstate > 2 ? "the optimizer keeps more than two state buffers"
-                           : "the model's ZeRO units (out of memory?)");
-        s = DT_ERR_INVALID;
+                : n < 0    ? "out of memory"
+                           : "the model has no parameters to shard");
+        return DT_ERR_INVALID;
     }
-    if (s == DT_OK) {
-        dt_zero_units(m, off, numel, n);
-        for (int k = 0; k < n; k++)
-            (*units)[k] = (dt_ckpt_unit){off[k], numel[k]};
-        int nt = 0;
-        if (stage == 3)
-            names[nt++] = "values";
-        for (int i = 0; i < nstate; i++)
-            names[nt++] = moment_names[i];
-        *sh = (dt_ckpt_sharding){stage, nranks, *units, n, names, nt};
-    }
-    free(off);
-    free(numel);
-    return s;
+    int nt = 0;
+    if (stage == 3)
+        names[nt++] = "values";
+    for (int i = 0; i < nstate; i++)
+        names[nt++] = moment_names[i];
+    *sh = (dt_ckpt_sharding){stage, nranks, *units, n, names, nt};
+    return DT_OK;
 }
 
 dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o,
@@ -66,11 +81,13 @@ dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_mode
     dt_status r = sharding_of(m, stage, N, nstate, &sh, &units, names);
     int64_t S = r == DT_OK ? dt_ckpt_shard_numel(&sh) : -1, vn = 0;
     float *values = stage == 3 ? dt_strategy_zero_shard(s, &vn) : NULL;
-    for (int i = 0; r == DT_OK && i < nstate; i++)
-        if (st[i].numel != S)
-            r = DT_ERR_INVALID;
-    if (r == DT_OK && (S != dt_zero_shard_numel(m, N) || (stage == 3 && (!values || vn != S)))) {
-        fprintf(stderr, "dtrain: checkpoint: the shard has %lld elements, the layout %lld\n", (long long)vn,
+    bool fits = r == DT_OK && S == dt_zero_shard_numel(m, N) && (stage != 3 || (values && vn == S));
+    for (int i = 0; fits && i < nstate; i++)
+        fits = st[i].numel == S;
+    if (r == DT_OK && !fits) { /* the strategy's and the optimizer's buffers are not the layout's shard */
+        fprintf(stderr,
+                "dtrain: checkpoint: a ZeRO shard of %lld elements, but the strategy's or the optimizer's "
+                "buffers differ\n",
                 (long long)S);
         r = DT_ERR_INVALID;
     }
@@ -169,22 +186,11 @@ dt_status dtrain_zero_resume(const char *step_dir, dt_model *m, dt_optimizer *o,
 
 dt_status dtrain_zero_check_sharding(const dt_ckpt_manifest *man, dt_model *m)
 {
-    int n = dt_zero_units(m, NULL, NULL, 0);
-    int64_t *off = n > 0 ? malloc((size_t)n * sizeof *off) : NULL,
-            *numel = n > 0 ? malloc((size_t)n * sizeof *numel) : NULL;
-    dt_ckpt_unit *units = n > 0 ? malloc((size_t)n * sizeof *units) : NULL;
-    dt_status s = n <= 0 || (off && numel && units) ? DT_OK : DT_ERR_NOMEM;
-    if (s == DT_OK) { /* a model without units (n <= 0) passes an unsharded checkpoint only */
-        if (n > 0)
-            dt_zero_units(m, off, numel, n);
-        for (int k = 0; k < n; k++)
-            units[k] = (dt_ckpt_unit){off[k], numel[k]};
-        s = dt_ckpt_manifest_check_sharding(man, units, n > 0 ? n : 0, NULL);
-    }
+    int n;
+    dt_ckpt_unit *units = units_of(m, &n); /* none (n 0) passes an unsharded checkpoint only */
+    dt_status s = n < 0 ? DT_ERR_NOMEM : dt_ckpt_manifest_check_sharding(man, units, n, NULL);
     if (s != DT_OK)
         fprintf(stderr, "dtrain: %s\n", s == DT_ERR_NOMEM ? "out of memory" : dt_last_error());
-    free(off);
-    free(numel);
     free(units);
     return s;
 }
