@@ -233,8 +233,10 @@ dt_status dt_ckpt_load_shard(const char *step_dir, const char *tensor, int nrank
 typedef struct dt_ckpt_manifest dt_ckpt_manifest;
 
 /* Read step_dir/manifest.json and check it: the format, manifest_crc32
- * against its text, and every file it lists (inside step_dir, present, its
- * size and CRC-32; model.safetensors among them). */
+ * against its text, "sharding" (when there: its fields, each unit's slice,
+ * shard_numel, the files, one per rank and each listed), and every file it
+ * lists (inside step_dir, present, its size and CRC-32; model.safetensors
+ * among them). */
 dt_status dt_ckpt_manifest_open(const char *step_dir, dt_ckpt_manifest **out);
 /* The manifest's "config" as compact JSON text (NULL when it has none);
  * valid until dt_ckpt_manifest_close. */
