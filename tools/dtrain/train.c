@@ -68,11 +68,12 @@ static dt_status make_optimizer(const dtrain_config *c, dt_params *p, dt_optimiz
     return make_optimizer_for(c, NULL, p, 0, 0, o);
 }
 
-/* A split run's resume: the checkpoint (always unsplit) into a whole model
- * and optimizer, then this rank's part of them: ZeRO (zero_ranks > 0) the
+/* A split run's resume from an unsplit checkpoint (or, for a mesh, a
+ * sharded one put together whole by dt_ckpt_load): the whole model and
+ * optimizer, then this rank's part of them: ZeRO (zero_ranks > 0) the
  * whole values into m (still whole: the strategy takes its shard later) and
  * its shard of the optimizer state; a mesh its stage's and shards' slices,
- * by name. */
+ * by name.  A ZeRO run resumes from shard files with dtrain_zero_resume. */
 static dt_status load_split(const dtrain_config *c, const char *step_dir, dt_model *m, dt_optimizer *o,
                             int zero_ranks, int zero_rank)
 {
@@ -94,20 +95,38 @@ static dt_status load_split(const dtrain_config *c, const char *step_dir, dt_mod
     return s;
 }
 
-/* Before a checkpoint of a split run: the whole model onto the writer (rank
- * 0) from the shards, over the ranks that hold them (ZeRO: the dp group; a
- * mesh: dp rank 0's pipeline and tensor-parallel groups).  Nothing for a
- * run that is not split. */
-static dt_status gather_whole(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o, dt_comm *dp,
-                              dt_comm *tp, dt_comm *pp, dt_model *whole, dt_optimizer *whole_o)
+/* One checkpoint at pr->step, collective over the ranks that hold a part:
+ * ZeRO's ranks each write their shard file (zero_ckpt.c); a mesh gathers
+ * the whole model onto the writer (rank 0) from the shards, over dp rank
+ * 0's pipeline and tensor-parallel groups; a run that is not split hands
+ * its state to the writer as it is.  The writer (rank 0's; NULL on the
+ * others) writes in the background; *stall: the time it held us up. */
+static dt_status checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o, dt_comm *dp,
+                            dt_comm *tp, dt_comm *pp, dt_model *whole, dt_optimizer *whole_o,
+                            dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label, double *stall)
 {
     dt_params *wp = whole ? dt_model_params(whole) : NULL;
-    if (c->servers > 0) /* the servers' parameters and optimizer state, onto the writer */
-        return dt_comm_rank(dp) == 0 && whole ? dt_strategy_ps_snapshot(s, dt_params_values(wp), whole_o) : DT_OK;
+    if (c->servers > 0) { /* the servers' parameters and optimizer state, onto the writer */
+        if (dt_comm_rank(dp) != 0 || !whole)
+            return DT_OK;
+        if (dt_strategy_ps_snapshot(s, dt_params_values(wp), whole_o) != DT_OK) {
+            fprintf(stderr, "dtrain: checkpoint at step %lld: %s\n", (long long)pr->step, dt_last_error());
+            return DT_ERR_INVALID;
+        }
+        dt_ckpt_progress q = *pr;
+        q.optimizer_steps = dt_optimizer_steps(whole_o); /* the servers' optimizer made the steps */
+        if (w)
+            dt_ckpt_writer_submit(w, &q, label, stall);
+        return DT_OK;
+    }
     if (c->zero_stage > 0)
-        return dtrain_zero_gather(s, m, o, dp, wp, whole_o);
-    if ((tp || pp) && dt_comm_rank(dp) == 0)
-        return dtrain_split_gather(c, dt_model_params(m), o, tp, pp, wp, whole_o);
+        return dtrain_zero_checkpoint(c, s, m, o, dp, wp, w, pr, label, stall);
+    dt_status r = DT_OK;
+    if ((tp || pp) && dt_comm_rank(dp) == 0 &&
+        (r = dtrain_split_gather(c, dt_model_params(m), o, tp, pp, wp, whole_o)) != DT_OK)
+        return r;
+    if (w)
+        dt_ckpt_writer_submit(w, pr, label, stall);
     return DT_OK;
 }
 
@@ -364,7 +383,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     dt_ps_config psc = {0};
     dt_mesh *mesh = NULL;
     int dpn = 1, dpr = 0;
-    dt_model *whole = NULL; /* tensor parallel: the unsplit model the writer saves */
+    dt_model *whole = NULL; /* a mesh's unsplit model, ZeRO-3's gathered values: what the writer saves */
     dt_optimizer *whole_o = NULL;
     data_source d;
     memset(&d, 0, sizeof d);
@@ -435,8 +454,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     }
     dt_params *p = dt_model_params(m);
     dt_model_init(m, (uint64_t)c->seed);
-    /* split: checkpoints gather the whole model (a parameter server's from the servers) */
-    bool zero = c->zero_stage > 0, split = mesh || zero || job;
+    bool zero = c->zero_stage > 0, split = mesh || zero; /* split: a resume takes this rank's part */
     if (!job && dtrain_memory_plan(c, m, dpn, lead) != 0) {
         code = 2;
         goto out;
@@ -454,12 +472,22 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         dtrain_config saved;
         if (dtrain_checkpoint_open(resume, d.train_samples, step_dir, sizeof step_dir, &saved, &pr) != DT_OK)
             goto out;
+        /* a ZeRO run takes its shard from shard files (written by any N at any stage), or from an unsplit
+         * checkpoint (one without, or an older ZeRO one); any other run loads the whole state either way */
+        int shards = 0;
+        if (dt_ckpt_shards(step_dir, &shards, NULL, NULL) != DT_OK) {
+            fprintf(stderr, "dtrain: %s\n", dt_last_error());
+            goto out;
+        }
         if (job) { /* worker 0 hands the values and the optimizer state to the servers; the others pull */
             if (lead && (make_optimizer(c, p, &whole_o) != DT_OK || dt_ckpt_load(step_dir, p, whole_o) != DT_OK)) {
                 fprintf(stderr, "dtrain: %s\n", dt_last_error());
                 goto out;
             }
             psc.resume_state = whole_o;
+        } else if (zero && shards > 0) {
+            if (dtrain_zero_resume(step_dir, m, o, dpn, dpr) != DT_OK) /* printed why */
+                goto out;
         } else if (split ? load_split(c, step_dir, m, o, zero ? dpn : 0, dpr) != DT_OK
                          : dt_ckpt_load(step_dir, p, o) != DT_OK) {
             fprintf(stderr, "dtrain: %s\n", dt_last_error());
@@ -490,12 +518,18 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     pr.world_size = dpn; /* the data-parallel width: what the global batch is made of */
     dt_rng_seed(&pr.rng, dt_rng_key_stream(&(dt_rng_key){(uint64_t)c->seed, (uint64_t)pr.step, 0, 0}, 0));
     pr.global_batch = c->batch_size * dpn * c->grad_accumulation;
+    /* The writer's registry and optimizer: a mesh's gathered whole model; ZeRO's values alone (the live
+     * registry at stages 1-2, where every rank holds them whole; gathered into a whole model's at stage 3),
+     * its optimizer state going into each rank's shard file instead */
+    dt_optimizer *writer_o = zero ? NULL : o;
     if (lead && c->checkpoint_dir[0] &&
-        ((split && (dtrain_build_model_tp(c, NULL, &whole) != DT_OK ||
-                    (!whole_o && make_optimizer(c, dt_model_params(whole), &whole_o) != DT_OK))) ||
-         dtrain_checkpoint_writer_start(c, split ? dt_model_params(whole) : p, split ? whole_o : o,
+        (((mesh || c->zero_stage == 3 || job) && dtrain_build_model_tp(c, NULL, &whole) != DT_OK) ||
+         ((mesh || job) && !whole_o && make_optimizer(c, dt_model_params(whole), &whole_o) != DT_OK) ||
+         dtrain_checkpoint_writer_start(c, whole ? dt_model_params(whole) : p, mesh || job ? whole_o : writer_o,
                                         resume ? pr.step : -1, resumed_dir, &writer) != DT_OK))
         goto out;
+    if (whole && !mesh) /* ZeRO-3's gathered values, a parameter server's snapshot: no gradients */
+        dt_params_drop_storage(dt_model_params(whole), false, true);
     if (make_strategy(c, dp, m, o, tpc, ppc, job, &psc, &strategy) != DT_OK)
         goto out;
     if (c->zero_stage == 3 && !strcmp(c->offload, "disk") && dt_strategy_zero_offload(strategy, c->offload_dir) != DT_OK) {
@@ -514,13 +548,11 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
      * batch (and world size) and keeps it. */
     const char *restartable = getenv("DT_RESTARTABLE");
     if (c->checkpoint_dir[0] && !resume && (c->checkpoint_initial || (restartable && !strcmp(restartable, "1")))) {
-        if (gather_whole(c, strategy, m, o, dp, tpc, ppc, whole, whole_o) != DT_OK)
+        if (checkpoint(c, strategy, m, o, dp, tpc, ppc, whole, whole_o, writer, &pr, " (initial weights)",
+                       NULL) != DT_OK)
             goto out;
-        if (writer) {
-            dt_ckpt_writer_submit(writer, &pr, " (initial weights)", NULL);
-            if (dt_ckpt_writer_flush(writer) != DT_OK) /* the writer printed why */
-                goto out;
-        }
+        if (writer && dt_ckpt_writer_flush(writer) != DT_OK) /* the writer printed why */
+            goto out;
     }
 
     /* the prefetcher hands out micro-batches: batch_size / micro_batches samples each */
@@ -675,16 +707,13 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
             code = 1;
             break;
         }
-        if (ckpt_now && gather_whole(c, strategy, m, o, dp, tpc, ppc, whole, whole_o) != DT_OK) {
-            fprintf(stderr, "dtrain: rank %d: step %lld: checkpoint: %s\n", rank, (long long)pr.step, dt_last_error());
+        double stall = 0;
+        if (ckpt_now &&
+            checkpoint(c, strategy, m, o, dp, tpc, ppc, whole, whole_o, writer, &pr, "", &stall) != DT_OK) {
             code = 1;
             break;
         }
-        if (ckpt_now && job && whole_o) /* the servers' optimizer made the steps */
-            pr.optimizer_steps = dt_optimizer_steps(whole_o);
-        if (writer && ckpt_now) {
-            double stall = 0;
-            dt_ckpt_writer_submit(writer, &pr, "", &stall);
+        if (ckpt_now) {
             last_ckpt = now_s();
             win.compute -= stall; /* not compute: time held up by the writer */
         }
