@@ -108,6 +108,10 @@ typedef struct {
     dt_rng_key key;    /* dropout masks: (seed, step, micro-batch, group) */
     bool training;
     dt_saved *saved; /* top of the saved-record stack (NULL when empty) */
+    /* The input of the model (chunk) running, set by dt_model_forward(_chunk):
+     * for block hooks that need it (a parameter server pulls the embedding
+     * rows the input names before the first block's forward). */
+    const dt_tensor *input;
 } dt_ctx;
 /* Number of records on a context's stack (0 once every backward has run). */
 int dt_ctx_saved_depth(const dt_ctx *ctx);

@@ -364,6 +364,7 @@ dt_status dt_model_forward_chunk(dt_model *m, int c, dt_ctx *ctx, const dt_tenso
 {
     DT_CHECK(check_chunk(m, c, "model_forward_chunk"));
     ctx->params = m->params;
+    ctx->input = x;
     return m->chunks[c]->ops->forward(m->chunks[c], ctx, x, y);
 }
 
