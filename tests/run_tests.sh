@@ -73,6 +73,7 @@ run collectives/bbr-limit-agreed 120 tests/cases/tcp_bbr_agree.sh
 run unit/engine 300 "$BIN/test_engine"
 run unit/runtime 120 "$BIN/test_runtime"
 run unit/checkpoint 60 "$BIN/test_ckpt"
+run unit/textclf-sparse-rows-adagrad-fortunes 60 "$BIN/test_textclf"
 run engine/pytorch-crosscheck 300 tests/cases/torch_crosscheck.sh
 run engine/optimizer-groups-vs-pytorch 120 tests/cases/optim_groups.sh
 run engine/dtrain-cli 300 tests/cases/dtrain_cli.sh

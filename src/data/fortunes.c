@@ -160,7 +160,7 @@ dt_status dt_fortunes_load(const char *dir, dt_fortunes *out)
         if (!(out->split[k] = malloc((size_t)(out->count ? out->count : 1) * sizeof *out->split[k])))
             s = dt__fail(DT_ERR_NOMEM, "out of memory");
     for (int64_t i = 0; s == DT_OK && i < out->count; i++) {
-        uint64_t h = dt__fnv1a64(DT_FNV64_SEED, out->text + out->start[i], (size_t)(out->start[i + 1] - out->start[i]));
+        uint64_t h = dt__fnv1a64(DT_FNV64_OFFSET_BASIS, out->text + out->start[i], (size_t)(out->start[i + 1] - out->start[i]));
         int k = h % DT_FORTUNES_HELD_OUT_MOD == 0;
         out->split[k][out->split_count[k]++] = i;
     }
@@ -209,12 +209,12 @@ int64_t dt_text_features(const char *text, int64_t len, int64_t buckets, float *
         int64_t at = i;
         while (i < len && word_byte((unsigned char)text[i]))
             i++;
-        uint64_t uni = hash_word(DT_FNV64_SEED, text + at, i - at);
+        uint64_t uni = hash_word(DT_FNV64_OFFSET_BASIS, text + at, i - at);
         if (n < width)
             out[n] = (float)(uni % (uint64_t)buckets);
         n++;
         if (prev_len >= 0) {
-            uint64_t bi = hash_word(DT_FNV64_SEED, text + prev_at, prev_len);
+            uint64_t bi = hash_word(DT_FNV64_OFFSET_BASIS, text + prev_at, prev_len);
             bi = hash_word(dt__fnv1a64(bi, " ", 1), text + at, i - at);
             if (n < width)
                 out[n] = (float)(bi % (uint64_t)buckets);
