@@ -250,7 +250,10 @@ int64_t dt_param_touched_rows(dt_params *p, int index, const int64_t **rows)
     dt__row_set *s = p->sparse[index];
     if (s->all)
         return s->rows;
-    dt__row_set_sort(s);
+    if (dt__row_set_sort(s) != DT_OK) { /* out of memory: every row, which is never wrong */
+        s->all = true;
+        return s->rows;
+    }
     *rows = s->ids;
     return s->n;
 }

@@ -36,17 +36,35 @@ dt_status dt__row_set_add(dt__row_set *s, const int64_t *rows, int64_t n)
     return DT_OK;
 }
 
-static int by_value(const void *a, const void *b)
+/* LSD radix sort, 11 bits a pass over the bits rows needs (two passes for
+ * 2^20 rows): a step's few thousand ids in a few microseconds. */
+dt_status dt__row_set_sort(dt__row_set *s)
 {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-void dt__row_set_sort(dt__row_set *s)
-{
-    if (!s->sorted)
-        qsort(s->ids, (size_t)s->n, sizeof *s->ids, by_value);
+    if (s->sorted)
+        return DT_OK;
+    int64_t *tmp = malloc((size_t)s->n * sizeof *tmp), *from = s->ids, *to = tmp;
+    if (!tmp)
+        return dt__fail(DT_ERR_NOMEM, "out of memory sorting touched rows");
+    int bits = 1;
+    while (bits < 63 && (s->rows - 1) >> bits)
+        bits++;
+    for (int shift = 0; shift < bits; shift += 11) {
+        int64_t count[2048 + 1] = {0};
+        for (int64_t i = 0; i < s->n; i++)
+            count[((from[i] >> shift) & 2047) + 1]++;
+        for (int d = 0; d < 2048; d++)
+            count[d + 1] += count[d];
+        for (int64_t i = 0; i < s->n; i++)
+            to[count[(from[i] >> shift) & 2047]++] = from[i];
+        int64_t *t = from;
+        from = to;
+        to = t;
+    }
+    if (from != s->ids)
+        memcpy(s->ids, from, (size_t)s->n * sizeof *s->ids);
+    free(tmp);
     s->sorted = true;
+    return DT_OK;
 }
 
 void dt__row_set_clear(dt__row_set *s)

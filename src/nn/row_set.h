@@ -23,7 +23,7 @@ dt_status dt__row_set_init(dt__row_set *s, int64_t rows);
 /* Record rows[0..n); each must be in [0, s->rows) (the caller checked). */
 dt_status dt__row_set_add(dt__row_set *s, const int64_t *rows, int64_t n);
 /* The recorded rows in increasing order. */
-void dt__row_set_sort(dt__row_set *s);
+dt_status dt__row_set_sort(dt__row_set *s);
 /* Forget every row (the bits of the recorded ones only, unless `all`). */
 void dt__row_set_clear(dt__row_set *s);
 void dt__row_set_free(dt__row_set *s);

@@ -132,14 +132,20 @@ static void adamw_range(int64_t begin, int64_t end, void *arg)
 static void adagrad_range(int64_t begin, int64_t end, void *arg)
 {
     update_args *a = arg;
-    float *p = a->p, *sum = a->s0, eps = a->o->adagrad.eps;
-    const float *g = a->g;
-    for (int64_t i = begin; i < end; i++) {
+    float *restrict p = a->p, *restrict sum = a->s0, eps = a->o->adagrad.eps, lr = a->lr, wd = a->weight_decay;
+    const float *restrict g = a->g;
+    if (wd != 0) {
+        for (int64_t i = begin; i < end; i++) {
+            float d = g[i] + wd * p[i];
+            sum[i] += d * d;
+            p[i] += -lr * (d / (sqrtf(sum[i]) + eps));
+        }
+        return;
+    }
+    for (int64_t i = begin; i < end; i++) { /* vectorised (-O3, and sqrtf without errno: CMakeLists.txt) */
         float d = g[i];
-        if (a->weight_decay != 0)
-            d += a->weight_decay * p[i];
         sum[i] += d * d;
-        p[i] += -a->lr * (d / (sqrtf(sum[i]) + eps));
+        p[i] += -lr * (d / (sqrtf(sum[i]) + eps));
     }
 }
 

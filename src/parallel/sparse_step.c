@@ -42,8 +42,11 @@ static double sumsq_parts(const float *g, const part *parts, int n)
             s += dt_vec_sumsq(g + q->offset, q->numel);
             continue;
         }
-        for (int64_t k = 0; k < q->nrows; k++)
-            s += dt_vec_sumsq(g + q->offset + q->rows[k] * q->row, q->row);
+        for (int64_t k = 0; k < q->nrows; k++) {
+            const float *r = g + q->offset + q->rows[k] * q->row;
+            for (int64_t j = 0; j < q->row; j++)
+                s += (double)r[j] * r[j];
+        }
     }
     return s;
 }
