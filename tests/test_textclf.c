@@ -136,7 +136,8 @@ static void test_embedding_bag(void)
     EXPECT_STATUS(dt_bags_from_offsets((int64_t[]){0, 2, 5, 5, 1}, 5, (int64_t[]){0, 2, 5}, 3, 4, x), DT_OK);
     float want_x[12] = {0, 2, -1, -1, 5, 5, 1, -1, -1, -1, -1, -1};
     EXPECT(memcmp(x, want_x, sizeof x) == 0);
-    EXPECT_STATUS(dt_bags_from_offsets((int64_t[]){0, 2, 5, 5, 1}, 5, (int64_t[]){0, 2, 5}, 3, 2, x), DT_ERR_INVALID);
+    EXPECT_STATUS(dt_bags_from_offsets((int64_t[]){0, 2, 5, 5, 1}, 5, (int64_t[]){0, 2, 5}, 3, 2, x),
+                  DT_ERR_INVALID);
     dt_arena *arena;
     dt_arena_create(&arena);
     dt_ctx ctx = {.arena = arena, .params = p, .training = true};
@@ -225,9 +226,10 @@ static void sparse_vs_dense(const char *what, dt_status (*make)(int64_t, dt_opti
     bool same = memcmp(dt_params_values(p[0]), dt_params_values(p[1]), (size_t)n * sizeof(float)) == 0;
     int64_t count[2];
     float *s0 = dt_optimizer_state(o[0], &count[0]), *s1 = dt_optimizer_state(o[1], &count[1]);
-    same = same && count[0] == count[1] && (!count[0] || memcmp(s0, s1, (size_t)count[0] * sizeof(float)) == 0);
-    printf("%s: row-only update (%s) and dense update after 6 steps: %s\n", what, expect_rows ? "used" : "not exact: dense",
-           same ? "the same bits" : "DIFFERENT");
+    same =
+        same && count[0] == count[1] && (!count[0] || memcmp(s0, s1, (size_t)count[0] * sizeof(float)) == 0);
+    printf("%s: row-only update (%s) and dense update after 6 steps: %s\n", what,
+           expect_rows ? "used" : "not exact: dense", same ? "the same bits" : "DIFFERENT");
     EXPECT(same);
     for (int k = 0; k < 2; k++) {
         dt_optimizer_destroy(o[k]);
@@ -247,7 +249,10 @@ static dt_status make_adagrad_decay(int64_t n, dt_optimizer **o)
 {
     return dt_adagrad_create(&(dt_adagrad_config){.weight_decay = 0.01f, .eps = 1e-10f}, n, o);
 }
-static dt_status make_sgd(int64_t n, dt_optimizer **o) { return dt_sgd_create(&(dt_sgd_config){0}, n, o); }
+static dt_status make_sgd(int64_t n, dt_optimizer **o)
+{
+    return dt_sgd_create(&(dt_sgd_config){0}, n, o);
+}
 static dt_status make_sgd_momentum(int64_t n, dt_optimizer **o)
 {
     return dt_sgd_create(&(dt_sgd_config){.momentum = 0.9f}, n, o);
@@ -328,14 +333,16 @@ static void test_fortunes(bool *skipped)
         long want_n = dat_count(DT_FORTUNES_DIR, f.names[c]);
         if (want_n != per[c]) {
             mismatched++;
-            fprintf(stderr, "category %s: %lld fortunes, its .dat index says %ld\n", f.names[c], (long long)per[c],
-                    want_n);
+            fprintf(stderr, "category %s: %lld fortunes, its .dat index says %ld\n", f.names[c],
+                    (long long)per[c], want_n);
         }
     }
     EXPECT_EQ(mismatched, 0);
-    printf("fortunes: %d categories, %lld examples (art %lld, computers %lld, people %lld), %lld training, %lld "
-           "held out\n", f.classes, (long long)f.count, (long long)per[0], (long long)per[2],
-           (long long)per[27], (long long)f.split_count[0], (long long)f.split_count[1]);
+    printf(
+        "fortunes: %d categories, %lld examples (art %lld, computers %lld, people %lld), %lld training, %lld "
+        "held out\n",
+        f.classes, (long long)f.count, (long long)per[0], (long long)per[2], (long long)per[27],
+        (long long)f.split_count[0], (long long)f.split_count[1]);
     EXPECT(!strcmp(f.names[27], "people"));
     free(per);
     EXPECT_EQ(f.split_count[0] + f.split_count[1], f.count);
@@ -393,7 +400,8 @@ static void test_textclf_steps(void)
     dt_params *p = dt_model_params(m);
     EXPECT_EQ(dt_params_count(p), 3);
     EXPECT(!strcmp(dt_params_info(p, 0)->name, "embedding.weight") && dt_params_info(p, 0)->row_sparse);
-    EXPECT(!strcmp(dt_params_info(p, 1)->name, "fc.weight") && !strcmp(dt_params_info(p, 2)->name, "fc.bias"));
+    EXPECT(!strcmp(dt_params_info(p, 1)->name, "fc.weight") &&
+           !strcmp(dt_params_info(p, 2)->name, "fc.bias"));
     int64_t n = dt_params_numel(p);
     float *before = malloc((size_t)n * sizeof *before);
     dt_vec_copy(before, dt_params_values(p), n);
@@ -402,8 +410,8 @@ static void test_textclf_steps(void)
     dt_strategy *s;
     EXPECT_STATUS(dt_strategy_single_create(m, o, &(dt_strategy_config){.micro_batches = 1}, &s), DT_OK);
     batch b;
-    const char *texts[8] = {"the cat sat", "a cat ran", "cats and cats", "the cat",
-                            "stocks fell", "the market fell", "stocks rose", "markets and stocks"};
+    const char *texts[8] = {"the cat sat", "a cat ran",       "cats and cats", "the cat",
+                            "stocks fell", "the market fell", "stocks rose",   "markets and stocks"};
     for (int i = 0; i < 8; i++) {
         dt_text_features(texts[i], (int64_t)strlen(texts[i]), 4096, b.x + i * 16, 16);
         b.y[i] = i < 4 ? 0 : 1;

@@ -10,15 +10,20 @@
 #include "base/status.h"
 #include "dtrain/data.h"
 
-static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 /* The category files of dir, sorted (caller frees each and the array). */
 static dt_status list_files(const char *dir, char ***out, int *count)
 {
     DIR *d = opendir(dir);
     if (!d)
-        return dt__fail_errno(DT_ERR_INVALID, "fortunes: cannot read directory %s (the Debian package fortunes "
-                              "installs it; scripts/setup.sh --test)", dir);
+        return dt__fail_errno(DT_ERR_INVALID,
+                              "fortunes: cannot read directory %s (the Debian package fortunes "
+                              "installs it; scripts/setup.sh --test)",
+                              dir);
     char **names = NULL;
     int n = 0, cap = 0;
     dt_status s = DT_OK;
@@ -30,7 +35,8 @@ static dt_status list_files(const char *dir, char ***out, int *count)
         if (e->d_name[0] == '.' || strchr(e->d_name, '.') || lstat(full, &st) != 0 || !S_ISREG(st.st_mode))
             continue;
         if (strlen(e->d_name) >= 64) {
-            s = dt__fail(DT_ERR_INVALID, "fortunes: file name %s/%s is too long for a category", dir, e->d_name);
+            s = dt__fail(DT_ERR_INVALID, "fortunes: file name %s/%s is too long for a category", dir,
+                         e->d_name);
             break;
         }
         if (n == cap) {
@@ -138,8 +144,10 @@ dt_status dt_fortunes_load(const char *dir, dt_fortunes *out)
     int n = 0;
     dt_status s = list_files(dir, &names, &n);
     if (s == DT_OK && n < 2)
-        s = dt__fail(DT_ERR_INVALID, "fortunes: %s holds %d category file%s (extension-less regular files); a "
-                     "classifier needs 2 or more", dir, n, n == 1 ? "" : "s");
+        s = dt__fail(DT_ERR_INVALID,
+                     "fortunes: %s holds %d category file%s (extension-less regular files); a "
+                     "classifier needs 2 or more",
+                     dir, n, n == 1 ? "" : "s");
     if (s == DT_OK && !(out->names = calloc((size_t)n, sizeof *out->names)))
         s = dt__fail(DT_ERR_NOMEM, "out of memory");
     builder b = {out, 0, 0, 0};
@@ -160,13 +168,15 @@ dt_status dt_fortunes_load(const char *dir, dt_fortunes *out)
         if (!(out->split[k] = malloc((size_t)(out->count ? out->count : 1) * sizeof *out->split[k])))
             s = dt__fail(DT_ERR_NOMEM, "out of memory");
     for (int64_t i = 0; s == DT_OK && i < out->count; i++) {
-        uint64_t h = dt__fnv1a64(DT_FNV64_OFFSET_BASIS, out->text + out->start[i], (size_t)(out->start[i + 1] - out->start[i]));
+        uint64_t h = dt__fnv1a64(DT_FNV64_OFFSET_BASIS, out->text + out->start[i],
+                                 (size_t)(out->start[i + 1] - out->start[i]));
         int k = h % DT_FORTUNES_HELD_OUT_MOD == 0;
         out->split[k][out->split_count[k]++] = i;
     }
     if (s == DT_OK && (out->split_count[0] == 0 || out->split_count[1] == 0))
-        s = dt__fail(DT_ERR_INVALID, "fortunes: %s: %lld training and %lld held-out examples; both must be non-empty",
-                     dir, (long long)out->split_count[0], (long long)out->split_count[1]);
+        s = dt__fail(DT_ERR_INVALID,
+                     "fortunes: %s: %lld training and %lld held-out examples; both must be non-empty", dir,
+                     (long long)out->split_count[0], (long long)out->split_count[1]);
     if (s != DT_OK)
         dt_fortunes_free(out);
     return s;

@@ -25,8 +25,8 @@ typedef struct {
     int64_t bags, width, dim;
     const float *table;
     float *table_grad;
-    float *out;       /* forward: [bags, dim] */
-    const float *dy;  /* backward: [bags, dim] */
+    float *out;      /* forward: [bags, dim] */
+    const float *dy; /* backward: [bags, dim] */
 } bag_args;
 
 static int64_t bag_count(const float *ids, int64_t width)
@@ -85,14 +85,15 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
 {
     bag_layer *E = (bag_layer *)l;
     if (x->ndim != 2)
-        return dt__fail(DT_ERR_INVALID, "%s: bags must be [batch, width] ids (-1: none), got %d dimensions", l->name,
-                        x->ndim);
+        return dt__fail(DT_ERR_INVALID, "%s: bags must be [batch, width] ids (-1: none), got %d dimensions",
+                        l->name, x->ndim);
     int64_t bags = x->shape[0], width = x->shape[1];
     for (int64_t i = 0; i < bags * width; i++) {
         float f = x->data[i];
         if (f != -1.0f && (!(f >= 0 && f < (float)E->rows) || f != floorf(f)))
-            return dt__fail(DT_ERR_INVALID, "%s: id %g in bag %lld (position %lld) is neither -1 nor in 0..%lld",
-                            l->name, f, (long long)(i / width), (long long)(i % width), (long long)E->rows - 1);
+            return dt__fail(DT_ERR_INVALID,
+                            "%s: id %g in bag %lld (position %lld) is neither -1 nor in 0..%lld", l->name, f,
+                            (long long)(i / width), (long long)(i % width), (long long)E->rows - 1);
     }
     *y = dt_tensor_view(NULL, 2, (int64_t[]){bags, E->dim});
     if (!(y->data = dt_arena_alloc(ctx->arena, bags * E->dim)))
@@ -101,8 +102,12 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     if (!saved)
         return DT_ERR_NOMEM;
     *saved = *x;
-    bag_args a = {.ids = x->data, .bags = bags, .width = width, .dim = E->dim,
-                  .table = dt_param_value(ctx->params, E->w), .out = y->data};
+    bag_args a = {.ids = x->data,
+                  .bags = bags,
+                  .width = width,
+                  .dim = E->dim,
+                  .table = dt_param_value(ctx->params, E->w),
+                  .out = y->data};
     dt__parallel_for(bags, 16, forward_range, &a);
     return DT_OK;
 }
@@ -117,8 +122,12 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
     if (need_dx)
         return dt__fail(DT_ERR_INVALID, "%s: ids have no gradient (an EmbeddingBag starts a model)", l->name);
     int64_t bags = x->shape[0], width = x->shape[1], n = bags * width;
-    bag_args a = {.ids = x->data, .bags = bags, .width = width, .dim = E->dim,
-                  .table_grad = dt_param_grad(ctx->params, E->w), .dy = dy->data};
+    bag_args a = {.ids = x->data,
+                  .bags = bags,
+                  .width = width,
+                  .dim = E->dim,
+                  .table_grad = dt_param_grad(ctx->params, E->w),
+                  .dy = dy->data};
     /* split by 16 columns (a 64-byte line of a row) when there is enough work */
     dt__parallel_for(E->dim, n >= 4096 ? 16 : E->dim, backward_range, &a);
     /* the rows written, for the zeroing, the sparse update and a parameter server */
@@ -143,15 +152,18 @@ static void init(dt_layer *l, dt_params *p, uint64_t seed)
     dt__init_uniform(p, E->w, seed, 1.0f / (float)E->dim);
 }
 
-static void destroy(dt_layer *l) { free(l); }
+static void destroy(dt_layer *l)
+{
+    free(l);
+}
 
 static const dt_layer_ops ops = {"embedding_bag", forward, backward, init, destroy};
 
 dt_status dt_embedding_bag_create(dt_params *p, const char *name, int64_t rows, int64_t dim, dt_layer **l)
 {
     if (rows <= 0 || dim <= 0 || rows > (1 << 24))
-        return dt__fail(DT_ERR_INVALID, "embedding_bag %s: rows %lld (1..2^24: ids are floats), dim %lld", name,
-                        (long long)rows, (long long)dim);
+        return dt__fail(DT_ERR_INVALID, "embedding_bag %s: rows %lld (1..2^24: ids are floats), dim %lld",
+                        name, (long long)rows, (long long)dim);
     bag_layer *E = dt__layer_new(sizeof *E, &ops, "%s", name);
     if (!E)
         return DT_ERR_NOMEM;
@@ -174,11 +186,13 @@ dt_status dt_bags_from_offsets(const int64_t *ids, int64_t nids, const int64_t *
     for (int64_t b = 0; b < nbags; b++) {
         int64_t from = offsets[b], to = b + 1 < nbags ? offsets[b + 1] : nids;
         if (from < 0 || to < from || to > nids)
-            return dt__fail(DT_ERR_INVALID, "bags: offsets of bag %lld ([%lld, %lld)) outside the %lld ids or "
-                            "decreasing", (long long)b, (long long)from, (long long)to, (long long)nids);
+            return dt__fail(DT_ERR_INVALID,
+                            "bags: offsets of bag %lld ([%lld, %lld)) outside the %lld ids or "
+                            "decreasing",
+                            (long long)b, (long long)from, (long long)to, (long long)nids);
         if (to - from > width)
-            return dt__fail(DT_ERR_INVALID, "bags: bag %lld holds %lld ids, more than the width %lld", (long long)b,
-                            (long long)(to - from), (long long)width);
+            return dt__fail(DT_ERR_INVALID, "bags: bag %lld holds %lld ids, more than the width %lld",
+                            (long long)b, (long long)(to - from), (long long)width);
         for (int64_t k = 0; k < width; k++)
             out[b * width + k] = from + k < to ? (float)ids[from + k] : -1.0f;
     }

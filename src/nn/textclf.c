@@ -22,13 +22,15 @@ dt_status dt_textclf_describe(const dt_textclf_config *cfg, dt_model_desc **out)
     if (!cfg || !out)
         return dt__fail(DT_ERR_INVALID, "textclf: %s is NULL", cfg ? "out" : "the configuration");
     if (cfg->buckets < 1 || cfg->buckets > (1 << 24) || cfg->dim < 1 || cfg->classes < 2)
-        return dt__fail(DT_ERR_INVALID, "textclf: buckets %lld (1..2^24), dim %lld (>= 1), classes %lld (>= 2)",
+        return dt__fail(DT_ERR_INVALID,
+                        "textclf: buckets %lld (1..2^24), dim %lld (>= 1), classes %lld (>= 2)",
                         (long long)cfg->buckets, (long long)cfg->dim, (long long)cfg->classes);
     dt_model_desc *d = NULL;
     DT_CHECK(dt__desc_new(cfg, sizeof *cfg, &d));
     /* per sample, for a bag of ~100 features: the sums, then the product */
     double dim = (double)cfg->dim, classes = (double)cfg->classes;
-    dt_status s = dt__desc_add(d, "embedding", "embedding_bag", make_block, cfg->buckets * cfg->dim, 100 * dim, 4 * dim);
+    dt_status s = dt__desc_add(d, "embedding", "embedding_bag", make_block, cfg->buckets * cfg->dim,
+                               100 * dim, 4 * dim);
     if (s == DT_OK)
         s = dt__desc_add(d, "fc", "linear", make_block, cfg->classes * (cfg->dim + 1), 2 * dim * classes,
                          4 * (dim + classes));

@@ -55,7 +55,8 @@ dt_status dt_params_optimizer_step(dt_params *p, dt_optimizer *o, float lr, floa
                                    float *norm)
 {
     if (!p || !o)
-        return dt__fail(DT_ERR_INVALID, "params_optimizer_step: %s is NULL", p ? "the optimizer" : "the registry");
+        return dt__fail(DT_ERR_INVALID, "params_optimizer_step: %s is NULL",
+                        p ? "the optimizer" : "the registry");
     float *values = dt_params_values(p), *grads = dt_params_grads(p), dummy;
     int64_t numel = dt_params_numel(p);
     norm = norm ? norm : &dummy;
@@ -72,7 +73,8 @@ dt_status dt_params_optimizer_step(dt_params *p, dt_optimizer *o, float lr, floa
         const int64_t *rows = NULL;
         int64_t touched = dt_param_touched_rows(p, i, &rows);
         if (rows && dt_optimizer_rows_exact(o, info->offset, info->numel)) {
-            parts[n++] = (part){info->offset, info->numel, info->numel / info->shape[0], info->shape[0], touched, rows};
+            parts[n++] = (part){info->offset,   info->numel, info->numel / info->shape[0],
+                                info->shape[0], touched,     rows};
             sparse = true;
         } else if (n > 0 && !parts[n - 1].rows && parts[n - 1].offset + parts[n - 1].numel == info->offset) {
             parts[n - 1].numel += info->numel; /* one run of whole parameters */
@@ -97,7 +99,8 @@ dt_status dt_params_optimizer_step(dt_params *p, dt_optimizer *o, float lr, floa
         scale_parts(grads, parts, n, max_norm / (*norm + 1e-6f));
     for (int i = 0; s == DT_OK && i < n; i++) {
         const part *q = &parts[i];
-        s = q->rows ? dt_optimizer_update_rows(o, values, grads, q->offset, q->row, q->rows, q->nrows, q->total_rows, lr)
+        s = q->rows ? dt_optimizer_update_rows(o, values, grads, q->offset, q->row, q->rows, q->nrows,
+                                               q->total_rows, lr)
                     : dt_optimizer_update_range(o, values, grads, q->offset, q->numel, lr);
     }
     if (s == DT_OK)
