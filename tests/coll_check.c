@@ -250,6 +250,52 @@ static void check_moving(dt_comm *c, dt_dtype t, size_t n, int inplace, int salt
 }
 
 /* Ring shift with blocking and nonblocking p2p, several tags in flight. */
+/* dt_waitany: rank 0 waits for one message from every other rank, each
+ * index reported once, with its data; then nothing left gives -1, and a
+ * nonblocking collective is refused. */
+static void check_waitany(dt_comm *c, size_t n)
+{
+    int rank = dt_comm_rank(c), size = dt_comm_size(c);
+    float *a = malloc(n * 4 + 4);
+    fill(a, DT_F32, n, rank, DT_SUM, 3);
+    if (rank == 0) {
+        float *got = malloc((size_t)size * (n * 4 + 4)), *want = malloc(n * 4 + 4);
+        dt_request *rq[64] = {0};
+        int seen[64] = {0}, idx = 0;
+        for (int p = 1; p < size && p < 64; p++)
+            CALL(dt_irecv(got + (size_t)p * (n + 1), n, DT_F32, p, 8, c, &rq[p]));
+        for (int k = 1; k < size && k < 64; k++) {
+            size_t count = 0;
+            CALL(dt_waitany(rq, size < 64 ? size : 64, &idx, &count));
+            if (idx < 1 || idx >= size || seen[idx]++ || rq[idx] || count != n) {
+                fprintf(stderr, "MISMATCH rank 0: waitany gave index %d (count %zu) twice or out of range\n", idx, count);
+                failures++;
+                break;
+            }
+            fill(want, DT_F32, n, idx, DT_SUM, 3);
+            compare("waitany's message", got + (size_t)idx * (n + 1), want, n, DT_F32, c);
+        }
+        CALL(dt_waitany(rq, size < 64 ? size : 64, &idx, NULL));
+        if (idx != -1) {
+            fprintf(stderr, "MISMATCH rank 0: waitany with nothing pending gave index %d, not -1\n", idx);
+            failures++;
+        }
+        free(got);
+        free(want);
+    } else
+        CALL(dt_send(a, n, DT_F32, 0, 8, c));
+    dt_request *coll = NULL;
+    float x = 1;
+    int idx = 0;
+    CALL(dt_iallreduce(&x, &x, 1, DT_F32, DT_SUM, c, &coll));
+    if (dt_waitany(&coll, 1, &idx, NULL) != DT_ERR_INVALID || !strstr(dt_last_error(), "collective")) {
+        fprintf(stderr, "MISMATCH rank %d: waitany accepted a nonblocking collective\n", rank);
+        failures++;
+    }
+    CALL(dt_wait(coll, NULL));
+    free(a);
+}
+
 static void check_p2p(dt_comm *c, size_t n)
 {
     int rank = dt_comm_rank(c), size = dt_comm_size(c);
@@ -301,6 +347,7 @@ static void check_p2p(dt_comm *c, size_t n)
         compare("received out of order, first", b, want, n, DT_F32, c);
         compare("received out of order, second", b2, want, n, DT_F32, c);
         free(b2);
+        check_waitany(c, n);
     }
     free(a);
     free(b);

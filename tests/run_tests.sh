@@ -79,6 +79,7 @@ run engine/optimizer-groups-vs-pytorch 120 tests/cases/optim_groups.sh
 run engine/textclf-vs-pytorch 120 tests/cases/textclf_torch.sh
 run engine/dtrain-textclf 120 tests/cases/dtrain_textclf.sh
 run engine/dtrain-cli 300 tests/cases/dtrain_cli.sh
+run engine/dtrain-recompute-bitwise 200 tests/cases/dtrain_recompute.sh
 run engine/dtrain-messages-threads 200 tests/cases/dtrain_messages.sh
 run fault/checkpoint-manifest-checked 200 tests/cases/checkpoint_manifest.sh
 run engine/torch-converter 200 tests/cases/torch_convert.sh
@@ -133,6 +134,8 @@ run "parallel/pipeline-schedules" 300 tests/cases/pp_schedules.sh
 run "parallel/dtrain-pipeline" 400 tests/cases/dtrain_pp.sh
 run "parallel/zero-stages" 300 tests/cases/zero_stages.sh
 run "parallel/dtrain-zero" 300 tests/cases/dtrain_zero.sh
+run "parallel/ps-sync" 300 tests/cases/ps_sync.sh
+run "parallel/dtrain-ps" 400 tests/cases/dtrain_ps.sh
 
 # ---- launcher ----
 run dtrun/prefix-and-success 30 tests/cases/dtrun_prefix.sh
@@ -190,6 +193,7 @@ fi
 # ---- set-up, install and tools (issue 29's papercuts) ----
 run setup/build-deps-without-apt 300 tests/cases/setup_build_deps.sh
 run tools/version-and-dtbench-nccl-tests-layout 200 tests/cases/dtbench_format.sh
+run docs/public-headers-and-links 30 tests/cases/docs_headers.sh
 
 echo
 [ $failed -gt 0 ] && echo "failed: ${failed_names[*]} (logs in $LOGS)"

@@ -377,6 +377,144 @@ static void test_writer(void)
     dt_params_destroy(p);
 }
 
+/* The whole array's element i of unit k over nranks: rank i / slice holds
+ * it at slice offset i % slice; test arrays hold 1000 + i (moments m) and -i
+ * (v), so every element read back names its place. */
+static float pattern(int t, int64_t i)
+{
+    return t == 0 ? 1000.0f + (float)i : -(float)i;
+}
+
+/* Sharded checkpoints: written by N = 1..5 ranks over units of odd sizes,
+ * each read back by N' = 1..5 (every rank's shard, padding zero) and whole;
+ * dt_ckpt_load puts the moments together; a missing or corrupt shard file,
+ * a unit that is not the reader's and a short file list are refused naming
+ * the file or the field. */
+static void test_sharded(void)
+{
+    dt_optimizer *o;
+    dt_params *p = make_params(5, &o, 2.0f); /* w [5, 4], b [4]: 24 elements */
+    const dt_ckpt_unit units[3] = {{0, 7}, {7, 13}, {20, 4}};
+    const char *names[2] = {"optim_m", "optim_v"};
+    char dir[512];
+    for (int N = 1; N <= 5; N++) {
+        dt_ckpt_sharding sh = {1, N, units, 3, names, 2};
+        int64_t S = dt_ckpt_shard_numel(&sh);
+        EXPECT_EQ(S, (7 + N - 1) / N + (13 + N - 1) / N + (4 + N - 1) / N);
+        dt_ckpt_progress pr = progress(100 + N);
+        EXPECT_STATUS(dt_ckpt_shard_prepare(root, pr.step), DT_OK);
+        dt_ckpt_shard_file files[5];
+        float *arrays[2] = {malloc((size_t)S * sizeof(float)), malloc((size_t)S * sizeof(float))};
+        for (int r = 0; r < N; r++) {
+            for (int t = 0; t < 2; t++) {
+                int64_t at = 0;
+                for (int k = 0; k < 3; k++) {
+                    int64_t sl = (units[k].numel + N - 1) / N;
+                    for (int64_t e = 0; e < sl; e++) {
+                        int64_t i = r * sl + e;
+                        arrays[t][at + e] = i < units[k].numel ? pattern(t, units[k].offset + i) : 7.0f;
+                    }
+                    at += sl;
+                }
+            }
+            EXPECT_STATUS(dt_ckpt_shard_write(root, pr.step, &sh, r, (const float *const *)arrays, &files[r]),
+                          DT_OK);
+        }
+        free(arrays[0]);
+        free(arrays[1]);
+        dt_ckpt_tensors t = {dt_params_values(p), NULL, NULL};
+        EXPECT_STATUS(dt_ckpt_save_sharded(root, p, &t, &meta, &pr, &sh, files, dir, sizeof dir), DT_OK);
+        int got_n = 0, stage = 0, nt = 0;
+        EXPECT_STATUS(dt_ckpt_shards(dir, &got_n, &stage, &nt), DT_OK);
+        EXPECT_EQ(got_n, N);
+        EXPECT_EQ(stage, 1);
+        EXPECT_EQ(nt, 2);
+        dt_ckpt_manifest *m = NULL;
+        EXPECT_STATUS(dt_ckpt_manifest_open(dir, &m), DT_OK);
+        if (m) {
+            EXPECT_STATUS(dt_ckpt_manifest_check_tensors(m, p, "toy"), DT_OK);
+            EXPECT_STATUS(dt_ckpt_manifest_check_sharding(m, units, 3, NULL), DT_OK);
+            const dt_ckpt_unit other[3] = {{0, 7}, {7, 12}, {19, 5}};
+            EXPECT_STATUS(dt_ckpt_manifest_check_sharding(m, other, 3, NULL), DT_ERR_INVALID);
+            EXPECT_CONTAINS(dt_last_error(),
+                            "field sharding.units[1].numel = 13, the model's ZeRO layout has 12");
+            EXPECT_STATUS(dt_ckpt_manifest_check_sharding(m, units, 2, NULL), DT_ERR_INVALID);
+            dt_ckpt_manifest_close(m);
+        }
+        /* read back for every N' and rank, and whole (N' = 0) */
+        for (int n2 = 0; n2 <= 5; n2++)
+            for (int r = 0; r < (n2 ? n2 : 1); r++)
+                for (int tt = 0; tt < 2; tt++) {
+                    int64_t len = n2 ? (7 + n2 - 1) / n2 + (13 + n2 - 1) / n2 + (4 + n2 - 1) / n2 : 24;
+                    float *out = malloc((size_t)len * sizeof(float));
+                    EXPECT_STATUS(dt_ckpt_load_shard(dir, names[tt], n2, r, out, len), DT_OK);
+                    int64_t at = 0, wrong = 0;
+                    for (int k = 0; k < 3; k++) {
+                        int64_t sl = n2 ? (units[k].numel + n2 - 1) / n2 : units[k].numel;
+                        for (int64_t e = 0; e < sl; e++) {
+                            int64_t i = (n2 ? r * sl : 0) + e;
+                            float want = i < units[k].numel ? pattern(tt, units[k].offset + i) : 0.0f;
+                            wrong += out[n2 ? at + e : units[k].offset + e] != want;
+                        }
+                        at += sl;
+                    }
+                    if (wrong)
+                        fprintf(stderr, "N %d -> N' %d rank %d %s: %lld wrong\n", N, n2, r, names[tt],
+                                (long long)wrong);
+                    EXPECT_EQ(wrong, 0);
+                    free(out);
+                }
+        float one;
+        EXPECT_STATUS(dt_ckpt_load_shard(dir, "optim_m", 2, 0, &one, 1),
+                      DT_ERR_INVALID); /* the wrong length */
+        EXPECT_STATUS(dt_ckpt_load_shard(dir, "values", 1, 0, &one, 1),
+                      DT_ERR_INVALID); /* a tensor it lacks */
+        /* dt_ckpt_load: the weights, and the moments put together whole */
+        int64_t count = 0;
+        float *state = dt_optimizer_state(o, &count);
+        memset(state, 0, (size_t)count * sizeof *state);
+        EXPECT_STATUS(dt_ckpt_load(dir, p, o), DT_OK);
+        int64_t wrong = 0;
+        for (int64_t i = 0; i < 24; i++)
+            wrong += state[i] != pattern(0, i) || state[24 + i] != pattern(1, i);
+        EXPECT_EQ(wrong, 0);
+    }
+    /* a missing shard file, then a corrupt one: named */
+    char shard[700], dir3[300];
+    snprintf(dir3, sizeof dir3, "%s/step-00000103", root);
+    snprintf(shard, sizeof shard, "%s/zero-shard-00001-of-00003.safetensors", dir3);
+    char moved[800];
+    snprintf(moved, sizeof moved, "%s.away", shard);
+    EXPECT(rename(shard, moved) == 0);
+    dt_ckpt_manifest *m = NULL;
+    EXPECT_STATUS(dt_ckpt_manifest_open(dir3, &m), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "checkpoint file missing");
+    EXPECT_CONTAINS(dt_last_error(), shard);
+    EXPECT(rename(moved, shard) == 0);
+    flip_byte("step-00000103/zero-shard-00002-of-00003.safetensors", 300);
+    EXPECT_STATUS(dt_ckpt_manifest_open(dir3, &m), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "zero-shard-00002-of-00003.safetensors has checksum");
+    /* shardings the library refuses to save: stage 4; shard files the ranks did not write */
+    dt_ckpt_sharding bad = {4, 2, units, 3, names, 2};
+    dt_ckpt_shard_file none[2] = {{"zero-shard-00000-of-00002.safetensors", 1, 0}, {"x", 1, 0}};
+    dt_ckpt_progress pr = progress(200);
+    EXPECT_STATUS(dt_ckpt_save_sharded(root, p, &(dt_ckpt_tensors){dt_params_values(p), NULL, NULL}, &meta,
+                                       &pr, &bad, none, NULL, 0),
+                  DT_ERR_INVALID); /* stage 4 */
+    bad.stage = 2;
+    EXPECT_STATUS(dt_ckpt_shard_prepare(root, pr.step), DT_OK);
+    EXPECT_STATUS(dt_ckpt_save_sharded(root, p, &(dt_ckpt_tensors){dt_params_values(p), NULL, NULL}, &meta,
+                                       &pr, &bad, none, NULL, 0),
+                  DT_ERR_INVALID); /* the ranks' files are not there */
+    EXPECT_CONTAINS(dt_last_error(), "rank 0's shard");
+    dt_ckpt_shard_abandon(root, pr.step);
+    dt_optimizer_destroy(o);
+    dt_params_destroy(p);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'/step-001* '%s'/.step-*", root, root);
+    EXPECT(system(cmd) == 0);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "%s/dtrain-test-ckpt.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -389,6 +527,7 @@ int main(void)
     test_corrupt();
     test_clear();
     test_writer();
+    test_sharded();
     if (!check_failures) {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

@@ -97,8 +97,9 @@ static void test_two_in_flight(void)
 }
 
 /* 20 AdamW steps with dropout 0.1, with and without recomputing every
- * transformer block: the same losses and weights to the bit, a lower peak. */
-static void run_steps(bool recompute, float *losses, float *final, size_t *peak)
+ * transformer block: the same losses, every step's gradients and the final
+ * weights to the bit, a lower peak.  grads holds 20 x n floats. */
+static void run_steps(bool recompute, float *losses, float *grads, float *final, size_t *peak)
 {
     dt_model *m;
     EXPECT_STATUS(dt_gpt_create(&tiny, &m), DT_OK);
@@ -123,6 +124,7 @@ static void run_steps(bool recompute, float *losses, float *final, size_t *peak)
         dt_arena_reset_peak(arena);
         losses[step] = forward_loss(m, &c, ids, t, &g);
         EXPECT_STATUS(dt_model_backward(m, &c, &g), DT_OK);
+        memcpy(grads + step * n, dt_params_grads(p), (size_t)n * sizeof(float));
         *peak = dt_arena_peak_bytes(arena) > *peak ? dt_arena_peak_bytes(arena) : *peak;
         EXPECT_STATUS(dt_optimizer_step(o, dt_params_values(p), dt_params_grads(p), n, 1e-2f), DT_OK);
     }
@@ -140,10 +142,16 @@ static void test_recompute(void)
     dt_model_destroy(m);
     float l0[20], l1[20];
     float *w0 = malloc((size_t)n * sizeof(float)), *w1 = malloc((size_t)n * sizeof(float));
+    float *g0 = malloc((size_t)(20 * n) * sizeof(float)), *g1 = malloc((size_t)(20 * n) * sizeof(float));
     size_t peak0, peak1;
-    run_steps(false, l0, w0, &peak0);
-    run_steps(true, l1, w1, &peak1);
+    run_steps(false, l0, g0, w0, &peak0);
+    run_steps(true, l1, g1, w1, &peak1);
     EXPECT(!bits_differ(l0, l1, 20));
+    for (int step = 0; step < 20; step++, check_count++)
+        if (bits_differ(g0 + step * n, g1 + step * n, n)) {
+            check_failures++;
+            fprintf(stderr, "recompute: step %d's gradients differ from those without recomputation\n", step);
+        }
     EXPECT(!bits_differ(w0, w1, n));
     EXPECT(l1[19] < l1[0]); /* it trains */
     /* the step's peak: the blocks' outputs and one block's activations at a
@@ -152,6 +160,8 @@ static void test_recompute(void)
     printf("recompute: a step's activation peak is %zu bytes instead of %zu\n", peak1, peak0);
     free(w0);
     free(w1);
+    free(g0);
+    free(g1);
 }
 
 /* Stages [0, k) and [k, n) one after the other against the whole model. */

@@ -494,6 +494,15 @@ static void test_arena_flags(void)
     for (uint32_t g = 0; g < DT__ARENA_SMALL_DEPTH; g++)
         memset(dt__arena_small_entry(a, g), (int)g, DT__ARENA_SMALL_BYTES); /* past the mapping: a fault */
     EXPECT(dt__arena_small_entry(a, 0)[0] == 0 && dt__arena_small_entry(a, 63)[DT__ARENA_SMALL_BYTES - 1] == 63);
+
+    /* The call a rank is in: found for its communicator and number only. */
+    uint64_t sig = 0;
+    EXPECT(!dt__arena_call(a, 1, 1, 3, &sig)); /* nothing recorded yet */
+    dt__arena_publish_call(a, 1, 1, 3, 0x8123456789abcdefull);
+    EXPECT(dt__arena_call(a, 1, 1, 3, &sig) && sig == 0x8123456789abcdefull);
+    EXPECT(!dt__arena_call(a, 1, 1, 4, &sig) && !dt__arena_call(a, 1, 2, 3, &sig) && !dt__arena_call(a, 0, 1, 3, &sig));
+    dt__arena_publish_call(a, 1, 1, 4, 7);
+    EXPECT(!dt__arena_call(a, 1, 1, 3, &sig) && dt__arena_call(a, 1, 1, 4, &sig) && sig == 7);
     dt__arena_close(a);
 }
 

@@ -9,7 +9,11 @@
  * The model is an MLP made of column-then-row pairs, Megatron's MLP split:
  * fc1 column (IN -> H), relu, fc2 row (H -> H2), relu, fc3 column (H2 -> H),
  * relu, fc4 row (H -> OUT), with H and H2 divisible by 2, 3, 4 and 6.
- * Also checks the refusal of a size the group does not divide.
+ * Also checks the refusal of a size the group does not divide, attention
+ * split by heads, the vocabulary-parallel cross-entropy and a whole GPT
+ * (check_gpt), and that sequence parallelism on and off give the same 50
+ * losses to relative 1e-5 (check_sequence_parallel), and clipping over
+ * the group (check_clip_group).
  *
  * usage: tp_check   (exit 0: every check held on every rank) */
 #include <math.h>
@@ -252,7 +256,7 @@ static void check_cross_entropy(dt_comm *tp, int t)
  * dropout: step-0 loss and every gradient to 1e-5, then GPT_STEPS SGD steps
  * with losses to 1e-4. */
 #define GPT_STEPS 50
-static void check_gpt(dt_comm *tp, int t, float dropout, bool sp)
+static void check_gpt(dt_comm *tp, int t, float dropout, bool sp, float *losses)
 {
     dt_gpt_config c = {.vocab = 48, .context = 12, .layers = 2, .heads = 12, .dim = 24, .dropout = dropout};
     dt_model *m[2];
@@ -290,6 +294,7 @@ static void check_gpt(dt_comm *tp, int t, float dropout, bool sp)
             if (k == 1) /* sequence parallel: the LayerNorms' and biases' parts summed */
                 CALL(dt_params_reduce_tp_partial(dt_model_params(m[1]), tp));
         }
+        losses[step] = loss[1];
         double rel = fabs((double)loss[0] - loss[1]) / loss[0];
         worst_loss = fmax(worst_loss, rel);
         if (step == 0)
@@ -315,6 +320,52 @@ static void check_gpt(dt_comm *tp, int t, float dropout, bool sp)
     dt_model_destroy(m[0]);
     dt_model_destroy(m[1]);
     dt_arena_destroy(arena);
+}
+
+/* Clipping over a group (dt_clip_grad_norm_group, issue 30): each rank
+ * holds 1/t of a gradient vector; the norm is the whole vector's and each
+ * slice is scaled as the whole one is, to relative 1e-6. */
+static void check_clip_group(dt_comm *tp, int t)
+{
+    enum { N = 120 };
+    float whole[N], mine[N];
+    dt_rng r;
+    dt_rng_seed(&r, 3);
+    for (int i = 0; i < N; i++)
+        whole[i] = 2.0f * dt_rng_uniform(&r) - 1.0f;
+    int64_t c = N / t;
+    memcpy(mine, whole + c * rank, (size_t)c * sizeof(float));
+    float want_norm = dt_clip_grad_norm(whole, N, 1.0f), norm = -1;
+    CALL(dt_clip_grad_norm_group(mine, c, 1.0f, tp, &norm));
+    double dn = fabs((double)norm - want_norm) / want_norm, dv = 0;
+    for (int64_t i = 0; i < c; i++)
+        dv = fmax(dv, fabs((double)mine[i] - whole[c * rank + i]) / fabs((double)whole[c * rank + i]));
+    if (dn > 1e-6 || dv > 1e-6 || !(want_norm > 1.0f)) {
+        fprintf(stderr,
+                "tp_check rank %d (t=%d): group clipping: norm %.9g against %.9g, slice within %.2g\n", rank,
+                t, norm, want_norm, dv);
+        failures++;
+    }
+    printf("tp_check rank %d: t=%d: clipping over the group: norm %.7g (whole vector %.7g), clipped slice "
+           "within %.2g\n",
+           rank, t, norm, want_norm, dv);
+}
+
+/* Sequence parallelism on against off, both tp = t with dropout 0.1 from
+ * the same seed: every step's loss to relative 1e-5 (issue 31). */
+static void check_sequence_parallel(int t, const float *off, const float *on)
+{
+    double worst = 0;
+    for (int step = 0; step < GPT_STEPS; step++)
+        worst = fmax(worst, fabs((double)on[step] - off[step]) / fabs((double)off[step]));
+    if (worst > 1e-5) {
+        fprintf(stderr, "tp_check rank %d (t=%d): sequence parallel on against off: losses differ by %.2g\n",
+                rank, t, worst);
+        failures++;
+    }
+    printf("tp_check rank %d: t=%d: gpt (dropout 0.1), sequence parallel on against off: %d-step losses "
+           "within %.2g\n",
+           rank, t, GPT_STEPS, worst);
 }
 
 int main(void)
@@ -350,9 +401,12 @@ int main(void)
     }
     check_attention(world, t);
     check_cross_entropy(world, t);
-    check_gpt(world, t, 0.0f, false);
-    check_gpt(world, t, 0.1f, false);
-    check_gpt(world, t, 0.1f, true);
+    float off[GPT_STEPS] = {0}, on[GPT_STEPS] = {0};
+    check_gpt(world, t, 0.0f, false, off);
+    check_gpt(world, t, 0.1f, false, off);
+    check_gpt(world, t, 0.1f, true, on);
+    check_sequence_parallel(t, off, on);
+    check_clip_group(world, t);
 
     model ref, tp;
     build(&ref, NULL);

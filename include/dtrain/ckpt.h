@@ -20,10 +20,26 @@
  * manifest.json ("format": "dtrain-checkpoint-2") holds "files" (each tensor
  * file's "bytes" and zlib "crc32"), "format", "step", "world_size",
  * "global_batch", "sampler" {"epoch", "position"}, "optimizer" {"kind",
- * "steps"}, "rng" (four 64-bit words as decimal strings), "config" (the
- * caller's, kept as given) and "manifest_crc32": the CRC-32 of the manifest's
- * canonical text (cJSON's compact print of it without that member) as eight
- * hex digits.  Format 1 manifests (no manifest_crc32) still open.
+ * "steps"}, "rng" (four 64-bit words as decimal strings), "sharding" (a
+ * sharded checkpoint only, below), "config" (the caller's, kept as given)
+ * and "manifest_crc32": the CRC-32 of the manifest's canonical text (cJSON's
+ * compact print of it without that member) as eight hex digits.  Format 1
+ * manifests (no manifest_crc32) still open.
+ *
+ * A sharded checkpoint (ZeRO: the optimizer state, and at stage 3 the
+ * values, cut over the N ranks of a data-parallel group) has no optim_m /
+ * optim_v: each rank writes its shard as zero-shard-RRRRR-of-NNNNN.safetensors
+ * (rank and N, five digits), listed in "files" like the others.
+ * model.safetensors still holds the whole weights.  "sharding" describes
+ * the cut well enough to put the state together again without the reader's
+ * model: {"kind": "zero", "stage", "ranks": N, "shard_numel": S, "padded":
+ * true, "tensors": the names each shard file holds ("values" at stage 3,
+ * then "optim_m", "optim_v": the moments), "files": the N shard files in
+ * rank order, "units": [{"offset", "numel", "slice"}, ...]}.  A unit is a
+ * range of the registry's flat buffer (a block's parameters); slice =
+ * ceil(numel / N); rank r's shard is slice r of every unit in order, the
+ * tail of the last slices zero padding, so S is the sum of the slices and
+ * each tensor of a shard file is F32 [S], padding included.
  *
  * Conventions: every call that can fail returns DT_OK or a negative
  * dt_status, with the detail in dt_last_error(), which names the file or
@@ -137,13 +153,90 @@ typedef void (*dt_ckpt_skip_fn)(void *user, const char *step_dir, const char *wh
 dt_status dt_ckpt_find(const char *path, dt_ckpt_verify_fn verify, dt_ckpt_skip_fn skipped, void *user,
                        char *step_dir, size_t len);
 
+/* ---- sharded checkpoints (ZeRO) ----
+ *
+ * The protocol, over the N ranks of the group: one rank (the writer's)
+ * calls dt_ckpt_shard_prepare, the others wait for it (a broadcast of its
+ * status); every rank writes its shard with dt_ckpt_shard_write into the
+ * step's temporary directory and sends what it got (bytes, CRC) to the
+ * writer's rank, which gives them to dt_ckpt_save_sharded (or
+ * dt_ckpt_writer_submit_sharded): model.safetensors, the manifest listing
+ * every shard file, one rename.  The step directory appears whole, with
+ * every rank's file, or not at all; dt_ckpt_shard_abandon drops the
+ * temporary directory when a rank's write failed. */
+
+/* A unit of the flat buffer the shards cut: each rank holds slice
+ * ceil(numel / N) of it. */
+typedef struct {
+    int64_t offset, numel;
+} dt_ckpt_unit;
+
+typedef struct {
+    int stage;                 /* ZeRO stage, 1-3 */
+    int nranks;                /* N, one shard file each; 0: not sharded */
+    const dt_ckpt_unit *units; /* in shard order */
+    int nunits;
+    const char *const *tensors; /* each shard file's tensors, in order ("values", "optim_m", "optim_v") */
+    int ntensors;               /* 1 to 8 */
+} dt_ckpt_sharding;
+
+/* A shard file as its rank wrote it. */
+typedef struct {
+    char name[64];
+    uint64_t bytes;
+    uint32_t crc;
+} dt_ckpt_shard_file;
+
+/* Elements of a rank's shard: the units' slices summed (-1: bad sharding). */
+int64_t dt_ckpt_shard_numel(const dt_ckpt_sharding *sh);
+/* "zero-shard-RRRRR-of-NNNNN.safetensors". */
+dt_status dt_ckpt_shard_name(int rank, int nranks, char *out, size_t len);
+/* The writer's rank, before the shards of pr->step: root (created when
+ * missing) gets an empty temporary step directory (one a writer that died
+ * left is emptied). */
+dt_status dt_ckpt_shard_prepare(const char *root, int64_t step);
+/* Rank `rank` writes its shard into the temporary step directory,
+ * atomically: arrays[i] (dt_ckpt_shard_numel floats, padding included) as
+ * tensor sh->tensors[i].  *out gets the file's name, bytes and CRC-32 (read
+ * back from disk). */
+dt_status dt_ckpt_shard_write(const char *root, int64_t step, const dt_ckpt_sharding *sh, int rank,
+                              const float *const *arrays, dt_ckpt_shard_file *out);
+/* Remove the temporary step directory and what the ranks put in it. */
+void dt_ckpt_shard_abandon(const char *root, int64_t step);
+
+/* dt_ckpt_save of a sharded checkpoint: t holds the values only (the
+ * moments are in the shards); files[sh->nranks] are the ranks' shard files,
+ * already in the temporary directory with the sizes given (checked), listed
+ * in the manifest with "sharding". */
+dt_status dt_ckpt_save_sharded(const char *root, dt_params *p, const dt_ckpt_tensors *t,
+                               const dt_ckpt_meta *meta, const dt_ckpt_progress *pr,
+                               const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files, char *written,
+                               size_t written_len);
+
+/* The shard files of step_dir's checkpoint: *nranks (0: not sharded) and,
+ * each optional, *stage and *ntensors (the tensors of each shard file).
+ * Reads the manifest without checking the files again (after
+ * dt_ckpt_find's verify). */
+dt_status dt_ckpt_shards(const char *step_dir, int *nranks, int *stage, int *ntensors);
+/* Tensor `tensor` ("values", "optim_m", "optim_v") of a sharded checkpoint
+ * cut for `nranks` ranks the way the manifest's units are (the same units,
+ * slice ceil(numel / nranks)): rank's shard into out (numel elements, its
+ * shard's length, padding zeroed), or with nranks 0 the whole flat array
+ * (numel: the registry's, elements no unit covers zeroed).  Only the shard
+ * files that overlap it are opened, and of them only the overlapping byte
+ * ranges read. */
+dt_status dt_ckpt_load_shard(const char *step_dir, const char *tensor, int nranks, int rank, float *out,
+                             int64_t numel);
+
 /* ---- the manifest ---- */
 
 typedef struct dt_ckpt_manifest dt_ckpt_manifest;
 
 /* Read step_dir/manifest.json and check it: the format, manifest_crc32
- * against its text, and every file it lists (inside step_dir, present, its
- * size and CRC-32; model.safetensors among them). */
+ * against its text, "sharding" (when there: its fields, each unit's slice,
+ * shard_numel, the files, one per rank and each listed), and every file it
+ * lists (inside step_dir, present, its size and CRC-32; model.safetensors
+ * among them). */
 dt_status dt_ckpt_manifest_open(const char *step_dir, dt_ckpt_manifest **out);
 /* The manifest's "config" as compact JSON text (NULL when it has none);
  * valid until dt_ckpt_manifest_close. */
@@ -165,12 +258,22 @@ typedef struct {
 dt_status dt_ckpt_manifest_progress(const dt_ckpt_manifest *m, const dt_ckpt_limits *lim,
                                     dt_ckpt_progress *out);
 /* Every tensor file holds exactly p's parameters with their shapes; model
- * names the model in the message ("mlp"). */
+ * names the model in the message ("mlp").  A shard file, instead, holds
+ * exactly the tensors "sharding" names, F32 [shard_numel]. */
 dt_status dt_ckpt_manifest_check_tensors(const dt_ckpt_manifest *m, dt_params *p, const char *model);
+/* A sharded checkpoint's cut against the reader's model: its units (the
+ * flat offset and numel of each, in order, as the reader's layout makes
+ * them) must be the manifest's; *out (optional) gets the sharding (valid
+ * until dt_ckpt_manifest_close; nranks 0 when the checkpoint is not
+ * sharded, which passes).  The structure of "sharding" (its fields, slices,
+ * shard_numel, the file count and names) is checked at open. */
+dt_status dt_ckpt_manifest_check_sharding(const dt_ckpt_manifest *m, const dt_ckpt_unit *units, int nunits,
+                                          dt_ckpt_sharding *out);
 void dt_ckpt_manifest_close(dt_ckpt_manifest *m);
 
 /* Read the weights (and, o non-NULL, the moments the optimizer has) from a
- * step directory, normally one dt_ckpt_find accepted. */
+ * step directory, normally one dt_ckpt_find accepted.  A sharded
+ * checkpoint's moments are put together whole from its shard files. */
 dt_status dt_ckpt_load(const char *step_dir, dt_params *p, dt_optimizer *o);
 
 /* ---- the background writer ----
@@ -212,6 +315,11 @@ dt_status dt_ckpt_writer_start(const dt_ckpt_writer_config *cfg, dt_params *p, d
  * *stall_s (may be NULL) is the time the caller was held up. */
 dt_status dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
                                 double *stall_s);
+/* submit for a sharded checkpoint (dt_ckpt_save_sharded): the writer was
+ * started with o NULL; sh and files are copied. */
+dt_status dt_ckpt_writer_submit_sharded(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
+                                        const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files,
+                                        double *stall_s);
 /* Wait for the write in flight; DT_OK when every write so far succeeded,
  * else the last failure (its message in dt_last_error()). */
 dt_status dt_ckpt_writer_flush(dt_ckpt_writer *w);

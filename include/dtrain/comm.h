@@ -127,6 +127,14 @@ dt_status dt_irecv(void *buf, size_t count, dt_dtype dtype, int peer, int tag, d
 dt_status dt_wait(dt_request *req, size_t *received);
 /* *done = 1 (request freed, result returned) or 0 (still pending). */
 dt_status dt_test(dt_request *req, int *done, size_t *received);
+/* MPI_Waitany for point-to-point requests of one job: waits until one of
+ * reqs[0..n) (at most 1024; NULL entries are skipped) completes, sets
+ * *index to it, frees it and sets reqs[*index] to NULL, and returns its
+ * result (*received as dt_wait).  With no request left: *index = -1 and
+ * DT_OK.  The deadline is the longest of their communicators' timeouts
+ * (dt_comm_set_timeout: a server that waits on its workers sets a long
+ * one).  Nonblocking collectives are refused. */
+dt_status dt_waitany(dt_request **reqs, int n, int *index, size_t *received);
 
 /* ---- collectives ---- */
 dt_status dt_barrier(dt_comm *c);

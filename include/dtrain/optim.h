@@ -95,6 +95,8 @@ typedef struct {
     int64_t numel;
 } dt_optim_state;
 int dt_optimizer_state_buffers(dt_optimizer *o, dt_optim_state *out, int max);
+/* The number of parameters the optimizer's state covers (its shard). */
+int64_t dt_optimizer_numel(const dt_optimizer *o);
 
 /* Keep the state in a file in `dir` (NULL or "": /var/tmp) instead of
  * memory: ZeRO-Infinity's offload, to the local disk.  Updates stream it in

@@ -180,11 +180,18 @@ dt_status dt_zero_decay_groups(dt_model *m, int nranks, int rank, const char *pa
                                dt_optim_group **out, int *count);
 /* Copy rank's slices of a whole flat array laid out like m's registry
  * (values, or an optimizer state buffer) into its shard of
- * dt_zero_shard_numel elements (padding zeroed), or back (put): how a
- * checkpoint of the whole model is cut for any number of ranks, and put
- * together again from theirs. */
+ * dt_zero_shard_numel elements (padding zeroed), or back (put): how an
+ * unsplit checkpoint's state is cut for any number of ranks, and ZeRO-3's
+ * values put together for model.safetensors.  (Sharded checkpoints cut
+ * by their manifest's unit table: dt_zero_units, dt_ckpt_load_shard.) */
 dt_status dt_zero_shard_take(dt_model *m, int nranks, int rank, const float *whole, float *shard);
 dt_status dt_zero_shard_put(dt_model *m, int nranks, int rank, const float *shard, float *whole);
+/* ZeRO's units of m, in shard order: each one's range of the flat buffer
+ * (offsets[i], numels[i]; up to max of them filled).  Returns how many
+ * there are (-1 on error).  A rank's shard over N ranks is slice r,
+ * ceil(numel / N) long, of each: what a sharded checkpoint's manifest
+ * records. */
+int dt_zero_units(dt_model *m, int64_t *offsets, int64_t *numels, int max);
 /* A ZeRO-3 strategy's shard of the values (the master copy its optimizer
  * updates, dt_zero_shard_numel elements: see dt_zero_shard_take for the
  * layout) and its length; NULL for stages 1 and 2, which update their

@@ -9,7 +9,7 @@
 #include <zlib.h>
 
 #include "base/status.h"
-#include "dtrain/ckpt.h"
+#include "ckpt/ckpt_internal.h"
 
 static dt_status fsync_dir_of(const char *path)
 {
@@ -29,27 +29,31 @@ static dt_status fsync_dir_of(const char *path)
 
 dt_status dt_atomic_write(const char *path, const void *bytes, size_t len)
 {
+    return dt__ckpt_atomic_write_parts(path, &bytes, &len, 1);
+}
+
+dt_status dt__ckpt_atomic_write_parts(const char *path, const void *const *parts, const size_t *lens,
+                                      int nparts)
+{
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
         return dt__fail(DT_ERR_INVALID, "path too long: %s", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return dt__fail_errno(DT_ERR_SYSTEM, "cannot create %s", tmp);
-    const unsigned char *p = bytes;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t n = write(fd, p, left);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            dt_status s = dt__fail_errno(DT_ERR_SYSTEM, "cannot write %s (disk full?)", tmp);
-            close(fd);
-            unlink(tmp);
-            return s;
+    for (int i = 0; i < nparts; i++)
+        for (size_t done = 0; done < lens[i];) {
+            ssize_t n = write(fd, (const unsigned char *)parts[i] + done, lens[i] - done);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0) {
+                dt_status s = dt__fail_errno(DT_ERR_SYSTEM, "cannot write %s (disk full?)", tmp);
+                close(fd);
+                unlink(tmp);
+                return s;
+            }
+            done += (size_t)n;
         }
-        p += n;
-        left -= (size_t)n;
-    }
     if (fsync(fd) != 0) {
         dt_status s = dt__fail_errno(DT_ERR_SYSTEM, "cannot fsync %s", tmp);
         close(fd);

@@ -19,11 +19,25 @@
 #define DT__CKPT_OPTIM_M "optim_m.safetensors"
 #define DT__CKPT_OPTIM_V "optim_v.safetensors"
 
+/* The name of rank r's shard file of n. */
+#define DT__CKPT_SHARD_FMT "zero-shard-%05d-of-%05d.safetensors"
+#define DT__CKPT_SHARD_TENSORS_MAX 8
+
+/* A manifest's "sharding", parsed and checked (shards.c); sh.nranks 0: none. */
+typedef struct {
+    dt_ckpt_sharding sh;
+    dt_ckpt_unit *units;
+    const char *tensors[DT__CKPT_SHARD_TENSORS_MAX]; /* into the manifest's JSON */
+    const char **files;                              /* the same: sh.nranks names */
+    int64_t shard_numel;
+} dt__ckpt_shards;
+
 struct dt_ckpt_manifest {
     char dir[DT_CKPT_PATH_MAX];  /* the step directory */
     char path[DT_CKPT_PATH_MAX]; /* its manifest.json */
     cJSON *json;
     char *config; /* "config" printed compactly, or NULL */
+    dt__ckpt_shards shards;
 };
 
 /* One tensor file of a checkpoint as the manifest lists it. */
@@ -43,8 +57,26 @@ void dt__ckpt_fsync_dir(const char *path);
 /* CRC-32 (zlib) of the manifest's canonical text: cJSON's compact print of
  * it without the manifest_crc32 member.  false when out of memory. */
 bool dt__ckpt_manifest_crc(cJSON *m, uint32_t *crc);
-/* Write dir/manifest.json (atomically) for the files, meta and pr. */
+/* Write dir/manifest.json (atomically) for the files, meta and pr, with
+ * "sharding" for sh (NULL: none). */
 dt_status dt__ckpt_manifest_write(const char *dir, const dt__ckpt_file *files, int nfiles,
-                                  const dt_ckpt_meta *meta, const dt_ckpt_progress *pr);
+                                  const dt_ckpt_meta *meta, const dt_ckpt_progress *pr,
+                                  const dt_ckpt_sharding *sh);
+/* Read and parse step_dir/manifest.json: the format, its checksum and
+ * "sharding"'s structure always, the files' sizes and CRC-32s when
+ * check_files. */
+dt_status dt__ckpt_manifest_read(const char *step_dir, bool check_files, dt_ckpt_manifest **out);
+
+/* Atomically replace `path` with the n parts one after the other. */
+dt_status dt__ckpt_atomic_write_parts(const char *path, const void *const *parts, const size_t *lens, int n);
+
+/* shards.c: "sharding" as JSON (sh->nranks files named by rank); parse and
+ * check one read from a manifest (m->dir names it in errors); free it; the
+ * shard files' headers against it (dt_ckpt_manifest_check_tensors). */
+cJSON *dt__ckpt_sharding_json(const dt_ckpt_sharding *sh);
+dt_status dt__ckpt_sharding_parse(const dt_ckpt_manifest *m, const cJSON *json, dt__ckpt_shards *out);
+void dt__ckpt_sharding_free(dt__ckpt_shards *s);
+bool dt__ckpt_is_shard_file(const dt_ckpt_manifest *m, const char *name);
+dt_status dt__ckpt_check_shard_file(const dt_ckpt_manifest *m, const char *name);
 
 #endif

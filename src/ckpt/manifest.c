@@ -28,7 +28,7 @@ bool dt__ckpt_manifest_crc(cJSON *m, uint32_t *crc)
 
 /* The members in the order of every manifest written so far (files first). */
 static cJSON *build(const dt__ckpt_file *files, int nfiles, const dt_ckpt_meta *meta,
-                    const dt_ckpt_progress *pr, cJSON *config)
+                    const dt_ckpt_progress *pr, cJSON *sharding, cJSON *config)
 {
     cJSON *manifest = cJSON_CreateObject(), *jfiles = cJSON_AddObjectToObject(manifest, "files");
     cJSON_AddStringToObject(manifest, "format", DT__CKPT_FORMAT);
@@ -52,13 +52,16 @@ static cJSON *build(const dt__ckpt_file *files, int nfiles, const dt_ckpt_meta *
         snprintf(w, sizeof w, "%" PRIu64, pr->rng.s[i]);
         cJSON_AddItemToArray(rng, cJSON_CreateString(w));
     }
+    if (sharding)
+        cJSON_AddItemToObject(manifest, "sharding", sharding);
     if (config)
         cJSON_AddItemToObject(manifest, "config", config);
     return manifest;
 }
 
 dt_status dt__ckpt_manifest_write(const char *dir, const dt__ckpt_file *files, int nfiles,
-                                  const dt_ckpt_meta *meta, const dt_ckpt_progress *pr)
+                                  const dt_ckpt_meta *meta, const dt_ckpt_progress *pr,
+                                  const dt_ckpt_sharding *sh)
 {
     char path[DT_CKPT_PATH_MAX];
     DT_CHECK(dt__ckpt_path(path, sizeof path, "%s/manifest.json", dir));
@@ -66,7 +69,12 @@ dt_status dt__ckpt_manifest_write(const char *dir, const dt__ckpt_file *files, i
     if (meta->config_json && !(config = cJSON_Parse(meta->config_json)))
         return dt__fail(DT_ERR_INVALID, "checkpoint manifest not written: its config is not JSON (%.60s)",
                         meta->config_json);
-    cJSON *manifest = build(files, nfiles, meta, pr, config);
+    cJSON *sharding = sh ? dt__ckpt_sharding_json(sh) : NULL;
+    if (sh && !sharding) {
+        cJSON_Delete(config);
+        return dt__fail(DT_ERR_NOMEM, "checkpoint manifest not written: out of memory for %s", path);
+    }
+    cJSON *manifest = build(files, nfiles, meta, pr, sharding, config);
     uint32_t crc = 0;
     char hex[16];
     bool have_crc = dt__ckpt_manifest_crc(manifest, &crc);
@@ -174,7 +182,7 @@ static dt_status check_files(const dt_ckpt_manifest *m)
     return DT_OK;
 }
 
-dt_status dt_ckpt_manifest_open(const char *step_dir, dt_ckpt_manifest **out)
+dt_status dt__ckpt_manifest_read(const char *step_dir, bool files, dt_ckpt_manifest **out)
 {
     *out = NULL;
     dt_ckpt_manifest *m = calloc(1, sizeof *m);
@@ -193,6 +201,8 @@ dt_status dt_ckpt_manifest_open(const char *step_dir, dt_ckpt_manifest **out)
     }
     free(text);
     if (s == DT_OK)
+        s = dt__ckpt_sharding_parse(m, cJSON_GetObjectItemCaseSensitive(m->json, "sharding"), &m->shards);
+    if (s == DT_OK && files)
         s = check_files(m);
     const cJSON *config = cJSON_GetObjectItemCaseSensitive(m->json, "config");
     if (s == DT_OK && config && !(m->config = cJSON_PrintUnformatted(config)))
@@ -205,6 +215,11 @@ dt_status dt_ckpt_manifest_open(const char *step_dir, dt_ckpt_manifest **out)
     return DT_OK;
 }
 
+dt_status dt_ckpt_manifest_open(const char *step_dir, dt_ckpt_manifest **out)
+{
+    return dt__ckpt_manifest_read(step_dir, true, out);
+}
+
 const char *dt_ckpt_manifest_config(const dt_ckpt_manifest *m)
 {
     return m->config;
@@ -214,6 +229,7 @@ void dt_ckpt_manifest_close(dt_ckpt_manifest *m)
 {
     if (!m)
         return;
+    dt__ckpt_sharding_free(&m->shards);
     cJSON_Delete(m->json);
     free(m->config);
     free(m);

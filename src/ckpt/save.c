@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -10,9 +11,11 @@
 #include "ckpt/ckpt_internal.h"
 #include "dtrain/version.h"
 
-/* The tensor files t has, then the manifest, into dir. */
+/* The tensor files t has, then the manifest (listing the shard files
+ * already in dir too, when sh), into dir. */
 static dt_status write_files(const char *dir, dt_params *p, const dt_ckpt_tensors *t,
-                             const dt_ckpt_meta *meta, const dt_ckpt_progress *pr)
+                             const dt_ckpt_meta *meta, const dt_ckpt_progress *pr, const dt_ckpt_sharding *sh,
+                             const dt_ckpt_shard_file *shards)
 {
     const struct {
         const char *name;
@@ -26,39 +29,71 @@ static dt_status write_files(const char *dir, dt_params *p, const dt_ckpt_tensor
         "format",         "pt",           "producer", "dtrain",
         "dtrain_version", DTRAIN_VERSION, "model",    meta->model_json ? meta->model_json : "{}",
         "step",           step_text,      NULL,       NULL};
-    dt__ckpt_file files[3];
-    int n = 0;
+    int nshards = sh ? sh->nranks : 0, n = 0;
+    dt__ckpt_file *files = malloc((size_t)(3 + nshards) * sizeof *files);
+    if (!files)
+        return dt__fail(DT_ERR_NOMEM, "checkpoint not written: out of memory");
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         if (!want[i].data)
             continue;
         char path[DT_CKPT_PATH_MAX];
-        DT_CHECK(dt__ckpt_path(path, sizeof path, "%s/%s", dir, want[i].name));
         dt__ckpt_file *f = &files[n++];
         f->name = want[i].name;
-        dt_status s = dt_safetensors_write(path, p, want[i].data, metadata, &f->crc);
+        dt_status s = dt__ckpt_path(path, sizeof path, "%s/%s", dir, want[i].name);
+        if (s == DT_OK)
+            s = dt_safetensors_write(path, p, want[i].data, metadata, &f->crc);
         if (s == DT_OK) /* the bytes on disk, read back */
             s = dt_file_crc32(path, &f->crc, &f->bytes);
-        if (s != DT_OK)
+        if (s != DT_OK) {
+            free(files);
             return dt__wrap(s, "checkpoint not written: ");
+        }
     }
-    return dt__ckpt_manifest_write(dir, files, n, meta, pr);
+    for (int r = 0; r < nshards; r++) { /* the ranks wrote them: there, with the size each reported */
+        char path[DT_CKPT_PATH_MAX], want_name[64];
+        struct stat st;
+        dt_status s = dt_ckpt_shard_name(r, nshards, want_name, sizeof want_name);
+        if (s == DT_OK && strcmp(shards[r].name, want_name) != 0)
+            s = dt__fail(DT_ERR_INVALID, "shard %d is named %.64s, not %s", r, shards[r].name, want_name);
+        if (s == DT_OK)
+            s = dt__ckpt_path(path, sizeof path, "%s/%s", dir, shards[r].name);
+        if (s == DT_OK && (stat(path, &st) != 0 || (uint64_t)st.st_size != shards[r].bytes))
+            s = dt__fail(DT_ERR_INVALID, "rank %d's shard %s is missing or not the %llu bytes it wrote", r,
+                         path, (unsigned long long)shards[r].bytes);
+        if (s != DT_OK) {
+            free(files);
+            return dt__wrap(s, "checkpoint not written: ");
+        }
+        files[n++] = (dt__ckpt_file){shards[r].name, shards[r].bytes, shards[r].crc};
+    }
+    dt_status s = dt__ckpt_manifest_write(dir, files, n, meta, pr, sh);
+    free(files);
+    return s;
 }
 
-dt_status dt_ckpt_save(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
-                       const dt_ckpt_progress *pr, char *written, size_t written_len)
+/* sh NULL: a fresh temporary directory; else the one the ranks wrote their shards into. */
+static dt_status save(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
+                      const dt_ckpt_progress *pr, const dt_ckpt_sharding *sh,
+                      const dt_ckpt_shard_file *shards, char *written, size_t written_len)
 {
     if (!root || !p || !t || !t->values || !meta || !pr)
         return dt__fail(DT_ERR_INVALID, "dt_ckpt_save: root, p, t, t->values, meta and pr are required");
+    if (sh && (t->m || t->v || !shards || sh->nranks < 1))
+        return dt__fail(DT_ERR_INVALID,
+                        "dt_ckpt_save_sharded: the moments are in the shards (t->m and t->v NULL), "
+                        "and every rank's shard file is required");
     char step_dir[DT_CKPT_PATH_MAX], tmp_dir[DT_CKPT_PATH_MAX], old_dir[DT_CKPT_PATH_MAX];
     DT_CHECK(dt_ckpt_step_dir(root, pr->step, step_dir, sizeof step_dir));
     DT_CHECK(dt__ckpt_path(tmp_dir, sizeof tmp_dir, "%s/.step-%08" PRId64 ".tmp", root, pr->step));
     DT_CHECK(dt__ckpt_path(old_dir, sizeof old_dir, "%s/.step-%08" PRId64 ".old", root, pr->step));
     if (mkdir(root, 0755) != 0 && errno != EEXIST)
         return dt__fail_errno(DT_ERR_SYSTEM, "cannot create checkpoint directory %s", root);
-    dt__ckpt_remove_dir(tmp_dir); /* left by a writer that died */
-    if (mkdir(tmp_dir, 0755) != 0)
-        return dt__fail_errno(DT_ERR_SYSTEM, "cannot create %s", tmp_dir);
-    dt_status s = write_files(tmp_dir, p, t, meta, pr);
+    if (!sh) {
+        dt__ckpt_remove_dir(tmp_dir); /* left by a writer that died */
+        if (mkdir(tmp_dir, 0755) != 0)
+            return dt__fail_errno(DT_ERR_SYSTEM, "cannot create %s", tmp_dir);
+    }
+    dt_status s = write_files(tmp_dir, p, t, meta, pr, sh, shards);
     /* The step directory appears whole, by one rename; one already there for
      * this step (a run restarted from an earlier one) is replaced. */
     if (s == DT_OK && rename(step_dir, old_dir) != 0 && errno != ENOENT)
@@ -74,4 +109,23 @@ dt_status dt_ckpt_save(const char *root, dt_params *p, const dt_ckpt_tensors *t,
     if (written)
         snprintf(written, written_len, "%s", step_dir);
     return DT_OK;
+}
+
+dt_status dt_ckpt_save(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
+                       const dt_ckpt_progress *pr, char *written, size_t written_len)
+{
+    return save(root, p, t, meta, pr, NULL, NULL, written, written_len);
+}
+
+dt_status dt_ckpt_save_sharded(const char *root, dt_params *p, const dt_ckpt_tensors *t,
+                               const dt_ckpt_meta *meta, const dt_ckpt_progress *pr,
+                               const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files, char *written,
+                               size_t written_len)
+{
+    if (!sh || sh->stage < 1 || sh->stage > 3 || sh->ntensors < 1 ||
+        sh->ntensors > DT__CKPT_SHARD_TENSORS_MAX || !sh->tensors || dt_ckpt_shard_numel(sh) < 0)
+        return dt__fail(DT_ERR_INVALID,
+                        "dt_ckpt_save_sharded: a bad sharding (stage %d, %d ranks, %d tensors)",
+                        sh ? sh->stage : -1, sh ? sh->nranks : -1, sh ? sh->ntensors : -1);
+    return save(root, p, t, meta, pr, sh, files, written, written_len);
 }

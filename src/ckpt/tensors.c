@@ -86,6 +86,10 @@ dt_status dt_ckpt_manifest_check_tensors(const dt_ckpt_manifest *m, dt_params *p
 {
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(m->json, "files");
     for (const cJSON *f = files ? files->child : NULL; f; f = f->next) {
+        if (dt__ckpt_is_shard_file(m, f->string)) { /* the sharding's tensors, not the registry's */
+            DT_CHECK(dt__ckpt_check_shard_file(m, f->string));
+            continue;
+        }
         char path[DT_CKPT_PATH_MAX];
         DT_CHECK(dt__ckpt_path(path, sizeof path, "%s/%s", m->dir, f->string));
         cJSON *h = tensor_header(path);
@@ -102,12 +106,19 @@ dt_status dt_ckpt_load(const char *step_dir, dt_params *p, dt_optimizer *o)
     char path[DT_CKPT_PATH_MAX];
     DT_CHECK(dt__ckpt_path(path, sizeof path, "%s/" DT__CKPT_MODEL, step_dir));
     DT_CHECK(dt_safetensors_read(path, p, dt_params_values(p)));
-    const char *names[2] = {DT__CKPT_OPTIM_M, DT__CKPT_OPTIM_V};
+    const char *names[2] = {DT__CKPT_OPTIM_M, DT__CKPT_OPTIM_V}, *sharded[2] = {"optim_m", "optim_v"};
     float *dst[2];
     moments(p, o, &dst[0], &dst[1]);
+    int nranks = 0;
+    if (dst[0])
+        DT_CHECK(dt_ckpt_shards(step_dir, &nranks, NULL, NULL));
     for (int i = 0; i < 2; i++) {
         if (!dst[i])
             continue;
+        if (nranks > 0) { /* a sharded checkpoint: the moments put together from every rank's file */
+            DT_CHECK(dt_ckpt_load_shard(step_dir, sharded[i], 0, 0, dst[i], dt_params_numel(p)));
+            continue;
+        }
         DT_CHECK(dt__ckpt_path(path, sizeof path, "%s/%s", step_dir, names[i]));
         DT_CHECK(dt_safetensors_read(path, p, dst[i]));
     }

@@ -21,6 +21,12 @@ struct dt_ckpt_writer {
     dt_optimizer *o;
     float *values, *m, *v; /* the snapshot */
     dt_ckpt_progress pr;
+    /* a sharded submit's sharding and shard files (sh.nranks 0: not sharded) */
+    dt_ckpt_sharding sh;
+    dt_ckpt_unit *units;
+    char tensors[DT__CKPT_SHARD_TENSORS_MAX][40];
+    const char *tensor_names[DT__CKPT_SHARD_TENSORS_MAX];
+    dt_ckpt_shard_file *shards;
     char label[64];
     pthread_t thread;
     pthread_mutex_t mu;
@@ -45,7 +51,9 @@ static void write_one(dt_ckpt_writer *w)
     dt_ckpt_meta meta = {w->config, w->model, w->optimizer};
     char where[DT_CKPT_PATH_MAX] = "";
     double t0 = now_s();
-    dt_status s = dt_ckpt_save(w->root, w->p, &snap, &meta, &w->pr, where, sizeof where);
+    dt_status s = w->sh.nranks ? dt_ckpt_save_sharded(w->root, w->p, &snap, &meta, &w->pr, &w->sh, w->shards,
+                                                      where, sizeof where)
+                               : dt_ckpt_save(w->root, w->p, &snap, &meta, &w->pr, where, sizeof where);
     if (s == DT_OK) {
         dt_ckpt_prune(w->root, w->keep);
         w->last_good = w->pr.step;
@@ -95,6 +103,8 @@ static void writer_free(dt_ckpt_writer *w)
     free(w->values);
     free(w->m);
     free(w->v);
+    free(w->units);
+    free(w->shards);
     free(w);
 }
 
@@ -157,12 +167,35 @@ static void wait_idle(dt_ckpt_writer *w)
         pthread_cond_wait(&w->cv, &w->mu);
 }
 
-dt_status dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
-                                double *stall_s)
+/* submit's work; sh NULL: not sharded. */
+static dt_status submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
+                        const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files, double *stall_s)
 {
     double t0 = now_s();
     pthread_mutex_lock(&w->mu);
     wait_idle(w);
+    w->sh.nranks = 0;
+    if (sh) { /* copied: the caller's arrays need not outlive the call */
+        dt_ckpt_unit *units = realloc(w->units, (size_t)(sh->nunits ? sh->nunits : 1) * sizeof *units);
+        dt_ckpt_shard_file *shards = units ? realloc(w->shards, (size_t)sh->nranks * sizeof *shards) : NULL;
+        w->units = units ? units : w->units;
+        w->shards = shards ? shards : w->shards;
+        if (!units || !shards || sh->ntensors < 1 || sh->ntensors > DT__CKPT_SHARD_TENSORS_MAX) {
+            pthread_mutex_unlock(&w->mu);
+            return dt__fail(DT_ERR_NOMEM,
+                            "checkpoint at step %lld not written: out of memory, or %d shard tensors",
+                            (long long)pr->step, sh->ntensors);
+        }
+        memcpy(w->units, sh->units, (size_t)sh->nunits * sizeof *units);
+        memcpy(w->shards, files, (size_t)sh->nranks * sizeof *shards);
+        for (int i = 0; i < sh->ntensors; i++) {
+            snprintf(w->tensors[i], sizeof w->tensors[i], "%s", sh->tensors[i]);
+            w->tensor_names[i] = w->tensors[i];
+        }
+        w->sh = *sh;
+        w->sh.units = w->units;
+        w->sh.tensors = w->tensor_names;
+    }
     dt_ckpt_tensors live = dt_ckpt_tensors_live(w->p, w->o);
     size_t bytes = (size_t)dt_params_numel(w->p) * sizeof(float);
     memcpy(w->values, live.values, bytes);
@@ -178,6 +211,23 @@ dt_status dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, c
     if (stall_s)
         *stall_s = now_s() - t0;
     return DT_OK;
+}
+
+dt_status dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
+                                double *stall_s)
+{
+    return submit(w, pr, label, NULL, NULL, stall_s);
+}
+
+dt_status dt_ckpt_writer_submit_sharded(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
+                                        const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files,
+                                        double *stall_s)
+{
+    if (!sh || !files || sh->nranks < 1 || w->m || w->v)
+        return dt__fail(DT_ERR_INVALID,
+                        "dt_ckpt_writer_submit_sharded: a sharding with its files, and a writer "
+                        "started without the optimizer, are required");
+    return submit(w, pr, label, sh, files, stall_s);
 }
 
 dt_status dt_ckpt_writer_flush(dt_ckpt_writer *w)

@@ -108,6 +108,31 @@ dt_status dt_test(dt_request *r, int *done, size_t *received)
     return r->comm->backend->test(r, done, received);
 }
 
+dt_status dt_waitany(dt_request **reqs, int n, int *index, size_t *received)
+{
+    if (!reqs || !index || n < 0 || n > 1024)
+        return dt__fail(DT_ERR_INVALID, "dt_waitany: %s", !reqs ? "reqs is NULL" : !index ? "index is NULL"
+                                                                                 : "n must be 0..1024");
+    const dt__world *w = NULL;
+    for (int i = 0; i < n; i++) {
+        if (!reqs[i])
+            continue;
+        if (reqs[i]->job)
+            return dt__fail(DT_ERR_INVALID, "dt_waitany: request %d is a nonblocking collective (point to point only)", i);
+        if (w && reqs[i]->comm->world != w)
+            return dt__fail(DT_ERR_INVALID, "dt_waitany: request %d belongs to another job", i);
+        w = reqs[i]->comm->world;
+    }
+    if (!w) {
+        *index = -1;
+        return DT_OK;
+    }
+    for (int i = 0; i < n; i++)
+        if (reqs[i])
+            return reqs[i]->comm->backend->waitany(reqs, n, index, received);
+    return DT_OK;
+}
+
 dt_status dt_send(const void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c)
 {
     dt_request *r;

@@ -8,6 +8,7 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "transport/arena.h"
 #include "transport/heartbeat.h"
 #include "transport/socket.h"
 
@@ -145,6 +146,10 @@ dt_status dt__coll_trace(dt__coll *k, size_t count, dt_dtype dtype, int redop, i
 {
     uint64_t sig = dt__coll_sig(k->op, count, dtype, redop, root);
     k->c->coll_sig = sig;
+    /* On one host, peers waiting in an arena round see which call this is,
+     * even when it goes as messages that never reach them (shm_coll.c). */
+    if (k->c->arena)
+        dt__arena_publish_call(k->c->arena, k->c->rank, k->c->id, k->seq, sig);
     dt__colltrace *t = k->c->world->trace;
     if (!t) {
         k->sig = sig;

@@ -21,6 +21,7 @@ const dt__backend dt__native_backend = {
     .irecv = dt__native_irecv,
     .wait = dt__native_wait,
     .test = dt__native_test,
+    .waitany = dt__native_waitany,
 };
 
 const dt__backend *dt__backend_from_env(void)

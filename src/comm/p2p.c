@@ -87,6 +87,36 @@ dt_status dt__native_wait(dt_request *r, size_t *received)
     return finish(r, received);
 }
 
+dt_status dt__native_waitany(dt_request **reqs, int n, int *index, size_t *received)
+{
+    enum { MAX = 1024 };
+    dt__req *rs[MAX];
+    dt_comm *c = NULL;
+    double timeout = 0;
+    for (int i = 0; i < n; i++) {
+        rs[i] = reqs[i] ? &reqs[i]->req : NULL;
+        if (reqs[i] && (!c || reqs[i]->comm->timeout_s > timeout)) { /* the longest deadline of theirs */
+            c = reqs[i]->comm;
+            timeout = c->timeout_s;
+        }
+    }
+    *index = -1;
+    if (!c)
+        return DT_OK;
+    if (c->world->engine_closed)
+        return dt__fail(DT_ERR_INVALID, "dt_waitany: the communicator was destroyed");
+    size_t which = 0;
+    dt_status s = dt__engine_wait_any(c->world->eng, rs, (size_t)n, dt__deadline_after(timeout), &which);
+    if (s != DT_OK)
+        return dt__engine_status(c->world->eng) != DT_OK ? dt__engine_status(c->world->eng) : s;
+    if (which >= (size_t)n)
+        return DT_OK;
+    *index = (int)which;
+    dt_request *r = reqs[which];
+    reqs[which] = NULL;
+    return finish(r, received);
+}
+
 dt_status dt__native_test(dt_request *r, int *done, size_t *received)
 {
     if (!dt__req_done(&r->req) && !r->comm->world->engine_closed)

@@ -157,13 +157,20 @@ static bool flag_reached(void *arg)
 static dt_status mismatch(arena_op *o, int j, uint32_t g, uint64_t theirs);
 
 /* Waiting long for READY(g): a rank that is in another collective may never
- * publish it (a broadcast's reader does not), so look whether any rank has
- * published READY(g) for another call.  Only on the slow path. */
+ * publish it (a broadcast's reader does not, nor a rank whose collective goes
+ * as messages, such as reduce or gather, and sends this rank none), so look
+ * whether any rank is in another call of this number, or has published
+ * READY(g) for another call.  Only on the slow path. */
 static dt_status check_round_sigs(arena_op *o, uint32_t g)
 {
-    for (int j = 0; j < o->n && o->k->sig; j++) {
+    dt__coll *k = o->k;
+    for (int j = 0; j < o->n && k->sig; j++) {
         uint64_t theirs;
-        if (j == o->me || !dt__arena_reached(o->a, j, DT__ARENA_READY, g))
+        if (j == o->me)
+            continue;
+        if (dt__arena_call(o->a, j, k->c->id, k->seq, &theirs) && theirs && theirs != k->sig)
+            return mismatch(o, j, g, theirs);
+        if (!dt__arena_reached(o->a, j, DT__ARENA_READY, g))
             continue;
         bool slots = dt__arena_ready_sig(o->a, j, g, &theirs);
         if ((slots || theirs) && theirs != o->k->sig)

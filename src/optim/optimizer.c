@@ -426,6 +426,7 @@ dt_status dt_optimizer_update_rows(dt_optimizer *o, float *param, const float *g
 }
 
 int64_t dt_optimizer_steps(const dt_optimizer *o) { return o->steps; }
+int64_t dt_optimizer_numel(const dt_optimizer *o) { return o ? o->numel : 0; }
 void dt_optimizer_set_steps(dt_optimizer *o, int64_t steps) { o->steps = steps; }
 
 float *dt_optimizer_state(dt_optimizer *o, int64_t *count)

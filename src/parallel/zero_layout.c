@@ -65,6 +65,20 @@ int64_t dt_zero_shard_numel(dt_model *m, int nranks)
     return n;
 }
 
+int dt_zero_units(dt_model *m, int64_t *offsets, int64_t *numels, int max)
+{
+    dt__zero_layout L;
+    if (!m || max < 0 || dt__zero_layout_make(m, 1, 0, &L) != DT_OK)
+        return -1;
+    for (int k = 0; k < L.nunits && k < max; k++) {
+        offsets[k] = L.unit[k].flat_offset;
+        numels[k] = L.unit[k].numel;
+    }
+    int n = L.nunits;
+    dt__zero_layout_free(&L);
+    return n;
+}
+
 dt_status dt_zero_decay_groups(dt_model *m, int nranks, int rank, const char *patterns, float weight_decay,
                                dt_optim_group **out, int *count)
 {

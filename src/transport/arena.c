@@ -15,7 +15,8 @@
 #include "transport/shm.h"
 
 #define ARENA_MAGIC 0x414e52414e525444ull /* "DTRNARNA" */
-#define ARENA_VERSION 4u /* 2: the ring of small entries after the slots; 3: a line per flag; 4: signatures */
+/* 2: the ring of small entries after the slots; 3: a line per flag; 4: signatures; 5: each rank's call */
+#define ARENA_VERSION 5u
 #define PAGE 4096u
 
 typedef struct {
@@ -40,6 +41,12 @@ typedef struct {
 typedef struct {
     flag_line flag[DT__ARENA_NFLAGS];
     _Alignas(128) _Atomic uint32_t sleepers; /* ranks in (or about to enter) a futex wait on a flag */
+    /* The collective call this rank is in (dt__arena_publish_call), behind a
+     * version that is odd while it is being written (a seqlock: one writer,
+     * readers only on the slow path of a wait). */
+    _Alignas(128) _Atomic uint32_t call_ver;
+    _Atomic uint32_t call_comm;
+    _Atomic uint64_t call_seq, call_sig;
 } rank_ctl;
 
 struct dt__arena {
@@ -184,6 +191,34 @@ void dt__arena_publish_ready(dt__arena *a, int rank, uint32_t g, uint64_t sig, b
     atomic_store_explicit(small ? &l->small_sig : &l->sig[g & 1], sig, memory_order_relaxed);
     atomic_store_explicit(small ? &l->small_round : &l->round[g & 1], g, memory_order_relaxed);
     dt__arena_publish(a, rank, DT__ARENA_READY, g);
+}
+
+void dt__arena_publish_call(dt__arena *a, int rank, uint32_t comm_id, uint64_t seq, uint64_t sig)
+{
+    rank_ctl *c = &a->ctl[rank];
+    uint32_t v = atomic_load_explicit(&c->call_ver, memory_order_relaxed);
+    atomic_store_explicit(&c->call_ver, v + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release); /* odd before any field changes */
+    atomic_store_explicit(&c->call_comm, comm_id, memory_order_relaxed);
+    atomic_store_explicit(&c->call_seq, seq, memory_order_relaxed);
+    atomic_store_explicit(&c->call_sig, sig, memory_order_relaxed);
+    atomic_store_explicit(&c->call_ver, v + 2, memory_order_release);
+}
+
+bool dt__arena_call(const dt__arena *a, int rank, uint32_t comm_id, uint64_t seq, uint64_t *sig)
+{
+    const rank_ctl *c = &a->ctl[rank];
+    uint32_t v = atomic_load_explicit(&c->call_ver, memory_order_acquire);
+    if (v & 1)
+        return false;
+    uint32_t comm = atomic_load_explicit(&c->call_comm, memory_order_relaxed);
+    uint64_t s = atomic_load_explicit(&c->call_seq, memory_order_relaxed);
+    uint64_t theirs = atomic_load_explicit(&c->call_sig, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire); /* the fields before the second look */
+    if (atomic_load_explicit(&c->call_ver, memory_order_relaxed) != v || comm != comm_id || s != seq)
+        return false;
+    *sig = theirs;
+    return true;
 }
 
 bool dt__arena_ready_sig(const dt__arena *a, int rank, uint32_t g, uint64_t *sig)

@@ -93,6 +93,17 @@ void dt__arena_publish_ready(dt__arena *a, int rank, uint32_t g, uint64_t sig, b
  * was not (*sig: the small round's signature when rank's last one was g,
  * else 0). */
 bool dt__arena_ready_sig(const dt__arena *a, int rank, uint32_t g, uint64_t *sig);
+/* Record that `rank` (the caller) has entered collective `seq` of
+ * communicator comm_id, signed `sig`, whether it runs on the arena or as
+ * messages.  A rank waiting in an arena round reads it on the slow path: a
+ * peer in another collective of the same number that sends this rank no
+ * message (a reduce or gather leaf elsewhere) is a mismatch, not a wait
+ * until the deadline.  One writer per rank at a time (a communicator's calls
+ * do not overlap). */
+void dt__arena_publish_call(dt__arena *a, int rank, uint32_t comm_id, uint64_t seq, uint64_t sig);
+/* True and rank's signature when rank is in collective `seq` of comm_id (as
+ * far as a consistent look at its record tells); false otherwise. */
+bool dt__arena_call(const dt__arena *a, int rank, uint32_t comm_id, uint64_t seq, uint64_t *sig);
 /* Whether `rank` has reached round g (or later) at this flag. */
 bool dt__arena_reached(const dt__arena *a, int rank, dt__arena_flag f, uint32_t g);
 /* The same from what this process last read of the flag (dt__arena_reached,

@@ -140,6 +140,9 @@ dt_status dt__engine_progress(dt__engine *e, int timeout_ms);
 dt_status dt__engine_wait(dt__engine *e, dt__req *r, int64_t deadline_ns);
 /* Progress until every request in rs completes. */
 dt_status dt__engine_wait_all(dt__engine *e, dt__req *rs, size_t n, int64_t deadline_ns);
+/* Progress until one of rs (NULL entries skipped) completes; *which gets its
+ * index.  At the deadline the engine fails naming the first pending one. */
+dt_status dt__engine_wait_any(dt__engine *e, dt__req *const *rs, size_t n, int64_t deadline_ns, size_t *which);
 
 /* Put the engine into the failed state (first failure wins) and return `code`. */
 dt_status dt__engine_fail(dt__engine *e, dt_status code, const char *fmt, ...)

@@ -333,6 +333,36 @@ dt_status dt__engine_wait_all(dt__engine *e, dt__req *rs, size_t n, int64_t dead
     return s;
 }
 
+dt_status dt__engine_wait_any(dt__engine *e, dt__req *const *rs, size_t n, int64_t deadline_ns, size_t *which)
+{
+    dt__engine_lock(e);
+    dt_status s = DT_OK;
+    for (;;) {
+        size_t first = n;
+        for (size_t i = 0; i < n; i++)
+            if (rs[i] && rs[i]->state != DT_REQ_PENDING) {
+                *which = i;
+                dt__engine_unlock(e);
+                return DT_OK;
+            } else if (rs[i] && first == n)
+                first = i;
+        if (first == n) { /* nothing pending */
+            *which = n;
+            break;
+        }
+        if (dt__now_ns() >= deadline_ns) {
+            char what[256];
+            s = dt__engine_fail(e, DT_ERR_TIMEOUT, "timed out after %.0f s waiting for %s or %zu other request%s",
+                                e->timeout_s, req_what(e, rs[first], what, sizeof what), n - 1, n == 2 ? "" : "s");
+            break;
+        }
+        if ((s = progress_locked(e, dt__ms_left(deadline_ns, 1000))) != DT_OK)
+            break;
+    }
+    dt__engine_unlock(e);
+    return s;
+}
+
 dt_status dt__engine_wait(dt__engine *e, dt__req *r, int64_t deadline_ns)
 {
     return dt__engine_wait_all(e, r, 1, deadline_ns);

@@ -40,6 +40,18 @@ echo "truncated step-60 and corrupt step-50 skipped, resumed from step-40"
     { cat "$WORK/e.out"; fail "resume auto on an empty directory"; }
 expect_no_grep "$WORK/e.out" "resumed from"
 
+# the final checkpoint fails without root (its temporary directory is blocked): training finishes,
+# exit 3 naming the newest good one (issue 29, G; the tmpfs cases below need root)
+"$T" train "${common[@]}" --set steps=10 --set checkpoint_dir="$WORK/fin" >/dev/null 2>&1 || fail "training"
+mkdir -p "$WORK/fin/.step-00000030.tmp/blocked"
+"$T" train "${common[@]}" --set steps=30 --set checkpoint_interval=10 --set checkpoint_dir="$WORK/fin" --resume auto \
+    >"$WORK/fin.out" 2>"$WORK/fin.err"
+rc=$?
+[ $rc = 3 ] || { cat "$WORK/fin.out" "$WORK/fin.err"; fail "the final checkpoint could not be written: exit $rc, expected 3"; }
+expect_grep "$WORK/fin.err" "the final checkpoint \(step 30\) could not be written \(above\); the newest good checkpoint is $WORK/fin/step-00000020 \(step 20\)"
+expect_grep "$WORK/fin.out" "step 30/30"
+echo "final checkpoint blocked: training finished, exit 3 naming step-20"
+
 if [ "$(id -u)" != 0 ]; then
     echo "disk-full and read-only cases skipped: they need root to mount a small tmpfs"
     exit 0

@@ -4,6 +4,8 @@
 # pair and ping-pongs on a third communicator finish while a large
 # nonblocking allreduce on the dp groups is in flight; every result exact.
 # Over TCP and over shared memory.  The per-rank timings are in the log.
+# The backend table: DT_BACKEND=native is the default, any other name is
+# refused at join, naming it.
 . "$(dirname "$0")/lib.sh"
 # The first tp pair holds its large allreduce open until its own small
 # operations have run (see tests/comm_concurrency.c), so the check does not
@@ -18,4 +20,9 @@ for tr in tcp shm; do
     cat "$WORK/out.$tr"
     expect_grep "$WORK/out.$tr" "comm_concurrency: 4 ranks: ok"
 done
+DT_BACKEND=native timeout 60 "$BIN/dtrun" -n 4 "$BIN/comm_concurrency" --mib 1 >"$WORK/native" 2>&1 ||
+    { cat "$WORK/native"; fail "DT_BACKEND=native failed"; }
+DT_BACKEND=mpi timeout 60 "$BIN/dtrun" -n 4 "$BIN/comm_concurrency" --mib 1 >"$WORK/mpi" 2>&1 &&
+    fail "DT_BACKEND=mpi accepted by a build without it"
+expect_grep "$WORK/mpi" "DT_BACKEND='mpi': this build has the native backend only"
 echo ok

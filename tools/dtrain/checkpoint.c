@@ -29,6 +29,8 @@ static dt_status check_against_config(const char *step_dir, const dt_ckpt_manife
     dt_status s = dt_ckpt_manifest_check_tensors(m, dt_model_params(model), c->model);
     if (s != DT_OK)
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
+    else /* a sharded checkpoint's units against the model's ZeRO layout */
+        s = dtrain_zero_check_sharding(m, model);
     dt_model_destroy(model);
     return s;
 }

@@ -48,8 +48,14 @@ static const spec specs[] = {
     {"virtual_stages", K_INT, F(virtual_stages), 2, 64, NULL, "2", "pipeline_schedule interleaved: chunks of blocks per pipeline rank"},
     {"zero_stage", K_INT, F(zero_stage), 0, 3, NULL, "0", "ZeRO over the data-parallel ranks: 0 off (each holds everything), 1 shards the optimizer state, 2 also the gradients, 3 also the parameters"},
     {"memory_limit", K_STR, F(memory_limit), 0, 0, NULL, "\"\"", "model-state memory allowed per rank, e.g. \"2GiB\" (empty: this process's share of its cgroup's limit, if any); a zero_stage that needs more is refused, naming the stage that fits"},
-    {"offload", K_STR, F(offload), 0, 0, "none,disk", "\"none\"", "disk: keep the optimizer state (each rank's shard under ZeRO) in a file, streamed through an I/O thread while the update runs (bitwise the same results)"},
+    {"offload", K_STR, F(offload), 0, 0, "none,disk", "\"none\"", "disk: keep the optimizer state (each rank's shard under ZeRO), and at zero_stage 3 the parameter shard, in files, streamed through an I/O thread while the update runs (bitwise the same results)"},
     {"offload_dir", K_STR, F(offload_dir), 0, 0, NULL, "\"\"", "offload=disk: where the file goes (local disk; empty: /var/tmp); it is removed as it is opened"},
+    {"servers", K_INT, F(servers), 0, 4096, NULL, "0", "parameter server: the last `servers` ranks hold the parameters and the optimizer, the others work (0: data parallel by allreduce; dtrun --servers sets the default)"},
+    {"sync", K_STR, F(sync), 0, 0, "bsp,asp,ssp", "\"bsp\"", "servers > 0: bsp (every worker's step before the next: equals allreduce), asp (no waiting), ssp (at most `staleness` steps ahead of the slowest worker)"},
+    {"staleness", K_INT, F(staleness), 0, 1 << 20, NULL, "2", "sync ssp: how many steps a worker may run ahead of the slowest"},
+    {"ps_clock_log", K_STR, F(ps_clock_log), 0, 0, NULL, "\"\"", "servers > 0: a file the servers append each answered pull to (worker, step, the slowest worker's step, the wait)"},
+    {"straggler_rank", K_INT, F(straggler_rank), -1, 1 << 20, NULL, "-1", "benchmarks: this rank sleeps a random 0..straggler_ms each step (-1: none)"},
+    {"straggler_ms", K_NUM, F(straggler_ms), 0, 1e6, NULL, "0", "straggler_rank's largest sleep per step, milliseconds"},
     {"micro_batches", K_INT, F(micro_batches), 1, 1 << 16, NULL, "1", "pieces each rank's batch is cut into (they must divide batch_size); a pipeline fills its stages with them"},
     {"grad_accumulation", K_INT, F(grad_accumulation), 1, 1 << 16, NULL, "1", "batches per optimizer step (each cut into micro_batches)"},
     {"grad_compression", K_STR, F(grad_compression), 0, 0, "none,f16,bf16", "\"none\"", "gradient format on the wire (data parallel)"},
@@ -361,6 +367,18 @@ dt_status dtrain_config_validate(const dtrain_config *c)
         return bad("configuration", "memory_limit", "is not a size (bytes, or a number with B, KiB, MiB, GiB, KB, MB, GB)");
     if (c->zero_stage > 0 && (c->tp > 1 || c->pp > 1))
         return bad("configuration", "zero_stage", "> 0 shards over data parallelism alone: not with tp or pp yet");
+    if (c->servers > 0 && (c->zero_stage > 0 || c->tp > 1 || c->pp > 1))
+        return bad("configuration", "servers", "> 0 (a parameter server) replaces data parallelism by allreduce: not "
+                                               "with zero_stage, tp or pp");
+    if (c->servers > 0 && strcmp(c->grad_compression, "none"))
+        return bad("configuration", "grad_compression", "is for allreduce data parallelism (servers 0)");
+    if (c->servers > 0 && strcmp(c->offload, "none"))
+        return bad("configuration", "offload", "is not for a parameter server's workers (servers 0)");
+    if (c->servers > 0 && c->grad_clip > 0 && strcmp(c->sync, "bsp"))
+        return bad("configuration", "grad_clip", "needs sync bsp: asp and ssp apply each worker's push alone, with no "
+                                                 "global norm to clip to");
+    if (c->servers > 0 && c->stop_at_accuracy > 0 && strcmp(c->sync, "bsp"))
+        return bad("configuration", "stop_at_accuracy", "needs sync bsp: asynchronous workers do not stop together");
     if (c->zero_stage > 0 && strcmp(c->grad_compression, "none"))
         return bad("configuration", "grad_compression", "is for data parallelism (zero_stage 0)");
     if (c->batch_size % c->micro_batches) {

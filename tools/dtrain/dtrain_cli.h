@@ -36,6 +36,11 @@ typedef struct {
     char memory_limit[32]; /* model-state bytes allowed per rank ("2GiB"; "" or "0": the cgroup's, if any) */
     char offload[8];       /* none | disk: the optimizer state in a file */
     char offload_dir[1024];
+    /* parameter server: the last `servers` ranks serve (0: none) */
+    int64_t servers, staleness, straggler_rank;
+    double straggler_ms;
+    char sync[8]; /* bsp | asp | ssp */
+    char ps_clock_log[1024];
 } dtrain_config;
 
 /* A whole file as a NUL-terminated string (caller frees); NULL with errno set. */
@@ -86,14 +91,30 @@ dt_status dtrain_tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_o
  * NULL: not split that way).  A slice (resume) is dtrain_tp_slice: by name. */
 dt_status dtrain_split_gather(const dtrain_config *c, dt_params *p, dt_optimizer *o, dt_comm *tp, dt_comm *pp,
                               dt_params *whole, dt_optimizer *wo);
-/* ZeRO (split_ckpt.c): gather every rank's shard of the values and of the
- * optimizer state into the whole model `whole` / `wo` on dp rank 0 (the
- * others pass NULL; collective over dp), and the inverse at a resume: this
- * rank's shard of the optimizer state out of a whole one (m's registry
- * still whole: the values are copied by dt_ckpt_load as usual). */
-dt_status dtrain_zero_gather(dt_strategy *s, dt_model *m, dt_optimizer *o, dt_comm *dp, dt_params *whole,
-                             dt_optimizer *wo);
+/* ZeRO-3's values (split_ckpt.c): every rank's shard gathered into the
+ * whole registry `whole` on dp rank 0 (the others pass NULL; collective
+ * over dp), for model.safetensors.  Slice: a ZeRO run resumed from an
+ * unsplit checkpoint (data parallelism's, or ZeRO's from before shard
+ * files) takes this rank's shard of the optimizer state out of the whole
+ * one (m's registry still whole: the values are copied as they are). */
+dt_status dtrain_zero_gather_values(dt_strategy *s, dt_model *m, dt_comm *dp, dt_params *whole);
 dt_status dtrain_zero_slice(dt_model *m, int nranks, int rank, dt_optimizer *wo, dt_optimizer *o);
+
+/* ZeRO checkpoints in shard files (zero_ckpt.c).  Checkpoint: collective
+ * over dp; every rank writes its shard of the optimizer state (and at
+ * stage 3 of the values, which are also gathered into `whole` on rank 0)
+ * into the step's temporary directory, rank 0 submits the rest to the
+ * writer w (the others pass NULL; started with the whole values' registry
+ * and no optimizer).  A rank that cannot write its file is reported and the
+ * checkpoint dropped (training continues); DT_OK unless a collective
+ * failed.  Resume: m's whole values and this rank's shard (of nranks) of
+ * o's state out of a sharded checkpoint, whatever N and stage wrote it.
+ * Check: the manifest's units against m's (every failure printed). */
+dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o,
+                                 dt_comm *dp, dt_params *whole, dt_ckpt_writer *w, const dt_ckpt_progress *pr,
+                                 const char *label, double *stall);
+dt_status dtrain_zero_resume(const char *step_dir, dt_model *m, dt_optimizer *o, int nranks, int rank);
+dt_status dtrain_zero_check_sharding(const dt_ckpt_manifest *man, dt_model *m);
 
 /* A progress line on stdout, prefixed with a UTC timestamp (milliseconds). */
 void dtrain_progress_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -121,6 +142,18 @@ int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, 
 dt_status dtrain_build_model(const dtrain_config *c, dt_model **m);
 /* The same split over the tensor-parallel group tp (NULL: whole). */
 dt_status dtrain_build_model_tp(const dtrain_config *c, dt_comm *tp, dt_model **m);
+
+/* The run's optimizer over [offset, offset + n) of p, with the weight-decay
+ * groups the names give (train.c). */
+dt_status dtrain_make_optimizer_range(const dtrain_config *c, dt_params *p, int64_t offset, int64_t n,
+                                      dt_optimizer **o);
+
+/* ---- parameter server (ps_role.c) ---- */
+/* The library's configuration from the servers, sync, staleness and
+ * ps_clock_log keys. */
+dt_status dtrain_ps_config(const dtrain_config *c, dt_ps_config *out);
+/* A server rank's whole life: serve until every worker has left; the exit code. */
+int dtrain_ps_serve(const dtrain_config *c, dt_comm *job, dt_comm *servers, const dt_ps_config *pc);
 /* The description behind both (the failure printed). */
 dt_status dtrain_describe_model(const dtrain_config *c, dt_comm *tp, dt_model_desc **d);
 /* Pipeline stage `stage` of c->pp (c->virtual_stages chunks when the

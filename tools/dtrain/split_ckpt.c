@@ -203,34 +203,25 @@ dt_status dtrain_tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_o
     return DT_OK;
 }
 
-dt_status dtrain_zero_gather(dt_strategy *s, dt_model *m, dt_optimizer *o, dt_comm *dp, dt_params *whole,
-                             dt_optimizer *wo)
+dt_status dtrain_zero_gather_values(dt_strategy *s, dt_model *m, dt_comm *dp, dt_params *whole)
 {
     int N = dt_comm_size(dp), root = dt_comm_rank(dp) == 0;
     int64_t S = dt_zero_shard_numel(m, N);
-    float *mine[5], *all[5] = {0};
-    mine[0] = dt_strategy_zero_shard(s, NULL); /* stage 3; stages 1 and 2 hold the whole values */
-    dt_optim_state st[4];
-    int na = 1 + dt_optimizer_state_buffers(o, st, 4);
-    for (int a = 1; a < na; a++)
-        mine[a] = st[a - 1].data;
-    if (root && flat_arrays(whole, wo, all) != na)
-        return fail(DT_ERR_INVALID, "checkpoint: the whole model's optimizer keeps other state");
-    if (!mine[0] && root) /* the registry's whole values: the root's own */
-        memcpy(all[0], dt_params_values(dt_model_params(m)), (size_t)dt_params_numel(whole) * sizeof(float));
+    float *mine = dt_strategy_zero_shard(s, NULL);
+    if (!mine)
+        return fail(DT_ERR_INVALID, "checkpoint: the strategy holds no ZeRO-3 shard of the values");
     float *tmp = root ? malloc((size_t)(S * N) * sizeof *tmp) : NULL;
-    if (root && !tmp)
-        return fail(DT_ERR_NOMEM, "checkpoint: out of memory gathering the ZeRO shards");
-    dt_status r = DT_OK;
-    for (int a = mine[0] ? 0 : 1; r == DT_OK && a < na; a++) {
-        if ((r = dt_gather(mine[a], tmp, (size_t)S, DT_F32, 0, dp)) != DT_OK)
-            fail(r, "gathering the ZeRO shards for a checkpoint: %s", dt_last_error());
-        for (int q = 0; r == DT_OK && root && q < N; q++)
-            r = dt_zero_shard_put(m, N, q, tmp + (size_t)q * (size_t)S, all[a]);
-    }
+    int ok = !root || tmp;
+    dt_status r = N > 1 ? dt_broadcast(&ok, 1, DT_I32, 0, dp)
+                        : DT_OK; /* the others do not wait for a root that cannot */
+    if (r == DT_OK && !ok)
+        r = root ? fail(DT_ERR_NOMEM, "checkpoint: out of memory gathering the values' ZeRO shards")
+                 : DT_ERR_NOMEM;
+    if (r == DT_OK && (r = dt_gather(mine, tmp, (size_t)S, DT_F32, 0, dp)) != DT_OK)
+        fail(r, "gathering the values' ZeRO shards for a checkpoint: %s", dt_last_error());
+    for (int q = 0; r == DT_OK && root && q < N; q++)
+        r = dt_zero_shard_put(m, N, q, tmp + (size_t)q * (size_t)S, dt_params_values(whole));
     free(tmp);
-    if (r == DT_OK && root && wo)
-        dt_optimizer_set_steps(wo, dt_optimizer_steps(o));
     return r;
 }
 

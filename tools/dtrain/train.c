@@ -28,6 +28,21 @@ static dt_status make_optimizer_n(const dtrain_config *c, int64_t n, dt_optimize
                                                            (float)c->weight_decay}, n, o);
 }
 
+dt_status dtrain_make_optimizer_range(const dtrain_config *c, dt_params *p, int64_t offset, int64_t n,
+                                      dt_optimizer **o)
+{
+    dt_status s = make_optimizer_n(c, n, o);
+    dt_optim_group *groups = NULL;
+    int ngroups = 0;
+    if (s == DT_OK && c->weight_decay > 0) {
+        s = dt_decay_groups(p, c->no_decay, (float)c->weight_decay, offset, n, &groups, &ngroups);
+        if (s == DT_OK)
+            s = dt_optimizer_set_groups(*o, groups, ngroups);
+    }
+    free(groups);
+    return s;
+}
+
 /* The optimizer for n elements, with the weight-decay groups that `m` (the
  * whole model's registry, or with zero_ranks > 0 ZeRO's shard of rank
  * zero_rank) gives them. */
@@ -56,11 +71,12 @@ static dt_status make_optimizer(const dtrain_config *c, dt_params *p, dt_optimiz
     return make_optimizer_for(c, NULL, p, 0, 0, o);
 }
 
-/* A split run's resume: the checkpoint (always unsplit) into a whole model
- * and optimizer, then this rank's part of them: ZeRO (zero_ranks > 0) the
+/* A split run's resume from an unsplit checkpoint (or, for a mesh, a
+ * sharded one put together whole by dt_ckpt_load): the whole model and
+ * optimizer, then this rank's part of them: ZeRO (zero_ranks > 0) the
  * whole values into m (still whole: the strategy takes its shard later) and
  * its shard of the optimizer state; a mesh its stage's and shards' slices,
- * by name. */
+ * by name.  A ZeRO run resumes from shard files with dtrain_zero_resume. */
 static dt_status load_split(const dtrain_config *c, const char *step_dir, dt_model *m, dt_optimizer *o,
                             int zero_ranks, int zero_rank)
 {
@@ -82,18 +98,38 @@ static dt_status load_split(const dtrain_config *c, const char *step_dir, dt_mod
     return s;
 }
 
-/* Before a checkpoint of a split run: the whole model onto the writer (rank
- * 0) from the shards, over the ranks that hold them (ZeRO: the dp group; a
- * mesh: dp rank 0's pipeline and tensor-parallel groups).  Nothing for a
- * run that is not split. */
-static dt_status gather_whole(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o, dt_comm *dp,
-                              dt_comm *tp, dt_comm *pp, dt_model *whole, dt_optimizer *whole_o)
+/* One checkpoint at pr->step, collective over the ranks that hold a part:
+ * ZeRO's ranks each write their shard file (zero_ckpt.c); a mesh gathers
+ * the whole model onto the writer (rank 0) from the shards, over dp rank
+ * 0's pipeline and tensor-parallel groups; a run that is not split hands
+ * its state to the writer as it is.  The writer (rank 0's; NULL on the
+ * others) writes in the background; *stall: the time it held us up. */
+static dt_status checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o, dt_comm *dp,
+                            dt_comm *tp, dt_comm *pp, dt_model *whole, dt_optimizer *whole_o,
+                            dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label, double *stall)
 {
     dt_params *wp = whole ? dt_model_params(whole) : NULL;
+    if (c->servers > 0) { /* the servers' parameters and optimizer state, onto the writer */
+        if (dt_comm_rank(dp) != 0 || !whole)
+            return DT_OK;
+        if (dt_strategy_ps_snapshot(s, dt_params_values(wp), whole_o) != DT_OK) {
+            fprintf(stderr, "dtrain: checkpoint at step %lld: %s\n", (long long)pr->step, dt_last_error());
+            return DT_ERR_INVALID;
+        }
+        dt_ckpt_progress q = *pr;
+        q.optimizer_steps = dt_optimizer_steps(whole_o); /* the servers' optimizer made the steps */
+        if (w)
+            dt_ckpt_writer_submit(w, &q, label, stall);
+        return DT_OK;
+    }
     if (c->zero_stage > 0)
-        return dtrain_zero_gather(s, m, o, dp, wp, whole_o);
-    if ((tp || pp) && dt_comm_rank(dp) == 0)
-        return dtrain_split_gather(c, dt_model_params(m), o, tp, pp, wp, whole_o);
+        return dtrain_zero_checkpoint(c, s, m, o, dp, wp, w, pr, label, stall);
+    dt_status r = DT_OK;
+    if ((tp || pp) && dt_comm_rank(dp) == 0 &&
+        (r = dtrain_split_gather(c, dt_model_params(m), o, tp, pp, wp, whole_o)) != DT_OK)
+        return r;
+    if (w)
+        dt_ckpt_writer_submit(w, pr, label, stall);
     return DT_OK;
 }
 
@@ -111,6 +147,16 @@ static dt_status set_recompute(const dtrain_config *c, dt_model *m)
             return DT_ERR_INVALID;
         }
     return DT_OK;
+}
+
+/* Benchmarks' straggler: sleep a random share of straggler_ms, keyed by the step. */
+static void straggle(const dtrain_config *c, int64_t step)
+{
+    dt_rng g;
+    dt_rng_seed(&g, dt_rng_key_stream(&(dt_rng_key){(uint64_t)c->seed, (uint64_t)step, 0, 0x5106}, 7));
+    double ms = c->straggler_ms * dt_rng_uniform(&g);
+    struct timespec t = {(time_t)(ms / 1000), (long)(fmod(ms, 1000) * 1e6)};
+    nanosleep(&t, NULL);
 }
 
 static void format_eta(double seconds, char *buf, size_t len)
@@ -186,7 +232,7 @@ static void describe_stages(const dtrain_config *c)
  * step, micro-batch, rank) so that a resumed run, on any number of ranks,
  * draws the masks of the uninterrupted one. */
 static dt_status make_strategy(const dtrain_config *c, dt_comm *world, dt_model *m, dt_optimizer *o, dt_comm *tp,
-                               dt_comm *pp, dt_strategy **out)
+                               dt_comm *pp, dt_comm *job, const dt_ps_config *psc, dt_strategy **out)
 {
     dt_strategy_config sc = {.micro_batches = (int)(c->micro_batches * c->grad_accumulation),
                              .grad_clip = (float)c->grad_clip,
@@ -199,7 +245,9 @@ static dt_status make_strategy(const dtrain_config *c, dt_comm *world, dt_model 
     if (c->bucket_mb > 0 && sc.ddp.bucket_bytes < sizeof(float))
         sc.ddp.bucket_bytes = sizeof(float);
     dt_status s;
-    if (pp) { /* a pipeline over pp, data parallel over world (the mesh's dp group) */
+    if (job) /* a parameter server's worker: the servers are in the job, the workers in world */
+        s = dt_strategy_ps_create(m, job, psc, &sc, out);
+    else if (pp) { /* a pipeline over pp, data parallel over world (the mesh's dp group) */
         dt_pipeline_config pc = {DT_PIPE_1F1B, dtrain_chunks(c), pp, world};
         s = dt_pipe_schedule_parse(c->pipeline_schedule, &pc.schedule);
         if (s == DT_OK)
@@ -304,6 +352,12 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     const char *thread_source;
     if (choose_threads(c, &thread_source) != DT_OK)
         return 2;
+    const char *env_servers = getenv("DT_PS_SERVERS"); /* dtrun --servers, when the config sets none */
+    if (c->servers == 0 && env_servers && *env_servers) {
+        c->servers = atoll(env_servers);
+        if (dtrain_config_validate(c) != DT_OK)
+            return 2;
+    }
     /* A new run (not resuming) into a checkpoint_dir that holds another run's
      * checkpoints would mix the two runs' steps: refused, or with --overwrite
      * the old ones go first.  Every rank checks; rank 0 alone removes. */
@@ -331,9 +385,12 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     /* dp: the data-parallel group (the world without tp and pp); tpc, ppc:
      * this rank's tensor-parallel and pipeline groups (NULL: not split so) */
     dt_comm *world = NULL, *dp = NULL, *tpc = NULL, *ppc = NULL;
+    /* a parameter server: job is every rank, world this rank's role's (the workers, or the servers) */
+    dt_comm *job = NULL;
+    dt_ps_config psc = {0};
     dt_mesh *mesh = NULL;
     int dpn = 1, dpr = 0;
-    dt_model *whole = NULL; /* tensor parallel: the unsplit model the writer saves */
+    dt_model *whole = NULL; /* a mesh's unsplit model, ZeRO-3's gathered values: what the writer saves */
     dt_optimizer *whole_o = NULL;
     data_source d;
     memset(&d, 0, sizeof d);
@@ -360,6 +417,22 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     }
     rank = dt_comm_rank(world);
     nranks = dt_comm_size(world);
+    if (c->servers > 0) {
+        if (dtrain_ps_config(c, &psc) != DT_OK || dt_ps_split(world, &psc, &job) != DT_OK) {
+            fprintf(stderr, "dtrain: rank %d: %s\n", rank, dt_last_error());
+            code = 2;
+            goto out;
+        }
+        dt_comm *role = job;
+        job = world;
+        world = role;
+        if (dt_ps_server_index(&psc, job) >= 0) {
+            code = dtrain_ps_serve(c, job, world, &psc);
+            goto out;
+        }
+        rank = dt_comm_rank(world);
+        nranks = dt_comm_size(world);
+    }
     lead = rank == 0;
     dp = world;
     if (c->tp > 1 || c->pp > 1) { /* dp x pp x tp, tp innermost: a tensor-parallel group on one host */
@@ -388,13 +461,14 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     }
     dt_params *p = dt_model_params(m);
     dt_model_init(m, (uint64_t)c->seed);
-    bool zero = c->zero_stage > 0, split = mesh || zero; /* split: checkpoints gather the whole model */
-    if (dtrain_memory_plan(c, m, dpn, lead) != 0) {
+    bool zero = c->zero_stage > 0, split = mesh || zero; /* split: a resume takes this rank's part */
+    if (!job && dtrain_memory_plan(c, m, dpn, lead) != 0) {
         code = 2;
         goto out;
     }
     if (set_recompute(c, m) != DT_OK ||
-        make_optimizer_for(c, m, p, zero ? dpn : 0, dpr, &o) != DT_OK)
+        (job ? dt_sgd_create(&(dt_sgd_config){0, 0, false}, dt_params_numel(p), &o) != DT_OK /* the servers update */
+             : make_optimizer_for(c, m, p, zero ? dpn : 0, dpr, &o) != DT_OK))
         goto out;
     if (dt_dist_sampler_init(&sampler, d.train_samples, (uint64_t)c->seed, dp) != DT_OK) {
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
@@ -405,7 +479,24 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         dtrain_config saved;
         if (dtrain_checkpoint_open(resume, d.train_samples, step_dir, sizeof step_dir, &saved, &pr) != DT_OK)
             goto out;
-        if (split ? load_split(c, step_dir, m, o, zero ? dpn : 0, dpr) != DT_OK : dt_ckpt_load(step_dir, p, o) != DT_OK) {
+        /* a ZeRO run takes its shard from shard files (written by any N at any stage), or from an unsplit
+         * checkpoint (one without, or an older ZeRO one); any other run loads the whole state either way */
+        int shards = 0;
+        if (dt_ckpt_shards(step_dir, &shards, NULL, NULL) != DT_OK) {
+            fprintf(stderr, "dtrain: %s\n", dt_last_error());
+            goto out;
+        }
+        if (job) { /* worker 0 hands the values and the optimizer state to the servers; the others pull */
+            if (lead && (make_optimizer(c, p, &whole_o) != DT_OK || dt_ckpt_load(step_dir, p, whole_o) != DT_OK)) {
+                fprintf(stderr, "dtrain: %s\n", dt_last_error());
+                goto out;
+            }
+            psc.resume_state = whole_o;
+        } else if (zero && shards > 0) {
+            if (dtrain_zero_resume(step_dir, m, o, dpn, dpr) != DT_OK) /* printed why */
+                goto out;
+        } else if (split ? load_split(c, step_dir, m, o, zero ? dpn : 0, dpr) != DT_OK
+                         : dt_ckpt_load(step_dir, p, o) != DT_OK) {
             fprintf(stderr, "dtrain: %s\n", dt_last_error());
             goto out;
         }
@@ -416,6 +507,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
             goto out;
         }
         dt_optimizer_set_steps(o, pr.optimizer_steps);
+        if (whole_o)
+            dt_optimizer_set_steps(whole_o, pr.optimizer_steps);
         if (dt_sampler_seek(&sampler, pr.epoch, pr.position, dpr, dpn) != DT_OK) {
             fprintf(stderr, "dtrain: %s: %s\n", step_dir, dt_last_error());
             goto out;
@@ -432,13 +525,19 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     pr.world_size = dpn; /* the data-parallel width: what the global batch is made of */
     dt_rng_seed(&pr.rng, dt_rng_key_stream(&(dt_rng_key){(uint64_t)c->seed, (uint64_t)pr.step, 0, 0}, 0));
     pr.global_batch = c->batch_size * dpn * c->grad_accumulation;
+    /* The writer's registry and optimizer: a mesh's gathered whole model; ZeRO's values alone (the live
+     * registry at stages 1-2, where every rank holds them whole; gathered into a whole model's at stage 3),
+     * its optimizer state going into each rank's shard file instead */
+    dt_optimizer *writer_o = zero ? NULL : o;
     if (lead && c->checkpoint_dir[0] &&
-        ((split && (dtrain_build_model_tp(c, NULL, &whole) != DT_OK ||
-                    make_optimizer(c, dt_model_params(whole), &whole_o) != DT_OK)) ||
-         dtrain_checkpoint_writer_start(c, split ? dt_model_params(whole) : p, split ? whole_o : o,
+        (((mesh || c->zero_stage == 3 || job) && dtrain_build_model_tp(c, NULL, &whole) != DT_OK) ||
+         ((mesh || job) && !whole_o && make_optimizer(c, dt_model_params(whole), &whole_o) != DT_OK) ||
+         dtrain_checkpoint_writer_start(c, whole ? dt_model_params(whole) : p, mesh || job ? whole_o : writer_o,
                                         resume ? pr.step : -1, resumed_dir, &writer) != DT_OK))
         goto out;
-    if (make_strategy(c, dp, m, o, tpc, ppc, &strategy) != DT_OK)
+    if (whole && !mesh) /* ZeRO-3's gathered values, a parameter server's snapshot: no gradients */
+        dt_params_drop_storage(dt_model_params(whole), false, true);
+    if (make_strategy(c, dp, m, o, tpc, ppc, job, &psc, &strategy) != DT_OK)
         goto out;
     if (c->zero_stage == 3 && !strcmp(c->offload, "disk") && dt_strategy_zero_offload(strategy, c->offload_dir) != DT_OK) {
         fprintf(stderr, "dtrain: offload: %s\n", dt_last_error());
@@ -456,13 +555,11 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
      * batch (and world size) and keeps it. */
     const char *restartable = getenv("DT_RESTARTABLE");
     if (c->checkpoint_dir[0] && !resume && (c->checkpoint_initial || (restartable && !strcmp(restartable, "1")))) {
-        if (gather_whole(c, strategy, m, o, dp, tpc, ppc, whole, whole_o) != DT_OK)
+        if (checkpoint(c, strategy, m, o, dp, tpc, ppc, whole, whole_o, writer, &pr, " (initial weights)",
+                       NULL) != DT_OK)
             goto out;
-        if (writer) {
-            dt_ckpt_writer_submit(writer, &pr, " (initial weights)", NULL);
-            if (dt_ckpt_writer_flush(writer) != DT_OK) /* the writer printed why */
-                goto out;
-        }
+        if (writer && dt_ckpt_writer_flush(writer) != DT_OK) /* the writer printed why */
+            goto out;
     }
 
     /* the prefetcher hands out micro-batches: batch_size / micro_batches samples each */
@@ -488,6 +585,11 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
             n += snprintf(shape + n, sizeof shape - (size_t)n, ", ZeRO stage %lld (%lld of the parameters' optimizer "
                           "state%s on each rank)", (long long)c->zero_stage, (long long)dt_zero_shard_numel(m, dpn),
                           c->zero_stage == 1 ? "" : c->zero_stage == 2 ? " and gradients" : ", gradients and values");
+        if (job && n >= 0 && (size_t)n < sizeof shape)
+            n += snprintf(shape + n, sizeof shape - (size_t)n, ", parameter server: %lld server%s, sync %s",
+                          (long long)c->servers, c->servers == 1 ? "" : "s", c->sync);
+        if (job && !strcmp(c->sync, "ssp") && n >= 0 && (size_t)n < sizeof shape)
+            n += snprintf(shape + n, sizeof shape - (size_t)n, " (staleness %lld)", (long long)c->staleness);
         if (mesh && n >= 0 && (size_t)n < sizeof shape) {
             char m_desc[96];
             snprintf(shape + n, sizeof shape - (size_t)n, ", mesh %s (%lld parameters on %s)",
@@ -514,6 +616,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         float lr = dt_lr_at(&sched, step);
         dt_step_stats st = {0};
         fd.items = 0;
+        if (c->straggler_rank >= 0 && dt_comm_rank(job ? job : world) == c->straggler_rank)
+            straggle(c, step);
         dt_status s = dt_strategy_step(strategy, step, lr, next_batch, &fd, &st);
         float loss = st.loss, norm = st.grad_norm;
         act_peak = st.activation_bytes > act_peak ? st.activation_bytes : act_peak;
@@ -521,7 +625,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         const dt_batch *b = fd.last;
         win.items += fd.items;
         int log_now = (step + 1) % c->log_interval == 0 || step + 1 == c->steps;
-        if (s == DT_OK && log_now && nranks > 1) /* the loss over every rank's batch */
+        /* the loss over every rank's batch; asynchronous workers (asp, ssp) do not wait for each other: worker 0's */
+        if (s == DT_OK && log_now && nranks > 1 && !(job && psc.sync != DT_PS_BSP))
             s = dt_allreduce(&loss, &loss, 1, DT_F32, DT_AVG, world);
         if (s != DT_OK || !isfinite(loss)) {
             fprintf(stderr, "dtrain: rank %d: step %lld failed: %s\n", rank, (long long)step + 1,
@@ -609,18 +714,24 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
             code = 1;
             break;
         }
-        if (ckpt_now && gather_whole(c, strategy, m, o, dp, tpc, ppc, whole, whole_o) != DT_OK) {
+        double stall = 0;
+        if (ckpt_now &&
+            checkpoint(c, strategy, m, o, dp, tpc, ppc, whole, whole_o, writer, &pr, "", &stall) != DT_OK) {
             code = 1;
             break;
         }
-        if (writer && ckpt_now) {
-            double stall = 0;
-            dt_ckpt_writer_submit(writer, &pr, "", &stall);
+        if (ckpt_now) {
             last_ckpt = now_s();
             win.compute -= stall; /* not compute: time held up by the writer */
         }
         if (last)
             break;
+    }
+    if (lead && code == 0 && job && pr.step > first_step) {
+        uint64_t sent, received;
+        dt_strategy_ps_traffic(strategy, &sent, &received);
+        printf("parameter server: rank 0 sent %.2f MB and received %.2f MB per step\n",
+               (double)sent / 1e6 / (double)(pr.step - first_step), (double)received / 1e6 / (double)(pr.step - first_step));
     }
     if (lead && code == 0) {
         dtrain_memory_report(m, o, strategy);
@@ -666,6 +777,8 @@ out:
     dt_optimizer_destroy(whole_o);
     dt_model_destroy(whole);
     dt_status ds = dt_comm_destroy(world);
+    if (job && ds == DT_OK)
+        ds = dt_comm_destroy(job);
     if ((code == 0 || code == 3) && ds != DT_OK) {
         fprintf(stderr, "dtrain: rank %d: leaving the job: %s\n", rank, dt_last_error());
         code = 1;

@@ -24,6 +24,7 @@ typedef struct {
     double join_timeout;
     bool prefix;
     bool bind;   /* --bind auto (default): a block of CPUs per local rank */
+    int servers; /* --servers: DT_PS_SERVERS for the ranks (0: not set) */
     char **argv; /* PROGRAM ARGS... */
 } dtrun_opts;
 

@@ -39,6 +39,8 @@ static const char usage[] =
     "                         the CPUs dtrun may use (ranks that poll shared memory\n"
     "                         must not share a core); none: leave placement to the OS\n"
     "      --no-prefix        do not prefix output lines with the rank\n"
+    "      --servers S        a parameter server: the job's last S ranks serve, the\n"
+    "                         others work (DT_PS_SERVERS=S; dtrain's servers key)\n"
     "  -h, --help             this help\n"
     "      --version          print the version\n"
     "\n"
@@ -98,7 +100,8 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
     o->prefix = true;
     o->bind = true;
     snprintf(o->master_host, sizeof o->master_host, "127.0.0.1");
-    enum { NNODES = 1000, NODE_RANK, MASTER, TOKEN_FILE, JOIN_TIMEOUT, NO_PREFIX, VERSION, MAX_RESTARTS, REJOIN, BIND };
+    enum { NNODES = 1000, NODE_RANK, MASTER, TOKEN_FILE, JOIN_TIMEOUT, NO_PREFIX, VERSION, MAX_RESTARTS, REJOIN, BIND,
+           SERVERS };
     static const struct option longopts[] = {
         {"nproc", required_argument, 0, 'n'},       {"nnodes", required_argument, 0, NNODES},
         {"node-rank", required_argument, 0, NODE_RANK}, {"master", required_argument, 0, MASTER},
@@ -106,6 +109,7 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
         {"no-prefix", no_argument, 0, NO_PREFIX},   {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, VERSION},       {"max-restarts", required_argument, 0, MAX_RESTARTS},
         {"rejoin-timeout", required_argument, 0, REJOIN}, {"bind", required_argument, 0, BIND},
+        {"servers", required_argument, 0, SERVERS},
         {0, 0, 0, 0},
     };
     bool have_master = false;
@@ -142,6 +146,7 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
         case TOKEN_FILE: read_token_file(optarg, o->token, sizeof o->token); break;
         case JOIN_TIMEOUT: o->join_timeout = (double)number(optarg, 1, 86400, "--join-timeout"); break;
         case NO_PREFIX: o->prefix = false; break;
+        case SERVERS: o->servers = (int)number(optarg, 0, 1 << 20, "--servers"); break;
         case BIND:
             if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "none") != 0)
                 die("--bind '%s': expected auto or none", optarg);

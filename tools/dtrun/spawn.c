@@ -15,7 +15,7 @@ extern char **environ;
 
 static const char *const managed[] = {"DT_RANK=", "DT_WORLD_SIZE=", "DT_LOCAL_RANK=", "DT_LOCAL_WORLD_SIZE=",
                                       "DT_MASTER_ADDR=", "DT_MASTER_PORT=", "DT_JOB_TOKEN=", "DT_STORE=",
-                                      "DT_NODE_RANK=", "DT_RESTART=", "DT_RESTARTABLE=", "OPENBLAS_CORETYPE=",
+                                      "DT_NODE_RANK=", "DT_RESTART=", "DT_RESTARTABLE=", "DT_PS_SERVERS=", "OPENBLAS_CORETYPE=",
                                       NULL};
 
 static bool is_managed(const char *entry)
@@ -60,6 +60,8 @@ static char **child_env(const dtrun_opts *o, const dtrun_layout *l, int local, s
     ADD("DT_RESTART=%d", l->generation);
     if (o->max_restarts > 0 || o->nnodes_min < o->nnodes)
         ADD("DT_RESTARTABLE=1");
+    if (o->servers > 0)
+        ADD("DT_PS_SERVERS=%d", o->servers);
     if (core) /* NULL when the user chose: theirs passes through */
         ADD("OPENBLAS_CORETYPE=%s", core);
 #undef ADD

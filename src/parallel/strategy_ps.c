@@ -1,0 +1,471 @@
+/* A parameter-server worker as a strategy (ps.h).  The common micro-batch
+ * loop (strategy.c) runs forward and backward; the block hooks pull and
+ * push around it:
+ *   before a block's forward: wait for the pulls (from the servers whose
+ *     ranges hold the block's parameters, tied ones included) that the
+ *     step before started;
+ *   after a block's backward in the last micro-batch: its gradients (the
+ *     micro-batches' mean) are sent to the servers whose ranges they cover,
+ *     overlapping the blocks still running.
+ * The update commits the step to every server (with the learning rate and
+ * the clipping norm), waits for the pushes to leave, advances the clock and
+ * starts the pulls for the next step into the registry's values; it waits
+ * for the pulls' headers (the servers' answer, which under BSP and SSP is
+ * the synchronisation), not for the values, which stream in while the
+ * caller goes on and are waited for block by block. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "parallel/ps_proto.h"
+#include "parallel/strategy_internal.h"
+
+typedef struct {
+    dt_comm *c;
+    dt_ps_config pc;
+    int W, S, rank, nb;
+    int64_t P, *lo, *n;    /* each server's range */
+    int64_t *blo, *bhi;    /* each block's own parameters [blo, bhi) of the flat buffer */
+    uint8_t *uses;         /* nb x S: block b reads server k's range */
+    bool *pushed;          /* this step, per block */
+    int backwards;
+    int64_t clock;
+    /* the pulls in flight: per server a header and the values */
+    ps_header *rep;
+    dt_request **rep_req, **val_req;
+    /* sends in flight: headers live here until the update waits for them */
+    ps_header *hdr;
+    dt_request **send;
+    int nsend, cap;
+    float norm;
+    bool failed;           /* a refused request: nothing more is waited for */
+    double exposed, last_exposed;
+    uint64_t sent, received;
+} ps_worker;
+
+static double since(int64_t t0) { return (double)(dt__now_ns() - t0) / 1e9; }
+
+static int server_rank(const ps_worker *P, int k) { return P->W + k; }
+
+/* The reason a server sent with PS_ERROR. */
+static dt_status server_error(ps_worker *P, int k, const ps_header *h)
+{
+    char why[600] = "";
+    size_t len = h->a > 0 && h->a < (int64_t)sizeof why ? (size_t)h->a : sizeof why - 1;
+    P->failed = true;
+    dt_status st = dt_recv(why, len, DT_U8, server_rank(P, k), PS_TAG_ERR, P->c, NULL);
+    why[len] = 0;
+    return dt__fail(DT_ERR_INVALID, "parameter server: %s", st == DT_OK ? why : "a request was refused");
+}
+
+static dt_status send_hdr(ps_worker *P, int k, ps_header h)
+{
+    if (P->nsend == P->cap)
+        return dt__fail(DT_ERR_INVALID, "parameter server: more than %d messages in one step", P->cap);
+    int i = P->nsend++;
+    P->hdr[i] = h;
+    P->sent += sizeof h;
+    return dt_isend(&P->hdr[i], PS_HEADER_WORDS, DT_I64, server_rank(P, k), PS_TAG_REQ, P->c, &P->send[i]);
+}
+
+static dt_status send_data(ps_worker *P, int k, const float *data, int64_t n)
+{
+    if (P->nsend == P->cap)
+        return dt__fail(DT_ERR_INVALID, "parameter server: more than %d messages in one step", P->cap);
+    int i = P->nsend++;
+    P->sent += (uint64_t)n * sizeof(float);
+    return dt_isend(data, (size_t)n, DT_F32, server_rank(P, k), PS_TAG_DATA, P->c, &P->send[i]);
+}
+
+static dt_status wait_sends(ps_worker *P)
+{
+    dt_status st = DT_OK;
+    int64_t t0 = dt__now_ns();
+    for (int i = 0; i < P->nsend; i++) {
+        dt_status r = dt_wait(P->send[i], NULL);
+        st = st != DT_OK ? st : r;
+    }
+    P->nsend = 0;
+    P->exposed += since(t0);
+    return st;
+}
+
+/* ---- pulls ---- */
+
+static dt_status pull_start(dt_strategy *s, ps_worker *P)
+{
+    float *v = dt_params_values(dt_model_params(s->model));
+    for (int k = 0; k < P->S; k++) {
+        DT_CHECK(dt_irecv(&P->rep[k], PS_HEADER_WORDS, DT_I64, server_rank(P, k), PS_TAG_REP, P->c, &P->rep_req[k]));
+        DT_CHECK(dt_irecv(v + P->lo[k], (size_t)P->n[k], DT_F32, server_rank(P, k), PS_TAG_REPDATA, P->c,
+                          &P->val_req[k]));
+        DT_CHECK(send_hdr(P, k, ps_make(PS_PULL, P->clock, 0, 0, 0)));
+    }
+    return DT_OK;
+}
+
+/* The servers' answers to the pulls: the synchronisation point. */
+static dt_status pull_headers(ps_worker *P)
+{
+    int64_t t0 = dt__now_ns();
+    for (int k = 0; k < P->S; k++) {
+        if (!P->rep_req[k])
+            continue;
+        dt_status st = dt_wait(P->rep_req[k], NULL);
+        P->rep_req[k] = NULL;
+        DT_CHECK(st);
+        P->received += sizeof(ps_header);
+        if (ps_op_of(&P->rep[k]) == PS_ERROR)
+            return server_error(P, k, &P->rep[k]);
+        if (ps_op_of(&P->rep[k]) != PS_VALUES || P->rep[k].clock != P->clock)
+            return dt__fail(DT_ERR_INVALID, "parameter server %d answered a pull for step %lld with op %d for step %lld",
+                            k, (long long)P->clock, ps_op_of(&P->rep[k]), (long long)P->rep[k].clock);
+        if (k == 0 && P->pc.sync == DT_PS_BSP) /* the norm of the mean gradient the servers applied */
+            P->norm = (float)ps_double(P->rep[k].a);
+    }
+    P->exposed += since(t0);
+    return DT_OK;
+}
+
+static dt_status pull_wait(ps_worker *P, int k)
+{
+    if (!P->val_req[k] || P->failed)
+        return DT_OK;
+    if (P->rep_req[k]) /* its header first: an error instead of values must be seen */
+        DT_CHECK(pull_headers(P));
+    int64_t t0 = dt__now_ns();
+    dt_status st = dt_wait(P->val_req[k], NULL);
+    P->val_req[k] = NULL;
+    P->exposed += since(t0);
+    P->received += (uint64_t)P->n[k] * sizeof(float);
+    return st == DT_OK ? st : dt__fail(st, "parameter server %d: pulling step %lld's parameters: %s", k,
+                                       (long long)P->clock, dt_last_error());
+}
+
+static dt_status pull_wait_all(ps_worker *P)
+{
+    for (int k = 0; k < P->S; k++)
+        DT_CHECK(pull_wait(P, k));
+    return DT_OK;
+}
+
+/* ---- pushes ---- */
+
+static dt_status push_block(dt_strategy *s, ps_worker *P, int b)
+{
+    P->pushed[b] = true;
+    int64_t lo = P->blo[b], hi = P->bhi[b];
+    if (hi <= lo)
+        return DT_OK;
+    float *g = dt_params_grads(dt_model_params(s->model));
+    if (s->cfg.micro_batches > 1) /* the mean over the micro-batches */
+        dt_vec_scale(g + lo, 1.0f / (float)s->cfg.micro_batches, hi - lo);
+    for (int k = 0; k < P->S; k++) {
+        int64_t a = lo > P->lo[k] ? lo : P->lo[k], e = hi < P->lo[k] + P->n[k] ? hi : P->lo[k] + P->n[k];
+        if (e <= a)
+            continue;
+        DT_CHECK(send_hdr(P, k, ps_make(PS_PUSH, P->clock, a, e - a, 0)));
+        DT_CHECK(send_data(P, k, g + a, e - a));
+    }
+    return DT_OK;
+}
+
+static dt_status ps_hook(void *user, dt_hook_point at, int b, dt_ctx *ctx)
+{
+    (void)ctx;
+    dt_strategy *s = user;
+    ps_worker *P = s->impl;
+    switch (at) {
+    case DT_BEFORE_FORWARD:
+        for (int k = 0; k < P->S; k++)
+            if (P->uses[(size_t)b * (size_t)P->S + (size_t)k])
+                DT_CHECK(pull_wait(P, k));
+        return DT_OK;
+    case DT_BEFORE_BACKWARD:
+        if (b == P->nb - 1)
+            P->backwards++;
+        return DT_OK;
+    case DT_AFTER_BACKWARD:
+        return P->backwards >= s->cfg.micro_batches && !P->pushed[b] ? push_block(s, P, b) : DT_OK;
+    default:
+        return DT_OK;
+    }
+}
+
+/* ---- the update ---- */
+
+static dt_status ps_update(dt_strategy *s, float lr, float max_norm, float *norm)
+{
+    ps_worker *P = s->impl;
+    if (P->failed)
+        return dt__fail(DT_ERR_INVALID, "parameter server: an earlier request was refused");
+    for (int b = 0; b < P->nb; b++) /* blocks whose backward did not run in the last micro-batch */
+        if (!P->pushed[b])
+            DT_CHECK(push_block(s, P, b));
+    for (int k = 0; k < P->S; k++)
+        DT_CHECK(send_hdr(P, k, ps_make(PS_COMMIT, P->clock, ps_bits(lr), ps_bits(max_norm), 0)));
+    DT_CHECK(wait_sends(P));
+    if (P->pc.sync != DT_PS_BSP) { /* the norm of this worker's own gradient */
+        dt_params *p = dt_model_params(s->model);
+        P->norm = (float)sqrt(dt_vec_sumsq(dt_params_grads(p), dt_params_numel(p)));
+    }
+    P->clock++;
+    P->backwards = 0;
+    memset(P->pushed, 0, (size_t)P->nb * sizeof *P->pushed);
+    DT_CHECK(pull_start(s, P));
+    DT_CHECK(pull_headers(P));
+    DT_CHECK(wait_sends(P)); /* the pull requests themselves */
+    *norm = P->norm;
+    P->last_exposed = P->exposed;
+    P->exposed = 0;
+    return DT_OK;
+}
+
+static dt_status ps_sync(dt_strategy *s) { return pull_wait_all(s->impl); }
+
+static void ps_timing(const dt_strategy *s, double *comm, double *exposed)
+{
+    const ps_worker *P = s->impl;
+    *comm = *exposed = P->last_exposed; /* what the step waited for */
+}
+
+static void ps_destroy(dt_strategy *s)
+{
+    ps_worker *P = s->impl;
+    if (!P)
+        return;
+    if (s->model)
+        dt_model_set_hooks(s->model, NULL, NULL);
+    if (!P->failed && P->lo && pull_wait_all(P) == DT_OK && pull_headers(P) == DT_OK) {
+        for (int k = 0; k < P->S; k++)
+            if (send_hdr(P, k, ps_make(PS_BYE, P->clock, 0, 0, 0)) != DT_OK)
+                break;
+        wait_sends(P);
+    }
+    free(P->lo);
+    free(P->n);
+    free(P->blo);
+    free(P->bhi);
+    free(P->uses);
+    free(P->pushed);
+    free(P->rep);
+    free(P->rep_req);
+    free(P->val_req);
+    free(P->hdr);
+    free(P->send);
+    free(P);
+}
+
+static const dt__strategy_ops ps_ops = {
+    .name = "ps", .update = ps_update, .sync = ps_sync, .timing = ps_timing, .destroy = ps_destroy};
+
+/* ---- joining ---- */
+
+/* The layout check with every server, then worker 0's values (and state). */
+static dt_status join(dt_strategy *s, ps_worker *P)
+{
+    dt_params *p = dt_model_params(s->model);
+    int np = dt_params_count(p);
+    int64_t *numel = malloc((size_t)(np ? np : 1) * sizeof *numel);
+    if (!numel)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < np; i++)
+        numel[i] = dt_params_info(p, i)->numel;
+    dt_status st = DT_OK;
+    for (int k = 0; st == DT_OK && k < P->S; k++) {
+        st = send_hdr(P, k, ps_make(PS_HELLO, 0, P->P, (int64_t)dt__ps_layout_hash(p), np));
+        if (st == DT_OK)
+        {
+            int i = P->nsend++;
+            st = dt_isend(numel, (size_t)np, DT_I64, server_rank(P, k), PS_TAG_DATA, P->c, &P->send[i]);
+        }
+    }
+    for (int k = 0; st == DT_OK && k < P->S; k++) {
+        ps_header h;
+        st = dt_recv(&h, PS_HEADER_WORDS, DT_I64, server_rank(P, k), PS_TAG_REP, P->c, NULL);
+        if (st == DT_OK && ps_op_of(&h) == PS_ERROR)
+            st = server_error(P, k, &h);
+        else if (st == DT_OK && ps_op_of(&h) != PS_OK)
+            st = dt__fail(DT_ERR_INVALID, "parameter server %d: answered joining with op %d", k, ps_op_of(&h));
+    }
+    dt_status w = wait_sends(P);
+    free(numel);
+    DT_CHECK(st);
+    DT_CHECK(w);
+    if (P->rank != 0)
+        return DT_OK;
+    dt_optim_state state[4];
+    int ns = P->pc.resume_state ? dt_optimizer_state_buffers(P->pc.resume_state, state, 4) : 0;
+    int64_t steps = P->pc.resume_state ? dt_optimizer_steps(P->pc.resume_state) : 0;
+    if (P->pc.resume_state && dt_optimizer_numel(P->pc.resume_state) != P->P)
+        return dt__fail(DT_ERR_INVALID, "parameter server: the resumed optimizer holds %lld parameters, the model %lld",
+                        (long long)dt_optimizer_numel(P->pc.resume_state), (long long)P->P);
+    const float *v = dt_params_values(p);
+    for (int k = 0; k < P->S; k++) {
+        DT_CHECK(dt_send(&(ps_header){PS_MAGIC | PS_INIT, 0, P->n[k], ns, steps, 0, 0, 0}, PS_HEADER_WORDS, DT_I64,
+                         server_rank(P, k), PS_TAG_REQ, P->c));
+        DT_CHECK(dt_send(v + P->lo[k], (size_t)P->n[k], DT_F32, server_rank(P, k), PS_TAG_DATA, P->c));
+        for (int i = 0; i < ns; i++)
+            DT_CHECK(dt_send(state[i].data + P->lo[k], (size_t)P->n[k], DT_F32, server_rank(P, k), PS_TAG_DATA, P->c));
+        P->sent += (uint64_t)(1 + ns) * (uint64_t)P->n[k] * sizeof(float);
+    }
+    return DT_OK;
+}
+
+/* Each block's own range, and which servers' ranges it reads (its own
+ * parameters and the tied ones it uses). */
+static dt_status block_ranges(dt_strategy *s, ps_worker *P)
+{
+    dt_model *m = s->model;
+    dt_params *p = dt_model_params(m);
+    int64_t covered = 0, lo_block, hi_block;
+    int mlo, mhi;
+    dt_model_block_range(m, &mlo, &mhi);
+    const dt_shared_param *sh;
+    int ns = dt_model_shared_params(m, &sh);
+    for (int b = 0; b < P->nb; b++) {
+        int first, count;
+        dt_model_block_params(m, b, &first, &count);
+        lo_block = hi_block = 0;
+        if (count) {
+            lo_block = dt_params_info(p, first)->offset;
+            hi_block = dt_params_info(p, first + count - 1)->offset + dt_params_info(p, first + count - 1)->numel;
+        }
+        P->blo[b] = lo_block;
+        P->bhi[b] = hi_block;
+        covered += hi_block - lo_block;
+        for (int k = 0; k < P->S; k++) {
+            bool use = hi_block > P->lo[k] && lo_block < P->lo[k] + P->n[k];
+            for (int j = 0; j < ns; j++) {
+                const dt_param_info *in = dt_params_info(p, sh[j].param);
+                bool mine = sh[j].first_block == mlo + b || sh[j].last_block == mlo + b;
+                use |= mine && in->offset + in->numel > P->lo[k] && in->offset < P->lo[k] + P->n[k];
+            }
+            P->uses[(size_t)b * (size_t)P->S + (size_t)k] = use;
+        }
+    }
+    if (covered != P->P)
+        return dt__fail(DT_ERR_INVALID, "parameter server: the model's blocks hold %lld of its %lld parameters",
+                        (long long)covered, (long long)P->P);
+    return DT_OK;
+}
+
+dt_status dt_strategy_ps_create(dt_model *m, dt_comm *c, const dt_ps_config *pc, const dt_strategy_config *cfg,
+                                dt_strategy **out)
+{
+    if (!m || !c || !pc || !cfg || !out)
+        return dt__fail(DT_ERR_INVALID, "strategy ps: %s is NULL", !m ? "the model" : !c ? "the communicator"
+                                                                   : !pc ? "the ps config" : !cfg ? "the config" : "out");
+    if (cfg->micro_batches < 1 || !(cfg->grad_clip >= 0))
+        return dt__fail(DT_ERR_INVALID, "strategy ps: micro_batches %d (>= 1), grad_clip %g (>= 0)", cfg->micro_batches,
+                        cfg->grad_clip);
+    if (cfg->grad_clip > 0 && pc->sync != DT_PS_BSP)
+        return dt__fail(DT_ERR_INVALID, "strategy ps: grad_clip needs sync bsp (%s applies each worker's push alone, "
+                                        "with no global norm to clip to)", dt_ps_sync_name(pc->sync));
+    if (cfg->tp)
+        return dt__fail(DT_ERR_INVALID, "strategy ps: tensor-parallel shards are not served yet (tp)");
+    if (dt_ps_server_index(pc, c) >= 0)
+        return dt__fail(DT_ERR_INVALID, "strategy ps: rank %d serves (the last %d ranks); call dt_ps_serve there",
+                        dt_comm_rank(c), pc->servers);
+    dt_params *p = dt_model_params(m);
+    if (!dt_params_values(p) || !dt_params_grads(p))
+        return dt__fail(DT_ERR_INVALID, "strategy ps: the model must hold its parameters and gradients");
+    dt_strategy *s = calloc(1, sizeof *s);
+    ps_worker *P = calloc(1, sizeof *P);
+    if (!s || !P) {
+        free(s);
+        free(P);
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    }
+    s->impl = P;
+    s->ops = &ps_ops;
+    s->model = m;
+    s->cfg = *cfg;
+    P->c = c;
+    P->pc = *pc;
+    P->S = pc->servers;
+    P->W = dt_comm_size(c) - pc->servers;
+    P->rank = dt_comm_rank(c);
+    s->key_group = (uint32_t)P->rank;
+    P->nb = dt_model_num_layers(m);
+    P->P = dt_params_numel(p);
+    P->cap = 2 * (P->nb + 2) * P->S + 4;
+    dt_status st = dt_arena_create(&s->arena);
+    if (st == DT_OK && P->P < P->S)
+        st = dt__fail(DT_ERR_INVALID, "parameter server: %d servers for %lld parameters", P->S, (long long)P->P);
+    if (st == DT_OK &&
+        (!(P->lo = calloc((size_t)P->S, sizeof *P->lo)) || !(P->n = calloc((size_t)P->S, sizeof *P->n)) ||
+         !(P->blo = calloc((size_t)P->nb + 1, sizeof *P->blo)) || !(P->bhi = calloc((size_t)P->nb + 1, sizeof *P->bhi)) ||
+         !(P->uses = calloc((size_t)(P->nb + 1) * (size_t)P->S, 1)) ||
+         !(P->pushed = calloc((size_t)P->nb + 1, sizeof *P->pushed)) ||
+         !(P->rep = calloc((size_t)P->S, sizeof *P->rep)) || !(P->rep_req = calloc((size_t)P->S, sizeof *P->rep_req)) ||
+         !(P->val_req = calloc((size_t)P->S, sizeof *P->val_req)) ||
+         !(P->hdr = calloc((size_t)P->cap, sizeof *P->hdr)) || !(P->send = calloc((size_t)P->cap, sizeof *P->send))))
+        st = dt__fail(DT_ERR_NOMEM, "out of memory");
+    for (int k = 0; st == DT_OK && k < P->S; k++)
+        dt_ps_range(P->P, P->S, k, &P->lo[k], &P->n[k]);
+    if (st == DT_OK)
+        st = block_ranges(s, P);
+    if (st == DT_OK)
+        st = join(s, P);
+    if (st == DT_OK)
+        st = pull_start(s, P); /* step 0's parameters: worker 0's, from the servers */
+    if (st == DT_OK)
+        st = wait_sends(P);
+    if (st != DT_OK) {
+        P->failed = true;
+        dt_strategy_destroy(s);
+        return st;
+    }
+    dt_model_set_hooks(m, ps_hook, s);
+    *out = s;
+    return DT_OK;
+}
+
+dt_status dt_strategy_ps_snapshot(dt_strategy *s, float *values, dt_optimizer *whole)
+{
+    if (!s || s->ops != &ps_ops || !values || !whole)
+        return dt__fail(DT_ERR_INVALID, "ps_snapshot: %s", !s || s->ops != &ps_ops ? "not a parameter-server strategy"
+                                                         : !values ? "values is NULL" : "whole is NULL");
+    ps_worker *P = s->impl;
+    if (P->rank != 0)
+        return dt__fail(DT_ERR_INVALID, "ps_snapshot: only worker 0 takes snapshots (this is worker %d)", P->rank);
+    if (dt_optimizer_numel(whole) != P->P)
+        return dt__fail(DT_ERR_INVALID, "ps_snapshot: the optimizer holds %lld parameters, the model %lld",
+                        (long long)dt_optimizer_numel(whole), (long long)P->P);
+    DT_CHECK(pull_wait_all(P)); /* this step's values come first on the same tag */
+    dt_optim_state st[4];
+    int ns = dt_optimizer_state_buffers(whole, st, 4);
+    for (int k = 0; k < P->S; k++)
+        DT_CHECK(send_hdr(P, k, ps_make(PS_SNAPSHOT, P->clock, 0, 0, 0)));
+    DT_CHECK(wait_sends(P));
+    int64_t steps = 0;
+    for (int k = 0; k < P->S; k++) {
+        ps_header h;
+        int r = server_rank(P, k);
+        DT_CHECK(dt_recv(&h, PS_HEADER_WORDS, DT_I64, r, PS_TAG_REP, P->c, NULL));
+        if (ps_op_of(&h) == PS_ERROR)
+            return server_error(P, k, &h);
+        if (ps_op_of(&h) != PS_STATE || h.a != ns)
+            return dt__fail(DT_ERR_INVALID, "parameter server %d: a snapshot of %lld state buffers (op %d), the "
+                                            "optimizer here keeps %d", k, (long long)h.a, ps_op_of(&h), ns);
+        steps = h.b;
+        DT_CHECK(dt_recv(values + P->lo[k], (size_t)P->n[k], DT_F32, r, PS_TAG_REPDATA, P->c, NULL));
+        for (int i = 0; i < ns; i++)
+            DT_CHECK(dt_recv(st[i].data + P->lo[k], (size_t)P->n[k], DT_F32, r, PS_TAG_REPDATA, P->c, NULL));
+        P->received += (uint64_t)(1 + ns) * (uint64_t)P->n[k] * sizeof(float) + sizeof h;
+    }
+    dt_optimizer_set_steps(whole, steps);
+    return DT_OK;
+}
+
+void dt_strategy_ps_traffic(const dt_strategy *s, uint64_t *sent, uint64_t *received)
+{
+    *sent = *received = 0;
+    if (s && s->ops == &ps_ops) {
+        *sent = ((const ps_worker *)s->impl)->sent;
+        *received = ((const ps_worker *)s->impl)->received;
+    }
+}

@@ -1,0 +1,196 @@
+/* ZeRO checkpoints in shard files: each rank of the dp group writes its
+ * shard of the optimizer state (and at stage 3 of the values) into the step
+ * directory, rank 0 the whole weights (model.safetensors, with PyTorch's
+ * names: stages 1 and 2 hold them whole on every rank, stage 3 gathers
+ * them) and the manifest, whose "sharding" describes the cut
+ * (include/dtrain/ckpt.h).  No rank ever holds more of the optimizer state
+ * than its own shard.  A resume on N' ranks at any stage reads from each
+ * file only what overlaps its new shard; a resume without ZeRO (one
+ * process, data parallelism, a mesh) puts the whole state together
+ * (dt_ckpt_load). */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain_cli.h"
+
+/* The shard files' tensors: the values (stage 3), then the optimizer's
+ * state buffers as the moments, in the order dt_optimizer_state_buffers
+ * gives them (AdamW's exp_avg, exp_avg_sq; SGD's momentum_buffer). */
+static const char *const moment_names[2] = {"optim_m", "optim_v"};
+
+/* m's ZeRO units as the manifest records them (caller frees); *n: how many
+ * (0: none, -1: out of memory). */
+static dt_ckpt_unit *units_of(dt_model *m, int *n)
+{
+    *n = dt_zero_units(m, NULL, NULL, 0);
+    if (*n <= 0)
+        return NULL;
+    int64_t *off = malloc((size_t)*n * sizeof *off), *numel = malloc((size_t)*n * sizeof *numel);
+    dt_ckpt_unit *units = malloc((size_t)*n * sizeof *units);
+    if (off && numel && units) {
+        dt_zero_units(m, off, numel, *n);
+        for (int k = 0; k < *n; k++)
+            units[k] = (dt_ckpt_unit){off[k], numel[k]};
+    } else {
+        free(units);
+        units = NULL;
+        *n = -1;
+    }
+    free(off);
+    free(numel);
+    return units;
+}
+
+/* m's sharding over nranks: *units (caller frees) and the tensor names; 0
+ * tensors when there is nothing to shard (stages 1-2 with plain SGD). */
+static dt_status sharding_of(dt_model *m, int stage, int nranks, int nstate, dt_ckpt_sharding *sh,
+                             dt_ckpt_unit **units, const char **names)
+{
+    int n;
+    *units = units_of(m, &n);
+    if (n <= 0 || nstate > 2) {
+        fprintf(stderr, "dtrain: checkpoint: %s\n",
+                nstate > 2 ? "the optimizer keeps more than two state buffers"
+                : n < 0    ? "out of memory"
+                           : "the model has no parameters to shard");
+        return DT_ERR_INVALID;
+    }
+    int nt = 0;
+    if (stage == 3)
+        names[nt++] = "values";
+    for (int i = 0; i < nstate; i++)
+        names[nt++] = moment_names[i];
+    *sh = (dt_ckpt_sharding){stage, nranks, *units, n, names, nt};
+    return DT_OK;
+}
+
+dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o,
+                                 dt_comm *dp, dt_params *whole, dt_ckpt_writer *w, const dt_ckpt_progress *pr,
+                                 const char *label, double *stall)
+{
+    int N = dt_comm_size(dp), rank = dt_comm_rank(dp), stage = (int)c->zero_stage;
+    dt_optim_state st[4];
+    int nstate = dt_optimizer_state_buffers(o, st, 4); /* an offloaded state is read into memory */
+    const char *names[3];
+    const float *arrays[3];
+    dt_ckpt_sharding sh;
+    dt_ckpt_unit *units = NULL;
+    dt_status r = sharding_of(m, stage, N, nstate, &sh, &units, names);
+    int64_t S = r == DT_OK ? dt_ckpt_shard_numel(&sh) : -1, vn = 0;
+    float *values = stage == 3 ? dt_strategy_zero_shard(s, &vn) : NULL;
+    bool fits = r == DT_OK && S == dt_zero_shard_numel(m, N) && (stage != 3 || (values && vn == S));
+    for (int i = 0; fits && i < nstate; i++)
+        fits = st[i].numel == S;
+    if (r == DT_OK && !fits) { /* the strategy's and the optimizer's buffers are not the layout's shard */
+        fprintf(stderr,
+                "dtrain: checkpoint: a ZeRO shard of %lld elements, but the strategy's or the optimizer's "
+                "buffers differ\n",
+                (long long)S);
+        r = DT_ERR_INVALID;
+    }
+    if (r != DT_OK) {
+        free(units);
+        return r;
+    }
+    if (stage == 3) /* model.safetensors: the values gathered onto rank 0 */
+        r = dtrain_zero_gather_values(s, m, dp, whole);
+    if (r == DT_OK && sh.ntensors == 0) { /* plain SGD at stages 1-2: only the whole values, unsplit */
+        if (w)
+            dt_ckpt_writer_submit(w, pr, label, stall);
+        free(units);
+        return DT_OK;
+    }
+    int nt = 0;
+    if (stage == 3)
+        arrays[nt++] = values;
+    for (int i = 0; i < nstate; i++)
+        arrays[nt++] = st[i].data;
+    /* rank 0 empties the temporary step directory, then every rank writes its file there */
+    int ready = 1;
+    if (r == DT_OK && rank == 0 && dt_ckpt_shard_prepare(c->checkpoint_dir, pr->step) != DT_OK) {
+        fprintf(stderr, "dtrain: checkpoint at step %lld failed: %s\n", (long long)pr->step, dt_last_error());
+        ready = 0;
+    }
+    if (r == DT_OK && (r = dt_broadcast(&ready, 1, DT_I32, 0, dp)) != DT_OK)
+        fprintf(stderr, "dtrain: rank %d: checkpoint at step %lld: %s\n", rank, (long long)pr->step,
+                dt_last_error());
+    dt_ckpt_shard_file mine = {0};
+    int64_t got[3] = {0, 0, 0}, *all = rank == 0 ? calloc((size_t)N * 3, sizeof *all) : NULL;
+    if (r == DT_OK && ready) {
+        got[0] = dt_ckpt_shard_write(c->checkpoint_dir, pr->step, &sh, rank, arrays, &mine) == DT_OK;
+        if (!got[0]) /* the message names the rank */
+            fprintf(stderr, "dtrain: %s\n", dt_last_error());
+        got[1] = (int64_t)mine.bytes;
+        got[2] = (int64_t)mine.crc;
+    }
+    if (r == DT_OK && rank == 0 && !all)
+        fprintf(stderr, "dtrain: checkpoint at step %lld: out of memory\n", (long long)pr->step);
+    /* what each rank wrote, to rank 0 for the manifest (every rank joins, also when rank 0 could not prepare)
+     */
+    if (r == DT_OK && (r = dt_gather(got, all ? all : got, 3, DT_I64, 0, dp)) != DT_OK)
+        fprintf(stderr, "dtrain: rank %d: checkpoint at step %lld: %s\n", rank, (long long)pr->step,
+                dt_last_error());
+    if (r == DT_OK && rank == 0 && ready) {
+        dt_ckpt_shard_file *files = all ? calloc((size_t)N, sizeof *files) : NULL;
+        int bad = files ? -1 : 0, nbad = 0;
+        for (int q = 0; files && q < N; q++) {
+            if (!all[3 * q] && nbad++ == 0)
+                bad = q;
+            dt_ckpt_shard_name(q, N, files[q].name, sizeof files[q].name);
+            files[q].bytes = (uint64_t)all[3 * q + 1];
+            files[q].crc = (uint32_t)all[3 * q + 2];
+        }
+        if (bad >= 0) {
+            fprintf(stderr,
+                    "dtrain: checkpoint at step %lld failed: rank %d%s could not write its shard (%s); "
+                    "training continues with the previous checkpoints\n",
+                    (long long)pr->step, bad, nbad > 1 ? " and others" : "",
+                    bad == 0 ? "above" : "in its output");
+            dt_ckpt_shard_abandon(c->checkpoint_dir, pr->step);
+        } else if (w)
+            dt_ckpt_writer_submit_sharded(w, pr, label, &sh, files, stall);
+        free(files);
+    }
+    free(all);
+    free(units);
+    return r;
+}
+
+dt_status dtrain_zero_resume(const char *step_dir, dt_model *m, dt_optimizer *o, int nranks, int rank)
+{
+    int files = 0, stage = 0, ntensors = 0;
+    dt_optim_state st[4];
+    int nstate = dt_optimizer_state_buffers(o, st, 4);
+    if (dt_ckpt_shards(step_dir, &files, &stage, &ntensors) != DT_OK ||
+        dt_ckpt_load(step_dir, dt_model_params(m), NULL) != DT_OK) { /* the whole values */
+        fprintf(stderr, "dtrain: %s\n", dt_last_error());
+        return DT_ERR_INVALID;
+    }
+    if (ntensors - (stage == 3) != nstate || nstate > 2) {
+        fprintf(
+            stderr,
+            "dtrain: %s: the checkpoint's shards hold %d optimizer state tensors, this optimizer keeps %d\n",
+            step_dir, ntensors - (stage == 3), nstate);
+        return DT_ERR_INVALID;
+    }
+    for (int i = 0; i < nstate; i++)
+        if (dt_ckpt_load_shard(step_dir, moment_names[i], nranks, rank, st[i].data, st[i].numel) != DT_OK) {
+            fprintf(stderr, "dtrain: ZeRO resume: %s\n", dt_last_error());
+            return DT_ERR_INVALID;
+        }
+    return DT_OK;
+}
+
+dt_status dtrain_zero_check_sharding(const dt_ckpt_manifest *man, dt_model *m)
+{
+    int n;
+    dt_ckpt_unit *units = units_of(m, &n); /* none (n 0) passes an unsharded checkpoint only */
+    dt_status s = n < 0 ? DT_ERR_NOMEM : dt_ckpt_manifest_check_sharding(man, units, n, NULL);
+    if (s != DT_OK)
+        fprintf(stderr, "dtrain: %s\n", s == DT_ERR_NOMEM ? "out of memory" : dt_last_error());
+    free(units);
+    return s;
+}
