@@ -3,7 +3,8 @@
 # fortunes categories, Adagrad): a short run beats chance on the held-out
 # fortunes by far; a run resumed from a checkpoint (the Adagrad sums in it)
 # follows the uninterrupted one; two data-parallel ranks (dense allreduce of
-# the table, every row then touched) follow one rank with the global batch;
+# the table, every row then touched) and a parameter server with two BSP
+# workers follow one rank with the global batch;
 # configuration errors name the key.
 . "$(dirname "$0")/lib.sh"
 T="$BIN/dtrain"
@@ -44,4 +45,8 @@ expect_grep "$WORK/eval.out" "eval: 1463 fortunes, loss [0-9.]+, accuracy"
 "$BIN/dtrun" -n 2 "$T" train --config configs/textclf.json "${small[@]}" --set steps=40 --set batch_size=32 \
     --set metrics_file="$WORK/dp.jsonl" >"$WORK/dp.out" 2>&1 || { cat "$WORK/dp.out"; fail "2 ranks"; }
 compare_losses "$WORK/a.jsonl" "$WORK/dp.jsonl" "textclf on 2 ranks against 1" 1 loss
+# a parameter server (1 server, 2 workers, BSP) follows one rank as well
+"$BIN/dtrun" -n 3 --servers 1 "$T" train --config configs/textclf.json "${small[@]}" --set steps=40 --set batch_size=32 \
+    --set metrics_file="$WORK/ps.jsonl" >"$WORK/ps.out" 2>&1 || { cat "$WORK/ps.out"; fail "parameter server"; }
+compare_losses "$WORK/a.jsonl" "$WORK/ps.jsonl" "textclf through a parameter server (BSP) against 1 rank" 1 loss
 echo ok
