@@ -170,6 +170,54 @@ static void test_embedding_bag(void)
     dt_params_destroy(p);
 }
 
+/* A batch big enough to be split across threads (1024 bags of up to 64
+ * ids, dim 32): the output and the table's gradient have the same bits on
+ * 1 and 2 threads. */
+static void test_embedding_bag_threads(void)
+{
+    enum { BAGS = 1024, WIDTH = 64, ROWS = 5000, DIM = 32 };
+    float *x = malloc(sizeof(float) * BAGS * WIDTH), *dy = malloc(sizeof(float) * BAGS * DIM);
+    float *out[2], *grad[2];
+    dt_rng r;
+    dt_rng_seed(&r, 11);
+    for (int i = 0; i < BAGS * WIDTH; i++)
+        x[i] = dt_rng_next(&r) % 4 == 0 ? -1.0f : (float)(dt_rng_next(&r) % ROWS);
+    for (int i = 0; i < BAGS * DIM; i++)
+        dy[i] = dt_rng_normal(&r);
+    for (int t = 0; t < 2; t++) {
+        dt_set_threads(t + 1);
+        dt_params *p;
+        dt_layer *l;
+        dt_arena *arena;
+        EXPECT_STATUS(dt_params_create(&p), DT_OK);
+        EXPECT_STATUS(dt_embedding_bag_create(p, "bag", ROWS, DIM, &l), DT_OK);
+        EXPECT_STATUS(dt_params_finalize(p), DT_OK);
+        l->ops->init(l, p, 9);
+        dt_arena_create(&arena);
+        dt_ctx ctx = {.arena = arena, .params = p, .training = true};
+        dt_tensor in = dt_tensor_view(x, 2, (int64_t[]){BAGS, WIDTH}), y, dx;
+        dt_tensor g = dt_tensor_view(dy, 2, (int64_t[]){BAGS, DIM});
+        EXPECT_STATUS(l->ops->forward(l, &ctx, &in, &y), DT_OK);
+        out[t] = malloc(sizeof(float) * BAGS * DIM);
+        memcpy(out[t], y.data, sizeof(float) * BAGS * DIM);
+        EXPECT_STATUS(l->ops->backward(l, &ctx, &g, &dx, false), DT_OK);
+        grad[t] = malloc(sizeof(float) * ROWS * DIM);
+        memcpy(grad[t], dt_params_grads(p), sizeof(float) * ROWS * DIM);
+        dt_arena_destroy(arena);
+        dt_layer_destroy(l);
+        dt_params_destroy(p);
+    }
+    EXPECT(memcmp(out[0], out[1], sizeof(float) * BAGS * DIM) == 0);
+    EXPECT(memcmp(grad[0], grad[1], sizeof(float) * ROWS * DIM) == 0);
+    for (int t = 0; t < 2; t++) {
+        free(out[t]);
+        free(grad[t]);
+    }
+    free(x);
+    free(dy);
+    dt_set_threads(2);
+}
+
 /* Random sparse gradients on a registry [dense 7] [table 300 x 8, row-sparse]
  * [dense 5 x 3]: dt_params_optimizer_step (touched rows only) against
  * dt_optimizer_step over everything, from the same values: the same bits. */
@@ -451,6 +499,7 @@ int main(void)
     test_bookkeeping();
     test_zeroing_cost();
     test_embedding_bag();
+    test_embedding_bag_threads();
     test_sparse_updates();
     test_fortunes(&skipped);
     test_textclf_steps();

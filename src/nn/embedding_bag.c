@@ -20,6 +20,20 @@ typedef struct {
     int w;
 } bag_layer;
 
+/* What forward keeps: the ids (the caller's input, alive until backward)
+ * and how many there are. */
+typedef struct {
+    dt_tensor x;
+    int64_t ids;
+} bag_saved;
+
+/* Row additions per thread's share: the rows are scattered over a large
+ * table, and below this a hand-off to the pool (tens of microseconds on a
+ * VM: the wake-ups are inter-processor interrupts) costs more than the
+ * second thread saves.  A textclf step of 64 fortunes (~3,500 ids x 32)
+ * runs on the calling thread. */
+#define BAG_GRAIN (1 << 18)
+
 typedef struct {
     const float *ids; /* [bags, width] */
     int64_t bags, width, dim;
@@ -87,9 +101,10 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     if (x->ndim != 2)
         return dt__fail(DT_ERR_INVALID, "%s: bags must be [batch, width] ids (-1: none), got %d dimensions",
                         l->name, x->ndim);
-    int64_t bags = x->shape[0], width = x->shape[1];
+    int64_t bags = x->shape[0], width = x->shape[1], nids = 0;
     for (int64_t i = 0; i < bags * width; i++) {
         float f = x->data[i];
+        nids += f >= 0;
         if (f != -1.0f && (!(f >= 0 && f < (float)E->rows) || f != floorf(f)))
             return dt__fail(DT_ERR_INVALID,
                             "%s: id %g in bag %lld (position %lld) is neither -1 nor in 0..%lld", l->name, f,
@@ -98,17 +113,18 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     *y = dt_tensor_view(NULL, 2, (int64_t[]){bags, E->dim});
     if (!(y->data = dt_arena_alloc(ctx->arena, bags * E->dim)))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    dt_tensor *saved = DT_SAVE(ctx, l, dt_tensor);
+    bag_saved *saved = DT_SAVE(ctx, l, bag_saved);
     if (!saved)
         return DT_ERR_NOMEM;
-    *saved = *x;
+    *saved = (bag_saved){*x, nids};
     bag_args a = {.ids = x->data,
                   .bags = bags,
                   .width = width,
                   .dim = E->dim,
                   .table = dt_param_value(ctx->params, E->w),
                   .out = y->data};
-    dt__parallel_for(bags, 16, forward_range, &a);
+    int64_t work = nids * E->dim, grain = work > BAG_GRAIN ? bags * BAG_GRAIN / work : bags;
+    dt__parallel_for(bags, grain > 0 ? grain : 1, forward_range, &a);
     return DT_OK;
 }
 
@@ -116,9 +132,10 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
 {
     (void)dx;
     bag_layer *E = (bag_layer *)l;
-    const dt_tensor *x = DT_LOAD(ctx, l, dt_tensor);
-    if (!x)
+    const bag_saved *sv = DT_LOAD(ctx, l, bag_saved);
+    if (!sv)
         return DT_ERR_INVALID;
+    const dt_tensor *x = &sv->x;
     if (need_dx)
         return dt__fail(DT_ERR_INVALID, "%s: ids have no gradient (an EmbeddingBag starts a model)", l->name);
     int64_t bags = x->shape[0], width = x->shape[1], n = bags * width;
@@ -129,7 +146,7 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
                   .table_grad = dt_param_grad(ctx->params, E->w),
                   .dy = dy->data};
     /* split by 16 columns (a 64-byte line of a row) when there is enough work */
-    dt__parallel_for(E->dim, n >= 4096 ? 16 : E->dim, backward_range, &a);
+    dt__parallel_for(E->dim, sv->ids * E->dim >= 2 * BAG_GRAIN ? 16 : E->dim, backward_range, &a);
     /* the rows written, for the zeroing, the sparse update and a parameter server */
     int64_t rows[512];
     int k = 0;
