@@ -7,14 +7,23 @@
 #include "base/status.h"
 #include "ckpt/ckpt_internal.h"
 
-/* The optimizer's moments in the parameters' layout: the first and second
- * numel floats of its state, where it has them (SGD: m only). */
+/* The optimizer's state in the parameters' layout, by the names torch.optim
+ * gives it (dt_optimizer_state_buffers): optim_m holds the first moment
+ * ("exp_avg", or SGD's "momentum_buffer", or Adagrad's "sum"), optim_v the
+ * second ("exp_avg_sq"); NULL where the optimizer keeps none. */
 static void moments(dt_params *p, dt_optimizer *o, float **m, float **v)
 {
-    int64_t count = 0, n = dt_params_numel(p);
-    float *state = o ? dt_optimizer_state(o, &count) : NULL;
-    *m = count >= n ? state : NULL;
-    *v = count >= 2 * n ? state + n : NULL;
+    dt_optim_state st[4];
+    int n = o ? dt_optimizer_state_buffers(o, st, 4) : 0;
+    *m = *v = NULL;
+    for (int i = 0; i < n; i++) {
+        if (st[i].numel != dt_params_numel(p))
+            continue;
+        if (!strcmp(st[i].name, "exp_avg_sq"))
+            *v = st[i].data;
+        else if (!strcmp(st[i].name, "exp_avg") || !strcmp(st[i].name, "momentum_buffer") || !strcmp(st[i].name, "sum"))
+            *m = st[i].data;
+    }
 }
 
 dt_ckpt_tensors dt_ckpt_tensors_live(dt_params *p, dt_optimizer *o)

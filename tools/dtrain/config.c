@@ -56,6 +56,7 @@ static const spec specs[] = {
     {"ps_clock_log", K_STR, F(ps_clock_log), 0, 0, NULL, "\"\"", "servers > 0: a file the servers append each answered pull to (worker, step, the slowest worker's step, the wait)"},
     {"straggler_rank", K_INT, F(straggler_rank), -1, 1 << 20, NULL, "-1", "benchmarks: this rank sleeps a random 0..straggler_ms each step (-1: none)"},
     {"straggler_ms", K_NUM, F(straggler_ms), 0, 1e6, NULL, "0", "straggler_rank's largest sleep per step, milliseconds"},
+    {"straggler_prob", K_NUM, F(straggler_prob), 0, 1, NULL, "1", "the share of steps straggler_rank sleeps in (each a random 0..straggler_ms): 1 a steady straggler, less a bursty one"},
     {"micro_batches", K_INT, F(micro_batches), 1, 1 << 16, NULL, "1", "pieces each rank's batch is cut into (they must divide batch_size); a pipeline fills its stages with them"},
     {"grad_accumulation", K_INT, F(grad_accumulation), 1, 1 << 16, NULL, "1", "batches per optimizer step (each cut into micro_batches)"},
     {"grad_compression", K_STR, F(grad_compression), 0, 0, "none,f16,bf16", "\"none\"", "gradient format on the wire (data parallel)"},

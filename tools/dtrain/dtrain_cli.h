@@ -38,7 +38,7 @@ typedef struct {
     char offload_dir[1024];
     /* parameter server: the last `servers` ranks serve (0: none) */
     int64_t servers, staleness, straggler_rank;
-    double straggler_ms;
+    double straggler_ms, straggler_prob;
     char sync[8]; /* bsp | asp | ssp */
     char ps_clock_log[1024];
 } dtrain_config;

@@ -149,11 +149,14 @@ static dt_status set_recompute(const dtrain_config *c, dt_model *m)
     return DT_OK;
 }
 
-/* Benchmarks' straggler: sleep a random share of straggler_ms, keyed by the step. */
+/* Benchmarks' straggler: in a straggler_prob share of the steps, sleep a
+ * random share of straggler_ms, keyed by the step. */
 static void straggle(const dtrain_config *c, int64_t step)
 {
     dt_rng g;
     dt_rng_seed(&g, dt_rng_key_stream(&(dt_rng_key){(uint64_t)c->seed, (uint64_t)step, 0, 0x5106}, 7));
+    if (dt_rng_uniform(&g) >= c->straggler_prob)
+        return;
     double ms = c->straggler_ms * dt_rng_uniform(&g);
     struct timespec t = {(time_t)(ms / 1000), (long)(fmod(ms, 1000) * 1e6)};
     nanosleep(&t, NULL);
