@@ -36,7 +36,7 @@ BUILD_PACKAGES=(
 )
 TEST_PACKAGES=(
     dataset-fashion-mnist             # the MLP/CNN data (idx .gz files)
-    fortunes                          # the default text for the byte-level GPT (make demo)
+    fortunes                          # the byte-level GPT's default text (make demo); textclf's categories
     python3-torch                     # the PyTorch cross-check test and training benchmarks
     python3                           # small helpers in the test scripts
     iproute2                          # ip netns / tc / ss for the multi-host tests

@@ -73,8 +73,11 @@ run collectives/bbr-limit-agreed 120 tests/cases/tcp_bbr_agree.sh
 run unit/engine 300 "$BIN/test_engine"
 run unit/runtime 120 "$BIN/test_runtime"
 run unit/checkpoint 60 "$BIN/test_ckpt"
+run unit/textclf-sparse-rows-adagrad-fortunes 60 "$BIN/test_textclf"
 run engine/pytorch-crosscheck 300 tests/cases/torch_crosscheck.sh
 run engine/optimizer-groups-vs-pytorch 120 tests/cases/optim_groups.sh
+run engine/textclf-vs-pytorch 120 tests/cases/textclf_torch.sh
+run engine/dtrain-textclf 120 tests/cases/dtrain_textclf.sh
 run engine/dtrain-cli 300 tests/cases/dtrain_cli.sh
 run engine/dtrain-recompute-bitwise 200 tests/cases/dtrain_recompute.sh
 run engine/dtrain-messages-threads 200 tests/cases/dtrain_messages.sh

@@ -55,6 +55,44 @@ int64_t dt_text_samples(const dt_text *t, int64_t context);
 void dt_text_batch(const dt_text *t, int64_t context, const int64_t *indices, int64_t n, float *x, int32_t *y);
 void dt_text_free(dt_text *t);
 
+/* ---- fortunes by category: a text-classification set ----
+ * Every extension-less regular file of the directory (symbolic links and
+ * the .dat / .u8 files skipped; the Debian package's 43: art, ascii-art,
+ * computers, ..., zippy) is a category, numbered in name order; each
+ * fortune in it (the text between lines holding only "%") is one example
+ * labelled with its file.  Fortunes that are only white space are skipped;
+ * overstrikes (a byte, backspace: the files' underlining) keep the second
+ * byte.  An example is held out when the FNV-1a 64 hash of its text (the
+ * bytes kept, without the newline before the "%") modulo 10 is 0: a
+ * deterministic tenth, the same for a text wherever it appears. */
+#define DT_FORTUNES_HELD_OUT_MOD 10
+typedef struct {
+    int64_t count; /* examples */
+    int classes;
+    char (*names)[64]; /* the categories, in label order */
+    char *text;        /* every example's bytes, one after the other */
+    int64_t *start;    /* count + 1: example i is text[start[i], start[i+1]) */
+    int32_t *label;    /* count */
+    int64_t *split[2]; /* example ids of the training (0) and held-out (1) split, in file order */
+    int64_t split_count[2];
+} dt_fortunes;
+dt_status dt_fortunes_load(const char *dir, dt_fortunes *out);
+void dt_fortunes_free(dt_fortunes *f);
+
+/* fastText's features of a text, as the bag an EmbeddingBag reads: words
+ * are runs of ASCII letters and digits (lower-cased) and bytes >= 0x80;
+ * word k gives the unigram id  FNV-1a-64(word) mod buckets, then for k > 0
+ * the bigram id  FNV-1a-64(previous word, " ", word) mod buckets (FNV-1a 64:
+ * offset basis 14695981039346656037, prime 1099511628211, over the
+ * lower-cased bytes), so the order is w0, w1, w0_w1, w2, w1_w2, ...
+ * out[0..width) gets the first width ids, -1 after them; returns how many
+ * the text has (more than width: the rest were cut). */
+int64_t dt_text_features(const char *text, int64_t len, int64_t buckets, float *out, int64_t width);
+/* Examples split_ids[indices[0..n)] of split 0 (training) or 1 (held out)
+ * as bags x [n, width] and labels y [n]. */
+void dt_fortunes_batch(const dt_fortunes *f, int split, const int64_t *indices, int64_t n, int64_t buckets,
+                       int64_t width, float *x, int32_t *y);
+
 /* Seeded, per-epoch shuffled, sharded sampler (as torch's DistributedSampler):
  * each epoch is a permutation of [0, size) from (seed, epoch); with drop_last
  * it is cut to a multiple of world, otherwise padded by wrapping around; rank

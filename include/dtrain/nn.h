@@ -40,6 +40,9 @@ typedef struct {
      * the split regions see 1/t of the positions); the strategy sums it over
      * the group (dt_params_reduce_tp_partial) before the update. */
     bool tp_partial;
+    /* Row-sparse (dt_param_set_row_sparse): rows = shape[0], each row the
+     * numel / shape[0] elements after it. */
+    bool row_sparse;
 } dt_param_info;
 typedef void (*dt_grad_ready_fn)(int param_index, void *user);
 
@@ -86,8 +89,43 @@ float *dt_params_values(dt_params *p);
 float *dt_params_grads(dt_params *p);
 float *dt_param_value(dt_params *p, int index);
 float *dt_param_grad(dt_params *p, int index);
-/* Zero the flat gradient buffer (bound storage is its owner's to clear). */
+/* Zero the flat gradient buffer (bound storage is its owner's to clear):
+ * row-sparse parameters at their touched rows only, and forget those rows. */
 void dt_params_zero_grads(dt_params *p);
+/* ---- row-sparse parameters ----
+ * An embedding table whose backward writes only the rows a batch used: the
+ * registry keeps, per row-sparse parameter, the rows whose gradient may be
+ * nonzero since the last dt_params_zero_grads ("touched"), so that
+ * - zeroing the gradients clears only those rows (a 2^20 x 32 table costs
+ *   what the batch touched, not a 128 MiB memset per step);
+ * - an update can visit only those rows (dt_params_optimizer_step in
+ *   parallel.h; exact for SGD without momentum or decay and for Adagrad
+ *   without decay, whose update of a zero-gradient row is no change);
+ * - a parameter server can push only those rows and pull them back.
+ * The layer that writes the gradient records the rows (dt_param_touch_rows;
+ * EmbeddingBag does).  Whoever writes a row-sparse gradient elsewhere than
+ * at recorded rows -- a data-parallel allreduce sums other ranks' rows into
+ * this one's, dt_ddp does this -- must call dt_param_touch_all first, or
+ * the next zeroing leaves those rows stale.  The bookkeeping costs
+ * rows / 8 bytes of bits plus 8 bytes per touched row. */
+/* Mark parameter `index` (2 or more dimensions) row-sparse: rows = shape[0],
+ * each row the remaining dimensions.  Before or after finalize; its
+ * gradient must be zero then (as a fresh registry's is). */
+dt_status dt_param_set_row_sparse(dt_params *p, int index);
+bool dt_param_is_row_sparse(const dt_params *p, int index);
+/* True when any parameter is row-sparse. */
+bool dt_params_any_row_sparse(const dt_params *p);
+/* Record rows[0..n) of parameter `index` as touched (repeats allowed); a
+ * row outside [0, rows) is an error naming the parameter. */
+dt_status dt_param_touch_rows(dt_params *p, int index, const int64_t *rows, int64_t n);
+/* Every row of parameter `index` may be nonzero until the next zeroing. */
+void dt_param_touch_all(dt_params *p, int index);
+/* The touched rows of parameter `index` since the last dt_params_zero_grads:
+ * returns their count and sets *rows to their ids, sorted, unique (valid
+ * until the next touch or zeroing).  After dt_param_touch_all: returns the
+ * row count with *rows = NULL (every row).  -1 (and NULL) for a parameter
+ * that is not row-sparse. */
+int64_t dt_param_touched_rows(dt_params *p, int index, const int64_t **rows);
 /* Called with each parameter index as its gradient becomes final. */
 void dt_params_on_grad_ready(dt_params *p, dt_grad_ready_fn fn, void *user);
 void dt_params_grad_ready(dt_params *p, int index);
@@ -160,6 +198,23 @@ dt_status dt_dropout_create(const char *name, float prob, dt_layer **l);
 /* Embedding: input tensor of token ids stored as floats (exact up to 2^24),
  * output [..., dim]. */
 dt_status dt_embedding_create(dt_params *p, const char *name, int64_t vocab, int64_t dim, dt_layer **l);
+/* EmbeddingBag, mean mode (torch.nn.EmbeddingBag(mode="mean")): a table
+ * "<name>.weight" [rows, dim] (rows <= 2^24), registered row-sparse.  Input:
+ * a batch of bags as [batch, L] ids stored as floats, -1 marking no id: bag
+ * b holds the ids >= 0 of row b, in any positions, so variable-length bags
+ * are padded to the width L (torch's ids + offsets: the concatenated ids of
+ * the bags and each bag's start; dt_bags_from_offsets converts).  Output
+ * [batch, dim]: each bag's mean row, zeros for an empty bag (as torch).
+ * Backward adds dy[b] / |bag b| to each id's row and records the ids as the
+ * table's touched rows.  Initialised U(-1/dim, 1/dim) (fastText's input
+ * vectors). */
+dt_status dt_embedding_bag_create(dt_params *p, const char *name, int64_t rows, int64_t dim, dt_layer **l);
+/* Bags given as torch gives them -- ids[0..nids) concatenated, bag b from
+ * offsets[b] to offsets[b+1] (nids for the last) -- into the padded form:
+ * out [nbags, width], each bag's ids in order then -1.  A bag longer than
+ * width is an error naming it. */
+dt_status dt_bags_from_offsets(const int64_t *ids, int64_t nids, const int64_t *offsets, int64_t nbags,
+                               int64_t width, float *out);
 /* Causal multi-head self-attention over [batch, time, dim], with parameters
  * "<name>.c_attn.{weight,bias}" [3*dim, dim] and "<name>.c_proj.*" [dim, dim]. */
 dt_status dt_attention_create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_layer **l);
@@ -278,6 +333,16 @@ dt_status dt_cnn_describe(int64_t size, int64_t c1, int64_t c2, int64_t classes,
  * (a uniform partition).  Input and output [batch, dim]: with dim >= 2
  * dt_model_loss (softmax cross-entropy, one target per row) works on it. */
 dt_status dt_delay_describe(int blocks, int64_t dim, double forward_ms, double backward_ms, dt_model_desc **out);
+/* The fastText-style text classifier: blocks "embedding" (EmbeddingBag,
+ * mean, [buckets, dim], row-sparse) and "fc" (linear dim -> classes, with
+ * bias).  Input: each example's hashed feature ids as a bag ([batch, L],
+ * -1 padding: dt_text_features in data.h makes them); output: logits
+ * [batch, classes].  Parameters "embedding.weight", "fc.weight", "fc.bias"
+ * (torch's names for nn.EmbeddingBag and nn.Linear modules so called). */
+typedef struct {
+    int64_t buckets, dim, classes;
+} dt_textclf_config;
+dt_status dt_textclf_describe(const dt_textclf_config *cfg, dt_model_desc **out);
 int dt_model_desc_blocks(const dt_model_desc *d);
 const dt_block_info *dt_model_desc_block(const dt_model_desc *d, int i);
 void dt_model_desc_destroy(dt_model_desc *d);
@@ -300,6 +365,7 @@ dt_status dt_model_instantiate_chunks(const dt_model_desc *d, const int *bounds,
 dt_status dt_mlp_create(const int64_t *sizes, int nsizes, dt_model **out);
 dt_status dt_gpt_create(const dt_gpt_config *cfg, dt_model **out);
 dt_status dt_cnn_create(int64_t size, int64_t c1, int64_t c2, int64_t classes, dt_model **out);
+dt_status dt_textclf_create(const dt_textclf_config *cfg, dt_model **out);
 
 dt_params *dt_model_params(dt_model *m);
 /* Number of blocks in this model (hi - lo). */

@@ -3,7 +3,7 @@
  * An optimizer owns the state for a flat shard of `numel` parameters and
  * updates (param, grad) arrays of that length: a single process hands it the
  * whole flat parameter buffer, ZeRO a rank's shard.  The arithmetic follows
- * PyTorch's torch.optim.SGD and torch.optim.AdamW. */
+ * PyTorch's torch.optim.SGD, torch.optim.AdamW and torch.optim.Adagrad. */
 #ifndef DTRAIN_OPTIM_H
 #define DTRAIN_OPTIM_H
 
@@ -27,10 +27,19 @@ typedef struct {
     float weight_decay; /* decoupled: p *= 1 - lr * weight_decay */
 } dt_adamw_config;
 
+/* torch.optim.Adagrad (its defaults: eps 1e-10, the rest 0): at step t
+ * (from 1) clr = lr / (1 + (t - 1) lr_decay), g += weight_decay p,
+ * sum += g^2, p -= clr g / (sqrt(sum) + eps); sum starts at
+ * initial_accumulator_value.  State "sum". */
+typedef struct {
+    float lr_decay, weight_decay, initial_accumulator_value, eps;
+} dt_adagrad_config;
+
 typedef struct dt_optimizer dt_optimizer;
 
 dt_status dt_sgd_create(const dt_sgd_config *cfg, int64_t numel, dt_optimizer **out);
 dt_status dt_adamw_create(const dt_adamw_config *cfg, int64_t numel, dt_optimizer **out);
+dt_status dt_adagrad_create(const dt_adagrad_config *cfg, int64_t numel, dt_optimizer **out);
 /* One update with learning rate lr.  n must equal the optimizer's numel. */
 dt_status dt_optimizer_step(dt_optimizer *o, float *param, const float *grad, int64_t n, float lr);
 /* The same update in parts, for updating each gradient bucket as soon as its
@@ -45,6 +54,24 @@ void dt_optimizer_end_step(dt_optimizer *o);
  * -2 update their slices where they sit in the whole parameters). */
 dt_status dt_optimizer_update_slice(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n,
                                     float lr);
+/* Row-sparse parameters (nn.h): the update of some rows only.  A row whose
+ * gradient is zero is left exactly as it is by SGD without momentum or
+ * weight decay and by Adagrad without weight decay (its sum grows by 0 and
+ * the step is 0 / (sqrt(sum) + eps) = 0), so for them updating only the
+ * rows a step touched equals the dense update, to the bit.  Momentum, any
+ * weight decay and AdamW move untouched rows too (their state decays, or
+ * the decay term is nonzero): not exact.  dt_optimizer_rows_exact says
+ * whether [offset, offset + n) of the shard qualifies (also false when the
+ * state is offloaded). */
+bool dt_optimizer_rows_exact(const dt_optimizer *o, int64_t offset, int64_t n);
+/* Update the rows rows[0..nrows) (each in [0, total_rows); any order, no
+ * repeats) of a parameter of total_rows rows of `row` elements that starts
+ * at element `offset` of the shard; param and grad point at element 0 of
+ * the shard.  Refused (naming why) unless dt_optimizer_rows_exact holds for
+ * the whole parameter.  Part of a step, as update_range: dt_optimizer_end_step
+ * counts it. */
+dt_status dt_optimizer_update_rows(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t row,
+                                   const int64_t *rows, int64_t nrows, int64_t total_rows, float lr);
 /* Parameter groups: ranges of the shard, [offset, offset + numel), with a
  * weight decay of their own (as torch.optim's param_groups); elements in no
  * group take the configuration's.  Groups may not overlap.  GPT-2 and
@@ -57,7 +84,8 @@ typedef struct {
 dt_status dt_optimizer_set_groups(dt_optimizer *o, const dt_optim_group *groups, int n);
 
 /* The optimizer's state, named as torch.optim names it ("exp_avg" and
- * "exp_avg_sq" for AdamW, "momentum_buffer" for SGD with momentum), each
+ * "exp_avg_sq" for AdamW, "momentum_buffer" for SGD with momentum, "sum"
+ * for Adagrad), each
  * numel floats over the same shard.  Fills up to max entries of out and
  * returns how many there are (0 for plain SGD).  Checkpoints read and
  * restore the state through these, by name. */
@@ -80,14 +108,15 @@ int64_t dt_optimizer_numel(const dt_optimizer *o);
  * Nothing to do for plain SGD (no state). */
 dt_status dt_optimizer_offload(dt_optimizer *o, const char *dir);
 /* Floats of state the optimizer keeps (2 x numel for AdamW, numel for SGD
- * with momentum, 0 without), and whether they are on disk (offloaded). */
+ * with momentum and for Adagrad, 0 for plain SGD), and whether they are on disk (offloaded). */
 int64_t dt_optimizer_state_floats(const dt_optimizer *o, bool *on_disk);
 /* Bytes an offloaded optimizer read and wrote so far (0 when not). */
 void dt_optimizer_offload_io(const dt_optimizer *o, uint64_t *read, uint64_t *written);
 
 /* Steps taken so far (AdamW's bias correction uses it). */
 int64_t dt_optimizer_steps(const dt_optimizer *o);
-/* The state as one flat array (SGD: momentum; AdamW: m then v) for checkpoints;
+/* The state as one flat array (SGD: momentum; AdamW: m then v; Adagrad:
+ * sum) for checkpoints;
  * *count is its length in floats.  dt_optimizer_set_steps restores the count. */
 float *dt_optimizer_state(dt_optimizer *o, int64_t *count);
 void dt_optimizer_set_steps(dt_optimizer *o, int64_t steps);

@@ -229,6 +229,19 @@ const char *dt_strategy_name(const dt_strategy *s);
 size_t dt_strategy_memory_bytes(const dt_strategy *s, size_t *buffers);
 void dt_strategy_destroy(dt_strategy *s);
 
+/* One optimizer step over a whole registry's flat buffers (o holds state
+ * for dt_params_numel(p) elements): gradients scaled by grad_scale (1 /
+ * micro-batches), clipped to max_norm (0: off; *norm gets the norm before
+ * clipping), then updated.  Row-sparse parameters for which
+ * dt_optimizer_rows_exact holds are scaled, measured and updated at their
+ * touched rows only (dt_param_touched_rows); everything else whole.  The
+ * result is dt_optimizer_step's over the whole buffer (untouched rows have
+ * zero gradients), up to the norm's summation order; without row-sparse
+ * parameters it is that call, to the bit.  The single-process strategy
+ * updates through it. */
+dt_status dt_params_optimizer_step(dt_params *p, dt_optimizer *o, float lr, float grad_scale, float max_norm,
+                                   float *norm);
+
 /* ---- gradients over a group of ranks that each hold part of the model ---- */
 /* Clip to a global norm: the sum of squares of this rank's n gradients is
  * summed over `group` (NULL: this rank alone), so tensor-parallel shards,

@@ -8,6 +8,11 @@
 #include <stdint.h>
 
 #define DT_FNV64_SEED 1469598103934665603ull
+/* FNV-1a 64's published offset basis.  DT_FNV64_SEED above is a digit
+ * short of it; it stays, since dropout streams and DDP's checks are keyed
+ * by it.  What is documented as "FNV-1a 64" for others to recompute (the
+ * text classifier's features) starts here. */
+#define DT_FNV64_OFFSET_BASIS 14695981039346656037ull
 #define DT_FNV32_SEED 2166136261u
 
 /* Continue a 64-bit FNV-1a hash `h` over n bytes (start from DT_FNV64_SEED). */

@@ -4,6 +4,7 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
+#include "nn/row_set.h"
 
 /* values and grads are the flat buffers (owned unless supplied from
  * outside); vptr/gptr give each parameter's storage, by default its place in
@@ -17,6 +18,10 @@ struct dt_params {
     bool finalized, owned;
     dt_grad_ready_fn ready;
     void *ready_user;
+    /* Row-sparse parameters' touched rows (NULL: a dense parameter), cap
+     * entries; nsparse of them are set. */
+    dt__row_set **sparse;
+    int nsparse;
 };
 
 dt_status dt_params_create(dt_params **out)
@@ -36,9 +41,13 @@ dt_status dt_params_add(dt_params *p, const char *name, int ndim, const int64_t 
     if (p->count == p->cap) {
         int cap = p->cap ? p->cap * 2 : 16;
         dt_param_info *n = realloc(p->info, (size_t)cap * sizeof *n);
-        if (!n)
+        if (n)
+            p->info = n;
+        dt__row_set **sp = n ? realloc(p->sparse, (size_t)cap * sizeof *sp) : NULL;
+        if (!sp)
             return dt__fail(DT_ERR_NOMEM, "out of memory");
-        p->info = n;
+        memset(sp + p->cap, 0, (size_t)(cap - p->cap) * sizeof *sp);
+        p->sparse = sp;
         p->cap = cap;
     }
     dt_param_info *pi = &p->info[p->count];
@@ -184,10 +193,103 @@ float *dt_params_grads(dt_params *p) { return p->grads; }
 float *dt_param_value(dt_params *p, int i) { return p->vptr[i]; }
 float *dt_param_grad(dt_params *p, int i) { return p->gptr[i]; }
 
+/* ---- row-sparse parameters ---- */
+
+dt_status dt_param_set_row_sparse(dt_params *p, int index)
+{
+    if (!p || index < 0 || index >= p->count)
+        return dt__fail(DT_ERR_INVALID, "param_set_row_sparse: no parameter %d", index);
+    dt_param_info *pi = &p->info[index];
+    if (pi->ndim < 2)
+        return dt__fail(DT_ERR_INVALID, "parameter '%s' cannot be row-sparse: it has %d dimension (rows x row needs 2 "
+                        "or more)", pi->name, pi->ndim);
+    if (p->sparse[index])
+        return DT_OK;
+    dt__row_set *s = malloc(sizeof *s);
+    if (!s)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    dt_status st = dt__row_set_init(s, pi->shape[0]);
+    if (st != DT_OK) {
+        free(s);
+        return st;
+    }
+    p->sparse[index] = s;
+    p->nsparse++;
+    pi->row_sparse = true;
+    return DT_OK;
+}
+
+bool dt_param_is_row_sparse(const dt_params *p, int index)
+{
+    return p && index >= 0 && index < p->count && p->sparse[index];
+}
+
+dt_status dt_param_touch_rows(dt_params *p, int index, const int64_t *rows, int64_t n)
+{
+    if (!dt_param_is_row_sparse(p, index))
+        return dt__fail(DT_ERR_INVALID, "param_touch_rows: parameter %d is not row-sparse", index);
+    dt__row_set *s = p->sparse[index];
+    for (int64_t i = 0; i < n; i++)
+        if (rows[i] < 0 || rows[i] >= s->rows)
+            return dt__fail(DT_ERR_INVALID, "parameter '%s': touched row %lld is outside 0..%lld", p->info[index].name,
+                            (long long)rows[i], (long long)s->rows - 1);
+    return s->all ? DT_OK : dt__row_set_add(s, rows, n);
+}
+
+void dt_param_touch_all(dt_params *p, int index)
+{
+    if (dt_param_is_row_sparse(p, index))
+        p->sparse[index]->all = true;
+}
+
+int64_t dt_param_touched_rows(dt_params *p, int index, const int64_t **rows)
+{
+    *rows = NULL;
+    if (!dt_param_is_row_sparse(p, index))
+        return -1;
+    dt__row_set *s = p->sparse[index];
+    if (s->all)
+        return s->rows;
+    if (dt__row_set_sort(s) != DT_OK) { /* out of memory: every row, which is never wrong */
+        s->all = true;
+        return s->rows;
+    }
+    *rows = s->ids;
+    return s->n;
+}
+
+bool dt_params_any_row_sparse(const dt_params *p) { return p && p->nsparse > 0; }
+
+/* Dense parameters' gradients as runs between the row-sparse ones, which
+ * clear their touched rows only (all of them after dt_param_touch_all). */
 void dt_params_zero_grads(dt_params *p)
 {
+    if (!p->nsparse) {
+        if (p->grads)
+            dt_vec_zero(p->grads, p->numel);
+        return;
+    }
+    int64_t dense_from = 0;
+    for (int i = 0; i < p->count; i++) {
+        dt__row_set *s = p->sparse[i];
+        if (!s)
+            continue;
+        const dt_param_info *pi = &p->info[i];
+        int64_t row = pi->numel / pi->shape[0];
+        if (p->grads) {
+            dt_vec_zero(p->grads + dense_from, pi->offset - dense_from);
+            float *g = p->grads + pi->offset;
+            if (s->all)
+                dt_vec_zero(g, pi->numel);
+            else
+                for (int64_t k = 0; k < s->n; k++)
+                    memset(g + s->ids[k] * row, 0, (size_t)row * sizeof *g);
+        }
+        dense_from = pi->offset + pi->numel;
+        dt__row_set_clear(s);
+    }
     if (p->grads)
-        dt_vec_zero(p->grads, p->numel);
+        dt_vec_zero(p->grads + dense_from, p->numel - dense_from);
 }
 
 void dt_params_on_grad_ready(dt_params *p, dt_grad_ready_fn fn, void *user)
@@ -206,6 +308,12 @@ void dt_params_destroy(dt_params *p)
 {
     if (!p)
         return;
+    for (int i = 0; p->sparse && i < p->count; i++)
+        if (p->sparse[i]) {
+            dt__row_set_free(p->sparse[i]);
+            free(p->sparse[i]);
+        }
+    free(p->sparse);
     free(p->info);
     if (p->owned) {
         free(p->values);

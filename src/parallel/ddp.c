@@ -180,6 +180,12 @@ static dt_status start_bucket(dt_ddp *d, bucket *b)
     if (d->micro_batches > 1)
         dt_vec_scale(g, 1.0f / (float)d->micro_batches, b->count);
     b->started = true;
+    for (int i = 0; i < dt_params_count(d->params); i++) { /* the average writes other ranks' rows */
+        const dt_param_info *info = dt_params_info(d->params, i);
+        if (info->row_sparse && dt_comm_size(d->comm) > 1 && info->offset >= b->offset &&
+            info->offset < b->offset + b->count)
+            dt_param_touch_all(d->params, i);
+    }
     if (dt_comm_size(d->comm) == 1) {
         b->done = true;
         return DT_OK;

@@ -106,11 +106,10 @@ void dt_strategy_destroy(dt_strategy *s)
 
 static dt_status single_update(dt_strategy *s, float lr, float max_norm, float *norm)
 {
-    dt_params *p = dt_model_params(s->model);
-    if (s->cfg.micro_batches > 1) /* summed over micro-batches: their mean, as data parallel takes it */
-        dt_vec_scale(dt_params_grads(p), 1.0f / (float)s->cfg.micro_batches, dt_params_numel(p));
-    *norm = dt_clip_grad_norm(dt_params_grads(p), dt_params_numel(p), max_norm);
-    return dt_optimizer_step(s->opt, dt_params_values(p), dt_params_grads(p), dt_params_numel(p), lr);
+    /* summed over micro-batches: their mean, as data parallel takes it; a
+     * row-sparse table's untouched rows are left alone */
+    float scale = s->cfg.micro_batches > 1 ? 1.0f / (float)s->cfg.micro_batches : 1.0f;
+    return dt_params_optimizer_step(dt_model_params(s->model), s->opt, lr, scale, max_norm, norm);
 }
 
 static const dt__strategy_ops single_ops = {.name = "single", .update = single_update};

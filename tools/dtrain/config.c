@@ -22,7 +22,7 @@ typedef struct {
 
 #define F(field) offsetof(dtrain_config, field), sizeof(((dtrain_config *)0)->field)
 static const spec specs[] = {
-    {"model", K_STR, F(model), 0, 0, "mlp,cnn,gpt", "\"mlp\"", "model family: mlp, cnn or gpt"},
+    {"model", K_STR, F(model), 0, 0, "mlp,cnn,gpt,textclf", "\"mlp\"", "model family: mlp, cnn, gpt or textclf (fastText-style text classifier)"},
     {"mlp_sizes", K_INTLIST, F(mlp_sizes), 1, 1 << 20, NULL, "[784, 256, 256, 10]", "mlp layer widths, input first"},
     {"conv1_channels", K_INT, F(conv1_channels), 1, 4096, NULL, "32", "cnn: channels of the first 5x5 conv"},
     {"conv2_channels", K_INT, F(conv2_channels), 1, 4096, NULL, "64", "cnn: channels of the second 5x5 conv"},
@@ -30,9 +30,12 @@ static const spec specs[] = {
     {"context", K_INT, F(context), 1, 1 << 16, NULL, "128", "gpt context length"},
     {"layers", K_INT, F(layers), 1, 256, NULL, "4", "gpt transformer blocks"},
     {"heads", K_INT, F(heads), 1, 256, NULL, "4", "gpt attention heads (must divide dim)"},
-    {"dim", K_INT, F(dim), 1, 1 << 16, NULL, "256", "gpt model width"},
+    {"dim", K_INT, F(dim), 1, 1 << 16, NULL, "256", "gpt model width; textclf embedding width"},
+    {"buckets", K_INT, F(buckets), 1, 1 << 24, NULL, "1048576", "textclf: rows of the hashed feature table (word unigrams and bigrams, FNV-1a mod buckets)"},
+    {"classes", K_INT, F(classes), 2, 1 << 20, NULL, "43", "textclf: classes (the fortunes data: its category files, 43 in Debian's package)"},
+    {"max_features", K_INT, F(max_features), 1, 1 << 16, NULL, "256", "textclf: features per example (unigrams and bigrams in text order; the rest cut)"},
     {"dropout", K_NUM, F(dropout), 0, 0.99, NULL, "0", "dropout probability"},
-    {"data", K_STR, F(data), 0, 0, "fashion-mnist,text", "\"fashion-mnist\"", "dataset: fashion-mnist (mlp, cnn) or text (gpt)"},
+    {"data", K_STR, F(data), 0, 0, "fashion-mnist,text,fortunes", "\"fashion-mnist\"", "dataset: fashion-mnist (mlp, cnn), text (gpt) or fortunes (textclf: each fortune labelled with its file)"},
     {"data_path", K_STR, F(data_path), 0, 0, NULL, "\"\"", "dataset directory or file (default: the Debian package's)"},
     {"batch_size", K_INT, F(batch_size), 1, 1 << 20, NULL, "128", "samples per micro-batch on each rank"},
     {"steps", K_INT, F(steps), 1, 1LL << 40, NULL, "1000", "optimizer steps to train"},
@@ -58,7 +61,7 @@ static const spec specs[] = {
     {"grad_accumulation", K_INT, F(grad_accumulation), 1, 1 << 16, NULL, "1", "batches per optimizer step (each cut into micro_batches)"},
     {"grad_compression", K_STR, F(grad_compression), 0, 0, "none,f16,bf16", "\"none\"", "gradient format on the wire (data parallel)"},
     {"bucket_mb", K_NUM, F(bucket_mb), 0, 65536, NULL, "0", "MiB per gradient allreduce bucket (0: DT_BUCKET_MB, else min(25, gradients/8), at least 1)"},
-    {"optimizer", K_STR, F(optimizer), 0, 0, "sgd,adamw", "\"adamw\"", "sgd or adamw"},
+    {"optimizer", K_STR, F(optimizer), 0, 0, "sgd,adamw,adagrad", "\"adamw\"", "sgd, adamw or adagrad"},
     {"lr", K_NUM, F(lr), 0, 100, NULL, "0.001", "peak learning rate"},
     {"min_lr", K_NUM, F(min_lr), 0, 100, NULL, "0", "learning rate at the end of the cosine"},
     {"schedule", K_STR, F(schedule), 0, 0, "constant,cosine", "\"constant\"", "constant or cosine (after warm-up)"},
@@ -69,6 +72,9 @@ static const spec specs[] = {
     {"beta1", K_NUM, F(beta1), 0, 0.9999, NULL, "0.9", "adamw beta1"},
     {"beta2", K_NUM, F(beta2), 0, 0.99999, NULL, "0.999", "adamw beta2"},
     {"eps", K_NUM, F(eps), 1e-12, 1, NULL, "1e-8", "adamw epsilon"},
+    {"adagrad_eps", K_NUM, F(adagrad_eps), 1e-20, 1, NULL, "1e-10", "adagrad epsilon (torch's default)"},
+    {"lr_decay", K_NUM, F(lr_decay), 0, 1e6, NULL, "0", "adagrad: lr / (1 + (step - 1) lr_decay)"},
+    {"initial_accumulator_value", K_NUM, F(initial_accumulator_value), 0, 1e6, NULL, "0", "adagrad: the sum of squares' start"},
     {"no_decay", K_STR, F(no_decay), 0, 0, NULL, "\"*wte*,*wpe*,*embed*\"", "comma-separated name patterns without weight decay, besides every 1-D parameter (biases, LayerNorm); \"none\": decay everything"},
     {"recompute", K_STR, F(recompute), 0, 0, "off,blocks,all", "\"off\"", "activation recomputation: off, blocks (each transformer block; every block of mlp/cnn), all"},
     {"grad_clip", K_NUM, F(grad_clip), 0, 1e6, NULL, "0", "clip the global gradient norm (0: off)"},
@@ -333,8 +339,14 @@ dt_status dtrain_config_apply_sets(dtrain_config *c, char **sets, int nsets)
 
 dt_status dtrain_config_validate(const dtrain_config *c)
 {
-    if (strcmp(c->model, "gpt") && strcmp(c->data, "fashion-mnist"))
+    bool textclf = !strcmp(c->model, "textclf");
+    if (textclf != !strcmp(c->data, "fortunes"))
+        return bad("configuration", "data", textclf ? "must be fortunes for the textclf" : "fortunes is for the textclf");
+    if (strcmp(c->model, "gpt") && !textclf && strcmp(c->data, "fashion-mnist"))
         return bad("configuration", "data", "must be fashion-mnist for the mlp and cnn");
+    if (textclf && (c->tp > 1 || c->pp > 1 || c->zero_stage > 0))
+        return bad("configuration", "model", "textclf trains single-process or data-parallel (zero_stage 0, tp 1, pp 1): "
+                   "its row-sparse table is not split by ZeRO, tensor or pipeline parallelism");
     if (!strcmp(c->model, "gpt") && strcmp(c->data, "text"))
         return bad("configuration", "data", "must be text for the gpt");
     if (!strcmp(c->model, "gpt") && c->dim % c->heads)
@@ -425,6 +437,7 @@ cJSON *dtrain_model_config_json(const dtrain_config *c)
         {"mlp", "mlp_sizes", NULL},
         {"cnn", "conv1_channels", "conv2_channels", NULL},
         {"gpt", "vocab", "context", "layers", "heads", "dim", NULL},
+        {"textclf", "buckets", "dim", "classes", NULL},
     };
     cJSON *all = dtrain_config_to_json(c), *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "model", c->model);

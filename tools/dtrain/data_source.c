@@ -9,6 +9,25 @@ dt_status data_open(const dtrain_config *c, data_source *d)
     memset(d, 0, sizeof *d);
     d->c = c;
     d->gpt = strcmp(c->model, "gpt") == 0;
+    d->fortunes = strcmp(c->data, "fortunes") == 0;
+    if (d->fortunes) {
+        const char *dir = c->data_path[0] ? c->data_path : DT_FORTUNES_DIR;
+        if (dt_fortunes_load(dir, &d->f) != DT_OK) {
+            fprintf(stderr, "dtrain: %s\n", dt_last_error());
+            return DT_ERR_INVALID;
+        }
+        if (d->f.classes != c->classes) {
+            fprintf(stderr, "dtrain: key 'classes' = %lld, but %s holds %d categories (%s .. %s): set classes = %d\n",
+                    (long long)c->classes, dir, d->f.classes, d->f.names[0], d->f.names[d->f.classes - 1],
+                    d->f.classes);
+            dt_fortunes_free(&d->f);
+            return DT_ERR_INVALID;
+        }
+        d->train_samples = d->f.split_count[0];
+        d->eval_samples = d->f.split_count[1];
+        d->features = c->max_features;
+        return DT_OK;
+    }
     if (!d->gpt) {
         const char *dir = c->data_path[0] ? c->data_path : DT_FASHION_MNIST_DIR;
         if (dt_idx_load_dir(dir, "train", &d->train) != DT_OK || dt_idx_load_dir(dir, "t10k", &d->test) != DT_OK) {
@@ -50,6 +69,10 @@ dt_status data_open(const dtrain_config *c, data_source *d)
 
 void data_batch(const data_source *d, int eval, const int64_t *idx, int64_t n, float *x, int32_t *y)
 {
+    if (d->fortunes) {
+        dt_fortunes_batch(&d->f, eval, idx, n, d->c->buckets, d->features, x, y);
+        return;
+    }
     if (!d->gpt) {
         dt_idx_batch(eval ? &d->test : &d->train, idx, n, x, y);
         return;
@@ -68,6 +91,7 @@ void data_close(data_source *d)
     dt_idx_free(&d->train);
     dt_idx_free(&d->test);
     dt_text_free(&d->text);
+    dt_fortunes_free(&d->f);
 }
 
 void data_fill(void *user, const int64_t *idx, int64_t n, float *x, int32_t *y) { data_batch(user, 0, idx, n, x, y); }

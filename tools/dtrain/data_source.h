@@ -7,11 +7,12 @@
 
 typedef struct {
     const dtrain_config *c;
-    int gpt;
+    int gpt, fortunes;
     dt_idx_set train, test;
     dt_text text;
+    dt_fortunes f; /* textclf: the held-out split evaluates */
     int64_t train_samples, eval_samples, eval_begin; /* text: the last 10% of windows evaluate */
-    int64_t features; /* inputs per sample: 784, or the context */
+    int64_t features; /* inputs per sample: 784, the context, or max_features */
 } data_source;
 
 dt_status data_open(const dtrain_config *c, data_source *d);

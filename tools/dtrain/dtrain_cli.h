@@ -9,21 +9,23 @@
 #include "dtrain/dtrain.h"
 
 typedef struct {
-    char model[16]; /* mlp | cnn | gpt */
+    char model[16]; /* mlp | cnn | gpt | textclf */
     int64_t mlp_sizes[8];
     int mlp_nsizes;
     int64_t conv1_channels, conv2_channels;
     int64_t vocab, context, layers, heads, dim;
+    int64_t buckets, classes, max_features; /* textclf */
     double dropout;
-    char data[16]; /* fashion-mnist | text */
+    char data[16]; /* fashion-mnist | text | fortunes */
     char data_path[1024];
     int64_t batch_size, steps, seed, threads, grad_accumulation, tp;
     int64_t pp, micro_batches, virtual_stages, zero_stage;
     char pipeline_schedule[16]; /* gpipe | 1f1b | interleaved */
     char grad_compression[8]; /* none | f16 | bf16 */
     double bucket_mb, stop_at_accuracy;
-    char optimizer[8]; /* sgd | adamw */
+    char optimizer[8]; /* sgd | adamw | adagrad */
     double lr, min_lr, momentum, weight_decay, beta1, beta2, eps, grad_clip;
+    double adagrad_eps, lr_decay, initial_accumulator_value;
     bool nesterov, checkpoint_initial, sequence_parallel;
     char schedule[16]; /* constant | cosine */
     int64_t warmup_steps, log_interval, eval_interval, eval_batches, checkpoint_interval, checkpoint_keep;

@@ -132,7 +132,9 @@ void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, 
 
 void dtrain_eval_describe(const dtrain_config *c, const data_source *d, const eval_result *r, char *buf, size_t len)
 {
-    const char *split = d->gpt ? "held-out windows (the last 10% of the text)" : "images of the t10k split";
+    const char *split = d->gpt        ? "held-out windows (the last 10% of the text)"
+                        : d->fortunes ? "held-out fortunes (FNV-1a of the text mod 10 = 0)"
+                                      : "images of the t10k split";
     int n = snprintf(buf, len, "%lld batch%s of %lld: %lld of the %lld %s", (long long)r->batches,
                      r->batches == 1 ? "" : "es", (long long)c->batch_size, (long long)r->samples,
                      (long long)d->eval_samples, split);

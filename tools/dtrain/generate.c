@@ -52,7 +52,7 @@ int dtrain_eval(const char *checkpoint)
     /* The whole split, where training evaluates eval_batches of it: say which. */
     dtrain_eval_describe(&c, &d, &r, what, sizeof what);
     printf("eval: %lld %s, loss %.4f, accuracy %.2f%% | the whole split, %s (training's evaluations use its first "
-           "eval_batches)\n", (long long)r.rows, d.gpt ? "tokens" : "images", r.loss, 100.0 * r.accuracy, what);
+           "eval_batches)\n", (long long)r.rows, d.gpt ? "tokens" : d.fortunes ? "fortunes" : "images", r.loss, 100.0 * r.accuracy, what);
     dt_arena_destroy(arena);
     data_close(&d);
     dt_model_destroy(m);

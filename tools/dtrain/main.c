@@ -39,6 +39,7 @@ static const char usage[] =
     "\n"
     "examples:\n"
     "  dtrain train --config configs/mlp.json\n"
+    "  dtrain train --config configs/textclf.json     (fortune -> category, Adagrad)\n"
     "  dtrain train --config=configs/gpt-mini.json --set steps=500 --set checkpoint_dir=ckpt\n"
     "  dtrain generate ckpt --prompt 'The ' --tokens 200\n"
     "\n";

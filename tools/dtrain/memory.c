@@ -1,5 +1,5 @@
 /* Model-state memory per rank, by kind, for each ZeRO stage (f32: 4 bytes
- * an element; AdamW keeps 2 state floats an element, SGD with momentum 1):
+ * an element; AdamW keeps 2 state floats an element, SGD with momentum and Adagrad 1):
  *
  *   stage 0   parameters 4P    gradients 4P    optimizer 4kP
  *   stage 1   parameters 4P    gradients 4P    optimizer 4kP/N
@@ -60,7 +60,7 @@ static int64_t largest_block(dt_model *m, int n)
 static state_bytes estimate(const dtrain_config *c, dt_model *m, int n, int stage)
 {
     double P = (double)dt_params_numel(dt_model_params(m)), S = stage ? (double)dt_zero_shard_numel(m, n) : P;
-    double k = !strcmp(c->optimizer, "adamw") ? 2 : c->momentum > 0 ? 1 : 0, unit = (double)largest_block(m, n);
+    double k = !strcmp(c->optimizer, "adamw") ? 2 : !strcmp(c->optimizer, "adagrad") || c->momentum > 0 ? 1 : 0, unit = (double)largest_block(m, n);
     state_bytes b = {4 * P, 4 * P, 4 * k * S, 0};
     if (!strcmp(c->offload, "disk") && b.optim > 4 * k * 2 * 1048576.0) /* on disk: two windows of 2^20 in memory */
         b.optim = 4 * k * 2 * 1048576.0;

@@ -17,6 +17,8 @@ dt_status dtrain_describe_model(const dtrain_config *c, dt_comm *tp, dt_model_de
                                              .heads = c->heads, .dim = c->dim, .dropout = (float)c->dropout, .tp = tp,
                                              .sequence_parallel = tp && c->sequence_parallel},
                             d);
+    else if (strcmp(c->model, "textclf") == 0)
+        s = dt_textclf_describe(&(dt_textclf_config){c->buckets, c->dim, c->classes}, d);
     else if (strcmp(c->model, "cnn") == 0)
         s = dt_cnn_describe(28, c->conv1_channels, c->conv2_channels, 10, d);
     else if (tp)

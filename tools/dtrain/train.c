@@ -19,6 +19,9 @@ static double now_s(void)
  * (dt_decay_groups: not on biases, LayerNorm or embeddings by default). */
 static dt_status make_optimizer_n(const dtrain_config *c, int64_t n, dt_optimizer **o)
 {
+    if (strcmp(c->optimizer, "adagrad") == 0)
+        return dt_adagrad_create(&(dt_adagrad_config){(float)c->lr_decay, (float)c->weight_decay,
+                                                      (float)c->initial_accumulator_value, (float)c->adagrad_eps}, n, o);
     return strcmp(c->optimizer, "sgd") == 0
                       ? dt_sgd_create(&(dt_sgd_config){(float)c->momentum, (float)c->weight_decay, c->nesterov}, n, o)
                       : dt_adamw_create(&(dt_adamw_config){(float)c->beta1, (float)c->beta2, (float)c->eps,
@@ -254,6 +257,10 @@ static dt_status make_strategy(const dtrain_config *c, dt_comm *world, dt_model 
             s = dt_strategy_pipeline_create(m, o, &pc, &sc, out);
     } else if (c->zero_stage > 0)
         s = dt_strategy_zero_create(m, o, world, (int)c->zero_stage, &sc, out);
+    else if (dt_comm_size(world) == 1 && !tp && dt_params_any_row_sparse(dt_model_params(m)))
+        /* one process: the single strategy's update visits a row-sparse
+         * table's touched rows only (data parallel's is dense, as its allreduce) */
+        s = dt_strategy_single_create(m, o, &sc, out);
     else
         s = dt_strategy_ddp_create(m, o, world, &sc, out);
     if (s != DT_OK)
@@ -594,7 +601,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         }
         dtrain_progress_line("training %s (%lld parameters) on %s: %lld steps, batch %lld x %d rank%s x %lld "
                              "accumulation step%s = %lld, %d thread%s per rank (from %s)%s%s%s\n",
-                             c->model, (long long)nparams, d.gpt ? "text" : "fashion-mnist",
+                             c->model, (long long)nparams, c->data,
                              (long long)c->steps, (long long)c->batch_size, dpn, dpn > 1 ? "s" : "",
                              (long long)k, k > 1 ? "s" : "", (long long)(c->batch_size * dpn * k), nt,
                              nt == 1 ? "" : "s", thread_source, shape,
