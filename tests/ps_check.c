@@ -13,6 +13,13 @@
  *                      must never show a pull answered for a step more than
  *                      S ahead of the slowest worker, and the fast workers
  *                      must have reached that bound (the bound bites).
+ *   ps_check sparse    the text classifier (a row-sparse EmbeddingBag table,
+ *                      Adagrad): with W workers and S servers under BSP
+ *                      against allreduce data parallelism (the whole table
+ *                      allreduced) within 1e-5, with one worker under ASP
+ *                      against single-process training bitwise; only the
+ *                      rows a batch touches travel (worker 0's bytes per
+ *                      step against the dense part and the touched rows).
  *   ps_check refuse    worker 1 builds a different model: it is refused with
  *                      an error naming it and the tensor, and worker 0 trains
  *                      on, equal to single-process training (BSP over the
@@ -42,8 +49,13 @@ static int failures, rank;
         }                                                                                              \
     } while (0)
 
+enum { MLP, GPT, TEXT };
+#define BAG 6     /* ids per example of the text classifier, -1 padded */
+#define BUCKETS 500
+static const char *const kind_name[] = {"mlp", "gpt", "textclf"};
+
 typedef struct {
-    bool gpt;
+    int kind;
     int64_t step;
     int next;
     float x[MB * 16];
@@ -58,7 +70,16 @@ static dt_status next_batch(void *user, dt_micro_batch *mb)
     feed *f = user;
     dt_rng g;
     dt_rng_seed(&g, dt_rng_key_stream(&(dt_rng_key){SEED, (uint64_t)f->step, (uint32_t)f->next++, (uint32_t)rank}, 3));
-    if (f->gpt) {
+    if (f->kind == TEXT) { /* bags of 1..BAG ids from BUCKETS, -1 after them */
+        for (int b = 0; b < MB; b++) {
+            int len = 1 + (int)(dt_rng_uniform(&g) * BAG) % BAG;
+            for (int j = 0; j < BAG; j++)
+                f->x[b * BAG + j] = j < len ? (float)((int)(dt_rng_uniform(&g) * BUCKETS) % BUCKETS) : -1.0f;
+            f->y[b] = (int32_t)(dt_rng_uniform(&g) * 5) % 5;
+        }
+        mb->x = dt_tensor_view(f->x, 2, (int64_t[]){MB, BAG});
+        mb->ntargets = MB;
+    } else if (f->kind == GPT) {
         for (int j = 0; j < MB * 8; j++) {
             f->x[j] = (float)((int)(dt_rng_uniform(&g) * 40) % 40);
             f->y[j] = (int32_t)(dt_rng_uniform(&g) * 40) % 40;
@@ -77,20 +98,24 @@ static dt_status next_batch(void *user, dt_micro_batch *mb)
     return DT_OK;
 }
 
-static dt_model *build(bool gpt, int dim)
+static dt_model *build(int kind, int dim)
 {
     dt_model *m;
     dt_gpt_config g = gcfg;
     g.dim = dim;
-    CALL(gpt ? dt_gpt_create(&g, &m) : dt_mlp_create(sizes, 4, &m));
+    CALL(kind == GPT ? dt_gpt_create(&g, &m)
+         : kind == TEXT ? dt_textclf_create(&(dt_textclf_config){BUCKETS, dim / 2, 5}, &m)
+                        : dt_mlp_create(sizes, 4, &m));
     dt_model_init(m, SEED);
     return m;
 }
 
-/* AdamW over [offset, offset + numel) of m's registry, weight decay off for biases and norms. */
+/* AdamW over [offset, offset + numel) of m's registry, weight decay off for
+ * biases and norms; for the text classifier Adagrad (user != NULL). */
 static dt_status make_adamw(void *user, dt_model *m, int64_t offset, int64_t numel, dt_optimizer **out)
 {
-    (void)user;
+    if (user)
+        return dt_adagrad_create(&(dt_adagrad_config){0, 0, 0, 1e-10f}, numel, out);
     dt_optim_group *g = NULL;
     int ng = 0;
     dt_status s = dt_decay_groups(dt_model_params(m), NULL, 0.1f, offset, numel, &g, &ng);
@@ -118,12 +143,12 @@ static void sleep_ms(int ms)
 
 /* A worker's run beside a reference strategy (DDP over the workers, or
  * single-process); tol 0: bitwise. */
-static void compare_run(dt_comm *world, dt_comm *workers, const dt_ps_config *pc, bool gpt, bool ddp, double tol,
+static void compare_run(dt_comm *world, dt_comm *workers, const dt_ps_config *pc, int kind, bool ddp, double tol,
                         const char *what)
 {
-    dt_model *ma = build(gpt, 16), *mb = build(gpt, 16);
+    dt_model *ma = build(kind, 16), *mb = build(kind, 16);
     dt_optimizer *oa;
-    CALL(make_adamw(NULL, ma, 0, dt_params_numel(dt_model_params(ma)), &oa));
+    CALL(make_adamw(kind == TEXT ? "adagrad" : NULL, ma, 0, dt_params_numel(dt_model_params(ma)), &oa));
     dt_strategy_config cfg = {.micro_batches = MICRO, .grad_clip = pc->sync == DT_PS_BSP ? 0.5f : 0, .seed = SEED};
     dt_strategy *sa, *sb;
     CALL(ddp ? dt_strategy_ddp_create(ma, oa, workers, &cfg, &sa) : dt_strategy_single_create(ma, oa, &cfg, &sa));
@@ -131,7 +156,7 @@ static void compare_run(dt_comm *world, dt_comm *workers, const dt_ps_config *pc
     double worst_loss = 0, worst_norm = 0;
     for (int step = 0; step < STEPS; step++) {
         float lr = 3e-3f;
-        feed fa = {gpt, step, 0, {0}, {0}}, fb = fa;
+        feed fa = {kind, step, 0, {0}, {0}}, fb = fa;
         dt_step_stats a, b;
         CALL(dt_strategy_step(sa, step, lr, next_batch, &fa, &a));
         CALL(dt_strategy_step(sb, step, lr, next_batch, &fb, &b));
@@ -141,16 +166,44 @@ static void compare_run(dt_comm *world, dt_comm *workers, const dt_ps_config *pc
     CALL(dt_strategy_sync(sb));
     const float *va = dt_params_values(dt_model_params(ma)), *vb = dt_params_values(dt_model_params(mb));
     int64_t n = dt_params_numel(dt_model_params(ma));
+    /* worker 0: the servers' parameters themselves (a snapshot); the others their pulled copy (not of a
+     * table, of which a worker holds only the rows it pulled) */
+    float *snap = NULL;
+    if (rank == 0) {
+        dt_optimizer *whole;
+        CALL(make_adamw(kind == TEXT ? "adagrad" : NULL, mb, 0, n, &whole));
+        snap = malloc((size_t)n * sizeof *snap);
+        CALL(dt_strategy_ps_snapshot(sb, snap, whole));
+        dt_optimizer_destroy(whole);
+        vb = snap;
+    } else if (kind == TEXT)
+        vb = va;
     double params = 0;
     for (int64_t i = 0; i < n; i++)
         params = fmax(params, fabs((double)va[i] - vb[i]));
     params /= largest(va, n);
+    free(snap);
     bool bad = worst_loss > tol || worst_norm > fmax(tol, 1e-6) || params > tol;
+    if (kind == TEXT && rank == 0) { /* the bytes: the dense part and the touched rows, not the table */
+        uint64_t sent, received;
+        dt_strategy_ps_traffic(sb, &sent, &received);
+        dt_params *p = dt_model_params(mb);
+        const dt_param_info *table = dt_params_info(p, 0);
+        double per_step = (double)sent / STEPS, table_bytes = 4.0 * (double)table->numel;
+        double dense = 4.0 * (double)(dt_params_numel(p) - table->numel);
+        /* at most MB x BAG rows a step, each 8 bytes of id and dim floats; headers and the start's values aside */
+        double rows_most = (double)(MB * BAG) * (8.0 + 4.0 * (double)(table->numel / table->shape[0]));
+        bool heavy = per_step > dense + rows_most + 4096 + (4.0 * (double)dt_params_numel(p) + 1024) / STEPS;
+        bad |= heavy;
+        fprintf(heavy ? stderr : stdout,
+                "ps_check rank 0: sparse bytes: %.0f sent per step (the dense part %.0f, at most %.0f of rows; the whole "
+                "table %.0f)%s\n", per_step, dense, rows_most, table_bytes, heavy ? " (FAILED: more than the rows)" : "");
+    }
     failures += bad;
     fprintf(bad ? stderr : stdout,
             "ps_check rank %d: %s %s against %s, %d steps: losses within %.2g, norms within %.2g, parameters within "
             "%.2g of the largest%s\n",
-            rank, what, gpt ? "gpt" : "mlp", ddp ? "allreduce data parallel" : "single-process", STEPS, worst_loss,
+            rank, what, kind_name[kind], ddp ? "allreduce data parallel" : "single-process", STEPS, worst_loss,
             worst_norm, params, bad ? " (FAILED)" : "");
     dt_strategy_destroy(sa);
     dt_strategy_destroy(sb);
@@ -160,10 +213,10 @@ static void compare_run(dt_comm *world, dt_comm *workers, const dt_ps_config *pc
 }
 
 /* A server: serve one run (the workers' strategies' lifetime). */
-static dt_status serve(dt_comm *world, dt_comm *group, const dt_ps_config *pc, bool gpt, int dim)
+static dt_status serve(dt_comm *world, dt_comm *group, const dt_ps_config *pc, int kind, int dim)
 {
-    dt_model *m = build(gpt, dim);
-    dt_status s = dt_ps_serve(world, group, pc, m, make_adamw, NULL);
+    dt_model *m = build(kind, dim);
+    dt_status s = dt_ps_serve(world, group, pc, m, make_adamw, kind == TEXT ? "adagrad" : NULL);
     dt_model_destroy(m);
     return s;
 }
@@ -206,34 +259,42 @@ int main(int argc, char **argv)
         pc.servers = n / 2;
     else if (!strcmp(mode, "asp"))
         pc.sync = DT_PS_ASP;
+    else if (!strcmp(mode, "sparse"))
+        pc.servers = n > 2 ? n / 2 : 1, pc.sync = n > 2 ? DT_PS_BSP : DT_PS_ASP;
     else if (!strcmp(mode, "ssp") && argc > 3) {
         pc.sync = DT_PS_SSP;
         pc.staleness = atoi(argv[2]);
         pc.clock_log = argv[3];
-    } else if (strcmp(mode, "refuse")) {
-        fprintf(stderr, "usage: ps_check bsp | asp | ssp STALENESS LOG | refuse\n");
+    } else if (strcmp(mode, "refuse") && strcmp(mode, "sparse")) {
+        fprintf(stderr, "usage: ps_check bsp | asp | sparse | ssp STALENESS LOG | refuse\n");
         return 2;
     }
     CALL(dt_ps_split(world, &pc, &group));
     bool server = dt_ps_server_index(&pc, world) >= 0;
     int W = n - pc.servers;
     if (!strcmp(mode, "bsp") || !strcmp(mode, "asp")) {
-        for (int gpt = 1; gpt >= 0; gpt--) {
+        for (int kind = GPT; kind >= MLP; kind--) {
             if (server)
-                CALL(serve(world, group, &pc, gpt, 16));
+                CALL(serve(world, group, &pc, kind, 16));
             else
-                compare_run(world, group, &pc, gpt, pc.sync == DT_PS_BSP, pc.sync == DT_PS_BSP ? 1e-5 : 0, mode);
+                compare_run(world, group, &pc, kind, pc.sync == DT_PS_BSP, pc.sync == DT_PS_BSP ? 1e-5 : 0, mode);
         }
+    } else if (!strcmp(mode, "sparse")) {
+        if (server)
+            CALL(serve(world, group, &pc, TEXT, 16));
+        else
+            compare_run(world, group, &pc, TEXT, pc.sync == DT_PS_BSP, pc.sync == DT_PS_BSP ? 1e-5 : 0,
+                        pc.sync == DT_PS_BSP ? "sparse bsp" : "sparse asp");
     } else if (!strcmp(mode, "ssp")) {
         if (server)
-            CALL(serve(world, group, &pc, true, 16));
+            CALL(serve(world, group, &pc, GPT, 16));
         else {
-            dt_model *m = build(true, 16);
+            dt_model *m = build(GPT, 16);
             dt_strategy *s;
             dt_strategy_config cfg = {.micro_batches = 1, .seed = SEED};
             CALL(dt_strategy_ps_create(m, world, &pc, &cfg, &s));
             for (int step = 0; step < STEPS; step++) {
-                feed f = {true, step, 0, {0}, {0}};
+                feed f = {GPT, step, 0, {0}, {0}};
                 dt_step_stats st;
                 if (rank == W - 1)
                     sleep_ms(30);
@@ -247,13 +308,13 @@ int main(int argc, char **argv)
             check_ssp_log(pc.clock_log, pc.staleness, W);
     } else { /* refuse */
         if (server) {
-            dt_status s = serve(world, group, &pc, true, 16);
+            dt_status s = serve(world, group, &pc, GPT, 16);
             if (s == DT_OK || !strstr(dt_last_error(), "refused")) {
                 fprintf(stderr, "ps_check: the server did not report the refused worker (%s)\n", dt_last_error());
                 failures++;
             }
         } else if (rank == 1) {
-            dt_model *m = build(true, 24);
+            dt_model *m = build(GPT, 24);
             dt_strategy *s = NULL;
             dt_strategy_config cfg = {.micro_batches = 1, .seed = SEED};
             dt_status st = dt_strategy_ps_create(m, world, &pc, &cfg, &s);
@@ -264,7 +325,7 @@ int main(int argc, char **argv)
                     named ? "" : " (FAILED: not naming the worker and the tensor)");
             dt_model_destroy(m);
         } else
-            compare_run(world, NULL, &pc, true, false, 1e-5, "bsp after a refused worker");
+            compare_run(world, NULL, &pc, GPT, false, 1e-5, "bsp after a refused worker");
     }
     int all = 0;
     CALL(dt_allreduce(&failures, &all, 1, DT_I32, DT_SUM, world));

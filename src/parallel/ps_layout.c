@@ -47,6 +47,27 @@ void dt_ps_range(int64_t P, int S, int k, int64_t *offset, int64_t *numel)
     *numel = hi - lo;
 }
 
+dt_status dt__ps_tables(dt_params *p, int *ntables, int64_t *dense_from)
+{
+    int n = 0, np = dt_params_count(p);
+    while (n < np && dt_params_info(p, n)->row_sparse)
+        n++;
+    for (int i = n; i < np; i++)
+        if (dt_params_info(p, i)->row_sparse)
+            return dt__fail(DT_ERR_INVALID, "parameter server: the row-sparse table %s comes after dense parameters "
+                                            "(%s first): tables are served by rows only at the front of the model",
+                            dt_params_info(p, i)->name, dt_params_info(p, n)->name);
+    *ntables = n;
+    *dense_from = n < np ? dt_params_info(p, n)->offset : dt_params_numel(p);
+    return DT_OK;
+}
+
+void dt__ps_dense_range(int64_t P, int64_t dense_from, int S, int k, int64_t *lo, int64_t *n)
+{
+    dt_ps_range(P - dense_from, S, k, lo, n);
+    *lo += dense_from;
+}
+
 uint64_t dt__ps_layout_hash(dt_params *p)
 {
     uint64_t h = DT_FNV64_SEED;

@@ -33,11 +33,16 @@ typedef enum {
     PS_SNAPSHOT,     /* worker 0: clock.  Reply: PS_STATE (a = state buffers, b = steps), payload the range's
                       * values then each state buffer's range */
     PS_BYE,
+    PS_PUSH_ROWS,    /* clock; a = table, b = rows, c = learning rate (double bits); payload: the rows' ids (int64),
+                      * then their gradients (rows x dim) */
+    PS_PULL_ROWS,    /* clock; a = table, b = rows; payload: the ids.  Reply: PS_ROWS (a = table, b = rows), payload
+                      * the rows' values */
     /* server -> worker */
     PS_OK,
     PS_VALUES,
     PS_STATE,
     PS_ERROR,        /* a = the reason's length in bytes; the reason follows on PS_TAG_ERR */
+    PS_ROWS,
 } ps_op;
 
 typedef struct {
@@ -70,6 +75,19 @@ static inline double ps_double(int64_t b)
 }
 
 #define PS_HEADER_WORDS 8
+
+/* Row-sparse tables (nn.h: dt_param_set_row_sparse) are served by rows:
+ * row i of a table lives on server i mod S, as that server's local row
+ * i / S.  They must be the registry's first parameters (an embedding
+ * table in the first block, whose rows the model's input names); the
+ * dense parameters after them are cut into ranges.  The number of leading
+ * tables, the flat offset where the dense part starts, or an error naming
+ * a table that is not at the front. */
+dt_status dt__ps_tables(dt_params *p, int *ntables, int64_t *dense_from);
+/* The rows of a table of `rows` rows server k of S holds. */
+static inline int64_t ps_rows_here(int64_t rows, int S, int k) { return rows > k ? (rows - k + S - 1) / S : 0; }
+/* Server k's dense range [*lo, *lo + *n) of the flat buffer. */
+void dt__ps_dense_range(int64_t P, int64_t dense_from, int S, int k, int64_t *lo, int64_t *n);
 
 /* The layout's hash: every parameter's name and length, in order (FNV-1a). */
 uint64_t dt__ps_layout_hash(dt_params *p);

@@ -33,9 +33,30 @@ typedef struct {
     float *acc;           /* ASP, SSP: the current push */
     ps_header deferred[MAX_DEFERRED];
     int64_t deferred_at[MAX_DEFERRED];
+    int64_t *deferred_ids[MAX_DEFERRED]; /* a row pull's ids */
     int ndeferred;
+    ps_header rows_rep;   /* a row pull's answer: its header, its rows (a copy), in flight */
+    float *rows_reply;
+    int64_t rows_cap;
+    dt_request *rows_out[2];
     bool joined, gone;
 } worker;
+
+/* A row-sparse table's rows on this server (ps_proto.h): local row j is the
+ * table's row k + j x S. */
+typedef struct {
+    int param;
+    int64_t rows, dim, here; /* the table's rows, a row's length, the rows here */
+    float *values, *grad;    /* here x dim */
+    dt_optimizer *o;
+    bool exact;              /* its optimizer may update the touched rows alone (dt_optimizer_rows_exact) */
+    int64_t *touched, ntouched; /* BSP: local rows with gradients summed this step */
+    uint8_t *mark;           /* BSP: per local row, in touched */
+    uint32_t *stamp;         /* per local row: the last request that named it (repeats in one are refused) */
+    uint32_t tick;
+    int64_t *ids;            /* a request's ids (here at most) */
+    float *buf;              /* a push's rows (here x dim at most) */
+} table;
 
 typedef struct {
     dt_comm *c, *group;
@@ -55,21 +76,30 @@ typedef struct {
     FILE *log;
     int byes;
     char refused[512]; /* the first refusal, for the server's own error */
+    table *t;
+    int ntables;
 } server;
 
 static dt_status bsp_try(server *S);
 
 /* Worker w's last reply has left (its buffers may be reused). */
-static dt_status wait_worker(server *S, int w)
+static dt_status wait_requests(dt_request **r, int n)
 {
     dt_status st = DT_OK;
-    for (int i = 0; i < 2; i++)
-        if (S->w[w].out[i]) {
-            dt_status r = dt_wait(S->w[w].out[i], NULL);
-            S->w[w].out[i] = NULL;
-            st = st != DT_OK ? st : r;
+    for (int i = 0; i < n; i++)
+        if (r[i]) {
+            dt_status q = dt_wait(r[i], NULL);
+            r[i] = NULL;
+            st = st != DT_OK ? st : q;
         }
     return st;
+}
+
+static dt_status wait_worker(server *S, int w)
+{
+    dt_status st = wait_requests(S->w[w].out, 2);
+    dt_status r = wait_requests(S->w[w].rows_out, 2);
+    return st != DT_OK ? st : r;
 }
 
 /* Refuse worker w's request: it gets PS_ERROR and the reason; the server's
@@ -106,17 +136,51 @@ static int64_t slowest(const server *S)
 
 /* ---- updates ---- */
 
+/* A table's update of its local rows rows[0..n) (their gradients in T->grad),
+ * then those gradients zeroed; a table whose optimizer moves untouched rows
+ * too (momentum, decay, AdamW) updates every row here, as a dense one. */
+static dt_status table_update(table *T, const int64_t *rows, int64_t n, double lr)
+{
+    dt_status st = T->exact ? dt_optimizer_update_rows(T->o, T->values, T->grad, 0, T->dim, rows, n, T->here, (float)lr)
+                            : dt_optimizer_update_range(T->o, T->values, T->grad, 0, T->here * T->dim, (float)lr);
+    dt_optimizer_end_step(T->o);
+    for (int64_t i = 0; i < n; i++)
+        dt_vec_zero(T->grad + rows[i] * T->dim, T->dim);
+    return st;
+}
+
+/* An update of the dense range with grad scaled by `scale` (ASP, SSP: one
+ * push; BSP, reduce_norm: the sum of every worker's, and with it this step's
+ * touched rows of the tables, clipped to the norm over every server). */
 static float apply(server *S, float *grad, double scale, double lr, double clip, bool reduce_norm, dt_status *st)
 {
     dt_vec_scale(grad, (float)scale, S->n);
     double sumsq = dt_vec_sumsq(grad, S->n);
+    for (int t = 0; reduce_norm && t < S->ntables; t++)
+        for (int64_t i = 0; i < S->t[t].ntouched; i++) {
+            float *g = S->t[t].grad + S->t[t].touched[i] * S->t[t].dim;
+            dt_vec_scale(g, (float)scale, S->t[t].dim);
+            sumsq += dt_vec_sumsq(g, S->t[t].dim);
+        }
     if (reduce_norm && (*st = dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, S->group)) != DT_OK)
         return 0;
-    float norm = (float)sqrt(sumsq);
-    if (clip > 0 && norm > clip) /* torch's clip_grad_norm_ */
-        dt_vec_scale(grad, (float)(clip / (norm + 1e-6)), S->n);
+    float norm = (float)sqrt(sumsq), c = clip > 0 && norm > clip ? (float)(clip / (norm + 1e-6)) : 1.0f;
+    if (c != 1.0f) { /* torch's clip_grad_norm_ */
+        dt_vec_scale(grad, c, S->n);
+        for (int t = 0; t < S->ntables; t++)
+            for (int64_t i = 0; i < S->t[t].ntouched; i++)
+                dt_vec_scale(S->t[t].grad + S->t[t].touched[i] * S->t[t].dim, c, S->t[t].dim);
+    }
     *st = dt_optimizer_step(S->o, S->values, grad, S->n, (float)lr); /* replies send copies */
     dt_vec_zero(grad, S->n);
+    for (int t = 0; reduce_norm && t < S->ntables; t++) {
+        table *T = &S->t[t];
+        dt_status r = table_update(T, T->touched, T->ntouched, lr);
+        *st = *st != DT_OK ? *st : r;
+        for (int64_t i = 0; i < T->ntouched; i++)
+            T->mark[T->touched[i]] = 0;
+        T->ntouched = 0;
+    }
     return norm;
 }
 
@@ -188,6 +252,71 @@ static dt_status on_push(server *S, int w, const ps_header *h)
     return DT_OK;
 }
 
+/* A row request's ids, received and checked: each a row of the table this
+ * server holds, none twice; their local rows into T->ids.  *out stays NULL
+ * when the request was refused. */
+static dt_status take_ids(server *S, int w, const ps_header *h, table **out)
+{
+    *out = NULL;
+    if (h->a < 0 || h->a >= S->ntables)
+        return refuse(S, w, "rows of table %lld (the model has %d row-sparse tables)", (long long)h->a, S->ntables);
+    table *T = &S->t[h->a];
+    const char *name = dt_params_info(S->p, T->param)->name;
+    if (h->b < 0 || h->b > T->here)
+        return refuse(S, w, "%lld rows of %s (this server holds %lld of its %lld)", (long long)h->b, name,
+                      (long long)T->here, (long long)T->rows);
+    size_t got = 0;
+    DT_CHECK(dt_recv(T->ids, (size_t)h->b, DT_I64, w, PS_TAG_DATA, S->c, &got));
+    if ((int64_t)got != h->b)
+        return refuse(S, w, "%lld row ids of %s announced, %zu sent", (long long)h->b, name, got);
+    if (++T->tick == 0) { /* the stamps wrapped: start over */
+        memset(T->stamp, 0, (size_t)T->here * sizeof *T->stamp);
+        T->tick = 1;
+    }
+    int nserv = S->pc->servers;
+    for (int64_t i = 0; i < h->b; i++) {
+        int64_t id = T->ids[i];
+        if (id < 0 || id >= T->rows || id % nserv != S->k)
+            return refuse(S, w, "row %lld of %s: %s", (long long)id, name,
+                          id < 0 || id >= T->rows ? "outside the table" : "not a row this server holds");
+        int64_t j = id / nserv;
+        if (T->stamp[j] == T->tick)
+            return refuse(S, w, "row %lld of %s named twice in one request", (long long)id, name);
+        T->stamp[j] = T->tick;
+        T->ids[i] = j;
+    }
+    *out = T;
+    return DT_OK;
+}
+
+static dt_status on_push_rows(server *S, int w, const ps_header *h)
+{
+    worker *W = &S->w[w];
+    if (h->clock != W->clock)
+        return refuse(S, w, "a push of rows for step %lld while at step %lld", (long long)h->clock, (long long)W->clock);
+    table *T = NULL;
+    DT_CHECK(take_ids(S, w, h, &T));
+    if (!T) /* refused */
+        return DT_OK;
+    int64_t n = h->b;
+    size_t got = 0;
+    DT_CHECK(dt_recv(T->buf, (size_t)(n * T->dim), DT_F32, w, PS_TAG_DATA, S->c, &got));
+    if ((int64_t)got != n * T->dim)
+        return refuse(S, w, "%lld rows of %s announced, %zu gradient values sent", (long long)n,
+                      dt_params_info(S->p, T->param)->name, got);
+    bool bsp = S->pc->sync == DT_PS_BSP;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t j = T->ids[i];
+        dt_vec_axpy(T->grad + j * T->dim, bsp ? 1.0f : 1.0f / (float)S->W, T->buf + i * T->dim, T->dim);
+        if (bsp && !T->mark[j]) {
+            T->mark[j] = 1;
+            T->touched[T->ntouched++] = j;
+        }
+    }
+    /* ASP, SSP: applied now, alone, as a dense push is at its commit */
+    return bsp ? DT_OK : table_update(T, T->ids, n, ps_double(h->c));
+}
+
 static dt_status on_commit(server *S, int w, const ps_header *h)
 {
     worker *W = &S->w[w];
@@ -220,9 +349,25 @@ static bool ready(const server *S, const ps_header *h)
  * nor the other workers wait until a slow worker has taken it in; a
  * snapshot (worker 0, for a checkpoint, which waits for it) is sent before
  * the server goes on. */
-static dt_status answer(server *S, int w, const ps_header *h, int64_t since_ns)
+static dt_status answer(server *S, int w, const ps_header *h, int64_t since_ns, const int64_t *ids)
 {
     worker *W = &S->w[w];
+    if (ps_op_of(h) == PS_PULL_ROWS) { /* the rows, copied (a later update may change them) */
+        const table *T = &S->t[h->a];
+        DT_CHECK(wait_requests(W->rows_out, 2));
+        if (h->b * T->dim > W->rows_cap) {
+            float *b = realloc(W->rows_reply, (size_t)(h->b * T->dim) * sizeof *b);
+            if (!b)
+                return dt__fail(DT_ERR_NOMEM, "parameter server: out of memory for worker %d's rows", w);
+            W->rows_reply = b;
+            W->rows_cap = h->b * T->dim;
+        }
+        for (int64_t i = 0; i < h->b; i++)
+            memcpy(W->rows_reply + i * T->dim, T->values + ids[i] * T->dim, (size_t)T->dim * sizeof(float));
+        W->rows_rep = ps_make(PS_ROWS, h->clock, h->a, h->b, 0);
+        DT_CHECK(dt_isend(&W->rows_rep, PS_HEADER_WORDS, DT_I64, w, PS_TAG_REP, S->c, &W->rows_out[0]));
+        return dt_isend(W->rows_reply, (size_t)(h->b * T->dim), DT_F32, w, PS_TAG_REPDATA, S->c, &W->rows_out[1]);
+    }
     DT_CHECK(wait_worker(S, w)); /* its last reply's buffers are reused */
     int64_t steps = dt_optimizer_steps(S->o);
     if (ps_op_of(h) == PS_PULL) {
@@ -243,6 +388,17 @@ static dt_status answer(server *S, int w, const ps_header *h, int64_t since_ns)
     DT_CHECK(dt_send(S->values, (size_t)S->n, DT_F32, w, PS_TAG_REPDATA, S->c));
     for (int i = 0; i < ns; i++)
         DT_CHECK(dt_send(st[i].data, (size_t)S->n, DT_F32, w, PS_TAG_REPDATA, S->c));
+    for (int t = 0; t < S->ntables; t++) { /* each table's rows here, then their state */
+        table *T = &S->t[t];
+        dt_optim_state ts[MAX_STATE];
+        int nt = dt_optimizer_state_buffers(T->o, ts, MAX_STATE);
+        if (nt != ns)
+            return dt__fail(DT_ERR_INVALID, "parameter server %d: table %s's optimizer keeps %d state buffers, the "
+                                            "range's %d", S->k, dt_params_info(S->p, T->param)->name, nt, ns);
+        DT_CHECK(dt_send(T->values, (size_t)(T->here * T->dim), DT_F32, w, PS_TAG_REPDATA, S->c));
+        for (int i = 0; i < nt; i++)
+            DT_CHECK(dt_send(ts[i].data, (size_t)(T->here * T->dim), DT_F32, w, PS_TAG_REPDATA, S->c));
+    }
     return DT_OK;
 }
 
@@ -252,9 +408,12 @@ static dt_status serve_deferred(server *S)
     for (int w = 0; w < S->W; w++) {
         worker *W = &S->w[w];
         while (W->ndeferred && !W->gone && ready(S, &W->deferred[0])) {
-            DT_CHECK(answer(S, w, &W->deferred[0], W->deferred_at[0]));
+            dt_status st = answer(S, w, &W->deferred[0], W->deferred_at[0], W->deferred_ids[0]);
+            free(W->deferred_ids[0]);
             memmove(W->deferred, W->deferred + 1, (size_t)(--W->ndeferred) * sizeof *W->deferred);
             memmove(W->deferred_at, W->deferred_at + 1, (size_t)W->ndeferred * sizeof *W->deferred_at);
+            memmove(W->deferred_ids, W->deferred_ids + 1, (size_t)W->ndeferred * sizeof *W->deferred_ids);
+            DT_CHECK(st);
         }
     }
     return DT_OK;
@@ -264,12 +423,23 @@ static dt_status on_request(server *S, int w, const ps_header *h)
 {
     worker *W = &S->w[w];
     if (h->clock != W->clock)
-        return refuse(S, w, "a %s for step %lld while at step %lld", ps_op_of(h) == PS_PULL ? "pull" : "snapshot",
+        return refuse(S, w, "a %s for step %lld while at step %lld", ps_op_of(h) == PS_SNAPSHOT ? "snapshot" : "pull",
                       (long long)h->clock, (long long)W->clock);
     if (ps_op_of(h) == PS_SNAPSHOT && w != 0)
         return refuse(S, w, "a snapshot comes from worker 0 only");
     if (W->ndeferred == MAX_DEFERRED)
         return refuse(S, w, "more than %d requests waiting", MAX_DEFERRED);
+    int64_t *ids = NULL;
+    if (ps_op_of(h) == PS_PULL_ROWS) { /* its ids now: they follow the header */
+        table *T = NULL;
+        DT_CHECK(take_ids(S, w, h, &T));
+        if (!T)
+            return DT_OK;
+        if (!(ids = malloc((size_t)(h->b ? h->b : 1) * sizeof *ids)))
+            return dt__fail(DT_ERR_NOMEM, "parameter server: out of memory");
+        memcpy(ids, T->ids, (size_t)h->b * sizeof *ids);
+    }
+    W->deferred_ids[W->ndeferred] = ids;
     W->deferred[W->ndeferred] = *h;
     W->deferred_at[W->ndeferred++] = dt__now_ns();
     return DT_OK;
@@ -320,6 +490,18 @@ static dt_status on_init(server *S, int w, const ps_header *h)
     for (int i = 0; i < h->b; i++)
         DT_CHECK(dt_recv(st[i].data, (size_t)S->n, DT_F32, w, PS_TAG_DATA, S->c, NULL));
     dt_optimizer_set_steps(S->o, h->c);
+    for (int t = 0; t < S->ntables; t++) { /* each table's rows here, then their state */
+        table *T = &S->t[t];
+        dt_optim_state ts[MAX_STATE];
+        int nt = dt_optimizer_state_buffers(T->o, ts, MAX_STATE);
+        if (h->b && nt != h->b)
+            return refuse(S, w, "%lld state buffers for table %s, whose optimizer keeps %d", (long long)h->b,
+                          dt_params_info(S->p, T->param)->name, nt);
+        DT_CHECK(dt_recv(T->values, (size_t)(T->here * T->dim), DT_F32, w, PS_TAG_DATA, S->c, NULL));
+        for (int i = 0; i < h->b; i++)
+            DT_CHECK(dt_recv(ts[i].data, (size_t)(T->here * T->dim), DT_F32, w, PS_TAG_DATA, S->c, NULL));
+        dt_optimizer_set_steps(T->o, h->c);
+    }
     S->initialized = true;
     return DT_OK;
 }
@@ -341,7 +523,10 @@ static dt_status handle(server *S, int w)
         return on_commit(S, w, &h);
     case PS_PULL:
     case PS_SNAPSHOT:
+    case PS_PULL_ROWS:
         return on_request(S, w, &h);
+    case PS_PUSH_ROWS:
+        return on_push_rows(S, w, &h);
     case PS_BYE:
         S->w[w].gone = true;
         S->active--;
@@ -354,8 +539,23 @@ static dt_status handle(server *S, int w)
 
 static void server_free(server *S)
 {
+    for (int t = 0; S->t && t < S->ntables; t++) {
+        table *T = &S->t[t];
+        free(T->values);
+        free(T->grad);
+        free(T->touched);
+        free(T->mark);
+        free(T->stamp);
+        free(T->ids);
+        free(T->buf);
+        dt_optimizer_destroy(T->o);
+    }
+    free(S->t);
     for (int w = 0; S->w && w < S->W; w++) {
         wait_worker(S, w);
+        for (int i = 0; i < S->w[w].ndeferred; i++)
+            free(S->w[w].deferred_ids[i]);
+        free(S->w[w].rows_reply);
         free(S->w[w].reply);
         free(S->w[w].piece);
         free(S->w[w].acc);
@@ -383,11 +583,33 @@ dt_status dt_ps_serve(dt_comm *c, dt_comm *group, const dt_ps_config *pc, dt_mod
     if (S.k < 0)
         return dt__fail(DT_ERR_INVALID, "ps_serve: rank %d is a worker (the last %d ranks serve)", dt_comm_rank(c),
                         pc->servers);
-    dt_ps_range(S.P, pc->servers, S.k, &S.lo, &S.n);
-    if (S.n == 0)
-        return dt__fail(DT_ERR_INVALID, "parameter server: %d servers for %lld parameters leave server %d none",
-                        pc->servers, (long long)S.P, S.k);
+    int64_t dense_from = 0;
+    DT_CHECK(dt__ps_tables(S.p, &S.ntables, &dense_from));
+    dt__ps_dense_range(S.P, dense_from, pc->servers, S.k, &S.lo, &S.n);
     dt_status st = make(user, m, S.lo, S.n, &S.o);
+    if (st == DT_OK && S.ntables && !(S.t = calloc((size_t)S.ntables, sizeof *S.t)))
+        st = dt__fail(DT_ERR_NOMEM, "parameter server: out of memory");
+    for (int t = 0; st == DT_OK && t < S.ntables; t++) { /* rows k, k + S, ... of each table */
+        table *T = &S.t[t];
+        const dt_param_info *in = dt_params_info(S.p, t);
+        T->param = t;
+        T->rows = in->shape[0];
+        T->dim = in->numel / in->shape[0];
+        T->here = ps_rows_here(T->rows, pc->servers, S.k);
+        size_t cells = (size_t)(T->here ? T->here : 1);
+        if ((st = make(user, m, in->offset, T->here * T->dim, &T->o)) != DT_OK)
+            break;
+        T->exact = dt_optimizer_rows_exact(T->o, 0, T->here * T->dim);
+        if (!(T->values = calloc(cells * (size_t)T->dim, sizeof(float))) ||
+            !(T->grad = calloc(cells * (size_t)T->dim, sizeof(float))) || !(T->touched = malloc(cells * sizeof(int64_t))) ||
+            !(T->mark = calloc(cells, 1)) || !(T->stamp = calloc(cells, sizeof(uint32_t))) ||
+            !(T->ids = malloc(cells * sizeof(int64_t))) || !(T->buf = malloc(cells * (size_t)T->dim * sizeof(float))))
+            st = dt__fail(DT_ERR_NOMEM, "parameter server: out of memory for %lld rows of %s", (long long)T->here,
+                          in->name);
+    }
+    if (st == DT_OK && S.n == 0 && !S.ntables)
+        st = dt__fail(DT_ERR_INVALID, "parameter server: %d servers for %lld parameters leave server %d none",
+                      pc->servers, (long long)S.P, S.k);
     bool bsp = pc->sync == DT_PS_BSP;
     if (st == DT_OK &&
         (!(S.values = calloc((size_t)S.n, sizeof(float))) || !(S.w = calloc((size_t)S.W, sizeof *S.w)) ||

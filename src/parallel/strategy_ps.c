@@ -12,7 +12,11 @@
  * starts the pulls for the next step into the registry's values; it waits
  * for the pulls' headers (the servers' answer, which under BSP and SSP is
  * the synchronisation), not for the values, which stream in while the
- * caller goes on and are waited for block by block. */
+ * caller goes on and are waited for block by block.
+ * Row-sparse tables (an embedding table at the front of the model) move by
+ * rows: before the first block's forward the worker pulls the rows its
+ * input names from the servers that hold them (row i on server i mod S),
+ * and the update pushes the rows the step touched, with their ids. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,9 +26,25 @@
 #include "parallel/ps_proto.h"
 #include "parallel/strategy_internal.h"
 
+/* A row-sparse table as a worker moves it: per server, the ids of one
+ * request and their rows going out or coming in. */
+typedef struct {
+    int param;
+    int64_t rows, dim, offset; /* its rows, a row's length, where it starts in the flat buffers */
+    uint32_t *stamp, tick;     /* per row: the last pull that named it */
+    int64_t **ids, *nids;      /* per server: this request's ids */
+    float **rowbuf;            /* per server: their rows */
+    int64_t *cap;              /* per server: the buffers' room, in rows */
+} ps_table;
+
 typedef struct {
     dt_comm *c;
     dt_ps_config pc;
+    ps_table *t;
+    int ntables;
+    int64_t dense_from;        /* the flat offset where the dense parameters start */
+    ps_header *rrep;           /* per server: a row pull's answer */
+    dt_request **rrq;          /* per server: its header's and its rows' receives */
     int W, S, rank, nb;
     int64_t P, *lo, *n;    /* each server's range */
     int64_t *blo, *bhi;    /* each block's own parameters [blo, bhi) of the flat buffer */
@@ -90,6 +110,124 @@ static dt_status wait_sends(ps_worker *P)
     P->nsend = 0;
     P->exposed += since(t0);
     return st;
+}
+
+/* ---- rows of the tables ---- */
+
+static dt_status room(ps_table *T, int k, int64_t n)
+{
+    if (n <= T->cap[k])
+        return DT_OK;
+    int64_t want = n > 2 * T->cap[k] ? n : 2 * T->cap[k];
+    int64_t *ids = realloc(T->ids[k], (size_t)want * sizeof *ids);
+    if (ids)
+        T->ids[k] = ids;
+    float *rows = ids ? realloc(T->rowbuf[k], (size_t)(want * T->dim) * sizeof *rows) : NULL;
+    if (!ids || !rows)
+        return dt__fail(DT_ERR_NOMEM, "parameter server: out of memory for %lld rows", (long long)want);
+    T->rowbuf[k] = rows;
+    T->cap[k] = want;
+    return DT_OK;
+}
+
+/* Pull the rows of each table that the model's input x ([batch, L] ids, -1
+ * for none) names into the registry's values, from the servers that hold
+ * them; blocking (the first block needs them at once). */
+static dt_status pull_rows(dt_strategy *s, ps_worker *P, const dt_tensor *x)
+{
+    if (!x)
+        return dt__fail(DT_ERR_INVALID, "parameter server: the first block runs without the model's input");
+    float *v = dt_params_values(dt_model_params(s->model));
+    int64_t n = dt_tensor_numel(x);
+    for (int t = 0; t < P->ntables; t++) {
+        ps_table *T = &P->t[t];
+        if (++T->tick == 0) {
+            memset(T->stamp, 0, (size_t)T->rows * sizeof *T->stamp);
+            T->tick = 1;
+        }
+        memset(T->nids, 0, (size_t)P->S * sizeof *T->nids);
+        for (int64_t i = 0; i < n; i++) { /* the input's ids, each once, by server */
+            float f = x->data[i];
+            if (f < 0)
+                continue;
+            int64_t id = (int64_t)f;
+            if (id >= T->rows || (float)id != f)
+                return dt__fail(DT_ERR_INVALID, "parameter server: input id %g is not a row of %s (%lld rows)", (double)f,
+                                dt_params_info(dt_model_params(s->model), T->param)->name, (long long)T->rows);
+            if (T->stamp[id] == T->tick)
+                continue;
+            T->stamp[id] = T->tick;
+            int k = (int)(id % P->S);
+            DT_CHECK(room(T, k, T->nids[k] + 1));
+            T->ids[k][T->nids[k]++] = id;
+        }
+        for (int k = 0; k < P->S; k++) {
+            if (!T->nids[k])
+                continue;
+            int r = server_rank(P, k);
+            DT_CHECK(dt_irecv(&P->rrep[k], PS_HEADER_WORDS, DT_I64, r, PS_TAG_REP, P->c, &P->rrq[2 * k]));
+            DT_CHECK(dt_irecv(T->rowbuf[k], (size_t)(T->nids[k] * T->dim), DT_F32, r, PS_TAG_REPDATA, P->c,
+                              &P->rrq[2 * k + 1]));
+            DT_CHECK(send_hdr(P, k, ps_make(PS_PULL_ROWS, P->clock, t, T->nids[k], 0)));
+            int i = P->nsend++;
+            DT_CHECK(dt_isend(T->ids[k], (size_t)T->nids[k], DT_I64, r, PS_TAG_DATA, P->c, &P->send[i]));
+            P->sent += (uint64_t)T->nids[k] * sizeof(int64_t);
+        }
+        DT_CHECK(wait_sends(P));
+        int64_t t0 = dt__now_ns();
+        for (int k = 0; k < P->S; k++) {
+            if (!T->nids[k])
+                continue;
+            dt_status st = dt_wait(P->rrq[2 * k], NULL);
+            P->rrq[2 * k] = NULL;
+            DT_CHECK(st);
+            if (ps_op_of(&P->rrep[k]) == PS_ERROR)
+                return server_error(P, k, &P->rrep[k]);
+            st = dt_wait(P->rrq[2 * k + 1], NULL);
+            P->rrq[2 * k + 1] = NULL;
+            DT_CHECK(st);
+            P->received += sizeof(ps_header) + (uint64_t)(T->nids[k] * T->dim) * sizeof(float);
+            for (int64_t q = 0; q < T->nids[k]; q++)
+                memcpy(v + T->offset + T->ids[k][q] * T->dim, T->rowbuf[k] + q * T->dim, (size_t)T->dim * sizeof(float));
+        }
+        P->exposed += since(t0);
+    }
+    return DT_OK;
+}
+
+/* Push the rows of each table this step touched (the micro-batches' mean of
+ * their gradients), with their ids, to the servers that hold them. */
+static dt_status push_rows(dt_strategy *s, ps_worker *P, float lr)
+{
+    dt_params *p = dt_model_params(s->model);
+    float *g = dt_params_grads(p);
+    for (int t = 0; t < P->ntables; t++) {
+        ps_table *T = &P->t[t];
+        const int64_t *rows;
+        int64_t n = dt_param_touched_rows(p, T->param, &rows);
+        memset(T->nids, 0, (size_t)P->S * sizeof *T->nids);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t id = rows ? rows[i] : i; /* NULL: every row */
+            int k = (int)(id % P->S);
+            DT_CHECK(room(T, k, T->nids[k] + 1));
+            float *row = T->rowbuf[k] + T->nids[k] * T->dim;
+            memcpy(row, g + T->offset + id * T->dim, (size_t)T->dim * sizeof(float));
+            if (s->cfg.micro_batches > 1)
+                dt_vec_scale(row, 1.0f / (float)s->cfg.micro_batches, T->dim);
+            T->ids[k][T->nids[k]++] = id;
+        }
+        for (int k = 0; k < P->S; k++) {
+            if (!T->nids[k])
+                continue;
+            int r = server_rank(P, k);
+            DT_CHECK(send_hdr(P, k, ps_make(PS_PUSH_ROWS, P->clock, t, T->nids[k], ps_bits(lr))));
+            int i = P->nsend++;
+            DT_CHECK(dt_isend(T->ids[k], (size_t)T->nids[k], DT_I64, r, PS_TAG_DATA, P->c, &P->send[i]));
+            DT_CHECK(send_data(P, k, T->rowbuf[k], T->nids[k] * T->dim));
+            P->sent += (uint64_t)T->nids[k] * sizeof(int64_t);
+        }
+    }
+    return DT_OK;
 }
 
 /* ---- pulls ---- */
@@ -174,11 +312,12 @@ static dt_status push_block(dt_strategy *s, ps_worker *P, int b)
 
 static dt_status ps_hook(void *user, dt_hook_point at, int b, dt_ctx *ctx)
 {
-    (void)ctx;
     dt_strategy *s = user;
     ps_worker *P = s->impl;
     switch (at) {
     case DT_BEFORE_FORWARD:
+        if (b == 0 && P->ntables) /* the tables' rows the input names */
+            DT_CHECK(pull_rows(s, P, ctx->input));
         for (int k = 0; k < P->S; k++)
             if (P->uses[(size_t)b * (size_t)P->S + (size_t)k])
                 DT_CHECK(pull_wait(P, k));
@@ -204,12 +343,18 @@ static dt_status ps_update(dt_strategy *s, float lr, float max_norm, float *norm
     for (int b = 0; b < P->nb; b++) /* blocks whose backward did not run in the last micro-batch */
         if (!P->pushed[b])
             DT_CHECK(push_block(s, P, b));
+    DT_CHECK(push_rows(s, P, lr));
     for (int k = 0; k < P->S; k++)
         DT_CHECK(send_hdr(P, k, ps_make(PS_COMMIT, P->clock, ps_bits(lr), ps_bits(max_norm), 0)));
     DT_CHECK(wait_sends(P));
-    if (P->pc.sync != DT_PS_BSP) { /* the norm of this worker's own gradient */
+    if (P->pc.sync != DT_PS_BSP) { /* the norm of this worker's own gradient (the tables' touched rows) */
         dt_params *p = dt_model_params(s->model);
-        P->norm = (float)sqrt(dt_vec_sumsq(dt_params_grads(p), dt_params_numel(p)));
+        const float *g = dt_params_grads(p);
+        double sumsq = dt_vec_sumsq(g + P->dense_from, P->P - P->dense_from);
+        for (int t = 0; t < P->ntables; t++)
+            for (int k = 0; k < P->S; k++)
+                sumsq += dt_vec_sumsq(P->t[t].rowbuf[k], P->t[t].nids[k] * P->t[t].dim);
+        P->norm = (float)sqrt(sumsq);
     }
     P->clock++;
     P->backwards = 0;
@@ -244,6 +389,21 @@ static void ps_destroy(dt_strategy *s)
                 break;
         wait_sends(P);
     }
+    for (int t = 0; P->t && t < P->ntables; t++) {
+        ps_table *T = &P->t[t];
+        for (int k = 0; k < P->S; k++) {
+            free(T->ids ? T->ids[k] : NULL);
+            free(T->rowbuf ? T->rowbuf[k] : NULL);
+        }
+        free(T->ids);
+        free(T->rowbuf);
+        free(T->nids);
+        free(T->cap);
+        free(T->stamp);
+    }
+    free(P->t);
+    free(P->rrep);
+    free(P->rrq);
     free(P->lo);
     free(P->n);
     free(P->blo);
@@ -261,7 +421,28 @@ static void ps_destroy(dt_strategy *s)
 static const dt__strategy_ops ps_ops = {
     .name = "ps", .update = ps_update, .sync = ps_sync, .timing = ps_timing, .destroy = ps_destroy};
 
-/* ---- joining ---- */
+/* ---- joining and snapshots ---- */
+
+/* Rows k, k + S, ... of table t of a flat array laid out as the registry
+ * (values, or an optimizer's state buffer) to server k (send) or from it. */
+static dt_status move_table_rows(ps_worker *P, int t, int k, float *flat, bool send)
+{
+    ps_table *T = &P->t[t];
+    int64_t here = ps_rows_here(T->rows, P->S, k);
+    DT_CHECK(room(T, k, here));
+    float *buf = T->rowbuf[k], *base = flat + T->offset;
+    if (send)
+        for (int64_t j = 0; j < here; j++)
+            memcpy(buf + j * T->dim, base + (k + j * P->S) * T->dim, (size_t)T->dim * sizeof(float));
+    int r = server_rank(P, k);
+    DT_CHECK(send ? dt_send(buf, (size_t)(here * T->dim), DT_F32, r, PS_TAG_DATA, P->c)
+                  : dt_recv(buf, (size_t)(here * T->dim), DT_F32, r, PS_TAG_REPDATA, P->c, NULL));
+    *(send ? &P->sent : &P->received) += (uint64_t)(here * T->dim) * sizeof(float);
+    if (!send)
+        for (int64_t j = 0; j < here; j++)
+            memcpy(base + (k + j * P->S) * T->dim, buf + j * T->dim, (size_t)T->dim * sizeof(float));
+    return DT_OK;
+}
 
 /* The layout check with every server, then worker 0's values (and state). */
 static dt_status join(dt_strategy *s, ps_worker *P)
@@ -310,6 +491,9 @@ static dt_status join(dt_strategy *s, ps_worker *P)
         for (int i = 0; i < ns; i++)
             DT_CHECK(dt_send(state[i].data + P->lo[k], (size_t)P->n[k], DT_F32, server_rank(P, k), PS_TAG_DATA, P->c));
         P->sent += (uint64_t)(1 + ns) * (uint64_t)P->n[k] * sizeof(float);
+        for (int t = 0; t < P->ntables; t++) /* each table's rows k, k + S, ..., then their state */
+            for (int a = -1; a < ns; a++)
+                DT_CHECK(move_table_rows(P, t, k, a < 0 ? (float *)v : state[a].data, true));
     }
     return DT_OK;
 }
@@ -329,9 +513,11 @@ static dt_status block_ranges(dt_strategy *s, ps_worker *P)
         int first, count;
         dt_model_block_params(m, b, &first, &count);
         lo_block = hi_block = 0;
-        if (count) {
+        if (count) { /* its dense parameters (the tables at the front move by rows) */
             lo_block = dt_params_info(p, first)->offset;
             hi_block = dt_params_info(p, first + count - 1)->offset + dt_params_info(p, first + count - 1)->numel;
+            lo_block = lo_block > P->dense_from ? lo_block : P->dense_from;
+            hi_block = hi_block > lo_block ? hi_block : lo_block;
         }
         P->blo[b] = lo_block;
         P->bhi[b] = hi_block;
@@ -346,9 +532,15 @@ static dt_status block_ranges(dt_strategy *s, ps_worker *P)
             P->uses[(size_t)b * (size_t)P->S + (size_t)k] = use;
         }
     }
-    if (covered != P->P)
-        return dt__fail(DT_ERR_INVALID, "parameter server: the model's blocks hold %lld of its %lld parameters",
-                        (long long)covered, (long long)P->P);
+    if (covered != P->P - P->dense_from)
+        return dt__fail(DT_ERR_INVALID, "parameter server: the model's blocks hold %lld of its %lld dense parameters",
+                        (long long)covered, (long long)(P->P - P->dense_from));
+    int first0 = 0, count0 = 0;
+    if (P->nb > 0)
+        dt_model_block_params(m, 0, &first0, &count0);
+    if (P->ntables && (P->nb == 0 || first0 != 0 || count0 < P->ntables))
+        return dt__fail(DT_ERR_INVALID, "parameter server: the row-sparse tables must belong to the first block (the "
+                                        "rows its input names are pulled before it runs)");
     return DT_OK;
 }
 
@@ -391,9 +583,11 @@ dt_status dt_strategy_ps_create(dt_model *m, dt_comm *c, const dt_ps_config *pc,
     s->key_group = (uint32_t)P->rank;
     P->nb = dt_model_num_layers(m);
     P->P = dt_params_numel(p);
-    P->cap = 2 * (P->nb + 2) * P->S + 4;
-    dt_status st = dt_arena_create(&s->arena);
-    if (st == DT_OK && P->P < P->S)
+    dt_status st = dt__ps_tables(p, &P->ntables, &P->dense_from);
+    P->cap = 2 * (P->nb + 2) * P->S + 4 * (P->ntables + 1) * P->S + 4;
+    if (st == DT_OK)
+        st = dt_arena_create(&s->arena);
+    if (st == DT_OK && P->P - P->dense_from < P->S && !P->ntables)
         st = dt__fail(DT_ERR_INVALID, "parameter server: %d servers for %lld parameters", P->S, (long long)P->P);
     if (st == DT_OK &&
         (!(P->lo = calloc((size_t)P->S, sizeof *P->lo)) || !(P->n = calloc((size_t)P->S, sizeof *P->n)) ||
@@ -405,7 +599,23 @@ dt_status dt_strategy_ps_create(dt_model *m, dt_comm *c, const dt_ps_config *pc,
          !(P->hdr = calloc((size_t)P->cap, sizeof *P->hdr)) || !(P->send = calloc((size_t)P->cap, sizeof *P->send))))
         st = dt__fail(DT_ERR_NOMEM, "out of memory");
     for (int k = 0; st == DT_OK && k < P->S; k++)
-        dt_ps_range(P->P, P->S, k, &P->lo[k], &P->n[k]);
+        dt__ps_dense_range(P->P, P->dense_from, P->S, k, &P->lo[k], &P->n[k]);
+    if (st == DT_OK && P->ntables &&
+        (!(P->t = calloc((size_t)P->ntables, sizeof *P->t)) || !(P->rrep = calloc((size_t)P->S, sizeof *P->rrep)) ||
+         !(P->rrq = calloc(2 * (size_t)P->S, sizeof *P->rrq))))
+        st = dt__fail(DT_ERR_NOMEM, "out of memory");
+    for (int t = 0; st == DT_OK && t < P->ntables; t++) {
+        ps_table *T = &P->t[t];
+        const dt_param_info *in = dt_params_info(p, t);
+        T->param = t;
+        T->rows = in->shape[0];
+        T->dim = in->numel / in->shape[0];
+        T->offset = in->offset;
+        if (!(T->stamp = calloc((size_t)T->rows, sizeof *T->stamp)) || !(T->ids = calloc((size_t)P->S, sizeof *T->ids)) ||
+            !(T->nids = calloc((size_t)P->S, sizeof *T->nids)) || !(T->rowbuf = calloc((size_t)P->S, sizeof *T->rowbuf)) ||
+            !(T->cap = calloc((size_t)P->S, sizeof *T->cap)))
+            st = dt__fail(DT_ERR_NOMEM, "out of memory for table %s", in->name);
+    }
     if (st == DT_OK)
         st = block_ranges(s, P);
     if (st == DT_OK)
@@ -456,6 +666,9 @@ dt_status dt_strategy_ps_snapshot(dt_strategy *s, float *values, dt_optimizer *w
         for (int i = 0; i < ns; i++)
             DT_CHECK(dt_recv(st[i].data + P->lo[k], (size_t)P->n[k], DT_F32, r, PS_TAG_REPDATA, P->c, NULL));
         P->received += (uint64_t)(1 + ns) * (uint64_t)P->n[k] * sizeof(float) + sizeof h;
+        for (int t = 0; t < P->ntables; t++)
+            for (int a = -1; a < ns; a++)
+                DT_CHECK(move_table_rows(P, t, k, a < 0 ? values : st[a].data, false));
     }
     dt_optimizer_set_steps(whole, steps);
     return DT_OK;

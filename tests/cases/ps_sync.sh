@@ -9,11 +9,22 @@
 #     server: the servers' clock log never shows a pull answered more than
 #     s steps ahead of the slowest worker, and the fast workers reach it;
 #   - a worker with a different model is refused, naming it and the
-#     tensor, and the other worker trains on as if alone.
+#     tensor, and the other worker trains on as if alone;
+#   - the text classifier's row-sparse table served by rows: BSP with 2
+#     workers and 2 servers against allreduce, ASP with one worker against
+#     one process (bitwise), only the touched rows on the wire.
 . "$(dirname "$0")/lib.sh"
 par "$WORK/bsp" "$BIN/dtrun" -n 4 "$BIN/ps_check" bsp
 par "$WORK/asp" "$BIN/dtrun" -n 2 "$BIN/ps_check" asp
 par_wait
+par "$WORK/sparse4" "$BIN/dtrun" -n 4 "$BIN/ps_check" sparse
+par "$WORK/sparse2" "$BIN/dtrun" -n 2 "$BIN/ps_check" sparse
+par_wait
+for m in sparse4 sparse2; do
+    par_ok "$WORK/$m" || { cat "$WORK/$m"; fail "ps_check $m"; }
+    expect_grep "$WORK/$m" "ps_check sparse: ok"
+    grep "rank 0:" "$WORK/$m"
+done
 for m in bsp asp; do
     par_ok "$WORK/$m" || { cat "$WORK/$m"; fail "ps_check $m"; }
     expect_grep "$WORK/$m" "ps_check $m: ok"
