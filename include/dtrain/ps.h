@@ -125,7 +125,8 @@ dt_status dt_strategy_ps_create(dt_model *m, dt_comm *c, const dt_ps_config *pc,
  * every parameter, of the servers' kind), once every worker has pushed the
  * steps this worker has (a checkpoint). */
 dt_status dt_strategy_ps_snapshot(dt_strategy *s, float *values, dt_optimizer *whole);
-/* Bytes this worker sent to and received from the servers so far. */
+/* Bytes this worker sent to and received from the servers since it joined
+ * (worker 0's initial values not counted): headers, ids, rows, gradients. */
 void dt_strategy_ps_traffic(const dt_strategy *s, uint64_t *sent, uint64_t *received);
 
 #ifdef __cplusplus

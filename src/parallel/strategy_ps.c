@@ -620,6 +620,7 @@ dt_status dt_strategy_ps_create(dt_model *m, dt_comm *c, const dt_ps_config *pc,
         st = block_ranges(s, P);
     if (st == DT_OK)
         st = join(s, P);
+    P->sent = P->received = 0; /* the traffic of the steps, not of worker 0's initial values */
     if (st == DT_OK)
         st = pull_start(s, P); /* step 0's parameters: worker 0's, from the servers */
     if (st == DT_OK)
