@@ -20,6 +20,11 @@
  *                      against single-process training bitwise; only the
  *                      rows a batch touches travel (worker 0's bytes per
  *                      step against the dense part and the touched rows).
+ *   ps_check hostile   4 ranks, the text classifier: after joining, worker 1
+ *                      pushes a row outside the table and worker 2 gradients
+ *                      outside the server's range (raw protocol messages);
+ *                      each is refused naming it, the tensor and the fault,
+ *                      and worker 0 trains on as if alone.
  *   ps_check refuse    worker 1 builds a different model: it is refused with
  *                      an error naming it and the tensor, and worker 0 trains
  *                      on, equal to single-process training (BSP over the
@@ -33,6 +38,7 @@
 #include <time.h>
 
 #include "dtrain/dtrain.h"
+#include "parallel/ps_proto.h" /* the hostile workers speak the protocol by hand */
 
 #define SEED 4242
 #define MB 2
@@ -265,8 +271,8 @@ int main(int argc, char **argv)
         pc.sync = DT_PS_SSP;
         pc.staleness = atoi(argv[2]);
         pc.clock_log = argv[3];
-    } else if (strcmp(mode, "refuse") && strcmp(mode, "sparse")) {
-        fprintf(stderr, "usage: ps_check bsp | asp | sparse | ssp STALENESS LOG | refuse\n");
+    } else if (strcmp(mode, "refuse") && strcmp(mode, "sparse") && strcmp(mode, "hostile")) {
+        fprintf(stderr, "usage: ps_check bsp | asp | sparse | ssp STALENESS LOG | refuse | hostile\n");
         return 2;
     }
     CALL(dt_ps_split(world, &pc, &group));
@@ -306,6 +312,46 @@ int main(int argc, char **argv)
         CALL(dt_barrier(world));
         if (rank == 0)
             check_ssp_log(pc.clock_log, pc.staleness, W);
+    } else if (!strcmp(mode, "hostile")) {
+        if (server) {
+            dt_status s = serve(world, group, &pc, TEXT, 16);
+            if (s == DT_OK || !strstr(dt_last_error(), "refused")) {
+                fprintf(stderr, "ps_check: the server did not report the refused workers (%s)\n", dt_last_error());
+                failures++;
+            }
+        } else if (rank == 1 || rank == 2) {
+            dt_model *m = build(TEXT, 16);
+            dt_strategy *s = NULL;
+            dt_strategy_config cfg = {.micro_batches = 1, .seed = SEED};
+            CALL(dt_strategy_ps_create(m, world, &pc, &cfg, &s));
+            int srv = n - 1;
+            float junk[64] = {0};
+            if (rank == 1) { /* a row past the table's end */
+                int64_t id = BUCKETS + 7;
+                ps_header h = {PS_MAGIC | PS_PUSH_ROWS, 0, 0, 1, ps_bits(0.1), 0, 0, 0};
+                CALL(dt_send(&h, PS_HEADER_WORDS, DT_I64, srv, PS_TAG_REQ, world));
+                CALL(dt_send(&id, 1, DT_I64, srv, PS_TAG_DATA, world));
+                CALL(dt_send(junk, 8, DT_F32, srv, PS_TAG_DATA, world));
+            } else { /* gradients past the server's range */
+                ps_header h = {PS_MAGIC | PS_PUSH, 0, dt_params_numel(dt_model_params(m)) - 4, 16, 0, 0, 0, 0};
+                CALL(dt_send(&h, PS_HEADER_WORDS, DT_I64, srv, PS_TAG_REQ, world));
+                CALL(dt_send(junk, 16, DT_F32, srv, PS_TAG_DATA, world));
+            }
+            feed f = {TEXT, 0, 0, {0}, {0}};
+            dt_step_stats st;
+            dt_status r = dt_strategy_step(s, 0, 0.1f, next_batch, &f, &st);
+            char want[64];
+            snprintf(want, sizeof want, "refused worker %d", rank);
+            const char *what = rank == 1 ? "outside the table" : "outside this server's range";
+            bool named = r == DT_ERR_INVALID && strstr(dt_last_error(), want) && strstr(dt_last_error(), what) &&
+                         strstr(dt_last_error(), rank == 1 ? "embedding.weight" : "fc.");
+            failures += !named;
+            fprintf(named ? stdout : stderr, "ps_check rank %d: a hostile push refused: %s%s\n", rank, dt_last_error(),
+                    named ? "" : " (FAILED: not naming the worker, the tensor and the fault)");
+            dt_strategy_destroy(s);
+            dt_model_destroy(m);
+        } else
+            compare_run(world, NULL, &pc, TEXT, false, 1e-5, "bsp after hostile workers");
     } else { /* refuse */
         if (server) {
             dt_status s = serve(world, group, &pc, GPT, 16);

@@ -316,8 +316,11 @@ static dt_status ps_hook(void *user, dt_hook_point at, int b, dt_ctx *ctx)
     ps_worker *P = s->impl;
     switch (at) {
     case DT_BEFORE_FORWARD:
-        if (b == 0 && P->ntables) /* the tables' rows the input names */
+        if (b == 0 && P->ntables) { /* the tables' rows the input names, after the answer to the last pull (which
+                                     * may be a refusal: then no row pull would ever be answered) */
+            DT_CHECK(pull_headers(P));
             DT_CHECK(pull_rows(s, P, ctx->input));
+        }
         for (int k = 0; k < P->S; k++)
             if (P->uses[(size_t)b * (size_t)P->S + (size_t)k])
                 DT_CHECK(pull_wait(P, k));
