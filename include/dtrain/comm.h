@@ -135,6 +135,10 @@ dt_status dt_test(dt_request *req, int *done, size_t *received);
  * (dt_comm_set_timeout: a server that waits on its workers sets a long
  * one).  Nonblocking collectives are refused. */
 dt_status dt_waitany(dt_request **reqs, int n, int *index, size_t *received);
+/* MPI_Cancel for a receive no message has matched yet: withdraws it and
+ * frees the request (DT_OK).  A send, a receive already matched (wait for
+ * it) or a nonblocking collective: DT_ERR_INVALID, the request untouched. */
+dt_status dt_cancel(dt_request *req);
 
 /* ---- collectives ---- */
 dt_status dt_barrier(dt_comm *c);

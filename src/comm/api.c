@@ -108,6 +108,15 @@ dt_status dt_test(dt_request *r, int *done, size_t *received)
     return r->comm->backend->test(r, done, received);
 }
 
+dt_status dt_cancel(dt_request *r)
+{
+    if (!r)
+        return dt__fail(DT_ERR_INVALID, "dt_cancel: request is NULL");
+    if (r->job)
+        return dt__fail(DT_ERR_INVALID, "dt_cancel: a nonblocking collective cannot be cancelled (wait for it)");
+    return r->comm->backend->cancel(r);
+}
+
 dt_status dt_waitany(dt_request **reqs, int n, int *index, size_t *received)
 {
     if (!reqs || !index || n < 0 || n > 1024)

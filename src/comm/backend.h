@@ -39,6 +39,8 @@ typedef struct dt__backend {
     dt_status (*irecv)(void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, dt_request **req);
     dt_status (*wait)(dt_request *req, size_t *received);
     dt_status (*test)(dt_request *req, int *done, size_t *received);
+    /* Withdraw an unmatched receive (frees the request) or refuse. */
+    dt_status (*cancel)(dt_request *req);
     /* One of n point-to-point requests of one job (NULL entries skipped). */
     dt_status (*waitany)(dt_request **reqs, int n, int *index, size_t *received);
 } dt__backend;
@@ -64,6 +66,7 @@ dt_status dt__native_irecv(void *buf, size_t count, dt_dtype t, int peer, int ta
 dt_status dt__native_wait(dt_request *req, size_t *received);
 dt_status dt__native_test(dt_request *req, int *done, size_t *received);
 dt_status dt__native_waitany(dt_request **reqs, int n, int *index, size_t *received);
+dt_status dt__native_cancel(dt_request *req);
 
 /* The table named by DT_BACKEND ("native", the default); NULL with the
  * error set when this build has no such backend. */

@@ -22,6 +22,7 @@ const dt__backend dt__native_backend = {
     .wait = dt__native_wait,
     .test = dt__native_test,
     .waitany = dt__native_waitany,
+    .cancel = dt__native_cancel,
 };
 
 const dt__backend *dt__backend_from_env(void)

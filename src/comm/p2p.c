@@ -117,6 +117,15 @@ dt_status dt__native_waitany(dt_request **reqs, int n, int *index, size_t *recei
     return finish(r, received);
 }
 
+dt_status dt__native_cancel(dt_request *r)
+{
+    if (r->comm->world->engine_closed || dt__engine_cancel(r->comm->world->eng, &r->req) != DT_OK)
+        return dt__fail(DT_ERR_INVALID, "dt_cancel: the %s from rank %d has %s", r->req.kind == DT_REQ_SEND ? "send to" : "receive",
+                        r->req.peer, r->req.kind == DT_REQ_SEND ? "no cancel (wait for it)" : "matched a message already (wait for it)");
+    free(r);
+    return DT_OK;
+}
+
 dt_status dt__native_test(dt_request *r, int *done, size_t *received)
 {
     if (!dt__req_done(&r->req) && !r->comm->world->engine_closed)

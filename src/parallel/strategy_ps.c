@@ -379,6 +379,14 @@ static void ps_timing(const dt_strategy *s, double *comm, double *exposed)
     *comm = *exposed = P->last_exposed; /* what the step waited for */
 }
 
+/* A receive that will never be answered (after a refusal) is withdrawn. */
+static void drop(dt_request **r)
+{
+    if (*r && dt_cancel(*r) != DT_OK)
+        dt_wait(*r, NULL); /* matched already: it lands */
+    *r = NULL;
+}
+
 static void ps_destroy(dt_strategy *s)
 {
     ps_worker *P = s->impl;
@@ -386,6 +394,16 @@ static void ps_destroy(dt_strategy *s)
         return;
     if (s->model)
         dt_model_set_hooks(s->model, NULL, NULL);
+    for (int k = 0; P->failed && P->lo && k < P->S; k++) {
+        drop(&P->rep_req[k]);
+        drop(&P->val_req[k]);
+        if (P->rrq) {
+            drop(&P->rrq[2 * k]);
+            drop(&P->rrq[2 * k + 1]);
+        }
+    }
+    if (P->failed)
+        wait_sends(P);
     if (!P->failed && P->lo && pull_wait_all(P) == DT_OK && pull_headers(P) == DT_OK) {
         for (int k = 0; k < P->S; k++)
             if (send_hdr(P, k, ps_make(PS_BYE, P->clock, 0, 0, 0)) != DT_OK)

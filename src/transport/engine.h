@@ -136,6 +136,10 @@ dt_status dt__engine_sig_mismatch(dt__engine *e, int peer, uint32_t comm_id, uin
                                   uint64_t theirs);
 /* Poll the sockets once, waiting at most timeout_ms for activity. */
 dt_status dt__engine_progress(dt__engine *e, int timeout_ms);
+/* Withdraw a posted receive that no message has matched yet: r completes
+ * with DT_ERR_ABORTED.  DT_ERR_INVALID (nothing done) when r is a send,
+ * already done, or being filled. */
+dt_status dt__engine_cancel(dt__engine *e, dt__req *r);
 /* Progress until r completes or deadline_ns passes (then the engine fails). */
 dt_status dt__engine_wait(dt__engine *e, dt__req *r, int64_t deadline_ns);
 /* Progress until every request in rs completes. */

@@ -106,6 +106,26 @@ static dt_status irecv_locked(dt__engine *e, dt__req *r, int pi, uint32_t comm_i
     return DT_OK;
 }
 
+dt_status dt__engine_cancel(dt__engine *e, dt__req *r)
+{
+    dt__engine_lock(e);
+    dt_status s = DT_ERR_INVALID;
+    if (r->kind == DT_REQ_RECV && r->state == DT_REQ_PENDING && r->peer >= 0 && r->peer < e->size) {
+        peer *p = &e->peers[r->peer];
+        dt__req *prev = NULL;
+        for (dt__req *q = p->posted; q; prev = q, q = q->next)
+            if (q == r && p->target != r) { /* posted and not being filled */
+                dt__req_unlink(&p->posted, &p->posted_tail, prev, r);
+                r->status = DT_ERR_ABORTED;
+                __atomic_store_n(&r->state, DT_REQ_DONE, __ATOMIC_RELEASE);
+                s = DT_OK;
+                break;
+            }
+    }
+    dt__engine_unlock(e);
+    return s;
+}
+
 dt_status dt__engine_irecv(dt__engine *e, dt__req *r, int pi, uint32_t comm_id, int32_t tag,
                            uint64_t seq, uint64_t sig, bool any_seq, void *buf, size_t cap)
 {

@@ -9,7 +9,10 @@
 #     server: the servers' clock log never shows a pull answered more than
 #     s steps ahead of the slowest worker, and the fast workers reach it;
 #   - a worker with a different model is refused, naming it and the
-#     tensor, and the other worker trains on as if alone;
+#     tensor, and the other worker trains on as if alone; after joining, a
+#     worker pushing a row outside the table and one pushing gradients
+#     outside the server's range (raw protocol messages) are refused naming
+#     the worker, the tensor and the fault, and the third trains on;
 #   - the text classifier's row-sparse table served by rows: BSP with 2
 #     workers and 2 servers against allreduce, ASP with one worker against
 #     one process (bitwise), only the touched rows on the wire.
@@ -39,4 +42,8 @@ done
 "$BIN/dtrun" -n 3 "$BIN/ps_check" refuse >"$WORK/refuse" 2>&1 || { cat "$WORK/refuse"; fail "ps_check refuse"; }
 expect_grep "$WORK/refuse" "ps_check refuse: ok"
 grep "refused" "$WORK/refuse" | head -2
+"$BIN/dtrun" -n 4 "$BIN/ps_check" hostile >"$WORK/hostile" 2>&1 || { cat "$WORK/hostile"; fail "ps_check hostile"; }
+expect_grep "$WORK/hostile" "ps_check hostile: ok"
+expect_grep "$WORK/hostile" "refused worker 1: row 507 of embedding.weight: outside the table"
+expect_grep "$WORK/hostile" "refused worker 2: a push of 16 gradients at element [0-9]+ \(tensor fc.bias\) outside this server's range"
 echo ok
