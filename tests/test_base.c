@@ -8,6 +8,7 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "base/reduce.h"
+#include "base/status.h"
 #include "check.h"
 #include "dtrain/base.h"
 
@@ -34,6 +35,10 @@ static void test_names(void)
     EXPECT_STATUS(dt_redop_parse("mean", &r), DT_ERR_INVALID);
     EXPECT_EQ(dt_dtype_size(DT_BF16), 2);
     EXPECT_EQ(dt_dtype_size((dt_dtype)99), 0);
+    /* a message wrapping the last one, passed as an argument */
+    dt__fail(DT_ERR_INVALID, "the inner cause %d", 7);
+    EXPECT_STATUS(dt__fail(DT_ERR_PEER, "outer context: %s", dt_last_error()), DT_ERR_PEER);
+    EXPECT(strcmp(dt_last_error(), "outer context: the inner cause 7") == 0);
 }
 
 static void test_f16(void)

@@ -93,15 +93,15 @@ static void test_write_and_read(void)
     if (m) {
         EXPECT(dt_ckpt_manifest_config(m) && strcmp(dt_ckpt_manifest_config(m), meta.config_json) == 0);
         dt_ckpt_progress got;
-        dt_ckpt_limits lim = {100, 0, 4};
+        dt_ckpt_limits lim = {100, 0, 4, false};
         EXPECT_STATUS(dt_ckpt_manifest_progress(m, &lim, &got), DT_OK);
         EXPECT(memcmp(&got, &pr20, sizeof got) == 0);
         /* the step beyond the run's steps; the position beyond the epoch */
-        lim = (dt_ckpt_limits){5, 0, 4};
+        lim = (dt_ckpt_limits){5, 0, 4, false};
         EXPECT_STATUS(dt_ckpt_manifest_progress(m, &lim, &got), DT_ERR_INVALID);
         EXPECT_CONTAINS(dt_last_error(),
                         "step-00000020: the manifest's field step = 20 is not a whole number in [0, 5]");
-        lim = (dt_ckpt_limits){100, 100, 4};
+        lim = (dt_ckpt_limits){100, 100, 4, false};
         EXPECT_STATUS(dt_ckpt_manifest_progress(m, &lim, &got), DT_ERR_INVALID);
         EXPECT_CONTAINS(dt_last_error(), "field sampler.position = 160 is not a whole number in [0, 100]");
         EXPECT_STATUS(dt_ckpt_manifest_check_tensors(m, p, "toy"), DT_OK);

@@ -29,24 +29,30 @@ const char *dt_status_name(dt_status s)
     return "DT_ERR_UNKNOWN";
 }
 
+/* The message is formatted apart and then copied: a caller may pass
+ * dt_last_error() itself as an argument ("context: %s"). */
 dt_status dt__fail(dt_status code, const char *fmt, ...)
 {
+    char text[DT__ERROR_LEN];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    memcpy(last_error, text, sizeof last_error);
     return code;
 }
 
 dt_status dt__fail_errno(dt_status code, const char *fmt, ...)
 {
     int err = errno;
+    char text[DT__ERROR_LEN];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(last_error, sizeof last_error, fmt, ap);
+    int n = vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    if (n >= 0 && (size_t)n < sizeof last_error)
-        snprintf(last_error + n, sizeof last_error - (size_t)n, ": %s", strerror(err));
+    if (n >= 0 && (size_t)n < sizeof text)
+        snprintf(text + n, sizeof text - (size_t)n, ": %s", strerror(err));
+    memcpy(last_error, text, sizeof last_error);
     errno = err; /* the caller may still look at it */
     return code;
 }

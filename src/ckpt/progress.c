@@ -58,10 +58,11 @@ dt_status dt_ckpt_manifest_progress(const dt_ckpt_manifest *m, const dt_ckpt_lim
     const cJSON *j = m->json;
     dt_ckpt_progress got = {0};
     DT_CHECK(whole(m, j, "step", "step", 0, (double)lim->max_step, &got.step));
-    DT_CHECK(whole(m, cJSON_GetObjectItemCaseSensitive(j, "optimizer"), "optimizer.steps", "steps", 0,
-                   (double)got.step, &got.optimizer_steps));
     if (cJSON_GetObjectItemCaseSensitive(j, "world_size")) /* absent from older checkpoints */
         DT_CHECK(whole(m, j, "world_size", "world_size", 0, 1 << 20, &got.world_size));
+    double updates = (double)got.step * (lim->update_per_worker && got.world_size > 1 ? (double)got.world_size : 1);
+    DT_CHECK(whole(m, cJSON_GetObjectItemCaseSensitive(j, "optimizer"), "optimizer.steps", "steps", 0, updates,
+                   &got.optimizer_steps));
     if (cJSON_GetObjectItemCaseSensitive(j, "global_batch"))
         DT_CHECK(whole(m, j, "global_batch", "global_batch", 0, BIG, &got.global_batch));
     /* The sampler: its position is within an epoch (the epoch of train_samples,

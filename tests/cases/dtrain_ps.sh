@@ -12,7 +12,9 @@
 #     than `staleness` steps ahead of the slowest, and the bound is reached;
 #     ASP trains;
 #   - refusals: no worker left, grad_clip under asp, servers with zero_stage;
-#   - a worker killed during BSP: the job stops and names it.
+#   - a worker killed during BSP: the job stops and names it; a worker killed
+#     during SSP under dtrun --max-restarts 1: the job restarts, resumes from
+#     the servers' newest checkpoint and finishes.
 . "$(dirname "$0")/lib.sh"
 model=(--config configs/gpt-mini.json --set layers=2 --set dim=64 --set context=32 --set threads=1)
 base=("${model[@]}" --set log_interval=1 --set eval_interval=8 --set eval_batches=2 --set warmup_steps=2
@@ -92,4 +94,22 @@ expect_grep "$WORK/bad" "sync"
 # -- a worker killed during BSP: the job stops, naming it
 kill_rank_in_training 1 "$WORK/kill" "$BIN/dtrun" -n 3 --servers 1 "$BIN/dtrain" train "${model[@]}" --set steps=100000 \
     --set batch_size=4 --set log_interval=5
+
+# -- SSP waits for the restart: a worker killed under --max-restarts, the job resumes and finishes
+"$BIN/dtrun" -n 3 --servers 1 --max-restarts 1 "$BIN/dtrain" train "${model[@]}" --set steps=300 --set batch_size=4 \
+    --set log_interval=5 --set grad_clip=0 --set sync=ssp --set staleness=2 --set checkpoint_dir="$WORK/ck-restart" \
+    --set checkpoint_interval=5 >"$WORK/restart" 2>&1 &
+job=$!
+for _ in $(seq 300); do grep -q "step 10/" "$WORK/restart" && break; sleep 0.1; done
+victim=""
+for p in $(pgrep -P $job); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "DT_RANK=1" && victim=$p
+done
+[ -n "$victim" ] || { kill $job; cat "$WORK/restart"; fail "did not find worker 1 among dtrun's children"; }
+kill -9 "$victim"
+wait $job || { cat "$WORK/restart"; fail "the job did not finish after the restart"; }
+expect_grep "$WORK/restart" "dtrun: restart 1 of 1: failure: rank 1 \(pid $victim\) was killed by signal 9"
+expect_grep "$WORK/restart" "resumed from .*ck-restart/step-[0-9]+ at step [0-9]+"
+expect_grep "$WORK/restart" "step 300/300"
+grep "resumed from" "$WORK/restart" | head -1
 echo ok

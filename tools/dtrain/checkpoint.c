@@ -54,7 +54,8 @@ static dt_status verify(void *user, const char *step_dir)
     cJSON_Delete(json);
     if (s == DT_OK && (s = dtrain_config_validate(c)) != DT_OK)
         fprintf(stderr, "dtrain: %s: the manifest's config is inconsistent (above)\n", step_dir);
-    dt_ckpt_limits lim = {c->steps, o->train_samples, c->batch_size * c->grad_accumulation};
+    dt_ckpt_limits lim = {c->steps, o->train_samples, c->batch_size * c->grad_accumulation,
+                          c->servers > 0 && strcmp(c->sync, "bsp") != 0};
     dt_ckpt_progress got;
     if (s == DT_OK && (s = dt_ckpt_manifest_progress(m, &lim, &got)) != DT_OK)
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
