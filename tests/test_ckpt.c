@@ -69,6 +69,36 @@ static void write_text(const char *rel, const char *text)
     }
 }
 
+/* A parameter server under asp/ssp updates once per worker's push: its
+ * optimizer.steps may exceed the step (up to the run's steps x workers)
+ * only when the caller says the run was such. */
+static void test_update_per_worker(void)
+{
+    dt_optimizer *o;
+    dt_params *p = make_params(3, &o, 1.0f);
+    dt_ckpt_tensors t = dt_ckpt_tensors_live(p, o);
+    char ps_root[512], written[DT_CKPT_PATH_MAX];
+    path(ps_root, sizeof ps_root, "ps-root");
+    dt_ckpt_progress pr = progress(30);
+    pr.optimizer_steps = 61; /* worker 1 two steps ahead of worker 0, who wrote at step 30 */
+    EXPECT_STATUS(dt_ckpt_save(ps_root, p, &t, &meta, &pr, written, sizeof written), DT_OK);
+    dt_ckpt_manifest *m;
+    EXPECT_STATUS(dt_ckpt_manifest_open(written, &m), DT_OK);
+    if (m) {
+        dt_ckpt_progress got;
+        EXPECT_STATUS(dt_ckpt_manifest_progress(m, &(dt_ckpt_limits){300, 0, 4, false}, &got), DT_ERR_INVALID);
+        EXPECT_CONTAINS(dt_last_error(), "optimizer.steps = 61 is not a whole number in [0, 30]");
+        EXPECT_STATUS(dt_ckpt_manifest_progress(m, &(dt_ckpt_limits){300, 0, 4, true}, &got), DT_OK);
+        EXPECT_EQ(got.optimizer_steps, 61);
+        /* a run of 30 steps on 2 workers makes at most 60 updates */
+        EXPECT_STATUS(dt_ckpt_manifest_progress(m, &(dt_ckpt_limits){30, 0, 4, true}, &got), DT_ERR_INVALID);
+        EXPECT_CONTAINS(dt_last_error(), "optimizer.steps = 61 is not a whole number in [0, 60]");
+        dt_ckpt_manifest_close(m);
+    }
+    dt_optimizer_destroy(o);
+    dt_params_destroy(p);
+}
+
 /* Write steps 10 and 20, read 20 back: the manifest's config and progress,
  * the tensors to the bit, the shape check. */
 static void test_write_and_read(void)
@@ -523,6 +553,7 @@ int main(void)
         return 1;
     }
     test_write_and_read();
+    test_update_per_worker();
     test_newest_complete();
     test_corrupt();
     test_clear();

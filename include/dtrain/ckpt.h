@@ -250,13 +250,14 @@ typedef struct {
                              * (padded to the writer's world size), its epoch no further than twice
                              * the samples the steps consumed allow; 0: not checked */
     int64_t batch_per_rank; /* batch x accumulation: the global batch of a manifest without one */
-    /* optimizer.steps may reach step x world_size, not only step: a parameter
-     * server under asp or ssp updates once per worker's push */
+    /* optimizer.steps may reach max_step x world_size, not only step: a
+     * parameter server under asp or ssp updates once per worker's push, and
+     * the other workers may be ahead of the one that wrote */
     bool update_per_worker;
 } dt_ckpt_limits;
 
 /* The manifest's progress, every value range-checked: step, optimizer.steps
- * (up to step, or step x world_size with update_per_worker), world_size and global_batch (when present), sampler.epoch and
+ * (up to step, or max_step x world_size with update_per_worker), world_size and global_batch (when present), sampler.epoch and
  * .position, the four rng words (64-bit decimals, not all zero). */
 dt_status dt_ckpt_manifest_progress(const dt_ckpt_manifest *m, const dt_ckpt_limits *lim,
                                     dt_ckpt_progress *out);

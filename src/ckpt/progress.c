@@ -60,7 +60,9 @@ dt_status dt_ckpt_manifest_progress(const dt_ckpt_manifest *m, const dt_ckpt_lim
     DT_CHECK(whole(m, j, "step", "step", 0, (double)lim->max_step, &got.step));
     if (cJSON_GetObjectItemCaseSensitive(j, "world_size")) /* absent from older checkpoints */
         DT_CHECK(whole(m, j, "world_size", "world_size", 0, 1 << 20, &got.world_size));
-    double updates = (double)got.step * (lim->update_per_worker && got.world_size > 1 ? (double)got.world_size : 1);
+    /* one update per step; per worker's push (asp, ssp): the others may be ahead of the writer, up to the run's end */
+    double updates = lim->update_per_worker && got.world_size > 1 ? (double)lim->max_step * (double)got.world_size
+                                                                   : (double)got.step;
     DT_CHECK(whole(m, cJSON_GetObjectItemCaseSensitive(j, "optimizer"), "optimizer.steps", "steps", 0, updates,
                    &got.optimizer_steps));
     if (cJSON_GetObjectItemCaseSensitive(j, "global_batch"))
