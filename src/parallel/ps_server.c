@@ -64,7 +64,7 @@ typedef struct {
     dt_params *p;
     int W, k, active;
     int64_t P, lo, n;
-    float *values, *sum, *scratch;
+    float *values, *sum;
     dt_optimizer *o;
     int64_t applied;      /* BSP: updates made */
     int complete;         /* BSP: workers whose push of this clock is complete */
@@ -120,7 +120,8 @@ static dt_status refuse(server *S, int w, const char *fmt, ...)
     S->w[w].rep = ps_make(PS_ERROR, 0, (int64_t)strlen(why), 0, 0);
     DT_CHECK(dt_send(&S->w[w].rep, PS_HEADER_WORDS, DT_I64, w, PS_TAG_REP, S->c));
     DT_CHECK(dt_send(why, strlen(why), DT_U8, w, PS_TAG_ERR, S->c));
-    S->w[w].gone = true; /* nothing more is read from it */
+    S->w[w].gone = true; /* nothing more is read from it, and nothing it pushed this step is kept */
+    dt_vec_zero(S->w[w].acc, S->n);
     S->active--;
     return bsp_try(S);
 }
@@ -190,6 +191,12 @@ static dt_status bsp_try(server *S)
 {
     if (S->pc->sync != DT_PS_BSP || S->complete == 0 || S->complete < S->active)
         return DT_OK;
+    dt_vec_zero(S->sum, S->n); /* the workers' pushes summed in worker order: the same bits whatever order they came in */
+    for (int w = 0; w < S->W; w++) {
+        if (!S->w[w].gone)
+            dt_vec_axpy(S->sum, 1.0f, S->w[w].acc, S->n);
+        dt_vec_zero(S->w[w].acc, S->n);
+    }
     dt_status st = DT_OK;
     S->norm = apply(S, S->sum, 1.0 / S->complete, S->lr, S->clip, true, &st);
     S->complete = 0;
@@ -240,14 +247,12 @@ static dt_status on_push(server *S, int w, const ps_header *h)
     }
     W->piece[W->npieces][0] = at;
     W->piece[W->npieces++][1] = at + count;
-    float *dst = S->pc->sync == DT_PS_BSP ? S->scratch : W->acc + (at - S->lo);
+    float *dst = W->acc + (at - S->lo); /* the worker's own until its commit: a refusal leaves no trace */
     size_t got = 0;
     DT_CHECK(dt_recv(dst, (size_t)count, DT_F32, w, PS_TAG_DATA, S->c, &got));
     if ((int64_t)got != count)
         return refuse(S, w, "a push announced %lld gradients at element %lld (tensor %s) and sent %zu",
                       (long long)count, (long long)at, dt__ps_tensor_at(S->p, at), got);
-    if (S->pc->sync == DT_PS_BSP)
-        dt_vec_axpy(S->sum + (at - S->lo), 1.0f, S->scratch, count);
     W->got += count;
     return DT_OK;
 }
@@ -564,7 +569,6 @@ static void server_free(server *S)
     free(S->hreq);
     free(S->values);
     free(S->sum);
-    free(S->scratch);
     dt_optimizer_destroy(S->o);
     if (S->log)
         fclose(S->log);
@@ -614,9 +618,9 @@ dt_status dt_ps_serve(dt_comm *c, dt_comm *group, const dt_ps_config *pc, dt_mod
     if (st == DT_OK &&
         (!(S.values = calloc((size_t)S.n, sizeof(float))) || !(S.w = calloc((size_t)S.W, sizeof *S.w)) ||
          !(S.hreq = calloc((size_t)S.W, sizeof *S.hreq)) ||
-         (bsp && (!(S.sum = calloc((size_t)S.n, sizeof(float))) || !(S.scratch = malloc((size_t)S.n * sizeof(float)))))))
+         (bsp && !(S.sum = calloc((size_t)S.n ? (size_t)S.n : 1, sizeof(float))))))
         st = dt__fail(DT_ERR_NOMEM, "parameter server: out of memory for a range of %lld", (long long)S.n);
-    for (int w = 0; st == DT_OK && !bsp && w < S.W; w++)
+    for (int w = 0; st == DT_OK && w < S.W; w++)
         if (!(S.w[w].acc = calloc((size_t)S.n, sizeof(float))))
             st = dt__fail(DT_ERR_NOMEM, "parameter server: out of memory for worker %d's pushes", w);
     if (st == DT_OK && pc->clock_log && pc->clock_log[0] && !(S.log = fopen(pc->clock_log, "a")))
