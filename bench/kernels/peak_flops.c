@@ -1,0 +1,174 @@
+/* This machine's floating-point peak, measured: independent chains of
+ * fused multiply-adds (f32: AVX-512 or AVX2 with FMA, whichever the CPU
+ * has; bf16: AVX512_BF16's dot products into f32) on 1 .. T threads at
+ * once, each pinned by the OS where it likes.  The training benchmarks
+ * quote what share of it each program reaches (issue 35).
+ *
+ *   build/bin/peak_flops [THREADS=all cores] [SECONDS=0.5]
+ *
+ * One line per kernel and thread count: GFLOP/s in all and per thread (the
+ * best of 3 passes).  A multiply-add counts 2 flops; a bf16 dot product
+ * (VDPBF16PS: 32 pairs into 16 f32 sums) 64.  The kernels are chosen at run
+ * time from the CPU's flags, so one binary serves every x86-64 machine. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+enum { CHAINS = 12 }; /* independent accumulators: enough to cover FMA latency x ports */
+
+typedef double (*kernel_fn)(long iters, float *sink); /* returns the flops done */
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) static double fma512(long iters, float *sink)
+{
+    __m512 acc[CHAINS], b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+    for (int k = 0; k < CHAINS; k++)
+        acc[k] = _mm512_set1_ps((float)k);
+    for (long i = 0; i < iters; i++)
+        for (int k = 0; k < CHAINS; k++)
+            acc[k] = _mm512_fmadd_ps(acc[k], b, c);
+    __m512 s = acc[0];
+    for (int k = 1; k < CHAINS; k++)
+        s = _mm512_add_ps(s, acc[k]);
+    *sink = _mm512_reduce_add_ps(s);
+    return 2.0 * 16 * CHAINS * (double)iters;
+}
+
+__attribute__((target("avx2,fma"))) static double fma256(long iters, float *sink)
+{
+    __m256 acc[CHAINS], b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+    for (int k = 0; k < CHAINS; k++)
+        acc[k] = _mm256_set1_ps((float)k);
+    for (long i = 0; i < iters; i++)
+        for (int k = 0; k < CHAINS; k++)
+            acc[k] = _mm256_fmadd_ps(acc[k], b, c);
+    __m256 s = acc[0];
+    for (int k = 1; k < CHAINS; k++)
+        s = _mm256_add_ps(s, acc[k]);
+    float out[8];
+    _mm256_storeu_ps(out, s);
+    *sink = out[0] + out[7];
+    return 2.0 * 8 * CHAINS * (double)iters;
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static double dpbf16(long iters, float *sink)
+{
+    __m512 acc[CHAINS];
+    __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3380); /* 1.0, ~6e-8 */
+    for (int k = 0; k < CHAINS; k++)
+        acc[k] = _mm512_set1_ps((float)k);
+    for (long i = 0; i < iters; i++)
+        for (int k = 0; k < CHAINS; k++)
+            acc[k] = _mm512_dpbf16_ps(acc[k], x, y);
+    __m512 s = acc[0];
+    for (int k = 1; k < CHAINS; k++)
+        s = _mm512_add_ps(s, acc[k]);
+    *sink = _mm512_reduce_add_ps(s);
+    return 64.0 * CHAINS * (double)iters;
+}
+#endif
+
+typedef struct {
+    kernel_fn fn;
+    long iters;
+    double flops, seconds;
+    float sink;
+    pthread_barrier_t *start;
+} job;
+
+static void *run(void *arg)
+{
+    job *j = arg;
+    pthread_barrier_wait(j->start);
+    double t0 = now();
+    j->flops = j->fn(j->iters, &j->sink);
+    j->seconds = now() - t0;
+    return NULL;
+}
+
+/* GFLOP/s of `threads` threads running fn at once (the slowest's time). */
+static double measure(kernel_fn fn, long iters, int threads)
+{
+    job *jobs = calloc((size_t)threads, sizeof *jobs);
+    pthread_t *tid = calloc((size_t)threads, sizeof *tid);
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, (unsigned)threads);
+    for (int t = 0; t < threads; t++) {
+        jobs[t] = (job){fn, iters, 0, 0, 0, &start};
+        pthread_create(&tid[t], NULL, run, &jobs[t]);
+    }
+    double flops = 0, slowest = 0;
+    for (int t = 0; t < threads; t++) {
+        pthread_join(tid[t], NULL);
+        flops += jobs[t].flops;
+        slowest = jobs[t].seconds > slowest ? jobs[t].seconds : slowest;
+    }
+    pthread_barrier_destroy(&start);
+    free(jobs);
+    free(tid);
+    return flops / slowest / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int maxt = argc > 1 ? atoi(argv[1]) : (int)cores;
+    double seconds = argc > 2 ? atof(argv[2]) : 0.5;
+    if (maxt < 1 || maxt > 1024 || !(seconds > 0)) {
+        fprintf(stderr, "usage: peak_flops [THREADS=%ld] [SECONDS=0.5]\n", cores);
+        return 2;
+    }
+    struct kernel {
+        const char *name;
+        kernel_fn fn;
+    } kernels[3] = {{0}};
+    int nk = 0;
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        kernels[nk++] = (struct kernel){"f32 FMA, AVX-512 (16 lanes)", fma512};
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        kernels[nk++] = (struct kernel){"f32 FMA, AVX2 (8 lanes)", fma256};
+    if (__builtin_cpu_supports("avx512bf16"))
+        kernels[nk++] = (struct kernel){"bf16 dot products into f32, AVX512_BF16", dpbf16};
+    else
+        printf("bf16: this CPU has no AVX512_BF16 (bf16 GEMMs would convert to f32 first)\n");
+#endif
+    if (nk == 0) {
+        printf("peak_flops: no FMA kernel for this CPU (x86-64 with AVX2+FMA or AVX-512 needed)\n");
+        return 0;
+    }
+    for (int k = 0; k < nk; k++) {
+        long iters = 1 << 16; /* calibrate: one thread, about `seconds` */
+        double t0 = now();
+        float sink;
+        kernels[k].fn(iters, &sink);
+        double dt = now() - t0;
+        iters = (long)((double)iters * seconds / (dt > 1e-6 ? dt : 1e-6));
+        for (int t = 1; t <= maxt; t *= 2) {
+            double best = 0;
+            for (int pass = 0; pass < 3; pass++) {
+                double g = measure(kernels[k].fn, iters, t);
+                best = g > best ? g : best;
+            }
+            printf("%s: %d thread%s: %.1f GFLOP/s (%.1f per thread)\n", kernels[k].name, t, t == 1 ? "" : "s", best,
+                   best / t);
+            if (t < maxt && t * 2 > maxt)
+                t = maxt / 2; /* the last pass runs maxt threads */
+        }
+    }
+    return 0;
+}
