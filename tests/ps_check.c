@@ -47,6 +47,8 @@
 
 static int failures, rank;
 
+#include "check_models.h"
+
 #define CALL(x)                                                                                        \
     do {                                                                                               \
         if ((x) != DT_OK) {                                                                            \
@@ -55,64 +57,10 @@ static int failures, rank;
         }                                                                                              \
     } while (0)
 
-enum { MLP, GPT, TEXT };
-#define BAG 6     /* ids per example of the text classifier, -1 padded */
-#define BUCKETS 500
-static const char *const kind_name[] = {"mlp", "gpt", "textclf"};
-
-typedef struct {
-    int kind;
-    int64_t step;
-    int next;
-    float x[MB * 16];
-    int32_t y[MB * 8];
-} feed;
-
-static const dt_gpt_config gcfg = {.vocab = 40, .context = 8, .layers = 2, .heads = 2, .dim = 16, .dropout = 0.1f};
-static const int64_t sizes[] = {16, 24, 20, 6};
-
-static dt_status next_batch(void *user, dt_micro_batch *mb)
-{
-    feed *f = user;
-    dt_rng g;
-    dt_rng_seed(&g, dt_rng_key_stream(&(dt_rng_key){SEED, (uint64_t)f->step, (uint32_t)f->next++, (uint32_t)rank}, 3));
-    if (f->kind == TEXT) { /* bags of 1..BAG ids from BUCKETS, -1 after them */
-        for (int b = 0; b < MB; b++) {
-            int len = 1 + (int)(dt_rng_uniform(&g) * BAG) % BAG;
-            for (int j = 0; j < BAG; j++)
-                f->x[b * BAG + j] = j < len ? (float)((int)(dt_rng_uniform(&g) * BUCKETS) % BUCKETS) : -1.0f;
-            f->y[b] = (int32_t)(dt_rng_uniform(&g) * 5) % 5;
-        }
-        mb->x = dt_tensor_view(f->x, 2, (int64_t[]){MB, BAG});
-        mb->ntargets = MB;
-    } else if (f->kind == GPT) {
-        for (int j = 0; j < MB * 8; j++) {
-            f->x[j] = (float)((int)(dt_rng_uniform(&g) * 40) % 40);
-            f->y[j] = (int32_t)(dt_rng_uniform(&g) * 40) % 40;
-        }
-        mb->x = dt_tensor_view(f->x, 2, (int64_t[]){MB, 8});
-        mb->ntargets = MB * 8;
-    } else {
-        for (int j = 0; j < MB * 16; j++)
-            f->x[j] = (float)(dt_rng_uniform(&g) * 2 - 1);
-        for (int j = 0; j < MB; j++)
-            f->y[j] = (int32_t)(dt_rng_uniform(&g) * 6) % 6;
-        mb->x = dt_tensor_view(f->x, 2, (int64_t[]){MB, 16});
-        mb->ntargets = MB;
-    }
-    mb->targets = f->y;
-    return DT_OK;
-}
-
 static dt_model *build(int kind, int dim)
 {
     dt_model *m;
-    dt_gpt_config g = gcfg;
-    g.dim = dim;
-    CALL(kind == GPT ? dt_gpt_create(&g, &m)
-         : kind == TEXT ? dt_textclf_create(&(dt_textclf_config){BUCKETS, dim / 2, 5}, &m)
-                        : dt_mlp_create(sizes, 4, &m));
-    dt_model_init(m, SEED);
+    CALL(check_build(kind, dim, &m));
     return m;
 }
 
@@ -131,14 +79,6 @@ static dt_status make_adamw(void *user, dt_model *m, int64_t offset, int64_t num
         s = dt_optimizer_set_groups(*out, g, ng);
     free(g);
     return s;
-}
-
-static double largest(const float *v, int64_t n)
-{
-    double m = 1e-30;
-    for (int64_t i = 0; i < n; i++)
-        m = fmax(m, fabs((double)v[i]));
-    return m;
 }
 
 static void sleep_ms(int ms)

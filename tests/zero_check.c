@@ -23,6 +23,8 @@
 
 static int failures, rank;
 
+#include "check_models.h"
+
 #define CALL(x)                                                                                        \
     do {                                                                                               \
         if ((x) != DT_OK) {                                                                            \
@@ -31,46 +33,10 @@ static int failures, rank;
         }                                                                                              \
     } while (0)
 
-typedef struct {
-    bool gpt;
-    int64_t step;
-    int next;
-    float x[MB * 16];
-    int32_t y[MB * 8];
-} feed;
-
-static const dt_gpt_config gcfg = {.vocab = 40, .context = 8, .layers = 2, .heads = 2, .dim = 16, .dropout = 0.1f};
-static const int64_t sizes[] = {16, 24, 20, 6};
-
-static dt_status next_batch(void *user, dt_micro_batch *mb)
-{
-    feed *f = user;
-    dt_rng g;
-    dt_rng_seed(&g, dt_rng_key_stream(&(dt_rng_key){SEED, (uint64_t)f->step, (uint32_t)f->next++, (uint32_t)rank}, 3));
-    if (f->gpt) {
-        for (int j = 0; j < MB * 8; j++) {
-            f->x[j] = (float)((int)(dt_rng_uniform(&g) * 40) % 40);
-            f->y[j] = (int32_t)(dt_rng_uniform(&g) * 40) % 40;
-        }
-        mb->x = dt_tensor_view(f->x, 2, (int64_t[]){MB, 8});
-        mb->ntargets = MB * 8;
-    } else {
-        for (int j = 0; j < MB * 16; j++)
-            f->x[j] = (float)(dt_rng_uniform(&g) * 2 - 1);
-        for (int j = 0; j < MB; j++)
-            f->y[j] = (int32_t)(dt_rng_uniform(&g) * 6) % 6;
-        mb->x = dt_tensor_view(f->x, 2, (int64_t[]){MB, 16});
-        mb->ntargets = MB;
-    }
-    mb->targets = f->y;
-    return DT_OK;
-}
-
 static dt_model *build(bool gpt)
 {
     dt_model *m;
-    CALL(gpt ? dt_gpt_create(&gcfg, &m) : dt_mlp_create(sizes, 4, &m));
-    dt_model_init(m, SEED);
+    CALL(check_build(gpt ? GPT : MLP, 16, &m));
     return m;
 }
 
@@ -80,14 +46,6 @@ static dt_optimizer *adamw(int64_t n, const dt_optim_group *g, int ng)
     CALL(dt_adamw_create(&(dt_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f}, n, &o));
     CALL(dt_optimizer_set_groups(o, g, ng));
     return o;
-}
-
-static double largest(const float *v, int64_t n)
-{
-    double m = 1e-30;
-    for (int64_t i = 0; i < n; i++)
-        m = fmax(m, fabs((double)v[i]));
-    return m;
 }
 
 /* The shard's elements against the whole model's values: slice `r` of each
@@ -143,7 +101,7 @@ static void run(dt_comm *world, bool gpt, int stage, bool offload, int steps)
     double worst_loss = 0, worst_norm = 0;
     for (int step = 0; step < steps; step++) {
         float lr = 3e-3f;
-        feed fa = {gpt, step, 0, {0}, {0}}, fb = fa;
+        feed fa = {gpt ? GPT : MLP, step, 0, {0}, {0}}, fb = fa;
         dt_step_stats a, b;
         CALL(dt_strategy_step(sa, step, lr, next_batch, &fa, &a));
         CALL(dt_strategy_step(sb, step, lr, next_batch, &fb, &b));
