@@ -25,6 +25,7 @@ typedef struct {
     bool prefix;
     bool bind;   /* --bind auto (default): a block of CPUs per local rank */
     int servers; /* --servers: DT_PS_SERVERS for the ranks (0: not set) */
+    char timeline[4096]; /* --timeline FILE, made absolute ("": none) */
     char **argv; /* PROGRAM ARGS... */
 } dtrun_opts;
 
@@ -61,6 +62,12 @@ dtrun_join_result dtrun_join(const dtrun_opts *o, dt_store_client *store, int g,
 /* Run the job: generations of join, spawn, supervise, until success, a
  * failure with no restart left, or a signal.  Returns dtrun's exit code. */
 int dtrun_run(const dtrun_opts *o, dt_store_client **store);
+
+/* --timeline: merge the files of ranks first..first+n-1 (PREFIX.rank<R>.json,
+ * those that exist) into FILE, remove them, say where it is.  0 when done. */
+int dtrun_timeline_merge(const char *prefix, const char *file, int first, int n);
+/* The ranks this node ran last (dtrun_spawn sets them). */
+extern int dtrun_last_first_rank, dtrun_last_nproc;
 
 /* Fork+exec the local ranks with the DT_* environment; *started counts the
  * children running (kids[0..*started-1]) even when a later one failed. */
