@@ -89,6 +89,9 @@ run fault/checkpoint-keep-corrupt-full-readonly 180 tests/cases/checkpoint_fault
 run ddp/example-fashion-mnist 180 sh -c "\"$BIN/dtrun\" -n 2 \"$BIN/ddp_fashion_mnist\" 1 | tee /dev/stderr | grep -qE 'epoch 1: .* test accuracy (8[0-9]|9[0-9])\\.'"
 run zero/example-fashion-mnist 180 sh -c "\"$BIN/dtrun\" -n 2 \"$BIN/zero_fashion_mnist\" 3 1 | tee /dev/stderr | grep -qE 'epoch 1: .* test accuracy (8[0-9]|9[0-9])\\.'"
 run ddp/demo-script 300 scripts/demo.sh "$BUILD" 12
+run observability/timeline-ddp 300 tests/cases/obs_timeline.sh
+run observability/straggler-named 240 tests/cases/obs_straggler.sh
+run observability/stall-names-ranks 120 tests/cases/obs_stall.sh
 
 # ---- every collective on localhost, world sizes 1..8 ----
 for n in 1 2 3 4 7 8; do

@@ -160,10 +160,12 @@ static void inspect(dt__world *w, dt__heartbeat *h, const slot *s, double waited
             continue;
         }
         nmissing++;
+        char seen[64] = "not seen at a collective on it yet";
+        if (n)
+            snprintf(seen, sizeof seen, "last seen at #%llu", (unsigned long long)n);
         if (used < sizeof missing)
-            used += (size_t)snprintf(missing + used, sizeof missing - used, "%srank %d (%s, %s)",
-                                     used ? ", " : "", s->ranks[r], host[0] ? host : "host unknown",
-                                     n ? "still at an earlier collective" : "no collective on it yet");
+            used += (size_t)snprintf(missing + used, sizeof missing - used, "%srank %d (%s, %s)", used ? ", " : "",
+                                     s->ranks[r], host[0] ? host : "host unknown", seen);
     }
     if (!nmissing || arrived_lowest != s->rank) /* the lowest rank that arrived speaks */
         return;
