@@ -9,8 +9,10 @@
 # the machine's drift hits both alike).  A run's step time is the median of
 # its logged windows' seconds per step (metrics file, the first window, with
 # start-up and the first allocations, left out); the figure is the median
-# over runs of each kind, and the last line their ratio.  Also prints the
-# events and bytes one timeline recorded.
+# over runs of each kind, and their ratio.  On a shared or loaded machine the
+# runs' spread is larger than the cost, so the script also measures what one
+# span costs the recording thread (build/bin/span_cost) and prints the cost
+# it implies: spans per step and rank x ns per span / step time.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PAIRS=${1:-5}
@@ -45,15 +47,23 @@ for i in $(seq "$PAIRS"); do
     fi
     echo "pair $i: off ${off[-1]} s/step, on ${on[-1]} s/step" >&2
 done
-events=$(grep -c '"ph"' "$WORK/tl1.json")
+events=$(grep -c '"ph":"[Xb]"' "$WORK/tl1.json")
 bytes=$(stat -c %s "$WORK/tl1.json")
-python3 - "${off[*]}" "${on[*]}" "$events" "$bytes" "$STEPS" <<'PY'
-import statistics, sys
+span=$($BIN/span_cost)
+echo "$span"
+python3 - "${off[*]}" "${on[*]}" "$events" "$bytes" "$STEPS" "$span" <<'PY'
+import re, statistics, sys
 off = [float(x) for x in sys.argv[1].split()]
 on = [float(x) for x in sys.argv[2].split()]
 mo, mn = statistics.median(off), statistics.median(on)
+events, steps = int(sys.argv[3]), int(sys.argv[5])
+ns = max(float(x) for x in re.findall(r"on (?:with a collective's args )?([0-9.]+) ns", sys.argv[6]))
+per = events / steps / 2
 print(f"timeline off: median {1e3 * mo:.1f} ms/step over {len(off)} runs ({', '.join(f'{1e3 * x:.1f}' for x in off)})")
 print(f"timeline on:  median {1e3 * mn:.1f} ms/step over {len(on)} runs ({', '.join(f'{1e3 * x:.1f}' for x in on)})")
-print(f"one timeline: {sys.argv[3]} events, {int(sys.argv[4]) / 1e6:.2f} MB for {sys.argv[5]} steps of 2 ranks")
-print(f"cost: {100 * (mn / mo - 1):+.2f}% (on / off = {mn / mo:.4f})")
+print(f"one timeline: {events} spans, {int(sys.argv[4]) / 1e6:.2f} MB for {steps} steps of 2 ranks ({per:.0f} spans a step and rank)")
+print(f"measured: {100 * (mn / mo - 1):+.2f}% (on / off = {mn / mo:.4f}; the runs' own spread is "
+      f"{100 * (max(off) - min(off)) / mo:.1f}% off and {100 * (max(on) - min(on)) / mn:.1f}% on)")
+print(f"implied by the span cost: {per:.0f} spans x {ns:.0f} ns = {per * ns / 1e3:.1f} us a step, "
+      f"{100 * per * ns * 1e-9 / mo:.4f}% of {1e3 * mo:.1f} ms")
 PY

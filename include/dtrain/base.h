@@ -42,6 +42,12 @@ dt_status dt_trace_start(const char *path, int pid, const char *process_name);
 dt_status dt_trace_stop(void);
 /* 1 while a trace records. */
 int dt_trace_active(void);
+/* Your own spans on the calling thread's track: t0 = dt_trace_begin() (0
+ * when no trace records: then dt_trace_end does nothing), the work, then
+ * dt_trace_end(category, name, t0, args) with args NULL or the members of a
+ * JSON object ("\"step\":3").  Names are cut at 47 characters. */
+int64_t dt_trace_begin(void);
+void dt_trace_end(const char *category, const char *name, int64_t t0, const char *args_json);
 
 /* Short constant name of a status code ("DT_ERR_PEER"). */
 const char *dt_status_name(dt_status s);

@@ -310,6 +310,14 @@ dt_status dt_trace_stop(void)
 
 int dt_trace_active(void) { return dt__tracing() ? 1 : 0; }
 
+int64_t dt_trace_begin(void) { return dt__trace_begin(); }
+
+void dt_trace_end(const char *category, const char *name, int64_t t0, const char *args_json)
+{
+    if (t0)
+        dt__trace_end(category ? category : "user", name ? name : "span", t0, args_json ? "%s" : NULL, args_json);
+}
+
 dt_status dt__trace_from_env(int rank)
 {
     const char *base = dt__env_str("DT_TIMELINE");

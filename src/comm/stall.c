@@ -10,7 +10,10 @@
  * collective still running DT_STALL_S after it started makes the beat
  * thread read its members' counts: the members whose count on that
  * communicator is below this rank's have not arrived.  The lowest arrived
- * rank prints one line, and again every DT_STALL_S while the wait lasts.
+ * rank prints one line, and again every DT_STALL_S while the wait lasts;
+ * the others stop reading at the first lower rank that arrived, so that in
+ * a large job each waiting rank reads as many keys as there are missing
+ * ranks below it, plus one, not every member's.
  * The counts the others published may be a heartbeat period old, so a rank
  * that arrived within the last period can still be listed: DT_STALL_S
  * should be at least two periods (the default, 60 s, is four). */
@@ -146,7 +149,7 @@ static void inspect(dt__world *w, dt__heartbeat *h, const slot *s, double waited
     dt__stall *st = w->stall;
     char missing[1024] = "", host[64];
     size_t used = 0;
-    int arrived_lowest = s->rank, nmissing = 0;
+    int nmissing = 0;
     for (int r = 0; r < s->size; r++) {
         if (r == s->rank)
             continue;
@@ -155,8 +158,8 @@ static void inspect(dt__world *w, dt__heartbeat *h, const slot *s, double waited
             return; /* the store did not answer: the heartbeat reports it */
         uint64_t n = count_in(text, s->id, host, sizeof host);
         if (n >= s->count) {
-            if (r < arrived_lowest)
-                arrived_lowest = r;
+            if (r < s->rank) /* a lower rank arrived: it speaks, and this one reads no further */
+                return;
             continue;
         }
         nmissing++;
@@ -167,7 +170,7 @@ static void inspect(dt__world *w, dt__heartbeat *h, const slot *s, double waited
             used += (size_t)snprintf(missing + used, sizeof missing - used, "%srank %d (%s, %s)", used ? ", " : "",
                                      s->ranks[r], host[0] ? host : "host unknown", seen);
     }
-    if (!nmissing || arrived_lowest != s->rank) /* the lowest rank that arrived speaks */
+    if (!nmissing)
         return;
     char where[96] = "";
     if (s->id != 1)
