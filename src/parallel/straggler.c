@@ -142,10 +142,10 @@ dt_status dt_straggler_step(dt_straggler *s, int64_t step, double step_s, double
                 s->others[k++] = s->all[2 * q + 1];
         fprintf(stderr,
                 "dtrain: straggler: rank %d (%s) takes %.1f ms a step outside collectives against a median of %.1f ms "
-                "on the other ranks (%.2fx) at %lld checks in a row (steps %lld-%lld); the others wait for it in "
+                "on the other ranks (%.2fx) at %lld check%s in a row (steps %lld-%lld); the others wait for it in "
                 "collectives (median %.1f ms a step) (DT_STRAGGLER_RATIO=%g, DT_STRAGGLER_EVERY=%lld)\n",
                 r, s->hosts + (size_t)r * HOST, 1e3 * busy, 1e3 * med, med > 0 ? busy / med : 0.0,
-                (long long)s->checks, (long long)(step + 1 - s->checks * s->every + 1), (long long)(step + 1),
+                (long long)s->checks, s->checks == 1 ? "" : "s", (long long)(step + 1 - s->checks * s->every + 1), (long long)(step + 1),
                 1e3 * median(s->others, k), s->ratio, (long long)s->every);
         fflush(stderr);
     }
