@@ -244,6 +244,7 @@ void dt__comm_twin(const dt_comm *c, uint32_t id, dt_comm *twin)
     twin->id = id;
     twin->coll_seq = 0;
     twin->progress = NULL;
+    twin->stall_slot = NULL; /* its own id: its own record */
     memset(twin->scratch, 0, sizeof twin->scratch);
     memset(twin->scratch_size, 0, sizeof twin->scratch_size);
 }

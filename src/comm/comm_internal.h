@@ -62,6 +62,7 @@ struct dt_comm {
     uint64_t split_seq; /* splits issued (derives child ids) */
     uint64_t p2p_seq;
     char tag[32];       /* dt_comm_set_tag: recorded with collectives under DT_DEBUG=coll */
+    void *stall_slot;   /* its record in the stall inspector (stall.c), set at its first collective */
     double timeout_s;
     dt__algo algo;
     size_t segment_bytes; /* ring pipeline segment */

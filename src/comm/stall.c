@@ -2,8 +2,9 @@
  * that has waited longer than DT_STALL_S names the ranks that have not
  * arrived at it.
  *
- * Every public collective counts itself on its communicator here (a mutex
- * and a few stores: ~50 ns against a collective's microseconds at least).
+ * Every public collective counts itself on its communicator here (a few
+ * relaxed atomic operations and a coarse clock read: ~10 ns against a
+ * collective's microseconds at least).
  * Each heartbeat the beat thread (transport/heartbeat.c, every
  * DT_HEARTBEAT_TIMEOUT/10 s) publishes this rank's counts in the store as
  * <prefix>/at/<rank>, "host id:count id:count ...", when they changed.  A
@@ -19,9 +20,11 @@
  * should be at least two periods (the default, 60 s, is four). */
 #include "comm/stall.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -31,19 +34,26 @@
 
 #define SLOTS 64 /* communicators followed (more are not inspected) */
 
+/* One communicator's record.  id..ranks are set once, under mu; the rest
+ * is written by the threads that run its collectives with relaxed atomics
+ * (no lock on a collective's path: ~10 ns) and read by the beat thread,
+ * which tolerates a call's fields caught mid-update (a report one beat
+ * late, or naming the next call's size). */
 typedef struct {
     uint32_t id;
     int size, rank;
     int *ranks; /* comm rank -> world rank, copied */
-    uint64_t count; /* public collectives started */
-    int depth;      /* > 0: one is running (a nested call counts once) */
-    int64_t start_ns, reported_ns;
-    char op[24];
-    size_t bytes;
+    _Atomic uint64_t count; /* public collectives started */
+    _Atomic int depth;      /* > 0: one is running (a nested call counts once) */
+    _Atomic int64_t start_ns; /* CLOCK_MONOTONIC_COARSE: ~5 ns to read, a few ms coarse */
+    _Atomic(const char *) op; /* the public call's name (a string literal) */
+    _Atomic size_t bytes;
+    int64_t reported_ns;     /* the beat thread's */
+    uint64_t reported_count; /* the call reported_ns is about */
 } slot;
 
 struct dt__stall {
-    pthread_mutex_t mu;
+    pthread_mutex_t mu; /* n and the slots' constant fields */
     double stall_s;
     slot slots[SLOTS];
     int n;
@@ -85,20 +95,36 @@ void dt__stall_destroy(dt__stall *st)
     free(st);
 }
 
-static slot *find(dt__stall *st, const dt_comm *c)
+/* c's slot: cached in c after the first call (slots never move). */
+static slot *slot_of(dt__stall *st, dt_comm *c)
 {
-    for (int i = 0; i < st->n; i++)
+    slot *s = __atomic_load_n(&c->stall_slot, __ATOMIC_ACQUIRE);
+    if (s)
+        return s;
+    pthread_mutex_lock(&st->mu);
+    for (int i = 0; i < st->n && !s; i++)
         if (st->slots[i].id == c->id)
-            return &st->slots[i];
-    if (st->n == SLOTS)
-        return NULL;
-    int *ranks = malloc((size_t)c->size * sizeof *ranks);
-    if (!ranks)
-        return NULL;
-    memcpy(ranks, c->ranks, (size_t)c->size * sizeof *ranks);
-    slot *s = &st->slots[st->n++];
-    *s = (slot){.id = c->id, .size = c->size, .rank = c->rank, .ranks = ranks};
+            s = &st->slots[i];
+    int *ranks = s || st->n == SLOTS ? NULL : malloc((size_t)c->size * sizeof *ranks);
+    if (ranks) {
+        memcpy(ranks, c->ranks, (size_t)c->size * sizeof *ranks);
+        s = &st->slots[st->n++];
+        s->id = c->id;
+        s->size = c->size;
+        s->rank = c->rank;
+        s->ranks = ranks;
+    }
+    pthread_mutex_unlock(&st->mu);
+    if (s)
+        __atomic_store_n(&c->stall_slot, s, __ATOMIC_RELEASE);
     return s;
+}
+
+static int64_t coarse_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
 void dt__stall_enter(dt_comm *c, const char *op, size_t bytes)
@@ -106,29 +132,32 @@ void dt__stall_enter(dt_comm *c, const char *op, size_t bytes)
     dt__stall *st = c->world->stall;
     if (!st || c->size < 2)
         return;
-    pthread_mutex_lock(&st->mu);
-    slot *s = find(st, c);
-    if (s && s->depth++ == 0) {
-        s->count++;
-        s->start_ns = dt__now_ns();
-        s->reported_ns = 0;
-        snprintf(s->op, sizeof s->op, "%s", op);
-        s->bytes = bytes;
-    }
-    pthread_mutex_unlock(&st->mu);
+    slot *s = slot_of(st, c);
+    if (!s || atomic_fetch_add_explicit(&s->depth, 1, memory_order_relaxed) != 0)
+        return;
+    atomic_store_explicit(&s->op, op, memory_order_relaxed);
+    atomic_store_explicit(&s->bytes, bytes, memory_order_relaxed);
+    atomic_store_explicit(&s->start_ns, coarse_ns(), memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->count, 1, memory_order_release);
 }
 
 void dt__stall_leave(dt_comm *c)
 {
-    dt__stall *st = c->world->stall;
-    if (!st || c->size < 2)
-        return;
-    pthread_mutex_lock(&st->mu);
-    slot *s = find(st, c);
-    if (s && s->depth > 0)
-        s->depth--;
-    pthread_mutex_unlock(&st->mu);
+    slot *s = c->world->stall ? __atomic_load_n(&c->stall_slot, __ATOMIC_ACQUIRE) : NULL;
+    if (s && atomic_load_explicit(&s->depth, memory_order_relaxed) > 0)
+        atomic_fetch_sub_explicit(&s->depth, 1, memory_order_relaxed);
 }
+
+/* What inspect() needs of a stalled slot, copied. */
+typedef struct {
+    uint32_t id;
+    int size, rank;
+    int *ranks;
+    uint64_t count;
+    const char *op;
+    size_t bytes;
+    int64_t start_ns;
+} stalled_call;
 
 /* rank's count on communicator id from its published text; 0 when absent. */
 static uint64_t count_in(const char *text, uint32_t id, char *host, size_t host_len)
@@ -144,7 +173,7 @@ static uint64_t count_in(const char *text, uint32_t id, char *host, size_t host_
     return 0;
 }
 
-static void inspect(dt__world *w, dt__heartbeat *h, const slot *s, double waited)
+static void inspect(dt__world *w, dt__heartbeat *h, const stalled_call *s, double waited)
 {
     dt__stall *st = w->stall;
     char missing[1024] = "", host[64];
@@ -188,23 +217,32 @@ void dt__stall_beat(void *arg, dt__heartbeat *h)
     dt__world *w = arg;
     dt__stall *st = w->stall;
     char text[sizeof st->published];
-    slot stalled[4];
+    stalled_call stalled[4];
     int nstalled = 0;
     int64_t now = dt__now_ns(), limit = (int64_t)(st->stall_s * 1e9);
     pthread_mutex_lock(&st->mu);
     size_t used = (size_t)snprintf(text, sizeof text, "%s", st->host);
     for (int i = 0; i < st->n; i++) {
         slot *s = &st->slots[i];
+        uint64_t count = atomic_load_explicit(&s->count, memory_order_acquire);
         if (used < sizeof text)
-            used += (size_t)snprintf(text + used, sizeof text - used, " %u:%llu", s->id, (unsigned long long)s->count);
-        if (s->depth > 0 && now - s->start_ns >= limit && now - s->reported_ns >= limit && nstalled < 4) {
+            used += (size_t)snprintf(text + used, sizeof text - used, " %u:%llu", s->id, (unsigned long long)count);
+        int64_t start = atomic_load_explicit(&s->start_ns, memory_order_relaxed);
+        if (count != s->reported_count) {
+            s->reported_count = count;
+            s->reported_ns = 0;
+        }
+        if (atomic_load_explicit(&s->depth, memory_order_relaxed) > 0 && now - start >= limit &&
+            now - s->reported_ns >= limit && nstalled < 4) {
+            int *ranks = malloc((size_t)s->size * sizeof *ranks);
+            if (!ranks)
+                continue;
+            memcpy(ranks, s->ranks, (size_t)s->size * sizeof *ranks);
             s->reported_ns = now;
-            stalled[nstalled] = *s;
-            stalled[nstalled].ranks = malloc((size_t)s->size * sizeof(int));
-            if (stalled[nstalled].ranks) {
-                memcpy(stalled[nstalled].ranks, s->ranks, (size_t)s->size * sizeof(int));
-                nstalled++;
-            }
+            stalled[nstalled++] = (stalled_call){.id = s->id, .size = s->size, .rank = s->rank, .ranks = ranks,
+                                                 .count = count, .op = atomic_load_explicit(&s->op, memory_order_relaxed),
+                                                 .bytes = atomic_load_explicit(&s->bytes, memory_order_relaxed),
+                                                 .start_ns = start};
         }
     }
     pthread_mutex_unlock(&st->mu);
