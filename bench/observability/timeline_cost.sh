@@ -2,7 +2,10 @@
 # What dtrun --timeline costs a training step (issue 36: under 2% on, nothing
 # measurable off).
 #
-#   bench/observability/timeline_cost.sh [PAIRS=5] [STEPS=60] [CONFIG=configs/gpt-mini.json]
+#   bench/observability/timeline_cost.sh [PAIRS=5] [STEPS=60] [CONFIG=configs/gpt-mini.json] [--set K=V ...]
+#
+# e.g. a model whose steps take milliseconds, where spans weigh the most:
+#   bench/observability/timeline_cost.sh 5 200 configs/gpt-mini.json --set layers=4 --set dim=64 --set context=32 --set threads=1
 #
 # 2 local ranks train CONFIG data-parallel for STEPS steps, alternately
 # without and with --timeline (PAIRS of each, the order alternating so that
@@ -18,6 +21,8 @@ cd "$(dirname "$0")/../.."
 PAIRS=${1:-5}
 STEPS=${2:-60}
 CONFIG=${3:-configs/gpt-mini.json}
+shift $(($# < 3 ? $# : 3))
+SETS=("$@")
 BIN=${BIN:-build/bin}
 [ -x $BIN/dtrain ] || { echo "build first: make build" >&2; exit 2; }
 WORK=$(mktemp -d /tmp/dtrain-bench.XXXXXX)
@@ -26,7 +31,7 @@ LOG=10
 
 run() { # name [dtrun options]
     local name=$1; shift
-    $BIN/dtrun -n 2 "$@" $BIN/dtrain train --config "$CONFIG" --set steps="$STEPS" --set log_interval=$LOG \
+    $BIN/dtrun -n 2 "$@" $BIN/dtrain train --config "$CONFIG" "${SETS[@]}" --set steps="$STEPS" --set log_interval=$LOG \
         --set eval_interval=0 --set eval_batches=1 --set metrics_file="$WORK/$name.jsonl" >"$WORK/$name.log" 2>&1 ||
         { cat "$WORK/$name.log" >&2; exit 1; }
     python3 - "$WORK/$name.jsonl" $LOG <<'PY'
