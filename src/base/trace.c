@@ -43,7 +43,8 @@ typedef struct tbuf {
     int64_t written;       /* events before this trace (mu) */
     _Atomic int64_t dropped;
     long tid;
-    char name[48]; /* guarded by mu */
+    char name[48];  /* guarded by mu */
+    char named[48]; /* the name the file has for it (mu) */
 } tbuf;
 
 int dt__trace_on;
@@ -57,6 +58,7 @@ static _Thread_local tbuf *mine;
 static _Thread_local char my_name[48];
 static _Thread_local char label_next[48];
 static bool exit_hooked;
+static FILE *out; /* the open timeline (mu) */
 
 int64_t dt__trace_now(void) { return dt__now_ns(); }
 
@@ -109,6 +111,8 @@ static event *slot(void)
 
 static void commit(void) { atomic_fetch_add_explicit(&mine->n, 1, memory_order_release); }
 
+static void flush_locked(void);
+
 static void record(int kind, const char *cat, const char *name, int64_t t0, int64_t t1, const char *fmt, va_list ap)
 {
     event *e = slot();
@@ -123,6 +127,14 @@ static void record(int kind, const char *cat, const char *name, int64_t t0, int6
     if (fmt)
         vsnprintf(e->args, sizeof e->args, fmt, ap);
     commit();
+    /* A chunk filled: write what every thread recorded, unless another
+     * thread is writing (never wait here), so that a rank that is killed
+     * leaves all but its last chunk of events. */
+    if (atomic_load_explicit(&mine->n, memory_order_relaxed) % CHUNK == 0 && pthread_mutex_trylock(&mu) == 0) {
+        if (out)
+            flush_locked();
+        pthread_mutex_unlock(&mu);
+    }
 }
 
 void dt__trace_end(const char *cat, const char *name, int64_t t0, const char *args_fmt, ...)
@@ -225,44 +237,50 @@ static void put_event(FILE *f, const tbuf *b, const event *e)
     fprintf(f, "\",\"args\":{%s}},\n", e->args);
 }
 
-/* One line an event, each but the last ending with a comma, between a
- * header line and a footer line: a valid file on its own, and dtrun merges
- * ranks' files by taking the lines that start with {"ph". */
-static dt_status write_file(const char *path)
+/* The file: a header line, the process's names, then one line an event
+ * (each ending with a comma), written as chunks fill and at the stop, and
+ * a footer line at the stop: valid JSON once stopped, and dtrun merges the
+ * ranks' files by taking the lines that start with {"ph", so a file cut
+ * short by a killed rank still gives its events but the last few. */
+static void flush_locked(void)
 {
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return dt__fail_errno(DT_ERR_SYSTEM, "timeline: cannot write %s", path);
-    fprintf(f, "{\"traceEvents\":[\n");
-    fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\"", proc_pid);
-    put_str(f, proc_name);
-    fprintf(f, "\"}},\n{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":%d}},\n",
-            proc_pid, proc_pid);
-    int64_t dropped = 0;
     for (tbuf *b = buffers; b; b = b->next_buf) {
         int64_t n = atomic_load_explicit(&b->n, memory_order_acquire);
         if (n <= b->written)
             continue;
-        fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,\"name\":\"thread_name\",\"args\":{\"name\":\"", proc_pid,
-                b->tid);
-        put_str(f, b->name);
-        fprintf(f, "\"}},\n");
+        if (strcmp(b->named, b->name)) {
+            fprintf(out, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%ld,\"name\":\"thread_name\",\"args\":{\"name\":\"",
+                    proc_pid, b->tid);
+            put_str(out, b->name);
+            fprintf(out, "\"}},\n");
+            memcpy(b->named, b->name, sizeof b->named);
+        }
         chunk *c = b->head;
         for (int64_t i = 0; i < n && c; i++) {
             if (i > 0 && i % CHUNK == 0)
                 c = atomic_load_explicit(&c->next, memory_order_acquire);
             if (c && i >= b->written)
-                put_event(f, b, &c->ev[i % CHUNK]);
+                put_event(out, b, &c->ev[i % CHUNK]);
         }
         b->written = n;
-        dropped += atomic_load_explicit(&b->dropped, memory_order_relaxed);
     }
-    fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"dtrain_trace_end\",\"args\":{\"dropped_events\":%lld}}\n",
+    fflush(out);
+}
+
+static dt_status close_file(void)
+{
+    flush_locked();
+    int64_t dropped = 0;
+    for (tbuf *b = buffers; b; b = b->next_buf)
+        dropped += atomic_load_explicit(&b->dropped, memory_order_relaxed);
+    fprintf(out, "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"dtrain_trace_end\",\"args\":{\"dropped_events\":%lld}}\n",
             proc_pid, (long long)dropped);
-    fprintf(f, "],\"displayTimeUnit\":\"ms\"}\n");
-    bool bad = ferror(f) != 0;
-    if (fclose(f) != 0 || bad)
-        return dt__fail_errno(DT_ERR_SYSTEM, "timeline: cannot write %s", path);
+    fprintf(out, "],\"displayTimeUnit\":\"ms\"}\n");
+    bool bad = ferror(out) != 0;
+    int closed = fclose(out);
+    out = NULL;
+    if (closed != 0 || bad)
+        return dt__fail_errno(DT_ERR_SYSTEM, "timeline: cannot write %s", path_now);
     return DT_OK;
 }
 
@@ -279,11 +297,24 @@ dt_status dt_trace_start(const char *path, int pid, const char *process_name)
         pthread_mutex_unlock(&mu);
         return dt__fail(DT_ERR_INVALID, "dt_trace_start: a timeline is already being written to %s", path_now);
     }
+    out = fopen(path, "w");
+    if (!out) {
+        pthread_mutex_unlock(&mu);
+        return dt__fail_errno(DT_ERR_SYSTEM, "dt_trace_start: cannot write %s", path);
+    }
     snprintf(path_now, sizeof path_now, "%s", path);
     snprintf(proc_name, sizeof proc_name, "%s", process_name ? process_name : "dtrain");
     proc_pid = pid;
-    for (tbuf *b = buffers; b; b = b->next_buf) /* events of an earlier trace stay out */
+    for (tbuf *b = buffers; b; b = b->next_buf) { /* events of an earlier trace stay out */
         b->written = atomic_load_explicit(&b->n, memory_order_acquire);
+        b->named[0] = '\0';
+    }
+    fprintf(out, "{\"traceEvents\":[\n");
+    fprintf(out, "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\"", proc_pid);
+    put_str(out, proc_name);
+    fprintf(out, "\"}},\n{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":%d}},\n",
+            proc_pid, proc_pid);
+    fflush(out);
     struct timespec rt, mo;
     clock_gettime(CLOCK_REALTIME, &rt);
     clock_gettime(CLOCK_MONOTONIC, &mo);
@@ -303,7 +334,7 @@ dt_status dt_trace_stop(void)
         return DT_OK;
     }
     __atomic_store_n(&dt__trace_on, 0, __ATOMIC_RELEASE);
-    dt_status s = write_file(path_now);
+    dt_status s = close_file();
     pthread_mutex_unlock(&mu);
     return s;
 }

@@ -1,8 +1,10 @@
 /* dtrun --timeline FILE: each rank writes FILE.rank<R>.json (src/base/trace.c:
  * one event a line, each line of an event starting with {"ph"); here they
- * become one Chrome trace, one process per rank.  A rank that died without
- * writing its file is left out and named; a file cut short loses only its
- * last line. */
+ * become one Chrome trace, one process per rank.  A rank writes its file as
+ * it goes (each time a thread's buffer fills a chunk of events), so a rank
+ * that was killed still gives all but its last events: dtrun names those
+ * ranks, and those without a file. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,34 +12,35 @@
 
 #include "dtrun.h"
 
-/* Copy the event lines of one rank's file; returns the events copied. */
-static long copy_events(FILE *in, FILE *out, long *total)
+/* Copy the event lines of one rank's file; returns whether it was complete
+ * (its footer line, written when the rank stopped tracing, is there). */
+static bool copy_events(FILE *in, FILE *out, long *total)
 {
+    bool complete = false;
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
-    long n = 0;
     while ((len = getline(&line, &cap, in)) > 0) {
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' '))
             line[--len] = '\0';
         if (len > 0 && line[len - 1] == ',')
             line[--len] = '\0';
+        complete = complete || strncmp(line, "],\"displayTimeUnit\"", 19) == 0;
         if (strncmp(line, "{\"ph\"", 5) != 0 || line[len - 1] != '}')
             continue; /* the header, the footer, or a line cut short */
         fprintf(out, "%s%s", *total ? ",\n" : "", line);
         (*total)++;
-        n++;
     }
     free(line);
-    return n;
+    return complete;
 }
 
 int dtrun_timeline_merge(const char *prefix, const char *file, int first, int n)
 {
     if (first < 0 || n <= 0)
         return 0;
-    char tmp[4200], path[4200], missing[512] = "";
-    size_t used = 0;
+    char tmp[4200], path[4200], missing[512] = "", cut[512] = "";
+    size_t used = 0, used_cut = 0;
     snprintf(tmp, sizeof tmp, "%s.tmp%d", file, (int)getpid());
     FILE *out = fopen(tmp, "w");
     if (!out) {
@@ -55,7 +58,8 @@ int dtrun_timeline_merge(const char *prefix, const char *file, int first, int n)
                 used += (size_t)snprintf(missing + used, sizeof missing - used, "%s%d", used ? ", " : "", r);
             continue;
         }
-        copy_events(in, out, &total);
+        if (!copy_events(in, out, &total) && used_cut < sizeof cut)
+            used_cut += (size_t)snprintf(cut + used_cut, sizeof cut - used_cut, "%s%d", used_cut ? ", " : "", r);
         fclose(in);
         unlink(path);
         ranks++;
@@ -67,8 +71,9 @@ int dtrun_timeline_merge(const char *prefix, const char *file, int first, int n)
         return 1;
     }
     fprintf(stderr, "dtrun: timeline of %d rank%s (%ld events) in %s: open it in https://ui.perfetto.dev or "
-            "chrome://tracing%s%s%s\n",
-            ranks, ranks == 1 ? "" : "s", total, file, missing[0] ? "; no timeline from rank " : "", missing,
-            missing[0] ? " (it ended without writing one)" : "");
+            "chrome://tracing%s%s%s%s%s%s\n",
+            ranks, ranks == 1 ? "" : "s", total, file, missing[0] ? (strchr(missing, ',') ? "; no timeline from ranks " : "; no timeline from rank ") : "", missing,
+            missing[0] ? " (it ended before writing any)" : "", cut[0] ? "; cut short (the rank did not exit normally; "
+            "its last events are missing): rank(s) " : "", cut, cut[0] ? "" : "");
     return 0;
 }
