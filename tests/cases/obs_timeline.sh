@@ -29,7 +29,7 @@ python3 tests/cases/obs_check_timeline.py "$WORK/pp.json" 2 pp || fail "the pipe
     --set log_interval=50 >"$WORK/out" 2>"$WORK/err" &
 job=$!
 for _ in $(seq 600); do
-    grep -q "step 300/" "$WORK/out" 2>/dev/null && break
+    grep -q "step 150/" "$WORK/out" 2>/dev/null && break
     sleep 0.1
 done
 victim=""
