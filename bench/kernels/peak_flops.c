@@ -38,6 +38,7 @@ __attribute__((target("avx512f"))) static double fma512(long iters, float *sink)
     for (int k = 0; k < CHAINS; k++)
         acc[k] = _mm512_set1_ps((float)k);
     for (long i = 0; i < iters; i++)
+#pragma GCC unroll 16 /* unrolled, the accumulators live in registers; rolled, GCC keeps them in memory */
         for (int k = 0; k < CHAINS; k++)
             acc[k] = _mm512_fmadd_ps(acc[k], b, c);
     __m512 s = acc[0];
@@ -53,6 +54,7 @@ __attribute__((target("avx2,fma"))) static double fma256(long iters, float *sink
     for (int k = 0; k < CHAINS; k++)
         acc[k] = _mm256_set1_ps((float)k);
     for (long i = 0; i < iters; i++)
+#pragma GCC unroll 16 /* unrolled, the accumulators live in registers; rolled, GCC keeps them in memory */
         for (int k = 0; k < CHAINS; k++)
             acc[k] = _mm256_fmadd_ps(acc[k], b, c);
     __m256 s = acc[0];
@@ -71,6 +73,7 @@ __attribute__((target("avx512f,avx512bf16"))) static double dpbf16(long iters, f
     for (int k = 0; k < CHAINS; k++)
         acc[k] = _mm512_set1_ps((float)k);
     for (long i = 0; i < iters; i++)
+#pragma GCC unroll 16 /* unrolled, the accumulators live in registers; rolled, GCC keeps them in memory */
         for (int k = 0; k < CHAINS; k++)
             acc[k] = _mm512_dpbf16_ps(acc[k], x, y);
     __m512 s = acc[0];

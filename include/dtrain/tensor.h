@@ -97,6 +97,8 @@ void dt_vec_zero(float *x, int64_t n);
 void dt_vec_copy(float *dst, const float *src, int64_t n);
 /* y += alpha * x */
 void dt_vec_axpy(float *y, float alpha, const float *x, int64_t n);
+/* y = a + b in one pass; y must not overlap a or b. */
+void dt_vec_add(float *y, const float *a, const float *b, int64_t n);
 void dt_vec_scale(float *x, float alpha, int64_t n);
 /* Sum of squares in double (for norms), summed over fixed blocks in block
  * order: bitwise the same for any thread count. */

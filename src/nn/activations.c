@@ -128,8 +128,5 @@ dt_status dt_gelu_create(const char *name, dt_layer **l) { return create(name, 1
 
 void dt_residual_add(const dt_tensor *a, const dt_tensor *b, dt_tensor *y)
 {
-    int64_t n = dt_tensor_numel(a);
-    if (y->data != a->data)
-        dt_vec_copy(y->data, a->data, n);
-    dt_vec_axpy(y->data, 1.0f, b->data, n);
+    dt_vec_add(y->data, a->data, b->data, dt_tensor_numel(a));
 }
