@@ -162,7 +162,7 @@ section="## Training throughput: dtrain vs PyTorch"
     echo "torch.set_num_threads(N), 1 inter-op thread, OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=N; \"passive\" adds"
     echo "OMP_WAIT_POLICY=PASSIVE. Peak (build/bin/peak_flops): f32 FMA $f32_peak GFLOP/s per core${bf16_peak:+, bf16 dot products (VDPBF16PS) $bf16_peak}"
     echo "(AMX tiles not measured). $STEPS timed steps (mlp $(steps_of mlp)) after 5 warm-up; each figure the median of REPEATS=$REPEATS rounds of"
-    echo "dtrain, PyTorch, PyTorch passive (2 threads) in turn, its (min-max) after it. Command: \`REPEATS=$REPEATS STEPS=$STEPS bench/train/run.sh\`"
+    echo "dtrain, PyTorch, PyTorch passive (2 threads) in turn, its (min-max) after it. Command: \`$([ "$ROWS" = . ] || echo "ROWS='$ROWS' ")REPEATS=$REPEATS STEPS=$STEPS bench/train/run.sh\`"
     echo
     echo "| model | threads | dtrain | PyTorch | PyTorch passive | dtrain / best PyTorch | dtrain GFLOP/s (share of peak) | PyTorch GFLOP/s (share of peak) | dtrain / its 1 thread |"
     echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
