@@ -28,6 +28,10 @@ static double now(void)
 }
 
 enum { CHAINS = 12 }; /* independent accumulators: enough to cover FMA latency x ports */
+/* The chains must live in registers: left a loop over an array, GCC -O2 keeps
+ * them on the stack and every FMA waits on a store and a load (48 f32 GFLOP/s
+ * per core here, below what dtrain's GEMMs reach; 100-160 unrolled, as the
+ * machine's other tenants allow).  Unrolled whole, each chain is a register. */
 
 typedef double (*kernel_fn)(long iters, float *sink); /* returns the flops done */
 
@@ -37,10 +41,11 @@ __attribute__((target("avx512f"))) static double fma512(long iters, float *sink)
     __m512 acc[CHAINS], b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
     for (int k = 0; k < CHAINS; k++)
         acc[k] = _mm512_set1_ps((float)k);
-    for (long i = 0; i < iters; i++)
-#pragma GCC unroll 16 /* unrolled, the accumulators live in registers; rolled, GCC keeps them in memory */
+    for (long i = 0; i < iters; i++) {
+#pragma GCC unroll 16
         for (int k = 0; k < CHAINS; k++)
             acc[k] = _mm512_fmadd_ps(acc[k], b, c);
+    }
     __m512 s = acc[0];
     for (int k = 1; k < CHAINS; k++)
         s = _mm512_add_ps(s, acc[k]);
@@ -53,10 +58,11 @@ __attribute__((target("avx2,fma"))) static double fma256(long iters, float *sink
     __m256 acc[CHAINS], b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
     for (int k = 0; k < CHAINS; k++)
         acc[k] = _mm256_set1_ps((float)k);
-    for (long i = 0; i < iters; i++)
-#pragma GCC unroll 16 /* unrolled, the accumulators live in registers; rolled, GCC keeps them in memory */
+    for (long i = 0; i < iters; i++) {
+#pragma GCC unroll 16
         for (int k = 0; k < CHAINS; k++)
             acc[k] = _mm256_fmadd_ps(acc[k], b, c);
+    }
     __m256 s = acc[0];
     for (int k = 1; k < CHAINS; k++)
         s = _mm256_add_ps(s, acc[k]);
@@ -72,10 +78,11 @@ __attribute__((target("avx512f,avx512bf16"))) static double dpbf16(long iters, f
     __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3380); /* 1.0, ~6e-8 */
     for (int k = 0; k < CHAINS; k++)
         acc[k] = _mm512_set1_ps((float)k);
-    for (long i = 0; i < iters; i++)
-#pragma GCC unroll 16 /* unrolled, the accumulators live in registers; rolled, GCC keeps them in memory */
+    for (long i = 0; i < iters; i++) {
+#pragma GCC unroll 16
         for (int k = 0; k < CHAINS; k++)
             acc[k] = _mm512_dpbf16_ps(acc[k], x, y);
+    }
     __m512 s = acc[0];
     for (int k = 1; k < CHAINS; k++)
         s = _mm512_add_ps(s, acc[k]);

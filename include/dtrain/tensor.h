@@ -83,6 +83,11 @@ dt_status dt_threads_default(int *n, const char **source);
  * or Zen kernels), or NULL when there is nothing to gain or the user chose a
  * core type himself. */
 const char *dt_blas_coretype_hint(void);
+/* What OpenBLAS runs, read back from it rather than assumed: its kernel set
+ * (openblas_get_corename, e.g. "SkylakeX" or "Haswell"), its own thread
+ * count and its build string (openblas_get_config).  Either pointer may be
+ * NULL; the strings are OpenBLAS's own and live as long as the process. */
+void dt_blas_describe(const char **core, int *threads, const char **config);
 
 /* ---- kernels ---- */
 /* C[m,n] = alpha * op(A) op(B) + beta * C, row major; op transposes when trans_* != 0.

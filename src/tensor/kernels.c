@@ -9,7 +9,19 @@
 
 #define GRAIN 32768 /* elements per chunk below which threading costs more than it saves */
 
-char *openblas_get_corename(void); /* from OpenBLAS */
+char *openblas_get_corename(void); /* from OpenBLAS; no header declares these portably */
+char *openblas_get_config(void);
+int openblas_get_num_threads(void);
+
+void dt_blas_describe(const char **core, int *threads, const char **config)
+{
+    if (core)
+        *core = openblas_get_corename();
+    if (threads)
+        *threads = openblas_get_num_threads();
+    if (config)
+        *config = openblas_get_config();
+}
 
 const char *dt_blas_coretype_hint(void)
 {

@@ -607,6 +607,13 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
                              nt == 1 ? "" : "s", thread_source, shape,
                              strcmp(c->grad_compression, "none") ? ", gradients as " : "",
                              strcmp(c->grad_compression, "none") ? c->grad_compression : "");
+        /* one line a benchmark can read back (bench/train/run.sh): the kernels OpenBLAS runs */
+        const char *blas_core, *blas_config, *coretype = getenv("OPENBLAS_CORETYPE");
+        int blas_threads;
+        dt_blas_describe(&blas_core, &blas_threads, &blas_config);
+        dtrain_progress_line("blas: core %s, OpenBLAS threads %d, OPENBLAS_CORETYPE %s, config %s\n",
+                             blas_core ? blas_core : "?", blas_threads, coretype && *coretype ? coretype : "-",
+                             blas_config ? blas_config : "?");
     }
     double window_start = now_s(), run_start = window_start, eval_s = 0, last_ckpt = window_start;
     window_totals win = {0};
