@@ -1,10 +1,16 @@
 /* dt_sgemm_bf16_ld: the GEMM of bf16 mixed-precision training, inputs f32.
  *
- * A thread's part of C runs as: for each panel of NC columns, pack op(B)'s
- * panel (all of k: at most 1 MiB of bf16, so it stays in L2); for each 32-row
- * block, for each 512-deep slice of k, pack that slice of A (32 KiB, in L1)
- * and run the block kernel on every 32 x 32 block of the panel, its f32 sums
- * kept in a per-panel buffer between slices; then C = alpha * sums + beta * C.
+ * A thread's part of C runs as: for each panel of columns, pack op(B)'s
+ * panel (all of k: at most 1 MiB of bf16, so it stays in L2); for each group
+ * of up to 128 rows, pack them (all of k, at most 256 KiB: the packing reads
+ * A in runs of 128 values even when it is stored transposed); for each
+ * 32-row block of those and each 512-deep slice of k (32 KiB of A, kept in
+ * L1), run the block kernel on every 32 x 32 block of the panel, the f32
+ * sums kept in a per-panel buffer between slices; then C = alpha * sums +
+ * beta * C.
+ * Whole blocks with alpha 1 and beta 0 or 1 (the forward pass, gradient
+ * accumulation) skip the buffer: the kernel reads and writes C itself, the
+ * old C (beta 1) being the sum's first term.
  * Every element's sum runs over k in the same order whatever the blocking of
  * m and n, so the result does not depend on the thread count either.
  *
@@ -26,6 +32,8 @@ enum {
     BLOCK = 32,                /* C block edge: the 2 x 2 tiles of the kernels */
     SLICE_TILES = 16,          /* k per A slice: 16 tiles of 32, 32 KiB packed */
     PANEL_BYTES = 1 << 20,     /* packed B panel, at most (about half of L2) */
+    ROWS_BYTES = 1 << 18,      /* packed rows of A (all of k), at most ... */
+    ROWS_MAX = 128,            /* ... and at most this many rows */
 };
 
 typedef struct {
@@ -39,10 +47,17 @@ typedef struct {
 
 static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 
+/* A whole 32 x 32 block of C with alpha 1 and beta 0 or 1 is its own sum:
+ * read (beta 1) and written in place by the block kernel. */
+static bool in_place(const job *g, int rows, int64_t cols)
+{
+    return g->alpha == 1.0f && (g->beta == 0.0f || g->beta == 1.0f) && rows == BLOCK && cols >= BLOCK;
+}
+
 #if defined(__x86_64__)
-/* C rows [i, i + rows), columns [j, j + cols) = alpha * sums + beta * C (C
- * not read when beta is 0, so NaN garbage there does not leak in).  sums:
- * 32 x 32 blocks, one per 32 columns, each row stride 32. */
+/* C rows [i, i + rows), columns [j, j + cols) (cols <= 32) = alpha * sums +
+ * beta * C (C not read when beta is 0, so NaN garbage there does not leak
+ * in); sums is a 32 x 32 block. */
 __attribute__((target("avx512f"))) static void write_c(const job *g, int64_t i, int rows, int64_t j, int64_t cols,
                                                        const float *sums)
 {
@@ -52,7 +67,7 @@ __attribute__((target("avx512f"))) static void write_c(const job *g, int64_t i, 
         for (int64_t x = 0; x < cols; x += 16) {
             int64_t left = cols - x;
             __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-            __m512 v = _mm512_mul_ps(alpha, _mm512_loadu_ps(sums + (x / BLOCK) * BLOCK * BLOCK + r * BLOCK + x % BLOCK));
+            __m512 v = _mm512_mul_ps(alpha, _mm512_loadu_ps(sums + r * BLOCK + x));
             if (g->beta != 0.0f)
                 v = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m, c + x), v);
             _mm512_mask_storeu_ps(c + x, m, v);
@@ -69,13 +84,15 @@ static void write_c(const job *g, int64_t i, int rows, int64_t j, int64_t cols, 
 /* Rows [i0, i1) x columns [j0, j1) of C. */
 static void run_part(const job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
 {
-    int64_t m = i1 - i0, n = j1 - j0, ktiles = (g->k + 31) / 32;
+    int64_t n = j1 - j0, ktiles = (g->k + 31) / 32;
     int64_t panel = PANEL_BYTES / (ktiles * 32 * 2) / BLOCK * BLOCK;
     panel = panel < BLOCK ? BLOCK : panel;
     panel = panel < round_up(n, BLOCK) ? panel : round_up(n, BLOCK);
+    int64_t rows_packed = ROWS_BYTES / (ktiles * 32 * 2) / BLOCK * BLOCK;
+    rows_packed = rows_packed < BLOCK ? BLOCK : rows_packed > ROWS_MAX ? ROWS_MAX : rows_packed;
     int64_t slice = ktiles < SLICE_TILES ? ktiles : SLICE_TILES;
     uint16_t *bpack = aligned_alloc(64, (size_t)(panel * ktiles * 32) * sizeof(uint16_t));
-    uint16_t *apack = aligned_alloc(64, (size_t)(slice * 2 * 512) * sizeof(uint16_t));
+    uint16_t *apack = aligned_alloc(64, (size_t)(rows_packed * ktiles * 32) * sizeof(uint16_t));
     float *sums = aligned_alloc(64, (size_t)(panel * BLOCK) * sizeof(float));
     if (!bpack || !apack || !sums)
         abort(); /* as the f32 GEMM's callers assume: no status to return */
@@ -84,18 +101,33 @@ static void run_part(const job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j
     for (int64_t jc = j0; jc < j1; jc += panel) {
         int64_t cols = j1 - jc < panel ? j1 - jc : panel, groups = round_up(cols, BLOCK) / 16;
         dt__bf16_pack_b(&g->b, jc, cols, groups, g->k, ktiles, bpack);
-        for (int64_t ic = i0; ic < i1; ic += BLOCK) {
-            int rows = (int)(i1 - ic < BLOCK ? i1 - ic : BLOCK);
-            for (int64_t kt = 0; kt < ktiles; kt += slice) {
-                int64_t tiles = ktiles - kt < slice ? ktiles - kt : slice;
-                dt__bf16_pack_a(&g->a, ic, rows, kt * 32, g->k - kt * 32 < tiles * 32 ? g->k - kt * 32 : tiles * 32,
-                                tiles, apack);
-                for (int64_t nb = 0; nb < groups / 2; nb++) {
-                    const uint16_t *b0 = bpack + (2 * nb * ktiles + kt) * 512;
-                    g->block(apack, b0, b0 + ktiles * 512, tiles, sums + nb * BLOCK * BLOCK, kt > 0);
+        for (int64_t ip = i0; ip < i1; ip += rows_packed) {
+            int packed = (int)(i1 - ip < rows_packed ? i1 - ip : rows_packed);
+            dt__bf16_pack_a(&g->a, ip, packed, g->k, ktiles, apack);
+            for (int sb = 0; sb * BLOCK < packed; sb++) {
+                int64_t ic = ip + sb * BLOCK;
+                int rows = packed - sb * BLOCK < BLOCK ? packed - sb * BLOCK : BLOCK;
+                const uint16_t *ablock = apack + sb * ktiles * 1024;
+                for (int64_t kt = 0; kt < ktiles; kt += slice) {
+                    int64_t tiles = ktiles - kt < slice ? ktiles - kt : slice;
+                    bool first = kt == 0, last = kt + tiles == ktiles;
+                    for (int64_t nb = 0; nb < groups / 2; nb++) {
+                        const uint16_t *b0 = bpack + (2 * nb * ktiles + kt) * 512;
+                        float *block = sums + nb * BLOCK * BLOCK, *cb = g->c + ic * g->ldc + jc + nb * BLOCK;
+                        bool direct = in_place(g, rows, cols - nb * BLOCK);
+                        const float *in = first ? (direct && g->beta == 1.0f ? cb : NULL) : block;
+                        int64_t in_ld = first ? g->ldc : BLOCK;
+                        if (direct && last)
+                            g->block(ablock + kt * 1024, b0, b0 + ktiles * 512, tiles, in, in_ld, cb, g->ldc);
+                        else
+                            g->block(ablock + kt * 1024, b0, b0 + ktiles * 512, tiles, in, in_ld, block, BLOCK);
+                    }
                 }
+                for (int64_t nb = 0; nb < groups / 2; nb++)
+                    if (!in_place(g, rows, cols - nb * BLOCK))
+                        write_c(g, ic, rows, jc + nb * BLOCK, cols - nb * BLOCK < BLOCK ? cols - nb * BLOCK : BLOCK,
+                                sums + nb * BLOCK * BLOCK);
             }
-            write_c(g, ic, rows, jc, cols, sums);
         }
     }
     if (g->amx)
@@ -103,7 +135,6 @@ static void run_part(const job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j
     free(sums);
     free(apack);
     free(bpack);
-    (void)m;
 }
 
 static void part_range(int64_t begin, int64_t end, void *p)

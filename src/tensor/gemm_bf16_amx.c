@@ -34,15 +34,15 @@ void TARGET dt__bf16_amx_begin(void) { _tile_loadconfig(&config); }
 
 void TARGET dt__bf16_amx_end(void) { _tile_release(); }
 
-void TARGET dt__bf16_block_amx(const uint16_t *a, const uint16_t *b0, const uint16_t *b1, int64_t ktiles, float *acc,
-                               bool accumulate)
+void TARGET dt__bf16_block_amx(const uint16_t *a, const uint16_t *b0, const uint16_t *b1, int64_t ktiles,
+                               const float *in, int64_t in_ld, float *out, int64_t out_ld)
 {
-    enum { STRIDE = 32 * sizeof(float) };
-    if (accumulate) {
-        _tile_loadd(0, acc, STRIDE);
-        _tile_loadd(1, acc + 16, STRIDE);
-        _tile_loadd(2, acc + 16 * 32, STRIDE);
-        _tile_loadd(3, acc + 16 * 32 + 16, STRIDE);
+    if (in) {
+        size_t stride = (size_t)in_ld * sizeof(float);
+        _tile_loadd(0, in, stride);
+        _tile_loadd(1, in + 16, stride);
+        _tile_loadd(2, in + 16 * in_ld, stride);
+        _tile_loadd(3, in + 16 * in_ld + 16, stride);
     } else {
         _tile_zero(0);
         _tile_zero(1);
@@ -59,17 +59,18 @@ void TARGET dt__bf16_block_amx(const uint16_t *a, const uint16_t *b0, const uint
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
     }
-    _tile_stored(0, acc, STRIDE);
-    _tile_stored(1, acc + 16, STRIDE);
-    _tile_stored(2, acc + 16 * 32, STRIDE);
-    _tile_stored(3, acc + 16 * 32 + 16, STRIDE);
+    size_t stride = (size_t)out_ld * sizeof(float);
+    _tile_stored(0, out, stride);
+    _tile_stored(1, out + 16, stride);
+    _tile_stored(2, out + 16 * out_ld, stride);
+    _tile_stored(3, out + 16 * out_ld + 16, stride);
 }
 #else
 void dt__bf16_amx_begin(void) {}
 void dt__bf16_amx_end(void) {}
-void dt__bf16_block_amx(const uint16_t *a, const uint16_t *b0, const uint16_t *b1, int64_t ktiles, float *acc,
-                        bool accumulate)
+void dt__bf16_block_amx(const uint16_t *a, const uint16_t *b0, const uint16_t *b1, int64_t ktiles, const float *in,
+                        int64_t in_ld, float *out, int64_t out_ld)
 {
-    (void)a, (void)b0, (void)b1, (void)ktiles, (void)acc, (void)accumulate; /* never chosen off x86-64 */
+    (void)a, (void)b0, (void)b1, (void)ktiles, (void)in, (void)in_ld, (void)out, (void)out_ld; /* x86-64 only */
 }
 #endif

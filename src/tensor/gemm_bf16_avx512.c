@@ -14,12 +14,13 @@
 
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
-static void TARGET quarter(const uint16_t *a, const uint16_t *b, int64_t ktiles, float *acc, bool accumulate)
+static void TARGET quarter(const uint16_t *a, const uint16_t *b, int64_t ktiles, const float *in, int64_t in_ld,
+                           float *out, int64_t out_ld)
 {
     __m512 s[16];
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++)
-        s[r] = accumulate ? _mm512_loadu_ps(acc + r * 32) : _mm512_setzero_ps();
+        s[r] = in ? _mm512_loadu_ps(in + r * in_ld) : _mm512_setzero_ps();
     for (int64_t kt = 0; kt < ktiles; kt++) {
         const uint16_t *at = a + kt * 1024, *bt = b + kt * 512;
         for (int p = 0; p < 16; p++) {
@@ -34,21 +35,22 @@ static void TARGET quarter(const uint16_t *a, const uint16_t *b, int64_t ktiles,
     }
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++)
-        _mm512_storeu_ps(acc + r * 32, s[r]);
+        _mm512_storeu_ps(out + r * out_ld, s[r]);
 }
 
 void TARGET dt__bf16_block_avx512(const uint16_t *a, const uint16_t *b0, const uint16_t *b1, int64_t ktiles,
-                                  float *acc, bool accumulate)
+                                  const float *in, int64_t in_ld, float *out, int64_t out_ld)
 {
-    quarter(a, b0, ktiles, acc, accumulate);
-    quarter(a, b1, ktiles, acc + 16, accumulate);
-    quarter(a + 512, b0, ktiles, acc + 16 * 32, accumulate);
-    quarter(a + 512, b1, ktiles, acc + 16 * 32 + 16, accumulate);
+    for (int q = 0; q < 4; q++) { /* quarters: rows q / 2, columns q % 2 */
+        int64_t ri = (q / 2) * 16, cj = (q % 2) * 16;
+        quarter(a + (q / 2) * 512, q % 2 ? b1 : b0, ktiles, in ? in + ri * in_ld + cj : NULL, in_ld,
+                out + ri * out_ld + cj, out_ld);
+    }
 }
 #else
-void dt__bf16_block_avx512(const uint16_t *a, const uint16_t *b0, const uint16_t *b1, int64_t ktiles, float *acc,
-                           bool accumulate)
+void dt__bf16_block_avx512(const uint16_t *a, const uint16_t *b0, const uint16_t *b1, int64_t ktiles,
+                           const float *in, int64_t in_ld, float *out, int64_t out_ld)
 {
-    (void)a, (void)b0, (void)b1, (void)ktiles, (void)acc, (void)accumulate; /* never chosen off x86-64 */
+    (void)a, (void)b0, (void)b1, (void)ktiles, (void)in, (void)in_ld, (void)out, (void)out_ld; /* x86-64 only */
 }
 #endif

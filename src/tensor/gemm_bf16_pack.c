@@ -75,69 +75,61 @@ static inline const float *at(const dt__bf16_operand *o, int64_t r, int64_t c)
     return o->trans ? o->x + c * o->ld + r : o->x + r * o->ld + c;
 }
 
-void TARGET dt__bf16_pack_a(const dt__bf16_operand *a, int64_t i0, int rows, int64_t k0, int64_t kcount,
-                            int64_t ktiles, uint16_t *out)
+void TARGET dt__bf16_pack_a(const dt__bf16_operand *a, int64_t i0, int rows, int64_t kcount, int64_t ktiles,
+                            uint16_t *out)
 {
-    if (!a->trans) { /* row i's k values are contiguous: tile rows */
-        for (int r = 0; r < 32; r++)
+    int64_t blocks = (rows + 31) / 32;
+    if (!a->trans) { /* row i's k values are contiguous: tile rows, read row by row */
+        for (int r = 0; r < blocks * 32; r++) {
+            uint16_t *row = out + (r / 32) * ktiles * 1024 + (r % 32 / 16) * 512 + (r % 16) * 32;
             for (int64_t kt = 0; kt < ktiles; kt++) {
-                uint16_t *dst = out + (kt * 2 + r / 16) * 512 + (r % 16) * 32;
-                __m512i v = r < rows && kcount > kt * 32 ? load_run(at(a, i0 + r, k0 + kt * 32), kcount - kt * 32)
-                                     : _mm512_setzero_si512();
-                _mm512_storeu_si512(dst, v);
+                __m512i v = r < rows && kcount > kt * 32 ? load_run(at(a, i0 + r, kt * 32), kcount - kt * 32)
+                                                         : _mm512_setzero_si512();
+                _mm512_storeu_si512(row + kt * 1024, v);
             }
+        }
         return;
     }
-    /* stored k-major: a k-pair over 16 rows is a tile column */
-    for (int64_t kt = 0; kt < ktiles; kt++)
-        for (int rt = 0; rt < 2; rt++) {
-            uint16_t *tile = out + (kt * 2 + rt) * 512;
-            int64_t n = rows - rt * 16;
-            for (int p = 0; p < 16; p++) {
-                int64_t k = kt * 32 + 2 * p;
-                __m512i v = _mm512_setzero_si512();
-                if (n > 0 && k < kcount)
-                    v = load_pair(at(a, i0 + rt * 16, k0 + k),
-                                  k + 1 < kcount ? at(a, i0 + rt * 16, k0 + k + 1) : NULL, n);
-                store_column(tile + 2 * p, v);
-            }
+    /* stored k-major: a k-pair over 16 rows is a tile column; read k-row by k-row */
+    for (int64_t k = 0; k < ktiles * 32; k += 2)
+        for (int g = 0; g < blocks * 2; g++) {
+            int64_t n = rows - g * 16;
+            __m512i v = _mm512_setzero_si512();
+            if (n > 0 && k < kcount)
+                v = load_pair(at(a, i0 + g * 16, k), k + 1 < kcount ? at(a, i0 + g * 16, k + 1) : NULL, n);
+            store_column(out + (g / 2) * ktiles * 1024 + ((k / 32) * 2 + g % 2) * 512 + (k % 32), v);
         }
 }
 
 void TARGET dt__bf16_pack_b(const dt__bf16_operand *b, int64_t j0, int64_t cols, int64_t ntiles, int64_t kcount,
                             int64_t ktiles, uint16_t *out)
 {
-    for (int64_t nt = 0; nt < ntiles; nt++) {
-        int64_t n = cols - nt * 16; /* columns left in this group */
-        for (int64_t kt = 0; kt < ktiles; kt++) {
-            uint16_t *tile = out + (nt * ktiles + kt) * 512;
-            if (n <= 0) {
-                memset(tile, 0, 1024);
-                continue;
-            }
-            if (b->trans) { /* column j's k values are contiguous: tile columns */
-                for (int j = 0; j < 16; j++) {
+    if (b->trans) { /* column j's k values are contiguous: tile columns, read column by column */
+        for (int64_t nt = 0; nt < ntiles; nt++) {
+            int64_t n = cols - nt * 16; /* columns left in this group */
+            for (int j = 0; j < 16; j++)
+                for (int64_t kt = 0; kt < ktiles; kt++) {
                     __m512i v = j < n && kcount > kt * 32 ? load_run(at(b, kt * 32, j0 + nt * 16 + j), kcount - kt * 32)
-                                      : _mm512_setzero_si512();
-                    store_column(tile + 2 * j, v);
+                                                          : _mm512_setzero_si512();
+                    store_column(out + (nt * ktiles + kt) * 512 + 2 * j, v);
                 }
-                continue;
-            }
-            for (int p = 0; p < 16; p++) { /* a k-pair of rows is a tile row */
-                int64_t k = kt * 32 + 2 * p;
-                __m512i v = _mm512_setzero_si512();
-                if (k < kcount)
-                    v = load_pair(at(b, k, j0 + nt * 16), k + 1 < kcount ? at(b, k + 1, j0 + nt * 16) : NULL, n);
-                _mm512_storeu_si512(tile + p * 32, v);
-            }
         }
+        return;
     }
+    /* a k-pair of rows is a tile row in each 16-column group: read row by row */
+    for (int64_t k = 0; k < ktiles * 32; k += 2)
+        for (int64_t nt = 0; nt < ntiles; nt++) {
+            int64_t n = cols - nt * 16;
+            __m512i v = _mm512_setzero_si512();
+            if (k < kcount && n > 0)
+                v = load_pair(at(b, k, j0 + nt * 16), k + 1 < kcount ? at(b, k + 1, j0 + nt * 16) : NULL, n);
+            _mm512_storeu_si512(out + (nt * ktiles + k / 32) * 512 + (k % 32) / 2 * 32, v);
+        }
 }
 #else
-void dt__bf16_pack_a(const dt__bf16_operand *a, int64_t i0, int rows, int64_t k0, int64_t kcount, int64_t ktiles,
-                     uint16_t *out)
+void dt__bf16_pack_a(const dt__bf16_operand *a, int64_t i0, int rows, int64_t kcount, int64_t ktiles, uint16_t *out)
 {
-    (void)a, (void)i0, (void)rows, (void)k0, (void)kcount, (void)ktiles, (void)out; /* never chosen */
+    (void)a, (void)i0, (void)rows, (void)kcount, (void)ktiles, (void)out; /* never chosen */
 }
 void dt__bf16_pack_b(const dt__bf16_operand *b, int64_t j0, int64_t cols, int64_t ntiles, int64_t kcount,
                      int64_t ktiles, uint16_t *out)
