@@ -90,10 +90,15 @@ void TARGET dt__bf16_pack_a(const dt__bf16_operand *a, int64_t i0, int rows, int
         }
         return;
     }
-    /* stored k-major: a k-pair over 16 rows is a tile column; read k-row by k-row */
+    /* stored k-major: a k-pair over 16 rows is a tile column; read k-row by
+     * k-row, fetching 16 rows ahead (short runs: the prefetchers lag) */
     for (int64_t k = 0; k < ktiles * 32; k += 2)
         for (int g = 0; g < blocks * 2; g++) {
             int64_t n = rows - g * 16;
+            if (n > 0 && k + 17 < kcount) {
+                _mm_prefetch((const char *)at(a, i0 + g * 16, k + 16), _MM_HINT_T0);
+                _mm_prefetch((const char *)at(a, i0 + g * 16, k + 17), _MM_HINT_T0);
+            }
             __m512i v = _mm512_setzero_si512();
             if (n > 0 && k < kcount)
                 v = load_pair(at(a, i0 + g * 16, k), k + 1 < kcount ? at(a, i0 + g * 16, k + 1) : NULL, n);
