@@ -8,8 +8,9 @@
  * Error bound: each C element's sum of exact bf16 products (8 + 8 significant
  * bits fit f32's 24) is accumulated in f32 in some order, so |error| <=
  * k u sum |a_i b_i| to first order (u = 2^-24, Higham's gamma_k), plus a
- * rounding each for alpha * sum and adding beta * C.  The check allows twice
- * that; forgetting to round the inputs to bf16 is 2^-9 per product, far
+ * rounding each for alpha * sum and adding beta * C; with alpha 1 and beta 1
+ * the old C is the sum's first term, so it may carry (k + 1) u |C| too.  The
+ * check allows twice that; forgetting to round the inputs to bf16 is 2^-9 per product, far
  * beyond it for the small k of the rounding checks below. */
 #include <math.h>
 #include <stdbool.h>
@@ -59,8 +60,8 @@ static void check_case(int ta, int tb, int64_t m, int64_t n, int64_t k, float al
                 mag += fabs(x * y);
             }
             double old = beta == 0.0f ? 0.0 : c0[i * ldc + j], want = alpha * dot + beta * old;
-            double tol = 2.0 * ((double)(k + 2) * ldexp(1, -24) * fabs(alpha) * mag +
-                                ldexp(1, -23) * (fabs(beta * old) + fabs(want))) + 1e-30;
+            double tol = 2.0 * ((double)(k + 2) * ldexp(1, -24) * (fabs(alpha) * mag + fabs(beta * old)) +
+                                ldexp(1, -23) * fabs(want)) + 1e-30;
             double got = c[i * ldc + j];
             if (!(fabs(got - want) <= tol) && bad++ == 0 && worst_reported++ < 10)
                 fprintf(stderr, "ta=%d tb=%d m=%lld n=%lld k=%lld alpha=%g beta=%g pad=%lld: C[%lld,%lld] = %.9g, "
