@@ -2,8 +2,8 @@
  *
  * A thread's part of C runs as: for each panel of columns, pack op(B)'s
  * panel (all of k: at most 1 MiB of bf16, so it stays in L2); for each group
- * of up to 128 rows, pack them (all of k, at most 256 KiB: the packing reads
- * A in runs of 128 values even when it is stored transposed); for each
+ * of up to 128 rows, pack them (all of k, at most 256 KiB: a transposed A
+ * is then read in runs of up to 128 values, 64 at k = 2048); for each
  * 32-row block of those and each 512-deep slice of k (32 KiB of A, kept in
  * L1), run the block kernel on every 32 x 32 block of the panel, the f32
  * sums kept in a per-panel buffer between slices; then C = alpha * sums +
@@ -17,7 +17,6 @@
  * The split between threads is dt_sgemm_ld's: row blocks of C when m >= n,
  * else column blocks, in whole 32s, from the shape and thread count alone. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "base/half.h"
 #include "dtrain/tensor.h"
