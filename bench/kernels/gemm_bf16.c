@@ -5,9 +5,12 @@
  *   build/bin/gemm_bf16 [MAX_THREADS=2] [SECONDS=0.3]
  *
  * The kernel is chosen once per process, so each kernel is measured in a
- * child process of its own (DT_BF16_GEMM set before its first call); the
- * results come back through shared memory.  Each figure is the best of 3
- * timed runs of about SECONDS / 3 each; a multiply-add counts 2 flops. */
+ * child process of its own (DT_BF16_GEMM set before its first call), timed
+ * runs of the f32 GEMM alternating with its own so that the ratio compares
+ * like with like on a shared machine; the results come back through shared
+ * memory.  Each figure is the best of 3 timed runs of about SECONDS / 3
+ * each; a multiply-add counts 2 flops. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,24 +65,34 @@ static void call(int path, const shape *s, const float *a, const float *b, float
         dt_sgemm_bf16_ld(s->ta, s->tb, s->m, s->n, s->k, 1.0f, a, lda, b, ldb, 0.0f, c, s->n);
 }
 
-static double gflops(int path, const shape *s, double seconds)
+/* Best GFLOP/s of 3 timed runs each of the f32 GEMM (*f32) and of the bf16
+ * one (*bf16, when bf16), alternating, so that both see the same machine
+ * (a shared one's load comes and goes). */
+static void measure(const shape *s, double seconds, bool bf16, double *f32, double *bf16_out)
 {
     float *a = random_floats(s->m * s->k), *b = random_floats(s->k * s->n), *c = random_floats(s->m * s->n);
-    double flops = 2.0 * (double)s->m * (double)s->n * (double)s->k, best = 0;
-    call(path, s, a, b, c); /* warm up; calibrate */
-    double t0 = now();
-    call(path, s, a, b, c);
-    double one = now() - t0;
-    long reps = (long)(seconds / 3 / (one > 1e-7 ? one : 1e-7)) + 1;
-    for (int pass = 0; pass < 3; pass++) {
-        t0 = now();
-        for (long r = 0; r < reps; r++)
-            call(path, s, a, b, c);
-        double g = flops * (double)reps / (now() - t0) / 1e9;
-        best = g > best ? g : best;
+    double flops = 2.0 * (double)s->m * (double)s->n * (double)s->k;
+    long reps[2];
+    double best[2] = {0, 0};
+    for (int path = 0; path <= (int)bf16; path++) {
+        call(path, s, a, b, c); /* warm up; calibrate */
+        double t0 = now();
+        call(path, s, a, b, c);
+        double one = now() - t0;
+        reps[path] = (long)(seconds / 3 / (one > 1e-7 ? one : 1e-7)) + 1;
     }
+    for (int pass = 0; pass < 3; pass++)
+        for (int path = 0; path <= (int)bf16; path++) {
+            double t0 = now();
+            for (long r = 0; r < reps[path]; r++)
+                call(path, s, a, b, c);
+            double g = flops * (double)reps[path] / (now() - t0) / 1e9;
+            best[path] = g > best[path] ? g : best[path];
+        }
+    *f32 = best[0];
+    if (bf16)
+        *bf16_out = best[1];
     free(a), free(b), free(c);
-    return best;
 }
 
 int main(int argc, char **argv)
@@ -90,28 +103,32 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: gemm_bf16 [MAX_THREADS=2 (1 or 2)] [SECONDS=0.3]\n");
         return 2;
     }
-    /* results[path][shape][threads - 1], -1 where the path does not run here */
-    double *results = mmap(NULL, sizeof(double) * NPATHS * NSHAPES * MAXT, PROT_READ | PROT_WRITE,
-                           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    /* results[path][shape][threads - 1]: GFLOP/s of the bf16 kernel, -1 where
+     * it does not run here; path 0: the f32 GEMM in the same process */
+    size_t size = sizeof(double) * NPATHS * NPATHS * NSHAPES * MAXT;
+    double *results = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (results == MAP_FAILED)
         return 1;
-    for (int p = 0; p < NPATHS; p++) {
+#define AT(child, path, s, t) results[(((child) * NPATHS + (path)) * NSHAPES + (s)) * MAXT + (t) - 1]
+    for (int p = 1; p < NPATHS; p++) {
         pid_t pid = fork();
         if (pid == 0) {
-            if (p > 0)
-                setenv("DT_BF16_GEMM", paths[p], 1);
-            bool runs = p == 0 || strcmp(dt_bf16_gemm_kernel(), paths[p]) == 0;
+            setenv("DT_BF16_GEMM", paths[p], 1);
+            bool runs = strcmp(dt_bf16_gemm_kernel(), paths[p]) == 0;
             for (int t = 1; t <= maxt; t++) {
                 dt_set_threads(t);
-                for (int s = 0; s < NSHAPES; s++)
-                    results[(p * NSHAPES + s) * MAXT + t - 1] = runs ? gflops(p, &shapes[s], seconds) : -1;
+                for (int s = 0; s < NSHAPES; s++) {
+                    AT(p, p, s, t) = -1;
+                    measure(&shapes[s], seconds, runs, &AT(p, 0, s, t), &AT(p, p, s, t));
+                }
             }
             _exit(0);
         }
         int status;
         waitpid(pid, &status, 0);
     }
-    printf("GFLOP/s (best of 3), dt_sgemm_ld (f32) vs dt_sgemm_bf16_ld per kernel; '-': not on this CPU\n");
+    printf("GFLOP/s (best of 3), dt_sgemm_ld (f32; the best of its runs beside each kernel) vs dt_sgemm_bf16_ld\n"
+           "per kernel ('-': not on this CPU); the ratio is the fastest kernel's to f32 measured beside it\n");
     printf("%-22s %5s %5s %5s %3s", "shape", "m", "n", "k", "thr");
     for (int p = 0; p < NPATHS; p++)
         printf(" %12s", paths[p]);
@@ -120,18 +137,23 @@ int main(int argc, char **argv)
         for (int t = 1; t <= maxt; t++) {
             const shape *x = &shapes[s];
             printf("%-22s %5lld %5lld %5lld %3d", x->what, (long long)x->m, (long long)x->n, (long long)x->k, t);
-            double f32 = results[(0 * NSHAPES + s) * MAXT + t - 1], best = 0;
-            for (int p = 0; p < NPATHS; p++) {
-                double g = results[(p * NSHAPES + s) * MAXT + t - 1];
+            double f32 = 0, best = 0, ratio = 0;
+            for (int p = 1; p < NPATHS; p++)
+                f32 = AT(p, 0, s, t) > f32 ? AT(p, 0, s, t) : f32;
+            printf(" %12.1f", f32);
+            for (int p = 1; p < NPATHS; p++) {
+                double g = AT(p, p, s, t);
                 if (g < 0)
                     printf(" %12s", "-");
                 else
                     printf(" %12.1f", g);
-                if (p > 0 && g > best)
+                if (g > best) {
                     best = g;
+                    ratio = g / AT(p, 0, s, t);
+                }
             }
-            printf("  %.2fx\n", best / f32);
+            printf("  %.2fx\n", ratio);
         }
-    munmap(results, sizeof(double) * NPATHS * NSHAPES * MAXT);
+    munmap(results, size);
     return 0;
 }
