@@ -71,6 +71,11 @@ run transport/shared-memory 200 tests/cases/shm_transport.sh
 run transport/tcp-congestion-control 60 tests/cases/tcp_congestion.sh
 run collectives/bbr-limit-agreed 120 tests/cases/tcp_bbr_agree.sh
 run unit/engine 300 "$BIN/test_engine"
+# The bf16 GEMM on each kernel (a kernel this CPU lacks is a skip naming why).
+for kernel in emulated avx512_bf16 amx; do
+    run engine/gemm-bf16/$kernel 120 env DT_BF16_GEMM=$kernel "$BIN/test_gemm_bf16"
+done
+run engine/gemm-bf16/unknown-kernel-refused 120 env DT_BF16_GEMM=tpu "$BIN/test_gemm_bf16"
 run unit/runtime 120 "$BIN/test_runtime"
 run unit/checkpoint 60 "$BIN/test_ckpt"
 run unit/textclf-sparse-rows-adagrad-fortunes 60 "$BIN/test_textclf"
