@@ -46,6 +46,7 @@ typedef struct {
 typedef struct {
     attention *A;
     attn_saved *S;
+    const dt_ctx *ctx; /* its precision */
     float *merged; /* forward: [B, T, D] */
     const float *dmerged;
     float *dqkv, *dP; /* backward: [B, T, 3D], [B, H, T, T] */
@@ -84,10 +85,10 @@ static void forward_heads(int64_t begin, int64_t end, void *arg)
         float *P = S->p + (size_t)(bh * T * T), *o = a->merged + b * T * D + h * hd;
         for (int64_t i0 = 0; i0 < T; i0 += CAUSAL_ROWS) {
             int64_t rows = T - i0 < CAUSAL_ROWS ? T - i0 : CAUSAL_ROWS, keys = i0 + rows;
-            dt_sgemm_ld(0, 1, rows, keys, hd, scale, q + i0 * ld, ld, k, ld, 0.0f, P + i0 * T, T);
+            dt__gemm(a->ctx, 0, 1, rows, keys, hd, scale, q + i0 * ld, ld, k, ld, 0.0f, P + i0 * T, T);
             softmax_causal(P, T, i0, i0 + rows);
             /* O = P V, written straight into its columns of merged */
-            dt_sgemm_ld(0, 0, rows, hd, keys, 1.0f, P + i0 * T, T, v, ld, 0.0f, o + i0 * D, D);
+            dt__gemm(a->ctx, 0, 0, rows, hd, keys, 1.0f, P + i0 * T, T, v, ld, 0.0f, o + i0 * D, D);
         }
     }
 }
@@ -111,7 +112,7 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     float *merged = dt_arena_alloc(ctx->arena, B * T * D);
     if (!S->p || !merged)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    dt__parallel_for(B * H, 1, forward_heads, &(heads_args){.A = A, .S = S, .merged = merged});
+    dt__parallel_for(B * H, 1, forward_heads, &(heads_args){.A = A, .S = S, .ctx = ctx, .merged = merged});
     dt_tensor m = dt_tensor_view(merged, 3, (int64_t[]){B, T, D});
     return A->c_proj->ops->forward(A->c_proj, ctx, &m, y);
 }
@@ -138,8 +139,8 @@ static void backward_heads(int64_t begin, int64_t end, void *arg)
             float beta = i0 == last ? 0.0f : 1.0f;
             float *g = dP + i0 * T;
             const float *pr = P + i0 * T;
-            dt_sgemm_ld(0, 1, rows, keys, hd, 1.0f, dO + i0 * D, D, v, ld, 0.0f, g, T); /* dP = dO V^T */
-            dt_sgemm_ld(1, 0, keys, hd, rows, 1.0f, pr, T, dO + i0 * D, D, beta, dv, ld); /* dV += P^T dO */
+            dt__gemm(a->ctx, 0, 1, rows, keys, hd, 1.0f, dO + i0 * D, D, v, ld, 0.0f, g, T); /* dP = dO V^T */
+            dt__gemm(a->ctx, 1, 0, keys, hd, rows, 1.0f, pr, T, dO + i0 * D, D, beta, dv, ld); /* dV += P^T dO */
             for (int64_t r = 0; r < rows; r++) { /* dS = P * (dP - sum_j dP P), scaled */
                 int64_t i = i0 + r;
                 float *gr = g + r * T;
@@ -150,8 +151,8 @@ static void backward_heads(int64_t begin, int64_t end, void *arg)
                 for (int64_t j = 0; j < keys; j++)
                     gr[j] = j <= i ? prr[j] * (gr[j] - (float)dot) * scale : 0.0f;
             }
-            dt_sgemm_ld(0, 0, rows, hd, keys, 1.0f, g, T, k, ld, 0.0f, dq + i0 * ld, ld); /* dQ = dS K */
-            dt_sgemm_ld(1, 0, keys, hd, rows, 1.0f, g, T, q + i0 * ld, ld, beta, dk, ld); /* dK += dS^T Q */
+            dt__gemm(a->ctx, 0, 0, rows, hd, keys, 1.0f, g, T, k, ld, 0.0f, dq + i0 * ld, ld); /* dQ = dS K */
+            dt__gemm(a->ctx, 1, 0, keys, hd, rows, 1.0f, g, T, q + i0 * ld, ld, beta, dk, ld); /* dK += dS^T Q */
         }
     }
 }
@@ -168,7 +169,7 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
     float *dqkv = dt_arena_alloc(ctx->arena, B * T * 3 * D), *dP = dt_arena_alloc(ctx->arena, B * H * T * T);
     if (!dqkv || !dP)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    dt__parallel_for(B * H, 1, backward_heads, &(heads_args){.A = A, .S = S, .dmerged = dmerged.data, .dqkv = dqkv, .dP = dP});
+    dt__parallel_for(B * H, 1, backward_heads, &(heads_args){.A = A, .S = S, .ctx = ctx, .dmerged = dmerged.data, .dqkv = dqkv, .dP = dP});
     dt_tensor g = dt_tensor_view(dqkv, 3, (int64_t[]){B, T, 3 * D});
     return A->c_attn->ops->backward(A->c_attn, ctx, &g, dx, need_dx);
 }
