@@ -76,6 +76,7 @@ for kernel in emulated avx512_bf16 amx; do
     run engine/gemm-bf16/$kernel 120 env DT_BF16_GEMM=$kernel "$BIN/test_gemm_bf16"
 done
 run engine/gemm-bf16/unknown-kernel-refused 120 env DT_BF16_GEMM=tpu "$BIN/test_gemm_bf16"
+run unit/conv 120 "$BIN/test_conv"
 run unit/runtime 120 "$BIN/test_runtime"
 run unit/checkpoint 60 "$BIN/test_ckpt"
 run unit/textclf-sparse-rows-adagrad-fortunes 60 "$BIN/test_textclf"
