@@ -71,6 +71,12 @@ run transport/shared-memory 200 tests/cases/shm_transport.sh
 run transport/tcp-congestion-control 60 tests/cases/tcp_congestion.sh
 run collectives/bbr-limit-agreed 120 tests/cases/tcp_bbr_agree.sh
 run unit/engine 300 "$BIN/test_engine"
+# The bf16 GEMM on each kernel (a kernel this CPU lacks is a skip naming why).
+for kernel in emulated avx512_bf16 amx; do
+    run engine/gemm-bf16/$kernel 120 env DT_BF16_GEMM=$kernel "$BIN/test_gemm_bf16"
+done
+run engine/gemm-bf16/unknown-kernel-refused 120 env DT_BF16_GEMM=tpu "$BIN/test_gemm_bf16"
+run unit/conv 120 "$BIN/test_conv"
 run unit/runtime 120 "$BIN/test_runtime"
 run unit/checkpoint 60 "$BIN/test_ckpt"
 run unit/textclf-sparse-rows-adagrad-fortunes 60 "$BIN/test_textclf"
@@ -80,6 +86,7 @@ run engine/textclf-vs-pytorch 120 tests/cases/textclf_torch.sh
 run engine/dtrain-textclf 120 tests/cases/dtrain_textclf.sh
 run engine/dtrain-cli 300 tests/cases/dtrain_cli.sh
 run engine/dtrain-recompute-bitwise 200 tests/cases/dtrain_recompute.sh
+run engine/dtrain-bf16-convergence 300 tests/cases/dtrain_bf16.sh
 run engine/dtrain-messages-threads 200 tests/cases/dtrain_messages.sh
 run fault/checkpoint-manifest-checked 200 tests/cases/checkpoint_manifest.sh
 run engine/torch-converter 200 tests/cases/torch_convert.sh

@@ -13,7 +13,9 @@
 # Each figure is the median of RUNS runs with their spread; every run trains
 # STEPS=20 timed steps after 5 warm-up steps (the harmonic mean of per-step
 # rates).  Both binaries choose their OpenBLAS kernels by the same rule
-# (dt_blas_coretype_hint, unchanged between them), so they run the same ones.
+# (dt_blas_coretype_hint, unchanged between them), so they run the same ones;
+# the header names the core this build reports ("blas: core ..." at start,
+# as bench/train/run.sh reads it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BASE=${1:-}
@@ -36,7 +38,11 @@ import json, re, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"loss"' in l]
 key = "tokens_per_s" if "tokens_per_s" in rows[0] else "samples_per_s"
 timed = rows[5:]
-m = re.search(r"activation memory: at most ([0-9.]+) MiB", open(sys.argv[2]).read())
+out = open(sys.argv[2]).read()
+m = re.search(r"activation memory: at most ([0-9.]+) MiB", out)
+core = re.search(r"blas: core (\S+),", out)
+if core:
+    open(sys.argv[2] + ".core", "w").write(core.group(1))
 print(f"{len(timed) / sum(1.0 / r[key] for r in timed):.1f} {m.group(1) if m else '-'}")
 PY
 }
@@ -52,12 +58,13 @@ v = [float(l.split()[0]) for l in sys.stdin if l.strip()]
 print(statistics.median(v))"; }
 ratio() { python3 -c "print(f'{$1 / $2:.3f}')"; }
 cpu=$(sed -n 's/^model name\s*:\s*//p' /proc/cpuinfo | head -1)
+blas_core() { cat "$WORK/out.txt.core" 2>/dev/null || echo "${OPENBLAS_CORETYPE:-as dtrain chooses}"; }
 
 section1="## Activation recomputation"
 {
     echo "$section1"
     echo
-    echo "Measured $(date -u +%Y-%m-%d) on this 2-core VM ($cpu, OpenBLAS core ${OPENBLAS_CORETYPE:-as dtrain chooses}),"
+    echo "Measured $(date -u +%Y-%m-%d) on this 2-core VM ($cpu, OpenBLAS core $(blas_core)),"
     echo "1 thread, batch 16 x 128, $STEPS timed steps after 5 warm-up, median of $RUNS alternating runs"
     echo "(spread in brackets). recompute=blocks keeps only each transformer block's input and runs the"
     echo "block's forward again in backward; the losses and weights are bitwise those without it (unit/runtime)."
@@ -90,7 +97,7 @@ section2="## Runtime refactor: no regression"
     echo
     echo "This build against \`$BASE\` (a dtrain built from an earlier commit; here the one before issue 30's runtime: layers"
     echo "holding their activations, one model loop), measured $(date -u +%Y-%m-%d) on this 2-core VM ($cpu),"
-    echo "both on OpenBLAS core ${OPENBLAS_CORETYPE:-as dtrain chooses}; median of $RUNS alternating runs of $STEPS timed"
+    echo "both on OpenBLAS core $(blas_core); median of $RUNS alternating runs of $STEPS timed"
     echo "steps (spread in brackets). Command: \`STEPS=$STEPS bench/train/runtime.sh BASELINE_DTRAIN $RUNS\`"
     echo
     echo "| model | threads | before | after | after / before |"

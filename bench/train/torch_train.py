@@ -2,12 +2,21 @@
 """PyTorch side of bench/train/run.sh: the same models, data and optimizer
 settings as dtrain's configs, timed the same way.
 
-usage: torch_train.py gpt-mini|gpt-small|mlp|cnn THREADS STEPS [--passive]
-prints one line: "<model> <threads> <items_per_s> <final_loss>" where items are
-tokens (gpt) or samples (mlp, cnn); the first 5 steps are warm-up.
+usage: torch_train.py gpt-mini|gpt-small|mlp|cnn THREADS STEPS [--bf16]
+prints two lines:
+  settings {json}: what this process runs, read back after importing torch:
+    OpenBLAS's kernel set (openblas_get_corename), its thread count and build
+    string, torch's intra-op and inter-op threads, its CPU capability (the
+    vector width of its own kernels), whether oneDNN is on, OMP_WAIT_POLICY
+    and OPENBLAS_CORETYPE as given;
+  "<model> <threads> <items_per_s> <final_loss>" where items are tokens (gpt)
+    or samples (mlp, cnn); the first 5 steps are warm-up.
+--bf16 runs forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)
+(the parameters, their gradients and AdamW stay f32), dtrain's precision=bf16.
 """
+import ctypes
 import gzip
-import math
+import json
 import os
 import struct
 import sys
@@ -55,9 +64,38 @@ def fortunes():
     return torch.tensor(list(data), dtype=torch.long)
 
 
+def settings():
+    """What this process runs, read back from the libraries themselves."""
+    blas = next((line.split()[-1] for line in open("/proc/self/maps") if "libopenblas" in line), None)
+    out = {"blas_library": blas}
+    if blas:
+        lib = ctypes.CDLL(blas)  # the copy torch loaded: dlopen returns the same handle
+        for name, restype in (("openblas_get_corename", ctypes.c_char_p), ("openblas_get_config", ctypes.c_char_p),
+                              ("openblas_get_num_threads", ctypes.c_int)):
+            fn = getattr(lib, name)
+            fn.restype = restype
+            v = fn()
+            out[name[len("openblas_get_"):]] = v.decode() if isinstance(v, bytes) else v
+    cap = None
+    if hasattr(torch.backends, "cpu") and hasattr(torch.backends.cpu, "get_cpu_capability"):
+        cap = torch.backends.cpu.get_cpu_capability()
+    else:  # torch 1.13: only in the build summary
+        cap = next((line.split(":", 1)[1].strip() for line in torch.__config__.show().splitlines()
+                    if "CPU capability usage" in line), None)
+    out.update(torch=torch.__version__, torch_threads=torch.get_num_threads(),
+               interop_threads=torch.get_num_interop_threads(), cpu_capability=cap,
+               mkldnn=bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled),
+               OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS"), OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY"),
+               OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE"))
+    return out
+
+
 def main():
     kind, threads, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    bf16 = "--bf16" in sys.argv[4:]
     torch.set_num_threads(threads)
+    torch.set_num_interop_threads(1)  # no inter-op parallelism in a training step; dtrain has none either
+    print("settings " + json.dumps(dict(settings(), bf16=bf16)), flush=True)
     torch.manual_seed(1)
     if kind.startswith("gpt"):
         layers, heads, dim = (4, 4, 256) if kind == "gpt-mini" else (6, 6, 384)
@@ -87,8 +125,9 @@ def main():
             idx = torch.randint(0, x_all.shape[0], (B,), generator=g)
             xb, yb = x_all[idx], y_all[idx]
         opt.zero_grad(set_to_none=True)
-        out = model(xb)
-        l = F.cross_entropy(out.reshape(-1, out.shape[-1]), yb.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = model(xb)
+            l = F.cross_entropy(out.reshape(-1, out.shape[-1]), yb.reshape(-1))
         l.backward()
         if kind.startswith("gpt"):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

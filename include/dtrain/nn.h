@@ -150,6 +150,10 @@ typedef struct {
      * for block hooks that need it (a parameter server pulls the embedding
      * rows the input names before the first block's forward). */
     const dt_tensor *input;
+    /* The precision of the matrix products, set by dt_model_forward(_chunk)
+     * and dt_model_backward(_chunk) from dt_model_set_precision: DT_F32, or
+     * DT_BF16 (operands rounded to bf16, sums in f32: dt_sgemm_bf16_ld). */
+    dt_dtype compute;
 } dt_ctx;
 /* Number of records on a context's stack (0 once every backward has run). */
 int dt_ctx_saved_depth(const dt_ctx *ctx);
@@ -406,6 +410,15 @@ dt_status dt_model_set_recompute(dt_model *m, int i, bool on);
 void dt_model_set_hooks(dt_model *m, dt_block_hook hook, void *user);
 /* Initialise every parameter from `seed` (PyTorch's schemes; GPT-2's for GPT). */
 void dt_model_init(dt_model *m, uint64_t seed);
+/* Mixed precision: DT_BF16 runs every matrix product of the model's linear,
+ * attention and output layers on bf16-rounded operands with f32 sums
+ * (dt_sgemm_bf16_ld: AMX or AVX512_BF16 where the CPU has them, else the
+ * same numerics emulated in f32); everything else -- element-wise layers,
+ * normalisation, softmax, the loss, parameters, gradients and the optimizer
+ * state -- stays f32.  DT_F32 (the default) is plain f32.  Any other dtype
+ * is refused with DT_ERR_INVALID. */
+dt_status dt_model_set_precision(dt_model *m, dt_dtype precision);
+dt_dtype dt_model_precision(const dt_model *m);
 /* Forward through every block; y is allocated in ctx->arena.  (A model of
  * several chunks refuses: run each chunk.) */
 dt_status dt_model_forward(dt_model *m, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y);

@@ -83,6 +83,11 @@ dt_status dt_threads_default(int *n, const char **source);
  * or Zen kernels), or NULL when there is nothing to gain or the user chose a
  * core type himself. */
 const char *dt_blas_coretype_hint(void);
+/* What OpenBLAS runs, read back from it rather than assumed: its kernel set
+ * (openblas_get_corename, e.g. "SkylakeX" or "Haswell"), its own thread
+ * count and its build string (openblas_get_config).  Either pointer may be
+ * NULL; the strings are OpenBLAS's own and live as long as the process. */
+void dt_blas_describe(const char **core, int *threads, const char **config);
 
 /* ---- kernels ---- */
 /* C[m,n] = alpha * op(A) op(B) + beta * C, row major; op transposes when trans_* != 0.
@@ -93,10 +98,34 @@ void dt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float a
  * stored), for operating on column slices of wider matrices. */
 void dt_sgemm_ld(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                  const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* C = alpha * op(A) op(B) + beta * C like dt_sgemm_ld, with A and B rounded to
+ * bf16 (round to nearest even, as dt_f32_to_bf16) and the products summed in
+ * f32: the GEMM of bf16 mixed-precision training.  The conversion is fused
+ * into packing, so the inputs stay f32 (activations, master weights).  Any
+ * m, n, k (edges padded with zeros), all four transposes, strides; beta = 0
+ * ignores C's old contents (NaN included), as BLAS does.
+ * Kernels (dt_bf16_gemm_kernel): AMX tiles (TDPBF16PS) where the CPU has
+ * AMX-BF16 and the kernel grants the tile state, else AVX512_BF16
+ * (VDPBF16PS), else emulated.  Numerics: each element's sum of exact bf16
+ * products runs over k in order with f32 fused multiply-adds, so |error| <=
+ * about k * 2^-24 * sum |a_i b_i| beyond the inputs' rounding; the AMX and
+ * AVX512_BF16 instructions treat subnormal bf16 inputs and results as zero.
+ * Results are bitwise the same for any thread count (the blocking of m and n
+ * does not change a sum's order), though not across kernels. */
+void dt_sgemm_bf16_ld(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                      int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* The kernel dt_sgemm_bf16_ld runs on this CPU: "amx", "avx512_bf16" or
+ * "emulated" (inputs rounded to bf16, then dt_sgemm_ld: same numerics, no
+ * speed-up).  Chosen once per process; DT_BF16_GEMM=amx|avx512_bf16|emulated
+ * forces one, and a forced kernel this machine cannot run is refused with a
+ * warning naming the reason, the emulation running instead. */
+const char *dt_bf16_gemm_kernel(void);
 void dt_vec_zero(float *x, int64_t n);
 void dt_vec_copy(float *dst, const float *src, int64_t n);
 /* y += alpha * x */
 void dt_vec_axpy(float *y, float alpha, const float *x, int64_t n);
+/* y = a + b in one pass; y must not overlap a or b. */
+void dt_vec_add(float *y, const float *a, const float *b, int64_t n);
 void dt_vec_scale(float *x, float alpha, int64_t n);
 /* Sum of squares in double (for norms), summed over fixed blocks in block
  * order: bitwise the same for any thread count. */

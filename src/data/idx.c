@@ -120,9 +120,10 @@ void dt_idx_batch(const dt_idx_set *s, const int64_t *indices, int64_t n, float 
 {
     int64_t px = (int64_t)s->rows * s->cols;
     for (int64_t b = 0; b < n; b++) {
-        const uint8_t *img = s->images + indices[b] * px;
+        const uint8_t *restrict img = s->images + indices[b] * px;
+        float *restrict out = x + b * px; /* restrict: a float store must not force byte reloads */
         for (int64_t i = 0; i < px; i++)
-            x[b * px + i] = (float)img[i] * (1.0f / 255.0f);
+            out[i] = (float)img[i] * (1.0f / 255.0f);
         if (y)
             y[b] = s->labels[indices[b]];
     }

@@ -32,15 +32,19 @@ typedef struct {
 static void relu_fwd(int64_t b, int64_t e, void *p)
 {
     act_args *a = p;
+    const float *restrict x = a->x;
+    float *restrict out = a->out;
     for (int64_t i = b; i < e; i++)
-        a->out[i] = a->x[i] > 0 ? a->x[i] : 0;
+        out[i] = x[i] > 0 ? x[i] : 0;
 }
 
 static void relu_bwd(int64_t b, int64_t e, void *p)
 {
     act_args *a = p;
+    const float *restrict x = a->x, *restrict dy = a->dy;
+    float *restrict out = a->out;
     for (int64_t i = b; i < e; i++)
-        a->out[i] = a->x[i] > 0 ? a->dy[i] : 0;
+        out[i] = x[i] > 0 ? dy[i] : 0;
 }
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -128,8 +132,5 @@ dt_status dt_gelu_create(const char *name, dt_layer **l) { return create(name, 1
 
 void dt_residual_add(const dt_tensor *a, const dt_tensor *b, dt_tensor *y)
 {
-    int64_t n = dt_tensor_numel(a);
-    if (y->data != a->data)
-        dt_vec_copy(y->data, a->data, n);
-    dt_vec_axpy(y->data, 1.0f, b->data, n);
+    dt_vec_add(y->data, a->data, b->data, dt_tensor_numel(a));
 }

@@ -253,7 +253,7 @@ static dt_status head_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_t
     dt_status st = DT_OK;
     const float *in = H->sp ? head_whole(H, ctx, &h, &st) : h.data;
     if (in)
-        dt_sgemm(0, 1, n, H->vocab, H->dim, 1.0f, in, dt_param_value(ctx->params, H->wte), 0.0f, y->data);
+        dt__gemm_packed(ctx, 0, 1, n, H->vocab, H->dim, 1.0f, in, dt_param_value(ctx->params, H->wte), 0.0f, y->data);
     dt_arena_rewind(ctx->arena, mark);
     return st;
 }
@@ -276,8 +276,8 @@ static dt_status head_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt
     if (in && !g)
         st = dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     if (g) {
-        dt_sgemm(1, 0, H->vocab, H->dim, n, 1.0f, dy->data, in, 1.0f, dt_param_grad(ctx->params, H->wte));
-        dt_sgemm(0, 0, n, H->dim, H->vocab, 1.0f, dy->data, dt_param_value(ctx->params, H->wte), 0.0f, g);
+        dt__gemm_packed(ctx, 1, 0, H->vocab, H->dim, n, 1.0f, dy->data, in, 1.0f, dt_param_grad(ctx->params, H->wte));
+        dt__gemm_packed(ctx, 0, 0, n, H->dim, H->vocab, 1.0f, dy->data, dt_param_value(ctx->params, H->wte), 0.0f, g);
         if (H->sp) { /* summed and split into this rank's slice of the positions */
             float *scratch = dt_arena_alloc(ctx->arena, n * H->dim);
             st = scratch ? dt__sp_reduce_scatter(H->tp, g, dh.data, scratch, h->shape[0], h->shape[1], H->dim)

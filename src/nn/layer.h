@@ -14,4 +14,22 @@ void *dt__layer_new(size_t size, const dt_layer_ops *ops, const char *fmt, ...) 
 dt_status dt__layer_param(dt_params *p, const dt_layer *l, const char *suffix, int ndim, const int64_t *shape,
                           int *index);
 
+/* A matrix product in the context's precision (dt_ctx.compute): f32
+ * (dt_sgemm_ld) or bf16 operands with f32 sums (dt_sgemm_bf16_ld). */
+static inline void dt__gemm(const dt_ctx *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                            const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    if (ctx->compute == DT_BF16)
+        dt_sgemm_bf16_ld(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else
+        dt_sgemm_ld(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* The same on packed matrices (leading dimensions from the shapes). */
+static inline void dt__gemm_packed(const dt_ctx *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                   float alpha, const float *a, const float *b, float beta, float *c)
+{
+    dt__gemm(ctx, trans_a, trans_b, m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
+}
+
 #endif

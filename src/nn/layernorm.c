@@ -36,26 +36,57 @@ typedef struct {
 
 #define GRAIN_ROWS 16
 
+/* Row sums in LANES independent f32 partial sums (a fixed order, so the same
+ * bits every time; vectorised), added together in double. */
+#define LANES 16
+
+static double lane_sum(const float *x, int64_t n)
+{
+    float part[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++)
+            part[l] += x[i + l];
+    double s = 0;
+    for (; i < n; i++)
+        s += x[i];
+    for (int l = 0; l < LANES; l++)
+        s += part[l];
+    return s;
+}
+
+static double lane_sqdev(const float *x, int64_t n, float mean)
+{
+    float part[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int l = 0; l < LANES; l++)
+            part[l] += (x[i + l] - mean) * (x[i + l] - mean);
+    double s = 0;
+    for (; i < n; i++)
+        s += (double)(x[i] - mean) * (x[i] - mean);
+    for (int l = 0; l < LANES; l++)
+        s += part[l];
+    return s;
+}
+
 static void forward_rows(int64_t r0, int64_t r1, void *p)
 {
     ln_args *a = p;
     const layernorm *L = a->L;
     int64_t D = L->dim;
+    const float *restrict w = a->w, *restrict b = a->b;
     for (int64_t r = r0; r < r1; r++) {
-        const float *xr = a->x + r * D;
-        double mean = 0, var = 0;
-        for (int64_t i = 0; i < D; i++)
-            mean += xr[i];
-        mean /= (double)D;
-        for (int64_t i = 0; i < D; i++)
-            var += (xr[i] - mean) * (xr[i] - mean);
-        var /= (double)D;
+        const float *restrict xr = a->x + r * D;
+        float mean = (float)(lane_sum(xr, D) / (double)D);
+        double var = lane_sqdev(xr, D, mean) / (double)D;
         float rstd = (float)(1.0 / sqrt(var + L->eps));
         a->sv->rstd[r] = rstd;
+        float *restrict xh = a->sv->xhat + r * D, *restrict y = a->y + r * D;
         for (int64_t i = 0; i < D; i++) {
-            float h = (float)(xr[i] - mean) * rstd;
-            a->sv->xhat[r * D + i] = h;
-            a->y[r * D + i] = h * a->w[i] + a->b[i];
+            float h = (xr[i] - mean) * rstd;
+            xh[i] = h;
+            y[i] = h * w[i] + b[i];
         }
     }
 }
@@ -88,18 +119,31 @@ static void input_grad_rows(int64_t r0, int64_t r1, void *p)
     ln_args *a = p;
     const layernorm *L = a->L;
     int64_t D = L->dim;
+    const float *restrict w = a->w;
     for (int64_t r = r0; r < r1; r++) {
-        const float *g = a->dy + r * D, *h = a->sv->xhat + r * D;
+        const float *restrict g = a->dy + r * D, *restrict h = a->sv->xhat + r * D;
+        float pgw[LANES] = {0}, pgwh[LANES] = {0};
+        int64_t i = 0;
+        for (; i + LANES <= D; i += LANES)
+            for (int l = 0; l < LANES; l++) {
+                float gw = g[i + l] * w[i + l];
+                pgw[l] += gw;
+                pgwh[l] += gw * h[i + l];
+            }
         double mean_gw = 0, mean_gwh = 0;
-        for (int64_t i = 0; i < D; i++) {
-            float gw = g[i] * a->w[i];
+        for (; i < D; i++) {
+            float gw = g[i] * w[i];
             mean_gw += gw;
             mean_gwh += gw * h[i];
         }
-        mean_gw /= (double)D;
-        mean_gwh /= (double)D;
-        for (int64_t i = 0; i < D; i++)
-            a->dx[r * D + i] = a->sv->rstd[r] * (float)(g[i] * a->w[i] - mean_gw - h[i] * mean_gwh);
+        for (int l = 0; l < LANES; l++) {
+            mean_gw += pgw[l];
+            mean_gwh += pgwh[l];
+        }
+        float mgw = (float)(mean_gw / (double)D), mgwh = (float)(mean_gwh / (double)D), rstd = a->sv->rstd[r];
+        float *restrict dx = a->dx + r * D;
+        for (int64_t j = 0; j < D; j++)
+            dx[j] = rstd * (g[j] * w[j] - mgw - h[j] * mgwh);
     }
 }
 

@@ -37,7 +37,7 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     if (L->b >= 0) {
         dt_rows_fill(y->data, dt_param_value(ctx->params, L->b), n, L->out);
     }
-    dt_sgemm(0, 1, n, L->out, L->in, 1.0f, x->data, W, L->b >= 0 ? 1.0f : 0.0f, y->data);
+    dt__gemm_packed(ctx, 0, 1, n, L->out, L->in, 1.0f, x->data, W, L->b >= 0 ? 1.0f : 0.0f, y->data);
     return DT_OK;
 }
 
@@ -49,7 +49,7 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
         return DT_ERR_INVALID;
     int64_t n = rows(x, L->in);
     /* dW[out, in] += dy^T x ; db += column sums of dy */
-    dt_sgemm(1, 0, L->out, L->in, n, 1.0f, dy->data, x->data, 1.0f, dt_param_grad(ctx->params, L->w));
+    dt__gemm_packed(ctx, 1, 0, L->out, L->in, n, 1.0f, dy->data, x->data, 1.0f, dt_param_grad(ctx->params, L->w));
     dt_params_grad_ready(ctx->params, L->w);
     if (L->b >= 0) {
         dt_rows_sum_add(dt_param_grad(ctx->params, L->b), dy->data, n, L->out);
@@ -59,7 +59,7 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
         *dx = *x;
         if (!(dx->data = dt_arena_alloc(ctx->arena, n * L->in)))
             return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-        dt_sgemm(0, 0, n, L->in, L->out, 1.0f, dy->data, dt_param_value(ctx->params, L->w), 0.0f, dx->data);
+        dt__gemm_packed(ctx, 0, 0, n, L->in, L->out, 1.0f, dy->data, dt_param_value(ctx->params, L->w), 0.0f, dx->data);
     }
     return DT_OK;
 }

@@ -132,7 +132,7 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
         dt_status st = DT_OK;
         const float *in = L->sp ? gather_whole(L, ctx, x, L->in_l, &st) : x->data;
         if (in)
-            dt_sgemm(0, 1, n, L->out_l, L->in_l, 1.0f, in, W, bias ? 1.0f : 0.0f, y->data);
+            dt__gemm_packed(ctx, 0, 1, n, L->out_l, L->in_l, 1.0f, in, W, bias ? 1.0f : 0.0f, y->data);
         dt_arena_rewind(ctx->arena, mark);
         return st;
     }
@@ -142,7 +142,7 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     if (!L->sp) {
         if (!(y->data = dt_arena_alloc(ctx->arena, n * L->out_l)))
             return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-        dt_sgemm(0, 1, n, L->out_l, L->in_l, 1.0f, x->data, W, 0.0f, y->data);
+        dt__gemm_packed(ctx, 0, 1, n, L->out_l, L->in_l, 1.0f, x->data, W, 0.0f, y->data);
         DT_CHECK(allreduce(L, y->data, n * L->out_l, "forward"));
     } else {
         if (T % L->t)
@@ -155,7 +155,7 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
         float *partial = dt_arena_alloc(ctx->arena, n * L->out_l);
         dt_status st = partial ? DT_OK : dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
         if (st == DT_OK) {
-            dt_sgemm(0, 1, n, L->out_l, L->in_l, 1.0f, x->data, W, 0.0f, partial);
+            dt__gemm_packed(ctx, 0, 1, n, L->out_l, L->in_l, 1.0f, x->data, W, 0.0f, partial);
             st = scatter_sum(L, ctx, partial, y->data, B, T / L->t, L->out_l);
         }
         dt_arena_rewind(ctx->arena, mark);
@@ -193,9 +193,9 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
         const float *g = L->sp ? gather_whole(L, ctx, dy, L->out_l, &st) : dy->data; /* the whole output gradient */
         int64_t n = rows(x, L->in_l);
         if (g) {
-            dt_sgemm(1, 0, L->out_l, L->in_l, n, 1.0f, g, x->data, 1.0f, dW);
+            dt__gemm_packed(ctx, 1, 0, L->out_l, L->in_l, n, 1.0f, g, x->data, 1.0f, dW);
             if (want_dx)
-                dt_sgemm(0, 0, n, L->in_l, L->out_l, 1.0f, g, W, 0.0f, dx->data);
+                dt__gemm_packed(ctx, 0, 0, n, L->in_l, L->out_l, 1.0f, g, W, 0.0f, dx->data);
         }
     } else {
         const float *in = L->sp ? gather_whole(L, ctx, x, L->in_l, &st) : x->data; /* the whole input again */
@@ -204,8 +204,8 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
         if (in && !g)
             st = dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
         if (g) {
-            dt_sgemm(1, 0, L->out_l, L->in_l, n, 1.0f, dy->data, in, 1.0f, dW);
-            dt_sgemm(0, 0, n, L->in_l, L->out_l, 1.0f, dy->data, W, 0.0f, g);
+            dt__gemm_packed(ctx, 1, 0, L->out_l, L->in_l, n, 1.0f, dy->data, in, 1.0f, dW);
+            dt__gemm_packed(ctx, 0, 0, n, L->in_l, L->out_l, 1.0f, dy->data, W, 0.0f, g);
             st = L->sp ? scatter_sum(L, ctx, g, dx->data, x->shape[0], x->shape[1], L->in_l)
                        : allreduce(L, g, n * L->in_l, "backward");
         }

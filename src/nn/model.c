@@ -65,6 +65,7 @@ struct dt_model {
     int nshared;
     dt_block_hook hook;
     void *hook_user;
+    dt_dtype precision; /* of the matrix products: DT_F32 or DT_BF16 */
     output_split split; /* when this model holds the last block */
 };
 
@@ -365,6 +366,17 @@ dt_status dt_model_set_recompute(dt_model *m, int i, bool on)
     return dt__fail(DT_ERR_INVALID, "recompute: the model holds no block %d (it has %d)", i, m->n);
 }
 
+dt_status dt_model_set_precision(dt_model *m, dt_dtype precision)
+{
+    if (precision != DT_F32 && precision != DT_BF16)
+        return dt__fail(DT_ERR_INVALID, "model precision %s: only f32 and bf16 are supported",
+                        dt_dtype_name(precision) ? dt_dtype_name(precision) : "(invalid dtype)");
+    m->precision = precision;
+    return DT_OK;
+}
+
+dt_dtype dt_model_precision(const dt_model *m) { return m->precision; }
+
 void dt_model_init(dt_model *m, uint64_t seed)
 {
     for (int c = 0; c < m->nchunks; c++)
@@ -382,6 +394,7 @@ dt_status dt_model_forward_chunk(dt_model *m, int c, dt_ctx *ctx, const dt_tenso
 {
     DT_CHECK(check_chunk(m, c, "model_forward_chunk"));
     ctx->params = m->params;
+    ctx->compute = m->precision;
     ctx->input = x;
     return m->chunks[c]->ops->forward(m->chunks[c], ctx, x, y);
 }
@@ -390,6 +403,7 @@ dt_status dt_model_backward_chunk(dt_model *m, int c, dt_ctx *ctx, const dt_tens
 {
     DT_CHECK(check_chunk(m, c, "model_backward_chunk"));
     ctx->params = m->params;
+    ctx->compute = m->precision;
     dt_tensor unused;
     return m->chunks[c]->ops->backward(m->chunks[c], ctx, dy, dx ? dx : &unused, dx != NULL);
 }

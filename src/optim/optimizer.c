@@ -93,22 +93,41 @@ typedef struct {
     float bc1, bc2_sqrt; /* AdamW bias corrections */
 } update_args;
 
+/* The update loops read every setting into a local first and mark the
+ * arrays restrict: a float store could otherwise alias the settings, which
+ * would be reloaded every element and keep the loop from vectorising. */
 static void sgd_range(int64_t begin, int64_t end, void *arg)
 {
     update_args *a = arg;
     const dt_sgd_config *c = &a->o->sgd;
-    float *p = a->p, *buf = a->s0;
-    const float *g = a->g;
-    bool first = a->o->steps == 0;
-    for (int64_t i = begin; i < end; i++) {
-        float d = g[i];
-        if (a->weight_decay != 0)
-            d += a->weight_decay * p[i];
-        if (c->momentum != 0) {
-            buf[i] = first ? d : c->momentum * buf[i] + d;
-            d = c->nesterov ? d + c->momentum * buf[i] : buf[i];
+    float *restrict p = a->p, *restrict buf = a->s0;
+    const float *restrict g = a->g;
+    const float lr = a->lr, wd = a->weight_decay, mu = c->momentum;
+    const bool first = a->o->steps == 0, nesterov = c->nesterov;
+    if (mu == 0) {
+        for (int64_t i = begin; i < end; i++)
+            p[i] -= lr * (wd != 0 ? g[i] + wd * p[i] : g[i]);
+        return;
+    }
+    if (first) {
+        for (int64_t i = begin; i < end; i++) {
+            float d = wd != 0 ? g[i] + wd * p[i] : g[i];
+            buf[i] = d;
+            p[i] -= lr * (nesterov ? d + mu * buf[i] : buf[i]);
         }
-        p[i] -= a->lr * d;
+        return;
+    }
+    if (wd == 0 && !nesterov) { /* the common case, vectorised */
+        for (int64_t i = begin; i < end; i++) {
+            buf[i] = mu * buf[i] + g[i];
+            p[i] -= lr * buf[i];
+        }
+        return;
+    }
+    for (int64_t i = begin; i < end; i++) {
+        float d = wd != 0 ? g[i] + wd * p[i] : g[i];
+        buf[i] = mu * buf[i] + d;
+        p[i] -= lr * (nesterov ? d + mu * buf[i] : buf[i]);
     }
 }
 
@@ -116,14 +135,15 @@ static void adamw_range(int64_t begin, int64_t end, void *arg)
 {
     update_args *a = arg;
     const dt_adamw_config *c = &a->o->adam;
-    float *p = a->p, *m = a->s0, *v = a->s1;
-    const float *g = a->g;
-    float lr = a->lr, step_size = lr / a->bc1;
+    float *restrict p = a->p, *restrict m = a->s0, *restrict v = a->s1;
+    const float *restrict g = a->g;
+    const float lr = a->lr, step_size = lr / a->bc1, decay = 1.0f - lr * a->weight_decay;
+    const float one_b1 = 1.0f - c->beta1, b2 = c->beta2, one_b2 = 1.0f - c->beta2, bc2 = a->bc2_sqrt, eps = c->eps;
     for (int64_t i = begin; i < end; i++) {
-        p[i] *= 1.0f - lr * a->weight_decay;
-        m[i] += (g[i] - m[i]) * (1.0f - c->beta1);
-        v[i] = v[i] * c->beta2 + (1.0f - c->beta2) * g[i] * g[i];
-        float denom = sqrtf(v[i]) / a->bc2_sqrt + c->eps;
+        p[i] *= decay;
+        m[i] += (g[i] - m[i]) * one_b1;
+        v[i] = v[i] * b2 + one_b2 * g[i] * g[i];
+        float denom = sqrtf(v[i]) / bc2 + eps;
         p[i] -= step_size * m[i] / denom;
     }
 }

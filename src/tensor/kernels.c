@@ -9,7 +9,19 @@
 
 #define GRAIN 32768 /* elements per chunk below which threading costs more than it saves */
 
-char *openblas_get_corename(void); /* from OpenBLAS */
+char *openblas_get_corename(void); /* from OpenBLAS; no header declares these portably */
+char *openblas_get_config(void);
+int openblas_get_num_threads(void);
+
+void dt_blas_describe(const char **core, int *threads, const char **config)
+{
+    if (core)
+        *core = openblas_get_corename();
+    if (threads)
+        *threads = openblas_get_num_threads();
+    if (config)
+        *config = openblas_get_config();
+}
 
 const char *dt_blas_coretype_hint(void)
 {
@@ -93,7 +105,7 @@ void dt_sgemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float a
 
 typedef struct {
     float *y;
-    const float *x;
+    const float *x, *x2;
     float alpha;
 } vec_args;
 
@@ -118,6 +130,15 @@ static void axpy_range(int64_t b, int64_t e, void *p)
         y[i] += v->alpha * x[i];
 }
 
+static void add_range(int64_t b, int64_t e, void *p)
+{
+    vec_args *v = p;
+    float *restrict y = v->y;
+    const float *restrict x = v->x, *restrict x2 = v->x2;
+    for (int64_t i = b; i < e; i++)
+        y[i] = x[i] + x2[i];
+}
+
 static void scale_range(int64_t b, int64_t e, void *p)
 {
     vec_args *v = p;
@@ -133,6 +154,10 @@ void dt_vec_copy(float *dst, const float *src, int64_t n)
 void dt_vec_axpy(float *y, float alpha, const float *x, int64_t n)
 {
     dt__parallel_for(n, GRAIN, axpy_range, &(vec_args){.y = y, .x = x, .alpha = alpha});
+}
+void dt_vec_add(float *y, const float *a, const float *b, int64_t n)
+{
+    dt__parallel_for(n, GRAIN, add_range, &(vec_args){.y = y, .x = a, .x2 = b});
 }
 void dt_vec_scale(float *x, float alpha, int64_t n)
 {

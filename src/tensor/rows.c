@@ -94,9 +94,17 @@ static void sumsq_range(int64_t b, int64_t e, void *p)
     sumsq_args *a = p;
     for (int64_t k = b; k < e; k++) {
         int64_t lo = k * a->block, hi = lo + a->block < a->n ? lo + a->block : a->n;
-        double s = 0;
-        for (int64_t i = lo; i < hi; i++)
-            s += (double)a->x[i] * a->x[i];
+        /* 8 double lanes (a fixed order, vectorised), then their sum */
+        double lane[8] = {0}, s = 0;
+        const float *restrict x = a->x;
+        int64_t i = lo;
+        for (; i + 8 <= hi; i += 8)
+            for (int l = 0; l < 8; l++)
+                lane[l] += (double)x[i + l] * x[i + l];
+        for (; i < hi; i++)
+            s += (double)x[i] * x[i];
+        for (int l = 0; l < 8; l++)
+            s += lane[l];
         a->partial[k] = s;
     }
 }

@@ -57,6 +57,8 @@ check_err 2 "--resume needs a value" train --resume
 # threads: the key, else DT_THREADS, else the cores / the local ranks
 DT_THREADS=1 "$T" train "${MLP[@]}" >"$WORK/t1.out" 2>&1 || { cat "$WORK/t1.out"; fail "DT_THREADS=1"; }
 expect_grep "$WORK/t1.out" "1 thread per rank \(from DT_THREADS\)"
+# the kernels OpenBLAS runs, read back from it (bench/train/run.sh parses this line)
+expect_grep "$WORK/t1.out" "blas: core [A-Za-z0-9_]+, OpenBLAS threads 1, OPENBLAS_CORETYPE [^,]+, config "
 DT_THREADS=1 "$T" train "${MLP[@]}" --set threads=2 >"$WORK/t2.out" 2>&1 || fail "threads=2"
 expect_grep "$WORK/t2.out" "2 threads per rank \(from the threads key\)"
 cores=$(nproc)

@@ -59,7 +59,8 @@ static const spec specs[] = {
     {"straggler_prob", K_NUM, F(straggler_prob), 0, 1, NULL, "1", "the share of steps straggler_rank sleeps in (each a random 0..straggler_ms): 1 a steady straggler, less a bursty one"},
     {"micro_batches", K_INT, F(micro_batches), 1, 1 << 16, NULL, "1", "pieces each rank's batch is cut into (they must divide batch_size); a pipeline fills its stages with them"},
     {"grad_accumulation", K_INT, F(grad_accumulation), 1, 1 << 16, NULL, "1", "batches per optimizer step (each cut into micro_batches)"},
-    {"grad_compression", K_STR, F(grad_compression), 0, 0, "none,f16,bf16", "\"none\"", "gradient format on the wire (data parallel)"},
+    {"grad_compression", K_STR, F(grad_compression), 0, 0, "auto,none,f16,bf16", "\"auto\"", "gradient format on the wire (data parallel by allreduce); auto: bf16 when precision is bf16, else none"},
+    {"precision", K_STR, F(precision), 0, 0, "f32,bf16", "\"f32\"", "matrix products: f32, or bf16 mixed precision (bf16 operands, f32 sums, f32 weights and optimizer state; AMX or AVX512_BF16 where the CPU has them, else emulated at f32 speed)"},
     {"bucket_mb", K_NUM, F(bucket_mb), 0, 65536, NULL, "0", "MiB per gradient allreduce bucket (0: DT_BUCKET_MB, else min(25, gradients/8), at least 1)"},
     {"optimizer", K_STR, F(optimizer), 0, 0, "sgd,adamw,adagrad", "\"adamw\"", "sgd, adamw or adagrad"},
     {"lr", K_NUM, F(lr), 0, 100, NULL, "0.001", "peak learning rate"},
@@ -300,6 +301,11 @@ dt_status dtrain_config_load(const char *file, char **sets, int nsets, dtrain_co
         return DT_ERR_INVALID;
     if (dtrain_config_apply_sets(c, sets, nsets) != DT_OK)
         return DT_ERR_INVALID;
+    /* grad_compression auto: bf16 training sends bf16 gradients where the
+     * wire offers a choice (allreduce data parallelism), else none */
+    if (!strcmp(c->grad_compression, "auto"))
+        snprintf(c->grad_compression, sizeof c->grad_compression, "%s",
+                 !strcmp(c->precision, "bf16") && c->servers == 0 && c->zero_stage == 0 ? "bf16" : "none");
     return dtrain_config_validate(c);
 }
 
@@ -371,7 +377,7 @@ dt_status dtrain_config_validate(const dtrain_config *c)
     if (c->servers > 0 && (c->zero_stage > 0 || c->tp > 1 || c->pp > 1))
         return bad("configuration", "servers", "> 0 (a parameter server) replaces data parallelism by allreduce: not "
                                                "with zero_stage, tp or pp");
-    if (c->servers > 0 && strcmp(c->grad_compression, "none"))
+    if (c->servers > 0 && strcmp(c->grad_compression, "none") && strcmp(c->grad_compression, "auto"))
         return bad("configuration", "grad_compression", "is for allreduce data parallelism (servers 0)");
     if (c->servers > 0 && strcmp(c->offload, "none"))
         return bad("configuration", "offload", "is not for a parameter server's workers (servers 0)");
@@ -380,7 +386,7 @@ dt_status dtrain_config_validate(const dtrain_config *c)
                                                  "global norm to clip to");
     if (c->servers > 0 && c->stop_at_accuracy > 0 && strcmp(c->sync, "bsp"))
         return bad("configuration", "stop_at_accuracy", "needs sync bsp: asynchronous workers do not stop together");
-    if (c->zero_stage > 0 && strcmp(c->grad_compression, "none"))
+    if (c->zero_stage > 0 && strcmp(c->grad_compression, "none") && strcmp(c->grad_compression, "auto"))
         return bad("configuration", "grad_compression", "is for data parallelism (zero_stage 0)");
     if (c->batch_size % c->micro_batches) {
         char why[160];

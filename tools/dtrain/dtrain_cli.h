@@ -21,7 +21,8 @@ typedef struct {
     int64_t batch_size, steps, seed, threads, grad_accumulation, tp;
     int64_t pp, micro_batches, virtual_stages, zero_stage;
     char pipeline_schedule[16]; /* gpipe | 1f1b | interleaved */
-    char grad_compression[8]; /* none | f16 | bf16 */
+    char grad_compression[8]; /* none | f16 | bf16 ("auto" is resolved when the configuration is checked) */
+    char precision[8];        /* f32 | bf16 */
     double bucket_mb, stop_at_accuracy;
     char optimizer[8]; /* sgd | adamw | adagrad */
     double lr, min_lr, momentum, weight_decay, beta1, beta2, eps, grad_clip;

@@ -470,6 +470,10 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         code = 2;
         goto out;
     }
+    if (!strcmp(c->precision, "bf16") && dt_model_set_precision(m, DT_BF16) != DT_OK) {
+        fprintf(stderr, "dtrain: precision: %s\n", dt_last_error());
+        goto out;
+    }
     if (set_recompute(c, m) != DT_OK ||
         (job ? dt_sgd_create(&(dt_sgd_config){0, 0, false}, dt_params_numel(p), &o) != DT_OK /* the servers update */
              : make_optimizer_for(c, m, p, zero ? dpn : 0, dpr, &o) != DT_OK))
@@ -612,6 +616,23 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
                              nt == 1 ? "" : "s", thread_source, shape,
                              strcmp(c->grad_compression, "none") ? ", gradients as " : "",
                              strcmp(c->grad_compression, "none") ? c->grad_compression : "");
+        /* one line a benchmark can read back (bench/train/run.sh): the kernels OpenBLAS runs */
+        const char *blas_core, *blas_config, *coretype = getenv("OPENBLAS_CORETYPE");
+        int blas_threads;
+        dt_blas_describe(&blas_core, &blas_threads, &blas_config);
+        dtrain_progress_line("blas: core %s, OpenBLAS threads %d, OPENBLAS_CORETYPE %s, config %s\n",
+                             blas_core ? blas_core : "?", blas_threads, coretype && *coretype ? coretype : "-",
+                             blas_config ? blas_config : "?");
+        if (!strcmp(c->precision, "bf16")) {
+            const char *k = dt_bf16_gemm_kernel();
+            if (!strcmp(k, "emulated"))
+                dtrain_progress_line("precision: bf16 emulated: this CPU has neither AMX nor AVX512_BF16 (or the "
+                                     "kernel refused them), so the matrix products round their operands to bf16 "
+                                     "and run at f32 speed; weights, gradients and optimizer state stay f32\n");
+            else
+                dtrain_progress_line("precision: bf16 matrix products on %s (f32 sums); weights, gradients and "
+                                     "optimizer state f32\n", !strcmp(k, "amx") ? "AMX tiles" : "AVX512_BF16");
+        }
     }
     double window_start = now_s(), run_start = window_start, eval_s = 0, last_ckpt = window_start;
     window_totals win = {0};

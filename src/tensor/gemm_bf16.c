@@ -1,0 +1,226 @@
+/* dt_sgemm_bf16_ld: the GEMM of bf16 mixed-precision training, inputs f32.
+ *
+ * A thread's part of C runs as: for each panel of columns, pack op(B)'s
+ * panel (all of k: at most 1 MiB of bf16, so it stays in L2); for each group
+ * of up to 128 rows, pack them (all of k, at most 256 KiB: a transposed A
+ * is then read in runs of up to 128 values, 64 at k = 2048); for each
+ * 32-row block of those and each 512-deep slice of k (32 KiB of A, kept in
+ * L1), run the block kernel on every 32 x 32 block of the panel, the f32
+ * sums kept in a per-panel buffer between slices; then C = alpha * sums +
+ * beta * C.
+ * Whole blocks with alpha 1 and beta 0 or 1 (the forward pass, gradient
+ * accumulation) skip the buffer: the kernel reads and writes C itself, the
+ * old C (beta 1) being the sum's first term.
+ * Every element's sum runs over k in the same order whatever the blocking of
+ * m and n, so the result does not depend on the thread count either.
+ *
+ * The split between threads is dt_sgemm_ld's: row blocks of C when m >= n,
+ * else column blocks, in whole 32s, from the shape and thread count alone. */
+#include <stdlib.h>
+
+#include "base/half.h"
+#include "dtrain/tensor.h"
+#include "tensor/gemm_bf16.h"
+#include "tensor/threads.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+enum {
+    BLOCK = 32,                /* C block edge: the 2 x 2 tiles of the kernels */
+    SLICE_TILES = 16,          /* k per A slice: 16 tiles of 32, 32 KiB packed */
+    PANEL_BYTES = 1 << 20,     /* packed B panel, at most (about half of L2) */
+    ROWS_BYTES = 1 << 18,      /* packed rows of A (all of k), at most ... */
+    ROWS_MAX = 128,            /* ... and at most this many rows */
+};
+
+typedef struct {
+    dt__bf16_operand a, b;
+    int64_t m, n, k, ldc;
+    float alpha, beta;
+    float *c;
+    dt__bf16_block_fn block;
+    bool amx, split_rows;
+} job;
+
+static int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
+
+/* A whole 32 x 32 block of C with alpha 1 and beta 0 or 1 is its own sum:
+ * read (beta 1) and written in place by the block kernel. */
+static bool in_place(const job *g, int rows, int64_t cols)
+{
+    return g->alpha == 1.0f && (g->beta == 0.0f || g->beta == 1.0f) && rows == BLOCK && cols >= BLOCK;
+}
+
+#if defined(__x86_64__)
+/* C rows [i, i + rows), columns [j, j + cols) (cols <= 32) = alpha * sums +
+ * beta * C (C not read when beta is 0, so NaN garbage there does not leak
+ * in); sums is a 32 x 32 block. */
+__attribute__((target("avx512f"))) static void write_c(const job *g, int64_t i, int rows, int64_t j, int64_t cols,
+                                                       const float *sums)
+{
+    __m512 alpha = _mm512_set1_ps(g->alpha), beta = _mm512_set1_ps(g->beta);
+    for (int r = 0; r < rows; r++) {
+        float *c = g->c + (i + r) * g->ldc + j;
+        for (int64_t x = 0; x < cols; x += 16) {
+            int64_t left = cols - x;
+            __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            __m512 v = _mm512_mul_ps(alpha, _mm512_loadu_ps(sums + r * BLOCK + x));
+            if (g->beta != 0.0f)
+                v = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m, c + x), v);
+            _mm512_mask_storeu_ps(c + x, m, v);
+        }
+    }
+}
+#else
+static void write_c(const job *g, int64_t i, int rows, int64_t j, int64_t cols, const float *sums)
+{
+    (void)g, (void)i, (void)rows, (void)j, (void)cols, (void)sums; /* never chosen off x86-64 */
+}
+#endif
+
+/* Rows [i0, i1) x columns [j0, j1) of C. */
+static void run_part(const job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
+{
+    int64_t n = j1 - j0, ktiles = (g->k + 31) / 32;
+    int64_t panel = PANEL_BYTES / (ktiles * 32 * 2) / BLOCK * BLOCK;
+    panel = panel < BLOCK ? BLOCK : panel;
+    panel = panel < round_up(n, BLOCK) ? panel : round_up(n, BLOCK);
+    int64_t rows_packed = ROWS_BYTES / (ktiles * 32 * 2) / BLOCK * BLOCK;
+    rows_packed = rows_packed < BLOCK ? BLOCK : rows_packed > ROWS_MAX ? ROWS_MAX : rows_packed;
+    int64_t slice = ktiles < SLICE_TILES ? ktiles : SLICE_TILES;
+    uint16_t *bpack = aligned_alloc(64, (size_t)(panel * ktiles * 32) * sizeof(uint16_t));
+    uint16_t *apack = aligned_alloc(64, (size_t)(rows_packed * ktiles * 32) * sizeof(uint16_t));
+    float *sums = aligned_alloc(64, (size_t)(panel * BLOCK) * sizeof(float));
+    if (!bpack || !apack || !sums)
+        abort(); /* as the f32 GEMM's callers assume: no status to return */
+    if (g->amx)
+        dt__bf16_amx_begin();
+    for (int64_t jc = j0; jc < j1; jc += panel) {
+        int64_t cols = j1 - jc < panel ? j1 - jc : panel, groups = round_up(cols, BLOCK) / 16;
+        dt__bf16_pack_b(&g->b, jc, cols, groups, g->k, ktiles, bpack);
+        for (int64_t ip = i0; ip < i1; ip += rows_packed) {
+            int packed = (int)(i1 - ip < rows_packed ? i1 - ip : rows_packed);
+            dt__bf16_pack_a(&g->a, ip, packed, g->k, ktiles, apack);
+            for (int sb = 0; sb * BLOCK < packed; sb++) {
+                int64_t ic = ip + sb * BLOCK;
+                int rows = packed - sb * BLOCK < BLOCK ? packed - sb * BLOCK : BLOCK;
+                const uint16_t *ablock = apack + sb * ktiles * 1024;
+                for (int64_t kt = 0; kt < ktiles; kt += slice) {
+                    int64_t tiles = ktiles - kt < slice ? ktiles - kt : slice;
+                    bool first = kt == 0, last = kt + tiles == ktiles;
+                    for (int64_t nb = 0; nb < groups / 2; nb++) {
+                        const uint16_t *b0 = bpack + (2 * nb * ktiles + kt) * 512;
+                        float *block = sums + nb * BLOCK * BLOCK, *cb = g->c + ic * g->ldc + jc + nb * BLOCK;
+                        bool direct = in_place(g, rows, cols - nb * BLOCK);
+                        const float *in = first ? (direct && g->beta == 1.0f ? cb : NULL) : block;
+                        int64_t in_ld = first ? g->ldc : BLOCK;
+                        if (direct && last)
+                            g->block(ablock + kt * 1024, b0, b0 + ktiles * 512, tiles, in, in_ld, cb, g->ldc);
+                        else
+                            g->block(ablock + kt * 1024, b0, b0 + ktiles * 512, tiles, in, in_ld, block, BLOCK);
+                    }
+                }
+                for (int64_t nb = 0; nb < groups / 2; nb++)
+                    if (!in_place(g, rows, cols - nb * BLOCK))
+                        write_c(g, ic, rows, jc + nb * BLOCK, cols - nb * BLOCK < BLOCK ? cols - nb * BLOCK : BLOCK,
+                                sums + nb * BLOCK * BLOCK);
+            }
+        }
+    }
+    if (g->amx)
+        dt__bf16_amx_end();
+    free(sums);
+    free(apack);
+    free(bpack);
+}
+
+static void part_range(int64_t begin, int64_t end, void *p)
+{
+    const job *g = p;
+    int64_t lo = begin * BLOCK, hi = end * BLOCK;
+    if (g->split_rows)
+        run_part(g, lo, hi < g->m ? hi : g->m, 0, g->n);
+    else
+        run_part(g, 0, g->m, lo, hi < g->n ? hi : g->n);
+}
+
+/* ---- emulated: round the operands to bf16 (as f32), then the f32 GEMM ---- */
+
+typedef struct {
+    const float *src;
+    float *dst;
+    int64_t ld, cols;
+} round_args;
+
+static void round_rows(int64_t begin, int64_t end, void *p)
+{
+    const round_args *r = p;
+    uint16_t buf[256];
+    for (int64_t i = begin; i < end; i++)
+        for (int64_t x = 0; x < r->cols; x += 256) {
+            size_t len = (size_t)(r->cols - x < 256 ? r->cols - x : 256);
+            dt__to_half_n(buf, r->src + i * r->ld + x, len, true);
+            dt__from_half_n(r->dst + i * r->cols + x, buf, len, true);
+        }
+}
+
+/* A stored rows x cols matrix (row stride ld), rounded, packed densely. */
+static float *rounded_copy(const float *src, int64_t rows, int64_t cols, int64_t ld)
+{
+    float *dst = malloc((size_t)(rows * cols) * sizeof(float));
+    if (!dst)
+        abort();
+    round_args r = {src, dst, ld, cols};
+    dt__parallel_for(rows, 1 + 65536 / (cols > 0 ? cols : 1), round_rows, &r);
+    return dst;
+}
+
+static void emulated(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                     int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    int64_t ar = trans_a ? k : m, ac = trans_a ? m : k, br = trans_b ? n : k, bc = trans_b ? k : n;
+    float *ra = rounded_copy(a, ar, ac, lda), *rb = rounded_copy(b, br, bc, ldb);
+    dt_sgemm_ld(trans_a, trans_b, m, n, k, alpha, ra, ac, rb, bc, beta, c, ldc);
+    free(rb);
+    free(ra);
+}
+
+void dt_sgemm_bf16_ld(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                      int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    dt__bf16_kernel kernel = dt__bf16_kernel_choice();
+    if (kernel == DT__BF16_EMULATED || k <= 0 || alpha == 0.0f) {
+        /* k = 0 or alpha = 0 is C = beta * C: the f32 GEMM's rules */
+        if (kernel == DT__BF16_EMULATED && k > 0 && alpha != 0.0f)
+            emulated(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        else
+            dt_sgemm_ld(trans_a, trans_b, m, n, k > 0 ? k : 0, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    job g = {.a = {a, lda, trans_a},
+             .b = {b, ldb, trans_b},
+             .m = m,
+             .n = n,
+             .k = k,
+             .ldc = ldc,
+             .alpha = alpha,
+             .beta = beta,
+             .c = c,
+             .block = kernel == DT__BF16_AMX ? dt__bf16_block_amx : dt__bf16_block_avx512,
+             .amx = kernel == DT__BF16_AMX,
+             .split_rows = m >= n};
+    int threads = dt_get_threads();
+    /* A part must be worth waking a thread: about 10 us of the kernel's work
+     * (AMX does 2^24 multiply-adds in that time, AVX512_BF16 2^20). */
+    double work = (double)m * (double)n * (double)k, enough = g.amx ? (double)(1 << 24) : (double)(1 << 20);
+    int64_t units = ((g.split_rows ? m : n) + BLOCK - 1) / BLOCK;
+    if (threads <= 1 || dt__in_parallel() || work < enough || units < 2) {
+        part_range(0, units, &g);
+        return;
+    }
+    dt__parallel_for(units, 1, part_range, &g);
+}

@@ -1,0 +1,170 @@
+/* dt_sgemm_bf16_ld against a double-precision reference computed from the
+ * bf16-rounded inputs, on the kernel DT_BF16_GEMM names (run_tests.sh runs
+ * this once per kernel; one the machine lacks is a skip naming the reason):
+ * edge and random shapes, all transposes, strides, alpha and beta, beta = 0
+ * over NaN, the rounding itself, and bitwise repeatability across calls and
+ * thread counts.
+ *
+ * Error bound: each C element's sum of exact bf16 products (8 + 8 significant
+ * bits fit f32's 24) is accumulated in f32 in some order, so |error| <=
+ * k u sum |a_i b_i| to first order (u = 2^-24, Higham's gamma_k), plus a
+ * rounding each for alpha * sum and adding beta * C; with alpha 1 and beta 1
+ * the old C is the sum's first term, so it may carry (k + 1) u |C| too.  The
+ * check allows twice that; forgetting to round the inputs to bf16 is 2^-9 per product, far
+ * beyond it for the small k of the rounding checks below. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "dtrain/dtrain.h"
+#include "tensor/gemm_bf16.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static uint64_t next_u64(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static int64_t uniform_int(int64_t n) { return (int64_t)(next_u64() % (uint64_t)n); }
+static float uniform(void) { return (float)((double)(next_u64() >> 11) / 9007199254740992.0 * 2.0 - 1.0); }
+static double bf16(float x) { return dt_bf16_to_f32(dt_f32_to_bf16(x)); }
+
+static int worst_reported;
+
+/* One call on random data, checked element by element. */
+static void check_case(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, float beta, int64_t pad)
+{
+    int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    int64_t lda = ac + pad, ldb = bc + pad, ldc = n + pad;
+    float *a = malloc((size_t)(ar * lda) * sizeof *a), *b = malloc((size_t)(br * ldb) * sizeof *b);
+    float *c = malloc((size_t)(m * ldc) * sizeof *c), *c0 = malloc((size_t)(m * ldc) * sizeof *c0);
+    for (int64_t i = 0; i < ar * lda; i++)
+        a[i] = uniform() * 3.0f;
+    for (int64_t i = 0; i < br * ldb; i++)
+        b[i] = uniform();
+    for (int64_t i = 0; i < m * ldc; i++)
+        c0[i] = beta == 0.0f ? NAN : uniform();
+    memcpy(c, c0, (size_t)(m * ldc) * sizeof *c);
+    dt_sgemm_bf16_ld(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    int bad = 0;
+    for (int64_t i = 0; i < m; i++) {
+        for (int64_t j = 0; j < n; j++) {
+            double dot = 0, mag = 0;
+            for (int64_t p = 0; p < k; p++) {
+                double x = bf16(ta ? a[p * lda + i] : a[i * lda + p]), y = bf16(tb ? b[j * ldb + p] : b[p * ldb + j]);
+                dot += x * y;
+                mag += fabs(x * y);
+            }
+            double old = beta == 0.0f ? 0.0 : c0[i * ldc + j], want = alpha * dot + beta * old;
+            double tol = 2.0 * ((double)(k + 2) * ldexp(1, -24) * (fabs(alpha) * mag + fabs(beta * old)) +
+                                ldexp(1, -23) * fabs(want)) + 1e-30;
+            double got = c[i * ldc + j];
+            if (!(fabs(got - want) <= tol) && bad++ == 0 && worst_reported++ < 10)
+                fprintf(stderr, "ta=%d tb=%d m=%lld n=%lld k=%lld alpha=%g beta=%g pad=%lld: C[%lld,%lld] = %.9g, "
+                        "expected %.9g (tolerance %.3g)\n", ta, tb, (long long)m, (long long)n, (long long)k, alpha,
+                        beta, (long long)pad, (long long)i, (long long)j, got, want, tol);
+        }
+        for (int64_t j = n; j < ldc; j++) /* the padding between rows of C is not C */
+            if (memcmp(&c[i * ldc + j], &c0[i * ldc + j], sizeof *c) != 0 && bad++ == 0)
+                fprintf(stderr, "m=%lld n=%lld: C's padding at [%lld,%lld] written\n", (long long)m, (long long)n,
+                        (long long)i, (long long)j);
+    }
+    EXPECT_EQ(bad, 0);
+    free(a), free(b), free(c), free(c0);
+}
+
+static void test_shapes(void)
+{
+    static const int64_t sizes[] = {1, 15, 17, 33, 100};
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            for (int x = 0; x < 5; x++) /* every edge size in each dimension */
+                for (int y = 0; y < 5; y++) {
+                    check_case(ta, tb, sizes[x], sizes[y], sizes[(x + y) % 5], 1.0f, 0.0f, 0);
+                    check_case(ta, tb, sizes[y], sizes[(x + 2 * y) % 5], sizes[x], -0.5f, 1.5f, 3);
+                }
+            for (int r = 0; r < 6; r++) /* random shapes, strides, alpha, beta */
+                check_case(ta, tb, 1 + uniform_int(70), 1 + uniform_int(70), 1 + uniform_int(700),
+                           r % 3 == 0 ? 1.0f : uniform() * 2, r % 2 ? 0.0f : uniform(), uniform_int(5));
+        }
+    /* k beyond one 512-deep slice of A, n beyond one packed B panel, and
+     * shapes that split between threads (rows, then columns) */
+    check_case(0, 1, 40, 300, 2100, 1.0f, 0.0f, 1);
+    check_case(1, 0, 70, 64, 1100, 0.5f, 1.0f, 0);
+    check_case(0, 0, 300, 90, 600, 1.0f, 1.0f, 2);
+    check_case(1, 1, 64, 260, 530, 2.0f, 0.0f, 0);
+}
+
+/* The inputs are rounded to nearest even, NaN and infinity kept. */
+static void test_rounding(void)
+{
+    float a[4] = {1.0f + 0x1p-10f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -(1.0f + 0x1p-7f + 0x1p-9f)};
+    float ones[4] = {1, 1, 1, 1}, c[4];
+    dt_sgemm_bf16_ld(0, 0, 4, 1, 1, 1.0f, a, 1, ones, 1, 0.0f, c, 1);
+    EXPECT(c[0] == 1.0f);                    /* 1 + 2^-10 rounds down */
+    EXPECT(c[1] == 1.0f);                    /* halfway: to the even 1 */
+    EXPECT(c[2] == 1.0f + 0x1p-6f);          /* halfway: to the even 1 + 2^-6 */
+    EXPECT(c[3] == -(1.0f + 0x1p-7f));       /* below halfway: down in magnitude */
+    float special[3] = {NAN, INFINITY, 3e38f}, out[3];
+    dt_sgemm_bf16_ld(0, 0, 3, 1, 1, 1.0f, special, 1, ones, 1, 0.0f, out, 1);
+    EXPECT(isnan(out[0]));
+    EXPECT(isinf(out[1]) && out[1] > 0);
+    EXPECT(out[2] == (float)bf16(3e38f)); /* rounds to a finite bf16 */
+}
+
+/* Same bits from repeated calls, and for 1 and 2 threads. */
+static void test_repeatable(void)
+{
+    int64_t m = 260, n = 200, k = 700;
+    float *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(k * n) * sizeof *b);
+    float *c[3];
+    for (int64_t i = 0; i < m * k; i++)
+        a[i] = uniform();
+    for (int64_t i = 0; i < k * n; i++)
+        b[i] = uniform();
+    for (int r = 0; r < 3; r++) {
+        EXPECT_STATUS(dt_set_threads(r == 0 ? 1 : 2), DT_OK);
+        c[r] = malloc((size_t)(m * n) * sizeof *c[r]);
+        dt_sgemm_bf16_ld(0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c[r], n);
+    }
+    EXPECT(memcmp(c[1], c[2], (size_t)(m * n) * sizeof(float)) == 0); /* 2 threads, twice */
+    if (strcmp(dt_bf16_gemm_kernel(), "emulated") != 0)                /* OpenBLAS's varies with the split */
+        EXPECT(memcmp(c[0], c[1], (size_t)(m * n) * sizeof(float)) == 0);
+    for (int r = 0; r < 3; r++)
+        free(c[r]);
+    free(a), free(b);
+}
+
+int main(void)
+{
+    const char *want = getenv("DT_BF16_GEMM"), *kernel = dt_bf16_gemm_kernel();
+    bool known = !want || strcmp(want, "auto") == 0;
+    for (int k = DT__BF16_EMULATED; k <= DT__BF16_AMX; k++)
+        known = known || strcmp(want, dt__bf16_kernel_name((dt__bf16_kernel)k)) == 0;
+    if (!known && strcmp(kernel, "emulated") != 0) { /* refused (a warning), the emulation runs */
+        fprintf(stderr, "DT_BF16_GEMM=%s is no kernel, but the kernel is %s, not emulated\n", want, kernel);
+        return 1;
+    }
+    if (known && want && strcmp(want, "auto") != 0 && strcmp(want, kernel) != 0) {
+        for (int k = DT__BF16_EMULATED; k <= DT__BF16_AMX; k++) {
+            const char *why = NULL;
+            if (strcmp(want, dt__bf16_kernel_name((dt__bf16_kernel)k)) == 0 &&
+                !dt__bf16_kernel_available((dt__bf16_kernel)k, &why)) {
+                printf("DT_BF16_GEMM=%s: %s\n", want, why);
+                return 77;
+            }
+        }
+        fprintf(stderr, "DT_BF16_GEMM=%s, but the kernel is %s\n", want, kernel);
+        return 1;
+    }
+    printf("kernel: %s\n", kernel);
+    EXPECT_STATUS(dt_set_threads(2), DT_OK);
+    test_rounding();
+    test_shapes();
+    test_repeatable();
+    return CHECK_DONE("gemm_bf16");
+}
