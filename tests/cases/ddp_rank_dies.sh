@@ -10,10 +10,7 @@ for _ in $(seq 300); do # wait for the first checkpoint, so that training is und
     ls "$WORK/ck"/step-*/manifest.json >/dev/null 2>&1 && break
     sleep 0.1
 done
-victim=""
-for p in $(pgrep -P $job); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx DT_RANK=1 && victim=$p
-done
+victim=$(rank_pid $job 1)
 [ -n "$victim" ] || { kill $job; fail "did not find rank 1 among dtrun's children"; }
 killed=$(now)
 kill -9 "$victim"

@@ -101,10 +101,7 @@ kill_rank_in_training 1 "$WORK/kill" "$BIN/dtrun" -n 3 --servers 1 "$BIN/dtrain"
     --set checkpoint_interval=5 >"$WORK/restart" 2>&1 &
 job=$!
 for _ in $(seq 300); do grep -q "step 10/" "$WORK/restart" && break; sleep 0.1; done
-victim=""
-for p in $(pgrep -P $job); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "DT_RANK=1" && victim=$p
-done
+victim=$(rank_pid $job 1)
 [ -n "$victim" ] || { kill $job; cat "$WORK/restart"; fail "did not find worker 1 among dtrun's children"; }
 kill -9 "$victim"
 wait $job || { cat "$WORK/restart"; fail "the job did not finish after the restart"; }

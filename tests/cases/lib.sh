@@ -33,6 +33,14 @@ par() {
 }
 par_wait() { wait; }
 par_ok() { [ "$(cat "$1.rc" 2>/dev/null)" = 0 ]; } # par_ok FILE: its command exited 0
+# rank_pid JOB RANK: the pid of rank RANK among the children of dtrun JOB
+# (found by DT_RANK in their environment); empty when there is none.
+rank_pid() {
+    local p
+    for p in $(pgrep -P "$1"); do
+        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "DT_RANK=$2" && { echo "$p"; return; }
+    done
+}
 # kill_rank_in_training RANK LOG CMD...: run CMD (a dtrun training job that
 # logs "step 5/" early) in the background with its output in LOG; once step 5
 # is logged kill -9 rank RANK (found by DT_RANK among dtrun's children), and
@@ -43,9 +51,7 @@ kill_rank_in_training() {
     "$@" >"$log" 2>&1 &
     job=$!
     for _ in $(seq 300); do grep -q "step 5/" "$log" && break; sleep 0.1; done
-    for p in $(pgrep -P $job); do
-        tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "DT_RANK=$rank" && victim=$p
-    done
+    victim=$(rank_pid $job "$rank")
     [ -n "$victim" ] || { kill $job; cat "$log"; fail "did not find rank $rank among dtrun's children"; }
     killed=$(now)
     kill -9 "$victim"

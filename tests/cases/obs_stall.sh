@@ -15,10 +15,7 @@ for _ in $(seq 600); do # training under way
     sleep 0.1
 done
 sleep 4.5 # two heartbeats: rank 1 has published how far it got
-victim=""
-for p in $(pgrep -P $job); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx DT_RANK=1 && victim=$p
-done
+victim=$(rank_pid $job 1)
 [ -n "$victim" ] || { kill $job; fail "did not find rank 1 among dtrun's children"; }
 paused=$(now)
 kill -STOP "$victim"

@@ -32,10 +32,7 @@ for _ in $(seq 600); do
     grep -q "step 150/" "$WORK/out" 2>/dev/null && break
     sleep 0.1
 done
-victim=""
-for p in $(pgrep -P $job); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx DT_RANK=1 && victim=$p
-done
+victim=$(rank_pid $job 1)
 [ -n "$victim" ] || { kill $job; fail "did not find rank 1 among dtrun's children"; }
 kill -9 "$victim"
 wait $job && fail "the job exited 0 after a rank was killed"

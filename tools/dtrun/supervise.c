@@ -15,6 +15,7 @@
 #include "dtrun.h"
 
 #define KILL_AFTER 3.0
+#define SUSPECT_WAIT 0.5 /* seconds a rank that exited with an error waits to be blamed (see the reaping below) */
 
 /* Signal handlers may only touch these (the launcher's one signal singleton). */
 static volatile sig_atomic_t pending_signal;
@@ -116,8 +117,8 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_ho
     bool stopped = false;
     double next_look = now_s() + 0.2;
     struct pollfd *pfds = calloc((size_t)(2 * n + 1), sizeof *pfds);
-    int living = n, failed = -1, forwarded = 0, code = 0;
-    double kill_at = 0, exited_at = 0;
+    int living = n, failed = -1, forwarded = 0, code = 0, suspect = -1;
+    double kill_at = 0, exited_at = 0, suspect_at = 0;
     while (living > 0 || (exited_at > 0 && now_s() - exited_at < 0.5)) {
         int np = 0;
         pfds[np++] = (struct pollfd){.fd = wake_pipe[0], .events = POLLIN};
@@ -129,7 +130,7 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_ho
         }
         if (living == 0 && np == 1)
             break; /* every rank exited and every pipe is drained */
-        poll(pfds, (nfds_t)np, kill_at > 0 || living == 0 || hook ? 100 : 1000);
+        poll(pfds, (nfds_t)np, kill_at > 0 || living == 0 || hook || suspect >= 0 ? 100 : 1000);
         char drain[64];
         while (read(wake_pipe[0], drain, sizeof drain) > 0)
             ;
@@ -151,9 +152,12 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_ho
             if (!kill_at)
                 kill_at = now_s() + KILL_AFTER;
         }
-        /* Reap everything that ended.  When several ranks failed in the same
-         * round, name one killed by a signal: the others usually exited
-         * because of it (their communicator reported the dead peer). */
+        /* Reap everything that ended.  When several ranks failed, name one
+         * killed by a signal: the others usually exited because of it (their
+         * communicator reported the dead peer).  Such a peer can be reaped
+         * after them -- the kernel closes a killed process's sockets before
+         * it becomes a zombie -- so a rank that exited with an error is only
+         * a suspect for up to SUSPECT_WAIT seconds while others still run. */
         int status, culprit = -1;
         pid_t pid;
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
@@ -168,10 +172,17 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_ho
                     culprit = i;
             }
         }
-        if (culprit >= 0 && failed < 0 && !forwarded && !stopped) { /* stopped: our SIGTERM, not a failure */
-            failed = culprit;
+        if (culprit >= 0 && (suspect < 0 || (WIFSIGNALED(kids[culprit].status) && !WIFSIGNALED(kids[suspect].status)))) {
+            if (suspect < 0)
+                suspect_at = now_s();
+            suspect = culprit;
+        }
+        bool named = suspect >= 0 && (WIFSIGNALED(kids[suspect].status) || living == 0 ||
+                                      now_s() - suspect_at >= SUSPECT_WAIT);
+        if (named && failed < 0 && !forwarded && !stopped) { /* stopped: our SIGTERM, not a failure */
+            failed = suspect;
             char what[256];
-            describe(&kids[culprit], what, sizeof what);
+            describe(&kids[suspect], what, sizeof what);
             fprintf(stderr, "dtrun: %s; stopping the other ranks\n", what);
             signal_all(kids, n, SIGTERM);
             kill_at = now_s() + KILL_AFTER;
