@@ -58,7 +58,8 @@ fl = sum(r["loss"] for r in ft[-10:]) / 10
 bl = sum(r["loss"] for r in bt[-10:]) / 10
 print(f"| train loss, mean of the last 10 steps | {fl:.4f} | {bl:.4f} | {100 * (bl - fl) / fl:+.2f}% |")
 print()
-print(f"Throughput in the same runs (steps 6..{steps}, harmonic mean of per-step rates): f32 {fr:,.0f} tokens/s, "
+print(f"Throughput in the same runs (steps 6..{steps}, harmonic mean of per-step rates; one run each, so a "
+      f"shared machine's load shows: the training-throughput table is the fair comparison): f32 {fr:,.0f} tokens/s, "
       f"bf16 {br:,.0f} tokens/s, {br / fr:.2f}x. Target: step-{steps} loss within 1% of f32: "
       f"{'met' if abs(worst) <= 0.01 else 'NOT met'} ({100 * worst:+.2f}%).")
 PY
