@@ -43,8 +43,14 @@ int main(int argc, char **argv)
         return 1;
     }
     dt_store_set_io_timeout(store, DTRUN_STORE_IO_TIMEOUT);
+    if (o.monitor[0] && dtrun_monitor_start(&o) != 0) {
+        dt_store_close(store);
+        dt_store_server_stop(server);
+        return 1;
+    }
     int code = dtrun_run(&o, &store);
     dt_store_close(store);
     dt_store_server_stop(server);
+    dtrun_monitor_stop(code); /* after the timeline is merged: /timeline serves it while lingering */
     return code;
 }
