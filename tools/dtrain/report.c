@@ -188,7 +188,7 @@ static double tick_step(double lo, double hi, int n)
 
 static void tick_label(char *buf, size_t len, double v, double step)
 {
-    if (v != 0 && (fabs(v) >= 1e5 || fabs(v) < 1e-3))
+    if (v != 0 && (fabs(v) >= 1e6 || fabs(v) < 1e-3))
         snprintf(buf, len, "%.2g", v);
     else {
         int dec = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);

@@ -50,6 +50,8 @@ typedef struct {
     mon_buf out;
     size_t out_off;
     double deadline;
+    bool draining; /* answered: reading what the client still sends until it closes, so that closing with
+                    * unread bytes does not reset the connection before it read the answer */
 } conn;
 
 static struct {
@@ -365,14 +367,14 @@ static void *serve(void *arg)
             if (c->fd < 0)
                 continue;
             if (t > c->deadline) { /* too slow to ask or to read the answer */
-                if (!c->out.len) {
+                if (!c->out.len && !c->draining) {
                     respond_text(c, false, 408, NULL, "request not received within 10 s\n");
                     (void)!send(c->fd, c->out.p, c->out.len, MSG_NOSIGNAL | MSG_DONTWAIT);
                 }
                 conn_close(c);
                 continue;
             }
-            pfd[n] = (struct pollfd){c->fd, c->out.len ? POLLOUT : POLLIN, 0};
+            pfd[n] = (struct pollfd){c->fd, c->out.len && !c->draining ? POLLOUT : POLLIN, 0};
             who[n++] = i;
         }
         if (poll(pfd, (nfds_t)n, 200) <= 0)
@@ -400,6 +402,13 @@ static void *serve(void *arg)
                 continue;
             }
             conn *c = &conns[who[j]];
+            if (c->draining) {
+                char sink[4096];
+                ssize_t r = recv(c->fd, sink, sizeof sink, 0);
+                if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                    conn_close(c);
+                continue;
+            }
             if (!c->out.len) {
                 if (pfd[j].revents & (POLLERR | POLLHUP | POLLNVAL) && !(pfd[j].revents & POLLIN)) {
                     conn_close(c);
@@ -420,8 +429,13 @@ static void *serve(void *arg)
                 ssize_t w = send(c->fd, c->out.p + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
                 if (w > 0)
                     c->out_off += (size_t)w;
-                if ((w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) || c->out_off == c->out.len)
+                if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
                     conn_close(c);
+                } else if (c->out_off == c->out.len) {
+                    shutdown(c->fd, SHUT_WR);
+                    c->draining = true;
+                    c->deadline = now_s() + 2;
+                }
             }
         }
     }
