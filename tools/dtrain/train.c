@@ -725,6 +725,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
                         "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_accuracy\": %.6f, \"elapsed_s\": %.3f, "
                         "\"train_s\": %.3f}\n",
                         (long long)pr.step, el, acc, now_s() - run_start, now_s() - run_start - eval_s);
+            if (metrics) /* as the step records: a reader sees it now, and a killed run keeps it */
+                fflush(metrics);
             dtrain_monitor_record(mon, "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_accuracy\": %.6f}\n",
                                   (long long)pr.step, el, acc);
             reached = c->stop_at_accuracy > 0 && acc >= c->stop_at_accuracy;
