@@ -76,6 +76,7 @@ for kernel in emulated avx512_bf16 amx; do
     run engine/gemm-bf16/$kernel 120 env DT_BF16_GEMM=$kernel "$BIN/test_gemm_bf16"
 done
 run engine/gemm-bf16/unknown-kernel-refused 120 env DT_BF16_GEMM=tpu "$BIN/test_gemm_bf16"
+run unit/conv 120 "$BIN/test_conv"
 run unit/runtime 120 "$BIN/test_runtime"
 run unit/checkpoint 60 "$BIN/test_ckpt"
 run unit/textclf-sparse-rows-adagrad-fortunes 60 "$BIN/test_textclf"
@@ -95,6 +96,9 @@ run fault/checkpoint-keep-corrupt-full-readonly 180 tests/cases/checkpoint_fault
 run ddp/example-fashion-mnist 180 sh -c "\"$BIN/dtrun\" -n 2 \"$BIN/ddp_fashion_mnist\" 1 | tee /dev/stderr | grep -qE 'epoch 1: .* test accuracy (8[0-9]|9[0-9])\\.'"
 run zero/example-fashion-mnist 180 sh -c "\"$BIN/dtrun\" -n 2 \"$BIN/zero_fashion_mnist\" 3 1 | tee /dev/stderr | grep -qE 'epoch 1: .* test accuracy (8[0-9]|9[0-9])\\.'"
 run ddp/demo-script 300 scripts/demo.sh "$BUILD" 12
+run observability/timeline-ddp 300 tests/cases/obs_timeline.sh
+run observability/straggler-named 240 tests/cases/obs_straggler.sh
+run observability/stall-names-ranks 120 tests/cases/obs_stall.sh
 
 # ---- every collective on localhost, world sizes 1..8 ----
 for n in 1 2 3 4 7 8; do

@@ -1,14 +1,19 @@
 /* Unit tests of the base layer: dtype names, f16/bf16 conversion, reduction
- * kernels (every dtype and op, wrap-around, avg), tunables parsing. */
+ * kernels (every dtype and op, wrap-around, avg), tunables parsing, the
+ * timeline's recorder. */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/env.h"
 #include "base/log.h"
 #include "base/reduce.h"
 #include "base/status.h"
+#include "base/trace.h"
 #include "check.h"
 #include "dtrain/base.h"
 
@@ -204,8 +209,88 @@ static void test_env_check(void)
     EXPECT(stamp[10] == 'T' && stamp[19] == '.' && stamp[23] == 'Z');
 }
 
+/* Four threads record spans (more than a chunk each) while the main thread
+ * stops the trace half-way: the file holds only whole events, each thread
+ * named, and a second trace holds none of the first's. */
+enum { SPANS = 3000 };
+static int started;
+
+static void *spanner(void *arg)
+{
+    char name[32];
+    snprintf(name, sizeof name, "spanner %d", (int)(intptr_t)arg);
+    dt__trace_thread_name(name);
+    for (int i = 0; i < SPANS; i++) {
+        int64_t t0 = dt__trace_begin();
+        dt__trace_end("test", "span \"quoted\"", t0, "\"i\":%d", i);
+        if (i == 0) /* one span each before the stop */
+            __atomic_add_fetch(&started, 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+static long count_lines(const char *path, const char *prefix, long *names)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    long n = 0;
+    *names = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        n += !strncmp(line, prefix, strlen(prefix));
+        *names += strstr(line, "\"thread_name\"") != NULL;
+    }
+    if (f)
+        fclose(f);
+    return n;
+}
+
+static void test_trace(void)
+{
+    char path[] = "/tmp/test_trace.XXXXXX";
+    int fd = mkstemp(path);
+    EXPECT(fd >= 0);
+    if (fd < 0)
+        return;
+    close(fd);
+    EXPECT_EQ(dt_trace_active(), 0);
+    EXPECT_EQ(dt_trace_begin(), 0); /* off: nothing is read */
+    EXPECT_STATUS(dt_trace_start(path, 7, "host:7"), DT_OK);
+    EXPECT_STATUS(dt_trace_start(path, 7, "host:7"), DT_ERR_INVALID); /* one at a time */
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, spanner, (void *)(intptr_t)i);
+    while (__atomic_load_n(&started, __ATOMIC_ACQUIRE) < 4)
+        ;
+    EXPECT_STATUS(dt_trace_stop(), DT_OK); /* while they record */
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    long names, spans = count_lines(path, "{\"ph\":\"X\",\"pid\":7,", &names);
+    EXPECT(spans >= 4 && spans <= 4 * SPANS);
+    EXPECT_EQ(names, 4);
+    EXPECT_STATUS(dt_trace_start(path, 7, "host:7"), DT_OK);
+    int64_t t0 = dt_trace_begin();
+    EXPECT(t0 != 0);
+    dt_trace_end("user", "mine", t0, "\"k\":1");
+    dt__trace_label_next("bucket 3");
+    char label[48];
+    EXPECT(dt__trace_label_take(label, sizeof label) && !strcmp(label, "bucket 3"));
+    EXPECT(!dt__trace_label_take(label, sizeof label));
+    EXPECT_STATUS(dt_trace_stop(), DT_OK);
+    EXPECT_EQ(count_lines(path, "{\"ph\":\"X\"", &names), 1); /* the first trace's spans are not repeated */
+    EXPECT_EQ(names, 1);
+    FILE *f = fopen(path, "r");
+    char line[1024] = "", last[1024] = "";
+    while (f && fgets(line, sizeof line, f))
+        memcpy(last, line, sizeof last);
+    if (f)
+        fclose(f);
+    EXPECT(!strcmp(last, "],\"displayTimeUnit\":\"ms\"}\n"));
+    unlink(path);
+}
+
 int main(void)
 {
+    test_trace();
     test_names();
     test_f16();
     test_bf16();

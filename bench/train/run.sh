@@ -131,7 +131,9 @@ $BIN/peak_flops 2 >"$WORK/peak.txt"
 peak() { # kernel-prefix threads -> GFLOP/s per thread (empty when not measured)
     sed -n "s/^$1[^:]*: $2 threads\?: [0-9.]* GFLOP\/s (\([0-9.]*\) per thread)/\1/p" "$WORK/peak.txt" | head -1
 }
-f32_peak=$(peak f32 1) bf16_peak=$(peak bf16 1) f32_peak2=$(peak f32 2)
+f32_peak=$(peak f32 1) dp_peak=$(peak "bf16 dot" 1) amx_peak=$(peak "bf16 tile" 1) f32_peak2=$(peak f32 2)
+# bf16 rows: the share is of the bf16 instruction dtrain runs (AMX tiles where present, else VDPBF16PS)
+bf16_peak=${amx_peak:-$dp_peak} bf16_peak_name=$([ -n "$amx_peak" ] && echo "AMX tile products" || echo "VDPBF16PS")
 [ -n "$f32_peak" ] || { cat "$WORK/peak.txt" >&2; echo "peak_flops gave no f32 figure" >&2; exit 1; }
 blas_alone=$(env -u OPENBLAS_CORETYPE $PY -c "
 import ctypes; f = ctypes.CDLL('libopenblas.so.0').openblas_get_corename; f.restype = ctypes.c_char_p; print(f().decode())")
@@ -160,8 +162,8 @@ section="## Training throughput: dtrain vs PyTorch"
     echo "PyTorch $torch_version (Debian), its own kernels $torch_cap, oneDNN $torch_mkldnn (convolutions; bf16 matmuls under autocast)."
     echo "Threads: dtrain's threads key (its pool splits the products, OpenBLAS at 1 thread inside); PyTorch"
     echo "torch.set_num_threads(N), 1 inter-op thread, OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=N; \"passive\" adds"
-    echo "OMP_WAIT_POLICY=PASSIVE. Peak (build/bin/peak_flops): f32 FMA $f32_peak GFLOP/s per core${bf16_peak:+, bf16 dot products (VDPBF16PS) $bf16_peak}"
-    echo "(AMX tiles not measured). $STEPS timed steps (mlp $(steps_of mlp)) after 5 warm-up; each figure the median of REPEATS=$REPEATS rounds of"
+    echo "OMP_WAIT_POLICY=PASSIVE. Peak (build/bin/peak_flops): f32 FMA $f32_peak GFLOP/s per core${dp_peak:+, bf16 dot products (VDPBF16PS) $dp_peak}${amx_peak:+, AMX bf16 tile products $amx_peak}."
+    echo "$STEPS timed steps (mlp $(steps_of mlp)) after 5 warm-up; each figure the median of REPEATS=$REPEATS rounds of"
     echo "dtrain, PyTorch, PyTorch passive (2 threads) in turn, its (min-max) after it. Command: \`$([ "$ROWS" = . ] || echo "ROWS='$ROWS' ")REPEATS=$REPEATS STEPS=$STEPS bench/train/run.sh\`"
     echo
     echo "| model | threads | dtrain | PyTorch | PyTorch passive | dtrain / best PyTorch | dtrain GFLOP/s (share of peak) | PyTorch GFLOP/s (share of peak) | dtrain / its 1 thread |"
@@ -196,8 +198,8 @@ section="## Training throughput: dtrain vs PyTorch"
     echo
     echo "GFLOP/s counts the work of forward and backward (bench/train/run.sh gives the formulas: 6 x parameters"
     echo "x tokens plus attention for the GPTs, the layers' products for mlp and cnn); the share is of the f32"
-    echo "FMA peak measured on one core times the threads (bf16 rows: of the VDPBF16PS peak; oneDNN may use"
-    echo "AMX, which can exceed it); PyTorch's is of its better figure. For scale: one core of this"
+    echo "FMA peak measured on one core times the threads (bf16 rows: of the $bf16_peak_name peak, which dtrain's"
+    echo "bf16 products run on); PyTorch's is of its better figure. For scale: one core of this"
     echo "\`$cpu\` did $f32_peak f32 GFLOP/s in peak_flops, and ${f32_peak2:-?} per core with 2 threads at once."
     if [ "$blas_alone" != "$core" ]; then
         echo "OpenBLAS alone picks its $blas_alone kernels here; dtrain chose $core (OPENBLAS_CORETYPE, see"

@@ -28,6 +28,27 @@ typedef enum {
     DT_ERR_INTERNAL = -10
 } dt_status;
 
+/* Timeline (docs/observability.md): record spans of every thread of this
+ * process (data wait, each block's forward/backward/recompute, collectives
+ * with communicator, algorithm and bytes, DDP buckets, pipeline transfers,
+ * optimizer steps, checkpoint writes) and write them to `path` in the Chrome
+ * trace event format (opens in Perfetto or chrome://tracing) at
+ * dt_trace_stop or at the process's exit.  `pid` and `process_name` name the
+ * process in the viewer (dtrun --timeline uses the rank and "host:rank").
+ * Refused while a trace is running.  Off, the hooks cost one predicted
+ * branch each. */
+dt_status dt_trace_start(const char *path, int pid, const char *process_name);
+/* Write the file and stop recording; DT_OK when no trace was running. */
+dt_status dt_trace_stop(void);
+/* 1 while a trace records. */
+int dt_trace_active(void);
+/* Your own spans on the calling thread's track: t0 = dt_trace_begin() (0
+ * when no trace records: then dt_trace_end does nothing), the work, then
+ * dt_trace_end(category, name, t0, args) with args NULL or the members of a
+ * JSON object ("\"step\":3").  Names are cut at 47 characters. */
+int64_t dt_trace_begin(void);
+void dt_trace_end(const char *category, const char *name, int64_t t0, const char *args_json);
+
 /* Short constant name of a status code ("DT_ERR_PEER"). */
 const char *dt_status_name(dt_status s);
 

@@ -290,6 +290,25 @@ dt_status dt_decay_groups(const dt_params *p, const char *patterns, float weight
  * rank and world size of c; shuffled, drop_last). */
 dt_status dt_dist_sampler_init(dt_sampler *s, int64_t size, uint64_t seed, const dt_comm *c);
 
+/* ---- straggler detection (docs/observability.md) ----
+ * For lockstep training (data and tensor parallel, ZeRO): every rank of c
+ * calls dt_straggler_step once per step with the same step numbers.  Every
+ * DT_STRAGGLER_EVERY steps (default 10; 0: off) the ranks allgather their
+ * mean step time and time waiting in collectives; a rank whose time outside
+ * collectives is above DT_STRAGGLER_RATIO (1.5) times the median of the
+ * other ranks', and 5 ms or more above it, at DT_STRAGGLER_CHECKS (3)
+ * checks in a row is named by rank 0 in one line on stderr (host, rank, its
+ * time against the median). */
+typedef struct dt_straggler dt_straggler;
+/* Collective over c (gathers host names).  *out NULL (DT_OK) when off or
+ * with one rank; DT_ERR_INVALID for a bad knob. */
+dt_status dt_straggler_create(dt_comm *c, dt_straggler **out);
+/* One step's wall time and its time waiting in collectives (for DDP,
+ * dt_step_stats' exposed_s).  *named (optional): the rank named at this
+ * step, else -1.  NULL s: nothing. */
+dt_status dt_straggler_step(dt_straggler *s, int64_t step, double step_s, double wait_s, int *named);
+void dt_straggler_destroy(dt_straggler *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -43,6 +43,11 @@ static const dt__tunable tunables[] = {
     {"DT_PS_SERVERS", NULL, "set by dtrun --servers S: the job's last S ranks are parameter servers (dtrain's servers key, when the config gives none)"},
     {"DT_RESTARTABLE", NULL, "set to 1 by dtrun when the job may restart: dtrain then also checkpoints the initial weights"},
     {"DT_DEBUG", "warn", "log level: warn, info, trace; add coll (e.g. info,coll) to check and record collectives"},
+    {"DT_TIMELINE", NULL, "set by dtrun --timeline FILE: each rank records a timeline (Chrome trace events) into FILE.rank<N>.json, which dtrun merges into FILE (docs/observability.md)"},
+    {"DT_STALL_S", "60", "stall inspector: a collective still waiting after this many seconds names the ranks that have not arrived at it, checked each heartbeat (DT_HEARTBEAT_TIMEOUT/10); 0: off"},
+    {"DT_STRAGGLER_EVERY", "10", "straggler detection (dtrain): compare every rank's step time outside collectives every this many steps; 0: off"},
+    {"DT_STRAGGLER_RATIO", "1.5", "straggler detection: a rank whose step time outside collectives is above this times the median of the other ranks (and 5 ms or more above it) at DT_STRAGGLER_CHECKS consecutive checks is named in one warning line"},
+    {"DT_STRAGGLER_CHECKS", "3", "straggler detection: consecutive checks a rank must be slow at before it is named"},
     {NULL, NULL, NULL},
 };
 

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "base/status.h"
+#include "base/trace.h"
 #include "ckpt/ckpt_internal.h"
 #include "dtrain/version.h"
 
@@ -111,10 +112,23 @@ static dt_status save(const char *root, dt_params *p, const dt_ckpt_tensors *t, 
     return DT_OK;
 }
 
+/* save() as one timeline span. */
+static dt_status traced_save(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
+                             const dt_ckpt_progress *pr, const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files,
+                             char *written, size_t written_len)
+{
+    int64_t t0 = dt__trace_begin();
+    dt_status s = save(root, p, t, meta, pr, sh, files, written, written_len);
+    if (t0)
+        dt__trace_end("checkpoint", "checkpoint write", t0, "\"step\":%lld,\"sharded\":%s",
+                      pr ? (long long)pr->step : -1LL, sh ? "true" : "false");
+    return s;
+}
+
 dt_status dt_ckpt_save(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
                        const dt_ckpt_progress *pr, char *written, size_t written_len)
 {
-    return save(root, p, t, meta, pr, NULL, NULL, written, written_len);
+    return traced_save(root, p, t, meta, pr, NULL, NULL, written, written_len);
 }
 
 dt_status dt_ckpt_save_sharded(const char *root, dt_params *p, const dt_ckpt_tensors *t,
@@ -127,5 +141,5 @@ dt_status dt_ckpt_save_sharded(const char *root, dt_params *p, const dt_ckpt_ten
         return dt__fail(DT_ERR_INVALID,
                         "dt_ckpt_save_sharded: a bad sharding (stage %d, %d ranks, %d tensors)",
                         sh ? sh->stage : -1, sh ? sh->nranks : -1, sh ? sh->ntensors : -1);
-    return save(root, p, t, meta, pr, sh, files, written, written_len);
+    return traced_save(root, p, t, meta, pr, sh, files, written, written_len);
 }

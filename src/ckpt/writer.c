@@ -9,6 +9,7 @@
 
 #include "base/clock.h"
 #include "base/status.h"
+#include "base/trace.h"
 #include "ckpt/ckpt_internal.h"
 
 struct dt_ckpt_writer {
@@ -76,6 +77,7 @@ static void write_one(dt_ckpt_writer *w)
 
 static void *writer_main(void *arg)
 {
+    dt__trace_thread_name("checkpoint writer");
     dt_ckpt_writer *w = arg;
     pthread_mutex_lock(&w->mu);
     for (;;) {

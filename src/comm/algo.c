@@ -78,7 +78,7 @@ static size_t small_bytes_for(const dt_comm *c, dt__coll_kind kind)
     return small;
 }
 
-dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
+static dt__alg pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
 {
     /* DT__ALG_RHD names the log2(n)-step exchange where a collective has
      * one besides recursive doubling: halving-doubling for allreduce (any
@@ -146,4 +146,25 @@ dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
     if (bytes <= ring && has_log_steps)
         return DT__ALG_RHD;
     return DT__ALG_RING;
+}
+
+_Thread_local int dt__coll_last_alg = -1;
+
+dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
+{
+    dt__alg a = pick(c, kind, bytes);
+    dt__coll_last_alg = (int)a;
+    return a;
+}
+
+const char *dt__coll_alg_name(int alg)
+{
+    switch (alg) {
+    case DT__ALG_RD: return "rd";
+    case DT__ALG_RHD: return "rhd";
+    case DT__ALG_RING: return "ring";
+    case DT__ALG_DIRECT: return "direct";
+    case DT__ALG_SHM: return "shm";
+    }
+    return "-";
 }

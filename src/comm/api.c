@@ -1,8 +1,11 @@
 /* The public operations of dtrain/comm.h: the checks no backend judges
  * differently, then the communicator's backend (backend.h). */
 #include "base/status.h"
+#include "base/trace.h"
 #include "comm/backend.h"
+#include "comm/coll.h"
 #include "comm/comm_internal.h"
+#include "comm/stall.h"
 
 /* A NULL communicator is refused here, with the message every backend gives. */
 #define REFUSE_NULL(c, op) \
@@ -11,64 +14,96 @@
             return dt__fail(DT_ERR_INVALID, "%s: communicator is NULL", op); \
     } while (0)
 
+/* Every public collective between these two: the stall inspector's count
+ * (stall.c) and, with a timeline, a span naming the communicator, its
+ * ranks, the algorithm and the bytes of the call's buffer. */
+static int64_t enter(dt_comm *c, const char *op, size_t bytes)
+{
+    dt__stall_enter(c, op, bytes);
+    int64_t t0 = dt__trace_begin();
+    if (t0)
+        dt__coll_last_alg = -1;
+    return t0;
+}
+
+static dt_status leave(dt_comm *c, const char *op, size_t bytes, int64_t t0, dt_status s)
+{
+    dt__stall_leave(c);
+    if (t0)
+        dt__trace_end("comm", op, t0, "\"comm\":%u,\"ranks\":%d,\"algorithm\":\"%s\",\"bytes\":%zu%s", c->id,
+                      c->size, dt__coll_alg_name(dt__coll_last_alg), bytes, s != DT_OK ? ",\"failed\":true" : "");
+    return s;
+}
+
+#define TRACED(c, op, bytes, call) \
+    do { \
+        size_t bytes_ = (bytes); \
+        int64_t t0_ = enter(c, op, bytes_); \
+        return leave(c, op, bytes_, t0_, (call)); \
+    } while (0)
+
 dt_status dt_barrier(dt_comm *c)
 {
     REFUSE_NULL(c, "barrier");
-    return c->backend->barrier(c);
+    TRACED(c, "barrier", 0, c->backend->barrier(c));
 }
 
 dt_status dt_broadcast(void *buf, size_t count, dt_dtype t, int root, dt_comm *c)
 {
     REFUSE_NULL(c, "broadcast");
-    return c->backend->broadcast(buf, count, t, root, c);
+    TRACED(c, "broadcast", count * dt_dtype_size(t), c->backend->broadcast(buf, count, t, root, c));
 }
 
 dt_status dt_reduce(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, int root, dt_comm *c)
 {
     REFUSE_NULL(c, "reduce");
-    return c->backend->reduce(send, recv, count, t, op, root, c);
+    TRACED(c, "reduce", count * dt_dtype_size(t), c->backend->reduce(send, recv, count, t, op, root, c));
 }
 
 dt_status dt_allreduce(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, dt_comm *c)
 {
     REFUSE_NULL(c, "allreduce");
-    return c->backend->allreduce(send, recv, count, t, op, c);
+    TRACED(c, "allreduce", count * dt_dtype_size(t), c->backend->allreduce(send, recv, count, t, op, c));
 }
 
 dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op, dt_comm *c)
 {
     REFUSE_NULL(c, "reduce_scatter");
-    return c->backend->reduce_scatter(send, recv, recvcount, t, op, c);
+    TRACED(c, "reduce_scatter", recvcount * dt_dtype_size(t) * (size_t)c->size,
+           c->backend->reduce_scatter(send, recv, recvcount, t, op, c));
 }
 
 dt_status dt_allgather(const void *send, void *recv, size_t sendcount, dt_dtype t, dt_comm *c)
 {
     REFUSE_NULL(c, "allgather");
-    return c->backend->allgather(send, recv, sendcount, t, c);
+    TRACED(c, "allgather", sendcount * dt_dtype_size(t) * (size_t)c->size,
+           c->backend->allgather(send, recv, sendcount, t, c));
 }
 
 dt_status dt_gather(const void *send, void *recv, size_t sendcount, dt_dtype t, int root, dt_comm *c)
 {
     REFUSE_NULL(c, "gather");
-    return c->backend->gather(send, recv, sendcount, t, root, c);
+    TRACED(c, "gather", sendcount * dt_dtype_size(t) * (size_t)c->size,
+           c->backend->gather(send, recv, sendcount, t, root, c));
 }
 
 dt_status dt_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t, int root, dt_comm *c)
 {
     REFUSE_NULL(c, "scatter");
-    return c->backend->scatter(send, recv, recvcount, t, root, c);
+    TRACED(c, "scatter", recvcount * dt_dtype_size(t) * (size_t)c->size,
+           c->backend->scatter(send, recv, recvcount, t, root, c));
 }
 
 dt_status dt_alltoall(const void *send, void *recv, size_t count, dt_dtype t, dt_comm *c)
 {
     REFUSE_NULL(c, "alltoall");
-    return c->backend->alltoall(send, recv, count, t, c);
+    TRACED(c, "alltoall", count * dt_dtype_size(t) * (size_t)c->size, c->backend->alltoall(send, recv, count, t, c));
 }
 
 dt_status dt_allreduce_half(const float *send, float *recv, size_t count, dt_dtype wire, dt_redop op, dt_comm *c)
 {
     REFUSE_NULL(c, "allreduce_half");
-    return c->backend->allreduce_half(send, recv, count, wire, op, c);
+    TRACED(c, "allreduce_half", count * sizeof(float), c->backend->allreduce_half(send, recv, count, wire, op, c));
 }
 
 dt_status dt_isend(const void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, dt_request **req)

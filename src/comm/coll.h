@@ -68,6 +68,10 @@ typedef enum {
  * counts it) on c: DT_ALGO when set, else by size against the communicator's
  * thresholds (docs/algorithms.md).  Never returns one the collective lacks. */
 dt__alg dt__coll_pick(const dt_comm *c, dt__coll_kind kind, size_t bytes);
+/* The last algorithm dt__coll_pick chose on this thread (-1: none since it
+ * was reset), for the timeline's collective spans; its name ("-": none). */
+extern _Thread_local int dt__coll_last_alg;
+const char *dt__coll_alg_name(int alg);
 /* Allreduce on c's members with algorithm alg (no hierarchy): the result in
  * buf, the input in src (src == buf: in place). */
 dt_status dt__allreduce_alg(dt__coll *k, const void *src, void *buf, size_t count, dt_dtype t, dt_redop op,

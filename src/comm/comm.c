@@ -8,9 +8,11 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "base/status.h"
+#include "base/trace.h"
 #include "comm/backend.h"
 #include "comm/coll.h"
 #include "comm/colltrace.h"
+#include "comm/stall.h"
 #include "comm/comm_internal.h"
 #include "comm/launch_env.h"
 #include "dtrain/store.h"
@@ -63,6 +65,7 @@ static void world_release(dt__world *w)
     if (!w->engine_closed)
         dt__engine_destroy(w->eng);
     dt__heartbeat_stop(w->heartbeat);
+    dt__stall_destroy(w->stall);
     dt__colltrace_destroy(w->trace);
     dt_store_close(w->store);
     dt_store_server_stop(w->server);
@@ -73,6 +76,7 @@ static void world_release(dt__world *w)
 static dt_status init_world(const dt__launch_env *env, dt__world *w)
 {
     int64_t sockbuf, ring, copy_min, spin, poll_spin, restart;
+    DT_CHECK(dt__trace_from_env(env->rank)); /* dtrun --timeline */
     DT_CHECK(dt__env_int("DT_SOCKET_BUFFER", 0, 1LL << 30, &sockbuf));
     const char *congestion = dt__env_str("DT_TCP_CONGESTION");
     DT_CHECK(dt__sock_check_congestion(congestion)); /* before any peer waits on this rank */
@@ -126,6 +130,7 @@ static dt_status init_world(const dt__launch_env *env, dt__world *w)
         DT_CHECK(dt__heartbeat_start(&hc, &w->heartbeat));
         dt__engine_set_heartbeat(w->eng, w->heartbeat);
     }
+    DT_CHECK(dt__stall_create(w));
     DT_CHECK(dt__colltrace_create(&w->trace));
     if (w->trace)
         dt__engine_set_fail_hook(w->eng, dt__colltrace_dump, w);
@@ -239,6 +244,7 @@ void dt__comm_twin(const dt_comm *c, uint32_t id, dt_comm *twin)
     twin->id = id;
     twin->coll_seq = 0;
     twin->progress = NULL;
+    twin->stall_slot = NULL; /* its own id: its own record */
     memset(twin->scratch, 0, sizeof twin->scratch);
     memset(twin->scratch_size, 0, sizeof twin->scratch_size);
 }

@@ -15,6 +15,7 @@ struct dt__arena;
 typedef struct dt__progress dt__progress;
 typedef struct dt__job dt__job;
 typedef struct dt__colltrace dt__colltrace;
+typedef struct dt__stall dt__stall;
 
 /* State shared by the world communicator and everything split from it. */
 typedef struct {
@@ -23,6 +24,7 @@ typedef struct {
     struct dt_store_client *store;
     struct dt__heartbeat *heartbeat; /* NULL with one rank or DT_HEARTBEAT_TIMEOUT=0 */
     dt__colltrace *trace;            /* DT_DEBUG=coll, else NULL */
+    dt__stall *stall;                /* the stall inspector (stall.c), else NULL */
     int refs;                 /* communicators alive (atomic: splits may run on several threads) */
     bool engine_closed;
     /* Every communicator's progress queue (nonblocking.c), so that
@@ -60,6 +62,7 @@ struct dt_comm {
     uint64_t split_seq; /* splits issued (derives child ids) */
     uint64_t p2p_seq;
     char tag[32];       /* dt_comm_set_tag: recorded with collectives under DT_DEBUG=coll */
+    void *stall_slot;   /* its record in the stall inspector (stall.c), set at its first collective */
     double timeout_s;
     dt__algo algo;
     size_t segment_bytes; /* ring pipeline segment */

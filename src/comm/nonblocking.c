@@ -12,6 +12,7 @@
 
 #include "base/clock.h"
 #include "base/status.h"
+#include "base/trace.h"
 #include "comm/comm_internal.h"
 
 typedef enum { JOB_ALLREDUCE, JOB_ALLREDUCE_HALF, JOB_BROADCAST, JOB_ALLGATHER, JOB_REDUCE_SCATTER } job_kind;
@@ -26,6 +27,9 @@ struct dt__job {
     dt_dtype dtype, wire;
     dt_redop op;
     int root;
+    /* the timeline: issue time and the caller's label (dt__trace_label_next) */
+    int64_t issued;
+    char label[48];
     /* set by the progress thread under the lock */
     bool done;
     dt_status status;
@@ -41,6 +45,7 @@ struct dt__progress {
     int unfinished; /* queued or running */
     bool stop;
     double busy_s; /* time spent running collectives */
+    uint32_t comm_id; /* names the thread in the timeline */
 };
 
 /* The queue this thread serves (NULL on a caller's thread): the
@@ -63,6 +68,9 @@ static void *progress_main(void *arg)
 {
     dt__progress *p = arg;
     serving = p;
+    char name[48];
+    snprintf(name, sizeof name, "comm %u progress", p->comm_id);
+    dt__trace_thread_name(name);
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (!p->head && !p->stop)
@@ -77,6 +85,10 @@ static void *progress_main(void *arg)
         dt_status s = run_job(j);
         dt__engine_allow_poll_spin(eng, true);
         double took = (double)(dt__now_ns() - t0) / 1e9;
+        if (j->label[0] && j->issued) /* from its issue to its completion, queueing included */
+            dt__trace_async("bucket", j->label, j->issued, dt__trace_now(), "\"comm\":%u,\"bytes\":%zu,\"queued_us\":%lld",
+                            j->comm->id, j->count * (j->kind == JOB_ALLREDUCE_HALF ? sizeof(float) : dt_dtype_size(j->dtype)),
+                            (long long)((t0 - j->issued) / 1000));
         char error[sizeof j->error];
         snprintf(error, sizeof error, "%s", s != DT_OK ? dt_last_error() : "");
         pthread_mutex_lock(&p->mu);
@@ -104,6 +116,7 @@ static dt_status progress_start(dt_comm *c)
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work, NULL);
     pthread_cond_init(&p->done, NULL);
+    p->comm_id = c->id;
     if (pthread_create(&p->thread, NULL, progress_main, p) != 0) {
         pthread_mutex_destroy(&p->mu);
         pthread_cond_destroy(&p->work);
@@ -199,6 +212,9 @@ static dt_status submit(dt__job *proto, const char *op, dt_request **req)
     *j = *proto;
     j->next = NULL;
     j->done = false;
+    j->label[0] = '\0';
+    bool labelled = dt__trace_label_take(j->label, sizeof j->label);
+    j->issued = labelled ? dt__trace_begin() : 0;
     r->comm = proto->comm;
     r->elem = dt_dtype_size(proto->dtype);
     r->job = j;

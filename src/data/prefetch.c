@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "base/trace.h"
 #include "dtrain/data.h"
 
 enum { FREE = 0, READY = 1, IN_USE = 2 };
@@ -37,6 +38,7 @@ static void fill(dt_prefetcher *p, dt_batch *b)
 
 static void *producer(void *arg)
 {
+    dt__trace_thread_name("data prefetch");
     dt_prefetcher *p = arg;
     pthread_mutex_lock(&p->mu);
     for (;;) {
@@ -94,6 +96,7 @@ dt_status dt_prefetch_start(dt_sampler *s, int64_t batch_size, int64_t x_per_sam
 
 const dt_batch *dt_prefetch_next(dt_prefetcher *p)
 {
+    int64_t t0 = dt__trace_begin(); /* the timeline's "data wait": how long training waited for this batch */
     pthread_mutex_lock(&p->mu);
     int prev = 1 - p->next_take;
     if (p->state[prev] == IN_USE) { /* the batch handed out last time is free again */
@@ -106,6 +109,8 @@ const dt_batch *dt_prefetch_next(dt_prefetcher *p)
     p->state[slot] = IN_USE;
     p->next_take = 1 - slot;
     pthread_mutex_unlock(&p->mu);
+    if (t0)
+        dt__trace_end("data", "data wait", t0, "\"samples\":%lld", (long long)p->slots[slot].n);
     return &p->slots[slot];
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "base/trace.h"
 #include "dtrain/nn.h"
 #include "nn/model_internal.h"
 
@@ -153,6 +154,8 @@ dt_status dt__params_use(dt_params *p, const char *name, int ndim, const int64_t
 
 /* ---- instantiation ---- */
 
+static _Thread_local int64_t block_t0; /* the open block span's start; 0: none */
+
 /* The root sequence's hook: the user's first (it may bind storage), then a
  * check that the block about to run has storage for its parameters. */
 static dt_status model_hook(void *user, dt_hook_point at, int item, dt_ctx *ctx)
@@ -160,10 +163,25 @@ static dt_status model_hook(void *user, dt_hook_point at, int item, dt_ctx *ctx)
     const chunk_hook *ch = user;
     dt_model *m = ch->m;
     int i = ch->local + item, global = ch->global + item, bad = -1;
+    /* The timeline's block spans run from before the user's hook (ZeRO's
+     * gather) to after its hook (ZeRO's reduce-scatter): one block runs at
+     * a time on a thread, so one start per thread is enough. */
+    if (dt__tracing() && (at == DT_BEFORE_FORWARD || at == DT_BEFORE_BACKWARD))
+        block_t0 = dt__trace_now();
     if (m->hook)
         DT_CHECK(m->hook(m->hook_user, at, i, ctx));
-    if (at != DT_BEFORE_FORWARD && at != DT_BEFORE_BACKWARD)
+    if (at != DT_BEFORE_FORWARD && at != DT_BEFORE_BACKWARD) {
+        if (block_t0) {
+            char name[96]; /* the trace keeps 47 characters */
+            snprintf(name, sizeof name, "%s %s", at == DT_AFTER_FORWARD ? "forward" : "backward", m->info[i].name);
+            dt__trace_end(at == DT_AFTER_FORWARD ? "forward" : "backward", name, block_t0,
+                          "\"block\":%d,\"micro_batch\":%u,\"step\":%llu,\"training\":%s", global,
+                          ctx ? ctx->key.micro : 0, ctx ? (unsigned long long)ctx->key.step : 0ULL,
+                          ctx && ctx->training ? "true" : "false");
+            block_t0 = 0;
+        }
         return DT_OK;
+    }
     /* forward reads values; backward also writes gradients */
     bool (*has)(const dt_params *, int) = at == DT_BEFORE_FORWARD ? dt_param_has_value : dt_param_has_storage;
     for (int k = m->first_param[i]; bad < 0 && k < m->first_param[i] + m->num_params[i]; k++)

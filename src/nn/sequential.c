@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "base/trace.h"
 #include "dtrain/nn.h"
 #include "nn/layer.h"
 #include "nn/saved.h"
@@ -76,7 +77,13 @@ static dt_status backward_recomputed(dt_layer *child, dt_ctx *ctx, const dt_tens
         return DT_ERR_INVALID;
     dt_tensor x = *saved, y;
     dt_arena_mark m = dt_arena_get_mark(ctx->arena);
+    int64_t t0 = dt__trace_begin();
     DT_CHECK(child->ops->forward(child, ctx, &x, &y));
+    if (t0) {
+        char name[96]; /* the trace keeps 47 characters */
+        snprintf(name, sizeof name, "recompute %s", child->name);
+        dt__trace_end("recompute", name, t0, "\"micro_batch\":%u", ctx->key.micro);
+    }
     DT_CHECK(child->ops->backward(child, ctx, dy, dx, need_dx));
     if (!need_dx) {
         dt_arena_rewind(ctx->arena, m);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "base/status.h"
+#include "base/trace.h"
 #include "dtrain/optim.h"
 #include "optim/offload.h"
 #include "tensor/threads.h"
@@ -233,7 +234,7 @@ static dt_status settle(dt_optimizer *o)
 }
 
 /* The update of [offset, offset + n): param and grad point at element offset. */
-static dt_status update_from(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n, float lr)
+static dt_status update_body(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n, float lr)
 {
     if (offset < 0 || n < 0 || offset + n > o->numel)
         return dt__fail(DT_ERR_INVALID, "optimizer update of [%lld, %lld) outside its %lld parameters",
@@ -297,6 +298,18 @@ static float *materialize(dt_optimizer *o)
         buf = NULL;
     }
     return o->state = buf;
+}
+
+/* Every update of a range (a whole step, a DDP bucket, a ZeRO shard) is one
+ * timeline span. */
+static dt_status update_from(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n, float lr)
+{
+    int64_t t0 = dt__trace_begin();
+    dt_status s = update_body(o, param, grad, offset, n, lr);
+    if (t0)
+        dt__trace_end("optimizer", "optimizer step", t0, "\"offset\":%lld,\"numel\":%lld", (long long)offset,
+                      (long long)n);
+    return s;
 }
 
 dt_status dt_optimizer_update_range(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n,

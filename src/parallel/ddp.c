@@ -18,6 +18,7 @@
 #include "base/env.h"
 #include "base/hash.h"
 #include "base/status.h"
+#include "base/trace.h"
 #include "dtrain/parallel.h"
 #include "dtrain/tensor.h"
 
@@ -189,6 +190,11 @@ static dt_status start_bucket(dt_ddp *d, bucket *b)
     if (dt_comm_size(d->comm) == 1) {
         b->done = true;
         return DT_OK;
+    }
+    if (dt__tracing()) { /* the timeline's span of this bucket, from here to its completion */
+        char label[32];
+        snprintf(label, sizeof label, "bucket %d", (int)(b - d->buckets));
+        dt__trace_label_next(label);
     }
     if (d->cfg.wire == DT_F32)
         return dt_iallreduce(g, g, (size_t)b->count, DT_F32, DT_AVG, d->comm, &b->req);

@@ -16,6 +16,7 @@
 
 #include "base/clock.h"
 #include "base/status.h"
+#include "base/trace.h"
 #include "parallel/pipe_internal.h"
 
 static bool is_last(const pipe_state *P, int chunk, const dt_model *m) { return P->vs_hi[chunk] == dt_model_whole_blocks(m); }
@@ -76,8 +77,11 @@ static dt_status finish(dt_request **req, size_t want, const char *what, int pee
     if (!*req)
         return DT_OK;
     size_t got = 0;
+    int64_t t0 = dt__trace_begin(); /* the timeline: how long this stage waited for the transfer */
     dt_status s = dt_wait(*req, &got);
     *req = NULL;
+    if (t0)
+        dt__trace_end("pipeline", what, t0, "\"peer_stage_rank\":%d,\"bytes\":%zu", peer, got * sizeof(float));
     if (s != DT_OK)
         return dt__fail(s, "pipeline: %s (stage rank %d): %s", what, peer, dt_last_error());
     if (want && got != want)

@@ -39,6 +39,8 @@ struct dt__heartbeat {
     pthread_cond_t wake;
     bool stop, running;
     char note[1024];        /* guarded by mu */
+    dt__heartbeat_hook hook; /* guarded by mu */
+    void *hook_arg;
     uint64_t note_version;  /* guarded by mu */
 };
 
@@ -124,6 +126,12 @@ static void *beat_loop(void *arg)
         if (request_add(h, &h->beat, key, 1, &v) != DT_OK)
             DT_INFO("heartbeat: %s", dt_last_error());
         publish_note(h, h->beat, &published);
+        pthread_mutex_lock(&h->mu);
+        dt__heartbeat_hook hook = h->hook;
+        void *hook_arg = h->hook_arg;
+        pthread_mutex_unlock(&h->mu);
+        if (hook)
+            hook(hook_arg, h);
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         int64_t ns = until.tv_nsec + (int64_t)(h->period_s * 1e9);
@@ -262,6 +270,50 @@ void dt__heartbeat_publish_note(dt__heartbeat *h)
     uint64_t published = 0;
     if (connected(h, &h->check) == DT_OK)
         publish_note(h, h->check, &published);
+}
+
+void dt__heartbeat_set_hook(dt__heartbeat *h, dt__heartbeat_hook fn, void *arg)
+{
+    pthread_mutex_lock(&h->mu);
+    h->hook = fn;
+    h->hook_arg = arg;
+    pthread_mutex_unlock(&h->mu);
+}
+
+int dt__heartbeat_rank(const dt__heartbeat *h) { return h->cfg.rank; }
+
+dt_status dt__heartbeat_publish(dt__heartbeat *h, const char *what, const char *text)
+{
+    char key[128];
+    key_of(h, what, h->cfg.rank, key, sizeof key);
+    DT_CHECK(connected(h, &h->beat));
+    dt_status s = dt_store_set(h->beat, key, text, strlen(text) + 1);
+    if (s != DT_OK) {
+        dt_store_close(h->beat);
+        h->beat = NULL;
+    }
+    return s;
+}
+
+dt_status dt__heartbeat_read(dt__heartbeat *h, const char *what, int rank, char *buf, size_t len)
+{
+    char key[128];
+    void *v = NULL;
+    size_t n = 0;
+    buf[0] = '\0';
+    key_of(h, what, rank, key, sizeof key);
+    DT_CHECK(connected(h, &h->beat));
+    dt_status s = dt_store_get(h->beat, key, 0, &v, &n);
+    if (s == DT_ERR_TIMEOUT) /* no such key: the rank never published */
+        return DT_OK;
+    if (s != DT_OK) {
+        dt_store_close(h->beat);
+        h->beat = NULL;
+        return s;
+    }
+    snprintf(buf, len, "%.*s", (int)n, (const char *)v);
+    free(v);
+    return DT_OK;
 }
 
 dt_status dt__heartbeat_read_note(dt__heartbeat *h, int rank, char *buf, size_t len)

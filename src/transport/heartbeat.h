@@ -51,4 +51,15 @@ void dt__heartbeat_publish_note(dt__heartbeat *h);
 /* Read rank's published note ("" when it has none); the checking thread. */
 dt_status dt__heartbeat_read_note(dt__heartbeat *h, int rank, char *buf, size_t len);
 
+/* A function the beat thread calls after each beat (the stall inspector,
+ * src/comm/stall.c); NULL: none.  It may call the two functions below. */
+typedef void (*dt__heartbeat_hook)(void *arg, dt__heartbeat *h);
+void dt__heartbeat_set_hook(dt__heartbeat *h, dt__heartbeat_hook fn, void *arg);
+/* From the hook only (the beat thread's connection): set this rank's key
+ * <prefix>/<what>/<rank> to text, or read rank's ("" when it has none). */
+dt_status dt__heartbeat_publish(dt__heartbeat *h, const char *what, const char *text);
+dt_status dt__heartbeat_read(dt__heartbeat *h, const char *what, int rank, char *buf, size_t len);
+/* This rank and the number of ranks. */
+int dt__heartbeat_rank(const dt__heartbeat *h);
+
 #endif

@@ -407,6 +407,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     FILE *mon = NULL; /* dtrun --monitor: this rank's records (DT_MONITOR_DIR) */
     dt_arena *arena = NULL;
     dt_prefetcher *pf = NULL;
+    dt_straggler *strag = NULL; /* lockstep ranks only: not the servers' asynchronous workers, not a pipeline's unequal stages */
     dt_ckpt_progress pr = {0};
     char resumed_dir[2048] = "";
     if (data_open(c, &d) != DT_OK) { /* a configuration error: data_path, vocab */
@@ -570,6 +571,10 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
             goto out;
     }
 
+    if (nranks > 1 && !job && !ppc && dt_straggler_create(world, &strag) != DT_OK) {
+        fprintf(stderr, "dtrain: rank %d: straggler detection: %s\n", rank, dt_last_error());
+        goto out;
+    }
     /* the prefetcher hands out micro-batches: batch_size / micro_batches samples each */
     if (dt_prefetch_start(&sampler, c->batch_size / c->micro_batches, d.features, d.gpt ? d.features : 1, data_fill, &d,
                           &pf) != DT_OK) {
@@ -658,6 +663,11 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         if (s != DT_OK || !isfinite(loss)) {
             fprintf(stderr, "dtrain: rank %d: step %lld failed: %s\n", rank, (long long)step + 1,
                     s != DT_OK ? dt_last_error() : "the loss is not finite (lower lr, or set grad_clip)");
+            code = 1;
+            break;
+        }
+        if (strag && dt_straggler_step(strag, step, now_s() - t0, st.exposed_s, NULL) != DT_OK) {
+            fprintf(stderr, "dtrain: rank %d: step %lld failed: %s\n", rank, (long long)step + 1, dt_last_error());
             code = 1;
             break;
         }
@@ -796,6 +806,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         printf("activation memory: at most %.1f MiB per micro-batch (recompute %s)\n", (double)act_peak / 1048576.0,
                c->recompute);
 out:
+    dt_straggler_destroy(strag);
     dt_prefetch_stop(pf);
     if (writer) { /* the last checkpoint is on disk before the job reports success */
         char good[2048];

@@ -66,6 +66,12 @@ dtrun_join_result dtrun_join(const dtrun_opts *o, dt_store_client *store, int g,
  * failure with no restart left, or a signal.  Returns dtrun's exit code. */
 int dtrun_run(const dtrun_opts *o, dt_store_client **store);
 
+/* --timeline: merge the files of ranks first..first+n-1 (PREFIX.rank<R>.json,
+ * those that exist) into FILE, remove them, say where it is.  0 when done. */
+int dtrun_timeline_merge(const char *prefix, const char *file, int first, int n);
+/* The ranks this node ran last (dtrun_spawn sets them). */
+extern int dtrun_last_first_rank, dtrun_last_nproc;
+
 /* Fork+exec the local ranks with the DT_* environment; *started counts the
  * children running (kids[0..*started-1]) even when a later one failed. */
 dt_status dtrun_spawn(const dtrun_opts *o, const dtrun_layout *l, dtrun_child *kids, int *started);

@@ -49,6 +49,13 @@ int main(int argc, char **argv)
         return 1;
     }
     int code = dtrun_run(&o, &store);
+    if (o.timeline[0]) { /* each node merges its own ranks; node N > 0 into FILE.node<N> */
+        char merged[4200];
+        snprintf(merged, sizeof merged, "%s", o.timeline);
+        if (o.node_rank > 0)
+            snprintf(merged, sizeof merged, "%s.node%d", o.timeline, o.node_rank);
+        dtrun_timeline_merge(o.timeline, merged, dtrun_last_first_rank, dtrun_last_nproc);
+    }
     dt_store_close(store);
     dt_store_server_stop(server);
     dtrun_monitor_stop(code); /* after the timeline is merged: /timeline serves it while lingering */

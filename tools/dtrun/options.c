@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dtrun.h"
 
@@ -51,6 +52,11 @@ static const char usage[] =
     "      --no-prefix        do not prefix output lines with the rank\n"
     "      --servers S        a parameter server: the job's last S ranks serve, the\n"
     "                         others work (DT_PS_SERVERS=S; dtrain's servers key)\n"
+    "      --timeline FILE    record every rank's timeline (data wait, forward and\n"
+    "                         backward of each block, collectives, DDP buckets,\n"
+    "                         pipeline transfers, optimizer, checkpoints) and merge\n"
+    "                         them into FILE at the end: Chrome trace JSON for\n"
+    "                         Perfetto or chrome://tracing (DT_TIMELINE)\n"
     "  -h, --help             this help\n"
     "      --version          print the version\n"
     "\n"
@@ -111,7 +117,7 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
     o->bind = true;
     snprintf(o->master_host, sizeof o->master_host, "127.0.0.1");
     enum { NNODES = 1000, NODE_RANK, MASTER, TOKEN_FILE, JOIN_TIMEOUT, NO_PREFIX, VERSION, MAX_RESTARTS, REJOIN, BIND,
-           SERVERS };
+           SERVERS, TIMELINE };
     static const struct option longopts[] = {
         {"nproc", required_argument, 0, 'n'},       {"nnodes", required_argument, 0, NNODES},
         {"node-rank", required_argument, 0, NODE_RANK}, {"master", required_argument, 0, MASTER},
@@ -119,7 +125,7 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
         {"no-prefix", no_argument, 0, NO_PREFIX},   {"help", no_argument, 0, 'h'},
         {"version", no_argument, 0, VERSION},       {"max-restarts", required_argument, 0, MAX_RESTARTS},
         {"rejoin-timeout", required_argument, 0, REJOIN}, {"bind", required_argument, 0, BIND},
-        {"servers", required_argument, 0, SERVERS},
+        {"servers", required_argument, 0, SERVERS}, {"timeline", required_argument, 0, TIMELINE},
         {0, 0, 0, 0},
     };
     enum { MONITOR = 2000, MONITOR_REMOTE, MONITOR_LINGER };
@@ -172,6 +178,14 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
         case TOKEN_FILE: read_token_file(optarg, o->token, sizeof o->token); break;
         case JOIN_TIMEOUT: o->join_timeout = (double)number(optarg, 1, 86400, "--join-timeout"); break;
         case NO_PREFIX: o->prefix = false; break;
+        case TIMELINE:
+            if (!optarg[0] || strlen(optarg) > 2048)
+                die("--timeline '%s': expected a file name (at most 2048 bytes)", optarg);
+            if (optarg[0] == '/' || !getcwd(o->timeline, sizeof o->timeline - 2048 - 2))
+                snprintf(o->timeline, sizeof o->timeline, "%s", optarg);
+            else /* the ranks may change directory */
+                snprintf(o->timeline + strlen(o->timeline), sizeof o->timeline - strlen(o->timeline), "/%s", optarg);
+            break;
         case SERVERS: o->servers = (int)number(optarg, 0, 1 << 20, "--servers"); break;
         case BIND:
             if (strcmp(optarg, "auto") != 0 && strcmp(optarg, "none") != 0)

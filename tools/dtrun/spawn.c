@@ -39,10 +39,11 @@ static char **child_env(const dtrun_opts *o, const dtrun_layout *l, int local, s
     const char *core = dt_blas_coretype_hint();
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (!is_managed(environ[i]) || (!strncmp(environ[i], "OPENBLAS_CORETYPE=", 18) && !core))
+        if ((!is_managed(environ[i]) && !(o->timeline[0] && !strncmp(environ[i], "DT_TIMELINE=", 12))) ||
+            (!strncmp(environ[i], "OPENBLAS_CORETYPE=", 18) && !core))
             env[k++] = environ[i];
     *added = k;
-    char buf[512];
+    char buf[4200];
 #define ADD(...)                                  \
     do {                                          \
         snprintf(buf, sizeof buf, __VA_ARGS__);   \
@@ -62,15 +63,21 @@ static char **child_env(const dtrun_opts *o, const dtrun_layout *l, int local, s
         ADD("DT_RESTARTABLE=1");
     if (o->servers > 0)
         ADD("DT_PS_SERVERS=%d", o->servers);
+    if (o->timeline[0])
+        ADD("DT_TIMELINE=%s", o->timeline);
     if (core) /* NULL when the user chose: theirs passes through */
         ADD("OPENBLAS_CORETYPE=%s", core);
 #undef ADD
     return env;
 }
 
+int dtrun_last_first_rank = -1, dtrun_last_nproc;
+
 dt_status dtrun_spawn(const dtrun_opts *o, const dtrun_layout *l, dtrun_child *kids, int *started)
 {
     *started = 0;
+    dtrun_last_first_rank = l->first_rank;
+    dtrun_last_nproc = o->nproc;
     pid_t parent = getpid();
     for (int i = 0; i < o->nproc; i++) {
         dtrun_child *k = &kids[i];
