@@ -99,6 +99,10 @@ run ddp/demo-script 300 scripts/demo.sh "$BUILD" 12
 run observability/timeline-ddp 300 tests/cases/obs_timeline.sh
 run observability/straggler-named 240 tests/cases/obs_straggler.sh
 run observability/stall-names-ranks 120 tests/cases/obs_stall.sh
+run observability/metrics-endpoint 200 tests/cases/obs_monitor.sh
+run observability/monitor-refuses-remote 100 tests/cases/obs_monitor_remote.sh
+run observability/dashboard-browser 300 tests/cases/obs_dashboard.sh
+run observability/report 120 tests/cases/obs_report.sh
 
 # ---- every collective on localhost, world sizes 1..8 ----
 for n in 1 2 3 4 7 8; do
@@ -203,12 +207,6 @@ fi
 # ---- set-up, install and tools (issue 29's papercuts) ----
 run setup/build-deps-without-apt 300 tests/cases/setup_build_deps.sh
 run tools/version-and-dtbench-nccl-tests-layout 200 tests/cases/dtbench_format.sh
-
-# ---- dtrun --monitor and dtrain report (docs/observability.md) ----
-run observability/metrics-endpoint 200 tests/cases/obs_monitor.sh
-run observability/monitor-refuses-remote 100 tests/cases/obs_monitor_remote.sh
-run observability/dashboard-browser 300 tests/cases/obs_dashboard.sh
-run observability/report 120 tests/cases/obs_report.sh
 run docs/public-headers-and-links 30 tests/cases/docs_headers.sh
 
 echo

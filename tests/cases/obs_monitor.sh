@@ -6,11 +6,12 @@
 # strict Prometheus text-format parser (tests/cases/obs_prom.py), and its
 # step, loss, evaluation and checkpoint agree with the metrics file; both
 # ranks report step times and bytes sent.  Then the server's strictness: 404,
-# 405, 431, HEAD, no path outside the four; and DT_MONITOR_DIR is removed.
+# 405, 431, HEAD, no path outside the four; /timeline serves the --timeline
+# file once dtrun merged it; and DT_MONITOR_DIR is removed.
 . "$(dirname "$0")/lib.sh"
 python3 tests/cases/obs_prom.py selftest || fail "the parser's self-test"
 mkdir -p "$WORK/tmp"
-TMPDIR=$WORK/tmp "$BIN/dtrun" -n 2 --monitor 127.0.0.1:0 --monitor-linger 60 "$BIN/dtrain" train \
+TMPDIR=$WORK/tmp "$BIN/dtrun" -n 2 --monitor 127.0.0.1:0 --monitor-linger 60 --timeline "$WORK/tl.json" "$BIN/dtrain" train \
     --config configs/gpt-mini.json --set layers=2 --set dim=64 --set context=32 --set threads=1 --set steps=300 \
     --set log_interval=5 --set eval_interval=100 --set eval_batches=1 --set metrics_file="$WORK/m.jsonl" \
     --set checkpoint_dir="$WORK/ck" --set checkpoint_interval=100 >"$WORK/out" 2>"$WORK/err" &
@@ -95,7 +96,7 @@ def status(resp):
 cases = [(b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n", 404), (b"GET /../../etc/passwd HTTP/1.1\r\n\r\n", 404),
          (b"GET /metrics/../metrics HTTP/1.1\r\n\r\n", 404), (b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 405),
          (b"DELETE / HTTP/1.1\r\n\r\n", 405), (b"GET / HTTP/1.1\r\nX: " + b"a" * 9000 + b"\r\n\r\n", 431),
-         (b"garbage\r\n\r\n", 400), (b"GET /api/state HTTP/1.1\r\n\r\n", 200), (b"GET /timeline HTTP/1.1\r\n\r\n", 404)]
+         (b"garbage\r\n\r\n", 400), (b"GET /api/state HTTP/1.1\r\n\r\n", 200)]
 for raw, want in cases:
     r = ask(raw)
     if status(r) != want:
@@ -104,6 +105,12 @@ r = ask(b"HEAD / HTTP/1.1\r\n\r\n")
 head, _, body = r.partition("\r\n\r\n")
 if status(r) != 200 or body or "Content-Length: 0" in head or "text/html" not in head:
     sys.exit(f"HEAD /: {head!r} {body[:40]!r}")
+r = ask(b"GET /timeline HTTP/1.1\r\n\r\n")
+head, _, body = r.partition("\r\n\r\n")
+if status(r) != 200 or "attachment" not in head or '"traceEvents"' not in body[:100]:
+    sys.exit(f"/timeline: {head!r}")
+if '"timeline":true' not in ask(b"GET /api/state HTTP/1.1\r\n\r\n"):
+    sys.exit("/api/state does not offer the timeline")
 r = ask(b"GET / HTTP/1.1\r\n\r\n")
 if "<svg" not in r or "api/state" not in r:
     sys.exit("GET / is not the dashboard")
