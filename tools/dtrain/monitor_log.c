@@ -19,16 +19,18 @@ FILE *dtrain_monitor_open(int rank, int world, int64_t steps, const char *unit)
     snprintf(path, sizeof path, "%s/rank%d.jsonl", dir, rank);
     FILE *f = fopen(path, "a");
     if (!f) { /* the monitor is an observer: training goes on without it */
-        fprintf(stderr, "dtrain: rank %d: DT_MONITOR_DIR: cannot write %s (training goes on unmonitored)\n", rank,
-                path);
+        fprintf(stderr, "dtrain: rank %d: DT_MONITOR_DIR: cannot write %s (training goes on unmonitored)\n",
+                rank, path);
         return NULL;
     }
     gethostname(host, sizeof host - 1);
     host[strcspn(host, "\"\\")] = '\0'; /* a JSON string without escapes */
     const char *gen = getenv("DT_RESTART");
-    fprintf(f, "{\"event\": \"start\", \"rank\": %d, \"world\": %d, \"host\": \"%s\", \"pid\": %d, \"steps\": %lld, "
-               "\"unit\": \"%s\", \"restart\": %d}\n",
-            rank, world, host, (int)getpid(), (long long)steps, unit, gen ? atoi(gen) : 0);
+    fprintf(
+        f,
+        "{\"event\": \"start\", \"rank\": %d, \"world\": %d, \"host\": \"%s\", \"pid\": %d, \"steps\": %lld, "
+        "\"unit\": \"%s\", \"restart\": %d}\n",
+        rank, world, host, (int)getpid(), (long long)steps, unit, gen ? atoi(gen) : 0);
     fflush(f);
     return f;
 }

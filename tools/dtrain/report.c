@@ -44,7 +44,8 @@ typedef struct {
 
 static int add(series *s, double x, double y)
 {
-    while (s->n > 0 && s->x[s->n - 1] >= x) /* a resumed run repeats steps: its records replace the old ones */
+    while (s->n > 0 &&
+           s->x[s->n - 1] >= x) /* a resumed run repeats steps: its records replace the old ones */
         s->n--;
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 256;
@@ -142,7 +143,8 @@ static int read_metrics(const char *path, run *r)
         } else
             why = "neither a training record (\"loss\") nor an evaluation (\"eval_loss\")";
         if (why) {
-            fprintf(stderr, "dtrain report: %s line %ld: %s: %.80s%s\n", path, no, why, line, len > 80 ? "..." : "");
+            fprintf(stderr, "dtrain report: %s line %ld: %s: %.80s%s\n", path, no, why, line,
+                    len > 80 ? "..." : "");
             code = 2;
         }
         cJSON_Delete(o);
@@ -167,11 +169,20 @@ static void html_text(FILE *o, const char *s)
 {
     for (; *s; s++) {
         switch (*s) {
-        case '<': fputs("&lt;", o); break;
-        case '>': fputs("&gt;", o); break;
-        case '&': fputs("&amp;", o); break;
-        case '"': fputs("&quot;", o); break;
-        default: fputc(*s, o);
+        case '<':
+            fputs("&lt;", o);
+            break;
+        case '>':
+            fputs("&gt;", o);
+            break;
+        case '&':
+            fputs("&amp;", o);
+            break;
+        case '"':
+            fputs("&quot;", o);
+            break;
+        default:
+            fputc(*s, o);
         }
     }
 }
@@ -225,12 +236,15 @@ static void plot(FILE *o, const char *id, const char *title, const line_spec *li
             y1 = fmax(y1, y);
             points++;
         }
-    fprintf(o, "<figure><figcaption>%s</figcaption>\n<svg id=\"%s\" xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" "
-               "height=\"%d\" viewBox=\"0 0 %d %d\">\n",
+    fprintf(o,
+            "<figure><figcaption>%s</figcaption>\n<svg id=\"%s\" xmlns=\"http://www.w3.org/2000/svg\" "
+            "width=\"%d\" "
+            "height=\"%d\" viewBox=\"0 0 %d %d\">\n",
             title, id, W, H, W, H);
     if (points == 0) {
-        fprintf(o, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">not in this file</text>\n</svg></figure>\n", W / 2,
-                H / 2);
+        fprintf(o,
+                "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">not in this file</text>\n</svg></figure>\n",
+                W / 2, H / 2);
         return;
     }
     if (x1 == x0)
@@ -243,10 +257,10 @@ static void plot(FILE *o, const char *id, const char *title, const line_spec *li
     double pad = 0.05 * (y1 - y0);
     y0 -= pad;
     y1 += pad;
-#define PX(x) (ML + ((x) - x0) / (x1 - x0) * (W - ML - MR))
+#define PX(x) (ML + ((x)-x0) / (x1 - x0) * (W - ML - MR))
 #define PY(y) (MT + (y1 - (y)) / (y1 - y0) * (H - MT - MB))
-    fprintf(o, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#d0d7de\"/>\n", ML, MT,
-            W - ML - MR, H - MT - MB);
+    fprintf(o, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#d0d7de\"/>\n", ML,
+            MT, W - ML - MR, H - MT - MB);
     char label[32];
     if (log_y) { /* decades, and 2 and 5 within them when few decades */
         for (double d = floor(y0); d <= ceil(y1); d++)
@@ -255,25 +269,30 @@ static void plot(FILE *o, const char *id, const char *title, const line_spec *li
                 if (v < y0 || v > y1 || (y1 - y0 > 2 && m != 1))
                     continue;
                 snprintf(label, sizeof label, "%g", pow(10, v));
-                fprintf(o, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#eef0f2\"/><text x=\"%d\" "
-                           "y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
-                        ML, W - MR, PY(v), PY(v), ML - 5, PY(v) + 3.5, label);
+                fprintf(
+                    o,
+                    "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#eef0f2\"/><text x=\"%d\" "
+                    "y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+                    ML, W - MR, PY(v), PY(v), ML - 5, PY(v) + 3.5, label);
             }
     } else {
         double st = tick_step(y0, y1, 5);
         for (double t = ceil(y0 / st) * st; t <= y1; t += st) {
             tick_label(label, sizeof label, fabs(t) < st * 1e-9 ? 0 : t, st);
-            fprintf(o, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#eef0f2\"/><text x=\"%d\" "
-                       "y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+            fprintf(o,
+                    "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#eef0f2\"/><text x=\"%d\" "
+                    "y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
                     ML, W - MR, PY(t), PY(t), ML - 5, PY(t) + 3.5, label);
         }
     }
     double st = tick_step(x0, x1, 6);
     for (double t = ceil(x0 / st) * st; t <= x1; t += st) {
         tick_label(label, sizeof label, t, st);
-        fprintf(o, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#57606a\"/><text x=\"%.1f\" y=\"%d\" "
-                   "text-anchor=\"middle\">%s</text>\n",
-                PX(t), PX(t), H - MB, H - MB + 4, PX(t), H - MB + 16, label);
+        fprintf(
+            o,
+            "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#57606a\"/><text x=\"%.1f\" y=\"%d\" "
+            "text-anchor=\"middle\">%s</text>\n",
+            PX(t), PX(t), H - MB, H - MB + 4, PX(t), H - MB + 16, label);
     }
     fprintf(o, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">step</text>\n", W - MR, H - 4);
     for (int l = 0; l < nlines; l++) {
@@ -281,8 +300,9 @@ static void plot(FILE *o, const char *id, const char *title, const line_spec *li
         int n = 0;
         for (int i = 0; i < s->n; i++)
             n += isfinite(s->y[i]) && !(log_y && s->y[i] <= 0);
-        fprintf(o, "<polyline class=\"%s\" data-points=\"%d\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" "
-                   "points=\"",
+        fprintf(o,
+                "<polyline class=\"%s\" data-points=\"%d\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" "
+                "points=\"",
                 lines[l].name, n, lines[l].color);
         for (int i = 0, k = 0; i < s->n; i++) {
             double y = s->y[i];
@@ -293,15 +313,16 @@ static void plot(FILE *o, const char *id, const char *title, const line_spec *li
         fprintf(o, "\"/>\n");
         for (int i = 0; lines[l].dots && i < s->n; i++)
             if (isfinite(s->y[i]))
-                fprintf(o, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(s->x[i]), PY(s->y[i]),
-                        lines[l].color);
+                fprintf(o, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(s->x[i]),
+                        PY(s->y[i]), lines[l].color);
     }
 #undef PX
 #undef PY
     if (nlines > 1) /* a legend */
         for (int l = 0; l < nlines; l++)
-            fprintf(o, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"%s\" style=\"fill:%s\">%s</text>\n", W - MR - 6,
-                    MT + 14 + 13 * l, lines[l].color, lines[l].color, lines[l].name);
+            fprintf(o,
+                    "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"%s\" style=\"fill:%s\">%s</text>\n",
+                    W - MR - 6, MT + 14 + 13 * l, lines[l].color, lines[l].color, lines[l].name);
     fprintf(o, "</svg></figure>\n");
 }
 
@@ -314,8 +335,8 @@ static void row(FILE *o, const char *key, const char *what, double v, const char
         snprintf(text, sizeof text, "-");
     else
         snprintf(text, sizeof text, fmt, v);
-    fprintf(o, "<tr><th>%s</th><td data-key=\"%s\" data-value=\"%.9g\">%s</td><td>%s</td></tr>\n", what, key, v, text,
-            note ? note : "");
+    fprintf(o, "<tr><th>%s</th><td data-key=\"%s\" data-value=\"%.9g\">%s</td><td>%s</td></tr>\n", what, key,
+            v, text, note ? note : "");
 }
 
 static void best(const series *s, bool lowest, double *v, double *at)
@@ -329,7 +350,10 @@ static void best(const series *s, bool lowest, double *v, double *at)
         }
 }
 
-static double last(const series *s) { return s->n ? s->y[s->n - 1] : NAN; }
+static double last(const series *s)
+{
+    return s->n ? s->y[s->n - 1] : NAN;
+}
 
 static double mean(const series *s)
 {
@@ -347,13 +371,15 @@ static void write_page(FILE *o, const char *path, const run *r)
 {
     fprintf(o, "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>dtrain report: ");
     html_text(o, path);
-    fprintf(o, "</title>\n<style>body{font:14px/1.4 system-ui,sans-serif;margin:16px 24px;color:#1b1f24}"
-               "h1{font-size:18px}figure{display:inline-block;margin:8px 16px 8px 0;border:1px solid #d0d7de;"
-               "border-radius:4px;padding:6px}figcaption{font-weight:600;font-size:13px}"
-               "svg text{font:10px system-ui,sans-serif;fill:#57606a}table{border-collapse:collapse;"
-               "font-variant-numeric:tabular-nums}th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left}"
-               "td{text-align:right}td:last-child{text-align:left;color:#57606a}</style></head>\n<body>\n<h1>dtrain "
-               "report: ");
+    fprintf(
+        o,
+        "</title>\n<style>body{font:14px/1.4 system-ui,sans-serif;margin:16px 24px;color:#1b1f24}"
+        "h1{font-size:18px}figure{display:inline-block;margin:8px 16px 8px 0;border:1px solid #d0d7de;"
+        "border-radius:4px;padding:6px}figcaption{font-weight:600;font-size:13px}"
+        "svg text{font:10px system-ui,sans-serif;fill:#57606a}table{border-collapse:collapse;"
+        "font-variant-numeric:tabular-nums}th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left}"
+        "td{text-align:right}td:last-child{text-align:left;color:#57606a}</style></head>\n<body>\n<h1>dtrain "
+        "report: ");
     html_text(o, path);
     fprintf(o, "</h1>\n<table id=\"summary\">\n");
     double v, at;
@@ -376,14 +402,15 @@ static void write_page(FILE *o, const char *path, const run *r)
     snprintf(note, sizeof note, "%s/s, the mean of the logged windows", r->unit[0] ? r->unit : "items");
     row(o, "mean_throughput", "mean throughput", mean(&r->rate), "%.1f", note);
     if (r->have_times && r->compute + r->exposed > 0) {
-        row(o, "compute_share", "compute share of step time", 100 * r->compute / (r->compute + r->exposed), "%.1f%%",
-            "outside communication waits");
-        row(o, "exposed_comm_share", "exposed communication", 100 * r->exposed / (r->compute + r->exposed), "%.1f%%",
-            "waiting for communication that compute did not hide");
+        row(o, "compute_share", "compute share of step time", 100 * r->compute / (r->compute + r->exposed),
+            "%.1f%%", "outside communication waits");
+        row(o, "exposed_comm_share", "exposed communication", 100 * r->exposed / (r->compute + r->exposed),
+            "%.1f%%", "waiting for communication that compute did not hide");
     }
     row(o, "wall_s", "wall time", r->elapsed, "%.1f s", "elapsed_s of the last record");
     if (r->train_s > 0)
-        row(o, "train_s", "training time at the last evaluation", r->train_s, "%.1f s", "wall time less evaluation");
+        row(o, "train_s", "training time at the last evaluation", r->train_s, "%.1f s",
+            "wall time less evaluation");
     fprintf(o, "</table>\n");
     char rate_title[64];
     snprintf(rate_title, sizeof rate_title, "throughput (%s/s)", r->unit[0] ? r->unit : "items");
@@ -407,10 +434,19 @@ int dtrain_report(int argc, char **argv)
     optind = 1;
     while ((opt = getopt_long(argc, argv, ":o:h", longopts, NULL)) != -1) {
         switch (opt) {
-        case 'o': out = optarg; break;
-        case 'h': fputs(report_usage, stdout); return 0;
-        case ':': fprintf(stderr, "dtrain report: %s needs a value (see dtrain report --help)\n", argv[optind - 1]); return 2;
-        default: fprintf(stderr, "dtrain report: unexpected option '%s' (see dtrain report --help)\n", argv[optind - 1]); return 2;
+        case 'o':
+            out = optarg;
+            break;
+        case 'h':
+            fputs(report_usage, stdout);
+            return 0;
+        case ':':
+            fprintf(stderr, "dtrain report: %s needs a value (see dtrain report --help)\n", argv[optind - 1]);
+            return 2;
+        default:
+            fprintf(stderr, "dtrain report: unexpected option '%s' (see dtrain report --help)\n",
+                    argv[optind - 1]);
+            return 2;
         }
     }
     if (argc - optind != 1) {
@@ -441,8 +477,8 @@ int dtrain_report(int argc, char **argv)
             unlink(tmp);
             code = 1;
         } else
-            printf("dtrain report: %s (%d training records, %d evaluations, up to step %.0f)\n", out, r.records,
-                   r.evals, r.loss.n ? r.loss.x[r.loss.n - 1] : r.eval.x[r.eval.n - 1]);
+            printf("dtrain report: %s (%d training records, %d evaluations, up to step %.0f)\n", out,
+                   r.records, r.evals, r.loss.n ? r.loss.x[r.loss.n - 1] : r.eval.x[r.eval.n - 1]);
     }
     series *all[] = {&r.loss, &r.lr, &r.norm, &r.rate, &r.eval, &r.acc};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)

@@ -13,12 +13,12 @@
  * connections at once.  Loopback addresses only, unless
  * --monitor-allow-remote: then every request must carry the job token
  * (`Authorization: Bearer TOKEN`, or `?token=TOKEN` for a browser), else 401. */
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <arpa/inet.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -122,8 +122,10 @@ const char *dtrun_monitor_check(const dtrun_opts *o)
     if (!split_addr(o->monitor, host, sizeof host, &port))
         return "--monitor '%s' is not ADDR:PORT (e.g. 127.0.0.1:8080; port 0 picks a free one)";
     if (!is_loopback(host) && !o->monitor_remote)
-        return "--monitor '%s' is not a loopback address: anyone who reaches it would see the job. Serve it on "
-               "127.0.0.1 (and tunnel, e.g. ssh -L), or add --monitor-allow-remote: every request must then carry "
+        return "--monitor '%s' is not a loopback address: anyone who reaches it would see the job. Serve it "
+               "on "
+               "127.0.0.1 (and tunnel, e.g. ssh -L), or add --monitor-allow-remote: every request must then "
+               "carry "
                "the job token";
     if (!is_loopback(host) && !o->token[0])
         return "--monitor '%s' with --monitor-allow-remote needs a job token you know: --token-file FILE or "
@@ -158,7 +160,8 @@ void mon_job_get(dtrun_mon_state *state, int *generation, char *why, size_t why_
 
 /* ---- HTTP ---- */
 
-static void respond(conn *c, bool head, int code, const char *type, const char *extra, const char *body, size_t len)
+static void respond(conn *c, bool head, int code, const char *type, const char *extra, const char *body,
+                    size_t len)
 {
     static const struct {
         int code;
@@ -245,8 +248,8 @@ static void serve_timeline(conn *c, bool head)
         respond_text(c, head, 500, NULL, "cannot read the timeline file\n");
         return;
     }
-    respond(c, head, 200, "application/json", "Content-Disposition: attachment; filename=\"timeline.json\"\r\n", body,
-            got);
+    respond(c, head, 200, "application/json",
+            "Content-Disposition: attachment; filename=\"timeline.json\"\r\n", body, got);
     free(body);
 }
 
@@ -299,8 +302,8 @@ static void handle(conn *c)
         if (body.failed)
             respond_text(c, head, 500, NULL, "out of memory\n");
         else
-            respond(c, head, 200, metrics ? "text/plain; version=0.0.4; charset=utf-8" : "application/json", NULL,
-                    body.p ? body.p : "", body.len);
+            respond(c, head, 200, metrics ? "text/plain; version=0.0.4; charset=utf-8" : "application/json",
+                    NULL, body.p ? body.p : "", body.len);
         free(body.p);
     } else if (!strcmp(target, "/timeline")) {
         serve_timeline(c, head);
@@ -426,7 +429,8 @@ static void *serve(void *arg)
                     conn_close(c);
                     continue;
                 }
-                ssize_t w = send(c->fd, c->out.p + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+                ssize_t w =
+                    send(c->fd, c->out.p + c->out_off, c->out.len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
                 if (w > 0)
                     c->out_off += (size_t)w;
                 if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
@@ -454,8 +458,10 @@ int dtrun_monitor_start(const dtrun_opts *o)
     if (!split_addr(o->monitor, host, sizeof host, &port))
         return 1; /* dtrun_monitor_check said so */
     snprintf(port_text, sizeof port_text, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV}, *res = NULL;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
+                    *res = NULL;
     int rc = getaddrinfo(host, port_text, &hints, &res);
     if (rc != 0) {
         fprintf(stderr, "dtrun: --monitor %s: %s\n", o->monitor, gai_strerror(rc));
@@ -483,7 +489,8 @@ int dtrun_monitor_start(const dtrun_opts *o)
     port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                           : ((struct sockaddr_in *)&ss)->sin_port);
     const char *tmp = getenv("TMPDIR");
-    snprintf(M.dir, sizeof M.dir, "%s/dtrun-monitor-XXXXXX", tmp && *tmp && strlen(tmp) < 3000 ? tmp : "/tmp");
+    snprintf(M.dir, sizeof M.dir, "%s/dtrun-monitor-XXXXXX",
+             tmp && *tmp && strlen(tmp) < 3000 ? tmp : "/tmp");
     if (!mkdtemp(M.dir)) {
         fprintf(stderr, "dtrun: --monitor: cannot create a directory %s: %s\n", M.dir, strerror(errno));
         close(fd);
@@ -550,8 +557,8 @@ void dtrun_monitor_stop(int code)
     }
     pthread_mutex_unlock(&M.mu);
     if (M.linger > 0) {
-        fprintf(stderr, "dtrun: monitor: serving the final state at %s for %.0f s more (Ctrl-C ends it)\n", M.url,
-                M.linger);
+        fprintf(stderr, "dtrun: monitor: serving the final state at %s for %.0f s more (Ctrl-C ends it)\n",
+                M.url, M.linger);
         struct sigaction sa = {0}, old_int, old_term;
         sa.sa_handler = on_linger_signal;
         sigemptyset(&sa.sa_mask);

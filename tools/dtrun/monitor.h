@@ -28,7 +28,7 @@ extern const char *const mon_state_names[];
  * whatever the ranks appended to DIR/rank<R>.jsonl since the last call. */
 void mon_state_init(const char *dir);
 void mon_state_refresh(void);
-void mon_state_metrics(mon_buf *b);                   /* Prometheus text format 0.0.4 */
+void mon_state_metrics(mon_buf *b);                  /* Prometheus text format 0.0.4 */
 void mon_state_json(mon_buf *b, bool have_timeline); /* /api/state */
 void mon_state_free(void);
 

@@ -195,7 +195,8 @@ static void record(int r, mon_rank *k, const char *line)
     const cJSON *ev = cJSON_GetObjectItemCaseSensitive(o, "event");
     double v;
     if (cJSON_IsString(ev) && !strcmp(ev->valuestring, "start")) {
-        const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "host"), *u = cJSON_GetObjectItemCaseSensitive(o, "unit");
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "host"),
+                    *u = cJSON_GetObjectItemCaseSensitive(o, "unit");
         if (cJSON_IsString(h))
             snprintf(k->host, sizeof k->host, "%s", h->valuestring);
         if (cJSON_IsString(u))
@@ -314,10 +315,10 @@ static const mon_rank *lead(void)
 
 /* One metric family: HELP and TYPE, then a sample per rank that has one. */
 typedef double (*rank_value)(const mon_rank *k);
-#define FIELD(f)                                 \
-    static double get_##f(const mon_rank *k)     \
-    {                                            \
-        return (double)k->f;                     \
+#define FIELD(f)                                                                                             \
+    static double get_##f(const mon_rank *k)                                                                 \
+    {                                                                                                        \
+        return (double)k->f;                                                                                 \
     }
 FIELD(step)
 FIELD(loss)
@@ -354,11 +355,12 @@ void mon_state_metrics(mon_buf *b)
     int gen;
     char why[16];
     mon_job_get(&state, &gen, why, sizeof why);
-    mon_printf(b, "# HELP dtrun_job_state The job's state: 1 for the current one.\n# TYPE dtrun_job_state gauge\n");
+    mon_printf(
+        b, "# HELP dtrun_job_state The job's state: 1 for the current one.\n# TYPE dtrun_job_state gauge\n");
     for (int s = 0; mon_state_names[s]; s++)
         mon_printf(b, "dtrun_job_state{state=\"%s\"} %d\n", mon_state_names[s], (int)state == s);
-    gauge(b, "dtrun_restarts_total", "counter", "Restarts of the job's ranks so far (generations after the first).",
-          gen);
+    gauge(b, "dtrun_restarts_total", "counter",
+          "Restarts of the job's ranks so far (generations after the first).", gen);
     int seen = 0;
     for (int r = 0; r < S.nranks; r++)
         seen += S.ranks[r].seen;
@@ -373,12 +375,14 @@ void mon_state_metrics(mon_buf *b)
         gauge(b, "dtrain_eval_step", "gauge", "Step of the newest evaluation.", (double)S.eval_step);
     }
     family(b, "dtrain_step", "gauge", "Steps done, at the rank's newest logged step.", get_step);
-    family(b, "dtrain_loss", "gauge", "Training loss at the newest logged step (the mean over the ranks).", get_loss);
+    family(b, "dtrain_loss", "gauge", "Training loss at the newest logged step (the mean over the ranks).",
+           get_loss);
     family(b, "dtrain_learning_rate", "gauge", "Learning rate at the newest logged step.", get_lr);
     family(b, "dtrain_grad_norm", "gauge", "Gradient norm at the newest logged step.", get_grad_norm);
     family(b, !strcmp(S.unit, "samples") ? "dtrain_samples_per_second" : "dtrain_tokens_per_second", "gauge",
            "The job's throughput over the newest logging window.", get_rate);
-    family(b, "dtrain_step_seconds", "gauge", "Wall time per step over the newest logging window.", get_step_s);
+    family(b, "dtrain_step_seconds", "gauge", "Wall time per step over the newest logging window.",
+           get_step_s);
     family(b, "dtrain_compute_seconds", "gauge",
            "Time per step outside communication waits (forward, backward, optimizer, data).", get_compute_s);
     family(b, "dtrain_comm_seconds", "gauge", "Communication time per step, overlapped or not.", get_comm_s);
@@ -408,8 +412,8 @@ void mon_state_json(mon_buf *b, bool have_timeline)
     mon_json_str(b, why);
     mon_printf(b, ",\"restarts\":%d,\"unit\":", gen);
     mon_json_str(b, S.unit[0] ? S.unit : "tokens");
-    mon_printf(b, ",\"steps_planned\":%lld,\"last_checkpoint_step\":%lld,\"timeline\":%s,\"now\":%.3f", S.steps_target,
-               S.ckpt_step, have_timeline ? "true" : "false", (double)time(NULL));
+    mon_printf(b, ",\"steps_planned\":%lld,\"last_checkpoint_step\":%lld,\"timeline\":%s,\"now\":%.3f",
+               S.steps_target, S.ckpt_step, have_timeline ? "true" : "false", (double)time(NULL));
     if (l) {
         mon_printf(b, ",\"step\":%lld,\"loss\":", l->step);
         json_num(b, l->loss);

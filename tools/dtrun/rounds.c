@@ -269,7 +269,8 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
         dtrun_outcome outcome;
         char what[512];
         char gen_what[64];
-        snprintf(gen_what, sizeof gen_what, "%d rank%s", l.world_size, l.world_size > 1 ? "s" : "");
+        snprintf(gen_what, sizeof gen_what, "%s%d rank%s", g > 0 ? "after a restart: " : "", l.world_size,
+                 l.world_size > 1 ? "s" : "");
         dtrun_monitor_note(DTRUN_MON_RUNNING, g, gen_what);
         dt_store_set_io_timeout(*store, WATCH_IO_TIMEOUT);
         int code = run_ranks(o, &l, &w, &outcome, what, sizeof what);
