@@ -27,4 +27,6 @@ echo
 echo "== dtrain generate $OUT --prompt 'The ' --tokens 300"
 "$BIN/dtrain" generate "$OUT" --prompt 'The ' --tokens 300
 echo
+"$BIN/dtrain" report "$OUT.jsonl" -o "$OUT.html" >/dev/null
 echo "(metrics: $OUT.jsonl; checkpoint: $OUT)"
+echo "report: $OUT.html (loss, learning rate, grad norm and throughput against step: open it in a browser)"

@@ -14,6 +14,9 @@
 #                              iproute2, procps
 #   scripts/setup.sh --bench   also the peers and tools of bench/comm (OpenMPI,
 #                              iptables and libnetfilter-queue for --delay)
+#   scripts/setup.sh --browser only a headless browser (Debian's chromium and
+#                              a font) for observability/dashboard-browser,
+#                              the test that renders dtrun --monitor's page
 #   --check                    with any of them: only say what is missing
 #                              (exit 1 when something is), never call apt
 #
@@ -42,21 +45,23 @@ TEST_PACKAGES=(
     iproute2                          # ip netns / tc / ss for the multi-host tests
     procps                            # ps/kill used by the tests
 )
+BROWSER_PACKAGES=(chromium:cmd:chromium fonts-dejavu-core)
 BENCH_PACKAGES=(openmpi-bin libopenmpi-dev iptables libnetfilter-queue-dev)
 
 mode=test check=0
 for arg in "$@"; do
     case $arg in
-        --build|--test|--bench) mode=${arg#--} ;;
+        --build|--test|--bench|--browser) mode=${arg#--} ;;
         --check) check=1 ;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "setup: unknown option '$arg' (--build, --test, --bench, --check)" >&2; exit 2 ;;
+        *) echo "setup: unknown option '$arg' (--build, --test, --bench, --browser, --check)" >&2; exit 2 ;;
     esac
 done
 
 wanted=("${BUILD_PACKAGES[@]}")
 [ "$mode" != build ] && wanted+=("${TEST_PACKAGES[@]}")
 [ "$mode" = bench ] && wanted+=("${BENCH_PACKAGES[@]}")
+[ "$mode" = browser ] && wanted=("${BROWSER_PACKAGES[@]}")
 
 installed() { # PACKAGE [KIND NAME]
     if command -v dpkg-query >/dev/null &&

@@ -99,6 +99,10 @@ run ddp/demo-script 300 scripts/demo.sh "$BUILD" 12
 run observability/timeline-ddp 300 tests/cases/obs_timeline.sh
 run observability/straggler-named 240 tests/cases/obs_straggler.sh
 run observability/stall-names-ranks 120 tests/cases/obs_stall.sh
+run observability/metrics-endpoint 300 tests/cases/obs_monitor.sh
+run observability/monitor-refuses-remote 100 tests/cases/obs_monitor_remote.sh
+run observability/dashboard-browser 300 tests/cases/obs_dashboard.sh
+run observability/report 120 tests/cases/obs_report.sh
 
 # ---- every collective on localhost, world sizes 1..8 ----
 for n in 1 2 3 4 7 8; do

@@ -193,6 +193,12 @@ dt_status dt_ireduce_scatter(const void *send, void *recv, size_t recvcount, dt_
 /* Seconds c's progress thread has spent running c's nonblocking
  * collectives so far (0 before the first). */
 double dt_comm_async_seconds(dt_comm *c);
+/* Payload bytes this rank has sent to other ranks so far, through c's world
+ * and every communicator split from it (collectives, point-to-point and the
+ * start-up timing; the shared-memory collectives count what this rank
+ * writes into their arena; frame headers and heartbeats not counted).  A cheap
+ * relaxed counter: the metrics' bytes_sent and dtrun --monitor read it. */
+uint64_t dt_comm_bytes_sent(const dt_comm *c);
 
 #ifdef __cplusplus
 }

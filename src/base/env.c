@@ -39,6 +39,7 @@ static const dt__tunable tunables[] = {
     {"DT_THREADS", "0", "compute threads per rank when the program sets none (the trainer's threads key overrides); 0: the cores available divided by DT_LOCAL_WORLD_SIZE, at least 1"},
     {"DT_BF16_GEMM", "auto", "kernel of the bf16 GEMM (dt_sgemm_bf16_ld): auto (amx, else avx512_bf16, else emulated), amx, avx512_bf16 or emulated; one this machine cannot run is refused with a warning and the emulation runs"},
     {"DT_RESTART", "0", "set by dtrun: the generation of a restarting job (0, then 1, 2, ...); dtrain resumes from checkpoint_dir above 0"},
+    {"DT_MONITOR_DIR", NULL, "set by dtrun --monitor: dtrain appends each rank's records (steps, times, bytes sent, evaluations, checkpoints) to DIR/rank<N>.jsonl for the dashboard and /metrics (docs/observability.md)"},
     {"DT_PS_SERVERS", NULL, "set by dtrun --servers S: the job's last S ranks are parameter servers (dtrain's servers key, when the config gives none)"},
     {"DT_RESTARTABLE", NULL, "set to 1 by dtrun when the job may restart: dtrain then also checkpoints the initial weights"},
     {"DT_DEBUG", "warn", "log level: warn, info, trace; add coll (e.g. info,coll) to check and record collectives"},

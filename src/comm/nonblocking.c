@@ -305,3 +305,8 @@ double dt_comm_async_seconds(dt_comm *c)
     pthread_mutex_unlock(&p->mu);
     return s;
 }
+
+uint64_t dt_comm_bytes_sent(const dt_comm *c)
+{
+    return c ? dt__engine_bytes_sent(c->world->eng) : 0;
+}

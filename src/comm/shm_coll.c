@@ -115,6 +115,10 @@ static dt_status op_begin(arena_op *o, dt__coll *k)
     return dt__coll_error(k, dt__engine_sig_enter(c->world->eng, c->id, k->seq, k->sig));
 }
 
+/* The bytes this rank wrote into the arena for the others: what it "sent"
+ * (dt_comm_bytes_sent), as the messages of the other algorithms count. */
+static void sent(const arena_op *o, size_t bytes) { dt__engine_count_sent(o->k->c->world->eng, bytes); }
+
 static uint32_t next_round(arena_op *o)
 {
     uint32_t g = ++o->k->c->arena_round;
@@ -282,6 +286,7 @@ static dt_status allreduce_round(arena_op *o, const uint8_t *src, uint8_t *buf, 
     uint32_t g = next_round(o);
     DT_CHECK(claim(o, g));
     memcpy(slot(o, g, o->me), src, bytes);
+    sent(o, bytes);
     publish_ready(o, g);
     DT_CHECK(wait_all_ready(o, g));
     if (bytes <= ONE_SHOT_BYTES) {
@@ -292,6 +297,7 @@ static dt_status allreduce_round(arena_op *o, const uint8_t *src, uint8_t *buf, 
         /* buf's block is free scratch: its input is in the slot, and the
          * reduced block comes back into it below. */
         reduce_slots(o, g, lo * es, len, t, op, buf + lo * es, slot(o, g, o->me) + lo * es);
+        sent(o, len * es);
         dt__arena_publish(o->a, o->me, DT__ARENA_REDUCED, g);
         for (int j = 0; j < o->n; j++) {
             if (j != o->me)
@@ -327,6 +333,7 @@ static dt_status allreduce_half_round(arena_op *o, const float *send, float *rec
     uint16_t *mine = (uint16_t *)slot(o, g, o->me);
     DT_CHECK(claim(o, g));
     dt__to_half_n(mine, send, count, bf16);
+    sent(o, count * sizeof *mine);
     publish_ready(o, g);
     DT_CHECK(wait_all_ready(o, g));
     size_t lo, len;
@@ -338,6 +345,7 @@ static dt_status allreduce_half_round(arena_op *o, const float *send, float *rec
         for (size_t i = 0; i < len; i++)
             acc[i] /= (float)o->n;
     dt__to_half_n(mine + lo, acc, len, bf16);
+    sent(o, len * sizeof *mine);
     dt__arena_publish(o->a, o->me, DT__ARENA_REDUCED, g);
     for (int j = 0; j < o->n; j++) {
         if (j != o->me)
@@ -378,6 +386,7 @@ static dt_status broadcast_small(arena_op *o, void *buf, size_t bytes, int root)
         DT_CHECK(wait_all(o, DT__ARENA_DONE, g - DT__ARENA_SMALL_DEPTH));
         memcpy(entry, &sig, SMALL_SIG);
         memcpy(entry + SMALL_SIG, buf, bytes);
+        sent(o, bytes);
         dt__arena_publish_ready(o->a, o->me, g, sig, true);
     } else {
         DT_CHECK(wait_rank(o, root, DT__ARENA_READY, g));
@@ -411,6 +420,7 @@ dt_status dt__shm_broadcast(dt__coll *k, void *buf, size_t bytes, int root)
         if (o.me == root) {
             DT_CHECK(dt__coll_error(k, claim(&o, g)));
             memcpy(set, part, m);
+            sent(&o, m);
             publish_ready(&o, g);
         } else {
             DT_CHECK(dt__coll_error(k, wait_ready(&o, root, g)));
@@ -433,6 +443,7 @@ dt_status dt__shm_allgather(dt__coll *k, void *recv, size_t bytes)
         uint32_t g = next_round(&o);
         DT_CHECK(dt__coll_error(k, claim(&o, g)));
         memcpy(slot(&o, g, o.me), out + (size_t)o.me * bytes + off, m);
+        sent(&o, m);
         publish_ready(&o, g);
         for (int j = 0; j < o.n; j++)
             if (j != o.me) {
@@ -453,6 +464,7 @@ static dt_status post_pieces(arena_op *o, uint32_t g, const uint8_t *in, size_t 
     for (int j = 0; j < o->n; j++)
         if (j != skip)
             memcpy(slot(o, g, o->me) + (size_t)j * m, in + (size_t)j * stride, m);
+    sent(o, (size_t)(skip >= 0 && skip < o->n ? o->n - 1 : o->n) * m);
     publish_ready(o, g);
     return DT_OK;
 }

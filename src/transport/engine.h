@@ -101,6 +101,11 @@ void dt__engine_set_heartbeat(dt__engine *e, struct dt__heartbeat *h);
 void dt__engine_set_fail_hook(dt__engine *e, void (*hook)(void *arg, dt_status code, const char *why), void *arg);
 /* True when world rank `peer` is this rank or reached through shared memory. */
 bool dt__engine_is_local(const dt__engine *e, int peer);
+/* Payload bytes this rank has sent to other ranks so far (every
+ * communicator on the engine; frame headers and heartbeats not counted). */
+uint64_t dt__engine_bytes_sent(const dt__engine *e);
+/* Count bytes sent another way (the shared-memory collectives' arena). */
+void dt__engine_count_sent(dt__engine *e, uint64_t bytes);
 /* True when a TCP connection to some peer runs a bbr congestion control
  * (dt__sock_probes_rtt): its round-trip probes stall short exchanges. */
 bool dt__engine_tcp_probes_rtt(const dt__engine *e);

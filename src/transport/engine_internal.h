@@ -92,6 +92,7 @@ struct dt__engine {
     /* DATA_REF payloads copied: in all, after waiting for their receive, and
      * into a buffer after DT__REF_WAIT_NS (reported at destroy, DT_DEBUG=info) */
     uint64_t refs_copied, refs_deferred, refs_buffered;
+    uint64_t bytes_sent; /* payload bytes queued to other ranks (atomic: read without mu) */
     int64_t shm_spin_ns;   /* poll the rings this long before sleeping */
     bool shm_spin_yields;  /* oversubscribed host: sched_yield between polls */
     int64_t poll_spin_ns;  /* sockets: non-blocking polls (with sched_yield) before sleeping */

@@ -110,6 +110,7 @@ static dt_status isend_locked(dt__engine *e, dt__req *r, int pi, uint32_t comm_i
     }
     if (e->peers[pi].bye_sent)
         return dt__fail(DT_ERR_INVALID, "send to %s after the communicator was destroyed", e->peers[pi].name);
+    __atomic_fetch_add(&e->bytes_sent, (uint64_t)len, __ATOMIC_RELAXED);
     return queue_frame(e, r, pi, DT_FRAME_DATA, comm_id, tag, seq, sig, buf, len, by_ref_ok);
 }
 
@@ -130,4 +131,15 @@ dt_status dt__engine_queue_bye(dt__engine *e, int pi)
     peer *p = &e->peers[pi];
     p->bye_sent = true;
     return queue_frame(e, &p->bye, pi, DT_FRAME_BYE, 0, 0, 0, 0, NULL, 0, false);
+}
+
+uint64_t dt__engine_bytes_sent(const dt__engine *e)
+{
+    return e ? __atomic_load_n(&e->bytes_sent, __ATOMIC_RELAXED) : 0;
+}
+
+void dt__engine_count_sent(dt__engine *e, uint64_t bytes)
+{
+    if (e)
+        __atomic_fetch_add(&e->bytes_sent, bytes, __ATOMIC_RELAXED);
 }

@@ -135,6 +135,14 @@ void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s);
 /* overwrite: checkpoint_dir may hold another run's checkpoints (removed first);
  * without it such a run is refused unless resuming. */
 int dtrain_train(const dtrain_config *c, const char *resume, bool overwrite);
+/* dtrun --monitor (monitor_log.c): DT_MONITOR_DIR/rank<R>.jsonl opened for
+ * appending with a start record, or NULL when DT_MONITOR_DIR is unset (or the
+ * file cannot be written: said once, training goes on). */
+FILE *dtrain_monitor_open(int rank, int world, int64_t steps, const char *unit);
+/* One record (a JSON line), flushed; f may be NULL. */
+void dtrain_monitor_record(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* dtrain report METRICS.jsonl [-o FILE] (report.c). */
+int dtrain_report(int argc, char **argv);
 int dtrain_eval(const char *checkpoint);
 int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, double temperature, uint64_t seed);
 

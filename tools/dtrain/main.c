@@ -22,6 +22,9 @@ static const char usage[] =
     "        loss and accuracy of a checkpoint on the whole evaluation split\n"
     "  generate CHECKPOINT [--prompt TEXT] [--tokens N] [--temperature T] [--seed S]\n"
     "        sample text from a gpt checkpoint (temperature 0: greedy; default 0.8)\n"
+    "  report METRICS.jsonl [-o REPORT.html]\n"
+    "        a self-contained HTML page of a metrics file: loss, learning rate, grad\n"
+    "        norm and throughput against step, and a summary (dtrain report --help)\n"
     "\n"
     "options (--opt VALUE or --opt=VALUE):\n"
     "  -c, --config FILE      train: the configuration (a flat JSON object)\n"
@@ -154,6 +157,8 @@ int main(int argc, char **argv)
         {"version", no_argument, 0, VERSION},
         {0, 0, 0, 0},
     };
+    if (argc > 1 && !strcmp(argv[1], "report")) /* its own options (-o) */
+        return dtrain_report(argc - 1, argv + 1);
     cli a = {.tokens = 200, .seed = 1, .temperature = 0.8};
     a.sets = calloc((size_t)argc, sizeof *a.sets);
     int code = -1, opt;
@@ -243,7 +248,7 @@ int main(int argc, char **argv)
         } else
             code = !strcmp(cmd, "eval") ? dtrain_eval(args[0]) : cmd_generate(&a, args[0]);
     } else {
-        fprintf(stderr, "dtrain: unknown command '%s' (train, eval, generate; see dtrain --help)\n", cmd);
+        fprintf(stderr, "dtrain: unknown command '%s' (train, eval, generate, report; see dtrain --help)\n", cmd);
         code = 2;
     }
     free(a.sets);

@@ -404,6 +404,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     memset(&sampler, 0, sizeof sampler);
     dt_ckpt_writer *writer = NULL;
     FILE *metrics = NULL;
+    FILE *mon = NULL; /* dtrun --monitor: this rank's records (DT_MONITOR_DIR) */
     dt_arena *arena = NULL;
     dt_prefetcher *pf = NULL;
     dt_straggler *strag = NULL; /* lockstep ranks only: not the servers' asynchronous workers, not a pipeline's unequal stages */
@@ -582,6 +583,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     }
     code = 0;
     const char *unit = d.gpt ? "tokens" : "samples";
+    mon = dtrain_monitor_open(dt_comm_rank(job ? job : world), dt_comm_size(job ? job : world), c->steps, unit);
+    int64_t mon_from = pr.step; /* the first step of the logging window */
     int64_t k = c->grad_accumulation, per_item = d.gpt ? c->context : 1;
     int64_t nparams = whole_parameters(m, ppc);
     if (lead && ppc)
@@ -694,6 +697,17 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
                 fflush(metrics);
             }
         }
+        if (log_now && mon) { /* every rank: dtrun's per-rank table; the times are per step over the window */
+            double t = now_s(), n = (double)(pr.step - mon_from > 0 ? pr.step - mon_from : 1);
+            dtrain_monitor_record(mon,
+                                  "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, "
+                                  "\"%s_per_s\": %.1f, \"step_s\": %.6f, \"compute_s\": %.6f, \"comm_s\": %.6f, "
+                                  "\"exposed_comm_s\": %.6f, \"bytes_sent\": %llu, \"elapsed_s\": %.3f}\n",
+                                  (long long)pr.step, loss, lr, norm, unit, (double)win.items / (t - window_start),
+                                  (t - window_start) / n, win.compute / n, win.comm / n, win.exposed / n,
+                                  (unsigned long long)dt_comm_bytes_sent(job ? job : world), t - run_start);
+            mon_from = pr.step;
+        }
         if (log_now) {
             window_start = now_s();
             win = (window_totals){0};
@@ -721,6 +735,10 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
                         "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_accuracy\": %.6f, \"elapsed_s\": %.3f, "
                         "\"train_s\": %.3f}\n",
                         (long long)pr.step, el, acc, now_s() - run_start, now_s() - run_start - eval_s);
+            if (metrics) /* as the step records: a reader sees it now, and a killed run keeps it */
+                fflush(metrics);
+            dtrain_monitor_record(mon, "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_accuracy\": %.6f}\n",
+                                  (long long)pr.step, el, acc);
             reached = c->stop_at_accuracy > 0 && acc >= c->stop_at_accuracy;
         }
         if (eval_now && c->stop_at_accuracy > 0 && !last) { /* rank 0 alone evaluated: it decides for all */
@@ -756,6 +774,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         }
         if (ckpt_now) {
             last_ckpt = now_s();
+            if (lead) /* handed to the writer: on disk once its manifest is (docs/checkpoints.md) */
+                dtrain_monitor_record(mon, "{\"event\": \"checkpoint\", \"step\": %lld}\n", (long long)pr.step);
             win.compute -= stall; /* not compute: time held up by the writer */
         }
         if (last)
@@ -805,6 +825,10 @@ out:
     }
     if (metrics)
         fclose(metrics);
+    if (mon) {
+        dtrain_monitor_record(mon, "{\"event\": \"end\", \"step\": %lld, \"code\": %d}\n", (long long)pr.step, code);
+        fclose(mon);
+    }
     if (world && code != 0 && code != 3) /* the other ranks stop at once, not at their timeout */
         dt_comm_abort(world, "dtrain: training failed on a rank");
     dt_strategy_destroy(strategy);

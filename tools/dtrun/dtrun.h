@@ -21,6 +21,9 @@ typedef struct {
     char master_host[256];
     int master_port; /* 0: pick a free port (single node only) */
     char token[256];
+    char monitor[300];     /* --monitor ADDR:PORT ("": none) */
+    bool monitor_remote;   /* --monitor-allow-remote: a non-loopback ADDR, requests need the token */
+    double monitor_linger; /* --monitor-linger S: serve the final state this long after the job */
     double join_timeout;
     bool prefix;
     bool bind;   /* --bind auto (default): a block of CPUs per local rank */
@@ -88,5 +91,22 @@ typedef enum { DTRUN_OK, DTRUN_FAILED, DTRUN_STOPPED, DTRUN_SIGNALLED } dtrun_ou
  * ended and what[] (may be NULL) names the failed rank. */
 int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_hook hook, void *arg,
                     dtrun_outcome *outcome, char *what, size_t what_len);
+
+/* dtrun --monitor (monitor*.c): the metrics endpoint and the dashboard. */
+typedef enum { DTRUN_MON_STARTING, DTRUN_MON_RUNNING, DTRUN_MON_RESTARTING, DTRUN_MON_FINISHED, DTRUN_MON_FAILED }
+    dtrun_mon_state;
+/* Check --monitor's value at parse time: NULL when it may be served, else
+ * why not (a static message). */
+const char *dtrun_monitor_check(const dtrun_opts *o);
+/* Serve o->monitor on a thread and give the ranks DT_MONITOR_DIR; prints the
+ * address.  0 when serving, else 1 (said on stderr). */
+int dtrun_monitor_start(const dtrun_opts *o);
+/* The job's state as the dashboard shows it; why may be NULL.  No-op without
+ * --monitor.  Thread-safe. */
+void dtrun_monitor_note(dtrun_mon_state state, int generation, const char *why);
+/* The job ended with dtrun exit status code (the state says so if nothing
+ * more precise did).  Keep serving --monitor-linger seconds (SIGINT/SIGTERM end it), then stop
+ * the server and remove DT_MONITOR_DIR. */
+void dtrun_monitor_stop(int code);
 
 #endif

@@ -43,6 +43,11 @@ int main(int argc, char **argv)
         return 1;
     }
     dt_store_set_io_timeout(store, DTRUN_STORE_IO_TIMEOUT);
+    if (o.monitor[0] && dtrun_monitor_start(&o) != 0) {
+        dt_store_close(store);
+        dt_store_server_stop(server);
+        return 1;
+    }
     int code = dtrun_run(&o, &store);
     if (o.timeline[0]) { /* each node merges its own ranks; node N > 0 into FILE.node<N> */
         char merged[4200];
@@ -53,5 +58,6 @@ int main(int argc, char **argv)
     }
     dt_store_close(store);
     dt_store_server_stop(server);
+    dtrun_monitor_stop(code); /* after the timeline is merged: /timeline serves it while lingering */
     return code;
 }

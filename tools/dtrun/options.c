@@ -35,6 +35,16 @@ static const char usage[] =
     "                         before going on with at least MIN (default 30). A node\n"
     "                         that arrives later joins at the next restart, which its\n"
     "                         arrival triggers\n"
+    "      --monitor ADDR:PORT serve a live dashboard (/) and Prometheus metrics\n"
+    "                         (/metrics) of the job on ADDR:PORT, e.g. 127.0.0.1:8080 (port\n"
+    "                         0: a free one, printed). Loopback only, unless\n"
+    "                         --monitor-allow-remote\n"
+    "      --monitor-allow-remote  let --monitor listen on a non-loopback address;\n"
+    "                         every request must then carry the job token (from\n"
+    "                         --token-file or DT_JOB_TOKEN): 'Authorization: Bearer\n"
+    "                         TOKEN' or ?token=TOKEN\n"
+    "      --monitor-linger S keep serving the final state S seconds after the job\n"
+    "                         ends (default 0; Ctrl-C ends it sooner)\n"
     "      --bind auto|none   auto (default): with 2 or more ranks on this node and at\n"
     "                         least one CPU each, bind each rank to its own block of\n"
     "                         the CPUs dtrun may use (ranks that poll shared memory\n"
@@ -118,10 +128,26 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
         {"servers", required_argument, 0, SERVERS}, {"timeline", required_argument, 0, TIMELINE},
         {0, 0, 0, 0},
     };
+    enum { MONITOR = 2000, MONITOR_REMOTE, MONITOR_LINGER };
+    static const struct option monitor_opts[] = {
+        {"monitor", required_argument, 0, MONITOR},
+        {"monitor-allow-remote", no_argument, 0, MONITOR_REMOTE},
+        {"monitor-linger", required_argument, 0, MONITOR_LINGER},
+    };
+    struct option all[sizeof longopts / sizeof longopts[0] + sizeof monitor_opts / sizeof monitor_opts[0]];
+    memcpy(all, monitor_opts, sizeof monitor_opts);
+    memcpy(all + sizeof monitor_opts / sizeof monitor_opts[0], longopts, sizeof longopts);
     bool have_master = false;
     int c;
-    while ((c = getopt_long(argc, argv, "+n:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "+n:h", all, NULL)) != -1) {
         switch (c) {
+        case MONITOR:
+            if (strlen(optarg) >= sizeof o->monitor)
+                die("--monitor '%s' is too long", optarg);
+            snprintf(o->monitor, sizeof o->monitor, "%s", optarg);
+            break;
+        case MONITOR_REMOTE: o->monitor_remote = true; break;
+        case MONITOR_LINGER: o->monitor_linger = (double)number(optarg, 0, 86400, "--monitor-linger"); break;
         case 'n': o->nproc = (int)number(optarg, 1, 1024, "-n"); break;
         case NNODES: {
             char *colon = strchr(optarg, ':');
@@ -190,5 +216,9 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
     }
     if (!o->token[0] && o->nnodes > 1)
         die("%s", "a multi-node job needs the same token on every node: --token-file FILE or DT_JOB_TOKEN");
+    if (o->monitor[0] && dtrun_monitor_check(o))
+        die(dtrun_monitor_check(o), o->monitor);
+    if (!o->monitor[0] && (o->monitor_remote || o->monitor_linger > 0))
+        die("%s", "--monitor-allow-remote and --monitor-linger go with --monitor ADDR:PORT");
     o->argv = argv + optind;
 }

@@ -268,17 +268,24 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
         watch_ctx w = {o, store, &l, false, false, now_s(), store_silence_limit()};
         dtrun_outcome outcome;
         char what[512];
+        char gen_what[64];
+        snprintf(gen_what, sizeof gen_what, "%s%d rank%s", g > 0 ? "after a restart: " : "", l.world_size,
+                 l.world_size > 1 ? "s" : "");
+        dtrun_monitor_note(DTRUN_MON_RUNNING, g, gen_what);
         dt_store_set_io_timeout(*store, WATCH_IO_TIMEOUT);
         int code = run_ranks(o, &l, &w, &outcome, what, sizeof what);
         dt_store_set_io_timeout(*store, DTRUN_STORE_IO_TIMEOUT);
         bool lost = w.lost;
         if (outcome == DTRUN_OK) {
-            if (wait_success(o, *store, &l, &lost))
+            if (wait_success(o, *store, &l, &lost)) {
+                dtrun_monitor_note(DTRUN_MON_FINISHED, g, "every rank exited 0");
                 return 0;
+            }
             outcome = DTRUN_STOPPED;
         }
         if (outcome == DTRUN_SIGNALLED) { /* the user stops the job: no restart */
             snprintf(why, sizeof why, "interrupted: dtrun on node %d received a signal", o->node_rank);
+            dtrun_monitor_note(DTRUN_MON_FAILED, g, why);
             end_generation(*store, g, why);
             if (o->node_rank == 0) { /* the others learn it when they rejoin */
                 snprintf(stop, sizeof stop, "dtrun/g%d/members", g + 1);
@@ -311,6 +318,7 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
         if (outcome == DTRUN_STOPPED)
             fprintf(stderr, "dtrun: node %d: stopped its ranks: %s\n", o->node_rank, why);
         if (!restartable) {
+            dtrun_monitor_note(DTRUN_MON_FAILED, g, outcome == DTRUN_FAILED ? what : why);
             if (outcome == DTRUN_FAILED)
                 fprintf(stderr, "dtrun: job failed: %s\n", what);
             if (o->node_rank == 0 && o->nnodes > 1)
@@ -326,10 +334,13 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
             else if (failures > o->max_restarts) {
                 snprintf(stop, sizeof stop, "%s; no restart left (--max-restarts %d)", why, o->max_restarts);
                 stop_reason = stop;
+                dtrun_monitor_note(DTRUN_MON_FAILED, g, stop);
             } else if (!strncmp(why, "failure", 7))
                 fprintf(stderr, "dtrun: restart %d of %d: %s\n", failures, o->max_restarts, why);
             else
                 fprintf(stderr, "dtrun: restarting: %s\n", why);
+            if (!stop_reason)
+                dtrun_monitor_note(DTRUN_MON_RESTARTING, g, why);
         }
     }
 }

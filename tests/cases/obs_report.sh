@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# dtrain report (docs/observability.md): from the metrics file of a short
+# run (with evaluations), a self-contained HTML page: it parses, has no
+# script and loads nothing; the loss (train and eval), learning rate,
+# gradient norm and throughput plots have one point per record; the summary's
+# values equal the file's.  A malformed line, an empty file and a missing
+# file are errors that name the line or the file.
+. "$(dirname "$0")/lib.sh"
+"$BIN/dtrain" train --config configs/gpt-mini.json --set layers=2 --set dim=64 --set context=32 --set threads=1 \
+    --set steps=60 --set log_interval=4 --set eval_interval=20 --set eval_batches=1 \
+    --set metrics_file="$WORK/run.jsonl" >"$WORK/out" 2>&1 || { cat "$WORK/out"; fail "training failed"; }
+"$BIN/dtrain" report "$WORK/run.jsonl" >"$WORK/out" 2>&1 || { cat "$WORK/out"; fail "report failed"; }
+expect_grep "$WORK/out" "dtrain report: $WORK/run.html \(15 training records, 3 evaluations, up to step 60\)"
+"$BIN/dtrain" report "$WORK/run.jsonl" -o "$WORK/r.html" >/dev/null || fail "report -o failed"
+cmp -s "$WORK/run.html" "$WORK/r.html" || fail "-o wrote something else"
+python3 - "$WORK/r.html" "$WORK/run.jsonl" <<'PY' || fail "the report"
+import json, sys
+from html.parser import HTMLParser
+page, mfile = sys.argv[1:]
+VOID = {"meta", "br", "img", "input", "link", "hr", "circle", "rect", "line", "polyline", "path"}
+class P(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.stack, self.lines, self.values, self.tags = [], {}, {}, set()
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.add(tag)
+        for k in ("src", "href"):
+            if k in a:
+                sys.exit(f"the page loads {a[k]}: not self-contained")
+        if tag == "polyline":
+            pts = a["points"].split()
+            if int(a["data-points"]) != len(pts):
+                sys.exit(f"{a['class']}: data-points {a['data-points']} for {len(pts)} points")
+            for p in pts:
+                x, y = map(float, p.split(","))
+                if not (0 <= x <= 640 and 0 <= y <= 260):
+                    sys.exit(f"{a['class']}: point {p} outside the plot")
+            self.lines[a["class"]] = len(pts)
+        if tag == "td" and "data-key" in a:
+            self.values[a["data-key"]] = float(a["data-value"])
+        if tag not in VOID:
+            self.stack.append(tag)
+    def handle_startendtag(self, tag, attrs):
+        self.handle_starttag(tag, attrs)
+        if tag not in VOID:
+            self.stack.pop()
+    def handle_endtag(self, tag):
+        if tag in VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            sys.exit(f"</{tag}> closes {self.stack[-1:]}: not well nested")
+        self.stack.pop()
+p = P()
+p.feed(open(page).read())
+if p.stack or "script" in p.tags or p.tags & {"svg", "table"} != {"svg", "table"}:
+    sys.exit(f"unclosed {p.stack}, tags {sorted(p.tags)}")
+recs = [json.loads(l) for l in open(mfile)]
+train = [r for r in recs if "loss" in r]
+evals = [r for r in recs if "eval_loss" in r]
+want_lines = {"train-loss": len(train), "eval-loss": len(evals), "lr": len(train), "grad-norm": len(train),
+              "throughput": len(train)}
+if p.lines != want_lines:
+    sys.exit(f"plot points {p.lines}, expected {want_lines}")
+want = {"steps": train[-1]["step"], "records": len(train), "final_loss": train[-1]["loss"],
+        "best_loss": min(r["loss"] for r in train), "final_eval_loss": evals[-1]["eval_loss"],
+        "best_eval_loss": min(r["eval_loss"] for r in evals), "final_eval_accuracy": 100 * evals[-1]["eval_accuracy"],
+        "mean_throughput": sum(r["tokens_per_s"] for r in train) / len(train),
+        "wall_s": max(r["elapsed_s"] for r in recs), "train_s": evals[-1]["train_s"]}
+for k, v in want.items():
+    got = p.values.get(k)
+    if got is None or abs(got - v) > 1e-6 * max(1, abs(v)):
+        sys.exit(f"summary {k}: {got}, the file's {v}")
+print(f"report ok: plots {p.lines}, summary {len(p.values)} values as in the file")
+PY
+# errors
+{ head -n 3 "$WORK/run.jsonl"; echo '{"step": 13, "loss": '; tail -n 2 "$WORK/run.jsonl"; } >"$WORK/bad.jsonl"
+"$BIN/dtrain" report "$WORK/bad.jsonl" >"$WORK/out" 2>&1; rc=$?
+[ $rc = 2 ] || fail "a malformed line: exit $rc, expected 2"
+expect_grep "$WORK/out" "dtrain report: $WORK/bad.jsonl line 4: not a JSON object: \{\"step\": 13, \"loss\": "
+[ -e "$WORK/bad.html" ] && fail "a report was written for a malformed file"
+echo '{"step": 3, "accuracy": 1}' >"$WORK/odd.jsonl"
+"$BIN/dtrain" report "$WORK/odd.jsonl" >"$WORK/out" 2>&1 && fail "a record of neither kind was accepted"
+expect_grep "$WORK/out" "odd.jsonl line 1: neither a training record"
+: >"$WORK/empty.jsonl"
+"$BIN/dtrain" report "$WORK/empty.jsonl" >"$WORK/out" 2>&1 && fail "an empty file was accepted"
+expect_grep "$WORK/out" "empty.jsonl has no training or evaluation records \(the file is empty\)"
+"$BIN/dtrain" report "$WORK/none.jsonl" >"$WORK/out" 2>&1; rc=$?
+[ $rc = 1 ] || fail "a missing file: exit $rc, expected 1"
+expect_grep "$WORK/out" "cannot read $WORK/none.jsonl: No such file"
+"$BIN/dtrain" report >"$WORK/out" 2>&1 && fail "no file was accepted"
+expect_grep "$WORK/out" "METRICS.jsonl is required"
+"$BIN/dtrain" report --help | grep -q "usage: dtrain report METRICS.jsonl" || fail "report --help"
+echo ok
