@@ -37,7 +37,7 @@ class Key(C.Structure):
 
 class Ctx(C.Structure):
     _fields_ = [("arena", C.c_void_p), ("params", C.c_void_p), ("key", Key), ("training", C.c_bool),
-                ("saved", C.c_void_p)]
+                ("saved", C.c_void_p), ("input", C.c_void_p), ("compute", C.c_int)]  # dt_ctx, in order
 
 
 FWD = C.CFUNCTYPE(C.c_int, C.c_void_p, C.POINTER(Ctx), C.POINTER(Tensor), C.POINTER(Tensor))
