@@ -1,5 +1,7 @@
-/* conv2d (NCHW, square kernel, stride 1, zero padding) through im2col + GEMM,
- * and 2x2/stride-2 max pooling.  Weights [out, in, k, k] as PyTorch's Conv2d.
+/* conv2d (NCHW, square kernel, stride 1, zero padding) through oneDNN
+ * (conv_dnnl.c, where the build has it and DT_CONV is not im2col) or else
+ * through im2col + GEMM, and 2x2/stride-2 max pooling.  Weights
+ * [out, in, k, k] as PyTorch's Conv2d.  What follows is the im2col path.
  *
  * One GEMM per image (M = out, N = oh*ow, K = in*k*k).  Each image is first
  * copied into a zero-bordered buffer, so that im2col and col2im are

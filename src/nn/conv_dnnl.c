@@ -1,6 +1,7 @@
 /* conv2d through oneDNN (Debian's libdnnl, 2.x C API): forward,
- * backward-data and backward-weights (with bias) primitives on plain
- * NCHW / OIHW f32 memory, which is what the layers around conv2d use.
+ * backward-data and backward-weights (with bias) primitives in oneDNN's own
+ * layouts, with reorders from and to the plain NCHW / OIHW f32 tensors that
+ * the layers around conv2d use.
  *
  * Why oneDNN: im2col + OpenBLAS spends ~61 ms per batch of 128 in conv2's
  * GEMMs alone (M = 64, N = 196, K = 800 per image, ~130 GFLOP/s), while a
@@ -11,10 +12,12 @@
  * primitives belong to the layer: a layer runs on one thread (its rank's),
  * and oneDNN does not promise that one stream may be used from several
  * threads at once (ranks as threads in one process).  Primitives are cached
- * per input shape, a few entries (training and evaluation batches differ).
+ * per input shape, a few entries (training and evaluation batches differ),
+ * and by thread count and precision.
  *
  * Threads: Debian's oneDNN runs on OpenMP, so each call first sets the
- * calling thread's OpenMP team size to dt_get_threads().  oneDNN's results
+ * calling thread's OpenMP team size to dt_get_threads(), before it makes or
+ * runs primitives.  oneDNN's results
  * are run-to-run repeatable for a given thread count (and CPU ISA), not
  * across counts: its kernels split the reductions of backward-weights by
  * thread.  docs/engine.md says the same.
@@ -62,6 +65,7 @@ void dt__conv_dnnl_free(dt__conv_dnnl *cache) { (void)cache; }
 #else
 
 #include <dnnl.h>
+#include <dnnl_debug.h>
 #include <pthread.h>
 
 /* From libgomp, under oneDNN (not <omp.h>: the sources are not built with
@@ -114,7 +118,7 @@ static void engine_create(void) { engine_status = dnnl_engine_create(&engine, dn
 
 static dt_status dnnl_fail(const char *layer, const char *call, dnnl_status_t st)
 {
-    return dt__fail(DT_ERR_INTERNAL, "%s: oneDNN %s failed (dnnl_status %d)", layer, call, (int)st);
+    return dt__fail(DT_ERR_INTERNAL, "%s: oneDNN %s failed: %s", layer, call, dnnl_status2str(st));
 }
 
 /* Run a dnnl_* call; on failure report it by name and go to fail. */
@@ -312,6 +316,12 @@ fail:
     dnnl_primitive_desc_destroy(dpd);
     dnnl_primitive_destroy(e->bwd_data);
     e->bwd_data = NULL;
+    for (int p = P_BWW_X; p <= P_BWD_DX; p++) {
+        dnnl_memory_destroy(e->port[p].inner);
+        dnnl_primitive_destroy(e->port[p].reorder);
+        e->port[p] = (conv_port){0};
+    }
+    e->dy_shared = false;
     return status;
 }
 
