@@ -6,7 +6,8 @@
 #
 #   scripts/setup.sh --build   what `make` and `make install` need: compiler,
 #                              cmake, pkg-config and the libraries libdtrain
-#                              links (libssl, libcjson, OpenBLAS, zlib)
+#                              links (libssl, libcjson, OpenBLAS, zlib,
+#                              oneDNN)
 #   scripts/setup.sh --test    (the default) also what `make test` and
 #                              `make demo` need: the Fashion-MNIST and
 #                              fortunes data, PyTorch for the cross-check
@@ -27,7 +28,8 @@
 set -euo pipefail
 
 # package:probe, probe = cmd:NAME (a command on PATH), pc:NAME (a pkg-config
-# module) or nothing (dpkg only).
+# module), h:NAME (a header in /usr/include or /usr/local/include) or nothing
+# (dpkg only).
 BUILD_PACKAGES=(
     build-essential:cmd:cc            # compiler and make
     cmake:cmd:cmake
@@ -36,6 +38,7 @@ BUILD_PACKAGES=(
     libcjson-dev:pc:libcjson          # dtbench --json, configs, manifests
     libopenblas-dev:pc:openblas       # GEMM (cblas_sgemm)
     zlib1g-dev:pc:zlib                # .gz datasets, checkpoint CRC-32
+    libdnnl-dev:h:dnnl.h              # oneDNN: conv2d's kernels (optional: without it conv2d uses im2col + OpenBLAS)
 )
 TEST_PACKAGES=(
     dataset-fashion-mnist             # the MLP/CNN data (idx .gz files)
@@ -71,6 +74,7 @@ installed() { # PACKAGE [KIND NAME]
     case ${2:-} in
         cmd) command -v "$3" >/dev/null ;;
         pc) command -v pkg-config >/dev/null && pkg-config --exists "$3" ;;
+        h) [ -e "/usr/include/$3" ] || [ -e "/usr/local/include/$3" ] ;;
         *) return 1 ;;
     esac
 }

@@ -1,7 +1,12 @@
 /* conv2d and 2x2 max pooling against naive loops (in double) on odd shapes:
  * forward output, input gradient, weight and bias gradients, for 1, 2 and 3
- * compute threads; the results of every thread count must also be the same
- * bits.  Batches of 3 and 21 images cover a partial block and several
+ * compute threads, through both kernels (DT_CONV=im2col and, where the
+ * build has it, oneDNN).  Each run takes two forward/backward passes, whose
+ * weight gradients must add up (oneDNN's overwrite; conv.c adds).
+ * im2col's results are the same bits at every thread count; oneDNN
+ * promises that only for a given count (its weight-gradient reductions
+ * split by thread), so there a second run at the same count must give the
+ * same bits.  Batches of 3 and 21 images cover a partial block and several
  * weight-gradient groups. */
 #include <math.h>
 #include <stdlib.h>
@@ -62,8 +67,8 @@ typedef struct {
     float *y, *dx, *dw, *db;
 } conv_result;
 
-static void conv_run(const conv_shape *s, int threads, const float *x, const float *dy, conv_result *r,
-                     const float **wt, const float **bias)
+static void conv_run(const conv_shape *s, int threads, dt_dtype compute, const float *x, const float *dy,
+                     conv_result *r, const float **wt, const float **bias)
 {
     dt_params *p;
     dt_layer *l;
@@ -75,12 +80,15 @@ static void conv_run(const conv_shape *s, int threads, const float *x, const flo
     dt_params_zero_grads(p);
     dt_arena_create(&arena);
     dt_set_threads(threads);
-    dt_ctx ctx = {.arena = arena, .params = p, .training = true};
+    dt_ctx ctx = {.arena = arena, .params = p, .training = true, .compute = compute};
     dt_tensor xt = dt_tensor_view((float *)x, 4, (int64_t[]){s->n, s->cin, s->h, s->w}), y, dyt, dx;
-    EXPECT_STATUS(l->ops->forward(l, &ctx, &xt, &y), DT_OK);
-    dyt = y;
-    dyt.data = (float *)dy;
-    EXPECT_STATUS(l->ops->backward(l, &ctx, &dyt, &dx, true), DT_OK);
+    for (int pass = 0; pass < 2; pass++) { /* the gradients accumulate */
+        dt_arena_reset(arena);
+        EXPECT_STATUS(l->ops->forward(l, &ctx, &xt, &y), DT_OK);
+        dyt = y;
+        dyt.data = (float *)dy;
+        EXPECT_STATUS(l->ops->backward(l, &ctx, &dyt, &dx, true), DT_OK);
+    }
     int64_t ny = dt_tensor_numel(&y), nx = dt_tensor_numel(&xt), nw = s->cout * s->cin * s->k * s->k;
     int wi = dt_params_find(p, "conv.weight"), bi = dt_params_find(p, "conv.bias");
     r->y = malloc(sizeof(float) * (size_t)ny);
@@ -123,35 +131,74 @@ static void test_conv_shape(conv_shape s)
         dy[i] = dt_rng_normal(&rng);
     double *y = malloc(sizeof(double) * (size_t)ny), *dx = malloc(sizeof(double) * (size_t)nx);
     double *dw = malloc(sizeof(double) * (size_t)nw), *db = malloc(sizeof(double) * (size_t)s.cout);
-    conv_result first = {0};
-    for (int threads = 1; threads <= 3; threads++) {
+    for (int path = 0; path < 2; path++) {
+        const char *kernel = path == 0 ? "im2col" : dt_conv2d_backend();
+        if (path == 1 && !strcmp(kernel, "im2col"))
+            break; /* a build without oneDNN */
+        conv_result first = {0};
+        for (int threads = 1; threads <= 3; threads++) {
+            conv_result r;
+            const float *wt, *bias;
+            if (path == 0)
+                setenv("DT_CONV", "im2col", 1);
+            conv_run(&s, threads, DT_F32, x, dy, &r, &wt, &bias);
+            unsetenv("DT_CONV");
+            if (path == 0 && threads == 1) {
+                conv_reference(&s, x, wt, bias, dy, y, dx, dw, db);
+                for (int64_t i = 0; i < nw; i++)
+                    dw[i] *= 2; /* two passes */
+                for (int64_t i = 0; i < s.cout; i++)
+                    db[i] *= 2;
+            }
+            char what[128];
+            snprintf(what, sizeof what, "conv n%lld c%lld->%lld k%lld pad%lld %lldx%lld, %s, %d threads",
+                     (long long)s.n, (long long)s.cin, (long long)s.cout, (long long)s.k, (long long)s.pad,
+                     (long long)s.h, (long long)s.w, kernel, threads);
+            fprintf(stderr, "%s\n", what);
+            EXPECT(close_to("y", r.y, y, ny, 1e-5));
+            EXPECT(close_to("dx", r.dx, dx, nx, 1e-5));
+            EXPECT(close_to("dweight", r.dw, dw, nw, 1e-5));
+            EXPECT(close_to("dbias", r.db, db, s.cout, 1e-5));
+            conv_result same = r; /* what must be the same bits */
+            if (path == 1) {      /* oneDNN: again at this thread count */
+                const float *wt2, *bias2;
+                conv_run(&s, threads, DT_F32, x, dy, &same, &wt2, &bias2);
+                free((void *)wt2);
+                free((void *)bias2);
+            } else if (threads == 1) {
+                first = r;
+            } else {
+                same = first;
+            }
+            if (same.y != r.y) {
+                EXPECT_EQ(memcmp(r.y, same.y, sizeof(float) * (size_t)ny), 0);
+                EXPECT_EQ(memcmp(r.dx, same.dx, sizeof(float) * (size_t)nx), 0);
+                EXPECT_EQ(memcmp(r.dw, same.dw, sizeof(float) * (size_t)nw), 0);
+                EXPECT_EQ(memcmp(r.db, same.db, sizeof(float) * (size_t)s.cout), 0);
+                conv_result_free(path == 1 ? &same : &r);
+            }
+            if (path == 1)
+                conv_result_free(&r);
+            free((void *)wt);
+            free((void *)bias);
+        }
+        if (path == 0)
+            conv_result_free(&first);
+    }
+    /* Mixed precision (oneDNN: bf16 inputs and weights, f32 sums; im2col
+     * stays f32): within bf16's rounding of the operands. */
+    if (strcmp(dt_conv2d_backend(), "oneDNN") == 0) {
         conv_result r;
         const float *wt, *bias;
-        conv_run(&s, threads, x, dy, &r, &wt, &bias);
-        if (threads == 1)
-            conv_reference(&s, x, wt, bias, dy, y, dx, dw, db);
-        char what[96];
-        snprintf(what, sizeof what, "conv n%lld c%lld->%lld k%lld pad%lld %lldx%lld, %d threads", (long long)s.n,
-                 (long long)s.cin, (long long)s.cout, (long long)s.k, (long long)s.pad, (long long)s.h,
-                 (long long)s.w, threads);
-        fprintf(stderr, "%s\n", what);
-        EXPECT(close_to("y", r.y, y, ny, 1e-5));
-        EXPECT(close_to("dx", r.dx, dx, nx, 1e-5));
-        EXPECT(close_to("dweight", r.dw, dw, nw, 1e-5));
-        EXPECT(close_to("dbias", r.db, db, s.cout, 1e-5));
-        if (threads == 1) {
-            first = r;
-        } else {
-            EXPECT_EQ(memcmp(r.y, first.y, sizeof(float) * (size_t)ny), 0);
-            EXPECT_EQ(memcmp(r.dx, first.dx, sizeof(float) * (size_t)nx), 0);
-            EXPECT_EQ(memcmp(r.dw, first.dw, sizeof(float) * (size_t)nw), 0);
-            EXPECT_EQ(memcmp(r.db, first.db, sizeof(float) * (size_t)s.cout), 0);
-            conv_result_free(&r);
-        }
+        conv_run(&s, 2, DT_BF16, x, dy, &r, &wt, &bias);
+        EXPECT(close_to("y (bf16)", r.y, y, ny, 3e-2));
+        EXPECT(close_to("dx (bf16)", r.dx, dx, nx, 3e-2));
+        EXPECT(close_to("dweight (bf16)", r.dw, dw, nw, 3e-2));
+        EXPECT(close_to("dbias (bf16)", r.db, db, s.cout, 3e-2)); /* from bf16 dy */
+        conv_result_free(&r);
         free((void *)wt);
         free((void *)bias);
     }
-    conv_result_free(&first);
     free(x);
     free(dy);
     free(y);

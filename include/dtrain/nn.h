@@ -231,6 +231,8 @@ dt_status dt_attention_parallel_create(dt_params *p, const char *name, int64_t d
  * parameters "<name>.weight" [out, in, k, k] and "<name>.bias" [out]. */
 dt_status dt_conv2d_create(dt_params *p, const char *name, int64_t in, int64_t out, int64_t k, int64_t pad,
                            dt_layer **l);
+/* What runs conv2d: "oneDNN" (built with it, DT_CONV not im2col) or "im2col". */
+const char *dt_conv2d_backend(void);
 /* 2x2 max pooling with stride 2 over [batch, channels, h, w] (odd edges dropped). */
 dt_status dt_maxpool2d_create(const char *name, dt_layer **l);
 /* Keep the batch dimension, give each sample the shape shape[0..ndim). */

@@ -38,6 +38,7 @@ static const dt__tunable tunables[] = {
     {"DT_BUCKET_MB", NULL, "data parallel: MiB of gradients per allreduce bucket (default: 25, or an eighth of the gradients when that is smaller, but at least 1)"},
     {"DT_THREADS", "0", "compute threads per rank when the program sets none (the trainer's threads key overrides); 0: the cores available divided by DT_LOCAL_WORLD_SIZE, at least 1"},
     {"DT_BF16_GEMM", "auto", "kernel of the bf16 GEMM (dt_sgemm_bf16_ld): auto (amx, else avx512_bf16, else emulated), amx, avx512_bf16 or emulated; one this machine cannot run is refused with a warning and the emulation runs"},
+    {"DT_CONV", "auto", "conv2d's kernels: auto (oneDNN where the build has it, else im2col + OpenBLAS) or im2col"},
     {"DT_RESTART", "0", "set by dtrun: the generation of a restarting job (0, then 1, 2, ...); dtrain resumes from checkpoint_dir above 0"},
     {"DT_MONITOR_DIR", NULL, "set by dtrun --monitor: dtrain appends each rank's records (steps, times, bytes sent, evaluations, checkpoints) to DIR/rank<N>.jsonl for the dashboard and /metrics (docs/observability.md)"},
     {"DT_PS_SERVERS", NULL, "set by dtrun --servers S: the job's last S ranks are parameter servers (dtrain's servers key, when the config gives none)"},

@@ -1,5 +1,7 @@
-/* conv2d (NCHW, square kernel, stride 1, zero padding) through im2col + GEMM,
- * and 2x2/stride-2 max pooling.  Weights [out, in, k, k] as PyTorch's Conv2d.
+/* conv2d (NCHW, square kernel, stride 1, zero padding) through oneDNN
+ * (conv_dnnl.c, where the build has it and DT_CONV is not im2col) or else
+ * through im2col + GEMM, and 2x2/stride-2 max pooling.  Weights
+ * [out, in, k, k] as PyTorch's Conv2d.  What follows is the im2col path.
  *
  * One GEMM per image (M = out, N = oh*ow, K = in*k*k).  Each image is first
  * copied into a zero-bordered buffer, so that im2col and col2im are
@@ -28,8 +30,9 @@
 
 #include "base/status.h"
 #include "dtrain/nn.h"
-#include "nn/layer.h"
+#include "nn/conv_dnnl.h"
 #include "nn/init.h"
+#include "nn/layer.h"
 #include "nn/saved.h"
 #include "tensor/threads.h"
 
@@ -42,6 +45,7 @@ typedef struct {
     dt_layer base;
     int64_t cin, cout, k, pad;
     int w, b;
+    dt__conv_dnnl *dnnl; /* oneDNN's primitives by shape (conv_dnnl.c), made on first use */
 } conv2d;
 
 /* One call's shapes and buffers, shared by the threads. */
@@ -174,6 +178,11 @@ static dt_status conv_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_t
     y->data = dt_arena_alloc(ctx->arena, N * L->cout * OH * OW);
     if (!y->data)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+    if (dt__conv_dnnl_enabled()) {
+        dt__conv_shape cs = {N, L->cin, L->cout, L->k, L->pad, H, W, ctx->compute == DT_BF16};
+        return dt__conv_dnnl_forward(&L->dnnl, l->name, &cs, x->data, dt_param_value(ctx->params, L->w),
+                                     dt_param_value(ctx->params, L->b), y->data);
+    }
     conv_job j = {.n = N, .cin = L->cin, .cout = L->cout, .k = L->k, .pad = L->pad, .h = H, .w = W, .oh = OH,
                   .ow = OW, .hp = H + 2 * L->pad, .wp = W + 2 * L->pad, .ckk = L->cin * L->k * L->k, .x = x->data,
                   .wt = dt_param_value(ctx->params, L->w), .bias = dt_param_value(ctx->params, L->b), .y = y->data};
@@ -257,6 +266,8 @@ static dt_status conv_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt
     if (!x)
         return DT_ERR_INVALID;
     int64_t N = x->shape[0], H = x->shape[2], W = x->shape[3], groups = (N + GROUP - 1) / GROUP;
+    if (dt__conv_dnnl_enabled())
+        groups = 1; /* one part: oneDNN's weight and bias gradients of the whole batch */
     conv_job j = {.n = N, .cin = L->cin, .cout = L->cout, .k = L->k, .pad = L->pad, .h = H, .w = W,
                   .oh = dy->shape[2], .ow = dy->shape[3], .hp = H + 2 * L->pad, .wp = W + 2 * L->pad,
                   .ckk = L->cin * L->k * L->k, .x = x->data, .wt = dt_param_value(ctx->params, L->w), .dy = dy->data};
@@ -270,9 +281,16 @@ static dt_status conv_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt
         if (!(dx->data = j.dx = dt_arena_alloc(ctx->arena, N * L->cin * H * W)))
             return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     }
-    dt__parallel_for(groups, 1, backward_range, &j);
-    if (atomic_load(&j.failed))
-        return dt__fail(DT_ERR_NOMEM, "%s: out of memory for im2col", l->name);
+    if (dt__conv_dnnl_enabled()) {
+        dt__conv_shape cs = {N, L->cin, L->cout, L->k, L->pad, H, W, ctx->compute == DT_BF16};
+        dt_status s = dt__conv_dnnl_backward(&L->dnnl, l->name, &cs, j.x, j.wt, j.dy, j.dx, j.dw_part, j.db_part);
+        if (s != DT_OK)
+            return s;
+    } else {
+        dt__parallel_for(groups, 1, backward_range, &j);
+        if (atomic_load(&j.failed))
+            return dt__fail(DT_ERR_NOMEM, "%s: out of memory for im2col", l->name);
+    }
     part_sum w = {dt_param_grad(ctx->params, L->w), j.dw_part, j.cout * j.ckk, groups};
     dt__parallel_for(w.len, 4096, part_sum_range, &w);
     part_sum b = {dt_param_grad(ctx->params, L->b), j.db_part, j.cout, groups};
@@ -293,7 +311,13 @@ static void conv_init(dt_layer *l, dt_params *p, uint64_t seed)
 
 static void free_layer(dt_layer *l) { free(l); }
 
-static const dt_layer_ops conv_ops = {"conv2d", conv_forward, conv_backward, conv_init, free_layer};
+static void conv_free(dt_layer *l)
+{
+    dt__conv_dnnl_free(((conv2d *)l)->dnnl);
+    free(l);
+}
+
+static const dt_layer_ops conv_ops = {"conv2d", conv_forward, conv_backward, conv_init, conv_free};
 
 dt_status dt_conv2d_create(dt_params *p, const char *name, int64_t in, int64_t out, int64_t k, int64_t pad, dt_layer **l)
 {
@@ -317,6 +341,8 @@ dt_status dt_conv2d_create(dt_params *p, const char *name, int64_t in, int64_t o
     *l = &L->base;
     return DT_OK;
 }
+
+const char *dt_conv2d_backend(void) { return dt__conv_dnnl_enabled() ? "oneDNN" : "im2col"; }
 
 /* ---- 2x2 max pooling, stride 2 ---- */
 /* Each output keeps which of its window's four inputs was the largest (the

@@ -115,9 +115,15 @@ static dt_status seq_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_
 {
     sequential *S = (sequential *)l;
     dt_tensor g = *dy;
+    /* Leading reshapes (the cnn's "image") only relabel the input, so the
+     * layer after them needs no input gradient either (for conv1 that is a
+     * whole backward-data pass). */
+    int views = 0;
+    while (views < S->n && !strcmp(S->items[views]->ops->kind, "reshape"))
+        views++;
     for (int i = S->n - 1; i >= 0; i--) {
         dt_tensor d = {0};
-        bool want = i > 0 || need_dx;
+        bool want = i > views || need_dx;
         dt_layer *c = S->items[i];
         DT_CHECK(hook(S, DT_BEFORE_BACKWARD, i, ctx));
         if (S->recompute[i] && ctx->training)

@@ -623,9 +623,9 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         const char *blas_core, *blas_config, *coretype = getenv("OPENBLAS_CORETYPE");
         int blas_threads;
         dt_blas_describe(&blas_core, &blas_threads, &blas_config);
-        dtrain_progress_line("blas: core %s, OpenBLAS threads %d, OPENBLAS_CORETYPE %s, config %s\n",
+        dtrain_progress_line("blas: core %s, OpenBLAS threads %d, OPENBLAS_CORETYPE %s, config %s; conv: %s\n",
                              blas_core ? blas_core : "?", blas_threads, coretype && *coretype ? coretype : "-",
-                             blas_config ? blas_config : "?");
+                             blas_config ? blas_config : "?", dt_conv2d_backend());
         if (!strcmp(c->precision, "bf16")) {
             const char *k = dt_bf16_gemm_kernel();
             if (!strcmp(k, "emulated"))
