@@ -143,6 +143,13 @@ FILE *dtrain_monitor_open(int rank, int world, int64_t steps, const char *unit);
 void dtrain_monitor_record(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* dtrain report METRICS.jsonl [-o FILE] (report.c). */
 int dtrain_report(int argc, char **argv);
+/* dtrain timeline TRACE.json [-o FILE] [window] (timeline_view.c). */
+int dtrain_timeline(int argc, char **argv);
+/* For the pages report.c and timeline_view.c draw: s with <, >, & and "
+ * escaped; and a round tick step (1, 2 or 5 times a power of ten) giving
+ * about n ticks over [lo, hi]. */
+void dtrain_html_text(FILE *o, const char *s);
+double dtrain_tick_step(double lo, double hi, int n);
 int dtrain_eval(const char *checkpoint);
 int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, double temperature, uint64_t seed);
 

@@ -25,6 +25,10 @@ static const char usage[] =
     "  report METRICS.jsonl [-o REPORT.html]\n"
     "        a self-contained HTML page of a metrics file: loss, learning rate, grad\n"
     "        norm and throughput against step, and a summary (dtrain report --help)\n"
+    "  timeline TRACE.json [-o PAGE.html] [--from-step N | --start-ms T ...]\n"
+    "        a self-contained HTML page drawing a window of a dtrun --timeline file: a\n"
+    "        lane per rank and thread, spans coloured by category, tooltips with their\n"
+    "        args; by default two steps from the middle (dtrain timeline --help)\n"
     "\n"
     "options (--opt VALUE or --opt=VALUE):\n"
     "  -c, --config FILE      train: the configuration (a flat JSON object)\n"
@@ -159,6 +163,8 @@ int main(int argc, char **argv)
     };
     if (argc > 1 && !strcmp(argv[1], "report")) /* its own options (-o) */
         return dtrain_report(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "timeline"))
+        return dtrain_timeline(argc - 1, argv + 1);
     cli a = {.tokens = 200, .seed = 1, .temperature = 0.8};
     a.sets = calloc((size_t)argc, sizeof *a.sets);
     int code = -1, opt;
@@ -248,7 +254,8 @@ int main(int argc, char **argv)
         } else
             code = !strcmp(cmd, "eval") ? dtrain_eval(args[0]) : cmd_generate(&a, args[0]);
     } else {
-        fprintf(stderr, "dtrain: unknown command '%s' (train, eval, generate, report; see dtrain --help)\n", cmd);
+        fprintf(stderr, "dtrain: unknown command '%s' (train, eval, generate, report, timeline; see dtrain --help)\n",
+                cmd);
         code = 2;
     }
     free(a.sets);

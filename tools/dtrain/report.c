@@ -165,7 +165,7 @@ static int read_metrics(const char *path, run *r)
 
 /* ---- SVG ---- */
 
-static void html_text(FILE *o, const char *s)
+void dtrain_html_text(FILE *o, const char *s)
 {
     for (; *s; s++) {
         switch (*s) {
@@ -187,8 +187,7 @@ static void html_text(FILE *o, const char *s)
     }
 }
 
-/* Round steps of 1, 2 or 5 times a power of ten, about n of them over [lo, hi]. */
-static double tick_step(double lo, double hi, int n)
+double dtrain_tick_step(double lo, double hi, int n)
 {
     double raw = (hi - lo) / n, mag = pow(10, floor(log10(raw)));
     for (int m = 1; m <= 10; m++)
@@ -276,7 +275,7 @@ static void plot(FILE *o, const char *id, const char *title, const line_spec *li
                     ML, W - MR, PY(v), PY(v), ML - 5, PY(v) + 3.5, label);
             }
     } else {
-        double st = tick_step(y0, y1, 5);
+        double st = dtrain_tick_step(y0, y1, 5);
         for (double t = ceil(y0 / st) * st; t <= y1; t += st) {
             tick_label(label, sizeof label, fabs(t) < st * 1e-9 ? 0 : t, st);
             fprintf(o,
@@ -285,7 +284,7 @@ static void plot(FILE *o, const char *id, const char *title, const line_spec *li
                     ML, W - MR, PY(t), PY(t), ML - 5, PY(t) + 3.5, label);
         }
     }
-    double st = tick_step(x0, x1, 6);
+    double st = dtrain_tick_step(x0, x1, 6);
     for (double t = ceil(x0 / st) * st; t <= x1; t += st) {
         tick_label(label, sizeof label, t, st);
         fprintf(
@@ -370,7 +369,7 @@ static double mean(const series *s)
 static void write_page(FILE *o, const char *path, const run *r)
 {
     fprintf(o, "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>dtrain report: ");
-    html_text(o, path);
+    dtrain_html_text(o, path);
     fprintf(
         o,
         "</title>\n<style>body{font:14px/1.4 system-ui,sans-serif;margin:16px 24px;color:#1b1f24}"
@@ -380,7 +379,7 @@ static void write_page(FILE *o, const char *path, const run *r)
         "font-variant-numeric:tabular-nums}th,td{border:1px solid #d0d7de;padding:3px 8px;text-align:left}"
         "td{text-align:right}td:last-child{text-align:left;color:#57606a}</style></head>\n<body>\n<h1>dtrain "
         "report: ");
-    html_text(o, path);
+    dtrain_html_text(o, path);
     fprintf(o, "</h1>\n<table id=\"summary\">\n");
     double v, at;
     char note[96];
@@ -420,7 +419,7 @@ static void write_page(FILE *o, const char *path, const run *r)
     plot(o, "grad-norm", "gradient norm", &(line_spec){&r->norm, "grad-norm", "#ea580c", false}, 1, false);
     plot(o, "throughput", rate_title, &(line_spec){&r->rate, "throughput", "#059669", false}, 1, false);
     fprintf(o, "<p style=\"color:#57606a\">Written by dtrain %s report from ", DTRAIN_VERSION);
-    html_text(o, path);
+    dtrain_html_text(o, path);
     fprintf(o, ".</p>\n</body></html>\n");
 }
 

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# dtrain timeline (docs/observability.md): the merged timeline of a short
+# 2-rank data-parallel run (small buckets) drawn as a page: it parses and
+# nests, has no script and loads nothing; it has the main, progress-thread
+# and bucket lanes of both ranks (labelled host:rank / thread) and boxes of
+# forward, backward, collective, bucket and optimizer spans, each box inside
+# the picture with a tooltip; the default window is two steps from the
+# middle, and --from-step, --start-ms pick others.  A missing file, one that
+# is not JSON, one without spans and a step outside the run are errors that
+# name the problem.
+. "$(dirname "$0")/lib.sh"
+"$BIN/dtrun" -n 2 --timeline "$WORK/ddp.json" "$BIN/dtrain" train --config configs/gpt-mini.json --set layers=4 \
+    --set dim=64 --set context=32 --set threads=1 --set eval_interval=0 --set steps=6 --set log_interval=2 \
+    --set grad_clip=0 --set bucket_mb=0.02 >"$WORK/out" 2>&1 || { cat "$WORK/out"; fail "the data-parallel run failed"; }
+"$BIN/dtrain" timeline "$WORK/ddp.json" >"$WORK/out" 2>&1 || { cat "$WORK/out"; fail "dtrain timeline failed"; }
+expect_grep "$WORK/out" "dtrain timeline: $WORK/ddp.html \(steps 2 to 3, [0-9.]+ to [0-9.]+ ms: [0-9]+ of [0-9]+ spans, 2 ranks, [0-9]+ lanes\)"
+"$BIN/dtrain" timeline "$WORK/ddp.json" -o "$WORK/s0.html" --from-step 0 --steps 1 >"$WORK/out" 2>&1 || fail "--from-step failed"
+expect_grep "$WORK/out" "\(step 0, "
+"$BIN/dtrain" timeline "$WORK/ddp.json" -o "$WORK/t.html" --start-ms 0 --span-ms 50 >"$WORK/out" 2>&1 || fail "--start-ms failed"
+expect_grep "$WORK/out" "\(0.0 to 50.0 ms: "
+python3 - "$WORK/ddp.html" "$WORK/s0.html" "$WORK/t.html" <<'PY' || fail "the timeline page"
+import sys
+from html.parser import HTMLParser
+VOID = {"meta", "br", "img", "input", "link", "hr", "circle", "line", "polyline", "path"}
+class P(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.stack, self.tags, self.lanes, self.boxes, self.lane, self.titled = [], set(), [], [], None, 0
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.add(tag)
+        for k in ("src", "href"):
+            if k in a:
+                sys.exit(f"the page loads {a[k]}: not self-contained")
+        if tag == "svg" and a.get("id") == "timeline":
+            self.width = float(a["width"])
+        if tag == "g" and a.get("class") == "lane":
+            self.lane = (int(a["data-pid"]), a["data-thread"])
+            self.lanes.append(self.lane)
+        if tag == "rect" and a.get("class") == "box":
+            x, w = float(a["x"]), float(a["width"])
+            if not (0 <= x and x + w <= self.width + 0.5 and w > 0):
+                sys.exit(f"a {a['data-cat']} box at x {x} width {w}: outside the picture")
+            self.boxes.append((self.lane, a["data-cat"]))
+        if tag == "title" and self.stack[-1:] == ["rect"]:
+            self.titled += 1
+        if tag not in VOID:
+            self.stack.append(tag)
+    def handle_startendtag(self, tag, attrs):
+        self.handle_starttag(tag, attrs)
+        if tag not in VOID:
+            self.stack.pop()
+    def handle_endtag(self, tag):
+        if tag in VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            sys.exit(f"</{tag}> closes {self.stack[-1:]}: not well nested")
+        self.stack.pop()
+        if tag == "g":
+            self.lane = None
+for page in sys.argv[1:]:
+    p = P()
+    p.feed(open(page).read())
+    if p.stack or "script" in p.tags or "svg" not in p.tags:
+        sys.exit(f"{page}: unclosed {p.stack}, tags {sorted(p.tags)}")
+    if p.titled != len(p.boxes):
+        sys.exit(f"{page}: {len(p.boxes)} boxes, {p.titled} tooltips")
+    print(f"{page}: {len(p.lanes)} lanes {p.lanes}, {len(p.boxes)} boxes")
+    if page != sys.argv[1]:
+        continue
+    for r in (0, 1):
+        threads = {t for (pid, t) in p.lanes if pid == r}
+        for want in ("main", "buckets"):
+            if want not in threads:
+                sys.exit(f"rank {r}: no {want} lane, only {sorted(threads)}")
+        if not any(t.startswith("comm ") and t.endswith(" progress") for t in threads):
+            sys.exit(f"rank {r}: no communicator progress lane, only {sorted(threads)}")
+        cats = {c for (lane, c) in p.boxes if lane and lane[0] == r}
+        missing = {"forward", "backward", "comm", "bucket", "optimizer"} - cats
+        if missing:
+            sys.exit(f"rank {r}: no {sorted(missing)} boxes (has {sorted(cats)})")
+        print(f"rank {r}: lanes {sorted(threads)}, boxes of {sorted(cats)}")
+PY
+grep -q "bytes = " "$WORK/ddp.html" && grep -q "algorithm = " "$WORK/ddp.html" || fail "no bytes or algorithm in the tooltips"
+
+# errors, each naming the problem
+err() { # EXPECTED-STATUS PATTERN ARGS...
+    local want=$1 pat=$2; shift 2
+    "$BIN/dtrain" timeline "$@" >"$WORK/out" 2>&1; local rc=$?
+    [ $rc = "$want" ] || { cat "$WORK/out"; fail "dtrain timeline $*: exit $rc, expected $want"; }
+    expect_grep "$WORK/out" "$pat"
+}
+err 1 "dtrain timeline: cannot read $WORK/none.json: No such file or directory" "$WORK/none.json"
+head -c 3000 "$WORK/ddp.json" >"$WORK/cut.json"
+err 2 "dtrain timeline: $WORK/cut.json is not valid JSON \(at byte [0-9]+" "$WORK/cut.json"
+echo '{"traceEvents":[{"ph":"M","pid":0,"tid":0,"name":"process_name","args":{"name":"a:0"}}]}' >"$WORK/empty.json"
+err 2 "dtrain timeline: $WORK/empty.json has no spans \(1 events, none of them a span" "$WORK/empty.json"
+echo '{"events":[]}' >"$WORK/other.json"
+err 2 "dtrain timeline: $WORK/other.json is not a Chrome trace \(no \"traceEvents\" array\)" "$WORK/other.json"
+err 2 "dtrain timeline: --from-step 99: the trace has steps 0 to 5" "$WORK/ddp.json" --from-step 99
+err 2 "dtrain timeline: --start-ms 1e\+06 is past the end of the trace" "$WORK/ddp.json" --start-ms 1000000
+err 2 "not both" "$WORK/ddp.json" --from-step 1 --start-ms 5
+"$BIN/dtrain" timeline --help | grep -q "^usage: dtrain timeline TRACE.json" || fail "no --help"
+echo "timeline view ok"
