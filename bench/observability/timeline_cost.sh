@@ -56,7 +56,7 @@ events=$(grep -c '"ph":"[Xb]"' "$WORK/tl1.json")
 bytes=$(stat -c %s "$WORK/tl1.json")
 span=$($BIN/span_cost)
 echo "$span"
-python3 - "${off[*]}" "${on[*]}" "$events" "$bytes" "$STEPS" "$span" <<'PY'
+python3 - "${off[*]}" "${on[*]}" "$events" "$bytes" "$STEPS" "$span" <<'PY' | tee "$WORK/figures.txt"
 import re, statistics, sys
 off = [float(x) for x in sys.argv[1].split()]
 on = [float(x) for x in sys.argv[2].split()]
@@ -72,3 +72,25 @@ print(f"measured: {100 * (mn / mo - 1):+.2f}% (on / off = {mn / mo:.4f}; the run
 print(f"implied by the span cost: {per:.0f} spans x {ns:.0f} ns = {per * ns / 1e3:.1f} us a step, "
       f"{100 * per * ns * 1e-9 / mo:.4f}% of {1e3 * mo:.1f} ms")
 PY
+# The RESULTS.md section (RESULTS=FILE writes elsewhere; RESULTS=none skips it).
+RESULTS=${RESULTS:-bench/RESULTS.md}
+if [ "$RESULTS" != none ]; then
+    section="## Timeline cost (issue 36)"
+    {
+        echo "$section"
+        echo
+        echo "Measured $(date -u +%Y-%m-%d) on \`$(lscpu | sed -nE 's/^Model name: +//p' | head -1)\`, $(nproc) cores: 2 local ranks"
+        echo "training $CONFIG${SETS[*]:+ (${SETS[*]})} for $STEPS steps, $PAIRS alternating pairs without and with"
+        echo "\`dtrun --timeline\`. Command: \`bench/observability/timeline_cost.sh $PAIRS $STEPS $CONFIG${SETS[*]:+ ${SETS[*]}}\`"
+        echo
+        echo '```'
+        echo "$span"
+        cat "$WORK/figures.txt"
+        echo '```'
+        echo
+        echo "Off, a span costs one load of a flag and a predicted branch (the first line); on, the implied figure"
+        echo "is the cost the recording threads pay. On a shared machine the runs' own spread is larger than the"
+        echo "difference between them, so the measured figure bounds the cost rather than resolving it."
+    } >"$WORK/section.md"
+    python3 bench/update_results.py "$RESULTS" "$WORK/section.md" "$section"
+fi
