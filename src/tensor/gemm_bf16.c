@@ -1,21 +1,24 @@
 /* dt_sgemm_bf16_ld: the GEMM of bf16 mixed-precision training, inputs f32.
  *
- * A thread's part of C runs as classic GEMM blocking with k outermost: for
- * each 512-deep slice of k; for each panel of columns, pack op(B)'s slice of
- * the panel (at most 1 MiB of bf16, so it stays in L2); for each 32-row block
- * of the part, run the block kernel on every 32 x 32 block of the panel (the
- * A block, 32 KiB, stays in L1).  A's slice is packed for all the part's
- * rows during the first panel, up to 128 rows at a time (a transposed A is
- * then read in runs of 128 values), and reused by the later panels, so no
- * operand is packed twice: the dW GEMM (k = 2048 tokens, A = dY^T) used to
- * pack A again for every panel.  Sums carry from slice to slice in C itself
- * where they can (below), else in a buffer the size of the part; once the
- * last slice is in, C = alpha * sums + beta * C.
+ * A thread's part of C runs as GEMM blocking that packs each operand once.
+ * op(B) is packed a depth of k at a time: all of k when the part's columns
+ * then fit one panel (at most 1 MiB of bf16, kept in L2), else 512-deep
+ * slices of k, outermost, each packed in panels of equal width.  For each
+ * panel, for each 32-row block of the part and each 512-deep slice of the
+ * packed depth (32 KiB of A, kept in L1), run the block kernel on every
+ * 32 x 32 block of the panel.  A's rows are packed for the same depth of k,
+ * 128 at a time (a transposed A is then read in runs of 128 values), during
+ * the first panel, and kept for the later ones: the dW GEMM (k = 2048
+ * tokens, A = dY^T) used to pack A again for every panel.  Sums carry from
+ * slice to slice in C itself where they can (below), else in a buffer (a row
+ * of blocks of the panel, or the whole part when slices are outermost);
+ * after the last slice, C = alpha * sums + beta * C.
  * Whole blocks with alpha 1 and beta 0 or 1 (the forward pass, gradient
  * accumulation) skip the buffer: the kernel reads and writes C itself, the
  * old C (beta 1) being the sum's first term.
  * Every element's sum runs over k in the same order whatever the blocking of
- * m and n, so the result does not depend on the thread count either.
+ * m and n (the slices start at multiples of 512 whichever depth is packed),
+ * so the result does not depend on the thread count either.
  *
  * The split between threads is dt_sgemm_ld's: row blocks of C when m >= n,
  * else column blocks, in whole 32s, from the shape and thread count alone. */
@@ -94,25 +97,33 @@ static dt__bf16_operand k_from(const dt__bf16_operand *o, int64_t k0, bool k_is_
 static void run_part(const job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
 {
     int64_t m = i1 - i0, n = j1 - j0, ktiles = (g->k + 31) / 32, mblocks = (m + BLOCK - 1) / BLOCK;
-    int64_t slice = ktiles < SLICE_TILES ? ktiles : SLICE_TILES;
-    int64_t panel = PANEL_BYTES / (slice * 32 * 2) / BLOCK * BLOCK;
-    panel = panel < round_up(n, BLOCK) ? panel : round_up(n, BLOCK);
-    /* the sums of blocks not summed in C itself: between slices, all of them
-     * (only when k has several slices and some block is not in place) */
+    /* k packed at a time: all of it when B's part fits one panel, else
+     * slices of 512, outermost */
+    int64_t depth = round_up(n, BLOCK) * ktiles * 64 <= PANEL_BYTES ? ktiles
+                    : ktiles < SLICE_TILES                         ? ktiles
+                                                                   : SLICE_TILES;
+    /* panels of equal width (a narrow last one would read each A block
+     * from L3 for a few block products only) */
+    int64_t panel = PANEL_BYTES / (depth * 64) / BLOCK * BLOCK, panels = (n + panel - 1) / panel;
+    panel = round_up((n + panels - 1) / panels, BLOCK);
+    /* A's rows, packed 128 at a time: used at once with one panel (a ring),
+     * else kept for the later panels */
+    int64_t ablocks = panels > 1 ? mblocks : mblocks < ROWS_MAX / BLOCK ? mblocks : ROWS_MAX / BLOCK;
+    /* the sums of blocks not summed in C itself: a row of blocks of the
+     * panel, or between packings of k (slices outermost) all of them */
     bool all_in_place = in_place(g, BLOCK, BLOCK) && m % BLOCK == 0 && n % BLOCK == 0;
-    bool keep = ktiles > slice && !all_in_place;
-    int64_t sums_ld = keep ? round_up(n, BLOCK) : BLOCK, sums_rows = keep ? mblocks * BLOCK : BLOCK;
-    uint16_t *apack = aligned_alloc(64, (size_t)(mblocks * slice * 1024) * sizeof(uint16_t));
-    uint16_t *bpack = aligned_alloc(64, (size_t)(panel * slice * 32) * sizeof(uint16_t));
+    bool keep = depth < ktiles && !all_in_place;
+    int64_t sums_ld = keep ? round_up(n, BLOCK) : panel, sums_rows = keep ? mblocks * BLOCK : BLOCK;
+    uint16_t *apack = aligned_alloc(64, (size_t)(ablocks * depth * 1024) * sizeof(uint16_t));
+    uint16_t *bpack = aligned_alloc(64, (size_t)(panel * depth * 32) * sizeof(uint16_t));
     float *sums = aligned_alloc(64, (size_t)(sums_rows * sums_ld) * sizeof(float));
     if (!bpack || !apack || !sums)
         abort(); /* as the f32 GEMM's callers assume: no status to return */
     if (g->amx)
         dt__bf16_amx_begin();
-    for (int64_t kt = 0; kt < ktiles; kt += slice) {
-        int64_t tiles = ktiles - kt < slice ? ktiles - kt : slice, kcount = g->k - kt * 32;
+    for (int64_t kt = 0; kt < ktiles; kt += depth) {
+        int64_t tiles = ktiles - kt < depth ? ktiles - kt : depth, kcount = g->k - kt * 32;
         kcount = kcount < tiles * 32 ? kcount : tiles * 32;
-        bool first = kt == 0, last = kt + tiles == ktiles;
         dt__bf16_operand a = k_from(&g->a, kt * 32, true), b = k_from(&g->b, kt * 32, false);
         for (int64_t jc = j0; jc < j1; jc += panel) {
             int64_t cols = j1 - jc < panel ? j1 - jc : panel, groups = round_up(cols, BLOCK) / 16;
@@ -120,23 +131,27 @@ static void run_part(const job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j
             for (int64_t ib = 0; ib < mblocks; ib++) {
                 int64_t ic = i0 + ib * BLOCK;
                 int rows = (int)(i1 - ic < BLOCK ? i1 - ic : BLOCK);
-                const uint16_t *ablock = apack + ib * tiles * 1024;
-                if (jc == j0 && ib % (ROWS_MAX / BLOCK) == 0) /* A's rows packed once per slice */
+                const uint16_t *ablock = apack + (ib % ablocks) * tiles * 1024;
+                if (jc == j0 && ib % (ROWS_MAX / BLOCK) == 0) /* A's rows packed once per depth of k */
                     dt__bf16_pack_a(&a, ic, (int)(i1 - ic < ROWS_MAX ? i1 - ic : ROWS_MAX), kcount, tiles,
-                                    apack + ib * tiles * 1024);
-                for (int64_t nb = 0; nb < groups / 2; nb++) {
-                    const uint16_t *b0 = bpack + 2 * nb * tiles * 512, *b1 = b0 + tiles * 512;
-                    int64_t left = cols - nb * BLOCK;
-                    float *cb = g->c + ic * g->ldc + jc + nb * BLOCK;
-                    if (in_place(g, rows, left)) {
-                        const float *in = !first ? cb : g->beta == 1.0f ? cb : NULL;
-                        g->block(ablock, b0, b1, tiles, in, g->ldc, cb, g->ldc);
-                        continue;
+                                    apack + (ib % ablocks) * tiles * 1024);
+                for (int64_t st = 0; st < tiles; st += SLICE_TILES) { /* the A block's slice stays in L1 */
+                    int64_t ts = tiles - st < SLICE_TILES ? tiles - st : SLICE_TILES;
+                    bool first = kt + st == 0, last = kt + st + ts == ktiles;
+                    for (int64_t nb = 0; nb < groups / 2; nb++) {
+                        const uint16_t *b0 = bpack + (2 * nb * tiles + st) * 512, *b1 = b0 + tiles * 512;
+                        int64_t left = cols - nb * BLOCK;
+                        float *cb = g->c + ic * g->ldc + jc + nb * BLOCK;
+                        if (in_place(g, rows, left)) {
+                            const float *in = !first ? cb : g->beta == 1.0f ? cb : NULL;
+                            g->block(ablock + st * 1024, b0, b1, ts, in, g->ldc, cb, g->ldc);
+                            continue;
+                        }
+                        float *s = sums + (keep ? (ic - i0) * sums_ld + (jc - j0) : 0) + nb * BLOCK;
+                        g->block(ablock + st * 1024, b0, b1, ts, first ? NULL : s, sums_ld, s, sums_ld);
+                        if (last)
+                            write_c(g, ic, rows, jc + nb * BLOCK, left < BLOCK ? left : BLOCK, s, sums_ld);
                     }
-                    float *s = !keep ? sums : sums + (ic - i0) * sums_ld + (jc - j0) + nb * BLOCK;
-                    g->block(ablock, b0, b1, tiles, first ? NULL : s, sums_ld, s, sums_ld);
-                    if (last)
-                        write_c(g, ic, rows, jc + nb * BLOCK, left < BLOCK ? left : BLOCK, s, sums_ld);
                 }
             }
         }

@@ -48,7 +48,7 @@ static inline __m512i TARGET load_pair(const float *p0, const float *p1, int64_t
 
 /* v[j] dword r becomes v[r] dword j: unpack pairs of dwords, then of
  * qwords (each 128-bit lane a 4 x 4 transpose), then move whole lanes. */
-static inline void TARGET transpose16(__m512i v[16])
+static inline __attribute__((always_inline)) void TARGET transpose16(__m512i v[16])
 {
     __m512i t[16], u[16];
     for (int i = 0; i < 8; i++) {
@@ -102,6 +102,10 @@ void TARGET dt__bf16_pack_a(const dt__bf16_operand *a, int64_t i0, int rows, int
             __m512i v[16];
             for (int p = 0; p < 16; p++) {
                 int64_t k = kt * 32 + 2 * p;
+                if (n > 0 && k + 33 < kcount) { /* the next k-tile's rows: short runs, the prefetchers lag */
+                    _mm_prefetch((const char *)at(a, i0 + g * 16, k + 32), _MM_HINT_T0);
+                    _mm_prefetch((const char *)at(a, i0 + g * 16, k + 33), _MM_HINT_T0);
+                }
                 v[p] = n > 0 && k < kcount
                            ? load_pair(at(a, i0 + g * 16, k), k + 1 < kcount ? at(a, i0 + g * 16, k + 1) : NULL, n)
                            : _mm512_setzero_si512();
