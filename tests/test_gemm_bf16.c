@@ -2,8 +2,9 @@
  * bf16-rounded inputs, on the kernel DT_BF16_GEMM names (run_tests.sh runs
  * this once per kernel; one the machine lacks is a skip naming the reason):
  * edge and random shapes, all transposes, strides, alpha and beta, beta = 0
- * over NaN, the rounding itself, and bitwise repeatability across calls and
- * thread counts.
+ * over NaN, the rounding itself (subnormal inputs count as zero), k in
+ * several slices and n in several panels, and bitwise repeatability across
+ * calls and thread counts.
  *
  * Error bound: each C element's sum of exact bf16 products (8 + 8 significant
  * bits fit f32's 24) is accumulated in f32 in some order, so |error| <=
@@ -97,6 +98,13 @@ static void test_shapes(void)
     check_case(1, 0, 70, 64, 1100, 0.5f, 1.0f, 0);
     check_case(0, 0, 300, 90, 600, 1.0f, 1.0f, 2);
     check_case(1, 1, 64, 260, 530, 2.0f, 0.0f, 0);
+    /* k in two slices and n in two panels per thread (a slice's panel is
+     * 1024 columns; the 2 threads split n), sums carried in a buffer (alpha,
+     * beta) or in C (alpha 1, beta 1), edges of 8 rows and 12 columns, with
+     * transposed operands */
+    check_case(1, 1, 40, 2200, 600, 0.75f, 0.5f, 1);
+    check_case(0, 1, 64, 2100, 530, 1.0f, 1.0f, 0);
+    check_case(1, 0, 72, 2080, 1030, 1.0f, 0.0f, 3);
 }
 
 /* The inputs are rounded to nearest even, NaN and infinity kept. */
@@ -114,12 +122,21 @@ static void test_rounding(void)
     EXPECT(isnan(out[0]));
     EXPECT(isinf(out[1]) && out[1] > 0);
     EXPECT(out[2] == (float)bf16(3e38f)); /* rounds to a finite bf16 */
+    /* a subnormal input counts as zero in the tile and dot-product kernels
+     * (flushed when packed); the emulation keeps it */
+    float tiny = 1e-39f, big = 0x1p100f, product;
+    dt_sgemm_bf16_ld(0, 0, 1, 1, 1, 1.0f, &tiny, 1, &big, 1, 0.0f, &product, 1);
+    if (strcmp(dt_bf16_gemm_kernel(), "emulated") == 0)
+        EXPECT(product == (float)(bf16(tiny) * 0x1p100));
+    else
+        EXPECT(product == 0.0f);
 }
 
-/* Same bits from repeated calls, and for 1 and 2 threads. */
-static void test_repeatable(void)
+/* Same bits from repeated calls, and for 1 and 2 threads (split by rows,
+ * then, A transposed, by columns). */
+static void test_repeatable(int ta, int64_t m, int64_t n)
 {
-    int64_t m = 260, n = 200, k = 700;
+    int64_t k = 700;
     float *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(k * n) * sizeof *b);
     float *c[3];
     for (int64_t i = 0; i < m * k; i++)
@@ -129,7 +146,7 @@ static void test_repeatable(void)
     for (int r = 0; r < 3; r++) {
         EXPECT_STATUS(dt_set_threads(r == 0 ? 1 : 2), DT_OK);
         c[r] = malloc((size_t)(m * n) * sizeof *c[r]);
-        dt_sgemm_bf16_ld(0, 1, m, n, k, 1.0f, a, k, b, k, 0.0f, c[r], n);
+        dt_sgemm_bf16_ld(ta, !ta, m, n, k, 1.0f, a, ta ? m : k, b, ta ? n : k, 0.0f, c[r], n);
     }
     EXPECT(memcmp(c[1], c[2], (size_t)(m * n) * sizeof(float)) == 0); /* 2 threads, twice */
     if (strcmp(dt_bf16_gemm_kernel(), "emulated") != 0)                /* OpenBLAS's varies with the split */
@@ -165,6 +182,7 @@ int main(void)
     EXPECT_STATUS(dt_set_threads(2), DT_OK);
     test_rounding();
     test_shapes();
-    test_repeatable();
+    test_repeatable(0, 260, 200);
+    test_repeatable(1, 200, 260);
     return CHECK_DONE("gemm_bf16");
 }

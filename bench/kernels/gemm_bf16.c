@@ -2,7 +2,9 @@
  * runs, against the f32 GEMM (dt_sgemm_ld, OpenBLAS), on the shapes of the
  * gpt-mini and mlp configs, at 1 and 2 threads (issue 35).
  *
- *   build/bin/gemm_bf16 [MAX_THREADS=2] [SECONDS=0.3]
+ *   build/bin/gemm_bf16 [MAX_THREADS=2] [SECONDS=0.3] [KERNEL]
+ *
+ * KERNEL (amx, avx512_bf16 or emulated) measures that one alone.
  *
  * The kernel is chosen once per process, so each kernel is measured in a
  * child process of its own (DT_BF16_GEMM set before its first call), timed
@@ -37,6 +39,12 @@ static const shape shapes[] = {
     {"gpt fc2   dW   dY^T X", 1, 0, 256, 1024, 2048}, {"mlp 784>256 fwd", 0, 1, 128, 256, 784},
     {"mlp 256>256 fwd", 0, 1, 128, 256, 256},          {"mlp 256>10  fwd", 0, 1, 128, 10, 256},
     {"mlp 784>256 dW", 1, 0, 256, 784, 128},           {"mlp 256>256 dX", 0, 0, 128, 256, 256},
+    /* gpt-small (d 384, mlp 1536), and one attention head's products (T 128, hd 64) */
+    {"gpts qkv  fwd  X W^T", 0, 1, 2048, 1152, 384}, {"gpts fc1  fwd  X W^T", 0, 1, 2048, 1536, 384},
+    {"gpts fc2  fwd  X W^T", 0, 1, 2048, 384, 1536}, {"gpts fc1  bwd  dY W", 0, 0, 2048, 384, 1536},
+    {"gpts fc2  bwd  dY W", 0, 0, 2048, 1536, 384},  {"gpts qkv  dW   dY^T X", 1, 0, 1152, 384, 2048},
+    {"gpts fc2  dW   dY^T X", 1, 0, 384, 1536, 2048}, {"att QK^T", 0, 1, 128, 128, 64},
+    {"att P V", 0, 0, 128, 64, 128},                   {"att dV P^T dO", 1, 0, 128, 64, 128},
 };
 enum { NSHAPES = sizeof shapes / sizeof shapes[0], NPATHS = 4, MAXT = 2 };
 static const char *paths[NPATHS] = {"f32", "amx", "avx512_bf16", "emulated"};
@@ -100,7 +108,7 @@ int main(int argc, char **argv)
     int maxt = argc > 1 ? atoi(argv[1]) : 2;
     double seconds = argc > 2 ? atof(argv[2]) : 0.3;
     if (maxt < 1 || maxt > MAXT || !(seconds > 0)) {
-        fprintf(stderr, "usage: gemm_bf16 [MAX_THREADS=2 (1 or 2)] [SECONDS=0.3]\n");
+        fprintf(stderr, "usage: gemm_bf16 [MAX_THREADS=2 (1 or 2)] [SECONDS=0.3] [KERNEL]\n");
         return 2;
     }
     /* results[path][shape][threads - 1]: GFLOP/s of the bf16 kernel, -1 where
@@ -110,7 +118,14 @@ int main(int argc, char **argv)
     if (results == MAP_FAILED)
         return 1;
 #define AT(child, path, s, t) results[(((child) * NPATHS + (path)) * NSHAPES + (s)) * MAXT + (t) - 1]
+    const char *only = argc > 3 ? argv[3] : NULL;
     for (int p = 1; p < NPATHS; p++) {
+        if (only && strcmp(only, paths[p]) != 0) {
+            for (int s = 0; s < NSHAPES; s++)
+                for (int t = 1; t <= maxt; t++)
+                    AT(p, p, s, t) = -1, AT(p, 0, s, t) = 0;
+            continue;
+        }
         pid_t pid = fork();
         if (pid == 0) {
             setenv("DT_BF16_GEMM", paths[p], 1);

@@ -1,18 +1,24 @@
 /* dt_sgemm_bf16_ld: the GEMM of bf16 mixed-precision training, inputs f32.
  *
- * A thread's part of C runs as: for each panel of columns, pack op(B)'s
- * panel (all of k: at most 1 MiB of bf16, so it stays in L2); for each group
- * of up to 128 rows, pack them (all of k, at most 256 KiB: a transposed A
- * is then read in runs of up to 128 values, 64 at k = 2048); for each
- * 32-row block of those and each 512-deep slice of k (32 KiB of A, kept in
- * L1), run the block kernel on every 32 x 32 block of the panel, the f32
- * sums kept in a per-panel buffer between slices; then C = alpha * sums +
- * beta * C.
+ * A thread's part of C runs as GEMM blocking that packs each operand once.
+ * op(B) is packed a depth of k at a time: all of k when the part's columns
+ * then fit one panel (at most 1 MiB of bf16, kept in L2), else 512-deep
+ * slices of k, outermost, each packed in panels of equal width.  For each
+ * panel, for each 32-row block of the part and each 512-deep slice of the
+ * packed depth (32 KiB of A, kept in L1), run the block kernel on every
+ * 32 x 32 block of the panel.  A's rows are packed for the same depth of k,
+ * 128 at a time (a transposed A is then read in runs of 128 values), during
+ * the first panel, and kept for the later ones: the dW GEMM (k = 2048
+ * tokens, A = dY^T) used to pack A again for every panel.  Sums carry from
+ * slice to slice in C itself where they can (below), else in a buffer (a row
+ * of blocks of the panel, or the whole part when slices are outermost);
+ * after the last slice, C = alpha * sums + beta * C.
  * Whole blocks with alpha 1 and beta 0 or 1 (the forward pass, gradient
  * accumulation) skip the buffer: the kernel reads and writes C itself, the
  * old C (beta 1) being the sum's first term.
  * Every element's sum runs over k in the same order whatever the blocking of
- * m and n, so the result does not depend on the thread count either.
+ * m and n (the slices start at multiples of 512 whichever depth is packed),
+ * so the result does not depend on the thread count either.
  *
  * The split between threads is dt_sgemm_ld's: row blocks of C when m >= n,
  * else column blocks, in whole 32s, from the shape and thread count alone. */
@@ -29,10 +35,9 @@
 
 enum {
     BLOCK = 32,                /* C block edge: the 2 x 2 tiles of the kernels */
-    SLICE_TILES = 16,          /* k per A slice: 16 tiles of 32, 32 KiB packed */
-    PANEL_BYTES = 1 << 20,     /* packed B panel, at most (about half of L2) */
-    ROWS_BYTES = 1 << 18,      /* packed rows of A (all of k), at most ... */
-    ROWS_MAX = 128,            /* ... and at most this many rows */
+    SLICE_TILES = 16,          /* k per slice: 16 tiles of 32, 32 KiB of a packed A block */
+    PANEL_BYTES = 1 << 20,     /* packed B panel (one slice), at most (about half of L2) */
+    ROWS_MAX = 128,            /* rows of A packed at once (a transposed A: runs of 128 values) */
 };
 
 typedef struct {
@@ -56,9 +61,9 @@ static bool in_place(const job *g, int rows, int64_t cols)
 #if defined(__x86_64__)
 /* C rows [i, i + rows), columns [j, j + cols) (cols <= 32) = alpha * sums +
  * beta * C (C not read when beta is 0, so NaN garbage there does not leak
- * in); sums is a 32 x 32 block. */
+ * in); sums is a 32 x 32 block, row stride sums_ld. */
 __attribute__((target("avx512f"))) static void write_c(const job *g, int64_t i, int rows, int64_t j, int64_t cols,
-                                                       const float *sums)
+                                                       const float *sums, int64_t sums_ld)
 {
     __m512 alpha = _mm512_set1_ps(g->alpha), beta = _mm512_set1_ps(g->beta);
     for (int r = 0; r < rows; r++) {
@@ -66,7 +71,7 @@ __attribute__((target("avx512f"))) static void write_c(const job *g, int64_t i, 
         for (int64_t x = 0; x < cols; x += 16) {
             int64_t left = cols - x;
             __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-            __m512 v = _mm512_mul_ps(alpha, _mm512_loadu_ps(sums + r * BLOCK + x));
+            __m512 v = _mm512_mul_ps(alpha, _mm512_loadu_ps(sums + r * sums_ld + x));
             if (g->beta != 0.0f)
                 v = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m, c + x), v);
             _mm512_mask_storeu_ps(c + x, m, v);
@@ -74,58 +79,80 @@ __attribute__((target("avx512f"))) static void write_c(const job *g, int64_t i, 
     }
 }
 #else
-static void write_c(const job *g, int64_t i, int rows, int64_t j, int64_t cols, const float *sums)
+static void write_c(const job *g, int64_t i, int rows, int64_t j, int64_t cols, const float *sums, int64_t sums_ld)
 {
-    (void)g, (void)i, (void)rows, (void)j, (void)cols, (void)sums; /* never chosen off x86-64 */
+    (void)g, (void)i, (void)rows, (void)j, (void)cols, (void)sums, (void)sums_ld; /* never chosen off x86-64 */
 }
 #endif
+
+/* op(X) with its k index starting at k0. */
+static dt__bf16_operand k_from(const dt__bf16_operand *o, int64_t k0, bool k_is_column)
+{
+    dt__bf16_operand s = *o;
+    s.x += (k_is_column != (o->trans != 0)) ? k0 : k0 * o->ld;
+    return s;
+}
 
 /* Rows [i0, i1) x columns [j0, j1) of C. */
 static void run_part(const job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1)
 {
-    int64_t n = j1 - j0, ktiles = (g->k + 31) / 32;
-    int64_t panel = PANEL_BYTES / (ktiles * 32 * 2) / BLOCK * BLOCK;
-    panel = panel < BLOCK ? BLOCK : panel;
-    panel = panel < round_up(n, BLOCK) ? panel : round_up(n, BLOCK);
-    int64_t rows_packed = ROWS_BYTES / (ktiles * 32 * 2) / BLOCK * BLOCK;
-    rows_packed = rows_packed < BLOCK ? BLOCK : rows_packed > ROWS_MAX ? ROWS_MAX : rows_packed;
-    int64_t slice = ktiles < SLICE_TILES ? ktiles : SLICE_TILES;
-    uint16_t *bpack = aligned_alloc(64, (size_t)(panel * ktiles * 32) * sizeof(uint16_t));
-    uint16_t *apack = aligned_alloc(64, (size_t)(rows_packed * ktiles * 32) * sizeof(uint16_t));
-    float *sums = aligned_alloc(64, (size_t)(panel * BLOCK) * sizeof(float));
+    int64_t m = i1 - i0, n = j1 - j0, ktiles = (g->k + 31) / 32, mblocks = (m + BLOCK - 1) / BLOCK;
+    /* k packed at a time: all of it when B's part fits one panel, else
+     * slices of 512, outermost */
+    int64_t depth = round_up(n, BLOCK) * ktiles * 64 <= PANEL_BYTES ? ktiles
+                    : ktiles < SLICE_TILES                         ? ktiles
+                                                                   : SLICE_TILES;
+    /* panels of equal width (a narrow last one would read each A block
+     * from L3 for a few block products only) */
+    int64_t panel = PANEL_BYTES / (depth * 64) / BLOCK * BLOCK, panels = (n + panel - 1) / panel;
+    panel = round_up((n + panels - 1) / panels, BLOCK);
+    /* A's rows, packed 128 at a time: used at once with one panel (a ring),
+     * else kept for the later panels */
+    int64_t ablocks = panels > 1 ? mblocks : mblocks < ROWS_MAX / BLOCK ? mblocks : ROWS_MAX / BLOCK;
+    /* the sums of blocks not summed in C itself: a row of blocks of the
+     * panel, or between packings of k (slices outermost) all of them */
+    bool all_in_place = in_place(g, BLOCK, BLOCK) && m % BLOCK == 0 && n % BLOCK == 0;
+    bool keep = depth < ktiles && !all_in_place;
+    int64_t sums_ld = keep ? round_up(n, BLOCK) : panel, sums_rows = keep ? mblocks * BLOCK : BLOCK;
+    uint16_t *apack = aligned_alloc(64, (size_t)(ablocks * depth * 1024) * sizeof(uint16_t));
+    uint16_t *bpack = aligned_alloc(64, (size_t)(panel * depth * 32) * sizeof(uint16_t));
+    float *sums = aligned_alloc(64, (size_t)(sums_rows * sums_ld) * sizeof(float));
     if (!bpack || !apack || !sums)
         abort(); /* as the f32 GEMM's callers assume: no status to return */
     if (g->amx)
         dt__bf16_amx_begin();
-    for (int64_t jc = j0; jc < j1; jc += panel) {
-        int64_t cols = j1 - jc < panel ? j1 - jc : panel, groups = round_up(cols, BLOCK) / 16;
-        dt__bf16_pack_b(&g->b, jc, cols, groups, g->k, ktiles, bpack);
-        for (int64_t ip = i0; ip < i1; ip += rows_packed) {
-            int packed = (int)(i1 - ip < rows_packed ? i1 - ip : rows_packed);
-            dt__bf16_pack_a(&g->a, ip, packed, g->k, ktiles, apack);
-            for (int sb = 0; sb * BLOCK < packed; sb++) {
-                int64_t ic = ip + sb * BLOCK;
-                int rows = packed - sb * BLOCK < BLOCK ? packed - sb * BLOCK : BLOCK;
-                const uint16_t *ablock = apack + sb * ktiles * 1024;
-                for (int64_t kt = 0; kt < ktiles; kt += slice) {
-                    int64_t tiles = ktiles - kt < slice ? ktiles - kt : slice;
-                    bool first = kt == 0, last = kt + tiles == ktiles;
+    for (int64_t kt = 0; kt < ktiles; kt += depth) {
+        int64_t tiles = ktiles - kt < depth ? ktiles - kt : depth, kcount = g->k - kt * 32;
+        kcount = kcount < tiles * 32 ? kcount : tiles * 32;
+        dt__bf16_operand a = k_from(&g->a, kt * 32, true), b = k_from(&g->b, kt * 32, false);
+        for (int64_t jc = j0; jc < j1; jc += panel) {
+            int64_t cols = j1 - jc < panel ? j1 - jc : panel, groups = round_up(cols, BLOCK) / 16;
+            dt__bf16_pack_b(&b, jc, cols, groups, kcount, tiles, bpack);
+            for (int64_t ib = 0; ib < mblocks; ib++) {
+                int64_t ic = i0 + ib * BLOCK;
+                int rows = (int)(i1 - ic < BLOCK ? i1 - ic : BLOCK);
+                const uint16_t *ablock = apack + (ib % ablocks) * tiles * 1024;
+                if (jc == j0 && ib % (ROWS_MAX / BLOCK) == 0) /* A's rows packed once per depth of k */
+                    dt__bf16_pack_a(&a, ic, (int)(i1 - ic < ROWS_MAX ? i1 - ic : ROWS_MAX), kcount, tiles,
+                                    apack + (ib % ablocks) * tiles * 1024);
+                for (int64_t st = 0; st < tiles; st += SLICE_TILES) { /* the A block's slice stays in L1 */
+                    int64_t ts = tiles - st < SLICE_TILES ? tiles - st : SLICE_TILES;
+                    bool first = kt + st == 0, last = kt + st + ts == ktiles;
                     for (int64_t nb = 0; nb < groups / 2; nb++) {
-                        const uint16_t *b0 = bpack + (2 * nb * ktiles + kt) * 512;
-                        float *block = sums + nb * BLOCK * BLOCK, *cb = g->c + ic * g->ldc + jc + nb * BLOCK;
-                        bool direct = in_place(g, rows, cols - nb * BLOCK);
-                        const float *in = first ? (direct && g->beta == 1.0f ? cb : NULL) : block;
-                        int64_t in_ld = first ? g->ldc : BLOCK;
-                        if (direct && last)
-                            g->block(ablock + kt * 1024, b0, b0 + ktiles * 512, tiles, in, in_ld, cb, g->ldc);
-                        else
-                            g->block(ablock + kt * 1024, b0, b0 + ktiles * 512, tiles, in, in_ld, block, BLOCK);
+                        const uint16_t *b0 = bpack + (2 * nb * tiles + st) * 512, *b1 = b0 + tiles * 512;
+                        int64_t left = cols - nb * BLOCK;
+                        float *cb = g->c + ic * g->ldc + jc + nb * BLOCK;
+                        if (in_place(g, rows, left)) {
+                            const float *in = !first ? cb : g->beta == 1.0f ? cb : NULL;
+                            g->block(ablock + st * 1024, b0, b1, ts, in, g->ldc, cb, g->ldc);
+                            continue;
+                        }
+                        float *s = sums + (keep ? (ic - i0) * sums_ld + (jc - j0) : 0) + nb * BLOCK;
+                        g->block(ablock + st * 1024, b0, b1, ts, first ? NULL : s, sums_ld, s, sums_ld);
+                        if (last)
+                            write_c(g, ic, rows, jc + nb * BLOCK, left < BLOCK ? left : BLOCK, s, sums_ld);
                     }
                 }
-                for (int64_t nb = 0; nb < groups / 2; nb++)
-                    if (!in_place(g, rows, cols - nb * BLOCK))
-                        write_c(g, ic, rows, jc + nb * BLOCK, cols - nb * BLOCK < BLOCK ? cols - nb * BLOCK : BLOCK,
-                                sums + nb * BLOCK * BLOCK);
             }
         }
     }

@@ -35,11 +35,11 @@ typedef struct {
     int trans;
 } dt__bf16_operand;
 
-/* Pack rows [i0, i0 + rows) (rows <= 128) and all k (kcount of them, ktiles
+/* Pack rows [i0, i0 + rows) (rows <= 128) and k [0, kcount) (ktiles
  * tiles) of op(A) into ceil(rows / 32) consecutive 32-row blocks of ktiles
  * k-tiles each (the rest zero). */
 void dt__bf16_pack_a(const dt__bf16_operand *a, int64_t i0, int rows, int64_t kcount, int64_t ktiles, uint16_t *out);
-/* Pack columns [j0, j0 + cols) and all k (kcount of them, ktiles tiles) of
+/* Pack columns [j0, j0 + cols) and k [0, kcount) (ktiles tiles) of
  * op(B) into ntiles 16-column groups (ntiles even, ntiles * 16 >= cols). */
 void dt__bf16_pack_b(const dt__bf16_operand *b, int64_t j0, int64_t cols, int64_t ntiles, int64_t kcount,
                      int64_t ktiles, uint16_t *out);
