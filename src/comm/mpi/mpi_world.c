@@ -169,8 +169,8 @@ static dt_status world_init(dt_comm *c, const dt__launch_env *env)
                                "says rank %d of %d: start every rank with mpirun and leave DT_RANK/DT_WORLD_SIZE "
                                "unset or equal",
                                env->launcher, env->rank, env->size, rank, size);
-        if (owns_mpi)
-            MPI_Finalize();
+        /* No MPI_Finalize: it waits for every rank; a rank that exits
+         * without it makes mpirun end the whole job. */
         return s;
     }
     c->rank = rank;
