@@ -160,6 +160,7 @@ run dtrun/signal-forwarded 90 tests/cases/dtrun_signal.sh
 run dtrun/bad-arguments 30 tests/cases/dtrun_args.sh
 run dtrun/join-timeout 30 tests/cases/dtrun_join_timeout.sh
 run dtrun/two-nodes-localhost 200 tests/cases/dtrun_two_nodes.sh
+run dtrun/rank-table 200 tests/cases/dtrun_rank_table.sh
 run dtrun/max-restarts 60 tests/cases/dtrun_restarts.sh
 run dtrun/restart-names-dead-rank 90 tests/cases/dtrun_dead_rank_named.sh
 run dtrun/store-silence-stops-node 120 tests/cases/dtrun_store_silence.sh
