@@ -142,6 +142,12 @@ if [ "$(id -u)" = 0 ] || [ "$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null
 else skip collectives/shm-copy-from-sender "process_vm_readv between ranks needs root or kernel.yama.ptrace_scope=0"; fi
 run "collectives/tiny-segments" 200 env DT_SHM_COLL=off DT_RING_SEGMENT=1024 DT_SMALL_MSG=0 "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 20000
 run "collectives/concurrent-communicators" 300 tests/cases/comm_concurrency.sh
+# The MPI backend under mpirun (skipped with the reason where OpenMPI or this
+# build's MPI backend is absent; CI installs it: scripts/setup.sh --bench).
+for n in 2 3 4; do
+    run "backend/mpi-conformance-world$n" 300 tests/cases/mpi_backend.sh conformance $n
+done
+run "backend/mpi-ddp" 300 tests/cases/mpi_backend.sh ddp
 run "parallel/mesh" 200 tests/cases/mesh.sh
 run "parallel/tensor-parallel-linear" 200 tests/cases/tp_linear.sh
 run "parallel/dtrain-tensor-parallel" 300 tests/cases/dtrain_tp.sh
@@ -159,6 +165,7 @@ run dtrun/signal-forwarded 90 tests/cases/dtrun_signal.sh
 run dtrun/bad-arguments 30 tests/cases/dtrun_args.sh
 run dtrun/join-timeout 30 tests/cases/dtrun_join_timeout.sh
 run dtrun/two-nodes-localhost 200 tests/cases/dtrun_two_nodes.sh
+run dtrun/rank-table 200 tests/cases/dtrun_rank_table.sh
 run dtrun/max-restarts 60 tests/cases/dtrun_restarts.sh
 run dtrun/restart-names-dead-rank 90 tests/cases/dtrun_dead_rank_named.sh
 run dtrun/store-silence-stops-node 120 tests/cases/dtrun_store_silence.sh

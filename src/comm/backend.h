@@ -17,6 +17,9 @@
 #ifndef DT_COMM_BACKEND_H
 #define DT_COMM_BACKEND_H
 
+#include <stdbool.h>
+
+#include "comm/launch_env.h"
 #include "dtrain/comm.h"
 
 typedef struct dt__backend {
@@ -43,6 +46,17 @@ typedef struct dt__backend {
     dt_status (*cancel)(dt_request *req);
     /* One of n point-to-point requests of one job (NULL entries skipped). */
     dt_status (*waitany)(dt_request **reqs, int n, int *index, size_t *received);
+    /* Life cycle.  NULL in the native table, whose life cycle is comm.c's
+     * and split.c's own (the engine, store, hierarchy and arena).  A
+     * backend with its own: world_init fills c (rank, size, its private
+     * state in c->impl) from the launch environment instead of the
+     * engine; split makes a child of c (dt_comm_split's contract);
+     * comm_free releases c->impl (the world's last: the library); abort
+     * is dt_comm_abort. */
+    dt_status (*world_init)(dt_comm *c, const dt__launch_env *env);
+    dt_status (*split)(dt_comm *c, int color, int key, dt_comm **out);
+    dt_status (*comm_free)(dt_comm *c, bool world);
+    dt_status (*abort)(dt_comm *c, const char *reason);
 } dt__backend;
 
 /* The native backend (native.c) and its entries, one file per collective. */
@@ -68,7 +82,14 @@ dt_status dt__native_test(dt_request *req, int *done, size_t *received);
 dt_status dt__native_waitany(dt_request **reqs, int n, int *index, size_t *received);
 dt_status dt__native_cancel(dt_request *req);
 
-/* The table named by DT_BACKEND ("native", the default); NULL with the
+#ifdef DT_HAVE_MPI
+/* The MPI backend (src/comm/mpi/, DT_BACKEND=mpi): every operation the MPI
+ * call of the same name on one MPI communicator per dt_comm. */
+extern const dt__backend dt__mpi_backend;
+#endif
+
+/* The table named by DT_BACKEND ("native", the default, or "mpi" in a
+ * build with MPI); NULL with the
  * error set when this build has no such backend. */
 const dt__backend *dt__backend_from_env(void);
 

@@ -171,6 +171,24 @@ dt_status dt_comm_init_env(dt_comm **out)
     for (int i = 0; i < env.size; i++)
         c->ranks[i] = i;
     dt_status s = c->backend ? read_tunables(c) : DT_ERR_INVALID;
+    if (s == DT_OK && c->backend->world_init) {
+        /* A backend with its own transport (MPI): no engine, store,
+         * shared-memory arena, start-up timing or hierarchy. */
+        s = c->backend->world_init(c, &env);
+        if (s != DT_OK) {
+            char why0[DT__ERROR_LEN];
+            dt__error_save(why0);
+            w->engine_closed = true;
+            free(c->ranks);
+            free(c);
+            world_release(w);
+            return dt__error_restore(s, why0);
+        }
+        DT_INFO("rank %d of %d joined (launcher %s, backend %s)", c->rank, c->size, env.launcher,
+                c->backend->name);
+        *out = c;
+        return DT_OK;
+    }
     if (s == DT_OK)
         s = init_world(&env, w);
     char why[DT__ERROR_LEN]; /* tearing down must not replace the first error */
@@ -226,12 +244,16 @@ dt_status dt_comm_abort(dt_comm *c, const char *reason)
         return dt__fail(DT_ERR_INVALID, "dt_comm_abort: communicator is NULL");
     if (c->world->engine_closed)
         return dt__fail(DT_ERR_ABORTED, "aborted: %s", reason ? reason : "");
+    if (c->backend->abort)
+        return c->backend->abort(c, reason);
     /* No waiting for queued collectives: they fail at once with the abort. */
     return dt__engine_abort(c->world->eng, reason);
 }
 
 bool dt__comm_one_host(const dt_comm *c)
 {
+    if (!c->world->eng)
+        return false; /* a backend of its own (MPI) */
     for (int i = 0; i < c->size; i++)
         if (!dt__engine_is_local(c->world->eng, c->ranks[i]))
             return false;
@@ -274,7 +296,14 @@ dt_status dt_comm_destroy(dt_comm *c)
     dt__progress_stop(c); /* what it queued runs first: it uses c */
     dt__hier_destroy(c);
     dt__shm_coll_destroy(c);
-    if (c->id == WORLD_COMM_ID && !w->engine_closed) {
+    if (c->backend && c->backend->comm_free) {
+        bool world = c->id == WORLD_COMM_ID && !w->engine_closed;
+        if (world)
+            dt__progress_drain_all(w);
+        s = c->backend->comm_free(c, world);
+        if (world)
+            w->engine_closed = true;
+    } else if (c->id == WORLD_COMM_ID && !w->engine_closed) {
         dt__progress_drain_all(w); /* communicators still alive may have queued work */
         s = dt__engine_destroy(w->eng);
         w->engine_closed = true;
@@ -293,6 +322,10 @@ dt_status dt__comm_usable(dt_comm *c, const char *op)
         return dt__fail(DT_ERR_INVALID, "%s: communicator is NULL", op);
     if (c->world->engine_closed)
         return dt__fail(DT_ERR_INVALID, "%s: the world communicator was already destroyed", op);
+    if (c->world->aborted)
+        return dt__fail(DT_ERR_ABORTED, "%s: the job was aborted on this rank", op);
+    if (!c->world->eng)
+        return DT_OK; /* a backend of its own (MPI) reports its failures itself */
     dt_status s = dt__engine_status(c->world->eng);
     if (s != DT_OK)
         return dt__wrap(s, "%s: ", op);

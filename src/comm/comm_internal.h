@@ -35,6 +35,8 @@ typedef struct {
      * start-up (dt__tune_collectives): dt__coll_pick keeps halving-doubling
      * off the sizes where bbr's round-trip probes stalled it. */
     bool tcp_probes_rtt;
+    /* dt_comm_abort under a backend without an engine (MPI): later calls fail. */
+    bool aborted;
 } dt__world;
 
 /* Communicator id of the world's start-up timing (src/comm/tune.c): its
@@ -50,6 +52,7 @@ const char *dt__algo_name(dt__algo a);
 struct dt_comm {
     dt__world *world;
     const struct dt__backend *backend; /* how its operations run (backend.h) */
+    void *impl;             /* that backend's own state (NULL for native) */
     dt__progress *progress; /* its nonblocking collectives' thread, started on first use */
     /* Signature of the public collective running on it (dt__coll_trace),
      * which the pieces of a hierarchical one carry on the sub-communicators. */

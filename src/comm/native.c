@@ -30,6 +30,16 @@ const dt__backend *dt__backend_from_env(void)
     const char *name = dt__env_str("DT_BACKEND");
     if (!name || !strcmp(name, "native"))
         return &dt__native_backend;
-    dt__fail(DT_ERR_INVALID, "DT_BACKEND='%s': this build has the native backend only (expected native)", name);
+#ifdef DT_HAVE_MPI
+    if (!strcmp(name, "mpi"))
+        return &dt__mpi_backend;
+    dt__fail(DT_ERR_INVALID, "DT_BACKEND='%s': expected native or mpi", name);
+#else
+    if (!strcmp(name, "mpi"))
+        dt__fail(DT_ERR_INVALID, "DT_BACKEND='mpi': this build has no MPI backend: install libopenmpi-dev and "
+                                 "rebuild (expected native)");
+    else
+        dt__fail(DT_ERR_INVALID, "DT_BACKEND='%s': this build has the native backend only (expected native)", name);
+#endif
     return NULL;
 }

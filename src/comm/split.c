@@ -5,6 +5,7 @@
 
 #include "base/hash.h"
 #include "base/status.h"
+#include "comm/backend.h"
 #include "comm/coll.h"
 
 typedef struct {
@@ -84,6 +85,8 @@ dt_status dt__comm_split(dt_comm *c, int color, int key, bool hier, dt_comm **ou
     if (color < 0 && color != DT_UNDEFINED)
         return dt__fail(DT_ERR_INVALID, "dt_comm_split: colour %d is negative (use DT_UNDEFINED to opt out)", color);
     DT_CHECK(dt__comm_check(c, "split"));
+    if (c->backend->split) /* a backend of its own (MPI_Comm_split) */
+        return c->backend->split(c, color, key, out);
     int32_t *pairs = malloc(2 * (size_t)c->size * sizeof *pairs);
     if (!pairs)
         return dt__fail(DT_ERR_NOMEM, "out of memory");

@@ -22,7 +22,14 @@ for tr in tcp shm; do
 done
 DT_BACKEND=native timeout 60 "$BIN/dtrun" -n 4 "$BIN/comm_concurrency" --mib 1 >"$WORK/native" 2>&1 ||
     { cat "$WORK/native"; fail "DT_BACKEND=native failed"; }
+# Under dtrun (no mpirun), DT_BACKEND=mpi is refused: a build without MPI
+# says what to install; a build with it sees each rank as a world of one
+# (MPI's singleton) and names the disagreement (tests/cases/mpi_backend.sh
+# runs it under mpirun).
 DT_BACKEND=mpi timeout 60 "$BIN/dtrun" -n 4 "$BIN/comm_concurrency" --mib 1 >"$WORK/mpi" 2>&1 &&
-    fail "DT_BACKEND=mpi accepted by a build without it"
-expect_grep "$WORK/mpi" "DT_BACKEND='mpi': this build has the native backend only"
+    fail "DT_BACKEND=mpi accepted under dtrun"
+expect_grep "$WORK/mpi" "DT_BACKEND='mpi': this build has no MPI backend: install libopenmpi-dev and rebuild|DT_BACKEND=mpi: the environment \\(launcher dtrun\\) says rank [0-9] of 4, MPI_COMM_WORLD says rank 0 of 1"
+DT_BACKEND=nccl timeout 60 "$BIN/dtrun" -n 2 "$BIN/comm_concurrency" --mib 1 >"$WORK/nccl" 2>&1 &&
+    fail "DT_BACKEND=nccl accepted"
+expect_grep "$WORK/nccl" "DT_BACKEND='nccl'"
 echo ok

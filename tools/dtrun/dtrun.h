@@ -53,6 +53,11 @@ typedef struct {
 /* Parse argv; prints usage and exits for --help / bad options. */
 void dtrun_parse(int argc, char **argv, dtrun_opts *o);
 
+/* --rank-table FILE: sets nnodes, node_rank (found when not given), nproc
+ * and (unless --master was given) the master from the file; exits 2 with a
+ * message naming the bad entry (rank_table.c). */
+void dtrun_rank_table(const char *path, bool have_node_rank, bool have_master, dtrun_opts *o);
+
 /* Register this node in generation g and wait for node 0's membership
  * decision.  Node 0 makes it: every node joined, or (elastic) at least MIN
  * after --rejoin-timeout; stop_reason non-NULL makes node 0 end the job.

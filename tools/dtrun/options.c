@@ -26,6 +26,11 @@ static const char usage[] =
     "                         port on one node; required with --nnodes > 1)\n"
     "      --token-file FILE  read the job token from FILE (default: DT_JOB_TOKEN,\n"
     "                         or a fresh random token on a single node)\n"
+    "      --rank-table FILE  a static job from a JSON rank table (MindSpore's style:\n"
+    "                         server_list of hosts, each with its devices' rank_id):\n"
+    "                         it gives --nnodes, -n, the master (the first server)\n"
+    "                         and, unless --node-rank is given, finds this node by\n"
+    "                         host name or address (docs/dtrun.md)\n"
     "      --join-timeout S   seconds to wait for every node to join (default 300)\n"
     "      --max-restarts R   when a rank fails, stop every rank, rendezvous again and\n"
     "                         restart them all, up to R times (default 0). The program\n"
@@ -69,7 +74,8 @@ static const char usage[] =
     "examples:\n"
     "  dtrun -n 4 build/bin/collectives_demo\n"
     "  dtrun --nnodes 2 --node-rank 0 --master 10.0.0.1:29500 --token-file tok -n 8 ./train\n"
-    "  dtrun --nnodes 2 --node-rank 1 --master 10.0.0.1:29500 --token-file tok -n 8 ./train\n";
+    "  dtrun --nnodes 2 --node-rank 1 --master 10.0.0.1:29500 --token-file tok -n 8 ./train\n"
+    "  dtrun --rank-table ranks.json --token-file tok ./train   (on every host)\n";
 
 static void die(const char *fmt, const char *arg)
 {
@@ -117,7 +123,7 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
     o->bind = true;
     snprintf(o->master_host, sizeof o->master_host, "127.0.0.1");
     enum { NNODES = 1000, NODE_RANK, MASTER, TOKEN_FILE, JOIN_TIMEOUT, NO_PREFIX, VERSION, MAX_RESTARTS, REJOIN, BIND,
-           SERVERS, TIMELINE };
+           SERVERS, TIMELINE, RANK_TABLE };
     static const struct option longopts[] = {
         {"nproc", required_argument, 0, 'n'},       {"nnodes", required_argument, 0, NNODES},
         {"node-rank", required_argument, 0, NODE_RANK}, {"master", required_argument, 0, MASTER},
@@ -126,6 +132,7 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
         {"version", no_argument, 0, VERSION},       {"max-restarts", required_argument, 0, MAX_RESTARTS},
         {"rejoin-timeout", required_argument, 0, REJOIN}, {"bind", required_argument, 0, BIND},
         {"servers", required_argument, 0, SERVERS}, {"timeline", required_argument, 0, TIMELINE},
+        {"rank-table", required_argument, 0, RANK_TABLE},
         {0, 0, 0, 0},
     };
     enum { MONITOR = 2000, MONITOR_REMOTE, MONITOR_LINGER };
@@ -137,7 +144,8 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
     struct option all[sizeof longopts / sizeof longopts[0] + sizeof monitor_opts / sizeof monitor_opts[0]];
     memcpy(all, monitor_opts, sizeof monitor_opts);
     memcpy(all + sizeof monitor_opts / sizeof monitor_opts[0], longopts, sizeof longopts);
-    bool have_master = false;
+    bool have_master = false, have_node_rank = false, have_nnodes = false;
+    const char *rank_table = NULL;
     int c;
     while ((c = getopt_long(argc, argv, "+n:h", all, NULL)) != -1) {
         switch (c) {
@@ -149,7 +157,9 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
         case MONITOR_REMOTE: o->monitor_remote = true; break;
         case MONITOR_LINGER: o->monitor_linger = (double)number(optarg, 0, 86400, "--monitor-linger"); break;
         case 'n': o->nproc = (int)number(optarg, 1, 1024, "-n"); break;
+        case RANK_TABLE: rank_table = optarg; break;
         case NNODES: {
+            have_nnodes = true;
             char *colon = strchr(optarg, ':');
             if (colon) {
                 *colon = '\0';
@@ -164,7 +174,10 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
         }
         case MAX_RESTARTS: o->max_restarts = (int)number(optarg, 0, 1000000, "--max-restarts"); break;
         case REJOIN: o->rejoin_timeout = (double)number(optarg, 1, 86400, "--rejoin-timeout"); break;
-        case NODE_RANK: o->node_rank = (int)number(optarg, 0, 4095, "--node-rank"); break;
+        case NODE_RANK:
+            o->node_rank = (int)number(optarg, 0, 4095, "--node-rank");
+            have_node_rank = true;
+            break;
         case MASTER: {
             const char *colon = strrchr(optarg, ':');
             if (!colon || colon == optarg || (size_t)(colon - optarg) >= sizeof o->master_host)
@@ -196,6 +209,19 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
         case VERSION: printf("dtrun %s\n", DTRAIN_VERSION); exit(0);
         default: die("%s", "invalid option");
         }
+    }
+    if (rank_table) {
+        if (have_nnodes)
+            die("%s", "--rank-table gives the nodes: leave out --nnodes");
+        int asked = o->nproc;
+        dtrun_rank_table(rank_table, have_node_rank, have_master, o);
+        if (asked && asked != o->nproc) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "-n %d, but the rank table gives node %d %d ranks (leave out -n)", asked,
+                     o->node_rank, o->nproc);
+            die("%s", msg);
+        }
+        have_master = true;
     }
     if (o->nproc == 0)
         die("%s", "-n N is required");
