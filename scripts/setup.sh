@@ -12,9 +12,10 @@
 #                              `make demo` need: the Fashion-MNIST and
 #                              fortunes data, PyTorch for the cross-check
 #                              (python3-torch, about 180 MB), python3,
-#                              iproute2, procps
-#   scripts/setup.sh --bench   also the peers and tools of bench/comm (OpenMPI,
-#                              iptables and libnetfilter-queue for --delay)
+#                              iproute2, procps, OpenMPI (the MPI backend's
+#                              tests; also the peer of bench/comm)
+#   scripts/setup.sh --bench   also the tools of bench/comm (iptables and
+#                              libnetfilter-queue for --delay)
 #   scripts/setup.sh --browser only a headless browser (Debian's chromium and
 #                              a font) for observability/dashboard-browser,
 #                              the test that renders dtrun --monitor's page
@@ -47,9 +48,11 @@ TEST_PACKAGES=(
     python3                           # small helpers in the test scripts
     iproute2                          # ip netns / tc / ss for the multi-host tests
     procps                            # ps/kill used by the tests
+    openmpi-bin:cmd:mpirun            # the MPI backend's tests (DT_BACKEND=mpi under mpirun) and launch under mpirun
+    libopenmpi-dev:cmd:mpicc          # builds the MPI backend (without it DT_BACKEND=mpi is refused, its tests skip)
 )
 BROWSER_PACKAGES=(chromium:cmd:chromium fonts-dejavu-core)
-BENCH_PACKAGES=(openmpi-bin libopenmpi-dev iptables libnetfilter-queue-dev)
+BENCH_PACKAGES=(iptables libnetfilter-queue-dev)
 
 mode=test check=0
 for arg in "$@"; do

@@ -143,7 +143,7 @@ else skip collectives/shm-copy-from-sender "process_vm_readv between ranks needs
 run "collectives/tiny-segments" 200 env DT_SHM_COLL=off DT_RING_SEGMENT=1024 DT_SMALL_MSG=0 "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 20000
 run "collectives/concurrent-communicators" 300 tests/cases/comm_concurrency.sh
 # The MPI backend under mpirun (skipped with the reason where OpenMPI or this
-# build's MPI backend is absent; CI installs it: scripts/setup.sh --bench).
+# build's MPI backend is absent; make test installs it: scripts/setup.sh).
 for n in 2 3 4; do
     run "backend/mpi-conformance-world$n" 300 tests/cases/mpi_backend.sh conformance $n
 done

@@ -14,7 +14,7 @@
 # ddp_equivalence uses, which also holds for MPI's order on more ranks.
 # Skips (exit 77) when mpirun or this build's MPI backend is absent.
 . "$(dirname "$0")/lib.sh"
-command -v mpirun >/dev/null || { echo "mpirun not found: install openmpi-bin libopenmpi-dev (scripts/setup.sh --bench)"; exit 77; }
+command -v mpirun >/dev/null || { echo "mpirun not found: install openmpi-bin libopenmpi-dev (scripts/setup.sh, which make test runs), then rebuild"; exit 77; }
 cache="$BIN/../CMakeCache.txt"
 grep -q "^DT_MPI_BUILT:INTERNAL=ON" "$cache" 2>/dev/null || {
     echo "this build has no MPI backend: install libopenmpi-dev and rebuild"; exit 77; }
