@@ -19,6 +19,8 @@
 #define ARENA_VERSION 5u
 #define PAGE 4096u
 
+#define ROUND_WRITING UINT32_MAX /* a flag line's round while its signature is being rewritten */
+
 typedef struct {
     uint64_t magic;
     uint32_t version, nranks;
@@ -186,10 +188,15 @@ void dt__arena_publish(dt__arena *a, int rank, dt__arena_flag f, uint32_t g)
 
 void dt__arena_publish_ready(dt__arena *a, int rank, uint32_t g, uint64_t sig, bool small)
 {
-    /* Relaxed: the flag's sequentially consistent store below orders them. */
+    /* (round, signature) as a seqlock whose odd state is ROUND_WRITING: a
+     * reader of round g must not pair g with a later round's signature (a
+     * root may run rounds ahead of its readers). */
     flag_line *l = &a->ctl[rank].flag[DT__ARENA_READY];
+    _Atomic uint32_t *round = small ? &l->small_round : &l->round[g & 1];
+    atomic_store_explicit(round, ROUND_WRITING, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
     atomic_store_explicit(small ? &l->small_sig : &l->sig[g & 1], sig, memory_order_relaxed);
-    atomic_store_explicit(small ? &l->small_round : &l->round[g & 1], g, memory_order_relaxed);
+    atomic_store_explicit(round, g, memory_order_release);
     dt__arena_publish(a, rank, DT__ARENA_READY, g);
 }
 
@@ -221,15 +228,30 @@ bool dt__arena_call(const dt__arena *a, int rank, uint32_t comm_id, uint64_t seq
     return true;
 }
 
+/* The signature stored for round g, read consistently (the seqlock of
+ * dt__arena_publish_ready): false when the line holds another round or is
+ * being rewritten. */
+static bool read_round_sig(const _Atomic uint32_t *round, const _Atomic uint64_t *sig, uint32_t g, uint64_t *out)
+{
+    if (atomic_load_explicit(round, memory_order_acquire) != g)
+        return false;
+    uint64_t s = atomic_load_explicit(sig, memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load_explicit(round, memory_order_relaxed) != g)
+        return false;
+    *out = s;
+    return true;
+}
+
 bool dt__arena_ready_sig(const dt__arena *a, int rank, uint32_t g, uint64_t *sig)
 {
     const flag_line *l = &a->ctl[rank].flag[DT__ARENA_READY];
-    if (atomic_load_explicit(&l->round[g & 1], memory_order_acquire) == g) {
-        *sig = atomic_load_explicit(&l->sig[g & 1], memory_order_acquire);
+    uint64_t s;
+    if (read_round_sig(&l->round[g & 1], &l->sig[g & 1], g, &s)) {
+        *sig = s;
         return true;
     }
-    bool small = atomic_load_explicit(&l->small_round, memory_order_acquire) == g;
-    *sig = small ? atomic_load_explicit(&l->small_sig, memory_order_acquire) : 0;
+    *sig = read_round_sig(&l->small_round, &l->small_sig, g, &s) ? s : 0;
     return false;
 }
 
