@@ -243,10 +243,12 @@ static dt_status payload_done(dt__engine *e, peer *p)
     if (p->target) {
         dt__req *r = p->target;
         p->target = NULL;
+        /* Read r before completing it: its waiter may free it at once. */
+        size_t cap = r->len;
         finish_recv(r, f);
-        if (r->status != DT_OK)
+        if ((size_t)f->len > cap)
             return dt__engine_fail(e, DT_ERR_TRUNCATE, "message of %llu bytes from %s exceeds the %zu-byte receive buffer (tag %d)",
-                                   (unsigned long long)f->len, p->name, r->len, f->tag);
+                                   (unsigned long long)f->len, p->name, cap, f->tag);
     } else if (p->stash) {
         return stash_unexpected(e, p);
     }
