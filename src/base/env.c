@@ -15,6 +15,7 @@ static const dt__tunable tunables[] = {
     {"DT_MASTER_ADDR", "127.0.0.1", "address of the rendezvous store"},
     {"DT_MASTER_PORT", "29500", "TCP port of the rendezvous store"},
     {"DT_JOB_TOKEN", NULL, "shared secret of the job; proves membership (HMAC, never sent)"},
+    {"DT_TOKEN_FILE", NULL, "file whose first line is the job token, read when DT_JOB_TOKEN is unset"},
     {"DT_STORE", "rank0", "who serves the rendezvous store: rank0 or external (dtrun)"},
     {"DT_TIMEOUT", "600", "seconds any blocking call may wait before DT_ERR_TIMEOUT"},
     {"DT_HEARTBEAT_TIMEOUT", "30", "seconds without a heartbeat (through the store), or without an answer from the store, after which a rank waiting on a peer declares it stopped, frozen or cut off; 0: off"},

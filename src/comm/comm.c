@@ -116,8 +116,10 @@ static dt_status init_world(const dt__launch_env *env, dt__world *w)
     if (env->size > 1) {
         if (env->serve_store)
             DT_CHECK(dt_store_server_start("0.0.0.0", env->master_port, env->token, &w->server));
-        DT_CHECK(dt_store_connect(env->master_host, env->master_port, env->token,
-                                   env->timeout_s, &w->store));
+        dt_status s = dt_store_connect(env->master_host, env->master_port, env->token, env->timeout_s, &w->store);
+        if (s != DT_OK && env->master_source)
+            return dt__wrap(s, "the store at %s:%d (%s): ", env->master_host, env->master_port, env->master_source);
+        DT_CHECK(s);
     }
     DT_CHECK(dt__engine_create(&cfg, w->store, &w->eng));
     dt__engine_set_sig_namer(w->eng, dt__coll_sig_name);

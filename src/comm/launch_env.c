@@ -1,11 +1,16 @@
 #include "comm/launch_env.h"
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/env.h"
+#include "base/log.h"
 #include "base/status.h"
+#include "comm/launch_slurm.h"
 
 typedef struct {
     const char *launcher, *rank, *size, *local_rank, *local_size;
@@ -33,6 +38,54 @@ static dt_status read_int(const char *name, int64_t min, int64_t max, int fallba
     return DT_OK;
 }
 
+/* The first line of a token file, without its line end. */
+static dt_status read_token_file(const char *path, const char *why, char *out, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return dt__fail(DT_ERR_INVALID, "cannot read the job token file %s (%s): %s", path, why, strerror(errno));
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
+        DT_WARN("job token file %s can be read by other users (mode %03o): chmod 600 it", path,
+                (unsigned)(st.st_mode & 0777));
+    bool ok = fgets(out, (int)len, f) != NULL;
+    bool more = ok && !strchr(out, '\n') && !feof(f) && fgetc(f) != EOF;
+    fclose(f);
+    if (ok)
+        out[strcspn(out, "\r\n")] = '\0';
+    if (!ok || out[0] == '\0')
+        return dt__fail(DT_ERR_INVALID, "job token file %s (%s) is empty", path, why);
+    if (more)
+        return dt__fail(DT_ERR_INVALID, "job token file %s (%s): the token is longer than %zu bytes", path, why,
+                        len - 2);
+    return DT_OK;
+}
+
+/* DT_JOB_TOKEN, else the file DT_TOKEN_FILE names, else (under srun) the file
+ * dtrain.token in the directory the job was submitted from, if there is one. */
+static dt_status read_token(dt__launch_env *e, bool slurm)
+{
+    e->token = dt__env_str("DT_JOB_TOKEN");
+    if (e->token)
+        return DT_OK;
+    const char *file = dt__env_str("DT_TOKEN_FILE");
+    if (file) {
+        DT_CHECK(read_token_file(file, "DT_TOKEN_FILE", e->token_buf, sizeof e->token_buf));
+        e->token = e->token_buf;
+        return DT_OK;
+    }
+    const char *dir = dt__env_str("SLURM_SUBMIT_DIR");
+    if (!slurm || !dir)
+        return DT_OK;
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/" DT__SLURM_TOKEN_FILE, dir) >= sizeof path ||
+        access(path, F_OK) != 0)
+        return DT_OK;
+    DT_CHECK(read_token_file(path, "the job's submit directory", e->token_buf, sizeof e->token_buf));
+    e->token = e->token_buf;
+    return DT_OK;
+}
+
 dt_status dt__launch_env_read(dt__launch_env *e)
 {
     memset(e, 0, sizeof *e);
@@ -52,31 +105,49 @@ dt_status dt__launch_env_read(dt__launch_env *e)
             e->local_size = 1;
         break;
     }
+    /* Under srun, without DT_MASTER_ADDR/MASTER_ADDR and DT_MASTER_PORT/
+     * MASTER_PORT, the store's host and port come from Slurm itself. */
+    bool slurm = strcmp(e->launcher, "slurm") == 0 && e->size > 1;
     const char *host = dt__env_str("DT_MASTER_ADDR");
     if (!host)
         host = dt__env_str("MASTER_ADDR");
-    if (!host)
-        host = "127.0.0.1";
-    if (strlen(host) >= sizeof e->master_host)
-        return dt__fail(DT_ERR_INVALID, "DT_MASTER_ADDR is too long");
-    snprintf(e->master_host, sizeof e->master_host, "%s", host);
+    if (!host && slurm) {
+        DT_CHECK(dt__slurm_store_host(e->master_host, sizeof e->master_host));
+        e->master_source = "the first node of the Slurm step; DT_MASTER_ADDR overrides it";
+    } else {
+        if (!host)
+            host = "127.0.0.1";
+        if (strlen(host) >= sizeof e->master_host)
+            return dt__fail(DT_ERR_INVALID, "DT_MASTER_ADDR is too long");
+        snprintf(e->master_host, sizeof e->master_host, "%s", host);
+    }
     const char *port_var = dt__env_str("DT_MASTER_PORT") ? "DT_MASTER_PORT"
                            : dt__env_str("MASTER_PORT")  ? "MASTER_PORT"
-                                                         : "DT_MASTER_PORT";
-    int64_t port;
-    DT_CHECK(dt__env_int(port_var, 1, 65535, &port));
-    e->master_port = (int)port;
+                                                         : NULL;
+    if (!port_var && slurm) {
+        DT_CHECK(dt__slurm_store_port(&e->master_port));
+        if (!e->master_source)
+            e->master_source = "the port from SLURM_JOB_ID; DT_MASTER_PORT overrides it";
+        else
+            e->master_source = "the first node of the Slurm step and a port from SLURM_JOB_ID; "
+                               "DT_MASTER_ADDR and DT_MASTER_PORT override them";
+    } else {
+        int64_t port;
+        DT_CHECK(dt__env_int(port_var ? port_var : "DT_MASTER_PORT", 1, 65535, &port));
+        e->master_port = (int)port;
+    }
     int64_t timeout;
     DT_CHECK(dt__env_int("DT_TIMEOUT", 1, 365LL * 86400, &timeout));
     e->timeout_s = (double)timeout;
-    e->token = dt__env_str("DT_JOB_TOKEN");
+    DT_CHECK(read_token(e, slurm));
     /* The MPI backend makes no connections of its own: MPI authenticates its job. */
     const char *backend = dt__env_str("DT_BACKEND");
     bool mpi = backend && strcmp(backend, "mpi") == 0;
     if (!e->token && e->size > 1 && !mpi)
         return dt__fail(DT_ERR_INVALID,
                         "DT_JOB_TOKEN is not set: every rank of a %d-rank job needs the job's token "
-                        "(dtrun sets it; under mpirun pass it with -x DT_JOB_TOKEN, under srun --export)",
+                        "(dtrun sets it; under mpirun pass it with -x DT_JOB_TOKEN; under srun export it, "
+                        "or put it in the file DT_TOKEN_FILE names or in dtrain.token in the submit directory)",
                         e->size);
     const char *store = dt__env_str("DT_STORE");
     if (store && strcmp(store, "rank0") != 0 && strcmp(store, "external") != 0)
