@@ -139,7 +139,9 @@ $CTL_IP ctl" i
         echo "SlurmdUser=root"
         echo "AuthType=auth/munge"
         echo "CredType=cred/munge"
-        echo "AuthInfo=socket=$dir/munge.sock"
+        # cred_expire is also how long a requeued job waits before it may start
+        # again (default 120 s); 20 s keeps the tests short.
+        echo "AuthInfo=socket=$dir/munge.sock,cred_expire=20"
         echo "StateSaveLocation=$dir/state"
         echo "SlurmdSpoolDir=$dir/spool/%n"
         echo "SlurmctldPidFile=$dir/slurmctld.pid"
