@@ -19,6 +19,10 @@
 #   scripts/setup.sh --browser only a headless browser (Debian's chromium and
 #                              a font) for observability/dashboard-browser,
 #                              the test that renders dtrun --monitor's page
+#   scripts/setup.sh --slurm   only Slurm (slurm-wlm: slurmctld, slurmd,
+#                              sbatch, srun) and munge, for
+#                              scripts/slurm-cluster.sh and the test
+#                              netns/slurm-cluster-4-nodes
 #   --check                    with any of them: only say what is missing
 #                              (exit 1 when something is), never call apt
 #
@@ -52,15 +56,16 @@ TEST_PACKAGES=(
     libopenmpi-dev:cmd:mpicc          # builds the MPI backend (without it DT_BACKEND=mpi is refused, its tests skip)
 )
 BROWSER_PACKAGES=(chromium:cmd:chromium fonts-dejavu-core)
+SLURM_PACKAGES=(slurm-wlm:cmd:slurmd munge:cmd:munged)
 BENCH_PACKAGES=(iptables libnetfilter-queue-dev)
 
 mode=test check=0
 for arg in "$@"; do
     case $arg in
-        --build|--test|--bench|--browser) mode=${arg#--} ;;
+        --build|--test|--bench|--browser|--slurm) mode=${arg#--} ;;
         --check) check=1 ;;
         -h|--help) sed -n '2,/^set -e/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
-        *) echo "setup: unknown option '$arg' (--build, --test, --bench, --browser, --check)" >&2; exit 2 ;;
+        *) echo "setup: unknown option '$arg' (--build, --test, --bench, --browser, --slurm, --check)" >&2; exit 2 ;;
     esac
 done
 
@@ -68,6 +73,7 @@ wanted=("${BUILD_PACKAGES[@]}")
 [ "$mode" != build ] && wanted+=("${TEST_PACKAGES[@]}")
 [ "$mode" = bench ] && wanted+=("${BENCH_PACKAGES[@]}")
 [ "$mode" = browser ] && wanted=("${BROWSER_PACKAGES[@]}")
+[ "$mode" = slurm ] && wanted=("${SLURM_PACKAGES[@]}")
 
 installed() { # PACKAGE [KIND NAME]
     if command -v dpkg-query >/dev/null &&
