@@ -201,6 +201,7 @@ if [ -n "$netns_reason" ]; then
     skip netns/hierarchical-3x2 "$netns_reason"
     skip netns/chaos-restarts-bit-equal "$netns_reason"
     skip netns/elastic-leave-and-rejoin "$netns_reason"
+    skip netns/mpirun-2-hosts "$netns_reason"
 else
     run netns/collectives-4-hosts 500 tests/cases/netns_collectives.sh
     run netns/dtbench-4-hosts 300 tests/cases/netns_dtbench.sh
@@ -208,6 +209,7 @@ else
     run netns/hierarchical-3x2 500 tests/cases/netns_hier.sh
     run netns/chaos-restarts-bit-equal 600 tests/cases/chaos.sh
     run netns/elastic-leave-and-rejoin 400 tests/cases/elastic.sh
+    run netns/mpirun-2-hosts 200 tests/cases/mpirun_hosts.sh
     # only when a netns test ran: the names dt0..dt3 may be another run's (a benchmark's)
     [ "$ran_netns" = 1 ] && scripts/netns-cluster.sh down
 fi
