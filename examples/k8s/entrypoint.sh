@@ -28,7 +28,7 @@
 # (up to DT_JOIN_TIMEOUT) until that name resolves, since a headless
 # Service's records appear only once its pods exist.
 # Exit status: 2 for a bad environment or command line (the message names the
-# variable), else dtrun's.
+# variable), 1 when pod 0's name never resolved, else dtrun's.
 set -eu
 
 me=entrypoint.sh

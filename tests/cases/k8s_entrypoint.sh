@@ -19,7 +19,10 @@
 #      DT_NNODES unset; the placeholder token; no token file; no command;
 #   2. pod 1 starts first, while pod 0's name does not resolve yet (as before
 #      the Service publishes it): it waits, then both pods train together
-#      (world size 2), each on its own host.
+#      (world size 2), each on its own host;
+#   3. the dtrun command line it runs (a stand-in DTRUN prints it), the Job's
+#      name taken from the host name dtrain-1 when DT_JOB_NAME is unset, and
+#      a master name that never resolves: exit 1 after DT_JOIN_TIMEOUT.
 # Skips (exit 77) without root or network namespaces.
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || { echo "needs root for network namespaces"; exit 77; }
@@ -177,4 +180,26 @@ for k in 0 1; do
 done
 expect_grep "$WORK/pod.0" "batch 8 x 2 ranks"
 expect_grep "$WORK/pod.0" "step $steps/$steps \| loss"
+
+# The command line it gives dtrun (DTRUN: a stand-in that prints it), with
+# the Job's name taken from the host name when DT_JOB_NAME is unset.
+printf '#!/bin/sh\necho "dtrun $*"\n' >"$WORK/print-dtrun"
+chmod +x "$WORK/print-dtrun"
+pod_env 1
+no_job=()
+for e in "${pod[@]}"; do [[ $e == DT_JOB_NAME=* ]] || no_job+=("$e"); done
+ip netns exec dt1 unshare --uts sh -c 'hostname dtrain-1; exec "$@"' sh \
+    env -i "${no_job[@]}" DTRUN="$WORK/print-dtrun" "$entry" "${args[@]}" >"$WORK/cmdline" 2>&1 ||
+    { cat "$WORK/cmdline"; fail "the entry script with DTRUN=print-dtrun"; }
+expect_grep "$WORK/cmdline" "^dtrun --nnodes 2 --node-rank 1 --master dtrain-0.dtrain:29500 --token-file $WORK/secret/token --join-timeout 600 -n 1 ${args[*]}\$"
+grep "^dtrun" "$WORK/cmdline"
+refused job-name-from-host "^entrypoint.sh: DT_JOB_NAME is not set and the host name '$(uname -n)' is not JOB-1" "${no_job[@]}"
+# A Service name that never resolves: exit 1 after DT_JOIN_TIMEOUT, saying what to check.
+t0=$(now)
+ip netns exec dt1 env -i "${pod[@]}" DT_SERVICE=no-such-service DT_JOIN_TIMEOUT=2 "$entry" "${args[@]}" >"$WORK/unresolved" 2>&1
+rc=$?
+[ $rc = 1 ] || { cat "$WORK/unresolved"; fail "an unresolved master: expected exit 1, got $rc"; }
+less_than "$(elapsed "$t0")" 10 || fail "an unresolved master took $(elapsed "$t0") s with DT_JOIN_TIMEOUT=2"
+expect_grep "$WORK/unresolved" "^entrypoint.sh: dtrain-0.no-such-service did not resolve within DT_JOIN_TIMEOUT=2 s"
+tail -n 1 "$WORK/unresolved"
 echo ok
