@@ -98,7 +98,7 @@ nnodes=$(sed -n 's/^env DT_NNODES=//p' "$WORK/manifest")
 # What Kubernetes adds for every pod, besides the manifest's env.
 mkdir -p "$WORK/secret"
 echo "k8s-test-token-$$-$RANDOM" >"$WORK/secret/token"
-k8s=(PATH="$PWD/$BIN:/usr/local/bin:/usr/bin:/bin" HOME=/root KUBERNETES_SERVICE_HOST=10.96.0.1
+k8s=(PATH="$(cd "$BIN" && pwd):/usr/local/bin:/usr/bin:/bin" HOME=/root KUBERNETES_SERVICE_HOST=10.96.0.1
      KUBERNETES_SERVICE_PORT=443 KUBERNETES_PORT=tcp://10.96.0.1:443)
 # pod_env K: the environment of pod K into the array pod (the token at a
 # file of the test's).

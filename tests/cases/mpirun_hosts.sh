@@ -40,9 +40,7 @@ printf 'h0 slots=1\nh1 slots=1\n' >"$WORK/hosts"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # OpenMPI's allocations are not dtrain's: no leak report under ASan.
 export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
-echo "mpirun-hosts-token-$$-$RANDOM" >"$WORK/tok"
-DT_JOB_TOKEN=$(cat "$WORK/tok")
-export DT_JOB_TOKEN
+export DT_JOB_TOKEN="mpirun-hosts-token-$$-$RANDOM"
 # mpirun_hosts SECONDS MPIRUN-ARGS... : mpirun on host h0 (namespace dt0) with
 # one rank per host, its daemons and ranks on eth0.
 mpirun_hosts() {
@@ -51,7 +49,7 @@ mpirun_hosts() {
         mpirun -n 2 --hostfile "$WORK/hosts" --mca plm_rsh_agent "$WORK/agent" \
         --mca btl tcp,self --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 "$@"
 }
-dtrain=$PWD/$BIN/dtrain
+dtrain=$(cd "$BIN" && pwd)/dtrain
 steps=30
 args=(train --config configs/mlp.json --set "mlp_sizes=[784,64,32,10]" --set batch_size=8
       --set eval_batches=1 --set eval_interval=0 --set threads=1 --set bucket_mb=0.05)
