@@ -202,6 +202,8 @@ if [ -n "$netns_reason" ]; then
     skip netns/chaos-restarts-bit-equal "$netns_reason"
     skip netns/elastic-leave-and-rejoin "$netns_reason"
     skip netns/slurm-cluster-4-nodes "$netns_reason"
+    skip netns/mpirun-2-hosts "$netns_reason"
+    skip netns/k8s-indexed-job-2-pods "$netns_reason"
 else
     run netns/collectives-4-hosts 500 tests/cases/netns_collectives.sh
     run netns/dtbench-4-hosts 300 tests/cases/netns_dtbench.sh
@@ -211,6 +213,8 @@ else
     run netns/elastic-leave-and-rejoin 400 tests/cases/elastic.sh
     # a real Slurm cluster (its own namespaces dts*, scripts/slurm-cluster.sh)
     run netns/slurm-cluster-4-nodes 600 tests/cases/slurm_cluster.sh
+    run netns/mpirun-2-hosts 200 tests/cases/mpirun_hosts.sh
+    run netns/k8s-indexed-job-2-pods 200 tests/cases/k8s_entrypoint.sh
     # only when a netns test ran: the names dt0..dt3 may be another run's (a benchmark's)
     [ "$ran_netns" = 1 ] && scripts/netns-cluster.sh down
 fi
