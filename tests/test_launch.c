@@ -6,10 +6,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/local_ranks.h"
 #include "check.h"
 #include "comm/launch_env.h"
 #include "comm/launch_slurm.h"
 #include "dtrain/base.h"
+#include "dtrain/tensor.h"
 
 static void first_host_is(const char *list, const char *want)
 {
@@ -56,7 +58,9 @@ static const char *const slurm_vars[] = {"SLURM_PROCID",        "SLURM_NTASKS", 
                                          "DT_MASTER_PORT",      "MASTER_PORT",       "DT_JOB_TOKEN",
                                          "DT_TOKEN_FILE",       "DT_RANK",           "DT_WORLD_SIZE",
                                          "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK",
-                                         "PMI_SIZE",            "DT_BACKEND",        NULL};
+                                         "PMI_SIZE",            "DT_BACKEND",        "DT_LOCAL_WORLD_SIZE",
+                                         "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NODEID",
+                                         "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", NULL};
 
 static void clear_env(void)
 {
@@ -202,6 +206,72 @@ static void test_token_sources(const char *dir)
     unlink(path);
 }
 
+static void test_local_ranks(void)
+{
+    EXPECT_EQ(dt__slurm_tasks_on_node("4", 0), 4);
+    EXPECT_EQ(dt__slurm_tasks_on_node("2(x3),1", 0), 2);
+    EXPECT_EQ(dt__slurm_tasks_on_node("2(x3),1", 2), 2);
+    EXPECT_EQ(dt__slurm_tasks_on_node("2(x3),1", 3), 1);
+    EXPECT_EQ(dt__slurm_tasks_on_node("2(x3),1", 4), 0);
+    EXPECT_EQ(dt__slurm_tasks_on_node("3,1,4(x2)", 3), 4);
+    EXPECT_EQ(dt__slurm_tasks_on_node("2(x", 0), 0);
+    EXPECT_EQ(dt__slurm_tasks_on_node("2(y3)", 0), 0);
+    EXPECT_EQ(dt__slurm_tasks_on_node("2;3", 1), 0);
+    EXPECT_EQ(dt__slurm_tasks_on_node("", 0), 0);
+    EXPECT_EQ(dt__slurm_tasks_on_node(NULL, 0), 0);
+
+    int n;
+    const char *src;
+    clear_env();
+    EXPECT_STATUS(dt__local_ranks(&n, &src), DT_OK);
+    EXPECT_EQ(n, 1);
+    EXPECT(src == NULL);
+    /* srun: this node's count in the step's list. */
+    setenv("SLURM_PROCID", "5", 1);
+    setenv("SLURM_STEP_TASKS_PER_NODE", "4(x2),2", 1);
+    setenv("SLURM_TASKS_PER_NODE", "8(x2)", 1);
+    setenv("SLURM_NODEID", "2", 1);
+    EXPECT_STATUS(dt__local_ranks(&n, &src), DT_OK);
+    EXPECT_EQ(n, 2);
+    EXPECT(src && strcmp(src, "SLURM_STEP_TASKS_PER_NODE") == 0);
+    setenv("SLURM_NODEID", "1", 1);
+    EXPECT_STATUS(dt__local_ranks(&n, &src), DT_OK);
+    EXPECT_EQ(n, 4);
+    EXPECT_EQ(dt_local_ranks(), 4);
+    unsetenv("SLURM_STEP_TASKS_PER_NODE"); /* the job's list, as in the batch script */
+    EXPECT_STATUS(dt__local_ranks(&n, &src), DT_OK);
+    EXPECT_EQ(n, 0 + 8);
+    setenv("SLURM_TASKS_PER_NODE", "garbage", 1); /* unreadable: the option's count, else 1 */
+    EXPECT_STATUS(dt__local_ranks(&n, &src), DT_OK);
+    EXPECT_EQ(n, 1);
+    setenv("SLURM_NTASKS_PER_NODE", "3", 1);
+    EXPECT_STATUS(dt__local_ranks(&n, &src), DT_OK);
+    EXPECT_EQ(n, 3);
+    /* mpirun's and dtrun's own counts come first. */
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "6", 1);
+    EXPECT_STATUS(dt__local_ranks(&n, &src), DT_OK);
+    EXPECT_EQ(n, 6);
+    setenv("DT_LOCAL_WORLD_SIZE", "7", 1);
+    EXPECT_STATUS(dt__local_ranks(&n, &src), DT_OK);
+    EXPECT_EQ(n, 7);
+    setenv("DT_LOCAL_WORLD_SIZE", "7x", 1);
+    EXPECT_STATUS(dt__local_ranks(&n, &src), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "DT_LOCAL_WORLD_SIZE");
+    EXPECT_EQ(dt_local_ranks(), 1);
+
+    /* The rank's dt__launch_env carries the same count, at most the world. */
+    set_srun_task();
+    setenv("SLURM_STEP_TASKS_PER_NODE", "2(x2)", 1);
+    setenv("SLURM_NODEID", "0", 1);
+    dt__launch_env e;
+    EXPECT_STATUS(dt__launch_env_read(&e), DT_OK);
+    EXPECT_EQ(e.local_size, 2);
+    setenv("SLURM_STEP_TASKS_PER_NODE", "9", 1);
+    EXPECT_STATUS(dt__launch_env_read(&e), DT_OK);
+    EXPECT_EQ(e.local_size, 4);
+    clear_env();
+}
+
 int main(void)
 {
     char dir[] = "/tmp/dtrain-test-launch.XXXXXX";
@@ -212,6 +282,7 @@ int main(void)
     test_first_host();
     test_srun_defaults();
     test_token_sources(dir);
+    test_local_ranks();
     rmdir(dir);
     return CHECK_DONE("test_launch");
 }

@@ -69,10 +69,15 @@ int dt_cores_available(void);
 /* 1 when this process may use fewer CPUs than its parent: its launcher bound
  * it (dtrun --bind auto, mpirun, srun), so those CPUs are this rank's own. */
 int dt_cpus_bound(void);
+/* The ranks on this host as the launcher says: DT_LOCAL_WORLD_SIZE (dtrun),
+ * OMPI_COMM_WORLD_LOCAL_SIZE (mpirun), MPI_LOCALNRANKS (PMI) or, under srun,
+ * the step's tasks on this node (SLURM_STEP_TASKS_PER_NODE and SLURM_NODEID);
+ * 1 when none says (or DT_LOCAL_WORLD_SIZE is malformed). */
+int dt_local_ranks(void);
 /* The thread count when none is set: DT_THREADS when set above 0; else the
- * cores available divided by DT_LOCAL_WORLD_SIZE (the ranks on this host), at least
- * 1 (torchrun's rule); a process its launcher bound (dt_cpus_bound) takes
- * its CPUs.  DT_ERR_INVALID naming a malformed DT_THREADS or
+ * cores available divided by the ranks on this host (dt_local_ranks), at
+ * least 1 (torchrun's rule); a process its launcher bound (dt_cpus_bound)
+ * takes its CPUs.  DT_ERR_INVALID naming a malformed DT_THREADS or
  * DT_LOCAL_WORLD_SIZE.  *source (may be NULL) says which rule gave it. */
 dt_status dt_threads_default(int *n, const char **source);
 

@@ -8,20 +8,21 @@
 #include <unistd.h>
 
 #include "base/env.h"
+#include "base/local_ranks.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "comm/launch_slurm.h"
 
+/* The ranks on this host come from dt__local_ranks (base/local_ranks.c). */
 typedef struct {
-    const char *launcher, *rank, *size, *local_rank, *local_size;
+    const char *launcher, *rank, *size, *local_rank;
 } source;
 
 static const source sources[] = {
-    {"dtrun", "DT_RANK", "DT_WORLD_SIZE", "DT_LOCAL_RANK", "DT_LOCAL_WORLD_SIZE"},
-    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-     "OMPI_COMM_WORLD_LOCAL_SIZE"},
-    {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
-    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+    {"dtrun", "DT_RANK", "DT_WORLD_SIZE", "DT_LOCAL_RANK"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
 };
 
 static dt_status read_int(const char *name, int64_t min, int64_t max, int fallback, int *out)
@@ -100,9 +101,9 @@ dt_status dt__launch_env_read(dt__launch_env *e)
         DT_CHECK(read_int(s->size, 1, 1 << 20, 1, &e->size));
         DT_CHECK(read_int(s->rank, 0, e->size - 1, 0, &e->rank));
         DT_CHECK(read_int(s->local_rank, 0, e->size - 1, 0, &e->local_rank));
-        /* Slurm's per-node count may read "4(x2)"; only trust a plain number. */
-        if (read_int(s->local_size, 1, e->size, 1, &e->local_size) != DT_OK)
-            e->local_size = 1;
+        DT_CHECK(dt__local_ranks(&e->local_size, NULL));
+        if (e->local_size > e->size)
+            e->local_size = e->size;
         break;
     }
     /* Under srun, without DT_MASTER_ADDR/MASTER_ADDR and DT_MASTER_PORT/

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/env.h"
+#include "base/local_ranks.h"
 #include "base/status.h"
 #include "dtrain/tensor.h"
 
@@ -79,6 +80,12 @@ static int available_cores(void)
 
 int dt_cores_available(void) { return available_cores(); }
 
+int dt_local_ranks(void)
+{
+    int n = 1;
+    return dt__local_ranks(&n, NULL) == DT_OK ? n : 1;
+}
+
 int dt_cpus_bound(void)
 {
     /* The launcher (our parent) may use more CPUs than it gave us: then it
@@ -90,7 +97,8 @@ int dt_cpus_bound(void)
 
 dt_status dt_threads_default(int *n, const char **source)
 {
-    int64_t v = 0, local = 1;
+    int64_t v = 0;
+    int local = 1;
     if (dt__env_str("DT_THREADS")) {
         if (dt__env_int("DT_THREADS", 0, MAX_THREADS, &v) != DT_OK)
             return DT_ERR_INVALID;
@@ -101,14 +109,14 @@ dt_status dt_threads_default(int *n, const char **source)
             return DT_OK;
         }
     }
-    if (dt__env_str("DT_LOCAL_WORLD_SIZE") && dt__env_int("DT_LOCAL_WORLD_SIZE", 1, 1 << 16, &local) != DT_OK)
+    if (dt__local_ranks(&local, NULL) != DT_OK)
         return DT_ERR_INVALID;
     /* A rank its launcher bound to some CPUs (dtrun --bind auto, mpirun,
      * srun) has its share already: its affinity.  Otherwise the ranks on this
      * host share its cores, as torchrun's OMP_NUM_THREADS default. */
     int cores = available_cores();
     bool bound = dt_cpus_bound();
-    int share = bound ? cores : cores / (int)local;
+    int share = bound ? cores : cores / local;
     *n = share < 1 ? 1 : share > MAX_THREADS ? MAX_THREADS : share;
     if (source)
         *source = bound ? "the cores this rank is bound to" : local > 1 ? "the cores / local ranks" : "the cores";

@@ -73,6 +73,19 @@ else
     [ "$warnings" = 0 ] || { cat "$WORK/t4.out"; fail "an oversubscription warning with $per threads x 4 ranks on $cores cores"; }
 fi
 echo "dtrun -n 4 on $cores cores: $per thread(s) per rank, $warnings warning(s)"
+# the same 4 ranks started as srun starts them (no DT_* variables): Slurm's
+# count of tasks on this node divides the cores, and one rank warns
+port=$(free_port) pids=()
+for r in 0 1 2 3; do
+    env -u DT_RANK -u DT_WORLD_SIZE -u DT_LOCAL_RANK -u DT_LOCAL_WORLD_SIZE -u DT_THREADS SLURM_PROCID=$r SLURM_NTASKS=4 \
+        SLURM_LOCALID=$r SLURM_NODEID=0 SLURM_STEP_TASKS_PER_NODE=4 SLURM_STEP_NODELIST=localhost SLURM_JOB_ID=1 \
+        DT_MASTER_PORT=$port DT_JOB_TOKEN=tok-$port "$T" train "${MLP[@]}" --set batch_size=16 >"$WORK/s4.$r" 2>&1 &
+    pids+=($!)
+done
+for r in 0 1 2 3; do wait ${pids[$r]} || { cat "$WORK/s4.$r"; fail "srun-style rank $r"; }; done
+cat "$WORK"/s4.* >"$WORK/s4.out"
+expect_grep "$WORK/s4.0" " $per threads? per rank \(from the cores / local ranks\)"
+[ "$(grep -c "oversubscribed" "$WORK/s4.out")" = "$warnings" ] || { cat "$WORK/s4.out"; fail "srun-style: expected $warnings oversubscription warning(s)"; }
 
 # timestamps: progress lines and library log lines
 "$T" train "${MLP[@]}" >"$WORK/ts.out" 2>&1 || fail "train"

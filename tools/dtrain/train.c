@@ -332,8 +332,12 @@ static dt_status choose_threads(const dtrain_config *c, const char **source)
         fprintf(stderr, "dtrain: threads: %s\n", dt_last_error());
         return DT_ERR_INVALID;
     }
-    const char *lws = getenv("DT_LOCAL_WORLD_SIZE"), *lr = getenv("DT_LOCAL_RANK");
-    long local = lws && *lws ? atol(lws) : 1, cores = dt_cores_available();
+    /* The host's first rank warns: its local rank from whichever launcher started it. */
+    const char *lr = getenv("DT_LOCAL_RANK");
+    for (const char *const *v = (const char *const[]){"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", NULL};
+         *v && !(lr && *lr); v++)
+        lr = getenv(*v);
+    long local = dt_local_ranks(), cores = dt_cores_available();
     int mine = (int)cores;
     bool bound = dt_cpus_bound(); /* (dtrun --bind auto): its own CPUs; else this host's ranks share them */
     bool over = bound ? n > mine : (long)n * local > cores;
