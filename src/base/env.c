@@ -34,6 +34,7 @@ static const dt__tunable tunables[] = {
     {"DT_SHM_COLL", "auto", "collectives of ranks that all share one host run through a shared arena instead of messages: auto or off"},
     {"DT_SHM_COLL_SLOT", "524288", "bytes per rank and round of the shared-memory collectives' arena, a multiple of 4096 (the arena takes 2 x ranks x this of /dev/shm)"},
     {"DT_SHM_SPIN_US", "50", "microseconds a rank polls its shared-memory rings before sleeping"},
+    {"DT_POOL_SPIN_US", "100", "microseconds an idle compute thread keeps looking for the next parallel section (yielding its core) before sleeping; 0 when the host's ranks x threads outnumber its cores"},
     {"DT_POLL_SPIN_US", "200", "with peers over TCP: microseconds a blocking call keeps looking at its sockets (yielding the core between looks) before sleeping in poll; 0: sleep at once"},
     {"DT_IFADDR", NULL, "IPv4 address to listen on for peers (default: the one that reaches the store)"},
     {"DT_BUCKET_MB", NULL, "data parallel: MiB of gradients per allreduce bucket (default: 25, or an eighth of the gradients when that is smaller, but at least 1)"},
@@ -108,7 +109,7 @@ dt_status dt_env_check(void)
         const char *name;
         int64_t min, max;
     } ints[] = {{"DT_THREADS", 0, 256}, {"DT_RESTART", 0, 1LL << 30}, {"DT_LOCAL_WORLD_SIZE", 1, 1 << 16},
-                   {"DT_PS_SERVERS", 0, 1 << 20}};
+                   {"DT_PS_SERVERS", 0, 1 << 20}, {"DT_POOL_SPIN_US", 0, 1000000}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (dt__env_str(ints[i].name) && dt__env_int(ints[i].name, ints[i].min, ints[i].max, &v) != DT_OK)
             return DT_ERR_INVALID;
