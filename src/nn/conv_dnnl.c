@@ -33,6 +33,7 @@
 #include "base/env.h"
 #include "base/status.h"
 #include "dtrain/tensor.h"
+#include "tensor/threads.h"
 
 bool dt__conv_dnnl_enabled(void)
 {
@@ -221,6 +222,7 @@ static dt_status entry_get(dt__conv_dnnl **cache, const char *name, const dt__co
      * second OpenMP thread spinning). */
     int threads = dt_get_threads();
     omp_set_num_threads(threads);
+    dt__pool_park(); /* the pool's idle workers leave oneDNN's team the cores */
     dt__conv_dnnl *c = *cache;
     if (!c) {
         if (!(c = calloc(1, sizeof *c)))

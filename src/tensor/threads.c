@@ -39,6 +39,7 @@ static struct {
     int started;  /* workers running */
     _Atomic uint64_t generation;
     _Atomic int pending;  /* workers still running the current job */
+    _Atomic bool parked;  /* dt__pool_park: stop spinning until the next job */
     int sleepers;         /* workers waiting on `work` (under mu) */
     uint64_t spawn_generation; /* the generation new workers start after (under mu) */
     _Atomic int64_t spin_ns; /* how long to look before sleeping */
@@ -58,6 +59,14 @@ static bool job_arrived(void *arg)
 {
     return atomic_load_explicit(&pool.generation, memory_order_acquire) != ((new_job *)arg)->seen;
 }
+
+/* What a spinning worker looks for: a job, or being told to sleep. */
+static bool job_or_parked(void *arg)
+{
+    return job_arrived(arg) || atomic_load_explicit(&pool.parked, memory_order_relaxed);
+}
+
+void dt__pool_park(void) { atomic_store_explicit(&pool.parked, true, memory_order_relaxed); }
 
 static bool workers_done(void *arg)
 {
@@ -91,7 +100,7 @@ static void *worker(void *arg)
     pthread_mutex_unlock(&pool.mu);
     inside_pool = true;
     for (;;) {
-        if (!dt__spin_until(job_arrived, &wait, spin_ns(), false, 8)) {
+        if (!dt__spin_until(job_or_parked, &wait, spin_ns(), false, 8) || !job_arrived(&wait)) {
             /* The caller bumps the generation, then looks at `sleepers`
              * under mu; a worker counts itself, then looks at the generation
              * under mu: one of them sees the other, so no wake-up is lost. */
@@ -240,6 +249,7 @@ void dt__parallel_for(int64_t n, int64_t grain, dt__range_fn fn, void *arg)
     pool.chunk = (n + chunks - 1) / chunks;
     /* Every started worker runs its chunk index (empty beyond n). */
     atomic_store_explicit(&pool.pending, pool.started, memory_order_relaxed);
+    atomic_store_explicit(&pool.parked, false, memory_order_relaxed);
     atomic_fetch_add_explicit(&pool.generation, 1, memory_order_release);
     if (pool.sleepers > 0)
         pthread_cond_broadcast(&pool.work);

@@ -13,5 +13,9 @@ typedef void (*dt__range_fn)(int64_t begin, int64_t end, void *arg);
 void dt__parallel_for(int64_t n, int64_t grain, dt__range_fn fn, void *arg);
 /* True on a thread that is running a parallel_for chunk (nested calls run inline). */
 bool dt__in_parallel(void);
+/* Another library's threads (oneDNN's OpenMP team) are about to compute:
+ * idle pool workers stop looking for work and sleep at once, leaving them
+ * the cores, until the next parallel_for. */
+void dt__pool_park(void);
 
 #endif
