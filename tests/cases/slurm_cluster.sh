@@ -7,7 +7,9 @@
 #   2. a node killed mid-job fails the job, and its output names the dead
 #      rank and node;
 #   3. the same with --requeue: Slurm runs the job again on the nodes that
-#      are up and it resumes from its newest checkpoint to the end.
+#      are up and it resumes from its newest checkpoint to the end;
+#   4. a rank killed on a node that stays up, under --requeue: the sbatch
+#      script requeues the job itself (scontrol requeue) and it resumes.
 # Installs slurm-wlm and munge when they are missing (root); skips (exit 77)
 # without root, network namespaces or the packages.
 . "$(dirname "$0")/lib.sh"
@@ -118,4 +120,24 @@ expect_grep "$out" "resumed from .*/ckpt-$job/step-0000[1-7]000 at step [1-7]000
 expect_grep "$out" "step 8000/8000"
 expect_grep "$out" "train.sbatch: job $job finished"
 echo "job $job: requeued after n1 died, $(grep -o 'resumed from .* at step [0-9]*' "$out"), finished"
+
+# ---- 4. a rank that crashes while its node stays up, under --requeue: Slurm
+# sees only a failed step, so train.sbatch requeues the job itself ----
+job=$(submit --requeue -- --set steps=8000 --set checkpoint_interval=1000)
+out=$sub/dtrain-$job.out
+wait_log "$job" "checkpoint .*step-00001000" 120
+# n1 is down: the job runs on n[0,2-4], rank 3 on n4.
+victim=""
+for p in $(ip netns pids dts4); do [ "$(cat "/proc/$p/comm" 2>/dev/null)" = dtrain ] && victim=$p; done
+[ -n "$victim" ] || { cat "$out"; fail "no dtrain process on n4"; }
+kill -9 "$victim"
+wait_done "$job" 300
+[ "$(field "$job" JobState)" = COMPLETED ] || { cat "$out"; fail "job $job ended $(field "$job" JobState) after its rank crashed"; }
+[ "$(field "$job" Restarts)" = 1 ] || { cat "$out"; fail "job $job restarted $(field "$job" Restarts) times, expected 1"; }
+expect_grep "$out" "n4: task 3: Killed"
+expect_grep "$out" "train.sbatch: requeueing job $job \(restart 1 of 3\)"
+expect_grep "$out" "train.sbatch: job $job run 2 on n\[0,2-4\]"
+expect_grep "$out" "resumed from .*/ckpt-$job/step-0000[1-7]000 at step [1-7]000"
+expect_grep "$out" "train.sbatch: job $job finished"
+echo "job $job: rank 3 killed on n4, the script requeued it, $(grep -o 'resumed from .* at step [0-9]*' "$out"), finished"
 echo ok
