@@ -64,6 +64,8 @@ BIG=524288; [ "$QUICK" = 1 ] && BIG=65536
 
 # ---- unit tests ----
 run unit/base 60 "$BIN/test_base"
+run gpu/kernels-vs-cpu 300 tests/cases/gpu_kernels.sh
+run gpu/trajectory-vs-cpu 600 tests/gpu/trajectory.sh "$BIN"
 run unit/algorithm-choice 30 "$BIN/test_algo"
 run unit/transport 120 "$BIN/test_transport"
 run unit/network-faults 120 "$BIN/test_netfaults"

@@ -126,6 +126,24 @@ void dt_param_touch_all(dt_params *p, int index);
  * row count with *rows = NULL (every row).  -1 (and NULL) for a parameter
  * that is not row-sparse. */
 int64_t dt_param_touched_rows(dt_params *p, int index, const int64_t **rows);
+/* ---- parameters on a device ----
+ * dt_params_to_device moves a finalized registry of whole, dense parameters
+ * (flat buffers, nothing bound elsewhere) to device d: the values are
+ * copied there and the gradients zeroed there; dt_param_value/grad then give
+ * device pointers, which the layers use.  dt_params_values/grads keep
+ * naming the host's flat buffers, a copy of the values that is current
+ * after dt_params_download (checkpoints, evaluation on the host) and is
+ * sent back by dt_params_upload (after a checkpoint is loaded into it).
+ * The cpu device (or NULL) is a no-op. */
+dt_status dt_params_to_device(dt_params *p, const dt_device *d);
+/* The registry's device (the cpu one when it was never moved). */
+const dt_device *dt_params_device(const dt_params *p);
+/* The flat buffers the layers and the optimizer use: the device's, or the
+ * host's on cpu. */
+float *dt_params_device_values(dt_params *p);
+float *dt_params_device_grads(dt_params *p);
+dt_status dt_params_download(dt_params *p);
+dt_status dt_params_upload(dt_params *p);
 /* Called with each parameter index as its gradient becomes final. */
 void dt_params_on_grad_ready(dt_params *p, dt_grad_ready_fn fn, void *user);
 void dt_params_grad_ready(dt_params *p, int index);
@@ -154,6 +172,10 @@ typedef struct {
      * and dt_model_backward(_chunk) from dt_model_set_precision: DT_F32, or
      * DT_BF16 (operands rounded to bf16, sums in f32: dt_sgemm_bf16_ld). */
     dt_dtype compute;
+    /* The compute backend (dt_device) of the model running, set by
+     * dt_model_forward/backward(_chunk): every buffer the layers touch is
+     * its memory. */
+    const struct dt_compute_ops *ops;
 } dt_ctx;
 /* Number of records on a context's stack (0 once every backward has run). */
 int dt_ctx_saved_depth(const dt_ctx *ctx);
@@ -374,6 +396,15 @@ dt_status dt_cnn_create(int64_t size, int64_t c1, int64_t c2, int64_t classes, d
 dt_status dt_textclf_create(const dt_textclf_config *cfg, dt_model **out);
 
 dt_params *dt_model_params(dt_model *m);
+/* Run the model on device d (dt_device_open): its parameters move there
+ * (dt_params_to_device; initialise or load them first), and forward,
+ * backward and loss run there.  The model's input x (token ids, features)
+ * and the loss's targets stay host memory and are copied in; the outputs,
+ * the gradients and ctx->arena (dt_arena_create_on) are the device's.  Not
+ * yet for tensor-parallel models.  The cpu device is a no-op. */
+dt_status dt_model_to_device(dt_model *m, const dt_device *d);
+/* The model's device (the cpu one unless moved). */
+const dt_device *dt_model_device(const dt_model *m);
 /* Number of blocks in this model (hi - lo). */
 int dt_model_num_layers(const dt_model *m);
 /* The blocks' range in the whole model's numbering (of a model holding

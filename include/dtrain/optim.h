@@ -113,6 +113,19 @@ int64_t dt_optimizer_state_floats(const dt_optimizer *o, bool *on_disk);
 /* Bytes an offloaded optimizer read and wrote so far (0 when not). */
 void dt_optimizer_offload_io(const dt_optimizer *o, uint64_t *read, uint64_t *written);
 
+/* Keep the state on device d (SGD and AdamW; the cpu device or NULL is a
+ * no-op) and run the updates there: param and grad given to the update
+ * calls are then the device's (dt_params_device_values/grads).  The state
+ * read through dt_optimizer_state(_buffers) is a host copy made current by
+ * the call; what is written into it is sent back before the next update
+ * (a checkpoint loaded into it). */
+struct dt_compute_ops;
+dt_status dt_optimizer_set_device(dt_optimizer *o, const struct dt_compute_ops *d);
+/* The optimizer's device (the cpu one unless set). */
+const struct dt_compute_ops *dt_optimizer_device(const dt_optimizer *o);
+/* Copy the device's state into the host's copy (a no-op on the cpu). */
+dt_status dt_optimizer_download(dt_optimizer *o);
+
 /* Steps taken so far (AdamW's bias correction uses it). */
 int64_t dt_optimizer_steps(const dt_optimizer *o);
 /* The state as one flat array (SGD: momentum; AdamW: m then v; Adagrad:

@@ -33,9 +33,38 @@ typedef struct {
 dt_tensor dt_tensor_view(float *data, int ndim, const int64_t *shape);
 int64_t dt_tensor_numel(const dt_tensor *t);
 
+/* ---- devices: where tensors live and kernels run ----
+ * A device is a compute backend (src/tensor/backend.h): "cpu" (the host:
+ * OpenBLAS and dtrain's threaded kernels) or "cuda" (an NVIDIA GPU: cuBLASLt
+ * and dtrain's CUDA kernels, in builds with DT_CUDA).  Every tensor, arena
+ * and parameter buffer belongs to one device; layers run on the device of
+ * the model they belong to (dt_model_to_device). */
+typedef struct dt_compute_ops dt_device;
+/* "cpu", "cuda" (GPU 0, or DT_LOCAL_RANK's GPU modulo the GPUs visible) or
+ * "cuda:N".  DT_ERR_INVALID naming the problem: an unknown name, a build
+ * without CUDA (configure with -DDT_CUDA=ON), no GPU or driver, an index out
+ * of range.  The device lives as long as the process. */
+dt_status dt_device_open(const char *spec, const dt_device **out);
+/* "cpu" or "cuda". */
+const char *dt_device_name(const dt_device *d);
+/* True for the host (its memory is plain pointers). */
+bool dt_device_is_host(const dt_device *d);
+/* One line naming the hardware: "NVIDIA H200, 139.8 GiB, sm_90, ..." or the CPU's BLAS kernels. */
+dt_status dt_device_describe(const dt_device *d, char *buf, size_t n);
+/* Wait for the device's queued work; the first error of an asynchronous kernel. */
+dt_status dt_device_sync(const dt_device *d);
+/* cuda: let f32 matrix products use TF32 tensor cores (off by default:
+ * f32 results then agree with the cpu to f32 rounding).  No-op on cpu. */
+dt_status dt_device_set_tf32(const dt_device *d, bool on);
+/* Copies between host memory and the device's (plain memcpy on cpu). */
+dt_status dt_device_upload(const dt_device *d, void *dst, const void *host_src, size_t bytes);
+dt_status dt_device_download(const dt_device *d, void *host_dst, const void *src, size_t bytes);
+
 /* ---- activation arena: a bump allocator reset once per step ---- */
 typedef struct dt_arena dt_arena;
 dt_status dt_arena_create(dt_arena **out);
+/* An arena whose memory is the device's (NULL or cpu: the host's, as dt_arena_create). */
+dt_status dt_arena_create_on(const dt_device *d, dt_arena **out);
 /* Uninitialised floats valid until the next reset; NULL when out of memory.
  * Earlier allocations never move.  Most layers overwrite their whole output,
  * so the arena does not pay to clear it; dt_arena_calloc clears. */

@@ -1,7 +1,6 @@
-/* Element-wise activations: ReLU and GELU (tanh approximation).
- * This file is compiled with -O3 -ffast-math (CMakeLists.txt) so that the
- * GELU loops call glibc's vectorised tanhf (libmvec): scalar tanhf was a
- * quarter of gpt-mini's step time.  The forward keeps tanh for the backward. */
+/* Element-wise activations: ReLU and GELU (tanh approximation), on the
+ * context's backend (the cpu kernels are in src/tensor/cpu_activations.c).
+ * The forward keeps GELU's tanh for the backward. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,9 +9,6 @@
 #include "dtrain/nn.h"
 #include "nn/layer.h"
 #include "nn/saved.h"
-#include "tensor/threads.h"
-
-#define GRAIN 16384
 
 typedef struct {
     dt_layer base;
@@ -23,54 +19,6 @@ typedef struct {
     dt_tensor x;
     float *tanh_u; /* gelu: tanh of the inner polynomial */
 } act_saved;
-
-typedef struct {
-    const float *x, *dy;
-    float *out, *t;
-} act_args;
-
-static void relu_fwd(int64_t b, int64_t e, void *p)
-{
-    act_args *a = p;
-    const float *restrict x = a->x;
-    float *restrict out = a->out;
-    for (int64_t i = b; i < e; i++)
-        out[i] = x[i] > 0 ? x[i] : 0;
-}
-
-static void relu_bwd(int64_t b, int64_t e, void *p)
-{
-    act_args *a = p;
-    const float *restrict x = a->x, *restrict dy = a->dy;
-    float *restrict out = a->out;
-    for (int64_t i = b; i < e; i++)
-        out[i] = x[i] > 0 ? dy[i] : 0;
-}
-
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_C 0.044715f
-
-static void gelu_fwd(int64_t b, int64_t e, void *p)
-{
-    act_args *a = p;
-    const float *restrict x = a->x;
-    float *restrict out = a->out, *restrict t = a->t;
-    for (int64_t i = b; i < e; i++)
-        t[i] = tanhf(GELU_K * (x[i] + GELU_C * x[i] * x[i] * x[i]));
-    for (int64_t i = b; i < e; i++)
-        out[i] = 0.5f * x[i] * (1.0f + t[i]);
-}
-
-static void gelu_bwd(int64_t b, int64_t e, void *p)
-{
-    act_args *a = p;
-    const float *restrict x = a->x, *restrict t = a->t, *restrict dy = a->dy;
-    float *restrict out = a->out;
-    for (int64_t i = b; i < e; i++) {
-        float du = GELU_K * (1.0f + 3.0f * GELU_C * x[i] * x[i]);
-        out[i] = dy[i] * (0.5f * (1.0f + t[i]) + 0.5f * x[i] * (1.0f - t[i] * t[i]) * du);
-    }
-}
 
 static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
@@ -85,8 +33,10 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     sv->tanh_u = A->gelu ? dt_arena_alloc(ctx->arena, n) : NULL;
     if (!y->data || (A->gelu && !sv->tanh_u))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    act_args a = {.x = x->data, .out = y->data, .t = sv->tanh_u};
-    dt__parallel_for(n, GRAIN, A->gelu ? gelu_fwd : relu_fwd, &a);
+    if (A->gelu)
+        dt__ops(ctx)->gelu_fwd(y->data, sv->tanh_u, x->data, n);
+    else
+        dt__ops(ctx)->relu_fwd(y->data, x->data, n);
     return DT_OK;
 }
 
@@ -102,8 +52,10 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
     *dx = sv->x;
     if (!(dx->data = dt_arena_alloc(ctx->arena, n)))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    act_args a = {.x = sv->x.data, .dy = dy->data, .out = dx->data, .t = sv->tanh_u};
-    dt__parallel_for(n, GRAIN, A->gelu ? gelu_bwd : relu_bwd, &a);
+    if (A->gelu)
+        dt__ops(ctx)->gelu_bwd(dx->data, dy->data, sv->x.data, sv->tanh_u, n);
+    else
+        dt__ops(ctx)->relu_bwd(dx->data, dy->data, sv->x.data, n);
     return DT_OK;
 }
 
@@ -133,4 +85,9 @@ dt_status dt_gelu_create(const char *name, dt_layer **l) { return create(name, 1
 void dt_residual_add(const dt_tensor *a, const dt_tensor *b, dt_tensor *y)
 {
     dt_vec_add(y->data, a->data, b->data, dt_tensor_numel(a));
+}
+
+void dt__residual_add(const dt_ctx *ctx, const dt_tensor *a, const dt_tensor *b, dt_tensor *y)
+{
+    dt__ops(ctx)->add(y->data, a->data, b->data, dt_tensor_numel(a));
 }

@@ -21,7 +21,6 @@
 #include "nn/layer.h"
 #include "nn/saved.h"
 #include "nn/tp.h"
-#include "tensor/threads.h"
 
 typedef struct {
     dt_layer base;
@@ -33,65 +32,9 @@ typedef struct {
 typedef struct {
     int64_t B, T;
     const float *qkv; /* c_attn's output [B, T, 3 DL], kept in the arena: q, k, v read in place */
-    float *p;         /* [B, H, T, T] */
+    float *p;         /* what the backend keeps: [B, H, T, T] probabilities (cpu), [B, H, T] log-sum-exp (cuda) */
+    const float *out; /* the merged heads [B, T, DL] */
 } attn_saved;
-
-/* Causal attention skips the products above the diagonal: rows are taken in
- * blocks of CAUSAL_ROWS, and a block ending at row r needs keys 0..r only
- * (at T = 128 that is 3/4 of the full products). */
-#define CAUSAL_ROWS 64
-
-/* The (batch, head) pairs are independent: the compute threads take ranges
- * of them, each head's small products running single-threaded. */
-typedef struct {
-    attention *A;
-    attn_saved *S;
-    const dt_ctx *ctx; /* its precision */
-    float *merged; /* forward: [B, T, D] */
-    const float *dmerged;
-    float *dqkv, *dP; /* backward: [B, T, 3D], [B, H, T, T] */
-} heads_args;
-
-/* Row i of P holds scores for keys 0..cols-1 (cols > i); only 0..i count. */
-static void softmax_causal(float *P, int64_t T, int64_t i0, int64_t i1)
-{
-    for (int64_t i = i0; i < i1; i++) {
-        float *row = P + i * T, mx = row[0];
-        for (int64_t j = 1; j <= i; j++)
-            mx = row[j] > mx ? row[j] : mx;
-        double sum = 0;
-        for (int64_t j = 0; j <= i; j++) {
-            row[j] = expf(row[j] - mx);
-            sum += row[j];
-        }
-        float inv = (float)(1.0 / sum);
-        for (int64_t j = 0; j <= i; j++)
-            row[j] *= inv;
-        for (int64_t j = i + 1; j < T; j++)
-            row[j] = 0.0f; /* causal mask */
-    }
-}
-
-static void forward_heads(int64_t begin, int64_t end, void *arg)
-{
-    heads_args *a = arg;
-    attention *A = a->A;
-    attn_saved *S = a->S;
-    int64_t T = S->T, D = A->dl, H = A->heads, hd = A->hd, ld = 3 * D;
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int64_t bh = begin; bh < end; bh++) {
-        int64_t b = bh / H, h = bh % H;
-        const float *q = S->qkv + b * T * ld + h * hd, *k = q + D, *v = q + 2 * D; /* row stride 3 DL */
-        float *P = S->p + (size_t)(bh * T * T), *o = a->merged + b * T * D + h * hd;
-        for (int64_t i0 = 0; i0 < T; i0 += CAUSAL_ROWS) {
-            int64_t rows = T - i0 < CAUSAL_ROWS ? T - i0 : CAUSAL_ROWS, keys = i0 + rows;
-            dt__gemm(a->ctx, 0, 1, rows, keys, hd, scale, q + i0 * ld, ld, k, ld, 0.0f, P + i0 * T, T);
-            softmax_causal(P, T, i0, i0 + rows);
-            /* O = P V, written straight into its columns of merged */
-            dt__gemm(a->ctx, 0, 0, rows, hd, keys, 1.0f, P + i0 * T, T, v, ld, 0.0f, o + i0 * D, D);
-        }
-    }
-}
 
 static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
@@ -108,53 +51,15 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     S->B = B;
     S->T = T;
     S->qkv = qkv.data;
-    S->p = dt_arena_alloc(ctx->arena, B * H * T * T);
+    const dt_compute_ops *ops = dt__ops(ctx);
+    S->p = dt_arena_alloc(ctx->arena, ops->attn_saved_floats(B, H, T));
     float *merged = dt_arena_alloc(ctx->arena, B * T * D);
     if (!S->p || !merged)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    dt__parallel_for(B * H, 1, forward_heads, &(heads_args){.A = A, .S = S, .ctx = ctx, .merged = merged});
+    S->out = merged;
+    ops->attn_fwd(ctx->compute, merged, S->p, qkv.data, B, T, H, A->hd);
     dt_tensor m = dt_tensor_view(merged, 3, (int64_t[]){B, T, D});
     return A->c_proj->ops->forward(A->c_proj, ctx, &m, y);
-}
-
-static void backward_heads(int64_t begin, int64_t end, void *arg)
-{
-    heads_args *a = arg;
-    attention *A = a->A;
-    const attn_saved *S = a->S;
-    int64_t T = S->T, D = A->dl, H = A->heads, hd = A->hd, ld = 3 * D;
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int64_t bh = begin; bh < end; bh++) {
-        int64_t b = bh / H, h = bh % H;
-        const float *q = S->qkv + b * T * ld + h * hd, *k = q + D, *v = q + 2 * D;
-        const float *P = S->p + (size_t)(bh * T * T);
-        float *dP = a->dP + (size_t)(bh * T * T);
-        const float *dO = a->dmerged + b * T * D + h * hd; /* this head's columns, row stride D */
-        float *dq = a->dqkv + b * T * ld + h * hd, *dk = dq + D, *dv = dq + 2 * D; /* row stride 3D */
-        /* Row blocks from the last (which spans every key) to the first, so
-         * that the first product into dK and dV sets them and the rest add. */
-        int64_t last = (T - 1) / CAUSAL_ROWS * CAUSAL_ROWS;
-        for (int64_t i0 = last; i0 >= 0; i0 -= CAUSAL_ROWS) {
-            int64_t rows = T - i0 < CAUSAL_ROWS ? T - i0 : CAUSAL_ROWS, keys = i0 + rows;
-            float beta = i0 == last ? 0.0f : 1.0f;
-            float *g = dP + i0 * T;
-            const float *pr = P + i0 * T;
-            dt__gemm(a->ctx, 0, 1, rows, keys, hd, 1.0f, dO + i0 * D, D, v, ld, 0.0f, g, T); /* dP = dO V^T */
-            dt__gemm(a->ctx, 1, 0, keys, hd, rows, 1.0f, pr, T, dO + i0 * D, D, beta, dv, ld); /* dV += P^T dO */
-            for (int64_t r = 0; r < rows; r++) { /* dS = P * (dP - sum_j dP P), scaled */
-                int64_t i = i0 + r;
-                float *gr = g + r * T;
-                const float *prr = pr + r * T;
-                double dot = 0;
-                for (int64_t j = 0; j <= i; j++)
-                    dot += (double)gr[j] * prr[j];
-                for (int64_t j = 0; j < keys; j++)
-                    gr[j] = j <= i ? prr[j] * (gr[j] - (float)dot) * scale : 0.0f;
-            }
-            dt__gemm(a->ctx, 0, 0, rows, hd, keys, 1.0f, g, T, k, ld, 0.0f, dq + i0 * ld, ld); /* dQ = dS K */
-            dt__gemm(a->ctx, 1, 0, keys, hd, rows, 1.0f, g, T, q + i0 * ld, ld, beta, dk, ld); /* dK += dS^T Q */
-        }
-    }
 }
 
 static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
@@ -166,10 +71,12 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
     if (!S)
         return DT_ERR_INVALID;
     int64_t B = S->B, T = S->T, D = A->dl, H = A->heads;
-    float *dqkv = dt_arena_alloc(ctx->arena, B * T * 3 * D), *dP = dt_arena_alloc(ctx->arena, B * H * T * T);
-    if (!dqkv || !dP)
+    const dt_compute_ops *ops = dt__ops(ctx);
+    float *dqkv = dt_arena_alloc(ctx->arena, B * T * 3 * D),
+          *scratch = dt_arena_alloc(ctx->arena, ops->attn_scratch_floats(B, H, T, A->hd));
+    if (!dqkv || !scratch)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    dt__parallel_for(B * H, 1, backward_heads, &(heads_args){.A = A, .S = S, .ctx = ctx, .dmerged = dmerged.data, .dqkv = dqkv, .dP = dP});
+    ops->attn_bwd(ctx->compute, dqkv, scratch, dmerged.data, S->qkv, S->out, S->p, B, T, H, A->hd);
     dt_tensor g = dt_tensor_view(dqkv, 3, (int64_t[]){B, T, 3 * D});
     return A->c_attn->ops->backward(A->c_attn, ctx, &g, dx, need_dx);
 }

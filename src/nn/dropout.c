@@ -14,9 +14,6 @@
 #include "nn/layer.h"
 #include "nn/saved.h"
 #include "nn/tp.h"
-#include "tensor/threads.h"
-
-#define GRAIN 16384
 
 typedef struct {
     dt_layer base;
@@ -29,27 +26,6 @@ typedef struct {
     dt_tensor x;
     float *mask; /* scale per element, or NULL when the layer was the identity */
 } dropout_saved;
-
-typedef struct {
-    uint64_t stream;
-    float prob, keep;
-    const float *x;
-    float *y, *mask;
-    /* sequence parallel: element i of the [B, Tl, D] slice is element
-     * (i / slice) * whole + first + i % slice of the whole tensor */
-    int64_t slice, whole, first;
-} mask_args;
-
-static void draw_mask(int64_t b, int64_t e, void *p)
-{
-    mask_args *a = p;
-    bool whole = a->slice == a->whole; /* no sequence split: element i is i (no division per element) */
-    for (int64_t i = b; i < e; i++) {
-        uint64_t at = whole ? (uint64_t)i : (uint64_t)((i / a->slice) * a->whole + a->first + i % a->slice);
-        a->mask[i] = dt_rng_key_uniform(a->stream, at) < a->prob ? 0.0f : a->keep;
-        a->y[i] = a->x[i] * a->mask[i];
-    }
-}
 
 static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
@@ -69,16 +45,16 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     sv->mask = dt_arena_alloc(ctx->arena, n);
     if (!y->data || !sv->mask)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    mask_args a = {dt_rng_key_stream(&ctx->key, D->id), D->prob, 1.0f / (1.0f - D->prob), x->data, y->data,
-                   sv->mask, n, n, 0};
+    int64_t slice = n, whole = n, first = 0;
     if (D->t > 1) { /* [B, Tl, D]: this rank's positions r Tl .. of every sequence */
         if (x->ndim != 3)
             return dt__fail(DT_ERR_INVALID, "%s: sequence parallel expects [batch, time, features]", l->name);
-        a.slice = x->shape[1] * x->shape[2];
-        a.whole = a.slice * D->t;
-        a.first = a.slice * D->r;
+        slice = x->shape[1] * x->shape[2];
+        whole = slice * D->t;
+        first = slice * D->r;
     }
-    dt__parallel_for(n, GRAIN, draw_mask, &a);
+    dt__ops(ctx)->dropout_fwd(y->data, sv->mask, x->data, n, dt_rng_key_stream(&ctx->key, D->id), D->prob,
+                              1.0f / (1.0f - D->prob), slice, whole, first);
     return DT_OK;
 }
 
@@ -97,8 +73,7 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
     *dx = sv->x;
     if (!(dx->data = dt_arena_alloc(ctx->arena, n)))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    for (int64_t i = 0; i < n; i++)
-        dx->data[i] = dy->data[i] * sv->mask[i];
+    dt__ops(ctx)->mul(dx->data, dy->data, sv->mask, n);
     return DT_OK;
 }
 

@@ -52,8 +52,18 @@ static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_
     if (x->ndim != 2 || x->shape[1] > E->context)
         return dt__fail(DT_ERR_INVALID, "%s: expects token ids [batch, time <= %lld]", l->name, (long long)E->context);
     int64_t B = x->shape[0], T = x->shape[1], D = E->dim;
+    const dt_compute_ops *ops = dt__ops(ctx);
+    /* the ids are checked where the host can read them: a device model's
+     * input is uploaded by dt_model_forward, which leaves the host's copy in
+     * ctx->input */
+    const float *host_ids = ops->host ? x->data : ctx->input && dt_tensor_numel(ctx->input) == B * T ? ctx->input->data : NULL;
+    if (!host_ids)
+        return dt__fail(DT_ERR_INVALID, "%s: the token ids on %s have no host copy to check", l->name, ops->name);
+    if (E->tp && !ops->host)
+        return dt__fail(DT_ERR_INVALID, "%s: a vocabulary-parallel embedding on %s is not built yet (device=cpu)",
+                        l->name, ops->name);
     for (int64_t i = 0; i < B * T; i++) {
-        float f = x->data[i];
+        float f = host_ids[i];
         if (!(f >= 0 && f < (float)E->vocab) || f != floorf(f))
             return dt__fail(DT_ERR_INVALID, "%s: token id %g outside 0..%lld", l->name, f, (long long)E->vocab - 1);
     }
@@ -96,10 +106,9 @@ static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_
         if (s != DT_OK)
             return dt__wrap(s, "%s: vocabulary-parallel embedding: ", l->name);
     } else {
-        dt_rows_gather(out, dt_param_value(ctx->params, E->wte), x->data, B * T, D);
+        ops->rows_gather(out, dt_param_value(ctx->params, E->wte), x->data, B * T, D);
     }
-    for (int64_t b = 0; b < B; b++) /* each sequence adds positions 0..T-1 */
-        dt_vec_axpy(out + b * T * D, 1.0f, wpe, T * D);
+    ops->rows_add(out, wpe, B, T * D); /* each sequence adds positions 0..T-1 */
     dt_tensor h = dt_tensor_view(out, 3, (int64_t[]){B, T, D});
     return E->drop->ops->forward(E->drop, ctx, &h, y);
 }
@@ -136,10 +145,10 @@ static dt_status embed_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, d
                 dt_vec_axpy(gw + id * D, 1.0f, g.data + i * D, D);
         }
     } else {
-        dt_rows_scatter_add(dt_param_grad(ctx->params, E->wte), ids->data, g.data, B * T, D);
+        dt__ops(ctx)->rows_scatter_add(dt_param_grad(ctx->params, E->wte), ids->data, g.data, B * T, D);
     }
     if (!E->sp)
-        dt_rows_sum_add(dt_param_grad(ctx->params, E->wpe), g.data, B, T * D); /* rows are sequences */
+        dt__ops(ctx)->rows_sum_add(dt_param_grad(ctx->params, E->wpe), g.data, B, T * D); /* rows are sequences */
     dt_arena_rewind(ctx->arena, mark);
     dt_params_grad_ready(ctx->params, E->wpe);
     dt_params_grad_ready(ctx->params, E->wte); /* final: a tied head in this stage added its part earlier */

@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "dtrain/nn.h"
+#include "tensor/backend.h"
 
 /* A zeroed object of `size` bytes, which must begin with a dt_layer, with
  * ops and a printf-formatted name; NULL with the error set when out of memory. */
@@ -14,15 +15,15 @@ void *dt__layer_new(size_t size, const dt_layer_ops *ops, const char *fmt, ...) 
 dt_status dt__layer_param(dt_params *p, const dt_layer *l, const char *suffix, int ndim, const int64_t *shape,
                           int *index);
 
-/* A matrix product in the context's precision (dt_ctx.compute): f32
- * (dt_sgemm_ld) or bf16 operands with f32 sums (dt_sgemm_bf16_ld). */
+/* The compute backend the context runs on (cpu when none is set). */
+static inline const dt_compute_ops *dt__ops(const dt_ctx *ctx) { return ctx->ops ? ctx->ops : &dt__cpu_ops; }
+
+/* A matrix product in the context's precision (dt_ctx.compute) on its
+ * backend: f32, or bf16 operands with f32 sums. */
 static inline void dt__gemm(const dt_ctx *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                             const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
-    if (ctx->compute == DT_BF16)
-        dt_sgemm_bf16_ld(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    else
-        dt_sgemm_ld(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    dt__ops(ctx)->gemm(ctx->compute, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 /* The same on packed matrices (leading dimensions from the shapes). */
@@ -31,5 +32,8 @@ static inline void dt__gemm_packed(const dt_ctx *ctx, int trans_a, int trans_b, 
 {
     dt__gemm(ctx, trans_a, trans_b, m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
 }
+
+/* y = a + b on the context's backend (dt_residual_add's device form). */
+void dt__residual_add(const dt_ctx *ctx, const dt_tensor *a, const dt_tensor *b, dt_tensor *y);
 
 #endif

@@ -35,7 +35,7 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     const float *W = dt_param_value(ctx->params, L->w);
     if (L->b >= 0) {
-        dt_rows_fill(y->data, dt_param_value(ctx->params, L->b), n, L->out);
+        dt__ops(ctx)->rows_fill(y->data, dt_param_value(ctx->params, L->b), n, L->out);
     }
     dt__gemm_packed(ctx, 0, 1, n, L->out, L->in, 1.0f, x->data, W, L->b >= 0 ? 1.0f : 0.0f, y->data);
     return DT_OK;
@@ -52,7 +52,7 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
     dt__gemm_packed(ctx, 1, 0, L->out, L->in, n, 1.0f, dy->data, x->data, 1.0f, dt_param_grad(ctx->params, L->w));
     dt_params_grad_ready(ctx->params, L->w);
     if (L->b >= 0) {
-        dt_rows_sum_add(dt_param_grad(ctx->params, L->b), dy->data, n, L->out);
+        dt__ops(ctx)->rows_sum_add(dt_param_grad(ctx->params, L->b), dy->data, n, L->out);
         dt_params_grad_ready(ctx->params, L->b);
     }
     if (need_dx) {

@@ -14,7 +14,9 @@
 #include "base/status.h"
 #include "base/trace.h"
 #include "dtrain/nn.h"
+#include "nn/loss.h"
 #include "nn/model_internal.h"
+#include "tensor/backend.h"
 
 typedef struct {
     dt_block_info info;
@@ -67,6 +69,9 @@ struct dt_model {
     void *hook_user;
     dt_dtype precision; /* of the matrix products: DT_F32 or DT_BF16 */
     output_split split; /* when this model holds the last block */
+    const dt_compute_ops *dev; /* NULL: the host (dt_model_to_device) */
+    int32_t *dtargets;         /* the loss's targets copied to the device (grow-only) */
+    int64_t dtargets_cap;
 };
 
 /* ---- descriptions ---- */
@@ -390,13 +395,38 @@ static dt_status check_chunk(const dt_model *m, int c, const char *what)
     return DT_OK;
 }
 
+dt_status dt_model_to_device(dt_model *m, const dt_device *d)
+{
+    if (!m)
+        return dt__fail(DT_ERR_INVALID, "model_to_device: the model is NULL");
+    if (!d || d->host)
+        return m->dev ? dt__fail(DT_ERR_INVALID, "model_to_device: the model is on %s already", m->dev->name) : DT_OK;
+    if (m->split.tp)
+        return dt__fail(DT_ERR_INVALID, "model_to_device: a tensor-parallel model on %s is not built yet", d->name);
+    DT_CHECK(dt_params_to_device(m->params, d));
+    m->dev = d;
+    return DT_OK;
+}
+
+const dt_device *dt_model_device(const dt_model *m) { return m && m->dev ? m->dev : &dt__cpu_ops; }
+
 dt_status dt_model_forward_chunk(dt_model *m, int c, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
     DT_CHECK(check_chunk(m, c, "model_forward_chunk"));
     ctx->params = m->params;
     ctx->compute = m->precision;
+    ctx->ops = m->dev;
     ctx->input = x;
-    return m->chunks[c]->ops->forward(m->chunks[c], ctx, x, y);
+    if (!m->dev || m->chunk_lo[c] > 0)
+        return m->chunks[c]->ops->forward(m->chunks[c], ctx, x, y);
+    /* the model's input (token ids, features) comes from the host: copied
+     * into the arena; the layers that check it read ctx->input */
+    dt_tensor xd = *x;
+    int64_t n = dt_tensor_numel(x);
+    if (!(xd.data = dt_arena_alloc(ctx->arena, n)))
+        return dt__fail(DT_ERR_NOMEM, "model_forward: out of activation memory on %s for the input", m->dev->name);
+    DT_CHECK(m->dev->upload(xd.data, x->data, (size_t)n * sizeof(float)));
+    return m->chunks[c]->ops->forward(m->chunks[c], ctx, &xd, y);
 }
 
 dt_status dt_model_backward_chunk(dt_model *m, int c, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx)
@@ -404,6 +434,7 @@ dt_status dt_model_backward_chunk(dt_model *m, int c, dt_ctx *ctx, const dt_tens
     DT_CHECK(check_chunk(m, c, "model_backward_chunk"));
     ctx->params = m->params;
     ctx->compute = m->precision;
+    ctx->ops = m->dev;
     dt_tensor unused;
     return m->chunks[c]->ops->backward(m->chunks[c], ctx, dy, dx ? dx : &unused, dx != NULL);
 }
@@ -450,6 +481,8 @@ void dt_model_destroy(dt_model *m)
     free(m->first_param);
     free(m->num_params);
     free(m->shared);
+    if (m->dev)
+        m->dev->free(m->dtargets);
     free(m);
 }
 
@@ -465,5 +498,18 @@ dt_status dt_model_loss(dt_model *m, const dt_tensor *out, const int32_t *target
                         !m ? "the model" : !out ? "the output" : !targets ? "targets" : "loss");
     if (m->split.tp)
         return dt_softmax_cross_entropy_parallel(out, targets, m->split.vocab, m->split.start, m->split.tp, loss, dout);
-    return dt_softmax_cross_entropy(out, targets, loss, dout);
+    if (!m->dev)
+        return dt_softmax_cross_entropy(out, targets, loss, dout);
+    /* on a device: the targets (host memory) are checked here and copied over */
+    int64_t C = out->shape[out->ndim - 1], n = dt_tensor_numel(out) / C, counted = 0;
+    DT_CHECK(dt__ce_count_targets(targets, n, C, &counted));
+    if (n > m->dtargets_cap) {
+        m->dev->free(m->dtargets);
+        m->dtargets_cap = 0;
+        if (!(m->dtargets = m->dev->alloc((size_t)n * sizeof *m->dtargets)))
+            return dt__wrap(DT_ERR_NOMEM, "model_loss: targets on %s: ", m->dev->name);
+        m->dtargets_cap = n;
+    }
+    DT_CHECK(m->dev->upload(m->dtargets, targets, (size_t)n * sizeof *targets));
+    return m->dev->xent(loss, dout ? dout->data : NULL, out->data, m->dtargets, n, C, counted);
 }

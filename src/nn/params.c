@@ -5,6 +5,7 @@
 #include "base/status.h"
 #include "dtrain/nn.h"
 #include "nn/row_set.h"
+#include "tensor/backend.h"
 
 /* values and grads are the flat buffers (owned unless supplied from
  * outside); vptr/gptr give each parameter's storage, by default its place in
@@ -22,6 +23,10 @@ struct dt_params {
      * entries; nsparse of them are set. */
     dt__row_set **sparse;
     int nsparse;
+    /* On a device (dt_params_to_device): the flat buffers there, which the
+     * layers and the optimizer use; values/grads stay as the host's copies. */
+    const dt_compute_ops *dev;
+    float *dvalues, *dgrads;
 };
 
 dt_status dt_params_create(dt_params **out)
@@ -154,8 +159,60 @@ dt_status dt_params_finalize_external(dt_params *p, float *values, float *grads)
 void dt_param_bind(dt_params *p, int i, float *value, float *grad)
 {
     int64_t off = p->info[i].offset;
-    p->vptr[i] = value ? value : p->values ? p->values + off : NULL;
-    p->gptr[i] = grad ? grad : p->grads ? p->grads + off : NULL;
+    float *values = p->dev ? p->dvalues : p->values, *grads = p->dev ? p->dgrads : p->grads;
+    p->vptr[i] = value ? value : values ? values + off : NULL;
+    p->gptr[i] = grad ? grad : grads ? grads + off : NULL;
+}
+
+dt_status dt_params_to_device(dt_params *p, const dt_device *d)
+{
+    if (!p || !p->finalized)
+        return dt__fail(DT_ERR_INVALID, "params_to_device: the registry is %s", p ? "not finalized" : "NULL");
+    if (!d || d->host || p->dev == d)
+        return DT_OK;
+    if (p->dev)
+        return dt__fail(DT_ERR_INVALID, "params_to_device: the parameters are already on %s", p->dev->name);
+    if (!p->values || !p->grads || p->nsparse)
+        return dt__fail(DT_ERR_INVALID, "params_to_device: only whole, dense parameters move to %s (this registry %s)",
+                        d->name, p->nsparse ? "has row-sparse parameters" : "has no flat buffers");
+    for (int i = 0; i < p->count; i++)
+        if (p->vptr[i] != p->values + p->info[i].offset || p->gptr[i] != p->grads + p->info[i].offset)
+            return dt__fail(DT_ERR_INVALID, "params_to_device: parameter %s has storage of its own", p->info[i].name);
+    size_t bytes = (size_t)(p->numel ? p->numel : 1) * sizeof(float);
+    float *v = d->alloc(bytes), *g = v ? d->alloc(bytes) : NULL;
+    dt_status s = v && g ? d->upload(v, p->values, bytes) : DT_ERR_NOMEM;
+    if (s == DT_OK)
+        s = d->zero(g, bytes);
+    if (s != DT_OK) {
+        d->free(v);
+        d->free(g);
+        return dt__wrap(s, "parameters to %s (%lld floats): ", d->name, (long long)p->numel);
+    }
+    p->dev = d;
+    p->dvalues = v;
+    p->dgrads = g;
+    for (int i = 0; i < p->count; i++)
+        dt_param_bind(p, i, NULL, NULL);
+    return DT_OK;
+}
+
+const dt_device *dt_params_device(const dt_params *p) { return p && p->dev ? p->dev : &dt__cpu_ops; }
+
+float *dt_params_device_values(dt_params *p) { return p->dev ? p->dvalues : p->values; }
+float *dt_params_device_grads(dt_params *p) { return p->dev ? p->dgrads : p->grads; }
+
+dt_status dt_params_download(dt_params *p)
+{
+    if (!p->dev)
+        return DT_OK;
+    return p->dev->download(p->values, p->dvalues, (size_t)p->numel * sizeof(float));
+}
+
+dt_status dt_params_upload(dt_params *p)
+{
+    if (!p->dev)
+        return DT_OK;
+    return p->dev->upload(p->dvalues, p->values, (size_t)p->numel * sizeof(float));
 }
 
 bool dt_param_has_storage(const dt_params *p, int i) { return p->vptr[i] && p->gptr[i]; }
@@ -264,6 +321,10 @@ bool dt_params_any_row_sparse(const dt_params *p) { return p && p->nsparse > 0; 
  * clear their touched rows only (all of them after dt_param_touch_all). */
 void dt_params_zero_grads(dt_params *p)
 {
+    if (p->dev) { /* dense only (dt_params_to_device) */
+        p->dev->zero(p->dgrads, (size_t)p->numel * sizeof(float));
+        return;
+    }
     if (!p->nsparse) {
         if (p->grads)
             dt_vec_zero(p->grads, p->numel);
@@ -315,6 +376,10 @@ void dt_params_destroy(dt_params *p)
         }
     free(p->sparse);
     free(p->info);
+    if (p->dev) {
+        p->dev->free(p->dvalues);
+        p->dev->free(p->dgrads);
+    }
     if (p->owned) {
         free(p->values);
         free(p->grads);

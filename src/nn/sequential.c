@@ -51,7 +51,7 @@ static dt_status keep_only(dt_ctx *ctx, dt_arena_mark m, dt_tensor *t, const cha
     float *kept = dt_arena_alloc(ctx->arena, n);
     if (!kept) /* cannot happen: the space was in use a moment ago */
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", who);
-    memmove(kept, old, (size_t)n * sizeof(float));
+    dt__ops(ctx)->copy(kept, old, (size_t)n * sizeof(float)); /* memmove semantics on every backend */
     t->data = kept;
     return DT_OK;
 }
@@ -232,7 +232,7 @@ static dt_status add_into_new(dt_ctx *ctx, const dt_tensor *a, const dt_tensor *
     *y = *a;
     if (!(y->data = dt_arena_alloc(ctx->arena, dt_tensor_numel(a))))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", who);
-    dt_residual_add(a, b, y);
+    dt__residual_add(ctx, a, b, y);
     return DT_OK;
 }
 

@@ -10,6 +10,8 @@
 #include "base/trace.h"
 #include "dtrain/optim.h"
 #include "optim/offload.h"
+#include "tensor/backend.h"
+#include "tensor/cpu_kernels.h"
 #include "tensor/threads.h"
 
 typedef enum { SGD, ADAMW, ADAGRAD } kind;
@@ -28,6 +30,13 @@ struct dt_optimizer {
     dt__offload *off;
     dt_optim_group *groups; /* sorted, disjoint; elements outside take the config's decay */
     int ngroups;
+    /* On a device (dt_optimizer_set_device): the state lives in dstate there
+     * and updates run there; `state` is the host's copy, current after
+     * dt_optimizer_download, and sent back before the next update when
+     * host_newer (a checkpoint was loaded into it). */
+    const dt_compute_ops *dev;
+    float *dstate;
+    bool host_newer;
 };
 
 static dt_status create(kind k, int64_t numel, int64_t state_len, dt_optimizer **out)
@@ -100,52 +109,16 @@ static void sgd_range(int64_t begin, int64_t end, void *arg)
 {
     update_args *a = arg;
     const dt_sgd_config *c = &a->o->sgd;
-    float *restrict p = a->p, *restrict buf = a->s0;
-    const float *restrict g = a->g;
-    const float lr = a->lr, wd = a->weight_decay, mu = c->momentum;
-    const bool first = a->o->steps == 0, nesterov = c->nesterov;
-    if (mu == 0) {
-        for (int64_t i = begin; i < end; i++)
-            p[i] -= lr * (wd != 0 ? g[i] + wd * p[i] : g[i]);
-        return;
-    }
-    if (first) {
-        for (int64_t i = begin; i < end; i++) {
-            float d = wd != 0 ? g[i] + wd * p[i] : g[i];
-            buf[i] = d;
-            p[i] -= lr * (nesterov ? d + mu * buf[i] : buf[i]);
-        }
-        return;
-    }
-    if (wd == 0 && !nesterov) { /* the common case, vectorised */
-        for (int64_t i = begin; i < end; i++) {
-            buf[i] = mu * buf[i] + g[i];
-            p[i] -= lr * buf[i];
-        }
-        return;
-    }
-    for (int64_t i = begin; i < end; i++) {
-        float d = wd != 0 ? g[i] + wd * p[i] : g[i];
-        buf[i] = mu * buf[i] + d;
-        p[i] -= lr * (nesterov ? d + mu * buf[i] : buf[i]);
-    }
+    dt__cpu_sgd(a->p + begin, a->g + begin, a->s0 ? a->s0 + begin : NULL, end - begin, a->lr, a->weight_decay,
+                c->momentum, c->nesterov, a->o->steps == 0);
 }
 
 static void adamw_range(int64_t begin, int64_t end, void *arg)
 {
     update_args *a = arg;
     const dt_adamw_config *c = &a->o->adam;
-    float *restrict p = a->p, *restrict m = a->s0, *restrict v = a->s1;
-    const float *restrict g = a->g;
-    const float lr = a->lr, step_size = lr / a->bc1, decay = 1.0f - lr * a->weight_decay;
-    const float one_b1 = 1.0f - c->beta1, b2 = c->beta2, one_b2 = 1.0f - c->beta2, bc2 = a->bc2_sqrt, eps = c->eps;
-    for (int64_t i = begin; i < end; i++) {
-        p[i] *= decay;
-        m[i] += (g[i] - m[i]) * one_b1;
-        v[i] = v[i] * b2 + one_b2 * g[i] * g[i];
-        float denom = sqrtf(v[i]) / bc2 + eps;
-        p[i] -= step_size * m[i] / denom;
-    }
+    dt__cpu_adamw(a->p + begin, a->g + begin, a->s0 + begin, a->s1 + begin, end - begin, a->lr, a->weight_decay,
+                  c->beta1, c->beta2, c->eps, a->bc1, a->bc2_sqrt);
 }
 
 /* torch.optim.Adagrad: clr = lr / (1 + (t - 1) lr_decay) at step t (from 1),
@@ -192,6 +165,17 @@ static dt_status check_lr(float lr)
     return DT_OK;
 }
 
+/* One piece of an update on the optimizer's device (SGD and AdamW: the
+ * formulas of the cpu loops above, in tensor/backend.h). */
+static void device_part(dt_optimizer *o, const update_args *a, int64_t n)
+{
+    if (o->kind == ADAMW)
+        o->dev->adamw(a->p, a->g, a->s0, a->s1, n, a->lr, a->weight_decay, o->adam.beta1, o->adam.beta2, o->adam.eps,
+                      a->bc1, a->bc2_sqrt);
+    else
+        o->dev->sgd(a->p, a->g, a->s0, n, a->lr, a->weight_decay, o->sgd.momentum, o->sgd.nesterov, o->steps == 0);
+}
+
 /* Update [offset, offset + n) with the state at s0 / s1 (element offset's);
  * param and grad point at element offset. */
 static void update_part(dt_optimizer *o, float *param, const float *grad, float *s0, float *s1, int64_t offset,
@@ -216,7 +200,10 @@ static void update_part(dt_optimizer *o, float *param, const float *grad, float 
         update_args a = {o,      param + d,        grad + d, s0 ? s0 + d : NULL, s1 ? s1 + d : NULL,
                          at,     lr,               inside ? o->groups[g].weight_decay : decay,
                          bc1,    bc2_sqrt};
-        dt__parallel_for(stop - at, UPDATE_GRAIN, kernels[o->kind], &a);
+        if (o->dev)
+            device_part(o, &a, stop - at);
+        else
+            dt__parallel_for(stop - at, UPDATE_GRAIN, kernels[o->kind], &a);
         at = stop;
     }
 }
@@ -242,6 +229,14 @@ static dt_status update_body(dt_optimizer *o, float *param, const float *grad, i
     DT_CHECK(check_lr(lr));
     DT_CHECK(settle(o));
     bool two = o->kind == ADAMW, has = o->state_len > 0;
+    if (o->dev) {
+        if (o->host_newer && has)
+            DT_CHECK(o->dev->upload(o->dstate, o->state, (size_t)o->state_len * sizeof(float)));
+        o->host_newer = false;
+        update_part(o, param, grad, has ? o->dstate + offset : NULL, two ? o->dstate + o->numel + offset : NULL, offset,
+                    n, lr);
+        return DT_OK;
+    }
     if (!o->off) {
         update_part(o, param, grad, has ? o->state + offset : NULL, two ? o->state + o->numel + offset : NULL, offset,
                     n, lr);
@@ -259,6 +254,40 @@ static dt_status update_body(dt_optimizer *o, float *param, const float *grad, i
         at = stop;
     }
     return DT_OK;
+}
+
+dt_status dt_optimizer_set_device(dt_optimizer *o, const dt_device *d)
+{
+    if (!o)
+        return dt__fail(DT_ERR_INVALID, "optimizer_set_device: no optimizer");
+    if (!d || d->host || o->dev == d)
+        return DT_OK;
+    if (o->dev || o->off || o->kind == ADAGRAD)
+        return dt__fail(DT_ERR_INVALID, "optimizer on %s: %s", d->name,
+                        o->dev ? "it is on another device already" : o->off ? "its state is offloaded to disk"
+                                                                        : "Adagrad runs on the cpu only");
+    size_t bytes = (size_t)(o->state_len ? o->state_len : 1) * sizeof(float);
+    float *st = d->alloc(bytes);
+    if (!st)
+        return dt__wrap(DT_ERR_NOMEM, "optimizer state on %s: ", d->name);
+    dt_status s = d->upload(st, o->state, (size_t)o->state_len * sizeof(float));
+    if (s != DT_OK) {
+        d->free(st);
+        return s;
+    }
+    o->dev = d;
+    o->dstate = st;
+    o->host_newer = false;
+    return DT_OK;
+}
+
+const struct dt_compute_ops *dt_optimizer_device(const dt_optimizer *o) { return o && o->dev ? o->dev : &dt__cpu_ops; }
+
+dt_status dt_optimizer_download(dt_optimizer *o)
+{
+    if (!o || !o->dev || !o->state_len)
+        return DT_OK;
+    return o->dev->download(o->state, o->dstate, (size_t)o->state_len * sizeof(float));
 }
 
 dt_status dt_optimizer_offload(dt_optimizer *o, const char *dir)
@@ -290,6 +319,12 @@ void dt_optimizer_offload_io(const dt_optimizer *o, uint64_t *read, uint64_t *wr
 /* An offloaded optimizer's state, read into memory for a checkpoint. */
 static float *materialize(dt_optimizer *o)
 {
+    if (o->dev) { /* the host's copy made current; whatever is written into it goes back before the next update */
+        if (dt_optimizer_download(o) != DT_OK)
+            return NULL;
+        o->host_newer = true;
+        return o->state;
+    }
     if (!o->off || o->state)
         return o->state;
     float *buf = malloc((size_t)o->state_len * sizeof *buf);
@@ -476,6 +511,8 @@ void dt_optimizer_destroy(dt_optimizer *o)
         return;
     settle(o);
     dt__offload_close(o->off);
+    if (o->dev)
+        o->dev->free(o->dstate);
     free(o->state);
     free(o->groups);
     free(o);

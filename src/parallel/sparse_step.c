@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "optim/clip.h"
 #include "dtrain/parallel.h"
 
 /* A parameter visited by rows (rows != NULL), or a run of parameters
@@ -60,6 +61,17 @@ dt_status dt_params_optimizer_step(dt_params *p, dt_optimizer *o, float lr, floa
     float *values = dt_params_values(p), *grads = dt_params_grads(p), dummy;
     int64_t numel = dt_params_numel(p);
     norm = norm ? norm : &dummy;
+    const dt_device *dev = dt_params_device(p);
+    if (!dt_device_is_host(dev)) { /* dense on the device: scale, clip and update there */
+        float *dv = dt_params_device_values(p), *dg = dt_params_device_grads(p);
+        if (dt_optimizer_device(o) != dev)
+            return dt__fail(DT_ERR_INVALID, "params_optimizer_step: the parameters are on %s, the optimizer on %s "
+                            "(dt_optimizer_set_device)", dt_device_name(dev), dt_device_name(dt_optimizer_device(o)));
+        if (grad_scale != 1.0f)
+            dev->scale(dg, grad_scale, numel);
+        *norm = dt__clip_grad_norm_on(dev, dg, numel, max_norm);
+        return dt_optimizer_step(o, dv, dg, numel, lr);
+    }
     if (!values || !grads)
         return dt__fail(DT_ERR_INVALID, "params_optimizer_step: the registry has no flat buffers");
     int count = dt_params_count(p);

@@ -20,7 +20,7 @@ dt_status dt__strategy_init(dt_strategy *s, dt_model *m, dt_optimizer *o, const 
     s->model = m;
     s->opt = o;
     s->cfg = *cfg;
-    return dt_arena_create(&s->arena);
+    return dt_arena_create_on(dt_model_device(m), &s->arena); /* the activations live where the model runs */
 }
 
 static dt_status micro_step(dt_strategy *s, int64_t step, int micro, const dt_micro_batch *mb, float *loss)

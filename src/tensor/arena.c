@@ -1,10 +1,13 @@
 /* Activation arena: chunks of at least 64 MiB; allocations are 64-byte
- * aligned and never move, and reset keeps the chunks for the next step. */
+ * aligned and never move, and reset keeps the chunks for the next step.  An
+ * arena on a device (dt_arena_create_on) takes its chunks from the device's
+ * backend; the bookkeeping stays on the host. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/status.h"
 #include "dtrain/tensor.h"
+#include "tensor/backend.h"
 
 #define MIN_CHUNK (64u << 20)
 #define ALIGN 64
@@ -16,6 +19,7 @@ typedef struct chunk {
 } chunk;
 
 struct dt_arena {
+    const dt_compute_ops *ops; /* NULL: host memory (malloc) */
     chunk *chunks, *current;
     size_t in_use, peak; /* bytes handed out (alignment included), and the most at once */
 };
@@ -31,6 +35,13 @@ dt_status dt_arena_create(dt_arena **out)
 {
     *out = calloc(1, sizeof **out);
     return *out ? DT_OK : dt__fail(DT_ERR_NOMEM, "out of memory for the activation arena");
+}
+
+dt_status dt_arena_create_on(const dt_device *d, dt_arena **out)
+{
+    DT_CHECK(dt_arena_create(out));
+    (*out)->ops = d && !d->host ? d : NULL;
+    return DT_OK;
 }
 
 float *dt_arena_alloc(dt_arena *a, int64_t count)
@@ -51,7 +62,7 @@ float *dt_arena_alloc(dt_arena *a, int64_t count)
     }
     size_t size = bytes > MIN_CHUNK ? bytes : MIN_CHUNK;
     chunk *c = calloc(1, sizeof *c);
-    if (!c || !(c->mem = aligned_alloc(ALIGN, size))) {
+    if (!c || !(c->mem = a->ops ? a->ops->alloc(size) : aligned_alloc(ALIGN, size))) {
         free(c);
         return NULL;
     }
@@ -74,8 +85,12 @@ float *dt_arena_alloc(dt_arena *a, int64_t count)
 float *dt_arena_calloc(dt_arena *a, int64_t count)
 {
     float *p = dt_arena_alloc(a, count);
-    if (p && count > 0)
-        memset(p, 0, (size_t)count * sizeof(float));
+    if (p && count > 0) {
+        if (a->ops)
+            a->ops->zero(p, (size_t)count * sizeof(float));
+        else
+            memset(p, 0, (size_t)count * sizeof(float));
+    }
     return p;
 }
 
@@ -135,7 +150,10 @@ void dt_arena_destroy(dt_arena *a)
         return;
     for (chunk *c = a->chunks; c;) {
         chunk *n = c->next;
-        free(c->mem);
+        if (a->ops)
+            a->ops->free(c->mem);
+        else
+            free(c->mem);
         free(c);
         c = n;
     }

@@ -23,6 +23,8 @@ typedef struct {
     char pipeline_schedule[16]; /* gpipe | 1f1b | interleaved */
     char grad_compression[8]; /* none | f16 | bf16 ("auto" is resolved when the configuration is checked) */
     char precision[8];        /* f32 | bf16 */
+    char device[16];          /* cpu | cuda | cuda:N */
+    bool tf32;                /* device cuda: TF32 f32 matrix products */
     double bucket_mb, stop_at_accuracy;
     char optimizer[8]; /* sgd | adamw | adagrad */
     double lr, min_lr, momentum, weight_decay, beta1, beta2, eps, grad_clip;
@@ -156,6 +158,9 @@ int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, 
 /* Shared by the commands and checkpoints: the model a configuration
  * describes (the failure printed). */
 dt_status dtrain_build_model(const dtrain_config *c, dt_model **m);
+/* device != cpu: open it, move the model and the optimizer there, print the
+ * start line's device part (lead).  Errors are printed. */
+dt_status dtrain_move_to_device(const dtrain_config *c, dt_model *m, dt_optimizer *o, int nranks, bool lead);
 /* The same split over the tensor-parallel group tp (NULL: whole). */
 dt_status dtrain_build_model_tp(const dtrain_config *c, dt_comm *tp, dt_model **m);
 

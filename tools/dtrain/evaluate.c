@@ -90,6 +90,16 @@ void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, 
         rows += n * per;
         int64_t C = out.shape[out.ndim - 1], R = n * per; /* C: this rank's classes */
         const float *z = out.data;
+        const dt_device *dev = dt_model_device(m);
+        if (!dt_device_is_host(dev)) { /* the logits to the host for the argmax */
+            float *grown = realloc(all, (size_t)(R * C) * sizeof *all);
+            if (!grown || dt_device_download(dev, grown, out.data, (size_t)(R * C) * sizeof *all) != DT_OK) {
+                all = grown ? grown : all;
+                break;
+            }
+            all = grown;
+            z = all;
+        }
         if (t > 1) { /* gather the slices: [t][R][C], class k of row r at [k / C][r][k % C] */
             float *grown = realloc(all, (size_t)(t * R * C) * sizeof *all);
             if (!grown || dt_allgather(out.data, grown, (size_t)(R * C), DT_F32, tp) != DT_OK) {

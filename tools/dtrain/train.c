@@ -125,6 +125,11 @@ static dt_status checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m,
     if (c->zero_stage > 0)
         return dtrain_zero_checkpoint(c, s, m, o, dp, wp, w, pr, label, stall);
     dt_status r = DT_OK;
+    if (!dt_device_is_host(dt_model_device(m)) && w && /* the host's copies of the values and the state */
+        ((r = dt_params_download(dt_model_params(m))) != DT_OK || (r = dt_optimizer_download(o)) != DT_OK)) {
+        fprintf(stderr, "dtrain: checkpoint at step %lld: %s\n", (long long)pr->step, dt_last_error());
+        return r;
+    }
     if ((tp || pp) && dt_comm_rank(dp) == 0 &&
         (r = dtrain_split_gather(c, dt_model_params(m), o, tp, pp, wp, whole_o)) != DT_OK)
         return r;
@@ -535,6 +540,10 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         fprintf(stderr, "dtrain: offload: %s\n", dt_last_error());
         goto out;
     }
+    if (strcmp(c->device, "cpu") && dtrain_move_to_device(c, m, o, nranks, lead) != DT_OK) {
+        code = 2;
+        goto out;
+    }
     pr.world_size = dpn; /* the data-parallel width: what the global batch is made of */
     dt_rng_seed(&pr.rng, dt_rng_key_stream(&(dt_rng_key){(uint64_t)c->seed, (uint64_t)pr.step, 0, 0}, 0));
     pr.global_batch = c->batch_size * dpn * c->grad_accumulation;
@@ -562,7 +571,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     }
     dt_lr_schedule sched = {strcmp(c->schedule, "cosine") == 0 ? DT_LR_COSINE : DT_LR_CONSTANT, (float)c->lr,
                             (float)c->min_lr, c->warmup_steps, c->steps};
-    dt_arena_create(&arena);
+    dt_arena_create_on(dt_model_device(m), &arena);
     /* Under a restarting dtrun the initial weights are a checkpoint too: a
      * restart before the first periodic one then still knows the job's global
      * batch (and world size) and keeps it. */

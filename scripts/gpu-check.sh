@@ -1,0 +1,363 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317 # the step functions run through `timeout bash -c`
+# The one script a GPU machine runs (an H100 or H200, 16 cores, no network):
+# build dtrain with its CUDA backend, check it against the CPU engine, and
+# measure PyTorch on the same models.  Every step runs under its own
+# timeout; a failed step is recorded and the script goes on.
+#
+# Usage: scripts/gpu-check.sh OUTDIR
+#   OUTDIR/gpu-check.log    everything printed (tee)
+#   OUTDIR/gpu-check.json   commit, date, GPU (nvidia-smi), nvcc, each step's
+#                           status (pass/fail/skip) and seconds, gpu_kernels'
+#                           counts and the benchmark figures of each row
+#   OUTDIR/steps/NAME.log   each step's own output; OUTDIR/*.json the rows'
+# Exit status 1 when any step failed, 0 otherwise (skips do not fail).
+#
+# Time: the whole run stays under 8 minutes.  Steps, in order, with the
+# seconds expected on an H100 and each one's limit:
+#   env                      nvidia-smi, nvcc, torch, nproc            5 /  30
+#   build                    cmake configure + build -j 16 (build-gpu) 60 / 240
+#   gpu_kernels              every table entry, cuda against cpu       10 / 120
+#   trajectory               tests/gpu/trajectory.sh: gpt-mini 50 steps
+#                            GPU vs CPU (f32, bf16) and checkpoints
+#                            GPU -> CPU -> GPU                         40 / 150
+#   attention-playground     dev/cuda/attention_bench.cu: checks, times 30 / 120
+#   torch-gpt2-124m-bf16     PyTorch, eager, foreach + fused AdamW     15 /  90
+#   torch-gpt2-124m-f32      eager, TF32 off                           25 / 120
+#   torch-gpt2-124m-bf16-compile  torch.compile (~1 min compiling)     90 / 240
+#   torch-gpt-small-f32, torch-gpt-small-bf16   eager                  10 /  60 each
+#   dtrain-bench             dtrain's rows: GPT-2 124M bf16 and f32,
+#                            gpt-small f32 and bf16 (device=cuda)       90 / 240
+#   memcheck                 compute-sanitizer memcheck, gpu_kernels
+#                            --quick                                   60 / 150
+# About 6 minutes expected.  GPU_CHECK_BUDGET (default 450 s) bounds the
+# steps together: a step gets at most the time left, and one with under
+# 15 s left is skipped, so the script ends by 8 minutes whatever hangs.
+# torch.compile is run for the bf16 GPT-2 row only: each compiled variant
+# costs about a minute.  GPT-2 124M: 12 layers, dim 768, 12 heads, context
+# 1024, vocab 50304, batch 8; gpt-small as configs/gpt-small.json.
+#
+# Environment: GPU_CHECK_BUDGET=seconds, GPU_CHECK_ONLY=regex (the steps to
+# run, e.g. 'env|build|gpu_kernels'), GPU_CHECK_CMAKE_ARGS (added to the
+# configure line), GPU_CHECK_BUILD (the build directory, build-gpu).  When
+# configure fails for want of packages (OpenBLAS, cJSON, OpenSSL, zlib:
+# named in the log), the steps use the prebuilt bundle .gpu/
+# (scripts/gpu-bundle.sh) when it is there.
+set -u
+if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ] || [ $# -ne 1 ]; then
+    sed -n '3,/^set -u$/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+    [ $# -eq 1 ] && exit 0
+    exit 2
+fi
+mkdir -p "$1/steps" || exit 2
+OUT=$(cd "$1" && pwd)
+cd "$(dirname "$0")/.." || exit 2
+ROOT=$(pwd)
+BUILD=${GPU_CHECK_BUILD:-build-gpu}
+BUDGET=${GPU_CHECK_BUDGET:-450}
+ONLY=${GPU_CHECK_ONLY:-.}
+JOBS=$(nproc 2>/dev/null || echo 4)
+[ -d /usr/local/cuda/bin ] && PATH="/usr/local/cuda/bin:$PATH"
+BIN=""
+export OUT ROOT BUILD JOBS PATH BIN
+
+# ---- the steps (each runs in its own bash under timeout; exit 77 = skip,
+# its last line the reason) ----
+
+s_env() {
+    local bad=0
+    date -u
+    if nvidia-smi; then
+        nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv,noheader | tee "$OUT/gpu.csv"
+    else
+        echo "nvidia-smi failed: no driver or no GPU"; bad=1
+    fi
+    if nvcc --version >"$OUT/nvcc.txt" 2>&1; then cat "$OUT/nvcc.txt"; else echo "nvcc not found (PATH=$PATH)"; bad=1; fi
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())' ||
+        echo "python3 with a CUDA PyTorch: not usable (the torch rows will fail)"
+    echo "nproc $(nproc)"
+    cmake --version | head -1 || { echo "cmake not found"; bad=1; }
+    cc --version | head -1
+    command -v compute-sanitizer || ls /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null ||
+        echo "compute-sanitizer: not found"
+    free -g | head -2
+    return "$bad"
+}
+
+s_build() {
+    local bundle="$ROOT/.gpu/bin"
+    # A bundle built beside (scripts/gpu-bundle.sh) saves the minutes of a
+    # build on the GPU machine; GPU_CHECK_BUILD_HERE=1 builds here anyway.
+    if [ -x "$bundle/gpu_kernels" ] && [ "${GPU_CHECK_BUILD_HERE:-0}" != 1 ]; then
+        echo "$bundle" >"$OUT/bin-dir"
+        echo "prebuilt bundle .gpu/ (scripts/gpu-bundle.sh) of commit $(head -n 1 "$ROOT/.gpu/GIT_COMMIT" 2>/dev/null)"
+        grep -q dirty "$ROOT/.gpu/GIT_COMMIT" 2>/dev/null && echo "  (built with uncommitted changes)"
+        ls -la "$bundle"
+        return 0
+    fi
+    # shellcheck disable=SC2086 # GPU_CHECK_CMAKE_ARGS: words on purpose
+    if ! cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DDT_NATIVE=ON ${GPU_CHECK_CMAKE_ARGS:-} \
+        >"$OUT/cmake-configure.log" 2>&1; then
+        tail -n 40 "$OUT/cmake-configure.log"
+        echo "---- configure failed; what CMake could not find:"
+        grep -E "Could NOT find|No package '|Package '.*' not found|not found|CMake Error" "$OUT/cmake-configure.log" |
+            sort -u
+        echo "(Debian/Ubuntu packages: libopenblas-dev libcjson-dev libssl-dev zlib1g-dev pkg-config)"
+        if [ -x "$bundle/gpu_kernels" ]; then
+            echo "$bundle" >"$OUT/bin-dir"
+            echo "SKIP: configure failed (packages missing, above); the steps use the prebuilt bundle .gpu/"
+            exit 77
+        fi
+        echo "configure failed and there is no prebuilt bundle (.gpu/, scripts/gpu-bundle.sh)"
+        exit 1
+    fi
+    grep -E "dtrain: CUDA backend|conv2d:|MPI backend" "$OUT/cmake-configure.log"
+    if ! cmake --build "$BUILD" -j "$JOBS" 2>&1; then
+        echo "the build failed"
+        [ -x "$bundle/gpu_kernels" ] && echo "$bundle" >"$OUT/bin-dir" && echo "the steps use the bundle .gpu/"
+        exit 1
+    fi
+    if ! grep -q 'DT_CUDA_BUILT:INTERNAL=ON' "$BUILD/CMakeCache.txt"; then
+        echo "the CUDA backend was not built: $(grep -m1 'CUDA backend off' "$OUT/cmake-configure.log")"
+        exit 1
+    fi
+    echo "$ROOT/$BUILD/bin" >"$OUT/bin-dir"
+}
+
+need_bin() {
+    if [ -z "$BIN" ] || [ ! -x "$BIN/$1" ]; then
+        echo "SKIP: no $1 (the build failed)"
+        exit 77
+    fi
+}
+
+s_gpu_kernels() {
+    need_bin gpu_kernels
+    "$BIN/gpu_kernels"
+    local rc=$?
+    [ "$rc" = 77 ] && { echo "gpu_kernels skipped on a GPU machine: it could not use the GPU"; exit 1; }
+    return "$rc"
+}
+
+s_trajectory() {
+    [ -f tests/gpu/trajectory.sh ] || { echo "SKIP: tests/gpu/trajectory.sh not written yet"; exit 77; }
+    need_bin dtrain
+    bash tests/gpu/trajectory.sh "$BIN" "$OUT/trajectory"
+}
+
+s_attention() {
+    local src=dev/cuda/attention_bench.cu exe
+    [ -f "$src" ] || { echo "SKIP: $src not written yet"; exit 77; }
+    exe=$(mktemp -d)/attention_bench
+    # the command of the file's top comment
+    nvcc -O3 -arch=sm_90 -std=c++17 -I src -I include -o "$exe" "$src" src/cuda/attention.cu || exit 1
+    "$exe"
+}
+
+# torch_row NAME ARGS...: bench/gpu/torch_gpt.py, its figures in OUT/NAME.json
+torch_row() {
+    local name=$1
+    shift
+    python3 bench/gpu/torch_gpt.py "$@" --json "$OUT/$name.json"
+}
+gpt_small() { # configs/gpt-small.json's shape as torch_gpt.py arguments
+    python3 -c 'import json; c = json.load(open("configs/gpt-small.json"))
+print(" ".join(f"--{k} {c[v]}" for k, v in (("layers", "layers"), ("dim", "dim"), ("heads", "heads"),
+    ("context", "context"), ("vocab", "vocab"), ("batch", "batch_size"))))'
+}
+GPT2="--layers 12 --dim 768 --heads 12 --context 1024 --vocab 50304 --batch 8 --warmup 10 --steps 20"
+export GPT2
+
+# dtrain's own rows: the same models, batch and optimizer as the torch rows
+# (AdamW, weight decay 0.1 on the matrices, clipping at 1.0), on text made of
+# the repository's docs.  Each row's figure is the median tokens/s of the
+# logging windows after the first (warm-up); OUT/dtrain-NAME.json.
+dtrain_row() { # NAME CONFIG-SETS...
+    local name=$1 text="$OUT/bench-text.txt"
+    shift
+    need_bin dtrain
+    [ -s "$text" ] || cat README.md docs/*.md >"$text"
+    "$BIN/dtrain" train --set model=gpt --set data=text --set data_path="$text" --set optimizer=adamw \
+        --set lr=0.0006 --set weight_decay=0.1 --set grad_clip=1.0 --set warmup_steps=5 --set eval_interval=0 \
+        --set eval_batches=1 --set log_interval=5 --set device=cuda --set metrics_file="$OUT/dtrain-$name.jsonl" "$@" \
+        >"$OUT/steps/dtrain-$name.out" 2>&1
+    local rc=$?
+    grep -E "device:|memory on rank|activation memory|step +[0-9]+/" "$OUT/steps/dtrain-$name.out" | tail -n 6
+    [ $rc -eq 0 ] || { tail -n 5 "$OUT/steps/dtrain-$name.out"; return $rc; }
+    python3 - "$OUT/dtrain-$name.jsonl" "$OUT/dtrain-$name.json" "$name" "$*" <<'PY'
+import json, statistics, sys
+src, dst, name, args = sys.argv[1:5]
+rows = [json.loads(l) for l in open(src) if '"tokens_per_s"' in l]
+rates = [r["tokens_per_s"] for r in rows[1:]] or [r["tokens_per_s"] for r in rows]
+tps = statistics.median(rates)
+out = {"name": name, "args": args, "tokens_per_s": tps, "windows": rates, "steps": rows[-1]["step"],
+       "final_loss": rows[-1]["loss"]}
+json.dump(out, open(dst, "w"), indent=1)
+print(f"dtrain {name}: {tps:.0f} tokens/s (median of {len(rates)} windows), final loss {rows[-1]['loss']:.4f}")
+PY
+}
+GPT2_DT="--set layers=12 --set dim=768 --set heads=12 --set context=1024 --set vocab=50304 --set batch_size=8 --set steps=25"
+export GPT2_DT
+s_dtrain_bench() {
+    local small="--config configs/gpt-small.json --set steps=40 --set log_interval=10"
+    local rc=0
+    # shellcheck disable=SC2086 # argument lists on purpose
+    {
+        dtrain_row gpt2-124m-bf16 $GPT2_DT --set precision=bf16 || rc=1
+        dtrain_row gpt2-124m-f32 $GPT2_DT --set precision=f32 || rc=1
+        dtrain_row gpt-small-f32 $small --set precision=f32 || rc=1
+        dtrain_row gpt-small-bf16 $small --set precision=bf16 || rc=1
+    }
+    return $rc
+}
+
+s_memcheck() {
+    need_bin gpu_kernels
+    local cs
+    cs=$(command -v compute-sanitizer || ls /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null)
+    [ -n "$cs" ] || { echo "SKIP: compute-sanitizer not found"; exit 77; }
+    # API errors off: gpu_kernels asks for 1 PiB on purpose and checks the
+    # error itself (every other CUDA call's error fails its check too).
+    "$cs" --tool memcheck --report-api-errors no --error-exitcode 99 "$BIN/gpu_kernels" --quick
+    local rc=$?
+    [ "$rc" = 99 ] && echo "memcheck reported errors (above)"
+    return "$rc"
+}
+
+export -f s_env s_build need_bin s_gpu_kernels s_trajectory s_attention torch_row gpt_small dtrain_row s_dtrain_bench s_memcheck
+
+# ---- the runner ----
+
+START=$SECONDS
+: >"$OUT/steps.tsv"
+failed=0
+
+record() { # name status seconds note
+    printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$OUT/steps.tsv"
+    printf -- '---- %s: %s (%s s)%s\n' "$1" "$2" "$3" "${4:+: $4}"
+    [ "$2" = fail ] && failed=1
+    return 0
+}
+
+# step NAME LIMIT COMMAND...: COMMAND (a function above, with its arguments)
+# under `timeout`, at most the time left of the budget.
+step() {
+    local name=$1 limit=$2 left rc t0 note=""
+    shift 2
+    [[ "$name" =~ $ONLY ]] || return 0
+    left=$((BUDGET - (SECONDS - START)))
+    if [ $left -lt 15 ]; then
+        record "$name" skip 0 "out of time: the budget of $BUDGET s is spent"
+        return 0
+    fi
+    [ "$limit" -gt $left ] && limit=$left
+    printf '\n==== [%s, %d s in] %s (limit %d s)\n' "$(date +%H:%M:%S)" $((SECONDS - START)) "$name" "$limit"
+    t0=$SECONDS
+    timeout -k 10 "$limit" bash -c '"$@"' _ "$@" </dev/null 2>&1 | tee "$OUT/steps/$name.log"
+    rc=${PIPESTATUS[0]}
+    case $rc in
+    0) record "$name" pass $((SECONDS - t0)) "" ;;
+    77) record "$name" skip $((SECONDS - t0)) "$(tail -n 1 "$OUT/steps/$name.log" | sed 's/^SKIP: //')" ;;
+    124 | 137) record "$name" fail $((SECONDS - t0)) "timed out after $limit s" ;;
+    *)
+        note=$(grep -m1 -E '^FAIL' "$OUT/steps/$name.log" || grep -v '^ *$' "$OUT/steps/$name.log" | tail -n 1)
+        note=$(printf '%s' "$note" | cut -c1-200)
+        record "$name" fail $((SECONDS - t0)) "exit $rc${note:+: $note}"
+        ;;
+    esac
+}
+
+main() {
+    echo "gpu-check: $(date -u +%Y-%m-%dT%H:%M:%SZ) in $ROOT, budget $BUDGET s, output $OUT"
+    step env 30 s_env
+    step build 240 s_build
+    if [ -s "$OUT/bin-dir" ]; then
+        BIN=$(cat "$OUT/bin-dir")
+        case $BIN in */.gpu/bin) export LD_LIBRARY_PATH="$ROOT/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;; esac
+        export BIN
+        echo "programs: $BIN"
+    fi
+    step gpu_kernels 120 s_gpu_kernels
+    step trajectory 150 s_trajectory
+    step dtrain-bench 240 s_dtrain_bench
+    local small
+    small=$(gpt_small)
+    # shellcheck disable=SC2086 # GPT2 and small: argument lists on purpose
+    {
+        step torch-gpt2-124m-bf16 90 torch_row torch-gpt2-124m-bf16 $GPT2 --dtype bf16
+        step torch-gpt2-124m-f32 120 torch_row torch-gpt2-124m-f32 $GPT2 --dtype f32 --tf32 off
+        step torch-gpt-small-f32 60 torch_row torch-gpt-small-f32 $small --warmup 10 --steps 30 --dtype f32
+        step torch-gpt-small-bf16 60 torch_row torch-gpt-small-bf16 $small --warmup 10 --steps 30 --dtype bf16
+    }
+    step memcheck 150 s_memcheck
+    # shellcheck disable=SC2086
+    step torch-gpt2-124m-bf16-compile 240 torch_row torch-gpt2-124m-bf16-compile $GPT2 --dtype bf16 --compile
+    step attention-playground 120 s_attention
+    summary
+    echo
+    column -t -s $'\t' "$OUT/steps.tsv" 2>/dev/null || cat "$OUT/steps.tsv"
+    echo "gpu-check: $((SECONDS - START)) s; $(grep -c $'\tpass\t' "$OUT/steps.tsv") passed," \
+        "$(grep -c $'\tfail\t' "$OUT/steps.tsv") failed, $(grep -c $'\tskip\t' "$OUT/steps.tsv") skipped;" \
+        "summary in $OUT/gpu-check.json"
+    return $failed
+}
+
+# OUT/gpu-check.json from what the steps left.
+summary() {
+    local commit="unknown"
+    if [ -d .git ] && git rev-parse HEAD >/dev/null 2>&1; then
+        commit=$(git rev-parse HEAD)
+        git status --porcelain 2>/dev/null | grep -q . && commit="$commit dirty"
+    elif [ -s GIT_COMMIT ]; then
+        commit=$(tr '\n' ' ' <GIT_COMMIT | sed 's/ *$//')
+    elif [ -s .gpu/GIT_COMMIT ]; then
+        commit=$(tr '\n' ' ' <.gpu/GIT_COMMIT | sed 's/ *$//')
+    fi
+    python3 - "$OUT" "$commit" "$BUDGET" $((SECONDS - START)) <<'PY' || echo "gpu-check: the JSON summary failed (python3)"
+import glob, json, os, re, sys, time
+out, commit, budget, elapsed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+def read(name):
+    try:
+        with open(os.path.join(out, name)) as f:
+            return f.read()
+    except OSError:
+        return ""
+steps = []
+for line in read("steps.tsv").splitlines():
+    name, status, seconds, note = (line.split("\t", 3) + [""] * 4)[:4]
+    steps.append({"name": name, "status": status, "seconds": int(seconds or 0), "note": note})
+gpus = [dict(zip(("name", "driver", "memory", "compute_cap"), (x.strip() for x in l.split(","))))
+        for l in read("gpu.csv").splitlines() if l.strip()]
+m = re.search(r"release ([0-9.]+), V([0-9.]+)", read("nvcc.txt"))
+k = re.search(r"gpu_kernels: (\d+) checks, (\d+) ok, (\d+) failed", read("steps/gpu_kernels.log"))
+bench = {}
+for path in sorted(glob.glob(os.path.join(out, "*.json"))):
+    row = os.path.basename(path)[:-5]
+    if row == "gpu-check":
+        continue
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        bench[row] = {"error": str(e)}
+        continue
+    s, best = d.get("settings", {}), d.get("best") or d  # torch_gpt.py's layout, or the figures at the top
+    bench[row] = {"best": {k: best.get(k) for k in ("optimizer", "tokens_per_s", "ms_per_step", "peak_memory_bytes",
+                                                   "mfu", "achieved_tflops", "first_loss", "last_loss")},
+                  "variants": d.get("variants", []),
+                  "settings": {k: s.get(k) for k in ("layers", "dim", "heads", "context", "vocab", "batch", "dtype",
+                                                     "compile", "tf32", "params", "flops_per_token", "peak_tflops",
+                                                     "device_name", "torch", "cuda")}}
+summary = {"commit": commit, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "gpus": gpus,
+           "nvcc": {"release": m.group(1), "version": m.group(2)} if m else None,
+           "budget_s": budget, "elapsed_s": elapsed, "steps": steps,
+           "gpu_kernels": dict(zip(("checks", "ok", "failed"), map(int, k.groups()))) if k else None,
+           "benchmarks": bench,
+           "failed": [s["name"] for s in steps if s["status"] == "fail"]}
+with open(os.path.join(out, "gpu-check.json"), "w") as f:
+    json.dump(summary, f, indent=1)
+PY
+}
+
+main 2>&1 | tee "$OUT/gpu-check.log"
+exit "${PIPESTATUS[0]}"

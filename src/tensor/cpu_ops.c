@@ -1,0 +1,92 @@
+/* The cpu compute backend: host memory, OpenBLAS (or the bf16 GEMM) for
+ * matrix products, and the engine's threaded loops.  The layer kernels live
+ * in cpu_layers.c, cpu_attention.c and cpu_optim.c; this file holds the
+ * table and the entries that only wrap existing kernels. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "tensor/backend.h"
+#include "tensor/cpu_kernels.h"
+
+#define ALIGN 256
+
+static void *cpu_alloc(size_t bytes)
+{
+    size_t rounded = bytes > SIZE_MAX - ALIGN ? 0 : (bytes + ALIGN - 1) / ALIGN * ALIGN;
+    void *p = bytes > SIZE_MAX - ALIGN ? NULL : aligned_alloc(ALIGN, rounded ? rounded : ALIGN);
+    if (!p)
+        dt__fail(DT_ERR_NOMEM, "cpu: out of memory for %zu bytes", bytes);
+    return p;
+}
+
+static void cpu_free(void *p) { free(p); }
+
+static dt_status cpu_memcpy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        memmove(dst, src, bytes);
+    return DT_OK;
+}
+
+static dt_status cpu_zero(void *dst, size_t bytes)
+{
+    if (bytes)
+        memset(dst, 0, bytes);
+    return DT_OK;
+}
+
+static dt_status cpu_sync(void) { return DT_OK; }
+
+static void cpu_gemm(dt_dtype compute, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                     int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    if (compute == DT_BF16)
+        dt_sgemm_bf16_ld(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else
+        dt_sgemm_ld(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+static void cpu_rows_add(float *y, const float *row, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++)
+        dt_vec_axpy(y + r * cols, 1.0f, row, cols);
+}
+
+const dt_compute_ops dt__cpu_ops = {
+    .name = "cpu",
+    .host = true,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_memcpy,
+    .download = cpu_memcpy,
+    .copy = cpu_memcpy,
+    .zero = cpu_zero,
+    .sync = cpu_sync,
+    .gemm = cpu_gemm,
+    .axpy = dt_vec_axpy,
+    .add = dt_vec_add,
+    .mul = dt__cpu_mul,
+    .scale = dt_vec_scale,
+    .sumsq = dt_vec_sumsq,
+    .rows_fill = dt_rows_fill,
+    .rows_sum_add = dt_rows_sum_add,
+    .rows_add = cpu_rows_add,
+    .rows_gather = dt_rows_gather,
+    .rows_scatter_add = dt_rows_scatter_add,
+    .layernorm_fwd = dt__cpu_layernorm_fwd,
+    .layernorm_bwd = dt__cpu_layernorm_bwd,
+    .gelu_fwd = dt__cpu_gelu_fwd,
+    .gelu_bwd = dt__cpu_gelu_bwd,
+    .relu_fwd = dt__cpu_relu_fwd,
+    .relu_bwd = dt__cpu_relu_bwd,
+    .dropout_fwd = dt__cpu_dropout_fwd,
+    .attn_saved_floats = dt__cpu_attn_saved_floats,
+    .attn_scratch_floats = dt__cpu_attn_scratch_floats,
+    .attn_fwd = dt__cpu_attn_fwd,
+    .attn_bwd = dt__cpu_attn_bwd,
+    .xent = dt__cpu_xent,
+    .adamw = dt__cpu_adamw,
+    .sgd = dt__cpu_sgd,
+};
