@@ -1,8 +1,10 @@
-/* Saved records live in the micro-batch's arena: a header linking to the
- * record below, then the owner's payload (64-byte aligned like every arena
- * allocation, so payloads may hold anything). */
+/* Saved records live in the micro-batch's arena (its host side when the
+ * arena is a device's: the records are the host's bookkeeping): a header
+ * linking to the record below, then the owner's payload (64-byte aligned
+ * like every arena allocation, so payloads may hold anything). */
 #include "base/status.h"
 #include "nn/saved.h"
+#include "tensor/backend.h"
 
 struct dt_saved {
     dt_saved *below;
@@ -14,7 +16,7 @@ struct dt_saved {
 void *dt__ctx_push(dt_ctx *ctx, const dt_layer *owner, size_t bytes)
 {
     _Static_assert(sizeof(dt_saved) <= HEADER_FLOATS * sizeof(float), "record header fits its slot");
-    float *mem = dt_arena_alloc(ctx->arena, HEADER_FLOATS + (int64_t)((bytes + sizeof(float) - 1) / sizeof(float)));
+    float *mem = dt__arena_host(ctx->arena, HEADER_FLOATS + (int64_t)((bytes + sizeof(float) - 1) / sizeof(float)));
     if (!mem) {
         dt__fail(DT_ERR_NOMEM, "%s: out of activation memory for its saved tensors", owner->name);
         return NULL;

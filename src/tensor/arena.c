@@ -20,6 +20,7 @@ typedef struct chunk {
 
 struct dt_arena {
     const dt_compute_ops *ops; /* NULL: host memory (malloc) */
+    dt_arena *host;            /* a device arena's host side (dt__arena_host), reset with it */
     chunk *chunks, *current;
     size_t in_use, peak; /* bytes handed out (alignment included), and the most at once */
 };
@@ -94,8 +95,19 @@ float *dt_arena_calloc(dt_arena *a, int64_t count)
     return p;
 }
 
+void *dt__arena_host(dt_arena *a, int64_t count)
+{
+    if (!a->ops)
+        return dt_arena_alloc(a, count);
+    if (!a->host && dt_arena_create(&a->host) != DT_OK)
+        return NULL;
+    return dt_arena_alloc(a->host, count);
+}
+
 void dt_arena_reset(dt_arena *a)
 {
+    if (a->host)
+        dt_arena_reset(a->host);
     for (chunk *c = a->chunks; c; c = c->next)
         c->used = 0;
     a->current = a->chunks;
@@ -148,6 +160,7 @@ void dt_arena_destroy(dt_arena *a)
 {
     if (!a)
         return;
+    dt_arena_destroy(a->host);
     for (chunk *c = a->chunks; c;) {
         chunk *n = c->next;
         if (a->ops)

@@ -132,6 +132,12 @@ typedef struct dt_compute_ops {
                 bool nesterov, bool first);
 } dt_compute_ops;
 
+/* `count` floats of host memory that live until the arena's next reset
+ * (64-byte aligned): the layers' saved records, which the host reads and
+ * writes, on an arena whose memory is a device's (dt_arena_create_on); the
+ * arena itself (dt_arena_alloc) on the host's. */
+void *dt__arena_host(dt_arena *a, int64_t count);
+
 /* The cpu backend (always built) and the cuda backend (NULL in a build
  * without DT_CUDA). */
 extern const dt_compute_ops dt__cpu_ops;
