@@ -90,6 +90,7 @@ run engine/dtrain-textclf 120 tests/cases/dtrain_textclf.sh
 run engine/dtrain-cli 300 tests/cases/dtrain_cli.sh
 run engine/dtrain-recompute-bitwise 200 tests/cases/dtrain_recompute.sh
 run engine/dtrain-bf16-convergence 300 tests/cases/dtrain_bf16.sh
+run engine/device-emu-equals-cpu 300 tests/cases/device_emu.sh
 run engine/dtrain-messages-threads 200 tests/cases/dtrain_messages.sh
 run fault/checkpoint-manifest-checked 200 tests/cases/checkpoint_manifest.sh
 run engine/torch-converter 200 tests/cases/torch_convert.sh

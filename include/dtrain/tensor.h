@@ -40,8 +40,10 @@ int64_t dt_tensor_numel(const dt_tensor *t);
  * and parameter buffer belongs to one device; layers run on the device of
  * the model they belong to (dt_model_to_device). */
 typedef struct dt_compute_ops dt_device;
-/* "cpu", "cuda" (GPU 0, or DT_LOCAL_RANK's GPU modulo the GPUs visible) or
- * "cuda:N".  DT_ERR_INVALID naming the problem: an unknown name, a build
+/* "cpu", "cuda" (DT_LOCAL_RANK's GPU modulo the GPUs visible, GPU 0 when
+ * unset) or "cuda:N"; or "emu", a test device: the cpu kernels behind
+ * memory the host cannot dereference, bitwise the cpu's results, so that
+ * the device code paths are tested where there is no GPU.  DT_ERR_INVALID naming the problem: an unknown name, a build
  * without CUDA (configure with -DDT_CUDA=ON), no GPU or driver, an index out
  * of range.  The device lives as long as the process. */
 dt_status dt_device_open(const char *spec, const dt_device **out);

@@ -36,6 +36,9 @@ dt_status dt_strategy_ddp_create(dt_model *m, dt_optimizer *o, dt_comm *c, const
 {
     if (!c)
         return dt__fail(DT_ERR_INVALID, "strategy ddp: the communicator is NULL");
+    if (m && !dt_device_is_host(dt_model_device(m)))
+        return dt__fail(DT_ERR_INVALID, "strategy ddp: the model is on %s, and data parallelism over device buffers "
+                        "is not built yet (one rank: the single strategy)", dt_device_name(dt_model_device(m)));
     dt_strategy *s = calloc(1, sizeof *s);
     if (!s)
         return dt__fail(DT_ERR_NOMEM, "out of memory");

@@ -141,6 +141,9 @@ void *dt__arena_host(dt_arena *a, int64_t count);
 /* The cpu backend (always built) and the cuda backend (NULL in a build
  * without DT_CUDA). */
 extern const dt_compute_ops dt__cpu_ops;
+/* The test device "emu" (emu_ops.c): the cpu kernels behind memory the host
+ * cannot dereference, to test the device plumbing without a GPU. */
+extern const dt_compute_ops dt__emu_ops;
 const dt_compute_ops *dt__cuda_ops(void);
 
 #endif

@@ -35,8 +35,16 @@ dt_status dt_device_open(const char *spec, const dt_device **out)
         *out = &dt__cpu_ops;
         return DT_OK;
     }
+    if (!strcmp(spec, "emu")) {
+#if defined(__x86_64__) || defined(__aarch64__)
+        *out = &dt__emu_ops;
+        return DT_OK;
+#else
+        return dt__fail(DT_ERR_INVALID, "device emu: needs 48-bit user addresses (x86-64, AArch64)");
+#endif
+    }
     if (strncmp(spec, "cuda", 4) || (spec[4] && spec[4] != ':'))
-        return dt__fail(DT_ERR_INVALID, "device '%s': expected cpu, cuda or cuda:N", spec);
+        return dt__fail(DT_ERR_INVALID, "device '%s': expected cpu, cuda, cuda:N or emu", spec);
     int index = -1;
     DT_CHECK(cuda_index(spec, &index));
     DT_CHECK(dt__cuda_init(index));
@@ -56,6 +64,10 @@ dt_status dt_device_describe(const dt_device *d, char *buf, size_t n)
 {
     if (!buf || n == 0)
         return dt__fail(DT_ERR_INVALID, "device_describe: no buffer");
+    if (d == &dt__emu_ops) {
+        snprintf(buf, n, "emu: the cpu kernels behind memory the host cannot touch (a test device)");
+        return DT_OK;
+    }
     if (dt_device_is_host(d)) {
         const char *core = NULL, *config = NULL;
         int threads = 0;
@@ -70,7 +82,7 @@ dt_status dt_device_sync(const dt_device *d) { return d ? d->sync() : DT_OK; }
 
 dt_status dt_device_set_tf32(const dt_device *d, bool on)
 {
-    if (!dt_device_is_host(d))
+    if (!dt_device_is_host(d) && d != &dt__emu_ops)
         dt__cuda_set_tf32(on);
     return DT_OK;
 }

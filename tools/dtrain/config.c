@@ -60,7 +60,7 @@ static const spec specs[] = {
     {"micro_batches", K_INT, F(micro_batches), 1, 1 << 16, NULL, "1", "pieces each rank's batch is cut into (they must divide batch_size); a pipeline fills its stages with them"},
     {"grad_accumulation", K_INT, F(grad_accumulation), 1, 1 << 16, NULL, "1", "batches per optimizer step (each cut into micro_batches)"},
     {"grad_compression", K_STR, F(grad_compression), 0, 0, "auto,none,f16,bf16", "\"auto\"", "gradient format on the wire (data parallel by allreduce); auto: bf16 when precision is bf16, else none"},
-    {"device", K_STR, F(device), 0, 0, NULL, "\"cpu\"", "where the model trains: cpu, cuda (the GPU of DT_LOCAL_RANK, modulo the GPUs visible) or cuda:N; DT_DEVICE sets the default (a build without CUDA refuses cuda)"},
+    {"device", K_STR, F(device), 0, 0, NULL, "\"cpu\"", "where the model trains: cpu, cuda (the GPU of DT_LOCAL_RANK, modulo the GPUs visible) or cuda:N; emu: a test device (the cpu kernels behind memory the host cannot touch, to test the device code paths without a GPU); DT_DEVICE sets the default (a build without CUDA refuses cuda)"},
     {"tf32", K_BOOL, F(tf32), 0, 1, NULL, "false", "device cuda: f32 matrix products may use TF32 tensor cores (10-bit mantissa; off: full f32, results within f32 rounding of the cpu)"},
     {"precision", K_STR, F(precision), 0, 0, "f32,bf16", "\"f32\"", "matrix products: f32, or bf16 mixed precision (bf16 operands, f32 sums, f32 weights and optimizer state; AMX or AVX512_BF16 where the CPU has them, else emulated at f32 speed)"},
     {"bucket_mb", K_NUM, F(bucket_mb), 0, 65536, NULL, "0", "MiB per gradient allreduce bucket (0: DT_BUCKET_MB, else min(25, gradients/8), at least 1)"},
@@ -352,8 +352,8 @@ dt_status dtrain_config_validate(const dtrain_config *c)
 {
     bool textclf = !strcmp(c->model, "textclf");
     bool cpu = !strcmp(c->device, "cpu");
-    if (!cpu && strcmp(c->device, "cuda") && strncmp(c->device, "cuda:", 5))
-        return bad("configuration", "device", "must be cpu, cuda or cuda:N (DT_DEVICE sets the default)");
+    if (!cpu && strcmp(c->device, "cuda") && strncmp(c->device, "cuda:", 5) && strcmp(c->device, "emu"))
+        return bad("configuration", "device", "must be cpu, cuda, cuda:N or emu (DT_DEVICE sets the default)");
     if (!cpu && (strcmp(c->model, "gpt") && strcmp(c->model, "mlp")))
         return bad("configuration", "device", "cuda trains the gpt and the mlp (model)");
     if (!cpu && (c->tp > 1 || c->pp > 1 || c->zero_stage > 0 || c->servers > 0 || strcmp(c->offload, "none") ||

@@ -262,9 +262,12 @@ static dt_status make_strategy(const dtrain_config *c, dt_comm *world, dt_model 
             s = dt_strategy_pipeline_create(m, o, &pc, &sc, out);
     } else if (c->zero_stage > 0)
         s = dt_strategy_zero_create(m, o, world, (int)c->zero_stage, &sc, out);
-    else if (dt_comm_size(world) == 1 && !tp && dt_params_any_row_sparse(dt_model_params(m)))
+    else if (dt_comm_size(world) == 1 && !tp &&
+             (dt_params_any_row_sparse(dt_model_params(m)) || !dt_device_is_host(dt_model_device(m))))
         /* one process: the single strategy's update visits a row-sparse
-         * table's touched rows only (data parallel's is dense, as its allreduce) */
+         * table's touched rows only (data parallel's is dense, as its
+         * allreduce), and runs on a GPU's buffers (data parallel's buckets
+         * are host memory) */
         s = dt_strategy_single_create(m, o, &sc, out);
     else
         s = dt_strategy_ddp_create(m, o, world, &sc, out);

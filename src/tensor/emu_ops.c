@@ -1,0 +1,137 @@
+/* The "emu" device: the cpu backend's kernels behind device-style memory
+ * that the host cannot touch.  Its allocations are host memory handed out
+ * as non-canonical addresses (bit 62 set), which every entry clears before
+ * calling the cpu kernel; a dereference of such a pointer anywhere else (a
+ * layer, the optimizer, the trainer reading device memory as if it were
+ * the host's) faults at once.  Its results are bitwise the cpu's, so a run
+ * with device=emu must equal the cpu run: that tests every piece of the
+ * device plumbing (uploads, downloads, the host side of the arena, the
+ * loss's targets, checkpoints from device memory) on machines without a GPU.
+ * x86-64 and AArch64 (48-bit user addresses) only; elsewhere dt_device_open
+ * refuses it. */
+#include <stdint.h>
+
+#include "base/status.h"
+#include "tensor/backend.h"
+#include "tensor/cpu_kernels.h"
+
+#define TAG (1ULL << 62)
+
+static void *untag(const void *p) { return p ? (void *)((uintptr_t)p & ~(uintptr_t)TAG) : NULL; }
+static void *tag(void *p) { return p ? (void *)((uintptr_t)p | (uintptr_t)TAG) : NULL; }
+#define F(p) ((float *)untag(p))
+
+static void *emu_alloc(size_t bytes) { return tag(dt__cpu_ops.alloc(bytes)); }
+static void emu_free(void *p) { dt__cpu_ops.free(untag(p)); }
+static dt_status emu_upload(void *dst, const void *src, size_t n) { return dt__cpu_ops.upload(untag(dst), src, n); }
+static dt_status emu_download(void *dst, const void *src, size_t n) { return dt__cpu_ops.download(dst, untag(src), n); }
+static dt_status emu_copy(void *dst, const void *src, size_t n) { return dt__cpu_ops.copy(untag(dst), untag(src), n); }
+static dt_status emu_zero(void *dst, size_t n) { return dt__cpu_ops.zero(untag(dst), n); }
+
+static void emu_gemm(dt_dtype c, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                     int64_t lda, const float *b, int64_t ldb, float beta, float *cc, int64_t ldc)
+{
+    dt__cpu_ops.gemm(c, ta, tb, m, n, k, alpha, F(a), lda, F(b), ldb, beta, F(cc), ldc);
+}
+
+static void emu_axpy(float *y, float al, const float *x, int64_t n) { dt__cpu_ops.axpy(F(y), al, F(x), n); }
+static void emu_add(float *y, const float *a, const float *b, int64_t n) { dt__cpu_ops.add(F(y), F(a), F(b), n); }
+static void emu_mul(float *y, const float *a, const float *b, int64_t n) { dt__cpu_ops.mul(F(y), F(a), F(b), n); }
+static void emu_scale(float *x, float al, int64_t n) { dt__cpu_ops.scale(F(x), al, n); }
+static double emu_sumsq(const float *x, int64_t n) { return dt__cpu_ops.sumsq(F(x), n); }
+static void emu_rows_fill(float *y, const float *r, int64_t rows, int64_t cols) { dt__cpu_ops.rows_fill(F(y), F(r), rows, cols); }
+static void emu_rows_sum_add(float *s, const float *x, int64_t rows, int64_t cols) { dt__cpu_ops.rows_sum_add(F(s), F(x), rows, cols); }
+static void emu_rows_add(float *y, const float *r, int64_t rows, int64_t cols) { dt__cpu_ops.rows_add(F(y), F(r), rows, cols); }
+static void emu_rows_gather(float *o, const float *t, const float *ids, int64_t n, int64_t cols)
+{
+    dt__cpu_ops.rows_gather(F(o), F(t), F(ids), n, cols);
+}
+static void emu_rows_scatter_add(float *t, const float *ids, const float *x, int64_t n, int64_t cols)
+{
+    dt__cpu_ops.rows_scatter_add(F(t), F(ids), F(x), n, cols);
+}
+static void emu_ln_fwd(float *y, float *xh, float *rs, const float *x, const float *w, const float *b, int64_t rows,
+                       int64_t cols, float eps)
+{
+    dt__cpu_ops.layernorm_fwd(F(y), F(xh), F(rs), F(x), F(w), F(b), rows, cols, eps);
+}
+static void emu_ln_bwd(float *dx, float *dw, float *db, const float *dy, const float *xh, const float *rs,
+                       const float *w, int64_t rows, int64_t cols)
+{
+    dt__cpu_ops.layernorm_bwd(F(dx), F(dw), F(db), F(dy), F(xh), F(rs), F(w), rows, cols);
+}
+static void emu_gelu_fwd(float *y, float *t, const float *x, int64_t n) { dt__cpu_ops.gelu_fwd(F(y), F(t), F(x), n); }
+static void emu_gelu_bwd(float *dx, const float *dy, const float *x, const float *t, int64_t n)
+{
+    dt__cpu_ops.gelu_bwd(F(dx), F(dy), F(x), F(t), n);
+}
+static void emu_relu_fwd(float *y, const float *x, int64_t n) { dt__cpu_ops.relu_fwd(F(y), F(x), n); }
+static void emu_relu_bwd(float *dx, const float *dy, const float *x, int64_t n) { dt__cpu_ops.relu_bwd(F(dx), F(dy), F(x), n); }
+static void emu_dropout(float *y, float *mask, const float *x, int64_t n, uint64_t stream, float prob, float keep,
+                        int64_t slice, int64_t whole, int64_t first)
+{
+    dt__cpu_ops.dropout_fwd(F(y), F(mask), F(x), n, stream, prob, keep, slice, whole, first);
+}
+static void emu_attn_fwd(dt_dtype c, float *out, float *saved, const float *qkv, int64_t B, int64_t T, int64_t H,
+                         int64_t hd)
+{
+    dt__cpu_ops.attn_fwd(c, F(out), F(saved), F(qkv), B, T, H, hd);
+}
+static void emu_attn_bwd(dt_dtype c, float *dqkv, float *scratch, const float *dout, const float *qkv,
+                         const float *out, const float *saved, int64_t B, int64_t T, int64_t H, int64_t hd)
+{
+    dt__cpu_ops.attn_bwd(c, F(dqkv), F(scratch), F(dout), F(qkv), F(out), F(saved), B, T, H, hd);
+}
+static dt_status emu_xent(float *loss, float *dl, const float *logits, const int32_t *targets, int64_t rows,
+                          int64_t classes, int64_t counted)
+{
+    return dt__cpu_ops.xent(loss, F(dl), F(logits), (const int32_t *)untag(targets), rows, classes, counted);
+}
+static void emu_adamw(float *p, const float *g, float *m, float *v, int64_t n, float lr, float wd, float b1, float b2,
+                      float eps, float bc1, float bc2)
+{
+    dt__cpu_ops.adamw(F(p), F(g), F(m), F(v), n, lr, wd, b1, b2, eps, bc1, bc2);
+}
+static void emu_sgd(float *p, const float *g, float *buf, int64_t n, float lr, float wd, float mu, bool nesterov,
+                    bool first)
+{
+    dt__cpu_ops.sgd(F(p), F(g), F(buf), n, lr, wd, mu, nesterov, first);
+}
+static dt_status emu_sync(void) { return DT_OK; }
+
+const dt_compute_ops dt__emu_ops = {
+    .name = "emu",
+    .host = false,
+    .alloc = emu_alloc,
+    .free = emu_free,
+    .upload = emu_upload,
+    .download = emu_download,
+    .copy = emu_copy,
+    .zero = emu_zero,
+    .sync = emu_sync,
+    .gemm = emu_gemm,
+    .axpy = emu_axpy,
+    .add = emu_add,
+    .mul = emu_mul,
+    .scale = emu_scale,
+    .sumsq = emu_sumsq,
+    .rows_fill = emu_rows_fill,
+    .rows_sum_add = emu_rows_sum_add,
+    .rows_add = emu_rows_add,
+    .rows_gather = emu_rows_gather,
+    .rows_scatter_add = emu_rows_scatter_add,
+    .layernorm_fwd = emu_ln_fwd,
+    .layernorm_bwd = emu_ln_bwd,
+    .gelu_fwd = emu_gelu_fwd,
+    .gelu_bwd = emu_gelu_bwd,
+    .relu_fwd = emu_relu_fwd,
+    .relu_bwd = emu_relu_bwd,
+    .dropout_fwd = emu_dropout,
+    .attn_saved_floats = dt__cpu_attn_saved_floats,
+    .attn_scratch_floats = dt__cpu_attn_scratch_floats,
+    .attn_fwd = emu_attn_fwd,
+    .attn_bwd = emu_attn_bwd,
+    .xent = emu_xent,
+    .adamw = emu_adamw,
+    .sgd = emu_sgd,
+};
