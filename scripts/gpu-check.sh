@@ -310,7 +310,11 @@ main() {
 # OUT/gpu-check.json from what the steps left.
 summary() {
     local commit="unknown"
-    if [ -d .git ] && git rev-parse HEAD >/dev/null 2>&1; then
+    # the programs' commit: the bundle's when the steps ran it (the checkout
+    # a device machine receives may carry an older .git than its files)
+    if grep -q '/.gpu/bin$' "$OUT/bin-dir" 2>/dev/null && [ -s .gpu/GIT_COMMIT ]; then
+        commit="$(tr '\n' ' ' <.gpu/GIT_COMMIT | sed 's/ *$//') (prebuilt bundle)"
+    elif [ -d .git ] && git rev-parse HEAD >/dev/null 2>&1; then
         commit=$(git rev-parse HEAD)
         git status --porcelain 2>/dev/null | grep -q . && commit="$commit dirty"
     elif [ -s GIT_COMMIT ]; then
