@@ -155,7 +155,7 @@ s_attention() {
     [ -f "$src" ] || { echo "SKIP: $src not written yet"; exit 77; }
     exe=$(mktemp -d)/attention_bench
     # the command of the file's top comment
-    nvcc -O3 -arch=sm_90 -std=c++17 -I src -I include -o "$exe" "$src" src/cuda/attention.cu || exit 1
+    nvcc -O3 -arch=sm_90 -std=c++17 -I src -I include -o "$exe" "$src" || exit 1 # it includes src/cuda/attention.cu
     "$exe"
 }
 

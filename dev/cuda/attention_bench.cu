@@ -422,7 +422,7 @@ int main(int argc, char **argv)
     printf("device: %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor, prop.multiProcessorCount);
 
     const shape small[] = {{2, 1, 2, 16},  {2, 67, 3, 32},  {1, 128, 4, 64}, {2, 65, 2, 8},
-                           {1, 100, 3, 48}, {1, 130, 2, 128}, {3, 64, 2, 20}};
+                           {1, 100, 3, 48}, {1, 130, 2, 128}, {3, 64, 2, 20}, {1, 300, 1, 64}};
     for (const shape &s : small)
         for (const mode &md : modes)
             check(s, md);

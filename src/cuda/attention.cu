@@ -4,7 +4,7 @@
  * each (row stride 3D), out [B, T, D] with head h at columns h*hd,
  * D = H hd, scale 1/sqrt(hd), causal mask.
  *
- * Forward (one block per (b, h) and tile of 64 query rows): stream the key
+ * Forward (one block per (b, h) and tile of query rows): stream the key
  * and value tiles up to the diagonal through shared memory, keep the row
  * max m and sum l of exp(s - m) on the way (online softmax), rescale the
  * output accumulator when m grows, divide by l at the end.  saved[b, h, t]
@@ -22,8 +22,16 @@
  * the result repeats bitwise, with no float atomics and no partial dQ in
  * memory.  Every element of dqkv is written (rows past T do not exist).
  *
- * Tiles are 64 x 64 and blocks 128 threads (4 warps), in the SIMT kernels
- * below: thread (rg, cg) = (tid / 8, tid % 8) owns rows 4rg..4rg+3 of a
+ * Two kernel families.  compute = DT_F32 runs the SIMT kernels (f32 FMAs),
+ * compute = DT_BF16 the tensor-core ones (mma.sync bf16, f32 accumulators;
+ * "tensor cores" below).  kernel_version = 1 runs SIMT for bf16 as well
+ * (same results to f32 rounding; dev/cuda/attention_bench.cu checks both).
+ * Measured on an H200 (dev/cuda/attention_bench.cu), B=16 T=1024 H=12
+ * hd=64, forward + backward: f32 0.85 + 3.13 ms, bf16 0.18 + 0.84 ms
+ * (140 and 77 TFLOP/s counted as FlashAttention counts a causal mask).
+ *
+ * SIMT: tiles are 64 x 64 and blocks 128 threads (4 warps): thread
+ * (rg, cg) = (tid / 8, tid % 8) owns rows 4rg..4rg+3 of a
  * tile, key columns cg + 8j (j < 8) of a 64 x 64 product and head columns
  * 32q + 4cg + e (e < 4) of a 64 x hd one.  Head widths go in buckets of
  * 32, 64 and 128 (a template parameter HD); a smaller hd pads with zero
@@ -450,22 +458,30 @@ __global__ void __launch_bounds__(NT)
 
 /* ---- tensor cores: bf16 mma.sync m16n8k16, f32 accumulators ----
  *
- * The bf16 kernels: the same tiles, blocks and passes as the SIMT ones, the
- * products on tensor cores.  Q, K, V and dO sit in shared memory as bf16
- * (row stride HD + 8: the eight 16-byte rows an ldmatrix phase reads fall
- * in distinct banks).  Warp w owns rows 16w..16w+15 of the block's 64
- * (queries, or keys in the dK dV pass).  A 16 x 64 score tile stays in
- * registers in the accumulator layout (thread: rows g = lane/4 and g + 8,
- * columns 8n + 2t, 8n + 2t + 1 for t = lane%4) and is turned into A
- * fragments of the next product in place (FlashAttention-2), so P and dS
- * never go through shared memory.  Fragment layouts are PTX's for
- * mma.m16n8k16 (.row.col) and ldmatrix (.trans for the operands stored
- * [k][n]). */
+ * The bf16 kernels: the same passes as the SIMT ones, the products on
+ * tensor cores.  Q, K, V and dO sit in shared memory as bf16 (row stride
+ * HD + 8: the eight 16-byte rows an ldmatrix phase reads fall in distinct
+ * banks).  Warp w owns rows 16w..16w+15 of its block's rows (queries, or
+ * keys in the dK dV pass).  A 16 x 64 score tile stays in registers in the
+ * accumulator layout (thread: rows g = lane/4 and g + 8, columns 8n + 2t,
+ * 8n + 2t + 1 for t = lane%4) and becomes the A fragments of the next
+ * product in place (FlashAttention-2), so P and dS never go through shared
+ * memory.  Fragment layouts are PTX's for mma.m16n8k16 (.row.col) and
+ * ldmatrix (.trans for the operands stored [k][n]).
+ *
+ * The forward takes 128 query rows a block (8 warps, 256 threads) and
+ * loads the next key and value tile into registers while it works on the
+ * current one; the backward passes take 64 (4 warps).  Shared memory,
+ * bytes: forward 2 (128 + 2*64)(HD + 8) (HD = 64: 36 KiB), each backward
+ * pass 2*4*64 (HD + 8) + 512 (HD = 64: 37 KiB). */
 
-/* Two floats rounded to bf16 (nearest even) in one register, lo in the low half. */
+/* Two floats rounded to bf16 (nearest even) in one register, lo in the low
+ * half: cvt's first source goes to the high half. */
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 {
-    return (__float_as_uint(bf16_round(lo)) >> 16) | (__float_as_uint(bf16_round(hi)) & 0xffff0000u);
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
 }
 
 /* d += a b: A 16 x 16 (4 registers), B 16 x 8 (2), D 16 x 8 f32. */
@@ -499,13 +515,13 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], const uint16_t *p)
                  : "memory");
 }
 
-/* dst[r][c] (bf16, row stride HD + 8) = src rows row0..row0+63 rounded to
- * bf16, zero past T and past hd. */
-template <int HD>
+/* dst[r][c] (bf16, row stride HD + 8) = src rows row0..row0+ROWS-1 rounded
+ * to bf16, zero past T and past hd; THREADS threads share the work. */
+template <int HD, int ROWS, int THREADS>
 __device__ __forceinline__ void load_tile_bf16(uint16_t *dst, const float *src, int64_t ld, int row0, int T, int hd)
 {
     constexpr int C4 = HD / 4, LDB = HD + 8;
-    for (int idx = threadIdx.x; idx < BR * C4; idx += NT) {
+    for (int idx = threadIdx.x; idx < ROWS * C4; idx += THREADS) {
         int r = idx / C4, c = (idx - r * C4) * 4;
         uint2 w = make_uint2(0u, 0u);
         if (row0 + r < T && c < hd) {
@@ -513,6 +529,34 @@ __device__ __forceinline__ void load_tile_bf16(uint16_t *dst, const float *src, 
             w = make_uint2(pack_bf16(v.x, v.y), pack_bf16(v.z, v.w));
         }
         *reinterpret_cast<uint2 *>(dst + r * LDB + c) = w;
+    }
+}
+
+/* The same in two steps, to overlap the loads with work: fetch_tile reads
+ * this thread's part of a 64-row tile into registers, put_tile stores it. */
+template <int HD, int THREADS>
+__device__ __forceinline__ void fetch_tile(float4 v[BC * HD / 4 / THREADS], const float *src, int64_t ld, int row0,
+                                           int T, int hd)
+{
+    constexpr int C4 = HD / 4;
+#pragma unroll
+    for (int i = 0; i < BC * C4 / THREADS; i++) {
+        int idx = (int)threadIdx.x + i * THREADS, r = idx / C4, c = (idx - r * C4) * 4;
+        v[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (row0 + r < T && c < hd)
+            v[i] = *reinterpret_cast<const float4 *>(src + (int64_t)(row0 + r) * ld + c);
+    }
+}
+
+template <int HD, int THREADS>
+__device__ __forceinline__ void put_tile(uint16_t *dst, const float4 v[BC * HD / 4 / THREADS])
+{
+    constexpr int C4 = HD / 4, LDB = HD + 8;
+#pragma unroll
+    for (int i = 0; i < BC * C4 / THREADS; i++) {
+        int idx = (int)threadIdx.x + i * THREADS, r = idx / C4, c = (idx - r * C4) * 4;
+        *reinterpret_cast<uint2 *>(dst + r * LDB + c) =
+            make_uint2(pack_bf16(v[i].x, v[i].y), pack_bf16(v[i].z, v[i].w));
     }
 }
 
@@ -593,51 +637,79 @@ __device__ __forceinline__ void store_warp_rows(float *dst, int64_t ld, int row0
     }
 }
 
-template <int HD>
-__global__ void __launch_bounds__(NT)
+/* The forward's warps a block (16 FWD_WARPS query rows), at most 128
+ * registers a thread for HD <= 64 so that two blocks share an SM (56 bytes
+ * spill at HD = 64).  H200, B=16 T=1024 H=12 hd=64: 0.184 ms; one block an
+ * SM (166 registers) 0.212 ms; 4 warps 0.233 ms. */
+constexpr int FWD_WARPS = 8;
+
+/* Block: 16 WARPS query rows (tile qt) of pair bh, the longest first. */
+template <int HD, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32, HD <= 64 ? 2 : 1)
     attn_fwd_mma(float *out, float *lse, const float *qkv, int T, int H, int hd, int tiles, float sl2)
 {
     extern __shared__ float4 smem4[];
-    constexpr int LDB = HD + 8, NO = HD / 8;
-    uint16_t *Qs = reinterpret_cast<uint16_t *>(smem4), *Ks = Qs + BR * LDB, *Vs = Ks + BC * LDB;
+    constexpr int LDB = HD + 8, NO = HD / 8, ROWS = 16 * WARPS, THREADS = 32 * WARPS, PF = BC * HD / 4 / THREADS;
+    uint16_t *Qs = reinterpret_cast<uint16_t *>(smem4), *Ks = Qs + ROWS * LDB, *Vs = Ks + BC * LDB;
     const int BH = (int)(gridDim.x / tiles), bh = (int)(blockIdx.x % BH), qt = tiles - 1 - (int)(blockIdx.x / BH);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int q0 = qt * BR, w0 = q0 + warp * 16; /* the warp's first row */
+    const int q0 = qt * ROWS, w0 = q0 + warp * 16;   /* the block's and the warp's first row */
+    const int last = (min(q0 + ROWS, T) - 1) / BC; /* the last key tile a row of the block sees */
     const head hp = head_of(bh, T, H, hd);
     const int64_t ld = 3 * (int64_t)H * hd, D = (int64_t)H * hd;
     const float *q = qkv + hp.q, *k = q + D, *v = q + 2 * D;
 
-    load_tile_bf16<HD>(Qs, q, ld, q0, T, hd);
+    load_tile_bf16<HD, ROWS, THREADS>(Qs, q, ld, q0, T, hd);
+    float4 kr[PF], vr[PF];
+    fetch_tile<HD, THREADS>(kr, k, ld, 0, T, hd);
+    fetch_tile<HD, THREADS>(vr, v, ld, 0, T, hd);
+    /* m: the row max of the scores times sl2; l: this thread's part of the
+     * row sum of exp2(score sl2 - m), summed over the row's 4 threads at the end */
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NO][4];
 #pragma unroll
     for (int dn = 0; dn < NO; dn++)
         o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
-    for (int kt = 0; kt <= qt; kt++) {
+    for (int kt = 0; kt <= last; kt++) {
         const int k0 = kt * BC;
-        load_tile_bf16<HD>(Ks, k, ld, k0, T, hd);
-        load_tile_bf16<HD>(Vs, v, ld, k0, T, hd);
+        __syncthreads(); /* every warp is done with the previous Ks, Vs */
+        put_tile<HD, THREADS>(Ks, kr);
+        put_tile<HD, THREADS>(Vs, vr);
         __syncthreads();
+        if (kt < last) {
+            fetch_tile<HD, THREADS>(kr, k, ld, k0 + BC, T, hd);
+            fetch_tile<HD, THREADS>(vr, v, ld, k0 + BC, T, hd);
+        }
+        if (k0 > w0 + 15)
+            continue; /* every key of the tile is past every row of the warp (the same for its 32 threads) */
         float s[8][4];
 #pragma unroll
         for (int n = 0; n < 8; n++)
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
         mma_abt<HD>(s, Qs, warp * 16, Ks);
+        if (k0 + BC - 1 > w0) { /* the tile crosses the warp's diagonal: mask key > row (also keys past T) */
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    if (k0 + n * 8 + 2 * t + (r & 1) > w0 + g + 8 * (r >> 1))
+                        s[n][r] = -INFINITY;
+        }
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int n = 0; n < 8; n++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int row = w0 + g + 8 * (r >> 1), key = k0 + n * 8 + 2 * t + (r & 1);
-                s[n][r] = key <= row ? s[n][r] * sl2 : -INFINITY;
-                mx[r >> 1] = fmaxf(mx[r >> 1], s[n][r]);
-            }
+        for (int n = 0; n < 8; n++) {
+            mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
+            mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
+        }
+        float mn[2];
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             /* a row's 4 threads are lanes 4g..4g+3 */
             mx[h] = fmaxf(mx[h], __shfl_xor_sync(DT__FULL_MASK, mx[h], 1));
             mx[h] = fmaxf(mx[h], __shfl_xor_sync(DT__FULL_MASK, mx[h], 2));
-            float mnew = fmaxf(m[h], mx[h]), alpha = exp2f(m[h] - mnew); /* finite: key k0 <= row */
+            /* finite: the warp's first tile (kt = 0) has key 0 <= row */
+            float mnew = fmaxf(m[h], mx[h] * sl2), alpha = exp2f(m[h] - mnew); /* 0 on the first tile */
             m[h] = mnew;
+            mn[h] = -mnew;
             l[h] *= alpha;
 #pragma unroll
             for (int dn = 0; dn < NO; dn++) {
@@ -649,13 +721,12 @@ __global__ void __launch_bounds__(NT)
         for (int n = 0; n < 8; n++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                s[n][r] = exp2f(s[n][r] - m[r >> 1]);
+                s[n][r] = exp2f(fmaf(s[n][r], sl2, mn[r >> 1])); /* masked: exp2(-inf) = 0 */
                 l[r >> 1] += s[n][r];
             }
         uint32_t pa[4][4];
         to_a_fragments(pa, s);
         mma_xz<HD>(o, pa, Vs);
-        __syncthreads(); /* before the next tile overwrites Ks, Vs */
     }
     float inv[2];
 #pragma unroll
@@ -687,16 +758,16 @@ __global__ void __launch_bounds__(NT)
     const int64_t ld = 3 * (int64_t)H * hd, D = (int64_t)H * hd;
     const float *q = qkv + hp.q, *k = q + D, *v = q + 2 * D, *dO = dout + hp.o;
 
-    load_tile_bf16<HD>(Ks, k, ld, k0, T, hd);
-    load_tile_bf16<HD>(Vs, v, ld, k0, T, hd);
+    load_tile_bf16<HD, BC, NT>(Ks, k, ld, k0, T, hd);
+    load_tile_bf16<HD, BC, NT>(Vs, v, ld, k0, T, hd);
     float dk[NO][4], dv[NO][4];
 #pragma unroll
     for (int dn = 0; dn < NO; dn++)
         dk[dn][0] = dk[dn][1] = dk[dn][2] = dk[dn][3] = dv[dn][0] = dv[dn][1] = dv[dn][2] = dv[dn][3] = 0.0f;
     for (int qt = kt; qt < tiles; qt++) {
         const int q0 = qt * BR;
-        load_tile_bf16<HD>(Qs, q, ld, q0, T, hd);
-        load_tile_bf16<HD>(dOs, dO, D, q0, T, hd);
+        load_tile_bf16<HD, BR, NT>(Qs, q, ld, q0, T, hd);
+        load_tile_bf16<HD, BR, NT>(dOs, dO, D, q0, T, hd);
         load_row_stats(Ls, Ds, lse + hp.row, Dsum + hp.row, q0, T);
         __syncthreads();
         /* transposed: row = key w0 + g (+8), column = query q0 + 8n + 2t (+1) */
@@ -706,15 +777,22 @@ __global__ void __launch_bounds__(NT)
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
         mma_abt<HD>(s, Ks, warp * 16, Qs);
         mma_abt<HD>(dp, Vs, warp * 16, dOs);
+        /* a query before a key of the warp, or past T: mask */
+        const bool edge = q0 < w0 + 15 || q0 + BR > T;
 #pragma unroll
-        for (int n = 0; n < 8; n++)
+        for (int n = 0; n < 8; n++) {
+            const int c = n * 8 + 2 * t;
+            const float2 L = *reinterpret_cast<const float2 *>(Ls + c), Dc = *reinterpret_cast<const float2 *>(Ds + c);
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                int key = w0 + g + 8 * (r >> 1), c = n * 8 + 2 * t + (r & 1), query = q0 + c;
-                float p = key <= query && query < T ? exp2f(s[n][r] * sl2 - Ls[c]) : 0.0f;
-                dp[n][r] = p * (dp[n][r] - Ds[c]);
+                int key = w0 + g + 8 * (r >> 1), query = q0 + c + (r & 1);
+                float p = exp2f(fmaf(s[n][r], sl2, -((r & 1) ? L.y : L.x)));
+                if (edge && (key > query || query >= T))
+                    p = 0.0f;
+                dp[n][r] = p * (dp[n][r] - ((r & 1) ? Dc.y : Dc.x));
                 s[n][r] = p;
             }
+        }
         uint32_t pa[4][4], dsa[4][4];
         to_a_fragments(pa, s);
         to_a_fragments(dsa, dp);
@@ -744,8 +822,8 @@ __global__ void __launch_bounds__(NT)
     const int64_t ld = 3 * (int64_t)H * hd, D = (int64_t)H * hd;
     const float *q = qkv + hp.q, *k = q + D, *v = q + 2 * D, *dO = dout + hp.o;
 
-    load_tile_bf16<HD>(Qs, q, ld, q0, T, hd);
-    load_tile_bf16<HD>(dOs, dO, D, q0, T, hd);
+    load_tile_bf16<HD, BR, NT>(Qs, q, ld, q0, T, hd);
+    load_tile_bf16<HD, BR, NT>(dOs, dO, D, q0, T, hd);
     load_row_stats(Ls, Ds, lse + hp.row, Dsum + hp.row, q0, T);
     float dq[NO][4];
 #pragma unroll
@@ -753,8 +831,8 @@ __global__ void __launch_bounds__(NT)
         dq[dn][0] = dq[dn][1] = dq[dn][2] = dq[dn][3] = 0.0f;
     for (int kt = 0; kt <= qt; kt++) {
         const int k0 = kt * BC;
-        load_tile_bf16<HD>(Ks, k, ld, k0, T, hd);
-        load_tile_bf16<HD>(Vs, v, ld, k0, T, hd);
+        load_tile_bf16<HD, BC, NT>(Ks, k, ld, k0, T, hd);
+        load_tile_bf16<HD, BC, NT>(Vs, v, ld, k0, T, hd);
         __syncthreads();
         /* row = query w0 + g (+8), column = key k0 + 8n + 2t (+1) */
         float s[8][4], dp[8][4];
@@ -764,13 +842,17 @@ __global__ void __launch_bounds__(NT)
         mma_abt<HD>(s, Qs, warp * 16, Ks);
         mma_abt<HD>(dp, dOs, warp * 16, Vs);
         const int r0 = warp * 16 + g;
-        const float L[2] = {Ls[r0], Ls[r0 + 8]}, Dr[2] = {Ds[r0], Ds[r0 + 8]};
+        const float mL[2] = {-Ls[r0], -Ls[r0 + 8]}, Dr[2] = {Ds[r0], Ds[r0 + 8]};
+        /* the tile crosses the warp's diagonal: mask key > query (rows past T are never stored) */
+        const bool edge = k0 + BC - 1 > w0;
 #pragma unroll
         for (int n = 0; n < 8; n++)
 #pragma unroll
             for (int r = 0; r < 4; r++) {
-                int h = r >> 1, query = w0 + g + 8 * h, key = k0 + n * 8 + 2 * t + (r & 1);
-                float p = key <= query && query < T ? exp2f(s[n][r] * sl2 - L[h]) : 0.0f;
+                int h = r >> 1;
+                float p = exp2f(fmaf(s[n][r], sl2, mL[h]));
+                if (edge && k0 + n * 8 + 2 * t + (r & 1) > w0 + g + 8 * h)
+                    p = 0.0f;
                 dp[n][r] = p * (dp[n][r] - Dr[h]);
             }
         uint32_t dsa[4][4];
@@ -792,30 +874,33 @@ int kernel_version = 2;
 constexpr size_t fwd_smem(int HD) { return sizeof(float) * (size_t)(3 * 64 * (HD + 4) + 64 * PLD); }
 constexpr size_t dkdv_smem(int HD) { return sizeof(float) * (size_t)(4 * 64 * (HD + 4) + 2 * 64 * PLD + 2 * BR); }
 constexpr size_t dq_smem(int HD) { return sizeof(float) * (size_t)(4 * 64 * (HD + 4) + 64 * PLD + 2 * BR); }
-constexpr size_t fwd_mma_smem(int HD) { return sizeof(uint16_t) * (size_t)(3 * 64 * (HD + 8)); }
+constexpr size_t fwd_mma_smem(int HD) { return sizeof(uint16_t) * (size_t)((16 * FWD_WARPS + 2 * BC) * (HD + 8)); }
 constexpr size_t bwd_mma_smem(int HD) { return sizeof(uint16_t) * (size_t)(4 * 64 * (HD + 8)) + sizeof(float) * 2 * BR; }
 
-/* Launch `kernel` over `blocks` blocks of NT threads with `smem` bytes of
- * dynamic shared memory (above 48 KiB must be asked for). */
+/* Launch `kernel` over `blocks` blocks of `threads` threads with `smem`
+ * bytes of dynamic shared memory (above 48 KiB must be asked for). */
 template <typename... Params, typename... Args>
-bool launch(void (*kernel)(Params...), unsigned blocks, size_t smem, Args... args)
+bool launch(void (*kernel)(Params...), unsigned blocks, int threads, size_t smem, Args... args)
 {
     if (!DT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
         return false;
-    kernel<<<blocks, NT, smem, dt__stream()>>>(args...);
+    kernel<<<blocks, threads, smem, dt__stream()>>>(args...);
     return DT_CUDA_LAUNCHED();
 }
 
 template <int HD, bool BF16>
 void fwd(float *out, float *lse, const float *qkv, int B, int T, int H, int hd)
 {
-    int tiles = (T + BR - 1) / BR;
-    unsigned blocks = (unsigned)(tiles * B * H);
     float sl2 = LOG2E / sqrtf((float)hd);
-    if (BF16 && kernel_version >= 2)
-        launch(attn_fwd_mma<HD>, blocks, fwd_mma_smem(HD), out, lse, qkv, T, H, hd, tiles, sl2);
-    else
-        launch(attn_fwd_simt<HD, BF16>, blocks, fwd_smem(HD), out, lse, qkv, T, H, hd, tiles, sl2);
+    if (BF16 && kernel_version >= 2) {
+        int tiles = (T + 16 * FWD_WARPS - 1) / (16 * FWD_WARPS);
+        launch(attn_fwd_mma<HD, FWD_WARPS>, (unsigned)(tiles * B * H), 32 * FWD_WARPS, fwd_mma_smem(HD), out, lse,
+               qkv, T, H, hd, tiles, sl2);
+    } else {
+        int tiles = (T + BR - 1) / BR;
+        launch(attn_fwd_simt<HD, BF16>, (unsigned)(tiles * B * H), NT, fwd_smem(HD), out, lse, qkv, T, H, hd, tiles,
+               sl2);
+    }
 }
 
 template <int HD, bool BF16>
@@ -830,13 +915,13 @@ void bwd(float *dqkv, float *Dsum, const float *dout, const float *qkv, const fl
         return;
     unsigned blocks = (unsigned)(tiles * B * H);
     if (BF16 && kernel_version >= 2) {
-        if (launch(attn_bwd_dkdv_mma<HD>, blocks, bwd_mma_smem(HD), dqkv, dout, qkv, lse, Dsum, T, H, hd, tiles, sl2,
-                   scale))
-            launch(attn_bwd_dq_mma<HD>, blocks, bwd_mma_smem(HD), dqkv, dout, qkv, lse, Dsum, T, H, hd, tiles, sl2,
-                   scale);
-    } else if (launch(attn_bwd_dkdv_simt<HD, BF16>, blocks, dkdv_smem(HD), dqkv, dout, qkv, lse, Dsum, T, H, hd,
+        if (launch(attn_bwd_dkdv_mma<HD>, blocks, NT, bwd_mma_smem(HD), dqkv, dout, qkv, lse, Dsum, T, H, hd, tiles,
+                   sl2, scale))
+            launch(attn_bwd_dq_mma<HD>, blocks, NT, bwd_mma_smem(HD), dqkv, dout, qkv, lse, Dsum, T, H, hd, tiles,
+                   sl2, scale);
+    } else if (launch(attn_bwd_dkdv_simt<HD, BF16>, blocks, NT, dkdv_smem(HD), dqkv, dout, qkv, lse, Dsum, T, H, hd,
                       tiles, sl2, scale)) {
-        launch(attn_bwd_dq_simt<HD, BF16>, blocks, dq_smem(HD), dqkv, dout, qkv, lse, Dsum, T, H, hd, tiles, sl2,
+        launch(attn_bwd_dq_simt<HD, BF16>, blocks, NT, dq_smem(HD), dqkv, dout, qkv, lse, Dsum, T, H, hd, tiles, sl2,
                scale);
     }
 }
