@@ -163,6 +163,7 @@ static void forward_range(int64_t begin, int64_t end, void *arg)
 
 static dt_status conv_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
+    DT_CHECK(dt__cpu_only(ctx, l));
     conv2d *L = (conv2d *)l;
     if (x->ndim != 4 || x->shape[1] != L->cin)
         return dt__fail(DT_ERR_INVALID, "%s: expects [batch, %lld, height, width]", l->name, (long long)L->cin);
@@ -414,6 +415,7 @@ static void pool_bwd_range(int64_t begin, int64_t end, void *p)
 
 static dt_status pool_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
+    DT_CHECK(dt__cpu_only(ctx, l));
     if (x->ndim != 4 || x->shape[2] < 2 || x->shape[3] < 2)
         return dt__fail(DT_ERR_INVALID, "%s: expects [batch, channels, height >= 2, width >= 2]", l->name);
     int64_t NC = x->shape[0] * x->shape[1], H = x->shape[2], W = x->shape[3], OH = H / 2, OW = W / 2;

@@ -57,7 +57,7 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     int64_t n = dt_tensor_numel(x);
     if (!(y->data = dt_arena_alloc(ctx->arena, n)))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    memcpy(y->data, x->data, (size_t)n * sizeof(float));
+    DT_CHECK(dt__ops(ctx)->copy(y->data, x->data, (size_t)n * sizeof(float)));
     return sleep_ns(l, L->forward_ns);
 }
 

@@ -38,7 +38,7 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     if (!ids)
         return DT_ERR_NOMEM;
     *ids = *x;
-    dt_rows_gather(y->data, W, x->data, n, E->dim);
+    dt__ops(ctx)->rows_gather(y->data, W, x->data, n, E->dim);
     return DT_OK;
 }
 
@@ -50,7 +50,7 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
     if (!ids)
         return DT_ERR_INVALID;
     float *dW = dt_param_grad(ctx->params, E->w);
-    dt_rows_scatter_add(dW, ids->data, dy->data, dt_tensor_numel(ids), E->dim);
+    dt__ops(ctx)->rows_scatter_add(dW, ids->data, dy->data, dt_tensor_numel(ids), E->dim);
     dt_params_grad_ready(ctx->params, E->w);
     return DT_OK;
 }

@@ -97,6 +97,7 @@ static void backward_range(int64_t b, int64_t e, void *arg)
 
 static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
+    DT_CHECK(dt__cpu_only(ctx, l));
     bag_layer *E = (bag_layer *)l;
     if (x->ndim != 2)
         return dt__fail(DT_ERR_INVALID, "%s: bags must be [batch, width] ids (-1: none), got %d dimensions",

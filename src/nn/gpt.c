@@ -98,7 +98,7 @@ static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_
                 return dt__wrap(s, "%s: vocabulary-parallel embedding: ", l->name);
             int64_t Tl = T / t, p0 = Tl * dt_comm_rank(E->tp);
             for (int64_t b = 0; b < B; b++) /* positions p0 .. p0 + Tl - 1 */
-                dt_vec_axpy(local + b * Tl * D, 1.0f, wpe + p0 * D, Tl * D);
+                ops->axpy(local + b * Tl * D, 1.0f, wpe + p0 * D, Tl * D);
             dt_tensor h = dt_tensor_view(local, 3, (int64_t[]){B, Tl, D});
             return E->drop->ops->forward(E->drop, ctx, &h, y);
         }
@@ -127,7 +127,7 @@ static dt_status embed_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, d
     if (E->sp) { /* positions: this slice's part (tp_partial); then the whole gradient for the tokens */
         int t = dt_comm_size(E->tp);
         int64_t Tl = T / t, p0 = Tl * dt_comm_rank(E->tp);
-        dt_rows_sum_add(dt_param_grad(ctx->params, E->wpe) + p0 * D, g.data, B, Tl * D);
+        dt__ops(ctx)->rows_sum_add(dt_param_grad(ctx->params, E->wpe) + p0 * D, g.data, B, Tl * D);
         float *whole = dt_arena_alloc(ctx->arena, B * T * D), *scratch = dt_arena_alloc(ctx->arena, B * T * D);
         dt_status s = whole && scratch ? dt__sp_gather(E->tp, g.data, whole, scratch, B, Tl, D)
                                        : dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
@@ -142,7 +142,7 @@ static dt_status embed_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, d
         for (int64_t i = 0; i < B * T; i++) {
             int64_t id = (int64_t)ids->data[i] - E->v0;
             if (id >= 0 && id < E->vl)
-                dt_vec_axpy(gw + id * D, 1.0f, g.data + i * D, D);
+                dt__ops(ctx)->axpy(gw + id * D, 1.0f, g.data + i * D, D);
         }
     } else {
         dt__ops(ctx)->rows_scatter_add(dt_param_grad(ctx->params, E->wte), ids->data, g.data, B * T, D);

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 
+#include "base/status.h"
 #include "dtrain/nn.h"
 #include "tensor/backend.h"
 
@@ -31,6 +32,16 @@ static inline void dt__gemm_packed(const dt_ctx *ctx, int trans_a, int trans_b, 
                                    float alpha, const float *a, const float *b, float beta, float *c)
 {
     dt__gemm(ctx, trans_a, trans_b, m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
+}
+
+/* Layers with no device kernels yet (conv2d, max pooling, EmbeddingBag)
+ * run on the cpu only: DT_ERR_INVALID naming the layer on another device. */
+static inline dt_status dt__cpu_only(const dt_ctx *ctx, const dt_layer *l)
+{
+    const dt_compute_ops *ops = dt__ops(ctx);
+    return ops->host ? DT_OK
+                     : dt__fail(DT_ERR_INVALID, "%s: %s layers run on the cpu only (device %s)", l->name, l->ops->kind,
+                                ops->name);
 }
 
 /* y = a + b on the context's backend (dt_residual_add's device form). */

@@ -127,7 +127,7 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
         if (!(y->data = dt_arena_alloc(ctx->arena, n * L->out_l)))
             return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
         if (bias)
-            dt_rows_fill(y->data, bias, n, L->out_l);
+            dt__ops(ctx)->rows_fill(y->data, bias, n, L->out_l);
         dt_arena_mark mark = dt_arena_get_mark(ctx->arena);
         dt_status st = DT_OK;
         const float *in = L->sp ? gather_whole(L, ctx, x, L->in_l, &st) : x->data;
@@ -174,7 +174,7 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
     if (!x)
         return DT_ERR_INVALID;
     if (L->b >= 0) { /* a row layer's bias under sequence parallelism: this slice's part (tp_partial) */
-        dt_rows_sum_add(dt_param_grad(ctx->params, L->b), dy->data, rows(dy, L->out_l), L->out_l);
+        dt__ops(ctx)->rows_sum_add(dt_param_grad(ctx->params, L->b), dy->data, rows(dy, L->out_l), L->out_l);
         dt_params_grad_ready(ctx->params, L->b);
     }
     float *dW = dt_param_grad(ctx->params, L->w);

@@ -65,6 +65,16 @@ for p in pairs:
     bad += bool(diff) or len(common) < 6
 sys.exit(1 if bad else 0)
 PY
+# eval and generate of a checkpoint on the device (DT_DEVICE) equal the cpu's
+"$BIN/dtrain" eval "$WORK/ck-emu" >"$WORK/ev-cpu" 2>/dev/null || fail "eval on the cpu failed"
+DT_DEVICE=emu "$BIN/dtrain" eval "$WORK/ck-emu" >"$WORK/ev-emu" 2>"$WORK/ev-emu.err" || { cat "$WORK/ev-emu.err"; fail "eval on emu failed"; }
+cmp -s "$WORK/ev-cpu" "$WORK/ev-emu" || { cat "$WORK/ev-cpu" "$WORK/ev-emu"; fail "eval on emu differs from the cpu's"; }
+"$BIN/dtrain" generate "$WORK/ck-emu" --prompt "The " --tokens 30 >"$WORK/gen-cpu" 2>/dev/null || fail "generate on the cpu failed"
+DT_DEVICE=emu "$BIN/dtrain" generate "$WORK/ck-emu" --prompt "The " --tokens 30 >"$WORK/gen-emu" 2>"$WORK/gen-emu.err" ||
+    { cat "$WORK/gen-emu.err"; fail "generate on emu failed"; }
+expect_grep "$WORK/gen-emu.err" "device: emu"
+cmp -s "$WORK/gen-cpu" "$WORK/gen-emu" || fail "generate on emu differs from the cpu's"
+echo "eval and generate on emu: the cpu's output"
 # refusals, each naming the key and why
 "$BIN/dtrain" train "${gpt[@]}" --set device=emu --set zero_stage=1 >"$WORK/r1" 2>&1 && fail "zero_stage on a device ran"
 expect_grep "$WORK/r1" "device.*not built yet"

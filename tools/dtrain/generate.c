@@ -27,6 +27,20 @@ static dt_status load(const char *checkpoint, dtrain_config *c, dt_model **m)
         return DT_ERR_INVALID;
     }
     fprintf(stderr, "loaded %s (step %lld)\n", step_dir, (long long)pr.step);
+    /* DT_DEVICE picks where it runs; not the manifest's device: a checkpoint
+     * trained on a GPU is read where there may be none */
+    const char *dev_name = getenv("DT_DEVICE");
+    const dt_device *dev = NULL;
+    char what[256];
+    if (dev_name && *dev_name && strcmp(dev_name, "cpu")) {
+        if (dt_device_open(dev_name, &dev) != DT_OK || dt_device_describe(dev, what, sizeof what) != DT_OK ||
+            dt_model_to_device(*m, dev) != DT_OK) {
+            fprintf(stderr, "dtrain: DT_DEVICE=%s: %s\n", dev_name, dt_last_error());
+            dt_model_destroy(*m);
+            return DT_ERR_INVALID;
+        }
+        fprintf(stderr, "device: %s\n", what);
+    }
     return DT_OK;
 }
 
@@ -41,7 +55,7 @@ int dtrain_eval(const char *checkpoint)
         return 1;
     c.eval_batches = 1LL << 40; /* the whole evaluation split */
     dt_arena *arena;
-    dt_arena_create(&arena);
+    dt_arena_create_on(dt_model_device(m), &arena);
     eval_result r;
     char what[256];
     dtrain_evaluate(&c, m, &d, arena, NULL, NULL, &r);
@@ -79,11 +93,11 @@ int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, 
     if (len == 0)
         seq[len++] = (float)'\n'; /* an empty prompt starts a new line */
     dt_arena *arena;
-    dt_arena_create(&arena);
+    dt_arena_create_on(dt_model_device(m), &arena);
     dt_rng rng;
     dt_rng_seed(&rng, seed);
     fwrite(prompt, 1, plen, stdout);
-    float *prob = malloc((size_t)c.vocab * sizeof *prob);
+    float *prob = malloc((size_t)c.vocab * sizeof *prob), *last = malloc((size_t)c.vocab * sizeof *last);
     for (int64_t t = 0; t < tokens; t++) {
         int64_t T = len < c.context ? len : c.context;
         dt_arena_reset(arena);
@@ -93,7 +107,13 @@ int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, 
             fprintf(stderr, "dtrain: generate: %s\n", dt_last_error());
             return 1;
         }
-        const float *z = out.data + (T - 1) * c.vocab;
+        /* the last position's logits, on the host */
+        if (dt_device_download(dt_model_device(m), last, out.data + (T - 1) * c.vocab,
+                               (size_t)c.vocab * sizeof *last) != DT_OK) {
+            fprintf(stderr, "dtrain: generate: %s\n", dt_last_error());
+            return 1;
+        }
+        const float *z = last;
         int64_t next = 0;
         if (temperature <= 0) { /* greedy */
             for (int64_t k = 1; k < c.vocab; k++)
@@ -116,6 +136,7 @@ int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, 
     }
     putchar('\n');
     free(prob);
+    free(last);
     free(seq);
     dt_arena_destroy(arena);
     dt_model_destroy(m);

@@ -41,6 +41,7 @@ static const char usage[] =
     "  -n, --tokens N         generate: bytes to sample (default 200)\n"
     "  -t, --temperature T    generate: 0 greedy .. 100 (default 0.8)\n"
     "      --seed S           generate: sampling seed (default 1)\n"
+    "  eval and generate run on DT_DEVICE (cpu unless set: DT_DEVICE=cuda for a GPU)\n"
     "  -h, --help             this help\n"
     "      --version          print the version\n"
     "\n"
