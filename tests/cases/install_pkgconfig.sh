@@ -14,7 +14,7 @@ grep -q "DT_TSAN:BOOL=ON" "$BUILD/CMakeCache.txt" && flags="-fsanitize=thread"
 cc -std=c11 -Wall -Werror $flags examples/collectives_demo.c -o "$WORK/demo" $(pkg-config --cflags --libs dtrain) \
     -Wl,-rpath,"$WORK/prefix/lib" || fail "cannot build against the installed library"
 cc -std=c11 -Wall -Werror $flags examples/collectives_demo.c -o "$WORK/demo_static" $(pkg-config --cflags dtrain) \
-    "$WORK/prefix/lib/libdtrain.a" $(pkg-config --static --libs-only-l dtrain | sed "s/-ldtrain//") || fail "cannot link the static library"
+    "$WORK/prefix/lib/libdtrain.a" $(pkg-config --static --libs dtrain | sed "s/-ldtrain//") || fail "cannot link the static library"
 "$WORK/prefix/bin/dtrun" -n 2 "$WORK/demo" >"$WORK/out" || fail "shared build failed to run"
 expect_grep "$WORK/out" "^\[1\] rank 1/2 allgather of r\*r = \[0, 1\]"
 "$WORK/prefix/bin/dtrun" -n 2 "$WORK/demo_static" >"$WORK/out" || fail "static build failed to run"
