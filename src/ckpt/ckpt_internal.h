@@ -67,6 +67,16 @@ dt_status dt__ckpt_manifest_write(const char *dir, const dt__ckpt_file *files, i
  * check_files. */
 dt_status dt__ckpt_manifest_read(const char *step_dir, bool check_files, dt_ckpt_manifest **out);
 
+/* The safetensors header of p's flat layout (one F32 tensor per parameter at
+ * its flat offset x 4) with the metadata (key, value, ..., NULL): the
+ * 8-byte length and the JSON padded to a multiple of 8; caller frees. */
+dt_status dt__safetensors_header(dt_params *p, const char *const *metadata, unsigned char **out, size_t *len);
+/* model.safetensors' __metadata__ for meta and step (format, producer,
+ * dtrain_version, model, step; NULL-terminated), step's text in step_text. */
+void dt__ckpt_model_metadata(const dt_ckpt_meta *meta, int64_t step, char step_text[32], const char *out[12]);
+/* root/.step-NNNNNNNN.tmp, where a step is written before its rename. */
+dt_status dt__ckpt_tmp_dir(const char *root, int64_t step, char *out, size_t len);
+
 /* Atomically replace `path` with the n parts one after the other. */
 dt_status dt__ckpt_atomic_write_parts(const char *path, const void *const *parts, const size_t *lens, int n);
 

@@ -53,7 +53,7 @@ dt_status dt_ckpt_shard_name(int rank, int nranks, char *out, size_t len)
     return dt__ckpt_path(out, len, DT__CKPT_SHARD_FMT, rank, nranks);
 }
 
-static dt_status tmp_dir_of(const char *root, int64_t step, char *out, size_t len)
+dt_status dt__ckpt_tmp_dir(const char *root, int64_t step, char *out, size_t len)
 {
     return dt__ckpt_path(out, len, "%s/.step-%08" PRId64 ".tmp", root, step);
 }
@@ -61,7 +61,7 @@ static dt_status tmp_dir_of(const char *root, int64_t step, char *out, size_t le
 dt_status dt_ckpt_shard_prepare(const char *root, int64_t step)
 {
     char tmp[DT_CKPT_PATH_MAX];
-    DT_CHECK(tmp_dir_of(root, step, tmp, sizeof tmp));
+    DT_CHECK(dt__ckpt_tmp_dir(root, step, tmp, sizeof tmp));
     if (mkdir(root, 0755) != 0 && errno != EEXIST)
         return dt__fail_errno(DT_ERR_SYSTEM, "cannot create checkpoint directory %s", root);
     dt__ckpt_remove_dir(tmp); /* left by a writer that died */
@@ -73,7 +73,7 @@ dt_status dt_ckpt_shard_prepare(const char *root, int64_t step)
 void dt_ckpt_shard_abandon(const char *root, int64_t step)
 {
     char tmp[DT_CKPT_PATH_MAX];
-    if (tmp_dir_of(root, step, tmp, sizeof tmp) == DT_OK)
+    if (dt__ckpt_tmp_dir(root, step, tmp, sizeof tmp) == DT_OK)
         dt__ckpt_remove_dir(tmp);
 }
 
@@ -96,7 +96,7 @@ dt_status dt_ckpt_shard_write(const char *root, int64_t step, const dt_ckpt_shar
     DT_CHECK(check_given(sh));
     char tmp[DT_CKPT_PATH_MAX], path[DT_CKPT_PATH_MAX];
     DT_CHECK(dt_ckpt_shard_name(rank, sh->nranks, out->name, sizeof out->name));
-    DT_CHECK(tmp_dir_of(root, step, tmp, sizeof tmp));
+    DT_CHECK(dt__ckpt_tmp_dir(root, step, tmp, sizeof tmp));
     DT_CHECK(dt__ckpt_path(path, sizeof path, "%s/%s", tmp, out->name));
     int64_t S = dt_ckpt_shard_numel(sh);
     /* the safetensors header: each tensor F32 [S], one after the other */
