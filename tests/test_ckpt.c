@@ -674,6 +674,76 @@ static void test_model_streamed(void)
     dt_params_destroy(p);
 }
 
+/* dt_ckpt_shard_write_from's reader: tensor t's element i is t * 1e7 + i;
+ * fail_at >= 0: the piece of tensor 1 holding that element fails. */
+typedef struct {
+    int64_t fail_at;
+    int pieces;
+} piece_reader;
+
+static dt_status read_pattern(void *user, int tensor, int64_t offset, int64_t n, float *out)
+{
+    piece_reader *r = user;
+    r->pieces++;
+    EXPECT(n >= 1 && n <= DT_CKPT_SHARD_PIECE);
+    if (tensor == 1 && r->fail_at >= offset && r->fail_at < offset + n)
+        return DT_ERR_SYSTEM; /* (the caller's message stands) */
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (float)tensor * 1e7f + (float)(offset + i);
+    return DT_OK;
+}
+
+/* A shard written piece by piece (a state on disk, never whole in memory):
+ * 2^21 + 5 elements in three pieces per tensor, the same bytes as the arrays
+ * written whole; a piece that fails abandons the file, leaving none. */
+static void test_shard_pieces(void)
+{
+    const int64_t S = 2 * DT_CKPT_SHARD_PIECE + 5;
+    const dt_ckpt_unit unit = {0, S};
+    const char *names[2] = {"values", "optim_m"};
+    dt_ckpt_sharding sh = {3, 1, &unit, 1, names, 2};
+    float *arrays[2] = {malloc((size_t)S * sizeof(float)), malloc((size_t)S * sizeof(float))};
+    for (int t = 0; t < 2; t++)
+        for (int64_t i = 0; i < S; i++)
+            arrays[t][i] = (float)t * 1e7f + (float)i;
+    char whole_root[600], piece_root[600], a[700], b[700];
+    snprintf(whole_root, sizeof whole_root, "%s/pieces-whole", root);
+    snprintf(piece_root, sizeof piece_root, "%s/pieces", root);
+    dt_ckpt_shard_file fa, fb;
+    EXPECT_STATUS(dt_ckpt_shard_prepare(whole_root, 7), DT_OK);
+    EXPECT_STATUS(dt_ckpt_shard_write(whole_root, 7, &sh, 0, (const float *const *)arrays, &fa), DT_OK);
+    piece_reader r = {-1, 0};
+    EXPECT_STATUS(dt_ckpt_shard_prepare(piece_root, 7), DT_OK);
+    EXPECT_STATUS(dt_ckpt_shard_write_from(piece_root, 7, &sh, 0, read_pattern, &r, &fb), DT_OK);
+    EXPECT_EQ(r.pieces, 6);
+    EXPECT_EQ(fa.bytes, fb.bytes);
+    EXPECT_EQ(fa.crc, fb.crc);
+    snprintf(a, sizeof a, "%s/.step-00000007.tmp/%s", whole_root, fa.name);
+    snprintf(b, sizeof b, "%s/.step-00000007.tmp/%s", piece_root, fb.name);
+    long na = 0, nb = 0;
+    unsigned char *da = slurp(a, &na), *db = slurp(b, &nb);
+    EXPECT(da && db && na == nb && memcmp(da, db, (size_t)na) == 0);
+    free(da);
+    free(db);
+    /* a piece of the second tensor fails: not written, nothing left behind */
+    r = (piece_reader){DT_CKPT_SHARD_PIECE + 3, 0};
+    EXPECT_STATUS(dt_ckpt_shard_prepare(piece_root, 8), DT_OK);
+    EXPECT_STATUS(dt_ckpt_shard_write_from(piece_root, 8, &sh, 0, read_pattern, &r, &fb), DT_ERR_SYSTEM);
+    EXPECT_CONTAINS(dt_last_error(), "rank 0's shard of the checkpoint at step 8 not written");
+    char tmp_dir[700];
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/.step-00000008.tmp", piece_root);
+    DIR *d = opendir(tmp_dir);
+    int entries = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        entries += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    EXPECT_EQ(entries, 0);
+    EXPECT_STATUS(dt_ckpt_shard_write_from(piece_root, 8, &sh, 0, NULL, NULL, &fb), DT_ERR_INVALID);
+    free(arrays[0]);
+    free(arrays[1]);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "%s/dtrain-test-ckpt.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -689,6 +759,7 @@ int main(void)
     test_writer();
     test_sharded();
     test_model_streamed();
+    test_shard_pieces();
     if (!check_failures) {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

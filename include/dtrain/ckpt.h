@@ -201,6 +201,15 @@ dt_status dt_ckpt_shard_prepare(const char *root, int64_t step);
  * back from disk). */
 dt_status dt_ckpt_shard_write(const char *root, int64_t step, const dt_ckpt_sharding *sh, int rank,
                               const float *const *arrays, dt_ckpt_shard_file *out);
+/* dt_ckpt_shard_write with the tensors read piece by piece, for a state
+ * that is not in memory (offloaded to disk): read fills out with elements
+ * [offset, offset + n) of tensor `tensor` (sh->tensors' index), n at most
+ * DT_CKPT_SHARD_PIECE, padding included; its failure (its message kept)
+ * abandons the file.  Memory: one piece. */
+#define DT_CKPT_SHARD_PIECE (1 << 20)
+typedef dt_status (*dt_ckpt_shard_read_fn)(void *user, int tensor, int64_t offset, int64_t n, float *out);
+dt_status dt_ckpt_shard_write_from(const char *root, int64_t step, const dt_ckpt_sharding *sh, int rank,
+                                   dt_ckpt_shard_read_fn read, void *user, dt_ckpt_shard_file *out);
 /* Remove the temporary step directory and what the ranks put in it. */
 void dt_ckpt_shard_abandon(const char *root, int64_t step);
 

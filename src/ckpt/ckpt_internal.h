@@ -77,6 +77,19 @@ void dt__ckpt_model_metadata(const dt_ckpt_meta *meta, int64_t step, char step_t
 /* root/.step-NNNNNNNN.tmp, where a step is written before its rename. */
 dt_status dt__ckpt_tmp_dir(const char *root, int64_t step, char *out, size_t len);
 
+/* A file that replaces `path` atomically, written in pieces: open (a
+ * temporary name beside it), append, then commit (fsync, rename, fsync of
+ * the directory); a failed append or commit removes the temporary file,
+ * abandon too (no-op after either). */
+typedef struct {
+    int fd;
+    char path[DT_CKPT_PATH_MAX], tmp[DT_CKPT_PATH_MAX + 32];
+} dt__atomic_file;
+dt_status dt__atomic_open(dt__atomic_file *f, const char *path);
+dt_status dt__atomic_append(dt__atomic_file *f, const void *bytes, size_t len);
+dt_status dt__atomic_commit(dt__atomic_file *f);
+void dt__atomic_abandon(dt__atomic_file *f);
+
 /* Atomically replace `path` with the n parts one after the other. */
 dt_status dt__ckpt_atomic_write_parts(const char *path, const void *const *parts, const size_t *lens, int n);
 
