@@ -166,6 +166,7 @@ run "parallel/dtrain-ps" 400 tests/cases/dtrain_ps.sh
 # ---- launcher ----
 run dtrun/prefix-and-success 30 tests/cases/dtrun_prefix.sh
 run dtrun/failed-rank-named 30 tests/cases/dtrun_failure.sh
+run dtrun/first-error-is-the-reason 180 tests/cases/first_error_shown.sh
 run dtrun/signal-forwarded 90 tests/cases/dtrun_signal.sh
 run dtrun/bad-arguments 30 tests/cases/dtrun_args.sh
 run dtrun/join-timeout 30 tests/cases/dtrun_join_timeout.sh

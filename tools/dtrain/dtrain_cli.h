@@ -132,6 +132,16 @@ int dtrain_memory_plan(const dtrain_config *c, dt_model *m, int nranks, bool lea
  * shard and communication buffers at their most), and its peak RSS. */
 void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s);
 
+/* Before joining the job (layout.c): the configuration against the world's
+ * size from the launcher's environment (servers among the ranks, the mesh's
+ * dp x pp x tp, the pipeline's stages against the model's blocks), which
+ * every rank computes alike: 0, or 2 with the reason printed once per host
+ * (local rank 0; the other ranks exit with the same code quietly). */
+int dtrain_check_world(const dtrain_config *c);
+/* This rank's index among its host's ranks, from whichever launcher started
+ * it (DT_LOCAL_RANK, OpenMPI's, PMI's, Slurm's); 0 without one. */
+int dtrain_local_rank(void);
+
 /* Commands. */
 /* overwrite: checkpoint_dir may hold another run's checkpoints (removed first);
  * without it such a run is refused unless resuming. */

@@ -341,16 +341,12 @@ static dt_status choose_threads(const dtrain_config *c, const char **source)
         fprintf(stderr, "dtrain: threads: %s\n", dt_last_error());
         return DT_ERR_INVALID;
     }
-    /* The host's first rank warns: its local rank from whichever launcher started it. */
-    const char *lr = getenv("DT_LOCAL_RANK");
-    for (const char *const *v = (const char *const[]){"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", NULL};
-         *v && !(lr && *lr); v++)
-        lr = getenv(*v);
+    /* The host's first rank warns. */
     long local = dt_local_ranks(), cores = dt_cores_available();
     int mine = (int)cores;
     bool bound = dt_cpus_bound(); /* (dtrun --bind auto): its own CPUs; else this host's ranks share them */
     bool over = bound ? n > mine : (long)n * local > cores;
-    if (over && (!lr || !*lr || atol(lr) == 0)) {
+    if (over && dtrain_local_rank() == 0) {
         if (bound)
             fprintf(stderr, "dtrain: warning: %d compute threads per rank on the %d CPU%s it is bound to "
                             "(oversubscribed; set threads or DT_THREADS)\n", n, mine, mine == 1 ? "" : "s");
@@ -365,15 +361,17 @@ static dt_status choose_threads(const dtrain_config *c, const char **source)
 int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite)
 {
     dtrain_config adjusted = *config, *c = &adjusted;
-    const char *thread_source;
-    if (choose_threads(c, &thread_source) != DT_OK)
-        return 2;
     const char *env_servers = getenv("DT_PS_SERVERS"); /* dtrun --servers, when the config sets none */
     if (c->servers == 0 && env_servers && *env_servers) {
         c->servers = atoll(env_servers);
         if (dtrain_config_validate(c) != DT_OK)
             return 2;
     }
+    if (dtrain_check_world(c) != 0) /* before the communicator: every rank stops alike, with the reason */
+        return 2;
+    const char *thread_source;
+    if (choose_threads(c, &thread_source) != DT_OK)
+        return 2;
     /* A new run (not resuming) into a checkpoint_dir that holds another run's
      * checkpoints would mix the two runs' steps: refused, or with --overwrite
      * the old ones go first.  Every rank checks; rank 0 alone removes. */
