@@ -24,8 +24,13 @@
 #     shard files hold, put together from the manifest alone;
 #   - a disk too full for model.safetensors (root): named, the step dropped
 #     whole, exit 3.
+#   Under DT_TEST_QUICK (the sanitizer builds, whose shadow memory and
+#   quarantine of freed blocks are not the program's) a small model, and the
+#   peak RSS comparisons are left out; the rest runs.
 . "$(dirname "$0")/lib.sh"
-model=(--config configs/gpt-mini.json --set layers=12 --set dim=384 --set heads=6 --set context=32 --set threads=1
+shape=(--set layers=12 --set dim=384 --set heads=6)
+[ "${QUICK:-0}" = 1 ] && shape=(--set layers=4 --set dim=64 --set heads=4)
+model=(--config configs/gpt-mini.json "${shape[@]}" --set context=32 --set threads=1
     --set batch_size=1 --set steps=4 --set warmup_steps=1 --set log_interval=1 --set eval_interval=2
     --set eval_batches=1 --set checkpoint_interval=2 --set checkpoint_keep=0)
 # peak OUT RANKS SETTINGS...: a dtrun job whose ranks each print "peak_rss_kib RANK N" as they end
@@ -55,24 +60,28 @@ for f in z1 z3 z3d; do
     expect_grep "$WORK/$f" "checkpoint .*/step-00000004"
     peaks "$WORK/$f" >/dev/null || { cat "$WORK/$f"; fail "$f: not every rank printed its peak RSS"; }
 done
-read -r max1 min1 <<<"$(peaks "$WORK/z1")"
-read -r max3 min3 <<<"$(peaks "$WORK/z3")"
-read -r max3d min3d <<<"$(peaks "$WORK/z3d")"
-plan1=$(plan "$WORK/z1") plan3=$(plan "$WORK/z3") plan3d=$(plan "$WORK/z3d") shard3=$(plan "$WORK/z3" params)
-calc() { awk "BEGIN { printf \"%.1f\", $1 }"; }
-margin=$(calc "$plan1 - $plan3")
-echo "stage 1: peak RSS per rank $min1 to $max1 MiB (plan: $plan1 MiB of model states)"
-echo "stage 3: peak RSS per rank $min3 to $max3 MiB (plan: $plan3 MiB; at most $(calc "$max1 - $margin") MiB: stage 1's peak less the plans' difference)"
-echo "stage 3, offload=disk: peak RSS per rank $min3d to $max3d MiB (plan: $plan3d MiB; at most $(calc "$max3 - ($plan3 - $plan3d) / 2") MiB: stage 3's less half the plans' difference)"
-for f in z3:$max3:$min3 z3d:$max3d:$min3d; do
-    IFS=: read -r name hi lo <<<"$f"
-    less_than "$hi" "$(calc "$max1 - $margin")" ||
-        { grep -E "peak_rss|memory on" "$WORK/$name"; fail "$name: peak RSS $hi MiB, not $margin MiB (the plans' difference) below stage 1's $max1 MiB"; }
-    less_than "$(calc "$hi - $lo")" "$shard3" ||
-        { grep -E "peak_rss|memory on" "$WORK/$name"; fail "$name: a rank peaked $(calc "$hi - $lo") MiB above another, more than the values' shard ($shard3 MiB)"; }
-done
-less_than "$max3d" "$(calc "$max3 - ($plan3 - $plan3d) / 2")" ||
-    { grep -E "peak_rss|memory on" "$WORK/z3d"; fail "offload=disk: peak RSS $max3d MiB, not half of what its plan saves ($(calc "$plan3 - $plan3d") MiB) below stage 3's $max3 MiB"; }
+if [ "${QUICK:-0}" = 1 ]; then
+    echo "the peak RSS comparisons left out under DT_TEST_QUICK (the sanitizers' memory is not the program's)"
+else
+    read -r max1 min1 <<<"$(peaks "$WORK/z1")"
+    read -r max3 min3 <<<"$(peaks "$WORK/z3")"
+    read -r max3d min3d <<<"$(peaks "$WORK/z3d")"
+    plan1=$(plan "$WORK/z1") plan3=$(plan "$WORK/z3") plan3d=$(plan "$WORK/z3d") shard3=$(plan "$WORK/z3" params)
+    calc() { awk "BEGIN { printf \"%.1f\", $1 }"; }
+    margin=$(calc "$plan1 - $plan3")
+    echo "stage 1: peak RSS per rank $min1 to $max1 MiB (plan: $plan1 MiB of model states)"
+    echo "stage 3: peak RSS per rank $min3 to $max3 MiB (plan: $plan3 MiB; at most $(calc "$max1 - $margin") MiB: stage 1's peak less the plans' difference)"
+    echo "stage 3, offload=disk: peak RSS per rank $min3d to $max3d MiB (plan: $plan3d MiB; at most $(calc "$max3 - ($plan3 - $plan3d) / 2") MiB: stage 3's less half the plans' difference)"
+    for f in z3:$max3:$min3 z3d:$max3d:$min3d; do
+        IFS=: read -r name hi lo <<<"$f"
+        less_than "$hi" "$(calc "$max1 - $margin")" ||
+            { grep -E "peak_rss|memory on" "$WORK/$name"; fail "$name: peak RSS $hi MiB, not $margin MiB (the plans' difference) below stage 1's $max1 MiB"; }
+        less_than "$(calc "$hi - $lo")" "$shard3" ||
+            { grep -E "peak_rss|memory on" "$WORK/$name"; fail "$name: a rank peaked $(calc "$hi - $lo") MiB above another, more than the values' shard ($shard3 MiB)"; }
+    done
+    less_than "$max3d" "$(calc "$max3 - ($plan3 - $plan3d) / 2")" ||
+        { grep -E "peak_rss|memory on" "$WORK/z3d"; fail "offload=disk: peak RSS $max3d MiB, not half of what its plan saves ($(calc "$plan3 - $plan3d") MiB) below stage 3's $max3 MiB"; }
+fi
 expect_grep "$WORK/z3" "memory on rank 0: .* peak RSS [0-9.]+ MiB"
 
 # -- the step-2 checkpoint resumed at stage 3 ends with the uninterrupted run's step-4 checkpoint, to the bit
