@@ -427,6 +427,8 @@ dt_status dt_optimizer_state_read(dt_optimizer *o, int i, int64_t offset, int64_
         return dt__fail(DT_ERR_INVALID, "optimizer state read: buffer %d of %d, elements [%lld, %lld) of %lld", i,
                         count, (long long)offset, (long long)(offset + n), o ? (long long)o->numel : 0LL);
     int64_t at = (int64_t)i * o->numel + offset;
+    if (n == 0)
+        return DT_OK;
     if (o->off && !o->state) /* straight from the file: the rest stays on disk */
         return dt__offload_read_range(o->off, i, offset, n, out);
     if (o->dev && !o->host_newer) /* the range from the device */

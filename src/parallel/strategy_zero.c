@@ -626,6 +626,8 @@ dt_status dt_strategy_zero_shard_read(dt_strategy *s, int64_t offset, int64_t n,
         return dt__fail(DT_ERR_INVALID, "zero_shard_read: elements [%lld, %lld) of a shard of %lld", (long long)offset,
                         (long long)(offset + n), (long long)Z->L.shard_numel);
     const float *from = Z->values ? Z->values : Z->view;
+    if (n == 0)
+        return DT_OK;
     if (!from) /* on disk: the range alone (the update flushed what it wrote) */
         return dt__offload_read_range(Z->values_off, 0, offset, n, out);
     memcpy(out, from + offset, (size_t)n * sizeof *out);
