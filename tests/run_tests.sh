@@ -159,12 +159,14 @@ run "parallel/pipeline-schedules" 300 tests/cases/pp_schedules.sh
 run "parallel/dtrain-pipeline" 400 tests/cases/dtrain_pp.sh
 run "parallel/zero-stages" 300 tests/cases/zero_stages.sh
 run "parallel/dtrain-zero" 300 tests/cases/dtrain_zero.sh
+run "parallel/zero3-peak-rss" 300 tests/cases/zero3_peak_rss.sh
 run "parallel/ps-sync" 300 tests/cases/ps_sync.sh
 run "parallel/dtrain-ps" 400 tests/cases/dtrain_ps.sh
 
 # ---- launcher ----
 run dtrun/prefix-and-success 30 tests/cases/dtrun_prefix.sh
 run dtrun/failed-rank-named 30 tests/cases/dtrun_failure.sh
+run dtrun/first-error-is-the-reason 180 tests/cases/first_error_shown.sh
 run dtrun/signal-forwarded 90 tests/cases/dtrun_signal.sh
 run dtrun/bad-arguments 30 tests/cases/dtrun_args.sh
 run dtrun/join-timeout 30 tests/cases/dtrun_join_timeout.sh

@@ -2,7 +2,9 @@
  * a step written and read back to the bit, the newest complete step found
  * past torn and temporary directories, a corrupt manifest or file refused
  * naming it (and dt_ckpt_find falling back past it), the range checks, keep
- * K, clear, and the background writer's reports, failures and flush. */
+ * K, clear, the background writer's reports, failures and flush, sharded
+ * checkpoints, and model.safetensors written range by range (ZeRO-3's). */
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -347,7 +349,7 @@ static void test_writer(void)
     reports r = {0};
     char wroot[512];
     path(wroot, sizeof wroot, "bg");
-    dt_ckpt_writer_config cfg = {wroot, 2, meta, -1, NULL, on_report, &r};
+    dt_ckpt_writer_config cfg = {wroot, 2, meta, -1, NULL, on_report, &r, false};
     dt_ckpt_writer *w;
     EXPECT_STATUS(dt_ckpt_writer_start(&cfg, p, o, &w), DT_OK);
     for (int64_t step = 1; step <= 3; step++) {
@@ -545,6 +547,203 @@ static void test_sharded(void)
     EXPECT(system(cmd) == 0);
 }
 
+/* The whole bytes of a file (caller frees); NULL when unreadable. */
+static unsigned char *slurp(const char *file, long *len)
+{
+    FILE *f = fopen(file, "rb");
+    unsigned char *buf = NULL;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (*len = ftell(f)) > 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)*len)) && fread(buf, 1, (size_t)*len, f) != (size_t)*len) {
+        free(buf);
+        buf = NULL;
+    }
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+/* model.safetensors written range by range (ZeRO-3's writer holds one unit,
+ * never the model): through a writer started with stream_model over a
+ * registry without storage, the units put in reverse order, the step is the
+ * same bytes as dt_ckpt_save_sharded writes from the whole values, its
+ * manifest checks and dt_ckpt_load reads the values back; a range never put
+ * reads as zeros; a put outside the model is refused naming it and makes
+ * close(keep) fail and remove the file; close(!keep) removes it; a writer
+ * without stream_model refuses model_open, one with it a plain submit. */
+static void test_model_streamed(void)
+{
+    dt_params *p = make_params(5, NULL, 3.0f), *bare = make_params(5, NULL, 0.0f); /* 24 elements */
+    dt_params_drop_storage(bare, true, true);
+    const dt_ckpt_unit units[3] = {{0, 7}, {7, 13}, {20, 4}};
+    const char *names[1] = {"values"};
+    dt_ckpt_sharding sh = {3, 2, units, 3, names, 1};
+    int64_t S = dt_ckpt_shard_numel(&sh);
+    float *shard = calloc((size_t)S, sizeof *shard);
+    char ref_root[600], dir[600], ref_dir[600], model[700], ref_model[700];
+    snprintf(ref_root, sizeof ref_root, "%s/streamed-ref", root);
+    dt_ckpt_progress pr = progress(300);
+    /* the reference: the whole values through dt_ckpt_save_sharded */
+    dt_ckpt_shard_file files[2];
+    EXPECT_STATUS(dt_ckpt_shard_prepare(ref_root, pr.step), DT_OK);
+    for (int r = 0; r < 2; r++)
+        EXPECT_STATUS(dt_ckpt_shard_write(ref_root, pr.step, &sh, r, (const float *const *)&shard, &files[r]),
+                      DT_OK);
+    EXPECT_STATUS(dt_ckpt_save_sharded(ref_root, p, &(dt_ckpt_tensors){dt_params_values(p), NULL, NULL}, &meta,
+                                       &pr, &sh, files, ref_dir, sizeof ref_dir),
+                  DT_OK);
+    /* streamed, through the writer */
+    char wroot[512];
+    path(wroot, sizeof wroot, "streamed");
+    reports r = {0};
+    dt_ckpt_writer_config cfg = {wroot, 0, meta, -1, NULL, on_report, &r, true};
+    dt_ckpt_writer *w = NULL;
+    EXPECT_STATUS(dt_ckpt_writer_start(&cfg, bare, NULL, &w), DT_OK);
+    dt_ckpt_model_file *f = NULL;
+    EXPECT_STATUS(dt_ckpt_shard_prepare(wroot, pr.step), DT_OK);
+    EXPECT_STATUS(dt_ckpt_writer_model_open(w, pr.step, &f), DT_OK);
+    for (int k = 2; k >= 0; k--)
+        EXPECT_STATUS(dt_ckpt_model_put(f, units[k].offset, dt_params_values(p) + units[k].offset, units[k].numel),
+                      DT_OK);
+    EXPECT_STATUS(dt_ckpt_model_close(f, true), DT_OK);
+    for (int q = 0; q < 2; q++)
+        EXPECT_STATUS(dt_ckpt_shard_write(wroot, pr.step, &sh, q, (const float *const *)&shard, &files[q]), DT_OK);
+    EXPECT_STATUS(dt_ckpt_writer_submit(w, &pr, NULL, NULL), DT_ERR_INVALID); /* sharded only */
+    EXPECT_STATUS(dt_ckpt_writer_submit_sharded(w, &pr, NULL, &sh, files, NULL), DT_OK);
+    EXPECT_STATUS(dt_ckpt_writer_flush(w), DT_OK);
+    EXPECT_EQ(r.reports, 1);
+    snprintf(dir, sizeof dir, "%s/step-00000300", wroot);
+    snprintf(model, sizeof model, "%s/model.safetensors", dir);
+    snprintf(ref_model, sizeof ref_model, "%s/model.safetensors", ref_dir);
+    long n1 = 0, n2 = 0;
+    unsigned char *a = slurp(model, &n1), *b = slurp(ref_model, &n2);
+    EXPECT(a && b && n1 == n2 && memcmp(a, b, (size_t)n1) == 0);
+    free(a);
+    free(b);
+    dt_ckpt_manifest *m = NULL;
+    EXPECT_STATUS(dt_ckpt_manifest_open(dir, &m), DT_OK);
+    dt_ckpt_manifest_close(m);
+    dt_params *back = make_params(5, NULL, -9.0f);
+    EXPECT_STATUS(dt_ckpt_load(dir, back, NULL), DT_OK);
+    EXPECT(memcmp(dt_params_values(back), dt_params_values(p), 24 * sizeof(float)) == 0);
+    /* a range never put reads as zeros */
+    pr = progress(301);
+    EXPECT_STATUS(dt_ckpt_shard_prepare(wroot, pr.step), DT_OK);
+    EXPECT_STATUS(dt_ckpt_writer_model_open(w, pr.step, &f), DT_OK);
+    EXPECT_STATUS(dt_ckpt_model_put(f, 7, dt_params_values(p) + 7, 13), DT_OK);
+    EXPECT_STATUS(dt_ckpt_model_close(f, true), DT_OK);
+    snprintf(model, sizeof model, "%s/.step-00000301.tmp/model.safetensors", wroot);
+    EXPECT_STATUS(dt_safetensors_read(model, back, dt_params_values(back)), DT_OK);
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < 24; i++)
+        wrong += dt_params_values(back)[i] != (i >= 7 && i < 20 ? dt_params_values(p)[i] : 0.0f);
+    EXPECT_EQ(wrong, 0);
+    /* a put outside the model: refused naming it, and close(keep) fails and removes the file */
+    EXPECT_STATUS(dt_ckpt_writer_model_open(w, pr.step, &f), DT_OK);
+    EXPECT_STATUS(dt_ckpt_model_put(f, 20, dt_params_values(p), 5), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "values [20, 25) outside the model's 24");
+    EXPECT_STATUS(dt_ckpt_model_put(f, 0, dt_params_values(p), 1), DT_ERR_INVALID); /* the first failure sticks */
+    EXPECT_STATUS(dt_ckpt_model_close(f, true), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "outside the model's 24");
+    EXPECT_STATUS(dt_ckpt_writer_model_open(w, pr.step, &f), DT_OK);
+    EXPECT_STATUS(dt_ckpt_model_close(f, false), DT_OK);
+    /* neither left its temporary file, nor touched the one closed before (atomic replacement) */
+    char tmp_dir[600];
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/.step-00000301.tmp", wroot);
+    DIR *d = opendir(tmp_dir);
+    int entries = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        entries += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    EXPECT_EQ(entries, 1);
+    EXPECT_STATUS(dt_safetensors_read(model, back, dt_params_values(back)), DT_OK);
+    EXPECT_EQ(dt_params_values(back)[8], dt_params_values(p)[8]);
+    EXPECT_EQ(dt_params_values(back)[0], 0.0f);
+    EXPECT_STATUS(dt_ckpt_model_close(NULL, true), DT_OK);
+    dt_ckpt_shard_abandon(wroot, pr.step);
+    dt_ckpt_writer_stop(w);
+    /* a writer that writes model.safetensors itself has no model to open */
+    cfg.stream_model = false;
+    EXPECT_STATUS(dt_ckpt_writer_start(&cfg, p, NULL, &w), DT_OK);
+    EXPECT_STATUS(dt_ckpt_writer_model_open(w, 302, &f), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "without stream_model");
+    dt_ckpt_writer_stop(w);
+    free(shard);
+    dt_params_destroy(back);
+    dt_params_destroy(bare);
+    dt_params_destroy(p);
+}
+
+/* dt_ckpt_shard_write_from's reader: tensor t's element i is t * 1e7 + i;
+ * fail_at >= 0: the piece of tensor 1 holding that element fails. */
+typedef struct {
+    int64_t fail_at;
+    int pieces;
+} piece_reader;
+
+static dt_status read_pattern(void *user, int tensor, int64_t offset, int64_t n, float *out)
+{
+    piece_reader *r = user;
+    r->pieces++;
+    EXPECT(n >= 1 && n <= DT_CKPT_SHARD_PIECE);
+    if (tensor == 1 && r->fail_at >= offset && r->fail_at < offset + n)
+        return DT_ERR_SYSTEM; /* (the caller's message stands) */
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (float)tensor * 1e7f + (float)(offset + i);
+    return DT_OK;
+}
+
+/* A shard written piece by piece (a state on disk, never whole in memory):
+ * 2^21 + 5 elements in three pieces per tensor, the same bytes as the arrays
+ * written whole; a piece that fails abandons the file, leaving none. */
+static void test_shard_pieces(void)
+{
+    const int64_t S = 2 * DT_CKPT_SHARD_PIECE + 5;
+    const dt_ckpt_unit unit = {0, S};
+    const char *names[2] = {"values", "optim_m"};
+    dt_ckpt_sharding sh = {3, 1, &unit, 1, names, 2};
+    float *arrays[2] = {malloc((size_t)S * sizeof(float)), malloc((size_t)S * sizeof(float))};
+    for (int t = 0; t < 2; t++)
+        for (int64_t i = 0; i < S; i++)
+            arrays[t][i] = (float)t * 1e7f + (float)i;
+    char whole_root[600], piece_root[600], a[700], b[700];
+    snprintf(whole_root, sizeof whole_root, "%s/pieces-whole", root);
+    snprintf(piece_root, sizeof piece_root, "%s/pieces", root);
+    dt_ckpt_shard_file fa, fb;
+    EXPECT_STATUS(dt_ckpt_shard_prepare(whole_root, 7), DT_OK);
+    EXPECT_STATUS(dt_ckpt_shard_write(whole_root, 7, &sh, 0, (const float *const *)arrays, &fa), DT_OK);
+    piece_reader r = {-1, 0};
+    EXPECT_STATUS(dt_ckpt_shard_prepare(piece_root, 7), DT_OK);
+    EXPECT_STATUS(dt_ckpt_shard_write_from(piece_root, 7, &sh, 0, read_pattern, &r, &fb), DT_OK);
+    EXPECT_EQ(r.pieces, 6);
+    EXPECT_EQ(fa.bytes, fb.bytes);
+    EXPECT_EQ(fa.crc, fb.crc);
+    snprintf(a, sizeof a, "%s/.step-00000007.tmp/%s", whole_root, fa.name);
+    snprintf(b, sizeof b, "%s/.step-00000007.tmp/%s", piece_root, fb.name);
+    long na = 0, nb = 0;
+    unsigned char *da = slurp(a, &na), *db = slurp(b, &nb);
+    EXPECT(da && db && na == nb && memcmp(da, db, (size_t)na) == 0);
+    free(da);
+    free(db);
+    /* a piece of the second tensor fails: not written, nothing left behind */
+    r = (piece_reader){DT_CKPT_SHARD_PIECE + 3, 0};
+    EXPECT_STATUS(dt_ckpt_shard_prepare(piece_root, 8), DT_OK);
+    EXPECT_STATUS(dt_ckpt_shard_write_from(piece_root, 8, &sh, 0, read_pattern, &r, &fb), DT_ERR_SYSTEM);
+    EXPECT_CONTAINS(dt_last_error(), "rank 0's shard of the checkpoint at step 8 not written");
+    char tmp_dir[700];
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/.step-00000008.tmp", piece_root);
+    DIR *d = opendir(tmp_dir);
+    int entries = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        entries += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    EXPECT_EQ(entries, 0);
+    EXPECT_STATUS(dt_ckpt_shard_write_from(piece_root, 8, &sh, 0, NULL, NULL, &fb), DT_ERR_INVALID);
+    free(arrays[0]);
+    free(arrays[1]);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "%s/dtrain-test-ckpt.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -559,6 +758,8 @@ int main(void)
     test_clear();
     test_writer();
     test_sharded();
+    test_model_streamed();
+    test_shard_pieces();
     if (!check_failures) {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

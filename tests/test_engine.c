@@ -379,7 +379,8 @@ static void test_mlp(void)
 /* Optimizer state offloaded to a file: the same bits as in memory, for
  * AdamW and SGD with momentum, over 3 windows (the last one short), updated
  * whole, in ranges out of order and in slices; the state read back for a
- * checkpoint, changed and written back on the next update. */
+ * checkpoint, changed and written back on the next update; a range read
+ * straight from the file (dt_optimizer_state_read) equals memory's. */
 static void test_offload(void)
 {
     const int64_t n = 2 * (1 << 20) + 12345;
@@ -426,6 +427,18 @@ static void test_offload(void)
             }
         }
         EXPECT(memcmp(p[0], p[1], (size_t)n * sizeof(float)) == 0);
+        /* a range of each buffer straight from the file (across windows), as in memory */
+        EXPECT_EQ(dt_optimizer_state_count(o[1]), kind == 0 ? 2 : 1);
+        float *part = malloc((1 << 20) * sizeof *part), *ref = malloc((1 << 20) * sizeof *ref);
+        for (int b = 0; b < dt_optimizer_state_count(o[1]); b++) {
+            EXPECT_STATUS(dt_optimizer_state_read(o[1], b, (1 << 20) - 7, 1 << 20, part), DT_OK);
+            EXPECT_STATUS(dt_optimizer_state_read(o[0], b, (1 << 20) - 7, 1 << 20, ref), DT_OK);
+            EXPECT(memcmp(part, ref, (1 << 20) * sizeof *part) == 0);
+        }
+        EXPECT_STATUS(dt_optimizer_state_read(o[1], 0, n - 1, 2, part), DT_ERR_INVALID);
+        EXPECT_STATUS(dt_optimizer_state_read(o[1], 2, 0, 1, part), DT_ERR_INVALID);
+        free(part);
+        free(ref);
         dt_optim_state a[2], b[2];
         int na = dt_optimizer_state_buffers(o[0], a, 2), nb = dt_optimizer_state_buffers(o[1], b, 2);
         EXPECT(na == nb);

@@ -201,17 +201,46 @@ dt_status dt_ckpt_shard_prepare(const char *root, int64_t step);
  * back from disk). */
 dt_status dt_ckpt_shard_write(const char *root, int64_t step, const dt_ckpt_sharding *sh, int rank,
                               const float *const *arrays, dt_ckpt_shard_file *out);
+/* dt_ckpt_shard_write with the tensors read piece by piece, for a state
+ * that is not in memory (offloaded to disk): read fills out with elements
+ * [offset, offset + n) of tensor `tensor` (sh->tensors' index), n at most
+ * DT_CKPT_SHARD_PIECE, padding included; its failure (its message kept)
+ * abandons the file.  Memory: one piece. */
+#define DT_CKPT_SHARD_PIECE (1 << 20)
+typedef dt_status (*dt_ckpt_shard_read_fn)(void *user, int tensor, int64_t offset, int64_t n, float *out);
+dt_status dt_ckpt_shard_write_from(const char *root, int64_t step, const dt_ckpt_sharding *sh, int rank,
+                                   dt_ckpt_shard_read_fn read, void *user, dt_ckpt_shard_file *out);
 /* Remove the temporary step directory and what the ranks put in it. */
 void dt_ckpt_shard_abandon(const char *root, int64_t step);
 
 /* dt_ckpt_save of a sharded checkpoint: t holds the values only (the
- * moments are in the shards); files[sh->nranks] are the ranks' shard files,
- * already in the temporary directory with the sizes given (checked), listed
- * in the manifest with "sharding". */
+ * moments are in the shards), or nothing when model.safetensors is already
+ * in the temporary directory (dt_ckpt_model_open; t->values NULL);
+ * files[sh->nranks] are the ranks' shard files, already in the temporary
+ * directory with the sizes given (checked), listed in the manifest with
+ * "sharding". */
 dt_status dt_ckpt_save_sharded(const char *root, dt_params *p, const dt_ckpt_tensors *t,
                                const dt_ckpt_meta *meta, const dt_ckpt_progress *pr,
                                const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files, char *written,
                                size_t written_len);
+
+/* model.safetensors of a sharded checkpoint whose values no rank holds
+ * whole (ZeRO-3), written range by range: after dt_ckpt_shard_prepare the
+ * writer's rank opens it in the step's temporary directory (the header of
+ * p's layout with the metadata dt_ckpt_save gives meta and step; p needs
+ * only its names and shapes, no storage), puts values as ranges of p's flat
+ * layout in any order (a range never put reads as zeros; after a failure,
+ * later puts do nothing and return it), and closes it: keep, fsynced under
+ * its name (the first failure of a put returned instead); !keep, removed.
+ * dt_ckpt_save_sharded with t->values NULL (a writer started with
+ * stream_model) then lists the file as it is on disk.  Memory: the
+ * caller's ranges, never the model. */
+typedef struct dt_ckpt_model_file dt_ckpt_model_file;
+dt_status dt_ckpt_model_open(const char *root, int64_t step, dt_params *p, const dt_ckpt_meta *meta,
+                             dt_ckpt_model_file **out);
+dt_status dt_ckpt_model_put(dt_ckpt_model_file *f, int64_t offset, const float *data, int64_t n);
+/* f may be NULL (DT_OK). */
+dt_status dt_ckpt_model_close(dt_ckpt_model_file *f, bool keep);
 
 /* The shard files of step_dir's checkpoint: *nranks (0: not sharded) and,
  * each optional, *stage and *ntensors (the tensors of each shard file).
@@ -310,9 +339,15 @@ typedef struct {
     /* called on the writer thread after each write (NULL: none) */
     void (*report)(void *user, const dt_ckpt_report *r);
     void *user;
+    /* The caller writes model.safetensors of each step itself, range by
+     * range (dt_ckpt_writer_model_open), before a sharded submit: the
+     * writer keeps no snapshot of the values and p needs no storage
+     * (ZeRO-3, whose ranks hold only shards). */
+    bool stream_model;
 } dt_ckpt_writer_config;
 
-/* Start the writer thread; p and o (may be NULL) are read at each submit. */
+/* Start the writer thread; p and o (may be NULL) are read at each submit
+ * (p's values not at all with stream_model). */
 dt_status dt_ckpt_writer_start(const dt_ckpt_writer_config *cfg, dt_params *p, dt_optimizer *o,
                                dt_ckpt_writer **out);
 /* Wait for the write in flight (if any), then snapshot the state with pr;
@@ -324,6 +359,9 @@ dt_status dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, c
 dt_status dt_ckpt_writer_submit_sharded(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
                                         const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files,
                                         double *stall_s);
+/* With stream_model: dt_ckpt_model_open for step with the writer's registry
+ * and metadata (the caller closes it before submitting the step). */
+dt_status dt_ckpt_writer_model_open(dt_ckpt_writer *w, int64_t step, dt_ckpt_model_file **out);
 /* Wait for the write in flight; DT_OK when every write so far succeeded,
  * else the last failure (its message in dt_last_error()). */
 dt_status dt_ckpt_writer_flush(dt_ckpt_writer *w);

@@ -63,6 +63,11 @@ typedef struct dt_request dt_request;
  * Ranks meet through the rendezvous store at DT_MASTER_ADDR:DT_MASTER_PORT,
  * served by rank 0 unless DT_STORE=external (dtrun serves it). */
 dt_status dt_comm_init_env(dt_comm **out);
+/* This process's rank and the world's size as dt_comm_init_env reads them
+ * (the same variables, the same checks), without joining: what a rank can
+ * check against the world before the communicator starts.  1 rank (rank 0)
+ * without a launcher. */
+dt_status dt_comm_env_world(int *rank, int *size);
 
 int dt_comm_rank(const dt_comm *c);
 int dt_comm_size(const dt_comm *c);

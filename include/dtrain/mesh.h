@@ -39,6 +39,10 @@ typedef struct {
  * refused with DT_ERR_INVALID naming the numbers, before any message.
  * The mesh keeps world (not owned) and owns the dimension communicators. */
 dt_status dt_mesh_create(dt_comm *world, const dt_mesh_dim *dims, int ndims, dt_mesh **out);
+/* dt_mesh_create's checks of the sizes against a world of `world` ranks,
+ * with its messages, without a communicator: what a launcher's rank can
+ * refuse before joining the job (dt_comm_env_world gives the size). */
+dt_status dt_mesh_check(const dt_mesh_dim *dims, int ndims, int world);
 int dt_mesh_ndims(const dt_mesh *m);
 /* Name of dimension i (outermost 0), NULL outside 0..ndims-1. */
 const char *dt_mesh_dim_name(const dt_mesh *m, int i);

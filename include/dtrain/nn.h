@@ -325,6 +325,10 @@ dt_status dt_mlp_describe(const int64_t *sizes, int nsizes, dt_model_desc **out)
  * fc2 row-parallel, fc3 column, ... (Megatron's MLP), a last layer without a
  * partner replicated; the split widths must divide by tp's size. */
 dt_status dt_mlp_describe_tp(const int64_t *sizes, int nsizes, struct dt_comm *tp, dt_model_desc **out);
+/* The sizes dt_mlp_describe_tp splits over tp ranks (the hidden sizes between
+ * a column- and a row-parallel layer) checked without a communicator: a
+ * configuration refused before the job starts, naming the size. */
+dt_status dt_mlp_tp_check(const int64_t *sizes, int nsizes, int tp);
 /* GPT (decoder-only, pre-LayerNorm, learned positions, GELU MLP 4x, output
  * tied to the token embedding).  Input: token ids [batch, time] as floats;
  * output: logits [batch, time, vocab].  Blocks: transformer.embed,

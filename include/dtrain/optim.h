@@ -95,6 +95,14 @@ typedef struct {
     int64_t numel;
 } dt_optim_state;
 int dt_optimizer_state_buffers(dt_optimizer *o, dt_optim_state *out, int max);
+/* How many buffers dt_optimizer_state_buffers gives, without reading an
+ * offloaded state into memory. */
+int dt_optimizer_state_count(const dt_optimizer *o);
+/* Elements [offset, offset + n) of state buffer i (in
+ * dt_optimizer_state_buffers' order) into out; an offloaded state is read
+ * straight from its file, the rest staying on disk (a checkpoint written
+ * piece by piece: dt_ckpt_shard_write_from). */
+dt_status dt_optimizer_state_read(dt_optimizer *o, int i, int64_t offset, int64_t n, float *out);
 /* The number of parameters the optimizer's state covers (its shard). */
 int64_t dt_optimizer_numel(const dt_optimizer *o);
 

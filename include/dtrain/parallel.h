@@ -197,6 +197,11 @@ int dt_zero_units(dt_model *m, int64_t *offsets, int64_t *numels, int max);
  * layout) and its length; NULL for stages 1 and 2, which update their
  * slices in the registry's whole values, and for another strategy. */
 float *dt_strategy_zero_shard(dt_strategy *s, int64_t *numel);
+/* Elements [offset, offset + n) of a ZeRO-3 strategy's shard of the values
+ * into out; with the shard on disk (dt_strategy_zero_offload) read straight
+ * from the file, the rest staying there (a checkpoint written piece by
+ * piece).  Refused for stages 1 and 2 and another strategy. */
+dt_status dt_strategy_zero_shard_read(dt_strategy *s, int64_t offset, int64_t n, float *out);
 /* ZeRO-3's parameter shard kept in a file in dir (NULL or "": /var/tmp),
  * unlinked at once, instead of memory (ZeRO-Infinity's parameter offload
  * to NVMe, here to the local disk): each gather reads this rank's slice of

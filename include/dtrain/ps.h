@@ -96,6 +96,9 @@ int dt_ps_server_index(const dt_ps_config *pc, dt_comm *c);
 /* Collective over c: the communicator of this rank's role (the workers, or
  * the servers).  Refuses S < 1 or no worker left, naming the numbers. */
 dt_status dt_ps_split(dt_comm *c, const dt_ps_config *pc, dt_comm **group);
+/* dt_ps_split's checks for a world of n ranks, with its messages, without a
+ * communicator (a rank can refuse before joining the job). */
+dt_status dt_ps_check(const dt_ps_config *pc, int n);
 
 /* The range [*offset, *offset + *numel) of the flat parameters server k
  * of S holds, for a model of P parameters. */

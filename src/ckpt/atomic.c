@@ -32,41 +32,67 @@ dt_status dt_atomic_write(const char *path, const void *bytes, size_t len)
     return dt__ckpt_atomic_write_parts(path, &bytes, &len, 1);
 }
 
+dt_status dt__atomic_open(dt__atomic_file *f, const char *path)
+{
+    f->fd = -1;
+    if (snprintf(f->path, sizeof f->path, "%s", path) >= (int)sizeof f->path ||
+        snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof f->tmp)
+        return dt__fail(DT_ERR_INVALID, "path too long: %s", path);
+    if ((f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
+        return dt__fail_errno(DT_ERR_SYSTEM, "cannot create %s", f->tmp);
+    return DT_OK;
+}
+
+void dt__atomic_abandon(dt__atomic_file *f)
+{
+    if (f->fd < 0)
+        return;
+    close(f->fd);
+    unlink(f->tmp);
+    f->fd = -1;
+}
+
+dt_status dt__atomic_append(dt__atomic_file *f, const void *bytes, size_t len)
+{
+    for (size_t done = 0; done < len;) {
+        ssize_t n = write(f->fd, (const unsigned char *)bytes + done, len - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            dt_status s = dt__fail_errno(DT_ERR_SYSTEM, "cannot write %s (disk full?)", f->tmp);
+            dt__atomic_abandon(f);
+            return s;
+        }
+        done += (size_t)n;
+    }
+    return DT_OK;
+}
+
+dt_status dt__atomic_commit(dt__atomic_file *f)
+{
+    if (fsync(f->fd) != 0) {
+        dt_status s = dt__fail_errno(DT_ERR_SYSTEM, "cannot fsync %s", f->tmp);
+        dt__atomic_abandon(f);
+        return s;
+    }
+    close(f->fd);
+    f->fd = -1;
+    if (rename(f->tmp, f->path) != 0) {
+        dt_status s = dt__fail_errno(DT_ERR_SYSTEM, "cannot rename %s to %s", f->tmp, f->path);
+        unlink(f->tmp);
+        return s;
+    }
+    return fsync_dir_of(f->path);
+}
+
 dt_status dt__ckpt_atomic_write_parts(const char *path, const void *const *parts, const size_t *lens,
                                       int nparts)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
-        return dt__fail(DT_ERR_INVALID, "path too long: %s", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return dt__fail_errno(DT_ERR_SYSTEM, "cannot create %s", tmp);
+    dt__atomic_file f;
+    DT_CHECK(dt__atomic_open(&f, path));
     for (int i = 0; i < nparts; i++)
-        for (size_t done = 0; done < lens[i];) {
-            ssize_t n = write(fd, (const unsigned char *)parts[i] + done, lens[i] - done);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0) {
-                dt_status s = dt__fail_errno(DT_ERR_SYSTEM, "cannot write %s (disk full?)", tmp);
-                close(fd);
-                unlink(tmp);
-                return s;
-            }
-            done += (size_t)n;
-        }
-    if (fsync(fd) != 0) {
-        dt_status s = dt__fail_errno(DT_ERR_SYSTEM, "cannot fsync %s", tmp);
-        close(fd);
-        unlink(tmp);
-        return s;
-    }
-    close(fd);
-    if (rename(tmp, path) != 0) {
-        dt_status s = dt__fail_errno(DT_ERR_SYSTEM, "cannot rename %s to %s", tmp, path);
-        unlink(tmp);
-        return s;
-    }
-    return fsync_dir_of(path);
+        DT_CHECK(dt__atomic_append(&f, parts[i], lens[i]));
+    return dt__atomic_commit(&f);
 }
 
 dt_status dt_file_crc32(const char *path, uint32_t *crc, uint64_t *size)

@@ -67,6 +67,29 @@ dt_status dt__ckpt_manifest_write(const char *dir, const dt__ckpt_file *files, i
  * check_files. */
 dt_status dt__ckpt_manifest_read(const char *step_dir, bool check_files, dt_ckpt_manifest **out);
 
+/* The safetensors header of p's flat layout (one F32 tensor per parameter at
+ * its flat offset x 4) with the metadata (key, value, ..., NULL): the
+ * 8-byte length and the JSON padded to a multiple of 8; caller frees. */
+dt_status dt__safetensors_header(dt_params *p, const char *const *metadata, unsigned char **out, size_t *len);
+/* model.safetensors' __metadata__ for meta and step (format, producer,
+ * dtrain_version, model, step; NULL-terminated), step's text in step_text. */
+void dt__ckpt_model_metadata(const dt_ckpt_meta *meta, int64_t step, char step_text[32], const char *out[12]);
+/* root/.step-NNNNNNNN.tmp, where a step is written before its rename. */
+dt_status dt__ckpt_tmp_dir(const char *root, int64_t step, char *out, size_t len);
+
+/* A file that replaces `path` atomically, written in pieces: open (a
+ * temporary name beside it), append, then commit (fsync, rename, fsync of
+ * the directory); a failed append or commit removes the temporary file,
+ * abandon too (no-op after either). */
+typedef struct {
+    int fd;
+    char path[DT_CKPT_PATH_MAX], tmp[DT_CKPT_PATH_MAX + 32];
+} dt__atomic_file;
+dt_status dt__atomic_open(dt__atomic_file *f, const char *path);
+dt_status dt__atomic_append(dt__atomic_file *f, const void *bytes, size_t len);
+dt_status dt__atomic_commit(dt__atomic_file *f);
+void dt__atomic_abandon(dt__atomic_file *f);
+
 /* Atomically replace `path` with the n parts one after the other. */
 dt_status dt__ckpt_atomic_write_parts(const char *path, const void *const *parts, const size_t *lens, int n);
 

@@ -3,15 +3,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include "base/status.h"
-#include "dtrain/ckpt.h"
+#include "ckpt/ckpt_internal.h"
 
 #define MAX_HEADER (100u << 20)
 
-dt_status dt_safetensors_write(const char *path, dt_params *p, const float *data, const char *const *metadata,
-                               uint32_t *crc)
+dt_status dt__safetensors_header(dt_params *p, const char *const *metadata, unsigned char **out, size_t *len)
 {
     cJSON *root = cJSON_CreateObject();
     if (!root)
@@ -34,45 +34,36 @@ dt_status dt_safetensors_write(const char *path, dt_params *p, const float *data
     }
     char *json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
-    if (!json)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    size_t hlen = strlen(json), padded = (hlen + 7) / 8 * 8, dlen = (size_t)dt_params_numel(p) * 4;
-    unsigned char *buf = malloc(8 + padded + dlen);
+    size_t hlen = json ? strlen(json) : 0, padded = (hlen + 7) / 8 * 8;
+    unsigned char *buf = json ? malloc(8 + padded) : NULL;
     if (!buf) {
         free(json);
-        return dt__fail(DT_ERR_NOMEM, "out of memory for %s", path);
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; i < 8; i++)
         buf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     memcpy(buf + 8, json, hlen);
     memset(buf + 8 + hlen, ' ', padded - hlen);
-    memcpy(buf + 8 + padded, data, dlen); /* little-endian hosts: f32 bytes as they are */
     free(json);
-    dt_status s = dt_atomic_write(path, buf, 8 + padded + dlen);
-    if (s == DT_OK && crc)
-        *crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), buf, (uInt)(8 + padded + dlen));
-    free(buf);
-    return s;
+    *out = buf;
+    *len = 8 + padded;
+    return DT_OK;
 }
 
-static dt_status read_file(const char *path, unsigned char **out, size_t *len)
+dt_status dt_safetensors_write(const char *path, dt_params *p, const float *data, const char *const *metadata,
+                               uint32_t *crc)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return dt__fail_errno(DT_ERR_INVALID, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = n > 0 ? malloc((size_t)n) : NULL;
-    if (n <= 0 || !buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        fclose(f);
-        return dt__fail(DT_ERR_INVALID, "%s: empty or unreadable", path);
-    }
-    fclose(f);
-    *out = buf;
-    *len = (size_t)n;
-    return DT_OK;
+    unsigned char *header;
+    size_t hlen, dlen = (size_t)dt_params_numel(p) * 4;
+    dt_status s = dt__safetensors_header(p, metadata, &header, &hlen);
+    if (s != DT_OK)
+        return dt__wrap(s, "%s: ", path);
+    /* the header, then the data where it lies (little-endian hosts: f32 bytes as they are): no copy of it */
+    s = dt__ckpt_atomic_write_parts(path, (const void *const[]){header, data}, (const size_t[]){hlen, dlen}, 2);
+    if (s == DT_OK && crc)
+        *crc = (uint32_t)crc32_z(crc32_z(crc32(0L, Z_NULL, 0), header, hlen), (const Bytef *)data, dlen);
+    free(header);
+    return s;
 }
 
 static dt_status check_tensor(const char *path, const dt_param_info *pi, const cJSON *t, size_t data_len, uint64_t *begin)
@@ -100,21 +91,41 @@ static dt_status check_tensor(const char *path, const dt_param_info *pi, const c
     return DT_OK;
 }
 
+/* Read exactly n bytes at offset `at` of f (false: short or failed). */
+static bool read_at(FILE *f, uint64_t at, void *out, size_t n)
+{
+    return fseeko(f, (off_t)at, SEEK_SET) == 0 && fread(out, 1, n, f) == n;
+}
+
+/* Each tensor goes from the file straight to its place in `data`: no copy
+ * of the whole file is held (a model's worth of memory at every resume). */
 dt_status dt_safetensors_read(const char *path, dt_params *p, float *data)
 {
-    unsigned char *buf = NULL;
-    size_t len = 0;
-    DT_CHECK(read_file(path, &buf, &len));
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return dt__fail_errno(DT_ERR_INVALID, "cannot open %s", path);
+    struct stat st;
+    size_t len = fstat(fileno(f), &st) == 0 && st.st_size > 0 ? (size_t)st.st_size : 0;
+    unsigned char head[8];
+    if (len == 0 || !read_at(f, 0, head, len < 8 ? len : 8)) {
+        fclose(f);
+        return dt__fail(DT_ERR_INVALID, "%s: empty or unreadable", path);
+    }
     uint64_t hlen = 0;
     for (int i = 0; len >= 8 && i < 8; i++)
-        hlen |= (uint64_t)buf[i] << (8 * i);
+        hlen |= (uint64_t)head[i] << (8 * i);
     dt_status s = DT_OK;
     cJSON *root = NULL;
+    char *text = NULL;
     if (len < 8 || hlen > MAX_HEADER || 8 + hlen > len)
         s = dt__fail(DT_ERR_INVALID, "%s: not a safetensors file (header length %llu, file %zu bytes)", path,
                      (unsigned long long)hlen, len);
-    else if (!(root = cJSON_ParseWithLength((const char *)buf + 8, (size_t)hlen)) || !cJSON_IsObject(root))
+    else if (!(text = malloc((size_t)hlen + 1)) || !read_at(f, 8, text, (size_t)hlen))
+        s = text ? dt__fail(DT_ERR_INVALID, "%s: empty or unreadable", path)
+                 : dt__fail(DT_ERR_NOMEM, "out of memory for %s's header", path);
+    else if (!(root = cJSON_ParseWithLength(text, (size_t)hlen)) || !cJSON_IsObject(root))
         s = dt__fail(DT_ERR_INVALID, "%s: the header is not valid JSON", path);
+    free(text);
     int tensors = 0;
     for (const cJSON *it = root ? root->child : NULL; s == DT_OK && it; it = it->next)
         if (strcmp(it->string, "__metadata__") != 0) {
@@ -131,10 +142,11 @@ dt_status dt_safetensors_read(const char *path, dt_params *p, float *data)
         uint64_t begin = 0;
         if (!t)
             s = dt__fail(DT_ERR_INVALID, "%s: parameter %s is missing", path, pi->name);
-        else if ((s = check_tensor(path, pi, t, data_len, &begin)) == DT_OK)
-            memcpy(data + pi->offset, buf + 8 + hlen + begin, (size_t)pi->numel * 4);
+        else if ((s = check_tensor(path, pi, t, data_len, &begin)) == DT_OK &&
+                 !read_at(f, 8 + hlen + begin, data + pi->offset, (size_t)pi->numel * 4))
+            s = dt__fail(DT_ERR_INVALID, "%s: cannot read tensor %s", path, pi->name);
     }
     cJSON_Delete(root);
-    free(buf);
+    fclose(f);
     return s;
 }

@@ -12,6 +12,17 @@
 #include "ckpt/ckpt_internal.h"
 #include "dtrain/version.h"
 
+void dt__ckpt_model_metadata(const dt_ckpt_meta *meta, int64_t step, char step_text[32], const char *out[12])
+{
+    /* safetensors __metadata__ (strings only): what a reader outside dtrain
+     * needs to rebuild the model (scripts/dtrain_to_torch.py) */
+    snprintf(step_text, 32, "%" PRId64, step);
+    const char *md[12] = {"format",         "pt",           "producer", "dtrain",
+                          "dtrain_version", DTRAIN_VERSION, "model",    meta->model_json ? meta->model_json : "{}",
+                          "step",           step_text,      NULL,       NULL};
+    memcpy(out, md, sizeof md);
+}
+
 /* The tensor files t has, then the manifest (listing the shard files
  * already in dir too, when sh), into dir. */
 static dt_status write_files(const char *dir, dt_params *p, const dt_ckpt_tensors *t,
@@ -22,18 +33,25 @@ static dt_status write_files(const char *dir, dt_params *p, const dt_ckpt_tensor
         const char *name;
         const float *data;
     } want[] = {{DT__CKPT_MODEL, t->values}, {DT__CKPT_OPTIM_M, t->m}, {DT__CKPT_OPTIM_V, t->v}};
-    /* safetensors __metadata__ (strings only): what a reader outside dtrain
-     * needs to rebuild the model (scripts/dtrain_to_torch.py) */
     char step_text[32];
-    snprintf(step_text, sizeof step_text, "%" PRId64, pr->step);
-    const char *metadata[] = {
-        "format",         "pt",           "producer", "dtrain",
-        "dtrain_version", DTRAIN_VERSION, "model",    meta->model_json ? meta->model_json : "{}",
-        "step",           step_text,      NULL,       NULL};
+    const char *metadata[12];
+    dt__ckpt_model_metadata(meta, pr->step, step_text, metadata);
     int nshards = sh ? sh->nranks : 0, n = 0;
     dt__ckpt_file *files = malloc((size_t)(3 + nshards) * sizeof *files);
     if (!files)
         return dt__fail(DT_ERR_NOMEM, "checkpoint not written: out of memory");
+    if (!t->values) { /* model.safetensors is there already (dt_ckpt_model_open): as it is on disk */
+        char path[DT_CKPT_PATH_MAX];
+        dt__ckpt_file *f = &files[n++];
+        f->name = DT__CKPT_MODEL;
+        dt_status s = dt__ckpt_path(path, sizeof path, "%s/" DT__CKPT_MODEL, dir);
+        if (s == DT_OK)
+            s = dt_file_crc32(path, &f->crc, &f->bytes);
+        if (s != DT_OK) {
+            free(files);
+            return dt__wrap(s, "checkpoint not written: ");
+        }
+    }
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         if (!want[i].data)
             continue;
@@ -77,8 +95,9 @@ static dt_status save(const char *root, dt_params *p, const dt_ckpt_tensors *t, 
                       const dt_ckpt_progress *pr, const dt_ckpt_sharding *sh,
                       const dt_ckpt_shard_file *shards, char *written, size_t written_len)
 {
-    if (!root || !p || !t || !t->values || !meta || !pr)
-        return dt__fail(DT_ERR_INVALID, "dt_ckpt_save: root, p, t, t->values, meta and pr are required");
+    if (!root || !p || !t || (!t->values && !sh) || !meta || !pr)
+        return dt__fail(DT_ERR_INVALID, "dt_ckpt_save: root, p, t, t->values (unless sharded), meta and pr are "
+                                        "required");
     if (sh && (t->m || t->v || !shards || sh->nranks < 1))
         return dt__fail(DT_ERR_INVALID,
                         "dt_ckpt_save_sharded: the moments are in the shards (t->m and t->v NULL), "

@@ -53,7 +53,7 @@ dt_status dt_ckpt_shard_name(int rank, int nranks, char *out, size_t len)
     return dt__ckpt_path(out, len, DT__CKPT_SHARD_FMT, rank, nranks);
 }
 
-static dt_status tmp_dir_of(const char *root, int64_t step, char *out, size_t len)
+dt_status dt__ckpt_tmp_dir(const char *root, int64_t step, char *out, size_t len)
 {
     return dt__ckpt_path(out, len, "%s/.step-%08" PRId64 ".tmp", root, step);
 }
@@ -61,7 +61,7 @@ static dt_status tmp_dir_of(const char *root, int64_t step, char *out, size_t le
 dt_status dt_ckpt_shard_prepare(const char *root, int64_t step)
 {
     char tmp[DT_CKPT_PATH_MAX];
-    DT_CHECK(tmp_dir_of(root, step, tmp, sizeof tmp));
+    DT_CHECK(dt__ckpt_tmp_dir(root, step, tmp, sizeof tmp));
     if (mkdir(root, 0755) != 0 && errno != EEXIST)
         return dt__fail_errno(DT_ERR_SYSTEM, "cannot create checkpoint directory %s", root);
     dt__ckpt_remove_dir(tmp); /* left by a writer that died */
@@ -73,7 +73,7 @@ dt_status dt_ckpt_shard_prepare(const char *root, int64_t step)
 void dt_ckpt_shard_abandon(const char *root, int64_t step)
 {
     char tmp[DT_CKPT_PATH_MAX];
-    if (tmp_dir_of(root, step, tmp, sizeof tmp) == DT_OK)
+    if (dt__ckpt_tmp_dir(root, step, tmp, sizeof tmp) == DT_OK)
         dt__ckpt_remove_dir(tmp);
 }
 
@@ -90,13 +90,15 @@ static dt_status check_given(const dt_ckpt_sharding *sh)
     return DT_OK;
 }
 
-dt_status dt_ckpt_shard_write(const char *root, int64_t step, const dt_ckpt_sharding *sh, int rank,
-                              const float *const *arrays, dt_ckpt_shard_file *out)
+/* The tensors from arrays (whole) or, arrays NULL, from read in pieces. */
+static dt_status write_shard(const char *root, int64_t step, const dt_ckpt_sharding *sh, int rank,
+                             const float *const *arrays, dt_ckpt_shard_read_fn read, void *user,
+                             dt_ckpt_shard_file *out)
 {
     DT_CHECK(check_given(sh));
     char tmp[DT_CKPT_PATH_MAX], path[DT_CKPT_PATH_MAX];
     DT_CHECK(dt_ckpt_shard_name(rank, sh->nranks, out->name, sizeof out->name));
-    DT_CHECK(tmp_dir_of(root, step, tmp, sizeof tmp));
+    DT_CHECK(dt__ckpt_tmp_dir(root, step, tmp, sizeof tmp));
     DT_CHECK(dt__ckpt_path(path, sizeof path, "%s/%s", tmp, out->name));
     int64_t S = dt_ckpt_shard_numel(sh);
     /* the safetensors header: each tensor F32 [S], one after the other */
@@ -133,21 +135,50 @@ dt_status dt_ckpt_shard_write(const char *root, int64_t step, const dt_ckpt_shar
     memcpy(header + 8, json, hlen);
     memset(header + 8 + hlen, ' ', padded - hlen);
     free(json);
-    const void *parts[1 + DT__CKPT_SHARD_TENSORS_MAX];
-    size_t lens[1 + DT__CKPT_SHARD_TENSORS_MAX];
-    parts[0] = header;
-    lens[0] = 8 + padded;
-    for (int i = 0; i < sh->ntensors; i++) { /* little-endian hosts: f32 bytes as they are */
-        parts[1 + i] = arrays[i];
-        lens[1 + i] = (size_t)S * sizeof(float);
+    int64_t piece = S < DT_CKPT_SHARD_PIECE ? S : DT_CKPT_SHARD_PIECE;
+    float *buf = arrays ? NULL : malloc((size_t)(piece ? piece : 1) * sizeof *buf);
+    dt__atomic_file f;
+    dt_status s = arrays || buf ? dt__atomic_open(&f, path) : dt__fail(DT_ERR_NOMEM, "out of memory for %s", path);
+    if (s == DT_OK)
+        s = dt__atomic_append(&f, header, 8 + padded);
+    for (int i = 0; s == DT_OK && i < sh->ntensors; i++) { /* little-endian hosts: f32 bytes as they are */
+        if (arrays) {
+            s = dt__atomic_append(&f, arrays[i], (size_t)S * sizeof(float));
+            continue;
+        }
+        for (int64_t at = 0; s == DT_OK && at < S; at += piece) {
+            int64_t n = S - at < piece ? S - at : piece;
+            if ((s = read(user, i, at, n, buf)) != DT_OK)
+                dt__atomic_abandon(&f);
+            else
+                s = dt__atomic_append(&f, buf, (size_t)n * sizeof(float));
+        }
     }
-    dt_status s = dt__ckpt_atomic_write_parts(path, parts, lens, 1 + sh->ntensors);
+    if (s == DT_OK)
+        s = dt__atomic_commit(&f);
+    free(buf);
     free(header);
     if (s == DT_OK) /* the bytes on disk, read back */
         s = dt_file_crc32(path, &out->crc, &out->bytes);
     if (s != DT_OK)
         return dt__wrap(s, "rank %d's shard of the checkpoint at step %" PRId64 " not written: ", rank, step);
     return DT_OK;
+}
+
+dt_status dt_ckpt_shard_write(const char *root, int64_t step, const dt_ckpt_sharding *sh, int rank,
+                              const float *const *arrays, dt_ckpt_shard_file *out)
+{
+    if (!arrays)
+        return dt__fail(DT_ERR_INVALID, "dt_ckpt_shard_write: arrays is NULL");
+    return write_shard(root, step, sh, rank, arrays, NULL, NULL, out);
+}
+
+dt_status dt_ckpt_shard_write_from(const char *root, int64_t step, const dt_ckpt_sharding *sh, int rank,
+                                   dt_ckpt_shard_read_fn read, void *user, dt_ckpt_shard_file *out)
+{
+    if (!read)
+        return dt__fail(DT_ERR_INVALID, "dt_ckpt_shard_write_from: read is NULL");
+    return write_shard(root, step, sh, rank, NULL, read, user, out);
 }
 
 cJSON *dt__ckpt_sharding_json(const dt_ckpt_sharding *sh)

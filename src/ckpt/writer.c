@@ -20,6 +20,7 @@ struct dt_ckpt_writer {
     void *user;
     dt_params *p;
     dt_optimizer *o;
+    bool stream_model;     /* the caller writes model.safetensors: no values in the snapshot */
     float *values, *m, *v; /* the snapshot */
     dt_ckpt_progress pr;
     /* a sharded submit's sharding and shard files (sh.nranks 0: not sharded) */
@@ -133,12 +134,17 @@ dt_status dt_ckpt_writer_start(const dt_ckpt_writer_config *cfg, dt_params *p, d
     }
     dt_ckpt_tensors live = dt_ckpt_tensors_live(p, o);
     size_t bytes = (size_t)dt_params_numel(p) * sizeof(float);
-    w->values = malloc(bytes);
+    if (cfg->stream_model && o) {
+        free(w);
+        return dt__fail(DT_ERR_INVALID, "dt_ckpt_writer_start: stream_model writes sharded checkpoints: no optimizer");
+    }
+    w->stream_model = cfg->stream_model;
+    w->values = cfg->stream_model ? NULL : malloc(bytes);
     w->m = live.m ? malloc(bytes) : NULL;
     w->v = live.v ? malloc(bytes) : NULL;
     bool ok = copy(cfg->meta.config_json, &w->config) && copy(cfg->meta.model_json, &w->model) &&
               copy(cfg->meta.optimizer, &w->optimizer);
-    if (!ok || !w->values || (live.m && !w->m) || (live.v && !w->v)) {
+    if (!ok || (!w->values && !w->stream_model) || (live.m && !w->m) || (live.v && !w->v)) {
         writer_free(w);
         return dt__fail(DT_ERR_NOMEM, "out of memory for the checkpoint snapshot (%zu bytes)", 3 * bytes);
     }
@@ -200,7 +206,8 @@ static dt_status submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const cha
     }
     dt_ckpt_tensors live = dt_ckpt_tensors_live(w->p, w->o);
     size_t bytes = (size_t)dt_params_numel(w->p) * sizeof(float);
-    memcpy(w->values, live.values, bytes);
+    if (w->values)
+        memcpy(w->values, live.values, bytes);
     if (w->m)
         memcpy(w->m, live.m, bytes);
     if (w->v)
@@ -218,7 +225,19 @@ static dt_status submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const cha
 dt_status dt_ckpt_writer_submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
                                 double *stall_s)
 {
+    if (w->stream_model)
+        return dt__fail(DT_ERR_INVALID, "dt_ckpt_writer_submit: a writer started with stream_model submits "
+                                        "sharded checkpoints only");
     return submit(w, pr, label, NULL, NULL, stall_s);
+}
+
+dt_status dt_ckpt_writer_model_open(dt_ckpt_writer *w, int64_t step, dt_ckpt_model_file **out)
+{
+    if (!w || !w->stream_model)
+        return dt__fail(DT_ERR_INVALID, "dt_ckpt_writer_model_open: %s", w ? "the writer was started without "
+                                        "stream_model (it writes model.safetensors itself)" : "the writer is NULL");
+    dt_ckpt_meta meta = {w->config, w->model, w->optimizer};
+    return dt_ckpt_model_open(w->root, step, w->p, &meta, out);
 }
 
 dt_status dt_ckpt_writer_submit_sharded(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,

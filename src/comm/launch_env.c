@@ -87,6 +87,24 @@ static dt_status read_token(dt__launch_env *e, bool slurm)
     return DT_OK;
 }
 
+dt_status dt_comm_env_world(int *rank, int *size)
+{
+    int r = 0, n = 1;
+    for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
+        const source *s = &sources[i];
+        if (!dt__env_str(s->rank) || !dt__env_str(s->size))
+            continue;
+        DT_CHECK(read_int(s->size, 1, 1 << 20, 1, &n));
+        DT_CHECK(read_int(s->rank, 0, n - 1, 0, &r));
+        break;
+    }
+    if (rank)
+        *rank = r;
+    if (size)
+        *size = n;
+    return DT_OK;
+}
+
 dt_status dt__launch_env_read(dt__launch_env *e)
 {
     memset(e, 0, sizeof *e);

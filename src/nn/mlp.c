@@ -35,6 +35,20 @@ static dt_status make_mlp_block(const dt_model_desc *d, int index, dt_params *p,
     return dt_linear_create(p, name, c->sizes[layer], c->sizes[layer + 1], true, out);
 }
 
+dt_status dt_mlp_tp_check(const int64_t *sizes, int nsizes, int tp)
+{
+    int linears = nsizes - 1;
+    /* make_mlp_block's split: linear l column-parallel when even and not the last (its outputs cut), row-parallel
+     * when odd (its inputs, the column one's outputs, cut) */
+    for (int l = 0; tp > 1 && sizes && l + 1 < linears; l += 2)
+        if (sizes[l + 1] <= 0 || sizes[l + 1] % tp)
+            return dt__fail(DT_ERR_INVALID,
+                            "mlp: tp = %d must divide the hidden size %lld (mlp_sizes[%d]: fc%d's outputs, fc%d's "
+                            "inputs, each split over the tensor-parallel ranks)",
+                            tp, (long long)sizes[l + 1], l + 1, l + 1, l + 2);
+    return DT_OK;
+}
+
 dt_status dt_mlp_describe(const int64_t *sizes, int nsizes, dt_model_desc **out)
 {
     return dt_mlp_describe_tp(sizes, nsizes, NULL, out);

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/status.h"
 #include "base/trace.h"
@@ -412,6 +413,28 @@ int dt_optimizer_state_buffers(dt_optimizer *o, dt_optim_state *out, int max)
     for (int i = 0; i < n && i < max; i++)
         out[i] = all[i];
     return n;
+}
+
+int dt_optimizer_state_count(const dt_optimizer *o)
+{
+    return !o ? 0 : o->kind == ADAMW ? 2 : o->kind == ADAGRAD || o->sgd.momentum > 0 ? 1 : 0;
+}
+
+dt_status dt_optimizer_state_read(dt_optimizer *o, int i, int64_t offset, int64_t n, float *out)
+{
+    int count = dt_optimizer_state_count(o);
+    if (!o || i < 0 || i >= count || offset < 0 || n < 0 || offset > o->numel - n || (n > 0 && !out))
+        return dt__fail(DT_ERR_INVALID, "optimizer state read: buffer %d of %d, elements [%lld, %lld) of %lld", i,
+                        count, (long long)offset, (long long)(offset + n), o ? (long long)o->numel : 0LL);
+    int64_t at = (int64_t)i * o->numel + offset;
+    if (n == 0)
+        return DT_OK;
+    if (o->off && !o->state) /* straight from the file: the rest stays on disk */
+        return dt__offload_read_range(o->off, i, offset, n, out);
+    if (o->dev && !o->host_newer) /* the range from the device */
+        return o->dev->download(out, o->dstate + at, (size_t)n * sizeof *out);
+    memcpy(out, o->state + at, (size_t)n * sizeof *out);
+    return DT_OK;
 }
 
 void dt_optimizer_end_step(dt_optimizer *o) { o->steps++; }

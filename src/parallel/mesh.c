@@ -79,6 +79,15 @@ static dt_status resolve(dt_mesh *m, const dt_mesh_dim *dims, int ndims, int wor
     return DT_OK;
 }
 
+dt_status dt_mesh_check(const dt_mesh_dim *dims, int ndims, int world)
+{
+    if (!dims || world < 1)
+        return dt__fail(DT_ERR_INVALID, "mesh: %s", dims ? "a world of no ranks" : "dims is NULL");
+    dt_mesh m;
+    memset(&m, 0, sizeof m);
+    return resolve(&m, dims, ndims, world);
+}
+
 dt_status dt_mesh_create(dt_comm *world, const dt_mesh_dim *dims, int ndims, dt_mesh **out)
 {
     if (!out)

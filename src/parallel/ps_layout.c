@@ -25,17 +25,24 @@ int dt_ps_server_index(const dt_ps_config *pc, dt_comm *c)
     return pc && r >= n - pc->servers ? r - (n - pc->servers) : -1;
 }
 
-dt_status dt_ps_split(dt_comm *c, const dt_ps_config *pc, dt_comm **group)
+dt_status dt_ps_check(const dt_ps_config *pc, int n)
 {
-    if (!c || !pc || !group)
-        return dt__fail(DT_ERR_INVALID, "ps_split: %s is NULL", !c ? "the communicator" : !pc ? "the config" : "group");
-    int n = dt_comm_size(c);
+    if (!pc)
+        return dt__fail(DT_ERR_INVALID, "ps_check: the config is NULL");
     if (pc->servers < 1 || pc->servers >= n)
         return dt__fail(DT_ERR_INVALID, "parameter server: %d server%s among %d ranks leaves %d worker%s (need "
                                         "1 <= servers < ranks)", pc->servers, pc->servers == 1 ? "" : "s", n,
                         n - pc->servers, n - pc->servers == 1 ? "" : "s");
     if (pc->sync == DT_PS_SSP && pc->staleness < 0)
         return dt__fail(DT_ERR_INVALID, "parameter server: staleness %d (>= 0)", pc->staleness);
+    return DT_OK;
+}
+
+dt_status dt_ps_split(dt_comm *c, const dt_ps_config *pc, dt_comm **group)
+{
+    if (!c || !pc || !group)
+        return dt__fail(DT_ERR_INVALID, "ps_split: %s is NULL", !c ? "the communicator" : !pc ? "the config" : "group");
+    DT_CHECK(dt_ps_check(pc, dt_comm_size(c)));
     int server = dt_ps_server_index(pc, c) >= 0;
     return dt_comm_split(c, server, dt_comm_rank(c), group);
 }

@@ -615,6 +615,25 @@ float *dt_strategy_zero_shard(dt_strategy *s, int64_t *numel)
     return Z->view;
 }
 
+dt_status dt_strategy_zero_shard_read(dt_strategy *s, int64_t offset, int64_t n, float *out)
+{
+    if (!s || s->ops != &zero_ops || ((zero *)s->impl)->stage != 3)
+        return dt__fail(DT_ERR_INVALID, "zero_shard_read: %s", !s ? "the strategy is NULL"
+                                                             : s->ops != &zero_ops ? "the strategy is not ZeRO"
+                                                                                   : "only stage 3 keeps a shard of the values");
+    zero *Z = s->impl;
+    if (offset < 0 || n < 0 || offset > Z->L.shard_numel - n || (n > 0 && !out))
+        return dt__fail(DT_ERR_INVALID, "zero_shard_read: elements [%lld, %lld) of a shard of %lld", (long long)offset,
+                        (long long)(offset + n), (long long)Z->L.shard_numel);
+    const float *from = Z->values ? Z->values : Z->view;
+    if (n == 0)
+        return DT_OK;
+    if (!from) /* on disk: the range alone (the update flushed what it wrote) */
+        return dt__offload_read_range(Z->values_off, 0, offset, n, out);
+    memcpy(out, from + offset, (size_t)n * sizeof *out);
+    return DT_OK;
+}
+
 dt_status dt_strategy_zero_offload(dt_strategy *s, const char *dir)
 {
     if (!s || s->ops != &zero_ops)

@@ -104,7 +104,7 @@ static void report(void *user, const dt_ckpt_report *r)
                 (long long)r->step);
 }
 
-dt_status dtrain_checkpoint_writer_start(const dtrain_config *c, dt_params *p, dt_optimizer *o,
+dt_status dtrain_checkpoint_writer_start(const dtrain_config *c, dt_params *p, dt_optimizer *o, bool stream_model,
                                          int64_t kept_step, const char *kept_dir, dt_ckpt_writer **out)
 {
     cJSON *config = dtrain_config_to_json(c), *model = dtrain_model_config_json(c);
@@ -116,7 +116,8 @@ dt_status dtrain_checkpoint_writer_start(const dtrain_config *c, dt_params *p, d
                                 .meta = {config_text, model_text, c->optimizer},
                                 .kept_step = kept_step,
                                 .kept_dir = kept_dir,
-                                .report = report};
+                                .report = report,
+                                .stream_model = stream_model};
     dt_status s = config_text ? dt_ckpt_writer_start(&wc, p, o, out) : DT_ERR_NOMEM;
     if (s != DT_OK)
         fprintf(stderr, "dtrain: %s\n", config_text ? dt_last_error() : "out of memory");

@@ -426,6 +426,10 @@ dt_status dtrain_config_validate(const dtrain_config *c)
                      (long long)c->heads, (long long)c->vocab);
             return bad("configuration", "tp", why);
         }
+        if (!strcmp(c->model, "mlp") && dt_mlp_tp_check(c->mlp_sizes, c->mlp_nsizes, (int)c->tp) != DT_OK) {
+            snprintf(why, sizeof why, "does not fit the model: %s", dt_last_error());
+            return bad("configuration", "tp", why);
+        }
     }
     return DT_OK;
 }

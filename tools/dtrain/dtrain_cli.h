@@ -74,11 +74,12 @@ void dtrain_config_help(FILE *to);
 dt_status dtrain_checkpoint_open(const char *path, int64_t train_samples, char *step_dir, size_t len,
                                  dtrain_config *c, dt_ckpt_progress *pr);
 /* The background writer into c->checkpoint_dir, keeping c->checkpoint_keep,
- * each manifest carrying c; it prints each outcome.  kept_step: the step of
- * the checkpoint already on disk that a failed write leaves in place (the
- * one resumed from, in kept_dir), -1 for none. */
-dt_status dtrain_checkpoint_writer_start(const dtrain_config *c, dt_params *p, dt_optimizer *o, int64_t kept_step,
-                                         const char *kept_dir, dt_ckpt_writer **out);
+ * each manifest carrying c; it prints each outcome.  stream_model: the
+ * caller writes model.safetensors itself (ZeRO-3; dt_ckpt_writer_config).
+ * kept_step: the step of the checkpoint already on disk that a failed write
+ * leaves in place (the one resumed from, in kept_dir), -1 for none. */
+dt_status dtrain_checkpoint_writer_start(const dtrain_config *c, dt_params *p, dt_optimizer *o, bool stream_model,
+                                         int64_t kept_step, const char *kept_dir, dt_ckpt_writer **out);
 
 /* Tensor-parallel checkpoints in the unsplit layout (split_ckpt.c).  Gather:
  * collective over tp; every shard (values and the optimizer's state) lands
@@ -94,28 +95,26 @@ dt_status dtrain_tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_o
  * NULL: not split that way).  A slice (resume) is dtrain_tp_slice: by name. */
 dt_status dtrain_split_gather(const dtrain_config *c, dt_params *p, dt_optimizer *o, dt_comm *tp, dt_comm *pp,
                               dt_params *whole, dt_optimizer *wo);
-/* ZeRO-3's values (split_ckpt.c): every rank's shard gathered into the
- * whole registry `whole` on dp rank 0 (the others pass NULL; collective
- * over dp), for model.safetensors.  Slice: a ZeRO run resumed from an
- * unsplit checkpoint (data parallelism's, or ZeRO's from before shard
- * files) takes this rank's shard of the optimizer state out of the whole
- * one (m's registry still whole: the values are copied as they are). */
-dt_status dtrain_zero_gather_values(dt_strategy *s, dt_model *m, dt_comm *dp, dt_params *whole);
+/* A ZeRO run resumed from an unsplit checkpoint (data parallelism's, or
+ * ZeRO's from before shard files) takes this rank's shard of the optimizer
+ * state out of the whole one (split_ckpt.c; m's registry still whole: the
+ * values are copied as they are). */
 dt_status dtrain_zero_slice(dt_model *m, int nranks, int rank, dt_optimizer *wo, dt_optimizer *o);
 
 /* ZeRO checkpoints in shard files (zero_ckpt.c).  Checkpoint: collective
  * over dp; every rank writes its shard of the optimizer state (and at
- * stage 3 of the values, which are also gathered into `whole` on rank 0)
- * into the step's temporary directory, rank 0 submits the rest to the
- * writer w (the others pass NULL; started with the whole values' registry
- * and no optimizer).  A rank that cannot write its file is reported and the
+ * stage 3 of the values) into the step's temporary directory, rank 0
+ * submits the rest to the writer w (the others pass NULL; started with the
+ * registry and no optimizer, and at stage 3 with stream_model: rank 0
+ * writes model.safetensors as each unit is gathered, one unit held at a
+ * time).  A rank that cannot write its file is reported and the
  * checkpoint dropped (training continues); DT_OK unless a collective
  * failed.  Resume: m's whole values and this rank's shard (of nranks) of
  * o's state out of a sharded checkpoint, whatever N and stage wrote it.
  * Check: the manifest's units against m's (every failure printed). */
 dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o,
-                                 dt_comm *dp, dt_params *whole, dt_ckpt_writer *w, const dt_ckpt_progress *pr,
-                                 const char *label, double *stall);
+                                 dt_comm *dp, dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
+                                 double *stall);
 dt_status dtrain_zero_resume(const char *step_dir, dt_model *m, dt_optimizer *o, int nranks, int rank);
 dt_status dtrain_zero_check_sharding(const dt_ckpt_manifest *man, dt_model *m);
 
@@ -132,6 +131,16 @@ int dtrain_memory_plan(const dtrain_config *c, dt_model *m, int nranks, bool lea
  * registry's buffers, the optimizer's state and the strategy's own (ZeRO's
  * shard and communication buffers at their most), and its peak RSS. */
 void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s);
+
+/* Before joining the job (layout.c): the configuration against the world's
+ * size from the launcher's environment (servers among the ranks, the mesh's
+ * dp x pp x tp, the pipeline's stages against the model's blocks), which
+ * every rank computes alike: 0, or 2 with the reason printed once per host
+ * (local rank 0; the other ranks exit with the same code quietly). */
+int dtrain_check_world(const dtrain_config *c);
+/* This rank's index among its host's ranks, from whichever launcher started
+ * it (DT_LOCAL_RANK, OpenMPI's, PMI's, Slurm's); 0 without one. */
+int dtrain_local_rank(void);
 
 /* Commands. */
 /* overwrite: checkpoint_dir may hold another run's checkpoints (removed first);

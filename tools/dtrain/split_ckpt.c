@@ -203,28 +203,6 @@ dt_status dtrain_tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_o
     return DT_OK;
 }
 
-dt_status dtrain_zero_gather_values(dt_strategy *s, dt_model *m, dt_comm *dp, dt_params *whole)
-{
-    int N = dt_comm_size(dp), root = dt_comm_rank(dp) == 0;
-    int64_t S = dt_zero_shard_numel(m, N);
-    float *mine = dt_strategy_zero_shard(s, NULL);
-    if (!mine)
-        return fail(DT_ERR_INVALID, "checkpoint: the strategy holds no ZeRO-3 shard of the values");
-    float *tmp = root ? malloc((size_t)(S * N) * sizeof *tmp) : NULL;
-    int ok = !root || tmp;
-    dt_status r = N > 1 ? dt_broadcast(&ok, 1, DT_I32, 0, dp)
-                        : DT_OK; /* the others do not wait for a root that cannot */
-    if (r == DT_OK && !ok)
-        r = root ? fail(DT_ERR_NOMEM, "checkpoint: out of memory gathering the values' ZeRO shards")
-                 : DT_ERR_NOMEM;
-    if (r == DT_OK && (r = dt_gather(mine, tmp, (size_t)S, DT_F32, 0, dp)) != DT_OK)
-        fail(r, "gathering the values' ZeRO shards for a checkpoint: %s", dt_last_error());
-    for (int q = 0; r == DT_OK && root && q < N; q++)
-        r = dt_zero_shard_put(m, N, q, tmp + (size_t)q * (size_t)S, dt_params_values(whole));
-    free(tmp);
-    return r;
-}
-
 dt_status dtrain_zero_slice(dt_model *m, int nranks, int rank, dt_optimizer *wo, dt_optimizer *o)
 {
     dt_optim_state ws[4], st[4];

@@ -99,7 +99,8 @@ static dt_status load_split(const dtrain_config *c, const char *step_dir, dt_mod
 }
 
 /* One checkpoint at pr->step, collective over the ranks that hold a part:
- * ZeRO's ranks each write their shard file (zero_ckpt.c); a mesh gathers
+ * ZeRO's ranks each write their shard file (zero_ckpt.c; at stage 3 rank 0
+ * also model.safetensors, block by block); a mesh gathers
  * the whole model onto the writer (rank 0) from the shards, over dp rank
  * 0's pipeline and tensor-parallel groups; a run that is not split hands
  * its state to the writer as it is.  The writer (rank 0's; NULL on the
@@ -123,7 +124,7 @@ static dt_status checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m,
         return DT_OK;
     }
     if (c->zero_stage > 0)
-        return dtrain_zero_checkpoint(c, s, m, o, dp, wp, w, pr, label, stall);
+        return dtrain_zero_checkpoint(c, s, m, o, dp, w, pr, label, stall);
     dt_status r = DT_OK;
     if (!dt_device_is_host(dt_model_device(m)) && w && /* the host's copies of the values and the state */
         ((r = dt_params_download(dt_model_params(m))) != DT_OK || (r = dt_optimizer_download(o)) != DT_OK)) {
@@ -340,16 +341,12 @@ static dt_status choose_threads(const dtrain_config *c, const char **source)
         fprintf(stderr, "dtrain: threads: %s\n", dt_last_error());
         return DT_ERR_INVALID;
     }
-    /* The host's first rank warns: its local rank from whichever launcher started it. */
-    const char *lr = getenv("DT_LOCAL_RANK");
-    for (const char *const *v = (const char *const[]){"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", NULL};
-         *v && !(lr && *lr); v++)
-        lr = getenv(*v);
+    /* The host's first rank warns. */
     long local = dt_local_ranks(), cores = dt_cores_available();
     int mine = (int)cores;
     bool bound = dt_cpus_bound(); /* (dtrun --bind auto): its own CPUs; else this host's ranks share them */
     bool over = bound ? n > mine : (long)n * local > cores;
-    if (over && (!lr || !*lr || atol(lr) == 0)) {
+    if (over && dtrain_local_rank() == 0) {
         if (bound)
             fprintf(stderr, "dtrain: warning: %d compute threads per rank on the %d CPU%s it is bound to "
                             "(oversubscribed; set threads or DT_THREADS)\n", n, mine, mine == 1 ? "" : "s");
@@ -364,15 +361,17 @@ static dt_status choose_threads(const dtrain_config *c, const char **source)
 int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite)
 {
     dtrain_config adjusted = *config, *c = &adjusted;
-    const char *thread_source;
-    if (choose_threads(c, &thread_source) != DT_OK)
-        return 2;
     const char *env_servers = getenv("DT_PS_SERVERS"); /* dtrun --servers, when the config sets none */
     if (c->servers == 0 && env_servers && *env_servers) {
         c->servers = atoll(env_servers);
         if (dtrain_config_validate(c) != DT_OK)
             return 2;
     }
+    if (dtrain_check_world(c) != 0) /* before the communicator: every rank stops alike, with the reason */
+        return 2;
+    const char *thread_source;
+    if (choose_threads(c, &thread_source) != DT_OK)
+        return 2;
     /* A new run (not resuming) into a checkpoint_dir that holds another run's
      * checkpoints would mix the two runs' steps: refused, or with --overwrite
      * the old ones go first.  Every rank checks; rank 0 alone removes. */
@@ -405,7 +404,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     dt_ps_config psc = {0};
     dt_mesh *mesh = NULL;
     int dpn = 1, dpr = 0;
-    dt_model *whole = NULL; /* a mesh's unsplit model, ZeRO-3's gathered values: what the writer saves */
+    dt_model *whole = NULL; /* a mesh's unsplit model, a parameter server's snapshot: what the writer saves */
     dt_optimizer *whole_o = NULL;
     data_source d;
     memset(&d, 0, sizeof d);
@@ -551,16 +550,17 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     dt_rng_seed(&pr.rng, dt_rng_key_stream(&(dt_rng_key){(uint64_t)c->seed, (uint64_t)pr.step, 0, 0}, 0));
     pr.global_batch = c->batch_size * dpn * c->grad_accumulation;
     /* The writer's registry and optimizer: a mesh's gathered whole model; ZeRO's values alone (the live
-     * registry at stages 1-2, where every rank holds them whole; gathered into a whole model's at stage 3),
-     * its optimizer state going into each rank's shard file instead */
+     * registry at stages 1-2, where every rank holds them whole; at stage 3 only its names and shapes: rank 0
+     * writes model.safetensors block by block, stream_model), its optimizer state going into each rank's
+     * shard file instead */
     dt_optimizer *writer_o = zero ? NULL : o;
     if (lead && c->checkpoint_dir[0] &&
-        (((mesh || c->zero_stage == 3 || job) && dtrain_build_model_tp(c, NULL, &whole) != DT_OK) ||
+        (((mesh || job) && dtrain_build_model_tp(c, NULL, &whole) != DT_OK) ||
          ((mesh || job) && !whole_o && make_optimizer(c, dt_model_params(whole), &whole_o) != DT_OK) ||
          dtrain_checkpoint_writer_start(c, whole ? dt_model_params(whole) : p, mesh || job ? whole_o : writer_o,
-                                        resume ? pr.step : -1, resumed_dir, &writer) != DT_OK))
+                                        c->zero_stage == 3, resume ? pr.step : -1, resumed_dir, &writer) != DT_OK))
         goto out;
-    if (whole && !mesh) /* ZeRO-3's gathered values, a parameter server's snapshot: no gradients */
+    if (whole && job) /* a parameter server's snapshot: no gradients */
         dt_params_drop_storage(dt_model_params(whole), false, true);
     if (make_strategy(c, dp, m, o, tpc, ppc, job, &psc, &strategy) != DT_OK)
         goto out;
@@ -804,6 +804,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
                (double)sent / 1e6 / (double)(pr.step - first_step), (double)received / 1e6 / (double)(pr.step - first_step));
     }
     if (lead && code == 0) {
+        if (writer) /* the peak below counts the final checkpoint's write: it is on disk first */
+            (void)dt_ckpt_writer_flush(writer); /* (a failure is reported below, by dt_ckpt_writer_last_good) */
         dtrain_memory_report(m, o, strategy);
         uint64_t rd, wr, prd, pwr;
         dt_optimizer_offload_io(o, &rd, &wr);

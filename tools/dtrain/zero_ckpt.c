@@ -1,8 +1,9 @@
 /* ZeRO checkpoints in shard files: each rank of the dp group writes its
  * shard of the optimizer state (and at stage 3 of the values) into the step
  * directory, rank 0 the whole weights (model.safetensors, with PyTorch's
- * names: stages 1 and 2 hold them whole on every rank, stage 3 gathers
- * them) and the manifest, whose "sharding" describes the cut
+ * names: stages 1 and 2 hold them whole on every rank; at stage 3 rank 0
+ * writes the file block by block as each unit is gathered, never holding
+ * the whole values) and the manifest, whose "sharding" describes the cut
  * (include/dtrain/ckpt.h).  No rank ever holds more of the optimizer state
  * than its own shard.  A resume on N' ranks at any stage reads from each
  * file only what overlaps its new shard; a resume without ZeRO (one
@@ -67,23 +68,73 @@ static dt_status sharding_of(dt_model *m, int stage, int nranks, int nstate, dt_
     return DT_OK;
 }
 
+/* A shard file's tensors as dt_ckpt_shard_write_from reads them, piece by
+ * piece: the values' shard (stage 3) from the strategy, the moments from
+ * the optimizer; either may be on disk (offload), and stays there. */
+typedef struct {
+    dt_strategy *s;
+    dt_optimizer *o;
+    bool values; /* tensor 0 is the values */
+} shard_source;
+
+static dt_status read_piece(void *user, int tensor, int64_t offset, int64_t n, float *out)
+{
+    const shard_source *src = user;
+    if (src->values && tensor == 0)
+        return dt_strategy_zero_shard_read(src->s, offset, n, out);
+    return dt_optimizer_state_read(src->o, tensor - src->values, offset, n, out);
+}
+
+/* Stage 3's model.safetensors, written on dp rank 0 unit by unit as ZeRO-3
+ * gathers a block: each rank reads its slice of the unit (`mine`, the
+ * largest slice) and rank 0 gathers the unit into `buf` (the largest unit)
+ * and puts it into the file at its place, so no rank ever holds the whole
+ * values, nor (offloaded) its whole shard.  Collective over dp: every rank
+ * joins every gather, also after rank 0 failed to write (DT_OK then, and
+ * *written false on rank 0 with the message printed). */
+static dt_status write_values(const dt_ckpt_sharding *sh, dt_strategy *s, float *mine, float *buf, dt_comm *dp,
+                              dt_ckpt_writer *w, int64_t step, bool *written)
+{
+    int N = sh->nranks, rank = dt_comm_rank(dp), root = rank == 0;
+    dt_ckpt_model_file *f = NULL;
+    dt_status fs = root ? dt_ckpt_writer_model_open(w, step, &f) : DT_OK, r = DT_OK;
+    int64_t at = 0;
+    for (int k = 0; r == DT_OK && k < sh->nunits; k++) {
+        const dt_ckpt_unit *u = &sh->units[k];
+        int64_t slice = (u->numel + N - 1) / N;
+        if ((r = dt_strategy_zero_shard_read(s, at, slice, mine)) == DT_OK)
+            r = dt_gather(mine, root ? buf : mine, (size_t)slice, DT_F32, 0, dp);
+        if (r != DT_OK) /* a collective or the shard's file failed: the job cannot go on */
+            fprintf(stderr, "dtrain: rank %d: checkpoint at step %lld: gathering the values: %s\n", rank,
+                    (long long)step, dt_last_error());
+        if (r == DT_OK && root && fs == DT_OK)
+            fs = dt_ckpt_model_put(f, u->offset, buf, u->numel);
+        at += slice;
+    }
+    if (root) {
+        dt_status cs = dt_ckpt_model_close(f, r == DT_OK && fs == DT_OK);
+        fs = fs != DT_OK ? fs : cs;
+        if (fs != DT_OK && r == DT_OK)
+            fprintf(stderr, "dtrain: checkpoint at step %lld: model.safetensors: %s\n", (long long)step,
+                    dt_last_error());
+        *written = r == DT_OK && fs == DT_OK;
+    }
+    return r;
+}
+
 dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o,
-                                 dt_comm *dp, dt_params *whole, dt_ckpt_writer *w, const dt_ckpt_progress *pr,
-                                 const char *label, double *stall)
+                                 dt_comm *dp, dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
+                                 double *stall)
 {
     int N = dt_comm_size(dp), rank = dt_comm_rank(dp), stage = (int)c->zero_stage;
-    dt_optim_state st[4];
-    int nstate = dt_optimizer_state_buffers(o, st, 4); /* an offloaded state is read into memory */
+    int nstate = dt_optimizer_state_count(o); /* read piece by piece below: an offloaded state stays on disk */
     const char *names[3];
-    const float *arrays[3];
     dt_ckpt_sharding sh;
     dt_ckpt_unit *units = NULL;
     dt_status r = sharding_of(m, stage, N, nstate, &sh, &units, names);
-    int64_t S = r == DT_OK ? dt_ckpt_shard_numel(&sh) : -1, vn = 0;
-    float *values = stage == 3 ? dt_strategy_zero_shard(s, &vn) : NULL;
-    bool fits = r == DT_OK && S == dt_zero_shard_numel(m, N) && (stage != 3 || (values && vn == S));
-    for (int i = 0; fits && i < nstate; i++)
-        fits = st[i].numel == S;
+    int64_t S = r == DT_OK ? dt_ckpt_shard_numel(&sh) : -1;
+    bool fits = r == DT_OK && S == dt_zero_shard_numel(m, N) && (nstate == 0 || dt_optimizer_numel(o) == S) &&
+                (stage != 3 || dt_strategy_zero_shard_read(s, S, 0, NULL) == DT_OK);
     if (r == DT_OK && !fits) { /* the strategy's and the optimizer's buffers are not the layout's shard */
         fprintf(stderr,
                 "dtrain: checkpoint: a ZeRO shard of %lld elements, but the strategy's or the optimizer's "
@@ -95,36 +146,54 @@ dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_mode
         free(units);
         return r;
     }
-    if (stage == 3) /* model.safetensors: the values gathered onto rank 0 */
-        r = dtrain_zero_gather_values(s, m, dp, whole);
-    if (r == DT_OK && sh.ntensors == 0) { /* plain SGD at stages 1-2: only the whole values, unsplit */
+    if (sh.ntensors == 0) { /* plain SGD at stages 1-2: only the whole values, unsplit */
         if (w)
             dt_ckpt_writer_submit(w, pr, label, stall);
         free(units);
         return DT_OK;
     }
-    int nt = 0;
-    if (stage == 3)
-        arrays[nt++] = values;
-    for (int i = 0; i < nstate; i++)
-        arrays[nt++] = st[i].data;
-    /* rank 0 empties the temporary step directory, then every rank writes its file there */
+    /* rank 0 empties the temporary step directory, then every rank writes its file there (at stage 3 with
+     * model.safetensors gathered a unit at a time onto rank 0 first: each rank holds a buffer for its slice
+     * of the largest unit, rank 0 for that unit) */
     int ready = 1;
-    if (r == DT_OK && rank == 0 && dt_ckpt_shard_prepare(c->checkpoint_dir, pr->step) != DT_OK) {
+    int64_t most = 1;
+    for (int k = 0; k < sh.nunits; k++)
+        most = (sh.units[k].numel + N - 1) / N > most ? (sh.units[k].numel + N - 1) / N : most;
+    float *mine = stage == 3 ? malloc((size_t)most * sizeof *mine) : NULL;
+    float *buf = stage == 3 && rank == 0 ? malloc((size_t)(most * N) * sizeof *buf) : NULL;
+    if (rank == 0 && dt_ckpt_shard_prepare(c->checkpoint_dir, pr->step) != DT_OK) {
         fprintf(stderr, "dtrain: checkpoint at step %lld failed: %s\n", (long long)pr->step, dt_last_error());
         ready = 0;
+    } else if (rank == 0 && stage == 3 && !buf) {
+        fprintf(stderr, "dtrain: checkpoint at step %lld failed: out of memory for a block's values\n",
+                (long long)pr->step);
+        dt_ckpt_shard_abandon(c->checkpoint_dir, pr->step);
+        ready = 0;
     }
-    if (r == DT_OK && (r = dt_broadcast(&ready, 1, DT_I32, 0, dp)) != DT_OK)
+    if ((r = dt_broadcast(&ready, 1, DT_I32, 0, dp)) != DT_OK)
         fprintf(stderr, "dtrain: rank %d: checkpoint at step %lld: %s\n", rank, (long long)pr->step,
                 dt_last_error());
-    dt_ckpt_shard_file mine = {0};
+    if (r == DT_OK && ready && stage == 3 && !mine) { /* every rank holds a slice buffer, or none gathers */
+        fprintf(stderr, "dtrain: rank %d: checkpoint at step %lld: out of memory for a block's values\n", rank,
+                (long long)pr->step);
+        r = DT_ERR_NOMEM;
+    }
+    dt_ckpt_shard_file mine_file = {0};
     int64_t got[3] = {0, 0, 0}, *all = rank == 0 ? calloc((size_t)N * 3, sizeof *all) : NULL;
+    bool model_ok = true;
+    if (r == DT_OK && ready && stage == 3) /* model.safetensors, block by block */
+        r = write_values(&sh, s, mine, buf, dp, w, pr->step, &model_ok);
+    free(mine);
+    free(buf);
     if (r == DT_OK && ready) {
-        got[0] = dt_ckpt_shard_write(c->checkpoint_dir, pr->step, &sh, rank, arrays, &mine) == DT_OK;
+        shard_source src = {s, o, stage == 3};
+        got[0] = dt_ckpt_shard_write_from(c->checkpoint_dir, pr->step, &sh, rank, read_piece, &src, &mine_file) ==
+                 DT_OK;
         if (!got[0]) /* the message names the rank */
             fprintf(stderr, "dtrain: %s\n", dt_last_error());
-        got[1] = (int64_t)mine.bytes;
-        got[2] = (int64_t)mine.crc;
+        got[0] &= model_ok;
+        got[1] = (int64_t)mine_file.bytes;
+        got[2] = (int64_t)mine_file.crc;
     }
     if (r == DT_OK && rank == 0 && !all)
         fprintf(stderr, "dtrain: checkpoint at step %lld: out of memory\n", (long long)pr->step);

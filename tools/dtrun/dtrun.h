@@ -48,6 +48,14 @@ typedef struct {
     size_t out_len, err_len;
     bool exited;
     int status;
+    /* stderr lines that pass another rank's failure on (the library ends
+     * them "(reported by rank N ...)"), held until the failure's own reason
+     * is out (supervise.c): at the end, or after a few seconds */
+    char *held;
+    size_t held_len;
+    double held_at;
+    bool secondary; /* it printed such a line */
+    bool spoke;     /* it printed another stderr line (an error of its own, a warning) */
 } dtrun_child;
 
 /* Parse argv; prints usage and exits for --help / bad options. */

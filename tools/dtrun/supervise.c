@@ -16,6 +16,8 @@
 
 #define KILL_AFTER 3.0
 #define SUSPECT_WAIT 0.5 /* seconds a rank that exited with an error waits to be blamed (see the reaping below) */
+#define HOLD_FOR 2.0          /* seconds a line passing another rank's failure on waits for that failure's reason */
+#define HOLD_MAX (64 * 1024)  /* a rank's held lines at most: beyond, printed at once */
 
 /* Signal handlers may only touch these (the launcher's one signal singleton). */
 static volatile sig_atomic_t pending_signal;
@@ -43,16 +45,69 @@ static void emit(FILE *to, int rank, const char *line, size_t len)
     fflush(to);
 }
 
-/* Read what is available; print complete lines, keep the rest. */
-static void pump(int *fd, char *buf, size_t *len, size_t cap, FILE *to, int rank)
+/* A line that passes on another rank's failure: the library ends such an
+ * error "(reported by rank N (host:port))" (docs/failures.md). */
+static bool passed_on(const char *line, size_t len)
 {
-    for (;;) {
+    static const char mark[] = "(reported by rank ";
+    return memmem(line, len, mark, sizeof mark - 1) != NULL;
+}
+
+/* One line of rank k's output: printed, or (stderr passing another rank's
+ * failure on) held so that the failure's own reason comes first.  Every
+ * rank's pipe is read in rank order, so without this a rank that reports
+ * rank 7's abort prints before rank 7 itself whenever both are ready. */
+static void line_out(dtrun_child *k, FILE *to, const char *line, size_t len)
+{
+    if (to == stderr && passed_on(line, len)) {
+        k->secondary = true;
+        char *grown = k->held_len + len + 1 <= HOLD_MAX ? realloc(k->held, k->held_len + len + 1) : NULL;
+        if (grown) {
+            if (!k->held_len)
+                k->held_at = now_s();
+            k->held = grown;
+            memcpy(k->held + k->held_len, line, len);
+            k->held[k->held_len + len] = '\n';
+            k->held_len += len + 1;
+            return;
+        }
+    } else if (to == stderr) {
+        k->spoke = true;
+    }
+    emit(to, k->rank, line, len);
+}
+
+/* Print the held lines: every rank's (all), or those held for HOLD_FOR. */
+static void release_held(dtrun_child *kids, int n, bool all)
+{
+    for (int i = 0; i < n; i++) {
+        dtrun_child *k = &kids[i];
+        if (!k->held_len || (!all && now_s() - k->held_at < HOLD_FOR))
+            continue;
+        for (char *line = k->held, *nl; line < k->held + k->held_len; line = nl + 1) {
+            nl = memchr(line, '\n', (size_t)(k->held + k->held_len - line));
+            emit(stderr, k->rank, line, (size_t)(nl - line));
+        }
+        free(k->held);
+        k->held = NULL;
+        k->held_len = 0;
+    }
+}
+
+/* Read what is available of one of k's pipes; print complete lines, keep the rest. */
+static void pump(dtrun_child *k, bool err)
+{
+    int *fd = err ? &k->err_fd : &k->out_fd;
+    char *buf = err ? k->err_buf : k->out_buf;
+    size_t *len = err ? &k->err_len : &k->out_len, cap = err ? sizeof k->err_buf : sizeof k->out_buf;
+    FILE *to = err ? stderr : stdout;
+    while (*fd >= 0) {
         ssize_t n = read(*fd, buf + *len, cap - *len);
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             return;
         if (n <= 0) {
             if (*len)
-                emit(to, rank, buf, *len);
+                line_out(k, to, buf, *len);
             *len = 0;
             close(*fd);
             *fd = -1;
@@ -61,16 +116,33 @@ static void pump(int *fd, char *buf, size_t *len, size_t cap, FILE *to, int rank
         *len += (size_t)n;
         char *start = buf, *nl;
         while ((nl = memchr(start, '\n', *len - (size_t)(start - buf)))) {
-            emit(to, rank, start, (size_t)(nl - start));
+            line_out(k, to, start, (size_t)(nl - start));
             start = nl + 1;
         }
         *len -= (size_t)(start - buf);
         memmove(buf, start, *len);
         if (*len == cap) { /* a very long line: print what we have */
-            emit(to, rank, buf, *len);
+            line_out(k, to, buf, *len);
             *len = 0;
         }
     }
+}
+
+static void pump_all(dtrun_child *kids, int n)
+{
+    for (int i = 0; i < n; i++) {
+        pump(&kids[i], false);
+        pump(&kids[i], true);
+    }
+}
+
+/* How well a failed rank explains the job's failure, to name it: killed by
+ * a signal (the others usually failed because of it), then one that printed
+ * an error of its own, then a silent one, then one that only passed
+ * another's failure on. */
+static int blame(const dtrun_child *k)
+{
+    return WIFSIGNALED(k->status) ? 3 : !k->secondary && k->spoke ? 2 : !k->secondary ? 1 : 0;
 }
 
 static void describe(const dtrun_child *k, char *buf, size_t len)
@@ -134,12 +206,8 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_ho
         char drain[64];
         while (read(wake_pipe[0], drain, sizeof drain) > 0)
             ;
-        for (int i = 0; i < n; i++) {
-            if (kids[i].out_fd >= 0)
-                pump(&kids[i].out_fd, kids[i].out_buf, &kids[i].out_len, sizeof kids[i].out_buf, stdout, kids[i].rank);
-            if (kids[i].err_fd >= 0)
-                pump(&kids[i].err_fd, kids[i].err_buf, &kids[i].err_len, sizeof kids[i].err_buf, stderr, kids[i].rank);
-        }
+        pump_all(kids, n);
+        release_held(kids, n, false);
         if (pending_signal) {
             int sig = pending_signal;
             pending_signal = 0;
@@ -152,12 +220,15 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_ho
             if (!kill_at)
                 kill_at = now_s() + KILL_AFTER;
         }
-        /* Reap everything that ended.  When several ranks failed, name one
-         * killed by a signal: the others usually exited because of it (their
-         * communicator reported the dead peer).  Such a peer can be reaped
-         * after them -- the kernel closes a killed process's sockets before
-         * it becomes a zombie -- so a rank that exited with an error is only
-         * a suspect for up to SUSPECT_WAIT seconds while others still run. */
+        /* Reap everything that ended.  When several ranks failed, name the
+         * one that explains it best (blame): one killed by a signal, as the
+         * others usually exited because of it (their communicator reported
+         * the dead peer), else one that said why rather than one passing
+         * another's failure on.  Such a rank can be reaped after them -- the
+         * kernel closes a killed process's sockets before it becomes a
+         * zombie -- so a rank that exited with an error is only a suspect for
+         * up to SUSPECT_WAIT seconds while others still run.  What a reaped
+         * rank wrote is read first: it is all in its pipes. */
         int status, culprit = -1;
         pid_t pid;
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
@@ -167,12 +238,14 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_ho
                 kids[i].exited = true;
                 kids[i].status = status;
                 living--;
+                pump(&kids[i], false);
+                pump(&kids[i], true);
                 bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-                if (!ok && (culprit < 0 || (WIFSIGNALED(status) && !WIFSIGNALED(kids[culprit].status))))
+                if (!ok && (culprit < 0 || blame(&kids[i]) > blame(&kids[culprit])))
                     culprit = i;
             }
         }
-        if (culprit >= 0 && (suspect < 0 || (WIFSIGNALED(kids[culprit].status) && !WIFSIGNALED(kids[suspect].status)))) {
+        if (culprit >= 0 && (suspect < 0 || blame(&kids[culprit]) > blame(&kids[suspect]))) {
             if (suspect < 0)
                 suspect_at = now_s();
             suspect = culprit;
@@ -181,6 +254,7 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_ho
                                       now_s() - suspect_at >= SUSPECT_WAIT);
         if (named && failed < 0 && !forwarded && !stopped) { /* stopped: our SIGTERM, not a failure */
             failed = suspect;
+            pump_all(kids, n); /* what the ranks wrote before, printed before this line */
             char what[256];
             describe(&kids[suspect], what, sizeof what);
             fprintf(stderr, "dtrun: %s; stopping the other ranks\n", what);
@@ -209,6 +283,7 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_ho
         if (kids[i].err_fd >= 0)
             close(kids[i].err_fd);
     }
+    release_held(kids, n, true); /* after every rank's own reason */
     free(pfds);
     if (outcome)
         *outcome = forwarded ? DTRUN_SIGNALLED : failed >= 0 ? DTRUN_FAILED : stopped ? DTRUN_STOPPED : DTRUN_OK;
