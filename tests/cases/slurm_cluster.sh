@@ -28,6 +28,10 @@ sub=$WORK/submit
 mkdir -p "$sub"
 repo=$PWD
 export DTRAIN=$repo/$BIN/dtrain
+# The ranks re-execute themselves for OpenBLAS as on a CPU OpenBLAS 0.3.21
+# misjudges (sbatch and srun pass the environment on): step 4 still finds
+# the rank by its name.
+export DT_BLAS_REEXEC_FORCE=1
 config=$repo/configs/mlp.json
 common=(--set mlp_sizes=[784,64,10] --set batch_size=32 --set threads=1 --set log_interval=100
         --set eval_interval=0 --set eval_batches=4)
