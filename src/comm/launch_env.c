@@ -39,6 +39,15 @@ static dt_status read_int(const char *name, int64_t min, int64_t max, int fallba
     return DT_OK;
 }
 
+/* Where the store's address came from, by whether Slurm gave its host
+ * ([1][.]) and its port ([.][1]): for errors; NULL when both were given. */
+static const char *const master_sources[2][2] = {
+    {NULL, "the port from SLURM_JOB_ID; DT_MASTER_PORT overrides it"},
+    {"the first node of the Slurm step; DT_MASTER_ADDR overrides it",
+     "the first node of the Slurm step and a port from SLURM_JOB_ID; DT_MASTER_ADDR and DT_MASTER_PORT "
+     "override them"},
+};
+
 /* The first line of a token file, without its line end. */
 static dt_status read_token_file(const char *path, const char *why, char *out, size_t len)
 {
@@ -112,9 +121,9 @@ dt_status dt__launch_env_read(dt__launch_env *e)
     const char *host = dt__env_str("DT_MASTER_ADDR");
     if (!host)
         host = dt__env_str("MASTER_ADDR");
-    if (!host && slurm) {
+    bool slurm_host = !host && slurm;
+    if (slurm_host) {
         DT_CHECK(dt__slurm_store_host(e->master_host, sizeof e->master_host));
-        e->master_source = "the first node of the Slurm step; DT_MASTER_ADDR overrides it";
     } else {
         if (!host)
             host = "127.0.0.1";
@@ -125,18 +134,15 @@ dt_status dt__launch_env_read(dt__launch_env *e)
     const char *port_var = dt__env_str("DT_MASTER_PORT") ? "DT_MASTER_PORT"
                            : dt__env_str("MASTER_PORT")  ? "MASTER_PORT"
                                                          : NULL;
-    if (!port_var && slurm) {
+    bool slurm_port = !port_var && slurm;
+    if (slurm_port) {
         DT_CHECK(dt__slurm_store_port(&e->master_port));
-        if (!e->master_source)
-            e->master_source = "the port from SLURM_JOB_ID; DT_MASTER_PORT overrides it";
-        else
-            e->master_source = "the first node of the Slurm step and a port from SLURM_JOB_ID; "
-                               "DT_MASTER_ADDR and DT_MASTER_PORT override them";
     } else {
         int64_t port;
         DT_CHECK(dt__env_int(port_var ? port_var : "DT_MASTER_PORT", 1, 65535, &port));
         e->master_port = (int)port;
     }
+    e->master_source = master_sources[slurm_host][slurm_port];
     int64_t timeout;
     DT_CHECK(dt__env_int("DT_TIMEOUT", 1, 365LL * 86400, &timeout));
     e->timeout_s = (double)timeout;
