@@ -194,7 +194,8 @@ static void mark_given(dtrain_config *c, const spec *s)
     case K_NUM: same = *(const double *)now == *(const double *)def; break;
     case K_BOOL: same = *(const bool *)now == *(const bool *)def; break;
     default: /* K_INTLIST */
-        same = c->mlp_nsizes == d.mlp_nsizes && !memcmp(c->mlp_sizes, d.mlp_sizes, sizeof c->mlp_sizes);
+        same = c->mlp_nsizes == d.mlp_nsizes &&
+               !memcmp(c->mlp_sizes, d.mlp_sizes, (size_t)c->mlp_nsizes * sizeof c->mlp_sizes[0]);
     }
     c->given[s - specs] = same ? DTRAIN_GIVEN_DEFAULT : DTRAIN_GIVEN_CHANGED;
 }
