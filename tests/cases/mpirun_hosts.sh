@@ -102,6 +102,8 @@ for p in $(ip netns pids dt1); do
         [ "$(cat "/proc/$p/comm" 2>/dev/null)" = dtrain ] && victim=$p
 done
 [ -n "$victim" ] || { kill $job; cat "$WORK/kill.log"; fail "did not find rank 1's dtrain in namespace dt1"; }
+tr '\0' '\n' <"/proc/$victim/environ" | grep -q "^OPENBLAS_CORETYPE=" ||
+    { kill $job; fail "rank 1 did not re-execute itself (DT_BLAS_REEXEC_FORCE=1)"; }
 killed=$(now)
 kill -9 "$victim"
 wait $job && { cat "$WORK/kill.log"; fail "mpirun exited 0 after rank 1 was killed"; }

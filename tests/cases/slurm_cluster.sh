@@ -134,6 +134,8 @@ wait_log "$job" "checkpoint .*step-00001000" 120
 victim=""
 for p in $(ip netns pids dts4); do [ "$(cat "/proc/$p/comm" 2>/dev/null)" = dtrain ] && victim=$p; done
 [ -n "$victim" ] || { cat "$out"; fail "no dtrain process on n4"; }
+tr '\0' '\n' <"/proc/$victim/environ" | grep -q "^OPENBLAS_CORETYPE=" ||
+    fail "the rank on n4 did not re-execute itself (DT_BLAS_REEXEC_FORCE=1)"
 kill -9 "$victim"
 wait_done "$job" 300
 [ "$(field "$job" JobState)" = COMPLETED ] || { cat "$out"; fail "job $job ended $(field "$job" JobState) after its rank crashed"; }
