@@ -92,6 +92,8 @@ run engine/dtrain-recompute-bitwise 200 tests/cases/dtrain_recompute.sh
 run engine/dtrain-bf16-convergence 300 tests/cases/dtrain_bf16.sh
 run engine/device-emu-equals-cpu 300 tests/cases/device_emu.sh
 run engine/dtrain-messages-threads 200 tests/cases/dtrain_messages.sh
+run engine/dtrain-blas-reexec 120 tests/cases/blas_reexec.sh
+run engine/dtrain-unused-keys 200 tests/cases/dtrain_unused_keys.sh
 run fault/checkpoint-manifest-checked 200 tests/cases/checkpoint_manifest.sh
 run engine/torch-converter 200 tests/cases/torch_convert.sh
 run ddp/equivalence-accumulation-resume 600 tests/cases/ddp_equivalence.sh

@@ -93,6 +93,17 @@ static void write_file(const char *path, const char *text, int mode)
     chmod(path, (mode_t)mode);
 }
 
+/* e->master_source is want (NULL: none). */
+static void source_is(const dt__launch_env *e, const char *want)
+{
+    check_count++;
+    if (want ? !e->master_source || strcmp(e->master_source, want) != 0 : e->master_source != NULL) {
+        check_failures++;
+        fprintf(stderr, "master_source is \"%s\", expected \"%s\"\n", e->master_source ? e->master_source : "(null)",
+                want ? want : "(null)");
+    }
+}
+
 static void test_srun_defaults(void)
 {
     dt__launch_env e;
@@ -103,8 +114,18 @@ static void test_srun_defaults(void)
     EXPECT_EQ(e.size, 4);
     EXPECT(strcmp(e.master_host, "n3") == 0); /* the step's first node, not the job's */
     EXPECT_EQ(e.master_port, 10000 + (123457 % 2000) * 10 + 2);
-    EXPECT(e.master_source != NULL);
+    source_is(&e, "the first node of the Slurm step and a port from SLURM_JOB_ID; DT_MASTER_ADDR and "
+                  "DT_MASTER_PORT override them");
     EXPECT(!e.serve_store);
+    /* master_source names what Slurm gave: the host alone, the port alone. */
+    setenv("MASTER_PORT", "4242", 1);
+    EXPECT_STATUS(dt__launch_env_read(&e), DT_OK);
+    source_is(&e, "the first node of the Slurm step; DT_MASTER_ADDR overrides it");
+    unsetenv("MASTER_PORT");
+    setenv("MASTER_ADDR", "10.1.2.4", 1);
+    EXPECT_STATUS(dt__launch_env_read(&e), DT_OK);
+    source_is(&e, "the port from SLURM_JOB_ID; DT_MASTER_PORT overrides it");
+    unsetenv("MASTER_ADDR");
 
     /* Without a step list, the job's; a batch step's name counts as step 0. */
     unsetenv("SLURM_STEP_NODELIST");
@@ -121,7 +142,7 @@ static void test_srun_defaults(void)
     setenv("MASTER_PORT", "4242", 1);
     EXPECT_STATUS(dt__launch_env_read(&e), DT_OK);
     EXPECT_EQ(e.master_port, 4242);
-    EXPECT(e.master_source == NULL);
+    source_is(&e, NULL);
 
     /* One rank under srun needs no store: no Slurm lookups. */
     set_srun_task();

@@ -59,6 +59,16 @@ int dt_store_broken(const dt_store_client *c);
 const char *dt_store_local_ip(const dt_store_client *c);
 void dt_store_close(dt_store_client *c);
 
+/* The job token from a file: its first line without the line end ("\n" or
+ * "\r\n") into out (len bytes: a token of at most len - 1).  `what` (may be
+ * NULL) says where the path came from, e.g. "--token-file", for the
+ * messages.  DT_ERR_INVALID naming the file when it cannot be read, its
+ * first line is empty or the token does not fit; a file other users can
+ * read is used, with a warning (chmod 600).  What dtrun's --token-file,
+ * DT_TOKEN_FILE and, under srun, dtrain.token in the submit directory go
+ * through. */
+dt_status dt_read_token_file(const char *path, const char *what, char *out, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -116,8 +116,10 @@ dt_status dt_threads_default(int *n, const char **source);
  * slower on gpt-mini here).  It chooses its kernels when it is loaded, from
  * OPENBLAS_CORETYPE.  This returns the value to set before the process starts
  * ("SKYLAKEX" on a CPU with AVX-512 F/BW/DQ/VL while OpenBLAS picked Haswell
- * or Zen kernels), or NULL when there is nothing to gain or the user chose a
- * core type himself. */
+ * or Zen kernels), or NULL when there is nothing to gain, OPENBLAS_CORETYPE
+ * is set (the user's choice, whatever it names, stands) or DT_BLAS_REEXEC is
+ * 0.  DT_BLAS_REEXEC_FORCE=1 (tests) returns the core OpenBLAS picked where
+ * it would otherwise return NULL: the same kernels, through the same path. */
 const char *dt_blas_coretype_hint(void);
 /* What OpenBLAS runs, read back from it rather than assumed: its kernel set
  * (openblas_get_corename, e.g. "SkylakeX" or "Haswell"), its own thread

@@ -40,6 +40,8 @@ static const dt__tunable tunables[] = {
     {"DT_BUCKET_MB", NULL, "data parallel: MiB of gradients per allreduce bucket (default: 25, or an eighth of the gradients when that is smaller, but at least 1)"},
     {"DT_THREADS", "0", "compute threads per rank when the program sets none (the trainer's threads key overrides); 0: the cores available divided by DT_LOCAL_WORLD_SIZE, at least 1"},
     {"DT_BF16_GEMM", "auto", "kernel of the bf16 GEMM (dt_sgemm_bf16_ld): auto (amx, else avx512_bf16, else emulated), amx, avx512_bf16 or emulated; one this machine cannot run is refused with a warning and the emulation runs"},
+    {"DT_BLAS_REEXEC", "1", "1: where OpenBLAS picked AVX2 kernels on a CPU with AVX-512 (OpenBLAS 0.3.21 on AMD Zen 4/5), dtrain re-executes itself once with OPENBLAS_CORETYPE=SKYLAKEX and dtrun sets it for its ranks; 0: neither (a set OPENBLAS_CORETYPE always stands)"},
+    {"DT_BLAS_REEXEC_FORCE", "0", "tests: 1 makes dtrain re-execute itself (and dtrun set OPENBLAS_CORETYPE) on every CPU, with the core OpenBLAS picked where it would not otherwise (the same kernels)"},
     {"DT_CONV", "auto", "conv2d's kernels: auto (oneDNN where the build has it, else im2col + OpenBLAS) or im2col"},
     {"DT_RESTART", "0", "set by dtrun: the generation of a restarting job (0, then 1, 2, ...); dtrain resumes from checkpoint_dir above 0"},
     {"DT_MONITOR_DIR", NULL, "set by dtrun --monitor: dtrain appends each rank's records (steps, times, bytes sent, evaluations, checkpoints) to DIR/rank<N>.jsonl for the dashboard and /metrics (docs/observability.md)"},
@@ -109,7 +111,8 @@ dt_status dt_env_check(void)
         const char *name;
         int64_t min, max;
     } ints[] = {{"DT_THREADS", 0, 256}, {"DT_RESTART", 0, 1LL << 30}, {"DT_LOCAL_WORLD_SIZE", 1, 1 << 16},
-                   {"DT_PS_SERVERS", 0, 1 << 20}, {"DT_POOL_SPIN_US", 0, 1000000}};
+                   {"DT_PS_SERVERS", 0, 1 << 20}, {"DT_POOL_SPIN_US", 0, 1000000}, {"DT_BLAS_REEXEC", 0, 1},
+                   {"DT_BLAS_REEXEC_FORCE", 0, 1}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (dt__env_str(ints[i].name) && dt__env_int(ints[i].name, ints[i].min, ints[i].max, &v) != DT_OK)
             return DT_ERR_INVALID;

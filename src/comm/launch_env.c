@@ -1,17 +1,15 @@
 #include "comm/launch_env.h"
 
-#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/env.h"
 #include "base/local_ranks.h"
-#include "base/log.h"
 #include "base/status.h"
 #include "comm/launch_slurm.h"
+#include "dtrain/store.h"
 
 /* The ranks on this host come from dt__local_ranks (base/local_ranks.c). */
 typedef struct {
@@ -39,28 +37,14 @@ static dt_status read_int(const char *name, int64_t min, int64_t max, int fallba
     return DT_OK;
 }
 
-/* The first line of a token file, without its line end. */
-static dt_status read_token_file(const char *path, const char *why, char *out, size_t len)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return dt__fail(DT_ERR_INVALID, "cannot read the job token file %s (%s): %s", path, why, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) == 0 && (st.st_mode & 077))
-        DT_WARN("job token file %s can be read by other users (mode %03o): chmod 600 it", path,
-                (unsigned)(st.st_mode & 0777));
-    bool ok = fgets(out, (int)len, f) != NULL;
-    bool more = ok && !strchr(out, '\n') && !feof(f) && fgetc(f) != EOF;
-    fclose(f);
-    if (ok)
-        out[strcspn(out, "\r\n")] = '\0';
-    if (!ok || out[0] == '\0')
-        return dt__fail(DT_ERR_INVALID, "job token file %s (%s) is empty", path, why);
-    if (more)
-        return dt__fail(DT_ERR_INVALID, "job token file %s (%s): the token is longer than %zu bytes", path, why,
-                        len - 2);
-    return DT_OK;
-}
+/* Where the store's address came from, by whether Slurm gave its host
+ * ([1][.]) and its port ([.][1]): for errors; NULL when both were given. */
+static const char *const master_sources[2][2] = {
+    {NULL, "the port from SLURM_JOB_ID; DT_MASTER_PORT overrides it"},
+    {"the first node of the Slurm step; DT_MASTER_ADDR overrides it",
+     "the first node of the Slurm step and a port from SLURM_JOB_ID; DT_MASTER_ADDR and DT_MASTER_PORT "
+     "override them"},
+};
 
 /* DT_JOB_TOKEN, else the file DT_TOKEN_FILE names, else (under srun) the file
  * dtrain.token in the directory the job was submitted from, if there is one. */
@@ -71,7 +55,7 @@ static dt_status read_token(dt__launch_env *e, bool slurm)
         return DT_OK;
     const char *file = dt__env_str("DT_TOKEN_FILE");
     if (file) {
-        DT_CHECK(read_token_file(file, "DT_TOKEN_FILE", e->token_buf, sizeof e->token_buf));
+        DT_CHECK(dt_read_token_file(file, "DT_TOKEN_FILE", e->token_buf, sizeof e->token_buf));
         e->token = e->token_buf;
         return DT_OK;
     }
@@ -82,7 +66,7 @@ static dt_status read_token(dt__launch_env *e, bool slurm)
     if ((size_t)snprintf(path, sizeof path, "%s/" DT__SLURM_TOKEN_FILE, dir) >= sizeof path ||
         access(path, F_OK) != 0)
         return DT_OK;
-    DT_CHECK(read_token_file(path, "the job's submit directory", e->token_buf, sizeof e->token_buf));
+    DT_CHECK(dt_read_token_file(path, "the job's submit directory", e->token_buf, sizeof e->token_buf));
     e->token = e->token_buf;
     return DT_OK;
 }
@@ -130,9 +114,9 @@ dt_status dt__launch_env_read(dt__launch_env *e)
     const char *host = dt__env_str("DT_MASTER_ADDR");
     if (!host)
         host = dt__env_str("MASTER_ADDR");
-    if (!host && slurm) {
+    bool slurm_host = !host && slurm;
+    if (slurm_host) {
         DT_CHECK(dt__slurm_store_host(e->master_host, sizeof e->master_host));
-        e->master_source = "the first node of the Slurm step; DT_MASTER_ADDR overrides it";
     } else {
         if (!host)
             host = "127.0.0.1";
@@ -143,18 +127,15 @@ dt_status dt__launch_env_read(dt__launch_env *e)
     const char *port_var = dt__env_str("DT_MASTER_PORT") ? "DT_MASTER_PORT"
                            : dt__env_str("MASTER_PORT")  ? "MASTER_PORT"
                                                          : NULL;
-    if (!port_var && slurm) {
+    bool slurm_port = !port_var && slurm;
+    if (slurm_port) {
         DT_CHECK(dt__slurm_store_port(&e->master_port));
-        if (!e->master_source)
-            e->master_source = "the port from SLURM_JOB_ID; DT_MASTER_PORT overrides it";
-        else
-            e->master_source = "the first node of the Slurm step and a port from SLURM_JOB_ID; "
-                               "DT_MASTER_ADDR and DT_MASTER_PORT override them";
     } else {
         int64_t port;
         DT_CHECK(dt__env_int(port_var ? port_var : "DT_MASTER_PORT", 1, 65535, &port));
         e->master_port = (int)port;
     }
+    e->master_source = master_sources[slurm_host][slurm_port];
     int64_t timeout;
     DT_CHECK(dt__env_int("DT_TIMEOUT", 1, 365LL * 86400, &timeout));
     e->timeout_s = (double)timeout;

@@ -14,7 +14,26 @@ check "no PROGRAM given" -n 2
 check "--master ADDR:PORT is required" --nnodes 2 -n 1 true
 check "--master 'nohost' is not ADDR:PORT" --master nohost -n 1 true
 check "--node-rank must be below --nnodes" --nnodes 2 --node-rank 2 --master 127.0.0.1:1 -n 1 true
-check "cannot read token file" --token-file /nonexistent -n 1 true
+check "cannot read the job token file /nonexistent \(--token-file\): No such file" --token-file /nonexistent -n 1 true
+# --token-file goes through the library's reader (dt_read_token_file, as
+# DT_TOKEN_FILE does): an empty first line, a token longer than 255 bytes
+# (it was cut short in silence) are refused naming the file; 255 bytes and a
+# CRLF line end are accepted; a file others can read is used with a warning.
+: >"$WORK/tok.empty"
+printf '\nsecond line\n' >"$WORK/tok.blank"
+head -c 256 /dev/zero | tr '\0' k >"$WORK/tok.long"; echo >>"$WORK/tok.long"
+head -c 255 /dev/zero | tr '\0' k >"$WORK/tok.255"; printf '\r\n' >>"$WORK/tok.255"
+chmod 600 "$WORK"/tok.*
+check "job token file $WORK/tok.empty \(--token-file\) is empty" --token-file "$WORK/tok.empty" -n 1 true
+check "job token file $WORK/tok.blank \(--token-file\) is empty" --token-file "$WORK/tok.blank" -n 1 true
+check "job token file $WORK/tok.long \(--token-file\): the token is longer than 255 bytes" --token-file "$WORK/tok.long" -n 1 true
+"$BIN/dtrun" --token-file "$WORK/tok.255" -n 1 sh -c '[ ${#DT_JOB_TOKEN} = 255 ]' 2>"$WORK/err" ||
+    { cat "$WORK/err"; fail "a 255-byte token (CRLF) was not passed on whole"; }
+expect_no_grep "$WORK/err" "WARN"
+echo "readable-token" >"$WORK/tok.open"; chmod 644 "$WORK/tok.open"
+"$BIN/dtrun" --token-file "$WORK/tok.open" -n 1 sh -c '[ "$DT_JOB_TOKEN" = readable-token ]' 2>"$WORK/err" ||
+    { cat "$WORK/err"; fail "a token file others can read was refused"; }
+expect_grep "$WORK/err" "WARN job token file $WORK/tok.open \(--token-file\) can be read by other users \(mode 644\): chmod 600 it"
 env -u DT_JOB_TOKEN "$BIN/dtrun" --nnodes 2 --master 127.0.0.1:1 -n 1 true 2>"$WORK/err"
 expect_grep "$WORK/err" "needs the same token on every node"
 "$BIN/dtrun" --help >"$WORK/out" || fail "--help failed"

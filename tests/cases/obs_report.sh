@@ -13,48 +13,29 @@
 expect_grep "$WORK/out" "dtrain report: $WORK/run.html \(15 training records, 3 evaluations, up to step 60\)"
 "$BIN/dtrain" report "$WORK/run.jsonl" -o "$WORK/r.html" >/dev/null || fail "report -o failed"
 cmp -s "$WORK/run.html" "$WORK/r.html" || fail "-o wrote something else"
+python3 tests/cases/html_page.py >/dev/null || fail "html_page.py's self-test"
 python3 - "$WORK/r.html" "$WORK/run.jsonl" <<'PY' || fail "the report"
 import json, sys
-from html.parser import HTMLParser
+sys.path.insert(0, "tests/cases")
+from html_page import Page, check_page
 page, mfile = sys.argv[1:]
-VOID = {"meta", "br", "img", "input", "link", "hr", "circle", "rect", "line", "polyline", "path"}
-class P(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.stack, self.lines, self.values, self.tags = [], {}, {}, set()
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        self.tags.add(tag)
-        for k in ("src", "href"):
-            if k in a:
-                sys.exit(f"the page loads {a[k]}: not self-contained")
+class P(Page):
+    def __init__(self, path):
+        super().__init__(path)
+        self.lines, self.values = {}, {}
+    def start_tag(self, tag, a):
         if tag == "polyline":
             pts = a["points"].split()
             if int(a["data-points"]) != len(pts):
-                sys.exit(f"{a['class']}: data-points {a['data-points']} for {len(pts)} points")
+                self.fail(f"{a['class']}: data-points {a['data-points']} for {len(pts)} points")
             for p in pts:
                 x, y = map(float, p.split(","))
                 if not (0 <= x <= 640 and 0 <= y <= 260):
-                    sys.exit(f"{a['class']}: point {p} outside the plot")
+                    self.fail(f"{a['class']}: point {p} outside the plot")
             self.lines[a["class"]] = len(pts)
         if tag == "td" and "data-key" in a:
             self.values[a["data-key"]] = float(a["data-value"])
-        if tag not in VOID:
-            self.stack.append(tag)
-    def handle_startendtag(self, tag, attrs):
-        self.handle_starttag(tag, attrs)
-        if tag not in VOID:
-            self.stack.pop()
-    def handle_endtag(self, tag):
-        if tag in VOID:
-            return
-        if not self.stack or self.stack[-1] != tag:
-            sys.exit(f"</{tag}> closes {self.stack[-1:]}: not well nested")
-        self.stack.pop()
-p = P()
-p.feed(open(page).read())
-if p.stack or "script" in p.tags or p.tags & {"svg", "table"} != {"svg", "table"}:
-    sys.exit(f"unclosed {p.stack}, tags {sorted(p.tags)}")
+p = check_page(page, P, required={"svg", "table"})
 recs = [json.loads(l) for l in open(mfile)]
 train = [r for r in recs if "loss" in r]
 evals = [r for r in recs if "eval_loss" in r]

@@ -18,20 +18,16 @@ expect_grep "$WORK/out" "dtrain timeline: $WORK/ddp.html \(steps 2 to 3, [0-9.]+
 expect_grep "$WORK/out" "\(step 0, "
 "$BIN/dtrain" timeline "$WORK/ddp.json" -o "$WORK/t.html" --start-ms 0 --span-ms 50 >"$WORK/out" 2>&1 || fail "--start-ms failed"
 expect_grep "$WORK/out" "\(0.0 to 50.0 ms: "
+python3 tests/cases/html_page.py >/dev/null || fail "html_page.py's self-test"
 python3 - "$WORK/ddp.html" "$WORK/s0.html" "$WORK/t.html" <<'PY' || fail "the timeline page"
 import sys
-from html.parser import HTMLParser
-VOID = {"meta", "br", "img", "input", "link", "hr", "circle", "line", "polyline", "path"}
-class P(HTMLParser):
-    def __init__(self):
-        super().__init__()
-        self.stack, self.tags, self.lanes, self.boxes, self.lane, self.titled = [], set(), [], [], None, 0
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        self.tags.add(tag)
-        for k in ("src", "href"):
-            if k in a:
-                sys.exit(f"the page loads {a[k]}: not self-contained")
+sys.path.insert(0, "tests/cases")
+from html_page import Page, check_page
+class P(Page):
+    def __init__(self, path):
+        super().__init__(path)
+        self.lanes, self.boxes, self.lane, self.titled = [], [], None, 0
+    def start_tag(self, tag, a):
         if tag == "svg" and a.get("id") == "timeline":
             self.width = float(a["width"])
         if tag == "g" and a.get("class") == "lane":
@@ -40,29 +36,15 @@ class P(HTMLParser):
         if tag == "rect" and a.get("class") == "box":
             x, w = float(a["x"]), float(a["width"])
             if not (0 <= x and x + w <= self.width + 0.5 and w > 0):
-                sys.exit(f"a {a['data-cat']} box at x {x} width {w}: outside the picture")
+                self.fail(f"a {a['data-cat']} box at x {x} width {w}: outside the picture")
             self.boxes.append((self.lane, a["data-cat"]))
         if tag == "title" and self.stack[-1:] == ["rect"]:
             self.titled += 1
-        if tag not in VOID:
-            self.stack.append(tag)
-    def handle_startendtag(self, tag, attrs):
-        self.handle_starttag(tag, attrs)
-        if tag not in VOID:
-            self.stack.pop()
-    def handle_endtag(self, tag):
-        if tag in VOID:
-            return
-        if not self.stack or self.stack[-1] != tag:
-            sys.exit(f"</{tag}> closes {self.stack[-1:]}: not well nested")
-        self.stack.pop()
+    def end_tag(self, tag):
         if tag == "g":
             self.lane = None
 for page in sys.argv[1:]:
-    p = P()
-    p.feed(open(page).read())
-    if p.stack or "script" in p.tags or "svg" not in p.tags:
-        sys.exit(f"{page}: unclosed {p.stack}, tags {sorted(p.tags)}")
+    p = check_page(page, P, required={"svg"})
     if p.titled != len(p.boxes):
         sys.exit(f"{page}: {len(p.boxes)} boxes, {p.titled} tooltips")
     print(f"{page}: {len(p.lanes)} lanes {p.lanes}, {len(p.boxes)} boxes")

@@ -28,6 +28,10 @@ sub=$WORK/submit
 mkdir -p "$sub"
 repo=$PWD
 export DTRAIN=$repo/$BIN/dtrain
+# The ranks re-execute themselves for OpenBLAS as on a CPU OpenBLAS 0.3.21
+# misjudges (sbatch and srun pass the environment on): step 4 still finds
+# the rank by its name.
+export DT_BLAS_REEXEC_FORCE=1
 config=$repo/configs/mlp.json
 common=(--set mlp_sizes=[784,64,10] --set batch_size=32 --set threads=1 --set log_interval=100
         --set eval_interval=0 --set eval_batches=4)
@@ -130,6 +134,8 @@ wait_log "$job" "checkpoint .*step-00001000" 120
 victim=""
 for p in $(ip netns pids dts4); do [ "$(cat "/proc/$p/comm" 2>/dev/null)" = dtrain ] && victim=$p; done
 [ -n "$victim" ] || { cat "$out"; fail "no dtrain process on n4"; }
+tr '\0' '\n' <"/proc/$victim/environ" | grep -q "^OPENBLAS_CORETYPE=" ||
+    fail "the rank on n4 did not re-execute itself (DT_BLAS_REEXEC_FORCE=1)"
 kill -9 "$victim"
 wait_done "$job" 300
 [ "$(field "$job" JobState)" = COMPLETED ] || { cat "$out"; fail "job $job ended $(field "$job" JobState) after its rank crashed"; }

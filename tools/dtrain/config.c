@@ -93,6 +93,7 @@ static const spec specs[] = {
     {"metrics_file", K_STR, F(metrics_file), 0, 0, NULL, "\"\"", "JSON-lines metrics file (empty: none)"},
 };
 #define NSPECS (sizeof specs / sizeof specs[0])
+_Static_assert(NSPECS <= sizeof((dtrain_config *)0)->given, "dtrain_config.given has a byte per key");
 
 static const spec *find(const char *key)
 {
@@ -175,6 +176,28 @@ static dt_status set_value(dtrain_config *c, const spec *s, const cJSON *v, cons
     }
     }
     return DT_ERR_INVALID;
+}
+
+/* Key s was just given (file or --set): at its default value or another. */
+static void mark_given(dtrain_config *c, const spec *s)
+{
+    dtrain_config d;
+    memset(&d, 0, sizeof d);
+    cJSON *v = cJSON_Parse(s->def);
+    set_value(&d, s, v, "defaults");
+    cJSON_Delete(v);
+    const char *now = (const char *)c + s->off, *def = (const char *)&d + s->off;
+    bool same;
+    switch (s->type) {
+    case K_STR: same = strcmp(now, def) == 0; break;
+    case K_INT: same = *(const int64_t *)now == *(const int64_t *)def; break;
+    case K_NUM: same = *(const double *)now == *(const double *)def; break;
+    case K_BOOL: same = *(const bool *)now == *(const bool *)def; break;
+    default: /* K_INTLIST */
+        same = c->mlp_nsizes == d.mlp_nsizes &&
+               !memcmp(c->mlp_sizes, d.mlp_sizes, (size_t)c->mlp_nsizes * sizeof c->mlp_sizes[0]);
+    }
+    c->given[s - specs] = same ? DTRAIN_GIVEN_DEFAULT : DTRAIN_GIVEN_CHANGED;
 }
 
 dt_status dtrain_config_from_json(const cJSON *json, const char *origin, dtrain_config *c)
@@ -284,6 +307,8 @@ static dt_status load_file(const char *path, dtrain_config *c)
     dt_status s = no_duplicate_keys(path, text);
     if (s == DT_OK)
         s = dtrain_config_from_json(json, path, c);
+    for (const cJSON *it = json->child; s == DT_OK && it; it = it->next)
+        mark_given(c, find(it->string));
     cJSON_Delete(json);
     free(text);
     return s;
@@ -344,6 +369,7 @@ dt_status dtrain_config_apply_sets(dtrain_config *c, char **sets, int nsets)
         cJSON_Delete(v);
         if (st != DT_OK)
             return st;
+        mark_given(c, s);
     }
     return DT_OK;
 }
@@ -374,8 +400,6 @@ dt_status dtrain_config_validate(const dtrain_config *c)
         return bad("configuration", "heads", "must divide dim");
     if (!strcmp(c->model, "mlp") && (c->mlp_sizes[0] != 784 || c->mlp_sizes[c->mlp_nsizes - 1] != 10))
         return bad("configuration", "mlp_sizes", "must start with 784 and end with 10 for Fashion-MNIST");
-    if (c->checkpoint_initial && !c->checkpoint_dir[0])
-        return bad("configuration", "checkpoint_initial", "needs checkpoint_dir");
     if (c->sequence_parallel && (c->tp < 2 || strcmp(c->model, "gpt")))
         return bad("configuration", "sequence_parallel", "needs the gpt model and tp > 1");
     if (c->sequence_parallel && c->context % c->tp) {
@@ -434,6 +458,125 @@ dt_status dtrain_config_validate(const dtrain_config *c)
     return DT_OK;
 }
 
+/* When keys have an effect.  A key the user gave (file or --set) in a
+ * configuration where it has none: refused when it would change what is
+ * trained (the run would not be the experiment its configuration says: the
+ * optimizer's, the schedule's and the parallel layout's settings, dropout),
+ * given at a value other than its default; warned about otherwise (outputs,
+ * resources and speed, another model's sizes, and any key given at its
+ * default).  docs/dtrain.md, "Keys that do nothing", lists them. */
+typedef struct {
+    const char *keys; /* comma-separated */
+    bool (*used)(const dtrain_config *c);
+    const char *needs; /* "KEY is only used with NEEDS" */
+    bool refuse;
+} key_use;
+
+static bool is_model(const dtrain_config *c, const char *m) { return !strcmp(c->model, m); }
+static bool mlp(const dtrain_config *c) { return is_model(c, "mlp"); }
+static bool cnn(const dtrain_config *c) { return is_model(c, "cnn"); }
+static bool gpt(const dtrain_config *c) { return is_model(c, "gpt"); }
+static bool textclf(const dtrain_config *c) { return is_model(c, "textclf"); }
+static bool gpt_or_textclf(const dtrain_config *c) { return gpt(c) || textclf(c); }
+static bool gpt_tp(const dtrain_config *c) { return gpt(c) && c->tp > 1; }
+static bool pipeline(const dtrain_config *c) { return c->pp > 1; }
+static bool interleaved(const dtrain_config *c) { return c->pp > 1 && !strcmp(c->pipeline_schedule, "interleaved"); }
+static bool ps(const dtrain_config *c) { return c->servers > 0; }
+static bool ssp(const dtrain_config *c) { return c->servers > 0 && !strcmp(c->sync, "ssp"); }
+static bool not_ps(const dtrain_config *c) { return c->servers == 0; }
+static bool allreduce_dp(const dtrain_config *c) { return c->servers == 0 && c->zero_stage == 0; }
+static bool offloads(const dtrain_config *c) { return !strcmp(c->offload, "disk"); }
+static bool straggler(const dtrain_config *c) { return c->straggler_rank >= 0; }
+static bool straggler_sleeps(const dtrain_config *c) { return c->straggler_ms > 0; }
+static bool cuda(const dtrain_config *c) { return !strncmp(c->device, "cuda", 4); }
+static bool sgd(const dtrain_config *c) { return !strcmp(c->optimizer, "sgd"); }
+static bool sgd_momentum(const dtrain_config *c) { return sgd(c) && c->momentum > 0; }
+static bool adamw(const dtrain_config *c) { return !strcmp(c->optimizer, "adamw"); }
+static bool adagrad(const dtrain_config *c) { return !strcmp(c->optimizer, "adagrad"); }
+static bool cosine(const dtrain_config *c) { return !strcmp(c->schedule, "cosine"); }
+static bool decays(const dtrain_config *c) { return c->weight_decay > 0; }
+static bool checkpoints(const dtrain_config *c) { return c->checkpoint_dir[0] != '\0'; }
+
+static const key_use uses[] = {
+    {"dropout", gpt, "model gpt (the mlp, cnn and textclf have no dropout)", true},
+    {"sequence_parallel", gpt_tp, "model gpt and tp > 1", true},
+    {"pipeline_schedule", pipeline, "pp > 1", true},
+    {"virtual_stages", interleaved, "pipeline_schedule interleaved and pp > 1", true},
+    {"sync", ps, "servers > 0 (a parameter server; or dtrun --servers)", true},
+    {"staleness", ssp, "sync ssp and servers > 0", true},
+    {"momentum", sgd, "optimizer sgd", true},
+    {"nesterov", sgd_momentum, "optimizer sgd and momentum > 0", true},
+    {"beta1,beta2,eps", adamw, "optimizer adamw", true},
+    {"adagrad_eps,lr_decay,initial_accumulator_value", adagrad, "optimizer adagrad", true},
+    {"min_lr", cosine, "schedule cosine", true},
+    {"mlp_sizes", mlp, "model mlp", false},
+    {"conv1_channels,conv2_channels", cnn, "model cnn", false},
+    {"vocab,context,layers,heads", gpt, "model gpt", false},
+    {"dim", gpt_or_textclf, "model gpt or textclf", false},
+    {"buckets,classes,max_features", textclf, "model textclf", false},
+    {"ps_clock_log", ps, "servers > 0", false},
+    {"memory_limit", not_ps, "servers 0 (a parameter server's workers do not plan their memory)", false},
+    {"bucket_mb,grad_compression", allreduce_dp, "data parallelism by allreduce (servers 0, zero_stage 0)", false},
+    {"offload_dir", offloads, "offload disk", false},
+    {"straggler_ms,straggler_prob", straggler, "straggler_rank >= 0", false},
+    {"straggler_rank", straggler_sleeps, "straggler_ms > 0", false},
+    {"tf32", cuda, "device cuda (elsewhere the products are f32)", false},
+    {"no_decay", decays, "weight_decay > 0", false},
+    {"checkpoint_interval,checkpoint_seconds,checkpoint_keep,checkpoint_initial", checkpoints, "checkpoint_dir", false},
+};
+
+/* A key's value as the configuration writes it, for messages. */
+static void value_text(const dtrain_config *c, const spec *s, char *out, size_t len)
+{
+    const char *base = (const char *)c + s->off;
+    switch (s->type) {
+    case K_INT: snprintf(out, len, "%lld", (long long)*(const int64_t *)base); break;
+    case K_NUM: snprintf(out, len, "%g", *(const double *)base); break;
+    case K_BOOL: snprintf(out, len, "%s", *(const bool *)base ? "true" : "false"); break;
+    case K_STR: snprintf(out, len, "\"%s\"", base); break;
+    case K_INTLIST: {
+        size_t n = (size_t)snprintf(out, len, "[");
+        for (int i = 0; i < c->mlp_nsizes && n < len; i++)
+            n += (size_t)snprintf(out + n, len - n, "%s%lld", i ? ", " : "", (long long)c->mlp_sizes[i]);
+        if (n < len)
+            snprintf(out + n, len - n, "]");
+        break;
+    }
+    }
+}
+
+dt_status dtrain_config_check_unused(const dtrain_config *c, bool warn)
+{
+    for (size_t u = 0; u < sizeof uses / sizeof uses[0]; u++) {
+        if (uses[u].used(c))
+            continue;
+        for (const char *k = uses[u].keys; *k;) {
+            size_t len = strcspn(k, ",");
+            char key[64];
+            snprintf(key, sizeof key, "%.*s", (int)len, k);
+            k += len + (k[len] == ',');
+            const spec *s = find(key);
+            if (!s) {
+                fprintf(stderr, "dtrain: internal error: the key-use table names an unknown key '%s'\n", key);
+                return DT_ERR_INTERNAL;
+            }
+            int given = c->given[s - specs];
+            char value[128];
+            value_text(c, s, value, sizeof value);
+            if (given == DTRAIN_GIVEN_CHANGED && uses[u].refuse) {
+                fprintf(stderr, "dtrain: configuration: key '%s' = %s is only used with %s: refused, the run "
+                                "would not be the one configured (remove the key, or configure what it needs)\n",
+                        key, value, uses[u].needs);
+                return DT_ERR_INVALID;
+            }
+            if (given && warn)
+                fprintf(stderr, "dtrain: warning: key '%s' = %s is only used with %s: it does nothing here\n", key,
+                        value, uses[u].needs);
+        }
+    }
+    return DT_OK;
+}
+
 cJSON *dtrain_config_to_json(const dtrain_config *c)
 {
     cJSON *j = cJSON_CreateObject();
@@ -475,7 +618,8 @@ cJSON *dtrain_model_config_json(const dtrain_config *c)
 
 void dtrain_config_help(FILE *to)
 {
-    fprintf(to, "configuration keys (JSON file and --set key=value):\n");
+    fprintf(to, "configuration keys (JSON file and --set key=value; a key given where it does nothing is refused\n"
+                "or warned about: docs/dtrain.md, \"Keys that do nothing\"):\n");
     for (size_t i = 0; i < NSPECS; i++)
         fprintf(to, "  %-20s %-45s default %s\n", specs[i].key, specs[i].help, specs[i].def);
 }

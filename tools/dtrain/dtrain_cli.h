@@ -44,7 +44,13 @@ typedef struct {
     double straggler_ms, straggler_prob;
     char sync[8]; /* bsp | asp | ssp */
     char ps_clock_log[1024];
+    /* Per key (config.c's table, in its order), whether the user gave it, in
+     * the file or by --set: 0 no, DTRAIN_GIVEN_DEFAULT at its default value,
+     * DTRAIN_GIVEN_CHANGED at another.  A checkpoint's own configuration
+     * gives nothing. */
+    unsigned char given[96];
 } dtrain_config;
+enum { DTRAIN_GIVEN_DEFAULT = 1, DTRAIN_GIVEN_CHANGED = 2 };
 
 /* A whole file as a NUL-terminated string (caller frees); NULL with errno set. */
 char *dtrain_read_file(const char *path);
@@ -55,6 +61,12 @@ dt_status dtrain_config_load(const char *file, char **sets, int nsets, dtrain_co
 dt_status dtrain_config_apply_sets(dtrain_config *c, char **sets, int nsets);
 /* The checks across keys (model and data agree, heads divide dim, ...). */
 dt_status dtrain_config_validate(const dtrain_config *c);
+/* The keys the user gave that do nothing in this configuration (c->servers
+ * the effective count, dtrun --servers included; docs/dtrain.md, "Keys that
+ * do nothing"): one that would change what is trained, given at a value
+ * other than its default, is refused (printed; DT_ERR_INVALID); with warn,
+ * each of the others gets one warning line on stderr. */
+dt_status dtrain_config_check_unused(const dtrain_config *c, bool warn);
 /* The keys that shape the model (model, and mlp_sizes / conv channels / gpt
  * sizes) as JSON: the safetensors metadata (caller deletes). */
 cJSON *dtrain_model_config_json(const dtrain_config *c);

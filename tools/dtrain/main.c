@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dtrain_cli.h"
@@ -133,14 +134,29 @@ static int cmd_generate(cli *a, const char *checkpoint)
 
 /* OpenBLAS picks its kernels when it loads: if it would pick slower ones than
  * this CPU allows, run again with OPENBLAS_CORETYPE set (once: the variable is
- * then set, so the hint is NULL). */
+ * then set, so the hint is NULL).  The program's own path, not
+ * /proc/self/exe: the kernel names the process after the file executed, and
+ * ps, top, pgrep and killall should find "dtrain", not "exe"; argv stays as
+ * given.  When that path no longer holds this program (deleted or replaced
+ * since it started), or the exec fails, carry on with what we have. */
 static void use_fastest_blas(char **argv)
 {
     const char *core = dt_blas_coretype_hint();
-    if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0)
+    if (!core)
         return;
-    execv("/proc/self/exe", argv);
-    unsetenv("OPENBLAS_CORETYPE"); /* exec failed: carry on with what we have */
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self);
+    struct stat path_st, exe_st;
+    if (n <= 0 || n >= (ssize_t)sizeof self)
+        return;
+    self[n] = '\0';
+    if (stat(self, &path_st) != 0 || stat("/proc/self/exe", &exe_st) != 0 || path_st.st_dev != exe_st.st_dev ||
+        path_st.st_ino != exe_st.st_ino)
+        return;
+    if (setenv("OPENBLAS_CORETYPE", core, 1) != 0)
+        return;
+    execv(self, argv);
+    unsetenv("OPENBLAS_CORETYPE");
 }
 
 int main(int argc, char **argv)

@@ -367,6 +367,9 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         if (dtrain_config_validate(c) != DT_OK)
             return 2;
     }
+    /* keys given that do nothing here: refused on every rank, warned about by rank 0 once joined */
+    if (dtrain_config_check_unused(c, false) != DT_OK)
+        return 2;
     if (dtrain_check_world(c) != 0) /* before the communicator: every rank stops alike, with the reason */
         return 2;
     const char *thread_source;
@@ -433,6 +436,8 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
     }
     rank = dt_comm_rank(world);
     nranks = dt_comm_size(world);
+    if (rank == 0)
+        dtrain_config_check_unused(c, true);
     if (c->servers > 0) {
         if (dtrain_ps_config(c, &psc) != DT_OK || dt_ps_split(world, &psc, &job) != DT_OK) {
             fprintf(stderr, "dtrain: rank %d: %s\n", rank, dt_last_error());

@@ -98,21 +98,6 @@ static long number(const char *text, long min, long max, const char *what)
     return v;
 }
 
-static void read_token_file(const char *path, char *token, size_t len)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "dtrun: cannot read token file %s: %s\n", path, strerror(errno));
-        exit(2);
-    }
-    if (!fgets(token, (int)len, f) || token[0] == '\n' || token[0] == '\0') {
-        fclose(f);
-        die("token file %s is empty", path);
-    }
-    fclose(f);
-    token[strcspn(token, "\r\n")] = '\0';
-}
-
 void dtrun_parse(int argc, char **argv, dtrun_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -188,7 +173,10 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
             have_master = true;
             break;
         }
-        case TOKEN_FILE: read_token_file(optarg, o->token, sizeof o->token); break;
+        case TOKEN_FILE:
+            if (dt_read_token_file(optarg, "--token-file", o->token, sizeof o->token) != DT_OK)
+                die("%s", dt_last_error());
+            break;
         case JOIN_TIMEOUT: o->join_timeout = (double)number(optarg, 1, 86400, "--join-timeout"); break;
         case NO_PREFIX: o->prefix = false; break;
         case TIMELINE:

@@ -65,7 +65,7 @@ static char **child_env(const dtrun_opts *o, const dtrun_layout *l, int local, s
         ADD("DT_PS_SERVERS=%d", o->servers);
     if (o->timeline[0])
         ADD("DT_TIMELINE=%s", o->timeline);
-    if (core) /* NULL when the user chose: theirs passes through */
+    if (core) /* NULL when the user chose one (theirs passes through) or DT_BLAS_REEXEC=0 */
         ADD("OPENBLAS_CORETYPE=%s", core);
 #undef ADD
     return env;
