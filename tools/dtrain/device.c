@@ -29,11 +29,12 @@ dt_status dtrain_move_to_device(const dtrain_config *c, dt_model *m, dt_optimize
         fprintf(stderr, "dtrain: device %s: %s\n", c->device, dt_last_error());
         return s;
     }
-    if (lead)
+    const char *products = !strcmp(c->precision, "bf16") ? "bf16 (f32 sums)" : c->tf32 ? "TF32" : "f32";
+    if (lead && !strcmp(c->device, "emu"))
+        dtrain_progress_line("device: %s; matrix products %s\n", what, products);
+    else if (lead)
         dtrain_progress_line("device: %s (%s); matrix products %s on cuBLASLt, attention, LayerNorm, GELU, dropout, "
                              "cross-entropy and %s as dtrain's CUDA kernels\n",
-                             what, c->device,
-                             !strcmp(c->precision, "bf16") ? "bf16 (f32 sums)" : c->tf32 ? "TF32" : "f32",
-                             c->optimizer);
+                             what, c->device, products, c->optimizer);
     return DT_OK;
 }

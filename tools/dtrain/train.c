@@ -647,7 +647,7 @@ int dtrain_train(const dtrain_config *config, const char *resume, bool overwrite
         dtrain_progress_line("blas: core %s, OpenBLAS threads %d, OPENBLAS_CORETYPE %s, config %s; conv: %s\n",
                              blas_core ? blas_core : "?", blas_threads, coretype && *coretype ? coretype : "-",
                              blas_config ? blas_config : "?", dt_conv2d_backend());
-        if (!strcmp(c->precision, "bf16")) {
+        if (!strcmp(c->precision, "bf16") && !strcmp(c->device, "cpu")) { /* a device's start line says its own */
             const char *k = dt_bf16_gemm_kernel();
             if (!strcmp(k, "emulated"))
                 dtrain_progress_line("precision: bf16 emulated: this CPU has neither AMX nor AVX512_BF16 (or the "
