@@ -128,6 +128,7 @@ for algo in ring rd rhd direct shm; do
     done
 done
 run "collectives/direct-allreduce-threshold" 200 tests/cases/direct_allreduce.sh
+run "collectives/bits-independent-of-start-up-timing" 300 tests/cases/coll_bits_timing.sh
 # Halving-doubling with two folded pairs (6 = 4 + 2).
 run "collectives/world6-DT_ALGO=rhd" 300 env DT_ALGO=rhd "$BIN/dtrun" -n 6 "$BIN/coll_check" --quick --big 65536
 # Both transports forced, and mixed: rank 1 refuses shared memory, so its

@@ -18,9 +18,10 @@
  *    the same job) fail, with DT_ERR_PEER / DT_ERR_TIMEOUT / DT_ERR_ABORTED
  *    and a message naming the rank and its host:port;
  *  - results are bitwise identical on every rank and from run to run (the
- *    reduction order is fixed by the algorithm, never by timing; the one
- *    choice made by timing at start-up, direct or recursive-doubling
- *    allreduce for small messages, is between two that give the same bits);
+ *    reduction order is fixed by the algorithm and the settings, never by
+ *    timing: the choices the start-up timing makes, the direct algorithms
+ *    or not, recursive doubling or halving-doubling allreduce, alltoall's
+ *    exchange, are between algorithms that give the same bits);
  *    a NaN result of a float reduction is always the positive quiet NaN
  *    with zero payload, and min/max return it when either operand is NaN;
  *  - collectives must be called by every rank of the communicator in the same

@@ -80,6 +80,11 @@ dt_status dt__allreduce_alg(dt__coll *k, const void *src, void *buf, size_t coun
  * alg: DT__ALG_RD all at once, DT__ALG_RHD Bruck's, DT__ALG_RING pairwise.
  * src and dst may be one buffer. */
 dt_status dt__alltoall_alg(dt__coll *k, const void *src, void *dst, size_t bytes, dt__alg alg);
+/* The algorithm the size rule alone picks for `kind` at `bytes` (no
+ * DT_ALGO, arena or direct threshold): RD, RHD or RING.  The direct
+ * allreduce and reduce-scatter combine their inputs in its order, so the
+ * measured direct threshold never changes a result. */
+dt__alg dt__coll_direct_order(const dt_comm *c, dt__coll_kind kind, size_t bytes);
 /* At or below this many bytes allreduce runs the direct algorithm (n > 2):
  * DT_DIRECT_MSG, else what dt__tune_collectives measured (0 when it did not
  * run), capped at allreduce's small threshold. */
@@ -169,7 +174,8 @@ dt_status dt__rd_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_
  * `bytes` on entry, all n blocks on return. */
 dt_status dt__direct_allgather(dt__coll *k, uint8_t *recv, size_t bytes);
 /* One step: work holds this rank's n blocks of `count` elements; block r
- * comes back reduced over all ranks (in rank order; DT_AVG not divided). */
+ * comes back reduced over all ranks (in the order dt__coll_direct_order's
+ * algorithm reduces it; DT_AVG not divided). */
 dt_status dt__direct_reduce_scatter(dt__coll *k, uint8_t *work, size_t count, dt_dtype t, dt_redop op);
 dt_status dt__tree_bcast(dt__coll *k, void *buf, size_t bytes, int root);
 dt_status dt__chain_bcast(dt__coll *k, void *buf, size_t bytes, int root);
