@@ -188,6 +188,7 @@ run fault/heartbeat-silence-measured 180 tests/cases/heartbeat_pause.sh
 run fault/init-first-error-reported 30 tests/cases/init_first_error.sh
 run fault/collective-mismatch-and-stall 60 tests/cases/coll_debug.sh
 run fault/collective-mismatch-always-on 900 tests/cases/coll_mismatch.sh
+run fault/collective-mismatch-roots 600 tests/cases/coll_roots.sh
 run fault/abort-reaches-every-rank 60 tests/cases/fault_abort.sh
 
 # ---- multi-host over network namespaces ----

@@ -28,7 +28,9 @@
  *    order; ranks whose calls of the same number differ in kind, count,
  *    dtype, op or root fail with DT_ERR_INVALID "collective mismatch" naming
  *    both calls, in that call or (a rank that exchanged nothing with a
- *    differing rank in it, e.g. a broadcast root) the next
+ *    differing rank in it) the next; the rooted ones (broadcast, reduce,
+ *    gather, scatter) agree on the call before any data moves, so there
+ *    every rank fails in that call, whichever roots the ranks name
  *    (always checked, docs/failures.md);
  *  - threads: different communicators (the world and ones split from it) may
  *    be used from different threads at the same time, and each makes

@@ -40,6 +40,12 @@ void dt__coll_sig_name(uint64_t sig, char *buf, size_t len);
 dt_status dt__coll_begin(dt__coll *k, dt_comm *c, const char *op);
 /* The same for a collective that reduces what it receives (k->reduces). */
 dt_status dt__coll_begin_reducing(dt__coll *k, dt_comm *c, const char *op);
+/* Rooted collectives (broadcast, reduce, gather, scatter), after
+ * dt__coll_trace and before any data moves: every rank learns every rank's
+ * signature (agree.c), and a difference, such as another root, fails the
+ * call on every rank with the mismatch naming both calls.  Nothing with one
+ * rank, and with DT_DEBUG=coll (its descriptor exchange agrees already). */
+dt_status dt__coll_agree(dt__coll *k);
 /* Post a send / receive of `len` bytes to comm rank `peer` with a sub-tag. */
 dt_status dt__coll_send(dt__coll *k, dt__req *r, int peer, uint32_t subtag, const void *buf, size_t len);
 dt_status dt__coll_recv(dt__coll *k, dt__req *r, int peer, uint32_t subtag, void *buf, size_t len);
@@ -164,6 +170,9 @@ dt_status dt__shm_allgather(dt__coll *k, void *recv, size_t bytes);
 dt_status dt__shm_reduce_scatter(dt__coll *k, const void *send, void *recv, size_t recvcount, dt_dtype t,
                                  dt_redop op);
 dt_status dt__shm_alltoall(dt__coll *k, const void *send, void *recv, size_t bytes);
+/* The arena round of dt__coll_agree: every rank publishes k->sig with READY
+ * and checks every other rank's. */
+dt_status dt__shm_agree(dt__coll *k);
 /* Unmap the communicator's arena (NULL: nothing). */
 void dt__shm_coll_destroy(dt_comm *c);
 
