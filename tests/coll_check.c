@@ -604,28 +604,42 @@ static void compare_bits(const char *what, const void *got, const void *want, si
     }
 }
 
+/* What a one-rank reduction of put_nan_input's element i returns: the
+ * canonical NaN for a NaN, the value itself otherwise (issue 43: it used to
+ * return the NaN unchanged, sign and payload). */
+static void put_one_rank_result(void *buf, dt_dtype t, size_t i, int inf)
+{
+    put_nan_input(buf, t, i, 0, inf);
+    if (get_elem(buf, t, i) != get_elem(buf, t, i))
+        put_canonical_nan(buf, t, i);
+}
+
 /* NaN results are one fixed NaN on every rank, for every count, op and
  * algorithm (the run under each DT_ALGO): allreduce, reduce and
- * reduce_scatter, f16/bf16/f32/f64. */
+ * reduce_scatter, f16/bf16/f32/f64.  With one rank (a world of one, a
+ * one-rank split) nothing is combined, and a NaN input still comes back as
+ * that NaN. */
 static void check_nan(dt_comm *c)
 {
     int rank = dt_comm_rank(c), size = dt_comm_size(c);
-    if (size < 2)
-        return;
     static const size_t counts[] = {1, 2, 7, 27};
     static const dt_dtype types[] = {DT_F16, DT_BF16, DT_F32, DT_F64};
     size_t most = 27 * (size_t)size;
     double *in = malloc(most * 8), *out = malloc(most * 8), *want = malloc(most * 8);
     for (int ti = 0; ti < 4; ti++) {
         dt_dtype t = types[ti];
-        for (size_t i = 0; i < most; i++)
-            put_canonical_nan(want, t, i);
         for (int ci = 0; ci < 4; ci++) {
             size_t n = counts[ci];
             for (int op = 0; op < DT_REDOP_COUNT; op++) {
                 for (int inf = 0; inf < 2; inf++) {
                     if (inf && op != DT_SUM && op != DT_AVG)
                         continue; /* inf - inf is NaN only in a sum */
+                    for (size_t i = 0; i < most; i++) {
+                        if (size == 1)
+                            put_one_rank_result(want, t, i, inf);
+                        else
+                            put_canonical_nan(want, t, i);
+                    }
                     for (size_t i = 0; i < most; i++)
                         put_nan_input(in, t, i, rank, inf);
                     CALL(dt_allreduce(in, out, n, t, (dt_redop)op, c));
@@ -644,7 +658,8 @@ static void check_nan(dt_comm *c)
             }
         }
     }
-    /* The f16/bf16-wire allreduce sums in f32: the same NaN, widened. */
+    /* The f16/bf16-wire allreduce sums in f32: the same NaN, widened (with
+     * one rank the other values rounded to the wire once). */
     float *f = (float *)in, *g = (float *)out;
     for (int wi = 0; wi < 2; wi++)
         for (int ci = 0; ci < 4; ci++) {
@@ -652,8 +667,12 @@ static void check_nan(dt_comm *c)
             for (size_t i = 0; i < n; i++)
                 put_nan_input(f, DT_F32, i, rank, 0);
             CALL(dt_allreduce_half(f, g, n, wi ? DT_BF16 : DT_F16, DT_SUM, c));
-            for (size_t i = 0; i < n; i++)
-                put_canonical_nan(want, DT_F32, i);
+            for (size_t i = 0; i < n; i++) {
+                if (size == 1)
+                    put_one_rank_result(want, DT_F32, i, 0); /* 1.5 is exact on either wire */
+                else
+                    put_canonical_nan(want, DT_F32, i);
+            }
             compare_bits(wi ? "allreduce_half bf16 NaN" : "allreduce_half f16 NaN", g, want, n, DT_F32, n, DT_SUM, c);
         }
     free(in);
@@ -901,6 +920,14 @@ int main(int argc, char **argv)
         run_suite(hosts, h_counts, 3, 1);
         check_nonblocking(hosts, big_count);
         CALL(dt_comm_destroy(hosts));
+    }
+    /* A communicator of one rank: its reductions return their input, with
+     * the canonical NaN (issue 43). */
+    dt_comm *alone = NULL;
+    CALL(dt_comm_split(world, rank, 0, &alone));
+    if (alone) {
+        check_nan(alone);
+        CALL(dt_comm_destroy(alone));
     }
     /* The world still works after the sub-communicators are gone. */
     check_determinism(world, 4096);

@@ -14,6 +14,18 @@
  *             barrier.  Every rank must fail, at that call or at the barrier
  *             (a rank that exchanged nothing with a differing rank in it),
  *             with "collective mismatch" naming both calls.
+ *   init ACTION (issue 43, item 7b): the last rank runs with DT_HIER=off
+ *             (tests/cases/coll_mismatch.sh sets it), so it leaves
+ *             dt_comm_init_env while the others are still in its last step
+ *             (the hierarchy's set-up, whose allgather it skips); it then
+ *             calls allreduce(7 x f32, sum) (ACTION mismatch) or aborts
+ *             with "rank N gives up" (ACTION abort).  The others' init must
+ *             fail with what happened first, the mismatch naming that
+ *             allreduce or the abort naming the rank and its reason,
+ *             followed by "; this rank was still in dt_comm_init_env
+ *             (STEP)" (the hierarchy's set-up, or an earlier step a rank
+ *             was still finishing); the last rank's call fails with the
+ *             mismatch (or returns DT_ERR_ABORTED).
  * Prints "rank R: STATUS: message" and exits 0 on success, 3 on failure. */
 #include <signal.h>
 #include <stdbool.h>
@@ -137,12 +149,52 @@ static int field_mode(const char *kind, const char *field, size_t count)
     return ok ? 0 : 3;
 }
 
+static int init_mode(const char *action)
+{
+    bool abort_it = !strcmp(action, "abort");
+    const char *r = getenv("DT_RANK"), *n = getenv("DT_WORLD_SIZE");
+    int last = n ? atoi(n) - 1 : -1;
+    char reason[64], what[96];
+    snprintf(reason, sizeof reason, "rank %d gives up", last);
+    if (abort_it)
+        snprintf(what, sizeof what, "aborted the job: %s", reason);
+    else
+        snprintf(what, sizeof what, "allreduce(7 x f32, sum)");
+    dt_comm *c;
+    if (dt_comm_init_env(&c) != DT_OK) {
+        const char *msg = dt_last_error();
+        const char *first = abort_it ? "rank " : "collective mismatch: ";
+        /* Which step: a rank may still be finishing an earlier one (its
+         * last receive) when the last rank is through. */
+        const char *step = strstr(msg, "; this rank was still in dt_comm_init_env (");
+        bool ok = !strncmp(msg, first, strlen(first)) && strstr(msg, what) && step &&
+                  (strstr(step, "(setting up hierarchical collectives)") ||
+                   strstr(step, "(timing the small-message algorithms at start-up)") ||
+                   strstr(step, "(setting up shared-memory collectives)"));
+        printf("rank %s: %s in dt_comm_init_env: %s\n", r ? r : "?", ok ? "OK" : "FAIL", msg);
+        return ok ? 0 : 3;
+    }
+    int rank = dt_comm_rank(c);
+    float buf[7] = {0};
+    dt_status s = abort_it ? dt_comm_abort(c, reason) : dt_allreduce(buf, buf, 7, DT_F32, DT_SUM, c);
+    const char *msg = s == DT_OK ? "" : dt_last_error();
+    bool ok = rank == last && (abort_it ? s == DT_ERR_ABORTED
+                                        : s == DT_ERR_INVALID && strstr(msg, "collective mismatch") && strstr(msg, what) &&
+                                              strstr(msg, "allgather(1 x i32)"));
+    printf("rank %d: %s after dt_comm_init_env: %s: %s\n", rank, ok ? "OK" : "FAIL", dt_status_name(s), msg);
+    fflush(stdout);
+    dt_comm_destroy(c);
+    return ok ? 0 : 3;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && !strcmp(argv[1], "init"))
+        return init_mode(argv[2]);
     if (argc == 5 && !strcmp(argv[1], "field"))
         return field_mode(argv[2], argv[3], (size_t)strtoull(argv[4], NULL, 10));
     if (argc != 2 || (strcmp(argv[1], "mismatch") && strcmp(argv[1], "stall"))) {
-        fprintf(stderr, "usage: coll_mismatch mismatch|stall|field KIND FIELD COUNT\n");
+        fprintf(stderr, "usage: coll_mismatch mismatch|stall|field KIND FIELD COUNT|init mismatch|abort\n");
         return 2;
     }
     bool stall = !strcmp(argv[1], "stall");

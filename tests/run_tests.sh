@@ -130,6 +130,7 @@ for algo in ring rd rhd direct shm; do
     done
 done
 run "collectives/direct-allreduce-threshold" 200 tests/cases/direct_allreduce.sh
+run "collectives/bits-independent-of-start-up-timing" 300 tests/cases/coll_bits_timing.sh
 # Halving-doubling with two folded pairs (6 = 4 + 2).
 run "collectives/world6-DT_ALGO=rhd" 300 env DT_ALGO=rhd "$BIN/dtrun" -n 6 "$BIN/coll_check" --quick --big 65536
 # Both transports forced, and mixed: rank 1 refuses shared memory, so its
@@ -191,6 +192,7 @@ run fault/heartbeat-silence-measured 180 tests/cases/heartbeat_pause.sh
 run fault/init-first-error-reported 30 tests/cases/init_first_error.sh
 run fault/collective-mismatch-and-stall 60 tests/cases/coll_debug.sh
 run fault/collective-mismatch-always-on 900 tests/cases/coll_mismatch.sh
+run fault/collective-mismatch-roots 600 tests/cases/coll_roots.sh
 run fault/abort-reaches-every-rank 60 tests/cases/fault_abort.sh
 
 # ---- multi-host over network namespaces ----

@@ -139,6 +139,37 @@ static void test_direct(void)
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_BROADCAST, 1 << 20), DT__ALG_RD);
 }
 
+/* The direct allreduce and reduce-scatter combine their inputs in the order
+ * of the algorithm that runs without them (issue 43: the start-up timing
+ * must never change a bit): dt__coll_direct_order is the pick with the
+ * direct threshold at 0, whatever was measured, set or forced. */
+static void test_direct_order(void)
+{
+    dt__world w = {0};
+    static const size_t sizes[] = {8, 128, 684, 2048, 2052, 4096, 4112, 16384, 65536, 65540, 262144, 262160, 1 << 22};
+    static const dt__coll_kind kinds[] = {DT__COLL_ALLREDUCE, DT__COLL_REDUCE_SCATTER};
+    for (int n = 3; n <= 8; n++)
+        for (int one_host = 0; one_host < 2; one_host++)
+            for (int bbr = 0; bbr < 2; bbr++)
+                for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+                    for (int k = 0; k < 2; k++) {
+                        w.tcp_probes_rtt = bbr;
+                        dt_comm c = comm_of(n, one_host, &w);
+                        c.small_tuned = n == 4 ? 4096 : 0;
+                        c.direct_bytes = 0;
+                        dt__alg want = dt__coll_pick(&c, kinds[k], sizes[i]);
+                        EXPECT(want != DT__ALG_DIRECT);
+                        c.direct_bytes = SIZE_MAX;
+                        c.direct_tuned = 4096;
+                        EXPECT_EQ(dt__coll_direct_order(&c, kinds[k], sizes[i]), want);
+                        c.direct_bytes = 1 << 20; /* DT_DIRECT_MSG */
+                        EXPECT_EQ(dt__coll_direct_order(&c, kinds[k], sizes[i]), want);
+                        c.algo = DT_ALGO_DIRECT;
+                        EXPECT_EQ(dt__coll_pick(&c, kinds[k], sizes[i]), DT__ALG_DIRECT);
+                        EXPECT_EQ(dt__coll_direct_order(&c, kinds[k], sizes[i]), want);
+                    }
+}
+
 static void test_overrides(void)
 {
     dt__world w = {0};
@@ -163,6 +194,7 @@ int main(void)
     test_alltoall();
     test_generic_thresholds();
     test_direct();
+    test_direct_order();
     test_overrides();
     return CHECK_DONE("test_algo");
 }

@@ -141,6 +141,23 @@ static void test_reduce(void)
     dt__reduce_finish(ba, 1, DT_BF16, DT_AVG, 2);
     EXPECT(dt_bf16_to_f32(ba[0]) == 1.5f);
 
+    /* One contribution (issue 43): NaNs become the canonical NaN, every
+     * other value (-0, inf, subnormals) stays as it is, whatever the op. */
+    uint32_t f1[4] = {0xffc00005u, 0x7f800001u, 0x80000000u, 0x00000001u};
+    dt__reduce_finish(f1, 4, DT_F32, DT_SUM, 1);
+    EXPECT(f1[0] == 0x7fc00000u && f1[1] == 0x7fc00000u && f1[2] == 0x80000000u && f1[3] == 1);
+    uint64_t d1[2] = {0xfff8000000000003ull, 0xfff0000000000000ull};
+    dt__reduce_finish(d1, 2, DT_F64, DT_MAX, 1);
+    EXPECT(d1[0] == 0x7ff8000000000000ull && d1[1] == 0xfff0000000000000ull);
+    uint16_t h1[3] = {0xfe01u, 0x7c01u, 0x8000u}, b1[3] = {0xffc1u, 0x7f81u, 0xff80u};
+    dt__reduce_finish(h1, 3, DT_F16, DT_AVG, 1);
+    EXPECT(h1[0] == 0x7e00u && h1[1] == 0x7e00u && h1[2] == 0x8000u);
+    dt__reduce_finish(b1, 3, DT_BF16, DT_PROD, 0);
+    EXPECT(b1[0] == 0x7fc0u && b1[1] == 0x7fc0u && b1[2] == 0xff80u);
+    int32_t i1[1] = {-7};
+    dt__reduce_finish(i1, 1, DT_I32, DT_AVG, 1);
+    EXPECT_EQ(i1[0], -7);
+
     /* a long buffer crosses the half kernels' internal block size */
     enum { N = 1000 };
     uint16_t *x = malloc(N * 2), *y = malloc(N * 2);

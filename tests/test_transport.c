@@ -495,6 +495,21 @@ static void test_arena_flags(void)
         memset(dt__arena_small_entry(a, g), (int)g, DT__ARENA_SMALL_BYTES); /* past the mapping: a fault */
     EXPECT(dt__arena_small_entry(a, 0)[0] == 0 && dt__arena_small_entry(a, 63)[DT__ARENA_SMALL_BYTES - 1] == 63);
 
+    /* The signature lines (issue 43): nothing published yet is no round's,
+     * not even round 0's (zeroed memory; round 0 comes about 1024 rounds
+     * into every job) nor UINT32_MAX's; a published one is its round's only. */
+    uint64_t rs = 1;
+    EXPECT(!dt__arena_ready_sig(a, 1, 0, &rs) && rs == 0);
+    EXPECT(!dt__arena_ready_sig(a, 1, 1, &rs) && rs == 0);
+    EXPECT(!dt__arena_ready_sig(a, 1, UINT32_MAX, &rs) && rs == 0);
+    dt__arena_publish_ready(a, 1, UINT32_MAX, 0x77, false);
+    EXPECT(dt__arena_ready_sig(a, 1, UINT32_MAX, &rs) && rs == 0x77);
+    EXPECT(!dt__arena_ready_sig(a, 1, 1, &rs) && rs == 0);
+    dt__arena_publish_ready(a, 1, 0, 0x55, true); /* a small round: the slot lines say no */
+    EXPECT(!dt__arena_ready_sig(a, 1, 0, &rs) && rs == 0x55);
+    dt__arena_publish_ready(a, 1, 0, 0x66, false);
+    EXPECT(dt__arena_ready_sig(a, 1, 0, &rs) && rs == 0x66);
+
     /* The call a rank is in: found for its communicator and number only. */
     uint64_t sig = 0;
     EXPECT(!dt__arena_call(a, 1, 1, 3, &sig)); /* nothing recorded yet */

@@ -5,9 +5,13 @@
 # the two alternating (base first on even runs, the check first on odd
 # ones), RUNS runs each, median of the runs' dtbench means.
 #
-#   bench/comm/coll_check_cost.sh BASE_BIN [local2 local4 hosts4]
+#   [OP=allreduce] [BYTES=8] bench/comm/coll_check_cost.sh BASE_BIN [local2 local4 tcp4 hosts4]
 #
+# OP and BYTES: the dtbench operation and size (issue 43 timed the rooted
+# ones' agreement with OP=broadcast, reduce, gather, scatter).
 # local2/local4: 2 or 4 ranks on this host (shared memory, the arena);
+# tcp4: 4 ranks on this host over TCP (DT_TRANSPORT=tcp: the message
+# algorithms and thresholds of several hosts, loopback latency);
 # hosts4: 4 network namespace hosts, links shaped to 1000mbit (root).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,7 +23,9 @@ MINTIME=${MINTIME:-0.5}
 SCEN=${*:-local2 local4 hosts4}
 WORK=$(mktemp -d /tmp/dtrain-cost.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-args=(allreduce -b 8 -e 8 -n 1000 -w 200 -t "$MINTIME")
+OP=${OP:-allreduce}
+BYTES=${BYTES:-8}
+args=("$OP" -b "$BYTES" -e "$BYTES" -n 1000 -w 200 -t "$MINTIME")
 
 # The (first, out-of-place) time column, found by name in dtbench's header:
 # before and after its nccl-tests layout the column moved.
@@ -59,7 +65,9 @@ for sc in $SCEN; do
         for which in $order; do
             bin=$BASE_BIN
             [ $which = new ] && bin=$NEW_BIN
-            if [ "$sc" = hosts4 ]; then hosts_run "$bin" >>"$WORK/$which"; else local_run "$bin" "${sc#local}" >>"$WORK/$which"; fi
+            if [ "$sc" = hosts4 ]; then hosts_run "$bin" >>"$WORK/$which"
+            elif [ "$sc" = tcp4 ]; then DT_TRANSPORT=tcp local_run "$bin" 4 >>"$WORK/$which"
+            else local_run "$bin" "${sc#local}" >>"$WORK/$which"; fi
         done
     done
     [ "$sc" = hosts4 ] && scripts/netns-cluster.sh down >/dev/null

@@ -18,16 +18,19 @@
  *    the same job) fail, with DT_ERR_PEER / DT_ERR_TIMEOUT / DT_ERR_ABORTED
  *    and a message naming the rank and its host:port;
  *  - results are bitwise identical on every rank and from run to run (the
- *    reduction order is fixed by the algorithm, never by timing; the one
- *    choice made by timing at start-up, direct or recursive-doubling
- *    allreduce for small messages, is between two that give the same bits);
+ *    reduction order is fixed by the algorithm and the settings, never by
+ *    timing: the choices the start-up timing makes, the direct algorithms
+ *    or not, recursive doubling or halving-doubling allreduce, alltoall's
+ *    exchange, are between algorithms that give the same bits);
  *    a NaN result of a float reduction is always the positive quiet NaN
  *    with zero payload, and min/max return it when either operand is NaN;
  *  - collectives must be called by every rank of the communicator in the same
  *    order; ranks whose calls of the same number differ in kind, count,
  *    dtype, op or root fail with DT_ERR_INVALID "collective mismatch" naming
  *    both calls, in that call or (a rank that exchanged nothing with a
- *    differing rank in it, e.g. a broadcast root) the next
+ *    differing rank in it) the next; the rooted ones (broadcast, reduce,
+ *    gather, scatter) agree on the call before any data moves, so there
+ *    every rank fails in that call, whichever roots the ranks name
  *    (always checked, docs/failures.md);
  *  - threads: different communicators (the world and ones split from it) may
  *    be used from different threads at the same time, and each makes

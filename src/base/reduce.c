@@ -156,9 +156,46 @@ void dt__reduce(void *out, const void *a, const void *b, size_t count, dt_dtype 
     }
 }
 
+/* One contribution: nothing was combined, so a NaN is still the caller's
+ * own (its sign and payload); it becomes the kernels' QNAN, as it would in
+ * any combination.  Half types through f32 as reduce_half does (exact for
+ * every other value). */
+static void canonical_nans(void *buf, size_t count, dt_dtype t)
+{
+    switch (t) {
+    case DT_F32: {
+        float *p = buf;
+        for (size_t i = 0; i < count; i++)
+            p[i] = CANON(float, __builtin_nanf(""), p[i]);
+        break;
+    }
+    case DT_F64: {
+        double *p = buf;
+        for (size_t i = 0; i < count; i++)
+            p[i] = CANON(double, __builtin_nan(""), p[i]);
+        break;
+    }
+    case DT_F16:
+    case DT_BF16: {
+        uint16_t *p = buf;
+        for (size_t i = 0; i < count; i++) {
+            float x = t == DT_F16 ? dt_f16_to_f32(p[i]) : dt_bf16_to_f32(p[i]);
+            if (x != x)
+                p[i] = t == DT_F16 ? dt_f32_to_f16(__builtin_nanf("")) : dt_f32_to_bf16(__builtin_nanf(""));
+        }
+        break;
+    }
+    default: break;
+    }
+}
+
 void dt__reduce_finish(void *buf, size_t count, dt_dtype t, dt_redop op, int n)
 {
-    if (op != DT_AVG || n <= 1)
+    if (n <= 1) {
+        canonical_nans(buf, count, t);
+        return;
+    }
+    if (op != DT_AVG)
         return;
     switch (t) {
     case DT_F32: {

@@ -14,7 +14,10 @@
 #include "dtrain/base.h"
 
 void dt__reduce(void *out, const void *a, const void *b, size_t count, dt_dtype t, dt_redop op);
-/* Final step of DT_AVG: divide by n (integer types truncate). No-op for other ops. */
+/* Final step of every reduction over n contributions, on its result: DT_AVG
+ * divides by n (integer types truncate).  With one contribution (n <= 1:
+ * nothing was combined) every float NaN becomes the one quiet NaN the
+ * kernels return, so that a one-rank reduction follows the contract too. */
 void dt__reduce_finish(void *buf, size_t count, dt_dtype t, dt_redop op, int n);
 
 #endif

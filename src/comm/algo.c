@@ -78,6 +78,31 @@ static size_t small_bytes_for(const dt_comm *c, dt__coll_kind kind)
     return small;
 }
 
+/* The size rule: recursive doubling / trees up to the small threshold,
+ * halving-doubling (where the collective has it) up to the ring threshold,
+ * the ring above.  Nothing in it comes from the start-up timing except
+ * allreduce's small threshold, which only moves the line between recursive
+ * doubling and halving-doubling, two algorithms with the same bits. */
+static dt__alg by_size(const dt_comm *c, dt__coll_kind kind, size_t bytes, bool has_log_steps)
+{
+    size_t small = small_bytes_for(c, kind);
+    /* Across hosts with 4 ranks or fewer halving-doubling saves at most 2
+     * steps: with 100 us per hop 128 KiB took 1641-1651 us against the
+     * ring's 1949-1967, level with it at 512 KiB.  Under bbr its exchanges
+     * of 128 and 256 KiB stalled for 10-200 ms in most runs (round-trip
+     * probes) while the ring's did not; up to 64 KiB they did not
+     * (docs/algorithms.md). */
+    size_t ring = c->ring_bytes != SIZE_MAX             ? c->ring_bytes
+                  : c->one_host                           ? 2097152
+                  : c->size <= 4 && c->world->tcp_probes_rtt ? 65536
+                                                          : 262144;
+    if (bytes <= small)
+        return DT__ALG_RD;
+    if (bytes <= ring && has_log_steps)
+        return DT__ALG_RHD;
+    return DT__ALG_RING;
+}
+
 static dt__alg pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
 {
     /* DT__ALG_RHD names the log2(n)-step exchange where a collective has
@@ -130,22 +155,13 @@ static dt__alg pick(const dt_comm *c, dt__coll_kind kind, size_t bytes)
         if (message <= dt__coll_direct_bytes(c))
             return DT__ALG_DIRECT;
     }
-    size_t small = small_bytes_for(c, kind);
-    /* Across hosts with 4 ranks or fewer halving-doubling saves at most 2
-     * steps: with 100 us per hop 128 KiB took 1641-1651 us against the
-     * ring's 1949-1967, level with it at 512 KiB.  Under bbr its exchanges
-     * of 128 and 256 KiB stalled for 10-200 ms in most runs (round-trip
-     * probes) while the ring's did not; up to 64 KiB they did not
-     * (docs/algorithms.md). */
-    size_t ring = c->ring_bytes != SIZE_MAX             ? c->ring_bytes
-                  : c->one_host                           ? 2097152
-                  : c->size <= 4 && c->world->tcp_probes_rtt ? 65536
-                                                          : 262144;
-    if (bytes <= small)
-        return DT__ALG_RD;
-    if (bytes <= ring && has_log_steps)
-        return DT__ALG_RHD;
-    return DT__ALG_RING;
+    return by_size(c, kind, bytes, has_log_steps);
+}
+
+dt__alg dt__coll_direct_order(const dt_comm *c, dt__coll_kind kind, size_t bytes)
+{
+    bool has_log_steps = kind == DT__COLL_ALLREDUCE || (kind == DT__COLL_REDUCE_SCATTER && pow2(c->size));
+    return by_size(c, kind, bytes, has_log_steps);
 }
 
 _Thread_local int dt__coll_last_alg = -1;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "base/half.h"
+#include "base/reduce.h"
 #include "base/status.h"
 #include "comm/coll.h"
 #include "comm/colltrace.h"
@@ -99,5 +100,7 @@ dt_status dt__native_allreduce_half(const float *send, float *recv, size_t count
     if (s != DT_OK)
         return dt__coll_error(&k, s);
     dt__from_half_n(recv, h, count, bf16);
+    if (n == 1) /* nothing summed: a NaN is still the input's */
+        dt__reduce_finish(recv, count, DT_F32, op, 1);
     return DT_OK;
 }

@@ -109,6 +109,7 @@ dt_status dt__native_broadcast(void *buf, size_t count, dt_dtype t, int root, dt
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "broadcast"));
     DT_CHECK(dt__coll_trace(&k, count, t, -1, root));
+    DT_CHECK(dt__coll_agree(&k));
     if (bytes == 0 || c->size == 1)
         return DT_OK;
     dt__alg alg = dt__coll_pick(c, DT__COLL_BROADCAST, bytes);

@@ -40,6 +40,12 @@ void dt__coll_sig_name(uint64_t sig, char *buf, size_t len);
 dt_status dt__coll_begin(dt__coll *k, dt_comm *c, const char *op);
 /* The same for a collective that reduces what it receives (k->reduces). */
 dt_status dt__coll_begin_reducing(dt__coll *k, dt_comm *c, const char *op);
+/* Rooted collectives (broadcast, reduce, gather, scatter), after
+ * dt__coll_trace and before any data moves: every rank learns every rank's
+ * signature (agree.c), and a difference, such as another root, fails the
+ * call on every rank with the mismatch naming both calls.  Nothing with one
+ * rank, and with DT_DEBUG=coll (its descriptor exchange agrees already). */
+dt_status dt__coll_agree(dt__coll *k);
 /* Post a send / receive of `len` bytes to comm rank `peer` with a sub-tag. */
 dt_status dt__coll_send(dt__coll *k, dt__req *r, int peer, uint32_t subtag, const void *buf, size_t len);
 dt_status dt__coll_recv(dt__coll *k, dt__req *r, int peer, uint32_t subtag, void *buf, size_t len);
@@ -80,6 +86,11 @@ dt_status dt__allreduce_alg(dt__coll *k, const void *src, void *buf, size_t coun
  * alg: DT__ALG_RD all at once, DT__ALG_RHD Bruck's, DT__ALG_RING pairwise.
  * src and dst may be one buffer. */
 dt_status dt__alltoall_alg(dt__coll *k, const void *src, void *dst, size_t bytes, dt__alg alg);
+/* The algorithm the size rule alone picks for `kind` at `bytes` (no
+ * DT_ALGO, arena or direct threshold): RD, RHD or RING.  The direct
+ * allreduce and reduce-scatter combine their inputs in its order, so the
+ * measured direct threshold never changes a result. */
+dt__alg dt__coll_direct_order(const dt_comm *c, dt__coll_kind kind, size_t bytes);
 /* At or below this many bytes allreduce runs the direct algorithm (n > 2):
  * DT_DIRECT_MSG, else what dt__tune_collectives measured (0 when it did not
  * run), capped at allreduce's small threshold. */
@@ -159,6 +170,9 @@ dt_status dt__shm_allgather(dt__coll *k, void *recv, size_t bytes);
 dt_status dt__shm_reduce_scatter(dt__coll *k, const void *send, void *recv, size_t recvcount, dt_dtype t,
                                  dt_redop op);
 dt_status dt__shm_alltoall(dt__coll *k, const void *send, void *recv, size_t bytes);
+/* The arena round of dt__coll_agree: every rank publishes k->sig with READY
+ * and checks every other rank's. */
+dt_status dt__shm_agree(dt__coll *k);
 /* Unmap the communicator's arena (NULL: nothing). */
 void dt__shm_coll_destroy(dt_comm *c);
 
@@ -169,7 +183,8 @@ dt_status dt__rd_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_
  * `bytes` on entry, all n blocks on return. */
 dt_status dt__direct_allgather(dt__coll *k, uint8_t *recv, size_t bytes);
 /* One step: work holds this rank's n blocks of `count` elements; block r
- * comes back reduced over all ranks (in rank order; DT_AVG not divided). */
+ * comes back reduced over all ranks (in the order dt__coll_direct_order's
+ * algorithm reduces it; DT_AVG not divided). */
 dt_status dt__direct_reduce_scatter(dt__coll *k, uint8_t *work, size_t count, dt_dtype t, dt_redop op);
 dt_status dt__tree_bcast(dt__coll *k, void *buf, size_t bytes, int root);
 dt_status dt__chain_bcast(dt__coll *k, void *buf, size_t bytes, int root);

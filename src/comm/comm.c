@@ -139,6 +139,27 @@ static dt_status init_world(const dt__launch_env *env, dt__world *w)
     return DT_OK;
 }
 
+/* A set-up step of dt_comm_init_env (collective over the world) failed.
+ * Where the engine failed, its first failure is what happened first, and
+ * often not on this rank: a notice from a rank that found a collective
+ * mismatch in the others' first calls or aborted while this one was still
+ * setting up, or a peer gone.  So that message comes first, then where this
+ * rank was; before, it read "setting up shared-memory collectives: ...:
+ * collective mismatch", as if the set-up had been called wrongly (issue
+ * 43).  Other failures (no memory, no arena) name the step first. */
+static dt_status setup_failed(dt_comm *c, dt_status s, const char *step)
+{
+    char why[DT__ERROR_LEN];
+    dt_status engine = dt__engine_status(c->world->eng); /* failed: its message as the last error */
+    if (engine != DT_OK)
+        s = engine;
+    dt__error_save(why);
+    dt_comm_destroy(c);
+    if (engine != DT_OK)
+        return dt__fail(s, "%s; this rank was still in dt_comm_init_env (%s)", why, step);
+    return dt__wrap(dt__error_restore(s, why), "%s: ", step);
+}
+
 dt_status dt_comm_init_env(dt_comm **out)
 {
     if (!out)
@@ -204,23 +225,14 @@ dt_status dt_comm_init_env(dt_comm **out)
     }
     c->one_host = dt__comm_one_host(c);
     s = dt__shm_coll_setup(c);
-    if (s != DT_OK) {
-        dt__error_save(why);
-        dt_comm_destroy(c);
-        return dt__wrap(dt__error_restore(s, why), "setting up shared-memory collectives: ");
-    }
+    if (s != DT_OK)
+        return setup_failed(c, s, "setting up shared-memory collectives");
     s = dt__tune_collectives(c);
-    if (s != DT_OK) {
-        dt__error_save(why);
-        dt_comm_destroy(c);
-        return dt__wrap(dt__error_restore(s, why), "timing the small-message algorithms at start-up: ");
-    }
+    if (s != DT_OK)
+        return setup_failed(c, s, "timing the small-message algorithms at start-up");
     s = dt__hier_setup(c);
-    if (s != DT_OK) {
-        dt__error_save(why);
-        dt_comm_destroy(c);
-        return dt__wrap(dt__error_restore(s, why), "setting up hierarchical collectives: ");
-    }
+    if (s != DT_OK)
+        return setup_failed(c, s, "setting up hierarchical collectives");
     DT_INFO("rank %d of %d joined (launcher %s, store %s:%d)", env.rank, env.size, env.launcher,
             env.master_host, env.master_port);
     *out = c;

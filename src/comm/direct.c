@@ -4,13 +4,14 @@
  * measurements).
  *
  * Allreduce sends the whole buffer to every rank, n-1 times the bytes of
- * recursive doubling; its contributions are combined in exactly the order
- * recursive doubling combines them (fold pairs (2i, 2i+1) for the ranks
- * beyond the largest power of two p, then a balanced tree over the p
- * values, lower one first), so the bits agree on every rank and do not
- * depend on which of the two algorithms the start-up timing chose
- * (src/comm/tune.c).  Allgather and reduce-scatter send each rank one
- * block, the same bytes on every link as doubling or halving. */
+ * recursive doubling; allgather and reduce-scatter send each rank one
+ * block, the same bytes on every link as doubling or halving.  The
+ * reductions combine their n contributions in exactly the order of the
+ * algorithm that runs at that size without the direct one (recursive
+ * doubling, halving, or the ring; below), so the bits agree on every rank
+ * and do not depend on whether the start-up timing (src/comm/tune.c) chose
+ * direct: a reduction's order never depends on timing (docs/algorithms.md,
+ * "Determinism"). */
 #include <stdint.h>
 #include <string.h>
 
@@ -59,29 +60,59 @@ static dt_status exchange(dt__coll *k, const inputs *in, const uint8_t *send, si
     return dt__coll_wait(k, in->rq, (size_t)posted);
 }
 
-/* Recursive doubling's association over the n inputs; each combination
- * overwrites the storage of its right operand, which nothing reads again. */
-static void reduce_in_rd_order(const inputs *in, uint8_t **val, int n, size_t count, dt_dtype t, dt_redop op)
+/* The n inputs are combined in the association of the algorithm the size
+ * rule runs at this size (dt__coll_direct_order), so that the start-up
+ * timing, which only decides between direct and that algorithm, never
+ * changes a bit (nor does DT_DIRECT_MSG):
+ *   - recursive doubling, and the halving-doubling allreduce: folded pairs
+ *     (2i, 2i+1), then a balanced tree pairing at distance 1, 2, ..., p/2;
+ *   - the halving reduce-scatter (a power of two): pairs at distance p/2,
+ *     ..., 1;
+ *   - the ring's block b: b+1, b+2, ..., b, folded left.
+ * Every combination op(a, b) takes the same operand first as there. */
+
+/* Elements [at, at + count) (at in bytes) of the n inputs combined in a
+ * tree; each combination overwrites the storage of its right operand, which
+ * nothing reads again.  The result into this rank's input. */
+static void reduce_tree(const inputs *in, uint8_t **val, int n, size_t at, size_t count, dt_dtype t, dt_redop op,
+                        bool halving)
 {
     int p = 1;
     while (p * 2 <= n)
         p *= 2;
-    int rem = n - p;
+    int rem = n - p; /* only recursive doubling folds: halving needs a power of two */
     for (int v = 0; v < p; v++) {
         if (v < rem) {
-            val[v] = input(in, 2 * v + 1);
-            dt__reduce(val[v], input(in, 2 * v), val[v], count, t, op);
+            val[v] = input(in, 2 * v + 1) + at;
+            dt__reduce(val[v], input(in, 2 * v) + at, val[v], count, t, op);
         } else {
-            val[v] = input(in, v + rem);
+            val[v] = input(in, v + rem) + at;
         }
     }
-    for (int mask = 1; mask < p; mask <<= 1)
-        for (int v = 0; v < p; v += 2 * mask) {
-            dt__reduce(val[v + mask], val[v], val[v + mask], count, t, op);
-            val[v] = val[v + mask];
+    for (int step = 1, done = 0; step < p; step <<= 1) {
+        int mask = halving ? p / (2 * step) : step;
+        for (int v = 0; v < p; v++) {
+            if (v & (mask | done))
+                continue;
+            dt__reduce(val[v | mask], val[v], val[v | mask], count, t, op);
+            val[v] = val[v | mask];
         }
-    if (val[0] != in->mine)
-        memcpy(in->mine, val[0], in->bytes);
+        done |= mask;
+    }
+    if (val[0] != in->mine + at)
+        memcpy(in->mine + at, val[0], count * dt_dtype_size(t));
+}
+
+/* Elements [at, at + count) of the inputs folded left from b+1 round to b,
+ * into the storage of input b+1 (read by nothing else), the result into
+ * this rank's input. */
+static void reduce_ring(const inputs *in, int n, int b, size_t at, size_t count, dt_dtype t, dt_redop op)
+{
+    uint8_t *acc = input(in, (b + 1) % n) + at;
+    for (int d = 2; d <= n; d++)
+        dt__reduce(acc, acc, input(in, (b + d) % n) + at, count, t, op);
+    if (acc != in->mine + at)
+        memcpy(in->mine + at, acc, count * dt_dtype_size(t));
 }
 
 dt_status dt__direct_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t, dt_redop op)
@@ -89,14 +120,28 @@ dt_status dt__direct_allreduce(dt__coll *k, void *buf, size_t count, dt_dtype t,
     int n = k->c->size;
     if (n == 1 || count == 0)
         return DT_OK;
+    size_t es = dt_dtype_size(t);
     inputs in;
-    uint8_t **val = lay_out(k, buf, count * dt_dtype_size(t), (size_t)n * sizeof(uint8_t *), &in);
+    uint8_t **val = lay_out(k, buf, count * es, (size_t)n * sizeof(uint8_t *), &in);
     if (!val)
         return dt__coll_error(k, dt__fail(DT_ERR_NOMEM, "%s: out of memory", k->op));
     dt_status s = exchange(k, &in, buf, 0);
-    if (s == DT_OK)
-        reduce_in_rd_order(&in, val, n, count, t, op);
-    return dt__coll_error(k, s);
+    if (s != DT_OK)
+        return dt__coll_error(k, s);
+    /* Halving-doubling allreduce pairs as recursive doubling does (rhd.c). */
+    if (dt__coll_direct_order(k->c, DT__COLL_ALLREDUCE, count * es) != DT__ALG_RING) {
+        reduce_tree(&in, val, n, 0, count, t, op, false);
+        return DT_OK;
+    }
+    /* The ring's n blocks (dt__split_blocks), block b in its own order. */
+    size_t base = count / (size_t)n, extra = count % (size_t)n, lo = 0;
+    for (int b = 0; b < n; b++) {
+        size_t len = base + ((size_t)b < extra ? 1 : 0);
+        if (len)
+            reduce_ring(&in, n, b, lo * es, len, t, op);
+        lo += len;
+    }
+    return DT_OK;
 }
 
 dt_status dt__direct_allgather(dt__coll *k, uint8_t *recv, size_t bytes)
@@ -116,18 +161,20 @@ dt_status dt__direct_allgather(dt__coll *k, uint8_t *recv, size_t bytes)
 
 dt_status dt__direct_reduce_scatter(dt__coll *k, uint8_t *work, size_t count, dt_dtype t, dt_redop op)
 {
-    int n = k->c->size;
+    int n = k->c->size, r = k->c->rank;
     size_t bytes = count * dt_dtype_size(t);
     inputs in;
-    if (!lay_out(k, work + (size_t)k->c->rank * bytes, bytes, 0, &in))
+    uint8_t **val = lay_out(k, work + (size_t)r * bytes, bytes, (size_t)n * sizeof(uint8_t *), &in);
+    if (!val)
         return dt__fail(DT_ERR_NOMEM, "%s: out of memory", k->op);
     DT_CHECK(exchange(k, &in, work, bytes));
-    /* Folded in rank order into rank 0's contribution, so this rank's own
-     * block is read before anything is written over it. */
-    uint8_t *acc = input(&in, 0);
-    for (int j = 1; j < n; j++)
-        dt__reduce(acc, acc, input(&in, j), count, t, op);
-    if (acc != in.mine)
-        memcpy(in.mine, acc, bytes);
+    /* Block r as the algorithm below the threshold reduces it: recursive
+     * doubling's allreduce of the whole buffer, halving's reduce-scatter,
+     * or the ring's, whose block r ends on rank r. */
+    dt__alg alg = dt__coll_direct_order(k->c, DT__COLL_REDUCE_SCATTER, (size_t)n * bytes);
+    if (alg == DT__ALG_RING)
+        reduce_ring(&in, n, r, 0, count, t, op);
+    else
+        reduce_tree(&in, val, n, 0, count, t, op, alg == DT__ALG_RHD);
     return DT_OK;
 }

@@ -60,6 +60,7 @@ dt_status dt__native_gather(const void *send, void *recv, size_t sendcount, dt_d
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "gather"));
     DT_CHECK(dt__coll_trace(&k, sendcount, t, -1, root));
+    DT_CHECK(dt__coll_agree(&k));
     if (bytes == 0)
         return DT_OK;
     if (!is_root)
@@ -80,6 +81,7 @@ dt_status dt__native_scatter(const void *send, void *recv, size_t recvcount, dt_
     dt__coll k;
     DT_CHECK(dt__coll_begin(&k, c, "scatter"));
     DT_CHECK(dt__coll_trace(&k, recvcount, t, -1, root));
+    DT_CHECK(dt__coll_agree(&k));
     if (bytes == 0)
         return DT_OK;
     if (!is_root)

@@ -77,6 +77,7 @@ dt_status dt__native_reduce(const void *send, void *recv, size_t count, dt_dtype
     dt__coll k;
     DT_CHECK(dt__coll_begin_reducing(&k, c, "reduce"));
     DT_CHECK(dt__coll_trace(&k, count, t, (int)op, root));
+    DT_CHECK(dt__coll_agree(&k));
     if (count == 0)
         return DT_OK;
     uint8_t *work = dt__comm_scratch(c, DT__SCRATCH_WORK, bytes);

@@ -521,6 +521,18 @@ dt_status dt__shm_alltoall(dt__coll *k, const void *send, void *recv, size_t byt
     return DT_OK;
 }
 
+dt_status dt__shm_agree(dt__coll *k)
+{
+    arena_op o;
+    DT_CHECK(op_begin(&o, k));
+    uint32_t g = next_round(&o);
+    DT_CHECK(dt__coll_error(k, claim(&o, g)));
+    publish_ready(&o, g);
+    DT_CHECK(dt__coll_error(k, wait_all_ready(&o, g)));
+    dt__arena_publish(o.a, o.me, DT__ARENA_DONE, g);
+    return DT_OK;
+}
+
 void dt__shm_coll_destroy(dt_comm *c)
 {
     dt__arena_close(c->arena);

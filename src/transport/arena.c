@@ -16,10 +16,20 @@
 
 #define ARENA_MAGIC 0x414e52414e525444ull /* "DTRNARNA" */
 /* 2: the ring of small entries after the slots; 3: a line per flag; 4: signatures; 5: each rank's call */
-#define ARENA_VERSION 5u
+#define ARENA_VERSION 6u
 #define PAGE 4096u
 
-#define ROUND_WRITING UINT32_MAX /* a flag line's round while its signature is being rewritten */
+/* A flag line says whose signature it holds as a round tagged with
+ * ROUND_VALID: every 32-bit value is some round (the counters wrap), so
+ * neither the zeroed memory of a fresh arena nor the seqlock's writing
+ * state (ROUND_WRITING) may be one.  With bare rounds, round 0 (the first
+ * after the wrap, about 1024 rounds in) read an unwritten line as its own
+ * with signature 0, and a reader of a small broadcast reported a mismatch
+ * against "an unknown collective"; round UINT32_MAX read a line being
+ * rewritten as settled. */
+#define ROUND_VALID (1ull << 32)
+#define ROUND_WRITING 0ull
+static uint64_t tagged(uint32_t g) { return ROUND_VALID | g; }
 
 typedef struct {
     uint64_t magic;
@@ -33,7 +43,7 @@ typedef struct {
  * without another line moving between cores. */
 typedef struct {
     _Alignas(128) _Atomic uint32_t v;
-    _Atomic uint32_t round[2], small_round; /* whose signature sig[] and small_sig hold */
+    _Atomic uint64_t round[2], small_round; /* whose signature sig[] and small_sig hold (tagged) */
     _Atomic uint64_t sig[2], small_sig;
 } flag_line;
 
@@ -192,11 +202,11 @@ void dt__arena_publish_ready(dt__arena *a, int rank, uint32_t g, uint64_t sig, b
      * reader of round g must not pair g with a later round's signature (a
      * root may run rounds ahead of its readers). */
     flag_line *l = &a->ctl[rank].flag[DT__ARENA_READY];
-    _Atomic uint32_t *round = small ? &l->small_round : &l->round[g & 1];
+    _Atomic uint64_t *round = small ? &l->small_round : &l->round[g & 1];
     atomic_store_explicit(round, ROUND_WRITING, memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
     atomic_store_explicit(small ? &l->small_sig : &l->sig[g & 1], sig, memory_order_relaxed);
-    atomic_store_explicit(round, g, memory_order_release);
+    atomic_store_explicit(round, tagged(g), memory_order_release);
     dt__arena_publish(a, rank, DT__ARENA_READY, g);
 }
 
@@ -231,13 +241,13 @@ bool dt__arena_call(const dt__arena *a, int rank, uint32_t comm_id, uint64_t seq
 /* The signature stored for round g, read consistently (the seqlock of
  * dt__arena_publish_ready): false when the line holds another round or is
  * being rewritten. */
-static bool read_round_sig(const _Atomic uint32_t *round, const _Atomic uint64_t *sig, uint32_t g, uint64_t *out)
+static bool read_round_sig(const _Atomic uint64_t *round, const _Atomic uint64_t *sig, uint32_t g, uint64_t *out)
 {
-    if (atomic_load_explicit(round, memory_order_acquire) != g)
+    if (atomic_load_explicit(round, memory_order_acquire) != tagged(g))
         return false;
     uint64_t s = atomic_load_explicit(sig, memory_order_relaxed);
     atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(round, memory_order_relaxed) != g)
+    if (atomic_load_explicit(round, memory_order_relaxed) != tagged(g))
         return false;
     *out = s;
     return true;

@@ -55,6 +55,29 @@ one_case() { # file-prefix transport ranks kind field count
             "$1" "$2" "$3" "$4" "$5" "$at_call" "$2" "$took" >"$f.report"
     fi
 }
+# Issue 43, item 7b: the last of 4 ranks leaves dt_comm_init_env while the
+# others are still in it (DT_HIER=off on it alone: it skips the hierarchy's
+# set-up), then calls allreduce or aborts.  The others' init error must
+# start with what happened (the mismatch naming that allreduce, or the
+# abort naming the rank), then say where this rank was; before, it read
+# "setting up hierarchical collectives: allgather: collective mismatch ...".
+init_case() { # transport action
+    ncases=$((ncases + 1))
+    while [ "$(jobs -rp | wc -l)" -ge $PARALLEL ]; do wait -n; done
+    one_init_case "$WORK/case.$ncases" "$@" &
+}
+one_init_case() {
+    local f=$1 oks
+    DT_TRANSPORT=$2 timeout 60 "$BIN/dtrun" -n 4 sh -c '[ "$DT_RANK" = 3 ] && export DT_HIER=off; exec "$0" "$@"' \
+        "$BIN/coll_mismatch" init "$3" >"$f.out" 2>"$f.err"
+    oks=$(grep -c ": OK in dt_comm_init_env: \|: OK after dt_comm_init_env: " "$f.out")
+    if [ "$oks" != 4 ]; then
+        { echo "FAILED: DT_TRANSPORT=$2 init $3:"; cat "$f.out" "$f.err"; } >"$f.report"
+        touch "$f.bad"
+    else
+        echo "$2 init $3: the ranks still starting up name what happened first ($(grep -c ': OK in dt_comm_init_env' "$f.out") of 3)" >"$f.report"
+    fi
+}
 quick=${QUICK:-${DT_TEST_QUICK:-0}}
 PARALLEL=4; [ "$quick" = 1 ] && PARALLEL=2
 for tr in tcp shm; do
@@ -76,6 +99,12 @@ for tr in tcp shm; do
     run_case "$tr" 3 allreduce kind 70000
     run_case "$tr" 4 allreduce dtype 7
     run_case "$tr" 4 broadcast root 7
+done
+for tr in tcp shm; do
+    for action in mismatch abort; do
+        init_case $tr $action
+        [ "$quick" = 1 ] || init_case $tr $action
+    done
 done
 wait
 bad=0

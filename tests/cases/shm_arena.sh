@@ -4,7 +4,8 @@
 # into pieces), the same bits whatever the round size and on every rank (the
 # f16/bf16-wire allreduce the same bits as over messages), no
 # name left in /dev/shm, a rank that cannot join turning the arena off for
-# everyone (messages instead, still right), and bad settings named.
+# everyone (messages instead, still right), small broadcasts across the round
+# counter's wrap, and bad settings named.
 . "$(dirname "$0")/lib.sh"
 
 # same_hashes PATTERN RUN_A RUN_B WHY: the lines rank 0 printed that match
@@ -27,6 +28,16 @@ for n in 2 3; do
 done
 par "$WORK/mismatch" "$BIN/dtrun" -n 3 sh -c '[ "$DT_RANK" = 2 ] && export DT_SHM_COLL_SLOT=8192; exec "$0" "$@"' \
     "$BIN/coll_check" --quick --big 4096
+# A job that starts with a loop of small broadcasts crosses the round
+# counter's wrap (about 1024 rounds in) in them, on either parity of rounds,
+# with the rooted collectives' agreement and without it (DT_DEBUG=coll);
+# before, round 0 read an unwritten signature line (issue 43).
+for n in 2 3; do
+    for shift in 0 1; do
+        par "$WORK/wrap.$n.$shift" "$BIN/dtrun" -n $n "$BIN/arena_wrap" $shift
+        par "$WORK/wrapc.$n.$shift" env DT_DEBUG=coll "$BIN/dtrun" -n $n "$BIN/arena_wrap" $shift
+    done
+done
 par "$WORK/bad1" env DT_SHM_COLL=sometimes "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64
 par "$WORK/bad2" env DT_SHM_COLL_SLOT=5000 "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 64
 par_wait
@@ -59,6 +70,10 @@ new=$(comm -13 <(sort "$WORK/shm.before") <(sort "$WORK/shm.after") | grep dtrai
 par_ok "$WORK/mismatch" || { cat "$WORK/mismatch"; fail "coll_check with one rank unable to map the arena failed"; }
 expect_grep "$WORK/mismatch" "^\[2\].*shared-memory collectives off.*not an arena for 3 ranks with 8192-byte slots"
 expect_grep "$WORK/mismatch" "coll_check: world 3: [0-9]+ checks, 0 mismatches"
+
+for f in "$WORK"/wrap.?.? "$WORK"/wrapc.?.?; do
+    par_ok "$f" || { cat "$f"; fail "$(basename "$f"): broadcasts across the arena's round wrap failed"; }
+done
 
 # Bad settings are named.
 par_ok "$WORK/bad1" && fail "DT_SHM_COLL=sometimes accepted"
