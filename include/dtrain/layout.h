@@ -20,6 +20,8 @@
 #include <stddef.h>
 
 #include "dtrain/base.h"
+#include "dtrain/ckpt.h"
+#include "dtrain/mesh.h"
 #include "dtrain/pipeline.h"
 #include "dtrain/ps.h"
 
@@ -53,6 +55,7 @@ typedef struct {
     dt_dtype grad_wire;     /* gradients on the wire of allreduce data parallelism: DT_F32, DT_F16 or DT_BF16 */
     double bucket_mb;       /* MiB per allreduce bucket (0: DT_BUCKET_MB, else dt_ddp's default) */
     char device[32];        /* "cpu", "cuda", "cuda:N", "emu" (dt_device_open) */
+    bool tf32;              /* device cuda: f32 matrix products may use TF32 tensor cores */
 } dt_layout;
 
 /* Every field at the trainer's default: one process's worth (dp 0, tp 1,
@@ -101,6 +104,113 @@ dt_status dt_layout_check(const dt_layout *l, int world, int *out_dp);
 int dt_layout_chunks(const dt_layout *l);
 /* Micro-batches through the schedule per optimizer step. */
 int dt_layout_step_micro_batches(const dt_layout *l);
+
+/* ---- runs built from a layout ----
+ * A layout, a model recipe and a world build a run: the mesh (dp x pp x
+ * tp, the parameter servers split off), this rank's model (its pipeline
+ * stage of tensor-parallel shards, initialised from the seed), its storage
+ * and precision, the optimizer sized for what this rank updates (its ZeRO
+ * shard; nothing on a parameter server's worker), a resume's part of a
+ * checkpoint, the move to the device, and the strategy composed of them.
+ * The trainer then only feeds batches, saves and evaluates:
+ *
+ *   dt_run_recipe r = {.describe = my_describe, .make_optimizer = my_opt, .user = cfg, .seed = 1};
+ *   dt_strategy *s;  dt_strategy_create(&layout, &r, world, &s);        // collective over world
+ *   if (dt_strategy_serves(s)) return dt_strategy_serve(s);             // a parameter server's rank
+ *   each step:  dt_strategy_step(s, step, lr, next_batch, user, &stats);
+ *   checkpoint: dt_strategy_sync(s);  dt_strategy_save(s, writer, &progress, ...);
+ */
+typedef struct {
+    /* The model's description with its tensor-parallel layers split over
+     * tp (NULL: whole); the reason in dt_last_error on failure. */
+    dt_status (*describe)(void *user, dt_comm *tp, dt_model_desc **out);
+    /* An optimizer over n elements (its weight-decay groups are set by the
+     * library from weight_decay and no_decay). */
+    dt_status (*make_optimizer)(void *user, int64_t n, dt_optimizer **out);
+    void *user;
+    uint64_t seed;           /* weights and dropout */
+    float grad_clip;         /* global-norm clipping (0: off) */
+    float weight_decay;      /* > 0: groups by name (dt_decay_groups) */
+    const char *no_decay;    /* patterns without decay (NULL: DT_NO_DECAY_DEFAULT) */
+    const char *offload_dir; /* offload disk: where the files go (NULL: /var/tmp) */
+    const char *ps_clock_log; /* servers > 0: the servers' clock log (NULL: none) */
+    const char *resume;      /* a checkpoint's step directory to start from (NULL: the recipe's weights) */
+    int64_t resume_optimizer_steps; /* its progress's optimizer steps (dt_ckpt_progress) */
+} dt_run_recipe;
+
+/* Build the run `l` describes for this rank of `world` (collective over
+ * world; world must outlive the strategy).  The strategy owns everything
+ * it built (mesh, communicators, model, optimizer); dt_strategy_destroy
+ * frees it.  A parameter server's rank gets a strategy that only serves
+ * (dt_strategy_serves).  Refusals name the keys and numbers (dt_layout_check
+ * first, then the model against the layout: the pipeline's stages against
+ * its blocks, tensor-parallel widths it cannot split by). */
+dt_status dt_strategy_create(const dt_layout *l, const dt_run_recipe *r, dt_comm *world, dt_strategy **out);
+/* True for a parameter server's rank: call dt_strategy_serve, not step. */
+bool dt_strategy_serves(const dt_strategy *s);
+/* Serve the workers until every one has left (a server's rank's whole run). */
+dt_status dt_strategy_serve(dt_strategy *s);
+/* The model and optimizer this rank trains (its stage, its shards; the
+ * optimizer over what it updates). */
+dt_model *dt_strategy_model(const dt_strategy *s);
+dt_optimizer *dt_strategy_optimizer(const dt_strategy *s);
+/* The communicator the data is split over (the mesh's dp group, or the
+ * parameter server's workers), and the job's (every rank, servers too). */
+dt_comm *dt_strategy_data_comm(const dt_strategy *s);
+dt_comm *dt_strategy_job_comm(const dt_strategy *s);
+/* This rank's data-parallel, tensor-parallel and pipeline groups (tp, pp
+ * NULL when the layout does not split so). */
+void dt_strategy_groups(const dt_strategy *s, dt_comm **dp, dt_comm **tp, dt_comm **pp);
+/* A parameter server's index among the servers and the range of the flat
+ * parameters it holds ([*lo, *lo + *n) of *total); -1 on a worker. */
+int dt_strategy_server_range(const dt_strategy *s, int64_t *lo, int64_t *n, int64_t *total);
+/* The mesh of a tensor- or pipeline-parallel run (NULL otherwise). */
+dt_mesh *dt_strategy_mesh(const dt_strategy *s);
+/* The layout it was built from, dp resolved. */
+const dt_layout *dt_strategy_layout(const dt_strategy *s);
+/* True on the rank that writes checkpoints and reports (dp rank 0 of stage 0,
+ * tp rank 0; worker 0 of a parameter server). */
+bool dt_strategy_lead(const dt_strategy *s);
+/* The whole model's parameter count (every stage's, every shard whole, a
+ * tied copy once).  Collective over the pipeline group. */
+int64_t dt_strategy_whole_parameters(dt_strategy *s);
+/* On the lead: the registry and optimizer a checkpoint writer saves (the
+ * whole model's, gathered at each save, for a mesh or a parameter server;
+ * the live ones otherwise; *optimizer NULL for ZeRO, whose state goes to
+ * shard files) and whether it streams model.safetensors itself (ZeRO-3).
+ * Elsewhere all NULL. */
+void dt_strategy_checkpoint_state(dt_strategy *s, dt_params **params, dt_optimizer **optimizer, bool *stream_model);
+
+/* One checkpoint at progress pr, collective over the strategy's ranks: each
+ * holds its part; the lead hands the whole state to w (started with
+ * dt_strategy_checkpoint_state's registry and optimizer, into dir).  ZeRO's
+ * ranks write their shard files into dir.  *dropped (with the reason in
+ * dt_last_error) when this checkpoint could not be written but training can
+ * go on; an error status when the job cannot.  *stall: the time the writer
+ * held us up (may be NULL). */
+dt_status dt_strategy_save(dt_strategy *s, dt_ckpt_writer *w, const char *dir, const dt_ckpt_progress *pr,
+                           const char *label, double *stall, bool *dropped);
+
+/* Evaluation totals over a batch source: the loss summed over scored rows,
+ * the rows whose argmax is the target, and the rows. */
+typedef struct {
+    double loss_sum, correct;
+    int64_t rows, batches, samples;
+} dt_eval_totals;
+/* Forward (no dropout, no gradients) `batches` batches from next through the
+ * pipeline's stages and tensor-parallel shards (the logits' slices gathered
+ * for the argmax).  Collective over the ranks that evaluate together: every
+ * rank calls it; those that are not the lead's replica return at once with
+ * zeros (under ZeRO-3 every rank takes part: its forward gathers).  The
+ * lead gets the totals. */
+dt_status dt_strategy_evaluate(dt_strategy *s, int64_t batches, dt_next_batch_fn next, void *user,
+                               dt_eval_totals *out);
+/* The same over a model of one's own: m (a stage, of shards) split over tp
+ * and pp (either NULL: not split so), activations in arena.  A batch from
+ * next with no targets ends the evaluation early.  Collective over tp and
+ * pp; stage 0 gets the totals. */
+dt_status dt_evaluate_batches(dt_model *m, dt_arena *arena, dt_comm *tp, dt_comm *pp, int64_t batches,
+                              dt_next_batch_fn next, void *user, dt_eval_totals *out);
 
 #ifdef __cplusplus
 }

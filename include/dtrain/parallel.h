@@ -192,6 +192,10 @@ dt_status dt_zero_shard_put(dt_model *m, int nranks, int rank, const float *shar
  * ceil(numel / N) long, of each: what a sharded checkpoint's manifest
  * records. */
 int dt_zero_units(dt_model *m, int64_t *offsets, int64_t *numels, int max);
+/* Check a sharded checkpoint's manifest against m's ZeRO units (a
+ * manifest without sharding passes); DT_ERR_INVALID naming the unit. */
+struct dt_ckpt_manifest;
+dt_status dt_zero_check_sharding(const struct dt_ckpt_manifest *man, dt_model *m);
 /* A ZeRO-3 strategy's shard of the values (the master copy its optimizer
  * updates, dt_zero_shard_numel elements: see dt_zero_shard_take for the
  * layout) and its length; NULL for stages 1 and 2, which update their

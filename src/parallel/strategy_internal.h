@@ -7,7 +7,11 @@
 #ifndef DT_PARALLEL_STRATEGY_INTERNAL_H
 #define DT_PARALLEL_STRATEGY_INTERNAL_H
 
+#include "dtrain/layout.h"
+#include "dtrain/mesh.h"
 #include "dtrain/parallel.h"
+
+typedef struct dt__save_args dt__save_args;
 
 typedef struct {
     const char *name;
@@ -26,6 +30,9 @@ typedef struct {
     /* Bytes the strategy holds beyond the model and the optimizer, of which
      * *buffers communication buffers (NULL: none). */
     size_t (*memory)(const dt_strategy *s, size_t *buffers);
+    /* One checkpoint (dt_strategy_save); NULL: the common one (common/save.c:
+     * the state as it is, gathered over tp and pp onto the lead when split). */
+    dt_status (*save)(dt_strategy *s, const dt__save_args *a);
     void (*destroy)(dt_strategy *s);
 } dt__strategy_ops;
 
@@ -37,7 +44,47 @@ struct dt_strategy {
     uint32_t key_group; /* dropout keys differ across data-parallel ranks */
     dt_arena *arena;
     void *impl;
+    /* ---- set by dt_strategy_create (common/build.c); zero for a strategy
+     * made by its own constructor, which owns none of it ---- */
+    struct dt__run *run;
 };
+
+/* What dt_strategy_create built and the strategy owns. */
+typedef struct dt__run {
+    dt_layout layout;     /* dp resolved */
+    dt_run_recipe recipe; /* resume cleared after the build */
+    dt_comm *job;         /* the world given (not owned) */
+    dt_comm *role;        /* a parameter server's: this rank's role's group (owned), else NULL */
+    dt_mesh *mesh;        /* dp x pp x tp when tp or pp > 1 (owned) */
+    dt_comm *dp, *tp, *pp; /* this rank's groups (dp: the mesh's, the workers, or the world; tp, pp NULL: not split) */
+    dt_ps_config ps;      /* servers > 0 */
+    bool server;          /* this rank serves */
+    dt_model *whole;      /* the lead's whole model for checkpoints of a mesh or a parameter server (owned) */
+    dt_optimizer *whole_o;
+} dt__run;
+
+struct dt__save_args {
+    dt_ckpt_writer *w; /* the lead's; NULL elsewhere */
+    const char *dir;
+    const dt_ckpt_progress *pr;
+    const char *label;
+    double *stall;
+    bool *dropped;
+};
+
+/* common/build.c: the run's models and optimizers. */
+dt_status dt__run_whole_model(const dt__run *r, dt_model **m);
+dt_status dt__run_stage_model(const dt__run *r, int stage, dt_model **m);
+dt_status dt__run_optimizer_range(const dt__run *r, dt_params *p, int64_t offset, int64_t n, dt_optimizer **o);
+dt_status dt__run_prepare_writer(dt_strategy *s);
+void dt__run_free(dt__run *r, dt_model *m, dt_optimizer *o);
+/* common/load.c: this rank's part of the checkpoint in step_dir into m and o
+ * (before the strategy exists: ZeRO and the servers take it from there). */
+dt_status dt__run_load(dt__run *r, const char *step_dir, dt_model *m, dt_optimizer *o);
+
+/* The common checkpoint: the state as it is (downloaded from a device),
+ * gathered over tp and pp onto the lead's whole model when split. */
+dt_status dt__save_common(dt_strategy *s, const dt__save_args *a);
 
 /* Fill the common part; the strategy sets ops, key_group and impl. */
 dt_status dt__strategy_init(dt_strategy *s, dt_model *m, dt_optimizer *o, const dt_strategy_config *cfg);

@@ -439,8 +439,14 @@ static void ps_destroy(dt_strategy *s)
     free(P);
 }
 
-static const dt__strategy_ops ps_ops = {
-    .name = "ps", .update = ps_update, .sync = ps_sync, .timing = ps_timing, .destroy = ps_destroy};
+dt_status dt__ps_save(dt_strategy *s, const dt__save_args *a); /* ps/save.c */
+
+static const dt__strategy_ops ps_ops = {.name = "ps",
+                                        .update = ps_update,
+                                        .sync = ps_sync,
+                                        .timing = ps_timing,
+                                        .save = dt__ps_save,
+                                        .destroy = ps_destroy};
 
 /* ---- joining and snapshots ---- */
 

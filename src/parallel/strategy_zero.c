@@ -584,8 +584,11 @@ static size_t zero_memory(const dt_strategy *s, size_t *buffers)
     return Z->shard + *buffers;
 }
 
+dt_status dt__zero_save(dt_strategy *s, const dt__save_args *a); /* zero/checkpoint.c */
+
 static const dt__strategy_ops zero_ops = {.name = "zero",
                                           .update = zero_update,
+                                          .save = dt__zero_save,
                                           .sync = zero_sync,
                                           .timing = zero_timing,
                                           .memory = zero_memory,
