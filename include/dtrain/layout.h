@@ -100,6 +100,10 @@ const char *dt_layout_describe(const dt_layout *l, char *buf, size_t len);
  * replaces data parallelism by allreduce". *out_dp (optional) gets the
  * data-parallel width the world leaves. */
 dt_status dt_layout_check(const dt_layout *l, int world, int *out_dp);
+/* The model against the layout: the pipeline's pp x chunks stages cut from
+ * d's blocks (at most one per block, dt_pipeline_partition).  DT_ERR_INVALID
+ * naming pp and the blocks.  dt_strategy_create checks it too. */
+dt_status dt_layout_check_model(const dt_layout *l, const dt_model_desc *d);
 /* The pipeline's chunks per rank: virtual_stages when interleaved, else 1. */
 int dt_layout_chunks(const dt_layout *l);
 /* Micro-batches through the schedule per optimizer step. */
@@ -166,6 +170,9 @@ void dt_strategy_groups(const dt_strategy *s, dt_comm **dp, dt_comm **tp, dt_com
 int dt_strategy_server_range(const dt_strategy *s, int64_t *lo, int64_t *n, int64_t *total);
 /* The mesh of a tensor- or pipeline-parallel run (NULL otherwise). */
 dt_mesh *dt_strategy_mesh(const dt_strategy *s);
+/* False for a parameter server's asynchronous workers (sync asp, ssp), which
+ * do not wait for each other: no collective over them between steps. */
+bool dt_strategy_lockstep(const dt_strategy *s);
 /* The layout it was built from, dp resolved. */
 const dt_layout *dt_strategy_layout(const dt_strategy *s);
 /* True on the rank that writes checkpoints and reports (dp rank 0 of stage 0,

@@ -150,20 +150,8 @@ void dtrain_device_line(const dtrain_config *c);
  * recipe keeps c). */
 void dtrain_layout_of(const dtrain_config *c, dt_layout *l);
 void dtrain_recipe_of(const dtrain_config *c, dt_run_recipe *r);
-/* The same split over the tensor-parallel group tp (NULL: whole). */
-dt_status dtrain_build_model_tp(const dtrain_config *c, dt_comm *tp, dt_model **m);
 
 
-/* ---- parameter server (ps_role.c) ---- */
-/* The library's configuration from the servers, sync, staleness and
- * ps_clock_log keys. */
-dt_status dtrain_ps_config(const dtrain_config *c, dt_ps_config *out);
 /* The description behind both (the failure printed). */
 dt_status dtrain_describe_model(const dtrain_config *c, dt_comm *tp, dt_model_desc **d);
-/* Pipeline stage `stage` of c->pp (c->virtual_stages chunks when the
- * schedule is interleaved), split over tp (NULL: whole). */
-dt_status dtrain_build_stage(const dtrain_config *c, dt_comm *tp, int stage, dt_model **m);
-/* Chunks per pipeline rank: virtual_stages when interleaved, else 1. */
-int dtrain_chunks(const dtrain_config *c);
-
 #endif

@@ -6,8 +6,6 @@
 
 #include "dtrain_cli.h"
 
-dt_status dtrain_build_model(const dtrain_config *c, dt_model **m) { return dtrain_build_model_tp(c, NULL, m); }
-
 
 dt_status dtrain_describe_model(const dtrain_config *c, dt_comm *tp, dt_model_desc **d)
 {
@@ -30,28 +28,14 @@ dt_status dtrain_describe_model(const dtrain_config *c, dt_comm *tp, dt_model_de
     return s;
 }
 
-dt_status dtrain_build_model_tp(const dtrain_config *c, dt_comm *tp, dt_model **m)
+dt_status dtrain_build_model(const dtrain_config *c, dt_model **m)
 {
     dt_model_desc *d = NULL;
-    if (dtrain_describe_model(c, tp, &d) != DT_OK)
+    if (dtrain_describe_model(c, NULL, &d) != DT_OK)
         return DT_ERR_INVALID;
     dt_status s = dt_model_instantiate(d, 0, dt_model_desc_blocks(d), m);
     if (s != DT_OK)
         fprintf(stderr, "dtrain: cannot build the model: %s\n", dt_last_error());
-    dt_model_desc_destroy(d);
-    return s;
-}
-
-int dtrain_chunks(const dtrain_config *c) { return !strcmp(c->pipeline_schedule, "interleaved") ? (int)c->virtual_stages : 1; }
-
-dt_status dtrain_build_stage(const dtrain_config *c, dt_comm *tp, int stage, dt_model **m)
-{
-    dt_model_desc *d = NULL;
-    if (dtrain_describe_model(c, tp, &d) != DT_OK)
-        return DT_ERR_INVALID;
-    dt_status s = dt_pipeline_stage_create(d, (int)c->pp, dtrain_chunks(c), stage, m);
-    if (s != DT_OK)
-        fprintf(stderr, "dtrain: pp = %lld: %s\n", (long long)c->pp, dt_last_error());
     dt_model_desc_destroy(d);
     return s;
 }

@@ -140,9 +140,7 @@ static int after_step(train_run *t, window *w, double *last_ckpt, bool *stop)
         return 1;
     last |= reached;
     int by_time = c->checkpoint_seconds > 0 && now_s() - *last_ckpt >= c->checkpoint_seconds;
-    const dt_layout *l = dt_strategy_layout(t->s);
-    bool split = l->tp > 1 || l->pp > 1 || l->zero_stage > 0; /* ranks that save together */
-    if (split && c->checkpoint_seconds > 0 && t->nranks > 1 && /* the writer's clock decides for them all */
+    if (c->checkpoint_seconds > 0 && t->nranks > 1 && dt_strategy_lockstep(t->s) && /* the writer's clock decides */
         dt_broadcast(&by_time, 1, DT_I32, 0, t->world) != DT_OK)
         return 1;
     bool ckpt_now = c->checkpoint_dir[0] &&
@@ -167,12 +165,10 @@ static int train_loop(train_run *t)
     const dtrain_config *c = t->c;
     dt_lr_schedule sched = {strcmp(c->schedule, "cosine") == 0 ? DT_LR_COSINE : DT_LR_CONSTANT, (float)c->lr,
                             (float)c->min_lr, c->warmup_steps, c->steps};
-    const dt_layout *l = dt_strategy_layout(t->s);
     window w = {now_s(), 0, 0, 0, 0, 0, 0, t->pr.step, t->d.gpt ? "tokens" : "samples"};
     w.run_start = w.start;
     double last_ckpt = w.start;
     feed fd = {t->pf, t->d.features, (t->d.gpt ? c->context : 1) * t->dpn, 0, t->d.gpt ? t->d.features : 1, NULL};
-    bool async = l->servers > 0 && l->sync != DT_PS_BSP; /* asynchronous workers do not wait for each other */
     for (int64_t step = t->pr.step; step < c->steps; step++) {
         double t0 = now_s();
         float lr = dt_lr_at(&sched, step);
@@ -187,7 +183,7 @@ static int train_loop(train_run *t)
         w.items += fd.items;
         bool log_now = (step + 1) % c->log_interval == 0 || step + 1 == c->steps;
         /* the loss over every rank's batch (asp, ssp: worker 0's) */
-        if (s == DT_OK && log_now && t->nranks > 1 && !async)
+        if (s == DT_OK && log_now && t->nranks > 1 && dt_strategy_lockstep(t->s))
             s = dt_allreduce(&loss, &loss, 1, DT_F32, DT_AVG, t->world);
         if (s == DT_OK && t->strag)
             s = dt_straggler_step(t->strag, step, now_s() - t0, st.exposed_s, NULL);

@@ -30,12 +30,13 @@ static dt_status build_model(const dt__run *r, dt_model **m)
     dt_status s = r->recipe.describe(r->recipe.user, r->tp, &d);
     if (s != DT_OK)
         return dt__fail(s, "cannot build the model: %s", dt_last_error());
-    if (r->pp) {
-        s = dt_pipeline_stage_create(d, r->layout.pp, dt_layout_chunks(&r->layout), dt_comm_rank(r->pp), m);
-        if (s != DT_OK)
-            s = dt__fail(s, "pp = %d: %s", r->layout.pp, dt_last_error());
-    } else if ((s = dt_model_instantiate(d, 0, dt_model_desc_blocks(d), m)) != DT_OK)
-        s = dt__fail(s, "cannot build the model: %s", dt_last_error());
+    if (!r->pp) {
+        if ((s = dt_model_instantiate(d, 0, dt_model_desc_blocks(d), m)) != DT_OK)
+            s = dt__fail(s, "cannot build the model: %s", dt_last_error());
+    } else if ((s = dt_layout_check_model(&r->layout, d)) == DT_OK &&
+               (s = dt_pipeline_stage_create(d, r->layout.pp, dt_layout_chunks(&r->layout), dt_comm_rank(r->pp), m)) !=
+                   DT_OK)
+        s = dt__fail(s, "pp = %d: %s", r->layout.pp, dt_last_error());
     dt_model_desc_destroy(d);
     return s;
 }

@@ -106,3 +106,8 @@ dt_status dt_strategy_serve(dt_strategy *s)
 }
 
 dt_mesh *dt_strategy_mesh(const dt_strategy *s) { return s && s->run ? s->run->mesh : NULL; }
+
+bool dt_strategy_lockstep(const dt_strategy *s)
+{
+    return s && s->run && !(s->run->layout.servers > 0 && s->run->layout.sync != DT_PS_BSP);
+}
