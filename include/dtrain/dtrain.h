@@ -12,6 +12,7 @@
 #include "dtrain/parallel.h"
 #include "dtrain/pipeline.h"
 #include "dtrain/ps.h"
+#include "dtrain/layout.h"
 #include "dtrain/data.h"
 #include "dtrain/layout.h"
 #include "dtrain/ckpt.h"
