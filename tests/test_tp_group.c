@@ -316,7 +316,8 @@ static int check_loss(const dt_tp_group *g, double *worst)
     for (int i = 0; i < N; i++)
         memcpy(zl + i * c, z + i * V + start, sizeof(float) * (size_t)c);
     dt_tensor zt = dt_tensor_view(z, 2, (int64_t[]){N, V}), dzt = dt_tensor_view(dz, 2, (int64_t[]){N, V});
-    dt_tensor zlt = dt_tensor_view(zl, 2, (int64_t[]){N, c}), dzlt = dt_tensor_view(dzl, 2, (int64_t[]){N, c});
+    dt_tensor zlt = dt_tensor_view(zl, 2, (int64_t[]){N, c});
+    dt_tensor dzlt = dt_tensor_view(dzl, 2, (int64_t[]){N, c});
     float want, got;
     CALL(dt_softmax_cross_entropy(&zt, y, &want, &dzt));
     CALL(dt_softmax_cross_entropy_parallel(&zlt, y, V, start, g, &got, &dzlt));
@@ -329,7 +330,8 @@ static int check_loss(const dt_tp_group *g, double *worst)
 
 typedef struct {
     member m;
-    double worst[6]; /* shards, pair output and dx, pair grads, gpt loss, gpt grads, the loss on wide logits */
+    /* shards, pair output and dx, pair gradients, gpt loss, gpt gradients, the loss on wide logits */
+    double worst[6];
     int failed;
 } rank_job;
 
@@ -393,10 +395,8 @@ static void test_refusals(void)
     EXPECT_STATUS(dt_linear_parallel_create(p, "fc", 4, 4, true, DT_TP_ROW, NULL, &l), DT_ERR_INVALID);
     EXPECT_CONTAINS(dt_last_error(), "the tensor-parallel group is NULL");
     dt_model_desc *d = NULL;
-    EXPECT_STATUS(dt_gpt_describe(&(dt_gpt_config){.vocab = 8, .context = 4, .layers = 1, .heads = 2, .dim = 8,
-                                                   .tp = g},
-                                  &d),
-                  DT_ERR_INVALID);
+    dt_gpt_config c = {.vocab = 8, .context = 4, .layers = 1, .heads = 2, .dim = 8, .tp = g};
+    EXPECT_STATUS(dt_gpt_describe(&c, &d), DT_ERR_INVALID);
     EXPECT_CONTAINS(dt_last_error(), "gpt: tensor-parallel rank 2 of 2 ranks");
     dt_params_destroy(p);
 }

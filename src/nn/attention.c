@@ -98,8 +98,8 @@ static void destroy(dt_layer *l)
 
 static const dt_layer_ops ops = {"attention", forward, backward, init, destroy};
 
-static dt_status create(dt_params *p, const char *name, int64_t dim, int64_t heads, const dt_tp_group *tp, bool sp,
-                        dt_layer **l)
+static dt_status create(dt_params *p, const char *name, int64_t dim, int64_t heads, const dt_tp_group *tp,
+                        bool sp, dt_layer **l)
 {
     if (dim <= 0 || heads <= 0 || dim % heads != 0)
         return dt__fail(DT_ERR_INVALID, "attention %s: dim %lld is not a positive multiple of %lld heads", name,
@@ -147,8 +147,8 @@ dt_status dt_attention_parallel_create(dt_params *p, const char *name, int64_t d
     return create(p, name, dim, heads, tp, false, l);
 }
 
-dt_status dt__attention_seq_create(dt_params *p, const char *name, int64_t dim, int64_t heads, const dt_tp_group *tp,
-                                   dt_layer **l)
+dt_status dt__attention_seq_create(dt_params *p, const char *name, int64_t dim, int64_t heads,
+                                   const dt_tp_group *tp, dt_layer **l)
 {
     return create(p, name, dim, heads, tp, true, l);
 }

@@ -39,7 +39,7 @@ typedef struct {
     dt_layer base;
     int64_t vocab, context, dim;
     int64_t v0, vl; /* this rank's rows of wte */
-    dt_tp_group tp;   /* size 0: not vocabulary-parallel */
+    dt_tp_group tp; /* size 0: not vocabulary-parallel */
     bool sp; /* sequence parallel: the output is this rank's slice of the positions */
     int wte, wpe;
     dt_layer *drop;
@@ -426,13 +426,14 @@ static dt_status make_block(const dt_gpt_config *c, int i, dt_params *p, dt_laye
     dt_layer *a[3] = {0}, *m[5] = {0};
     dt_status s = dt_sequential_create(b, &K->body);
     bool sp = seq_parallel(c);
+    const dt_tp_group *tp = tp_of(c);
     snprintf(n, sizeof n, "%s.ln_1", b);
     if (s == DT_OK)
         s = make_layernorm(c, p, n, &a[0]);
     snprintf(n, sizeof n, "%s.attn", b);
     if (s == DT_OK)
-        s = sp          ? dt__attention_seq_create(p, n, c->dim, c->heads, tp_of(c), &a[1])
-            : tp_of(c) ? dt_attention_parallel_create(p, n, c->dim, c->heads, tp_of(c), &a[1])
+        s = sp      ? dt__attention_seq_create(p, n, c->dim, c->heads, tp, &a[1])
+            : tp    ? dt_attention_parallel_create(p, n, c->dim, c->heads, tp, &a[1])
                     : dt_attention_create(p, n, c->dim, c->heads, &a[1]);
     snprintf(n, sizeof n, "%s.attn_dropout", b);
     if (s == DT_OK)
@@ -442,15 +443,15 @@ static dt_status make_block(const dt_gpt_config *c, int i, dt_params *p, dt_laye
         s = make_layernorm(c, p, n, &m[0]);
     snprintf(n, sizeof n, "%s.mlp.c_fc", b);
     if (s == DT_OK)
-        s = tp_of(c) ? dt__linear_parallel_create(p, n, c->dim, 4 * c->dim, true, DT_TP_COLUMN, 1, sp, tp_of(c), &m[1])
-                  : dt_linear_create(p, n, c->dim, 4 * c->dim, true, &m[1]);
+        s = tp ? dt__linear_parallel_create(p, n, c->dim, 4 * c->dim, true, DT_TP_COLUMN, 1, sp, tp, &m[1])
+               : dt_linear_create(p, n, c->dim, 4 * c->dim, true, &m[1]);
     snprintf(n, sizeof n, "%s.mlp.gelu", b);
     if (s == DT_OK)
         s = dt_gelu_create(n, &m[2]);
     snprintf(n, sizeof n, "%s.mlp.c_proj", b);
     if (s == DT_OK)
-        s = tp_of(c) ? dt__linear_parallel_create(p, n, 4 * c->dim, c->dim, true, DT_TP_ROW, 1, sp, tp_of(c), &m[3])
-                  : dt_linear_create(p, n, 4 * c->dim, c->dim, true, &m[3]);
+        s = tp ? dt__linear_parallel_create(p, n, 4 * c->dim, c->dim, true, DT_TP_ROW, 1, sp, tp, &m[3])
+               : dt_linear_create(p, n, 4 * c->dim, c->dim, true, &m[3]);
     snprintf(n, sizeof n, "%s.mlp_dropout", b);
     if (s == DT_OK)
         s = make_dropout(c, n, &m[4]);

@@ -232,7 +232,8 @@ static const dt_layer_ops column_ops = {"linear-column-parallel", forward, backw
 static const dt_layer_ops row_ops = {"linear-row-parallel", forward, backward, init, destroy};
 
 dt_status dt__linear_parallel_create(dt_params *p, const char *name, int64_t in, int64_t out, bool bias,
-                                     dt_tp_split split, int64_t groups, bool sp, const dt_tp_group *tp, dt_layer **l)
+                                     dt_tp_split split, int64_t groups, bool sp, const dt_tp_group *tp,
+                                     dt_layer **l)
 {
     char who[96];
     snprintf(who, sizeof who, "linear %s", name);

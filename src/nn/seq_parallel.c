@@ -12,8 +12,8 @@
 #include "base/status.h"
 #include "nn/tp.h"
 
-dt_status dt__sp_gather(const dt_tp_group *tp, const float *local, float *whole, float *scratch, int64_t B, int64_t Tl,
-                        int64_t D)
+dt_status dt__sp_gather(const dt_tp_group *tp, const float *local, float *whole, float *scratch, int64_t B,
+                        int64_t Tl, int64_t D)
 {
     int t = tp->size;
     size_t block = (size_t)(Tl * D);
@@ -25,8 +25,8 @@ dt_status dt__sp_gather(const dt_tp_group *tp, const float *local, float *whole,
     return DT_OK;
 }
 
-dt_status dt__sp_reduce_scatter(const dt_tp_group *tp, const float *whole, float *local, float *scratch, int64_t B, int64_t Tl,
-                                int64_t D)
+dt_status dt__sp_reduce_scatter(const dt_tp_group *tp, const float *whole, float *local, float *scratch,
+                                int64_t B, int64_t Tl, int64_t D)
 {
     int t = tp->size;
     size_t block = (size_t)(Tl * D);

@@ -11,10 +11,10 @@ dt_status dt__tp_check(const dt_tp_group *g, const char *who)
         return dt__fail(DT_ERR_INVALID, "%s: the tensor-parallel group is NULL", who);
     if (g->size < 1 || g->rank < 0 || g->rank >= g->size)
         return dt__fail(DT_ERR_INVALID, "%s: tensor-parallel rank %d of %d ranks", who, g->rank, g->size);
-    const char *missing = !g->allreduce_sum       ? "allreduce_sum"
-                          : !g->allreduce_sum_f64 ? "allreduce_sum_f64"
-                          : !g->allreduce_max_f64 ? "allreduce_max_f64"
-                          : !g->allgather         ? "allgather"
+    const char *missing = !g->allreduce_sum        ? "allreduce_sum"
+                          : !g->allreduce_sum_f64  ? "allreduce_sum_f64"
+                          : !g->allreduce_max_f64  ? "allreduce_max_f64"
+                          : !g->allgather          ? "allgather"
                           : !g->reduce_scatter_sum ? "reduce_scatter_sum"
                                                    : NULL;
     if (missing)

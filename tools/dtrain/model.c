@@ -15,8 +15,8 @@ dt_status dtrain_describe_model(const dtrain_config *c, dt_comm *tp, dt_model_de
     dt_tp_group group = dt_tp_group_of_comm(tp); /* zeroed without tp: none */
     if (strcmp(c->model, "gpt") == 0)
         s = dt_gpt_describe(&(dt_gpt_config){.vocab = c->vocab, .context = c->context, .layers = c->layers,
-                                             .heads = c->heads, .dim = c->dim, .dropout = (float)c->dropout, .tp = group,
-                                             .sequence_parallel = tp && c->sequence_parallel},
+                                             .heads = c->heads, .dim = c->dim, .dropout = (float)c->dropout,
+                                             .tp = group, .sequence_parallel = tp && c->sequence_parallel},
                             d);
     else if (strcmp(c->model, "textclf") == 0)
         s = dt_textclf_describe(&(dt_textclf_config){c->buckets, c->dim, c->classes}, d);
