@@ -46,10 +46,11 @@ static dt_status describe(const model_kind *k, dt_comm *tp, dt_model_desc **d)
 {
     if (k->gpt) {
         dt_gpt_config c = k->g;
-        c.tp = tp;
+        c.tp = dt_tp_group_of_comm(tp);
         return dt_gpt_describe(&c, d);
     }
-    return tp ? dt_mlp_describe_tp(k->sizes, 5, tp, d) : dt_mlp_describe(k->sizes, 5, d);
+    dt_tp_group g = dt_tp_group_of_comm(tp);
+    return tp ? dt_mlp_describe_tp(k->sizes, 5, &g, d) : dt_mlp_describe(k->sizes, 5, d);
 }
 
 /* Micro-batch i of data-parallel replica r at `step`: inputs and targets

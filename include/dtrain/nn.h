@@ -198,9 +198,40 @@ struct dt_layer {
     char name[64];
 };
 
+/* ---- the tensor-parallel group ----
+ * A tensor-parallel group as the layers see it: this rank's place in it and
+ * the exchanges the tensor-parallel layers and the vocabulary-parallel loss
+ * need, so that nn knows no communicator.  src/parallel supplies one over a
+ * communicator (dt_tp_group_of_comm, dtrain/parallel.h); a test may supply its
+ * own.  Layers, descriptions and models keep a copy of the struct: what
+ * `user` points to (the communicator) must outlive them.  A zeroed group
+ * (size 0) is no group.
+ *
+ * Every entry is collective over the group: each rank calls it in the same
+ * order with the same count, and each rank gets bitwise the same result (the
+ * reduction order fixed, whatever the timing), which the layers rely on to
+ * keep replicated values equal.  Counts are elements, not bytes.  A failure
+ * returns its status with the detail in dt_last_error(). */
+typedef struct dt_tp_group {
+    int rank, size; /* this rank's place: 0 <= rank < size */
+    void *user;     /* passed to every entry */
+    /* buf[0..n) := the elementwise sum over ranks of buf[0..n), in place */
+    dt_status (*allreduce_sum)(void *user, float *buf, int64_t n);
+    /* The same over doubles, and the elementwise maximum (the
+     * vocabulary-parallel loss's row statistics). */
+    dt_status (*allreduce_sum_f64)(void *user, double *buf, int64_t n);
+    dt_status (*allreduce_max_f64)(void *user, double *buf, int64_t n);
+    /* all[r*n_each .. (r+1)*n_each) := rank r's mine[0..n_each), for every
+     * r; all holds size*n_each floats and does not overlap mine. */
+    dt_status (*allgather)(void *user, const float *mine, float *all, int64_t n_each);
+    /* mine[0..n_each) := block `rank` of the elementwise sum over ranks of
+     * all[0..size*n_each); mine does not overlap all. */
+    dt_status (*reduce_scatter_sum)(void *user, const float *all, float *mine, int64_t n_each);
+} dt_tp_group;
+
 /* Constructors register their parameters in p under "<name>.weight" etc. */
 dt_status dt_linear_create(dt_params *p, const char *name, int64_t in, int64_t out, bool bias, dt_layer **l);
-/* Tensor-parallel linear (Megatron-LM) over the group `tp` of t ranks:
+/* Tensor-parallel linear (Megatron-LM) over the group `tp` of t ranks (copied):
  * DT_TP_COLUMN splits W [out, in] by output features (this rank computes
  * out/t of them from the whole input; backward sums the input gradient over
  * the group), DT_TP_ROW by input features (this rank takes its in/t slice of
@@ -211,9 +242,8 @@ dt_status dt_linear_create(dt_params *p, const char *name, int64_t in, int64_t o
  * divide by t (an error names the numbers).  Forward and backward are
  * collective over tp. */
 typedef enum { DT_TP_COLUMN = 1, DT_TP_ROW = 2 } dt_tp_split;
-struct dt_comm;
 dt_status dt_linear_parallel_create(dt_params *p, const char *name, int64_t in, int64_t out, bool bias,
-                                    dt_tp_split split, struct dt_comm *tp, dt_layer **l);
+                                    dt_tp_split split, const dt_tp_group *tp, dt_layer **l);
 dt_status dt_relu_create(const char *name, dt_layer **l);
 /* GELU, tanh approximation (as GPT-2 and torch's approximate="tanh"). */
 dt_status dt_gelu_create(const char *name, dt_layer **l);
@@ -248,7 +278,7 @@ dt_status dt_attention_create(dt_params *p, const char *name, int64_t dim, int64
  * divisible by its size): c_attn column-parallel (this rank's heads' q, k
  * and v), c_proj row-parallel; one allreduce forward, one backward. */
 dt_status dt_attention_parallel_create(dt_params *p, const char *name, int64_t dim, int64_t heads,
-                                       struct dt_comm *tp, dt_layer **l);
+                                       const dt_tp_group *tp, dt_layer **l);
 /* conv2d over [batch, in, h, w]: square kernel k, stride 1, zero padding pad;
  * parameters "<name>.weight" [out, in, k, k] and "<name>.bias" [out]. */
 dt_status dt_conv2d_create(dt_params *p, const char *name, int64_t in, int64_t out, int64_t k, int64_t pad,
@@ -277,9 +307,9 @@ dt_status dt_softmax_cross_entropy(const dt_tensor *logits, const int32_t *targe
  * sum of exponentials and the target's logit are reduced over tp.  Every
  * rank gets the loss; dlogits (optional) is this rank's slice of the
  * gradient.  Collective over tp. */
-struct dt_comm;
 dt_status dt_softmax_cross_entropy_parallel(const dt_tensor *logits, const int32_t *targets, int64_t vocab,
-                                            int64_t vocab_start, struct dt_comm *tp, float *loss, dt_tensor *dlogits);
+                                            int64_t vocab_start, const dt_tp_group *tp, float *loss,
+                                            dt_tensor *dlogits);
 
 /* ---- containers ---- */
 typedef enum { DT_BEFORE_FORWARD, DT_AFTER_FORWARD, DT_BEFORE_BACKWARD, DT_AFTER_BACKWARD } dt_hook_point;
@@ -321,10 +351,11 @@ typedef struct {
  * outputs.  Blocks fc1, relu1, fc2, ...; parameters "fc1.weight", "fc1.bias"
  * (PyTorch's nn.Linear layout). */
 dt_status dt_mlp_describe(const int64_t *sizes, int nsizes, dt_model_desc **out);
-/* The same split over the tensor-parallel group tp: fc1 column-parallel,
- * fc2 row-parallel, fc3 column, ... (Megatron's MLP), a last layer without a
- * partner replicated; the split widths must divide by tp's size. */
-dt_status dt_mlp_describe_tp(const int64_t *sizes, int nsizes, struct dt_comm *tp, dt_model_desc **out);
+/* The same split over the tensor-parallel group tp (copied; NULL or size 0:
+ * none): fc1 column-parallel, fc2 row-parallel, fc3 column, ... (Megatron's
+ * MLP), a last layer without a partner replicated; the split widths must
+ * divide by tp's size. */
+dt_status dt_mlp_describe_tp(const int64_t *sizes, int nsizes, const dt_tp_group *tp, dt_model_desc **out);
 /* The sizes dt_mlp_describe_tp splits over tp ranks (the hidden sizes between
  * a column- and a row-parallel layer) checked without a communicator: a
  * configuration refused before the job starts, naming the size. */
@@ -337,12 +368,13 @@ dt_status dt_mlp_tp_check(const int64_t *sizes, int nsizes, int tp);
 typedef struct {
     int64_t vocab, context, layers, heads, dim;
     float dropout;
-    /* Tensor parallelism over this group (NULL: none): the embedding table
+    /* Tensor parallelism over this group (zeroed, size 0: none; src/parallel
+     * makes one with dt_tp_group_of_comm): the embedding table
      * and the tied output layer split by vocabulary, attention by heads, the
      * MLP column then row (docs/parallelism.md); vocab and heads must divide
      * by its size.  The model's output is then this rank's slice of the
      * logits: dt_model_loss takes the vocabulary-parallel loss. */
-    struct dt_comm *tp;
+    dt_tp_group tp;
     /* Sequence parallelism (Megatron-LM's later form; needs tp, context
      * divisible by its size): between the split regions (LayerNorms,
      * dropouts, residuals) each rank keeps 1/t of the positions, gathered

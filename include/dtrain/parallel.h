@@ -251,6 +251,15 @@ void dt_strategy_destroy(dt_strategy *s);
 dt_status dt_params_optimizer_step(dt_params *p, dt_optimizer *o, float lr, float grad_scale, float max_norm,
                                    float *norm);
 
+/* ---- the tensor-parallel group over a communicator ---- */
+/* The group the tensor-parallel layers, the vocabulary-parallel loss and
+ * dt_gpt_config.tp use (dt_tp_group, dtrain/nn.h) over the communicator c:
+ * its rank and size, and its exchanges as dt_allreduce, dt_allgather and
+ * dt_reduce_scatter over c with the same arguments.  The group holds c, not
+ * a copy: c must outlive every layer and model given it.  c NULL: the zeroed
+ * group (no tensor parallelism). */
+dt_tp_group dt_tp_group_of_comm(dt_comm *c);
+
 /* ---- gradients over a group of ranks that each hold part of the model ---- */
 /* Clip to a global norm: the sum of squares of this rank's n gradients is
  * summed over `group` (NULL: this rank alone), so tensor-parallel shards,

@@ -29,10 +29,10 @@ typedef struct {
 } shared_decl;
 
 /* The last block's output split by class over a tensor-parallel group
- * (vocab classes in all, this rank's from start); tp NULL: not split. */
+ * (vocab classes in all, this rank's from start); tp size 0: not split. */
 typedef struct {
     int64_t vocab, start;
-    struct dt_comm *tp;
+    dt_tp_group tp;
 } output_split;
 
 struct dt_model_desc {
@@ -401,7 +401,7 @@ dt_status dt_model_to_device(dt_model *m, const dt_device *d)
         return dt__fail(DT_ERR_INVALID, "model_to_device: the model is NULL");
     if (!d || d->host)
         return m->dev ? dt__fail(DT_ERR_INVALID, "model_to_device: the model is on %s already", m->dev->name) : DT_OK;
-    if (m->split.tp)
+    if (m->split.tp.size)
         return dt__fail(DT_ERR_INVALID, "model_to_device: a tensor-parallel model on %s is not built yet", d->name);
     DT_CHECK(dt_params_to_device(m->params, d));
     m->dev = d;
@@ -486,9 +486,9 @@ void dt_model_destroy(dt_model *m)
     free(m);
 }
 
-void dt__desc_set_output_split(dt_model_desc *d, int64_t vocab, int64_t start, struct dt_comm *tp)
+void dt__desc_set_output_split(dt_model_desc *d, int64_t vocab, int64_t start, const dt_tp_group *tp)
 {
-    d->split = (output_split){vocab, start, tp};
+    d->split = (output_split){vocab, start, *tp};
 }
 
 dt_status dt_model_loss(dt_model *m, const dt_tensor *out, const int32_t *targets, float *loss, dt_tensor *dout)
@@ -496,8 +496,9 @@ dt_status dt_model_loss(dt_model *m, const dt_tensor *out, const int32_t *target
     if (!m || !out || !targets || !loss)
         return dt__fail(DT_ERR_INVALID, "model_loss: %s is NULL",
                         !m ? "the model" : !out ? "the output" : !targets ? "targets" : "loss");
-    if (m->split.tp)
-        return dt_softmax_cross_entropy_parallel(out, targets, m->split.vocab, m->split.start, m->split.tp, loss, dout);
+    if (m->split.tp.size)
+        return dt_softmax_cross_entropy_parallel(out, targets, m->split.vocab, m->split.start, &m->split.tp, loss,
+                                                 dout);
     if (!m->dev)
         return dt_softmax_cross_entropy(out, targets, loss, dout);
     /* on a device: the targets (host memory) are checked here and copied over */

@@ -10,17 +10,18 @@
 dt_status dtrain_describe_model(const dtrain_config *c, dt_comm *tp, dt_model_desc **d)
 {
     dt_status s;
+    dt_tp_group group = dt_tp_group_of_comm(tp); /* zeroed without tp: none */
     if (strcmp(c->model, "gpt") == 0)
         s = dt_gpt_describe(&(dt_gpt_config){.vocab = c->vocab, .context = c->context, .layers = c->layers,
-                                             .heads = c->heads, .dim = c->dim, .dropout = (float)c->dropout, .tp = tp,
-                                             .sequence_parallel = tp && c->sequence_parallel},
+                                             .heads = c->heads, .dim = c->dim, .dropout = (float)c->dropout,
+                                             .tp = group, .sequence_parallel = tp && c->sequence_parallel},
                             d);
     else if (strcmp(c->model, "textclf") == 0)
         s = dt_textclf_describe(&(dt_textclf_config){c->buckets, c->dim, c->classes}, d);
     else if (strcmp(c->model, "cnn") == 0)
         s = dt_cnn_describe(28, c->conv1_channels, c->conv2_channels, 10, d);
     else if (tp)
-        s = dt_mlp_describe_tp(c->mlp_sizes, c->mlp_nsizes, tp, d);
+        s = dt_mlp_describe_tp(c->mlp_sizes, c->mlp_nsizes, &group, d);
     else
         s = dt_mlp_describe(c->mlp_sizes, c->mlp_nsizes, d);
     if (s != DT_OK)
