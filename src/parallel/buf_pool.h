@@ -1,11 +1,9 @@
 /* A pool of float buffers taken and given back many times a step (ZeRO's
- * per-micro-batch gradient buffers): allocated on first need and kept until
- * the pool is freed, so that after the first step the same takes find free
- * buffers and nothing is allocated per unit per micro-batch.  A take gets
- * the smallest free buffer that is large enough (best fit), else a new one
- * of exactly the size asked: the pool settles at about what the step needs
- * at its peak, not at (the largest unit) x (the buffers in use at once).
- * Not thread-safe: one owner. */
+ * per-micro-batch gradient buffers), all of one size (the largest request
+ * its owner will make), reserved once and kept until the pool is freed:
+ * nothing is allocated per unit per micro-batch.  A take beyond the
+ * reserve (the owner's bound was short) adds a buffer, which stays.  Not
+ * thread-safe: one owner. */
 #ifndef DT_PARALLEL_BUF_POOL_H
 #define DT_PARALLEL_BUF_POOL_H
 
@@ -24,11 +22,15 @@ typedef struct {
 typedef struct {
     dt__pool_buf *b;
     int n, cap;
+    int64_t size;     /* floats per buffer */
     size_t bytes;     /* allocated in all (dt_strategy_memory_bytes counts them) */
     uint64_t allocs;  /* buffers allocated so far (a test checks they stop growing) */
 } dt__buf_pool;
 
-/* A buffer of at least n floats (n >= 0), its first n zeroed when `zero`. */
+/* Buffers of `size` floats from now on; `count` of them allocated now. */
+dt_status dt__pool_reserve(dt__buf_pool *p, int64_t size, int count);
+/* A buffer of at least n floats (n <= the pool's size), its first n zeroed
+ * when `zero`. */
 dt_status dt__pool_take(dt__buf_pool *p, int64_t n, bool zero, float **out);
 /* Give back a buffer dt__pool_take returned (NULL: nothing). */
 void dt__pool_give(dt__buf_pool *p, float *buf);

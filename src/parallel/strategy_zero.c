@@ -328,8 +328,9 @@ static dt_status grads_bind(dt_strategy *s, zero *Z, int u)
     unit_state *us = &Z->u[u];
     if (!us->grads) {
         const dt__zero_unit *U = &Z->L.unit[u];
-        if (dt__pool_take(&Z->grad_pool, U->slice * Z->N, true, &us->grads) != DT_OK)
-            return dt__wrap(DT_ERR_NOMEM, "zero: block %d's gradients: ", U->block);
+        dt_status st = dt__pool_take(&Z->grad_pool, U->slice * Z->N, true, &us->grads);
+        if (st != DT_OK)
+            return dt__wrap(st, "zero: block %d's gradients: ", U->block);
     }
     bind_unit(s, Z, u);
     return DT_OK;
@@ -364,8 +365,9 @@ static dt_status reduce_registry_start(dt_strategy *s, zero *Z, int u)
     if (!padded(Z, u))
         return dt_ireduce_scatter(g, g, (size_t)U->slice, DT_F32, DT_SUM, Z->dp, &us->reduce);
     DT_CHECK(reduce_room(Z, s, u));
-    if (dt__pool_take(&Z->grad_pool, U->slice * Z->N, false, &us->sending) != DT_OK)
-        return dt__wrap(DT_ERR_NOMEM, "zero: reducing block %d's gradients: ", U->block);
+    dt_status st = dt__pool_take(&Z->grad_pool, U->slice * Z->N, false, &us->sending);
+    if (st != DT_OK)
+        return dt__wrap(st, "zero: reducing block %d's gradients: ", U->block);
     memcpy(us->sending, g, (size_t)U->numel * sizeof(float));
     memset(us->sending + U->numel, 0, (size_t)(U->slice * Z->N - U->numel) * sizeof(float));
     return dt_ireduce_scatter(us->sending, us->sending, (size_t)U->slice, DT_F32, DT_SUM, Z->dp, &us->reduce);
@@ -380,8 +382,9 @@ static dt_status reduce_bound_start(dt_strategy *s, zero *Z, int u)
     if (!us->grads) /* its block's backward never ran: nothing to add, the shard keeps its sum */
         return DT_OK;
     DT_CHECK(reduce_room(Z, s, u));
-    if (dt__pool_take(&Z->sum_pool, U->slice, false, &us->summed) != DT_OK)
-        return dt__wrap(DT_ERR_NOMEM, "zero: reducing block %d's gradients: ", U->block);
+    dt_status st = dt__pool_take(&Z->sum_pool, U->slice, false, &us->summed);
+    if (st != DT_OK)
+        return dt__wrap(st, "zero: reducing block %d's gradients: ", U->block);
     us->sending = us->grads; /* the parameters let go of it; it lives until the reduce lands */
     us->grads = NULL;
     us->reduced = true;
@@ -596,6 +599,39 @@ static void zero_destroy(dt_strategy *s)
     free(Z);
 }
 
+/* The gradient pools, of the largest unit's size.  Stages 2 and 3 reserve
+ * what a backward holds at once: the units bound while a block runs (its
+ * own, the tied ones bound since their first user in backward order) and
+ * MAX_REDUCES leaving, each holding one buffer (and one slice for its sum).
+ * Stage 1 takes one only for a padded unit's copy, at the update. */
+static dt_status reserve_pools(dt_strategy *s, zero *Z)
+{
+    int64_t max_slice = 0;
+    for (int u = 0; u < Z->L.nunits; u++)
+        max_slice = Z->L.unit[u].slice > max_slice ? Z->L.unit[u].slice : max_slice;
+    int nb = dt_model_num_layers(s->model), most = 0, nbound = 0;
+    bool *bound = calloc((size_t)(Z->L.nunits ? Z->L.nunits : 1), sizeof *bound);
+    if (!bound)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    for (int b = nb - 1; b >= 0; b--) { /* backward's order, as zero_hook binds and zero_ready lets go */
+        int us[MAX_UNITS_PER_BLOCK], n = units_of_block(s, Z, b, us), own = Z->L.unit_of_block[b];
+        for (int k = 0; k < n; k++)
+            if (!bound[us[k]]) {
+                bound[us[k]] = true;
+                nbound++;
+            }
+        most = nbound > most ? nbound : most;
+        if (own >= 0 && bound[own]) {
+            bound[own] = false;
+            nbound--;
+        }
+    }
+    free(bound);
+    bool backward = Z->stage >= 2;
+    DT_CHECK(dt__pool_reserve(&Z->grad_pool, Z->L.max_padded, backward ? most + MAX_REDUCES : 0));
+    return dt__pool_reserve(&Z->sum_pool, max_slice, backward ? MAX_REDUCES : 0);
+}
+
 static size_t zero_memory(const dt_strategy *s, size_t *buffers)
 {
     const zero *Z = s->impl;
@@ -725,6 +761,8 @@ dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int 
             dt_params_drop_storage(p, stage == 3, true);
         st = dt__ready_groups_init(&Z->ready, dt_params_count(p), Z->L.nunits, Z->L.unit_of_param);
     }
+    if (st == DT_OK)
+        st = reserve_pools(s, Z);
     if (st == DT_OK)
         st = dt_model_add_hook(m, zero_hook, s, &Z->hook_sub);
     if (st == DT_OK)
