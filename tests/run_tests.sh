@@ -80,6 +80,7 @@ done
 run engine/gemm-bf16/unknown-kernel-refused 120 env DT_BF16_GEMM=tpu "$BIN/test_gemm_bf16"
 run unit/conv 120 "$BIN/test_conv"
 run unit/runtime 120 "$BIN/test_runtime"
+run unit/grad-ready-subscribers 120 "$BIN/dtrun" -n 2 "$BIN/test_grad_ready"
 run unit/launch-env 30 "$BIN/test_launch"
 run unit/checkpoint 60 "$BIN/test_ckpt"
 run unit/textclf-sparse-rows-adagrad-fortunes 60 "$BIN/test_textclf"
