@@ -73,6 +73,7 @@ run transport/shared-memory 200 tests/cases/shm_transport.sh
 run transport/tcp-congestion-control 60 tests/cases/tcp_congestion.sh
 run collectives/bbr-limit-agreed 120 tests/cases/tcp_bbr_agree.sh
 run unit/engine 300 "$BIN/test_engine"
+run unit/grad-ready-subscribers 120 "$BIN/dtrun" -n 2 "$BIN/test_grad_ready"
 # The bf16 GEMM on each kernel (a kernel this CPU lacks is a skip naming why).
 for kernel in emulated avx512_bf16 amx; do
     run engine/gemm-bf16/$kernel 120 env DT_BF16_GEMM=$kernel "$BIN/test_gemm_bf16"

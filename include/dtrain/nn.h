@@ -7,8 +7,9 @@
  *
  * Layers: forward allocates its output (and whatever backward needs) in the
  * step's arena; backward accumulates parameter gradients, fires the registry's
- * gradient-ready callback for each parameter once its gradient is final (in
- * backward order), and writes the input gradient when asked. */
+ * gradient-ready event for each parameter once its gradient is final (in
+ * backward order; every subscriber hears it), and writes the input gradient
+ * when asked. */
 #ifndef DTRAIN_NN_H
 #define DTRAIN_NN_H
 
@@ -44,7 +45,9 @@ typedef struct {
      * numel / shape[0] elements after it. */
     bool row_sparse;
 } dt_param_info;
-typedef void (*dt_grad_ready_fn)(int param_index, void *user);
+/* A subscription to a registry's gradient-ready events or to a model's
+ * block hooks: > 0 names it, 0 names none. */
+typedef int dt_subscription;
 
 dt_status dt_params_create(dt_params **out);
 /* Register a parameter (before dt_params_finalize); *index identifies it. */
@@ -144,9 +147,52 @@ float *dt_params_device_values(dt_params *p);
 float *dt_params_device_grads(dt_params *p);
 dt_status dt_params_download(dt_params *p);
 dt_status dt_params_upload(dt_params *p);
-/* Called with each parameter index as its gradient becomes final. */
-void dt_params_on_grad_ready(dt_params *p, dt_grad_ready_fn fn, void *user);
+/* ---- gradient-ready events ----
+ * The one seam through which whoever syncs gradients learns, while backward
+ * still runs, that a parameter's gradient is final for this backward pass:
+ * data parallelism fills and starts its buckets (dt_ddp), ZeRO
+ * reduce-scatters a block's unit once its last parameter is ready, the
+ * parameter server pushes a block's range likewise.  Several subscribers
+ * may listen at once (a compression, a monitor beside the strategy), none
+ * displacing another.  Block hooks (dt_model_add_hook) stay for what is not
+ * about gradients: binding and gathering storage before a block runs.
+ *
+ * Conventions:
+ *  - the event is one parameter's registry index; backward fires each
+ *    parameter once per pass, right after its layer's last write to that
+ *    gradient in the pass, so the events arrive in backward order (within a
+ *    layer: weight, then bias).  A tied parameter fires once, from its first
+ *    block, whose backward comes after its other users' (GPT's wte: from
+ *    the embedding; a pipeline stage holding only the head never fires it,
+ *    and a parameter whose layer did not run fires nothing: whoever syncs
+ *    covers those at the update, as dt_ddp does);
+ *  - every subscriber hears every event, in the order they subscribed;
+ *  - a subscriber returns DT_OK or a failure; the registry keeps the first
+ *    failure (the others are still called) until dt_params_grad_ready_status
+ *    takes it: the model does so after each block's backward, which then
+ *    fails with that status (the detail in dt_last_error());
+ *  - subscribing and unsubscribing are not allowed from inside an event, nor
+ *    while a backward over the registry runs on another thread;
+ *  - an event costs one indirect call per subscriber. */
+typedef dt_status (*dt_grad_ready_cb)(void *user, int param_index);
+/* Add fn(user, index) to the subscribers; *token (optional) names it for
+ * dt_params_unsubscribe.  DT_ERR_INVALID for a NULL registry or fn,
+ * DT_ERR_NOMEM. */
+dt_status dt_params_subscribe_grad_ready(dt_params *p, dt_grad_ready_cb fn, void *user, dt_subscription *token);
+/* Remove the subscriber `token` names; the others keep their order.  A
+ * token of 0, or one already removed, removes nothing. */
+void dt_params_unsubscribe(dt_params *p, dt_subscription token);
+/* Fire parameter `index`'s event (the layers call it). */
 void dt_params_grad_ready(dt_params *p, int index);
+/* The first failure a subscriber returned since the last call (DT_OK:
+ * none), and forget it. */
+dt_status dt_params_grad_ready_status(dt_params *p);
+/* The single callback of old, kept for its callers: one subscription of
+ * its own that each call replaces (fn NULL: removes it); other
+ * subscribers are untouched.  Out of memory: not subscribed, with the
+ * detail in dt_last_error(). */
+typedef void (*dt_grad_ready_fn)(int param_index, void *user);
+void dt_params_on_grad_ready(dt_params *p, dt_grad_ready_fn fn, void *user);
 void dt_params_destroy(dt_params *p);
 
 /* ---- execution state: one context per micro-batch ----
@@ -321,7 +367,8 @@ dt_status dt_sequential_create(const char *name, dt_layer **out);
 dt_status dt_sequential_append(dt_layer *seq, dt_layer *l);
 int dt_sequential_count(const dt_layer *seq);
 dt_layer *dt_sequential_at(dt_layer *seq, int i);
-/* Hooks around every item's forward and backward (see dt_model_set_hooks). */
+/* One hook around every item's forward and backward (a model's sequences
+ * carry its own dispatcher here: add hooks with dt_model_add_hook). */
 void dt_sequential_set_hooks(dt_layer *seq, dt_block_hook hook, void *user);
 /* Activation recomputation for item i: while training, forward keeps only
  * the item's input and frees its activations (an arena rewind); backward
@@ -470,12 +517,25 @@ int dt_model_shared_params(const dt_model *m, const dt_shared_param **out);
 /* Recompute block i (local numbering) during backward: see
  * dt_sequential_set_recompute. */
 dt_status dt_model_set_recompute(dt_model *m, int i, bool on);
-/* Per-block hooks, the seam for ZeRO-3 and offload: called with the block's
- * local index before and after its forward and its backward (a recomputed
- * block's second forward runs between BEFORE_BACKWARD and AFTER_BACKWARD).
- * A hook that fails stops the pass with its status.  Before a block runs,
- * the model checks that every parameter it registered has storage and
- * names the first that has none.  NULL removes the hooks. */
+/* Per-block hooks, the seam for storage: ZeRO binding a block's gradient
+ * buffers and gathering its parameters (stage 3), the parameter server's
+ * pulls, offload.  (Gradients becoming final are the gradient-ready events'
+ * business: dt_params_subscribe_grad_ready.)  A hook is called with the
+ * block's local index before and after its forward and its backward (a
+ * recomputed block's second forward runs between BEFORE_BACKWARD and
+ * AFTER_BACKWARD).  Several hooks may be added: before a block they run in
+ * the order added, after it in reverse, so a later one runs nested inside
+ * an earlier one and sees the storage it bound.  A hook that fails stops
+ * the pass with its status (the hooks after it are not called).  Before a
+ * block runs, the model checks that every parameter it registered has
+ * storage and names the first that has none.  Adding and removing are not
+ * allowed from inside a hook.  *token (optional) names the hook for
+ * dt_model_remove_hook; a token of 0 or one removed already removes
+ * nothing. */
+dt_status dt_model_add_hook(dt_model *m, dt_block_hook hook, void *user, dt_subscription *token);
+void dt_model_remove_hook(dt_model *m, dt_subscription token);
+/* The single hook of old, kept for its callers: one hook of its own that
+ * each call replaces (NULL: removes it); hooks added otherwise stay. */
 void dt_model_set_hooks(dt_model *m, dt_block_hook hook, void *user);
 /* Initialise every parameter from `seed` (PyTorch's schemes; GPT-2's for GPT). */
 void dt_model_init(dt_model *m, uint64_t seed);
