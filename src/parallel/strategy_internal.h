@@ -39,6 +39,12 @@ struct dt_strategy {
     void *impl;
 };
 
+/* Each parameter's weight in the global norm of a model part (group_grads.c):
+ * 1 for a tensor-parallel shard, 1/t for a tensor replicated over the t
+ * ranks of tp, 0 for a tied copy whose first user is on another pipeline
+ * stage.  *out: malloc'd, one per parameter. */
+dt_status dt__grad_norm_weights(dt_model *m, int t, float **out);
+
 /* Fill the common part; the strategy sets ops, key_group and impl. */
 dt_status dt__strategy_init(dt_strategy *s, dt_model *m, dt_optimizer *o, const dt_strategy_config *cfg);
 

@@ -411,8 +411,8 @@ dt_status dtrain_config_validate(const dtrain_config *c)
     double limit;
     if (c->memory_limit[0] && dtrain_parse_bytes(c->memory_limit, &limit) != DT_OK)
         return bad("configuration", "memory_limit", "is not a size (bytes, or a number with B, KiB, MiB, GiB, KB, MB, GB)");
-    if (c->zero_stage > 0 && (c->tp > 1 || c->pp > 1))
-        return bad("configuration", "zero_stage", "> 0 shards over data parallelism alone: not with tp or pp yet");
+    if (c->zero_stage == 3 && (c->tp > 1 || c->pp > 1))
+        return bad("configuration", "zero_stage", "is 3: zero_stage 3 with tp/pp is not built: use 1 or 2");
     if (c->servers > 0 && (c->zero_stage > 0 || c->tp > 1 || c->pp > 1))
         return bad("configuration", "servers", "> 0 (a parameter server) replaces data parallelism by allreduce: not "
                                                "with zero_stage, tp or pp");

@@ -257,7 +257,7 @@ static dt_status make_strategy(const dtrain_config *c, dt_comm *world, dt_model 
     if (job) /* a parameter server's worker: the servers are in the job, the workers in world */
         s = dt_strategy_ps_create(m, job, psc, &sc, out);
     else if (pp) { /* a pipeline over pp, data parallel over world (the mesh's dp group) */
-        dt_pipeline_config pc = {DT_PIPE_1F1B, dtrain_chunks(c), pp, world};
+        dt_pipeline_config pc = {DT_PIPE_1F1B, dtrain_chunks(c), pp, world, (int)c->zero_stage};
         s = dt_pipe_schedule_parse(c->pipeline_schedule, &pc.schedule);
         if (s == DT_OK)
             s = dt_strategy_pipeline_create(m, o, &pc, &sc, out);
