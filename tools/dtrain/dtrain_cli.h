@@ -112,6 +112,14 @@ dt_status dtrain_split_gather(const dtrain_config *c, dt_params *p, dt_optimizer
  * state out of the whole one (split_ckpt.c; m's registry still whole: the
  * values are copied as they are). */
 dt_status dtrain_zero_slice(dt_model *m, int nranks, int rank, dt_optimizer *wo, dt_optimizer *o);
+/* ZeRO inside a tp/pp mesh (zero_ckpt.c): a checkpoint is the mesh's
+ * unsplit one, the stage's optimizer state first put together over dp on
+ * dp rank 0 (collective over dp, then as dtrain_split_gather); a resume
+ * takes the stage's shards of the whole state, then its ZeRO shard. */
+dt_status dtrain_zero_mesh_gather(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o, dt_comm *dp,
+                                  dt_comm *tp, dt_comm *pp, dt_params *whole, dt_optimizer *wo);
+dt_status dtrain_zero_mesh_slice(const dtrain_config *c, dt_params *whole, dt_optimizer *wo, dt_model *m, int nranks,
+                                 int rank, dt_optimizer *o);
 
 /* ZeRO checkpoints in shard files (zero_ckpt.c).  Checkpoint: collective
  * over dp; every rank writes its shard of the optimizer state (and at

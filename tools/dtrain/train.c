@@ -88,7 +88,9 @@ static dt_status load_split(const dtrain_config *c, const char *step_dir, dt_mod
     if (s == DT_OK && (s = dt_ckpt_load(step_dir, dt_model_params(wm), wo)) != DT_OK)
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
     dt_params *p = dt_model_params(m), *wp = wm ? dt_model_params(wm) : NULL;
-    if (s == DT_OK && zero_ranks) {
+    if (s == DT_OK && zero_ranks && (c->tp > 1 || c->pp > 1)) /* ZeRO inside a mesh */
+        s = dtrain_zero_mesh_slice(c, wp, wo, m, zero_ranks, zero_rank, o);
+    else if (s == DT_OK && zero_ranks) {
         dt_vec_copy(dt_params_values(p), dt_params_values(wp), dt_params_numel(p));
         s = dtrain_zero_slice(m, zero_ranks, zero_rank, wo, o);
     } else if (s == DT_OK)
@@ -123,7 +125,7 @@ static dt_status checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m,
             dt_ckpt_writer_submit(w, &q, label, stall);
         return DT_OK;
     }
-    if (c->zero_stage > 0)
+    if (c->zero_stage > 0 && !tp && !pp)
         return dtrain_zero_checkpoint(c, s, m, o, dp, w, pr, label, stall);
     dt_status r = DT_OK;
     if (!dt_device_is_host(dt_model_device(m)) && w && /* the host's copies of the values and the state */
@@ -131,7 +133,10 @@ static dt_status checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m,
         fprintf(stderr, "dtrain: checkpoint at step %lld: %s\n", (long long)pr->step, dt_last_error());
         return r;
     }
-    if ((tp || pp) && dt_comm_rank(dp) == 0 &&
+    if (c->zero_stage > 0) { /* inside a mesh: the optimizer state over dp first, then the mesh gather */
+        if ((r = dtrain_zero_mesh_gather(c, s, m, o, dp, tp, pp, wp, whole_o)) != DT_OK)
+            return r;
+    } else if ((tp || pp) && dt_comm_rank(dp) == 0 &&
         (r = dtrain_split_gather(c, dt_model_params(m), o, tp, pp, wp, whole_o)) != DT_OK)
         return r;
     if (w)

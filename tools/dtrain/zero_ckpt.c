@@ -263,3 +263,43 @@ dt_status dtrain_zero_check_sharding(const dt_ckpt_manifest *man, dt_model *m)
     free(units);
     return s;
 }
+
+/* ZeRO inside a mesh: the stage's optimizer state put together over dp on
+ * dp rank 0 (dt_zero_state_gather), which then joins the mesh gather of an
+ * unsplit checkpoint as without ZeRO. */
+dt_status dtrain_zero_mesh_gather(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o, dt_comm *dp,
+                                  dt_comm *tp, dt_comm *pp, dt_params *whole, dt_optimizer *wo)
+{
+    dt_params *p = dt_model_params(m);
+    dt_optimizer *full = NULL;
+    bool root = dt_comm_rank(dp) == 0;
+    dt_status r = dt_strategy_sync(s); /* the values current: the last update's gathers landed */
+    if (r == DT_OK && root)
+        r = dtrain_make_optimizer_range(c, p, 0, dt_params_numel(p), &full);
+    if (r == DT_OK)
+        r = dt_zero_state_gather(m, o, dp, full);
+    if (r != DT_OK)
+        fprintf(stderr, "dtrain: rank %d: checkpoint: %s\n", dt_comm_rank(dp), dt_last_error());
+    if (r == DT_OK && root)
+        r = dtrain_split_gather(c, p, full, tp, pp, whole, wo);
+    dt_optimizer_destroy(full);
+    return r;
+}
+
+/* Its resume: the stage's shards of the whole state (dtrain_tp_slice, the
+ * values into m), then this rank's ZeRO shard of them. */
+dt_status dtrain_zero_mesh_slice(const dtrain_config *c, dt_params *whole, dt_optimizer *wo, dt_model *m, int nranks,
+                                 int rank, dt_optimizer *o)
+{
+    dt_params *p = dt_model_params(m);
+    dt_optimizer *full = NULL;
+    dt_status r = dtrain_make_optimizer_range(c, p, 0, dt_params_numel(p), &full);
+    if (r != DT_OK)
+        fprintf(stderr, "dtrain: resume: %s\n", dt_last_error());
+    if (r == DT_OK)
+        r = dtrain_tp_slice(whole, wo, p, full);
+    if (r == DT_OK)
+        r = dtrain_zero_slice(m, nranks, rank, full, o);
+    dt_optimizer_destroy(full);
+    return r;
+}
