@@ -175,7 +175,7 @@ static void run(const model_kind *k, dt_mesh *mesh, dt_pipe_schedule sched, int 
     CALL(dt_sgd_create(&sc, dt_params_numel(dt_model_params(whole)), &ow));
     CALL(dt_sgd_create(&sc, dt_params_numel(dt_model_params(stage)), &os));
     dt_strategy_config cfg = {.micro_batches = M, .seed = SEED, .tp = t > 1 ? tp : NULL};
-    dt_pipeline_config pc = {sched, v, pp, dp};
+    dt_pipeline_config pc = {sched, v, pp, dp, 0};
     dt_strategy *s;
     CALL(dt_strategy_pipeline_create(stage, os, &pc, &cfg, &s));
     dt_arena *arena;

@@ -166,6 +166,7 @@ run "parallel/dtrain-pipeline" 400 tests/cases/dtrain_pp.sh
 run "parallel/zero-stages" 300 tests/cases/zero_stages.sh
 run "parallel/dtrain-zero" 300 tests/cases/dtrain_zero.sh
 run "parallel/zero3-peak-rss" 300 tests/cases/zero3_peak_rss.sh
+run "parallel/zero-mesh" 300 tests/cases/zero_mesh.sh
 run "parallel/ps-sync" 300 tests/cases/ps_sync.sh
 run "parallel/dtrain-ps" 400 tests/cases/dtrain_ps.sh
 

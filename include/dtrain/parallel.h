@@ -186,6 +186,13 @@ dt_status dt_zero_decay_groups(dt_model *m, int nranks, int rank, const char *pa
  * by their manifest's unit table: dt_zero_units, dt_ckpt_load_shard.) */
 dt_status dt_zero_shard_take(dt_model *m, int nranks, int rank, const float *whole, float *shard);
 dt_status dt_zero_shard_put(dt_model *m, int nranks, int rank, const float *shard, float *whole);
+/* Every rank's shard of its ZeRO optimizer's state (`shard`, over dp) put
+ * together into `whole` (an optimizer of the same kind for m's
+ * dt_params_numel elements) on dp rank 0 (`whole` unused elsewhere), its
+ * step count too: a mesh's checkpoint then gathers it over tp and pp as
+ * any other.  The way back: dt_zero_shard_take on each state buffer.
+ * Collective over dp. */
+dt_status dt_zero_state_gather(dt_model *m, dt_optimizer *shard, dt_comm *dp, dt_optimizer *whole);
 /* ZeRO's units of m, in shard order: each one's range of the flat buffer
  * (offsets[i], numels[i]; up to max of them filled).  Returns how many
  * there are (-1 on error).  A rank's shard over N ranks is slice r,

@@ -82,9 +82,26 @@ void dt__run_free(dt__run *r, dt_model *m, dt_optimizer *o);
  * (before the strategy exists: ZeRO and the servers take it from there). */
 dt_status dt__run_load(dt__run *r, const char *step_dir, dt_model *m, dt_optimizer *o);
 
+/* common/gather.c: a split run's checkpoint in the unsplit layout, and its
+ * resume's slices (by name; of the optimizer state a ZeRO shard). */
+dt_status dt__split_gather(const dt__run *r, dt_params *p, dt_optimizer *o, dt_params *whole, dt_optimizer *wo);
+dt_status dt__tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_optimizer *o);
+dt_status dt__zero_slice(dt_model *m, int nranks, int rank, dt_optimizer *wo, dt_optimizer *o);
+/* zero/checkpoint.c: ZeRO's shard files, and ZeRO inside a mesh (the
+ * optimizer state gathered over dp into the unsplit checkpoint, sliced back
+ * on resume). */
+dt_status dt__zero_load(const char *step_dir, dt_model *m, dt_optimizer *o, int nranks, int rank);
+dt_status dt__zero_mesh_gather(dt_strategy *s, dt_params *whole, dt_optimizer *wo);
+dt_status dt__zero_mesh_slice(const dt__run *r, dt_params *whole, dt_optimizer *wo, dt_model *m, dt_optimizer *o);
+
 /* The common checkpoint: the state as it is (downloaded from a device),
  * gathered over tp and pp onto the lead's whole model when split. */
 dt_status dt__save_common(dt_strategy *s, const dt__save_args *a);
+/* Each parameter's weight in the global norm of a model part (group_grads.c):
+ * 1 for a tensor-parallel shard, 1/t for a tensor replicated over the t
+ * ranks of tp, 0 for a tied copy whose first user is on another pipeline
+ * stage.  *out: malloc'd, one per parameter. */
+dt_status dt__grad_norm_weights(dt_model *m, int t, float **out);
 
 /* Fill the common part; the strategy sets ops, key_group and impl. */
 dt_status dt__strategy_init(dt_strategy *s, dt_model *m, dt_optimizer *o, const dt_strategy_config *cfg);

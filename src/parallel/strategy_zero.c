@@ -26,7 +26,22 @@
  * behind them.  A tied parameter (GPT's wte) lives in the unit of its first
  * holder (the embedding); the head's hooks bind that unit too, and its
  * gradient stays bound until the embedding's backward, the unit's last, is
- * done. */
+ * done.
+ *
+ * Inside a mesh (stages 1 and 2): the model is this rank's part (its
+ * tensor-parallel shards, its pipeline stage), the ZeRO units that part's
+ * blocks and the group dp at its (pp, tp) coordinate.  A tensor-parallel
+ * shard is a tensor of its own, so nothing changes but the update: the
+ * sequence-parallel partial sums (dt_params_reduce_tp_partial) are summed
+ * over tp on the reduced slices, and the norm adds each element once: the
+ * slices over dp, then over tp (a replicated tensor's share 1/t), then over
+ * the pipeline's stages (a tied copy on the stage of its first user only;
+ * group_grads.c's weights).  A pipeline (dt__dp_sync_zero, dp_sync.h) runs
+ * ZeRO "deferred": its hooks only wait for the gathers before a block's
+ * forward, and the reduce-scatters all start after the schedule, once the
+ * tied copies are summed over the stages (the stages' units differ, so that
+ * sum cannot follow the reduce-scatter); stage 2 is then stage 1 (the
+ * whole gradients held through the schedule). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +100,12 @@ typedef struct {
      * step's communication and the part of it not hidden */
     double exposed, blocking, async_before, last_comm, last_exposed;
     unit_state *u;
+    /* Inside a mesh: the tensor-parallel group, the pipeline's stages (the
+     * norm; NULL: none), each parameter's weight in the norm (NULL: all 1),
+     * and deferred: a pipeline's, reducing after its schedule. */
+    dt_comm *tp, *stages;
+    float *weight;
+    bool deferred;
 } zero;
 
 static double since(int64_t t0) { return (double)(dt__now_ns() - t0) / 1e9; }
@@ -398,6 +419,8 @@ static dt_status zero_hook(void *user, dt_hook_point at, int b, dt_ctx *ctx)
     zero *Z = s->impl;
     int us[MAX_UNITS_PER_BLOCK], n = units_of_block(s, Z, b, us), nb = dt_model_num_layers(s->model);
     DT_CHECK(collect(Z, s, false));
+    if (Z->deferred && at != DT_BEFORE_FORWARD) /* a pipeline reduces after its schedule */
+        return DT_OK;
     switch (at) {
     case DT_BEFORE_FORWARD:
         for (int k = 0; k < n; k++) {
@@ -508,6 +531,48 @@ static dt_status update_offloaded(dt_strategy *s, zero *Z, float lr)
     return dt__offload_flush(Z->values_off); /* the next gathers read the file */
 }
 
+/* Parameter k's elements among unit u's [lo, lo + n): [*a, *b) of the unit (empty: *a >= *b). */
+static void piece(dt_strategy *s, const zero *Z, int u, int k, int64_t lo, int64_t n, int64_t *a, int64_t *b)
+{
+    const dt_param_info *in = dt_params_info(dt_model_params(s->model), k);
+    int64_t at = in->offset - Z->L.unit[u].flat_offset;
+    *a = at > lo ? at : lo;
+    *b = at + in->numel < lo + n ? at + in->numel : lo + n;
+}
+
+/* Inside tp: a sequence-parallel parameter's slice holds this rank's part
+ * of the sum over tp: add the other parts (every tp rank has the same
+ * units and slices, its shards having the same shapes). */
+static dt_status reduce_tp_partial(dt_strategy *s, zero *Z, int u, float *g, int64_t lo, int64_t n)
+{
+    const dt__zero_unit *U = &Z->L.unit[u];
+    dt_params *p = dt_model_params(s->model);
+    for (int k = U->first_param; Z->tp && k < U->first_param + U->nparams; k++) {
+        int64_t a, b;
+        piece(s, Z, u, k, lo, n, &a, &b);
+        if (dt_params_info(p, k)->tp_partial && a < b)
+            DT_CHECK(dt_allreduce(g + (a - lo), g + (a - lo), (size_t)(b - a), DT_F32, DT_SUM, Z->tp));
+    }
+    return DT_OK;
+}
+
+/* The squares of this rank's slice of unit u, each parameter's by its
+ * weight in the norm (one pass where every weight is 1). */
+static double slice_sumsq(dt_strategy *s, const zero *Z, int u, const float *g, int64_t lo, int64_t n)
+{
+    if (!Z->weight)
+        return dt_vec_sumsq(g, n);
+    const dt__zero_unit *U = &Z->L.unit[u];
+    double sq = 0;
+    for (int k = U->first_param; k < U->first_param + U->nparams; k++) {
+        int64_t a, b;
+        piece(s, Z, u, k, lo, n, &a, &b);
+        if (a < b && Z->weight[k] != 0)
+            sq += Z->weight[k] * dt_vec_sumsq(g + (a - lo), b - a);
+    }
+    return sq;
+}
+
 static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *norm)
 {
     zero *Z = s->impl;
@@ -525,14 +590,19 @@ static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *no
     /* the mean over ranks and micro-batches, its norm over every rank's slices, clipped */
     float mean = 1.0f / (float)(Z->N * s->cfg.micro_batches);
     double sumsq = 0;
+    int64_t t0 = dt__now_ns();
     for (int u = 0; u < Z->L.nunits; u++) {
         int64_t lo, n = own_part(Z, u, &lo);
         float *g = grad_slice(s, Z, u);
+        DT_CHECK(reduce_tp_partial(s, Z, u, g, lo, n));
         dt_vec_scale(g, mean, n);
-        sumsq += dt_vec_sumsq(g, n);
+        sumsq += slice_sumsq(s, Z, u, g, lo, n);
     }
-    int64_t t0 = dt__now_ns();
     DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, Z->dp));
+    if (Z->tp) /* each tensor-parallel shard once, a replicated tensor's share 1/t */
+        DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, Z->tp));
+    if (Z->stages) /* every stage's */
+        DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, Z->stages));
     Z->blocking += since(t0);
     Z->exposed += since(t0);
     float total = (float)sqrt(sumsq);
@@ -591,6 +661,7 @@ static void zero_destroy(dt_strategy *s)
     if (Z->dp)
         dt_comm_destroy(Z->dp);
     dt__offload_close(Z->values_off);
+    free(Z->weight);
     free(Z->view);
     free(Z->u);
     free(Z->values);
@@ -717,15 +788,17 @@ void dt_strategy_zero_offload_io(const dt_strategy *s, uint64_t *read, uint64_t 
         dt__offload_io(((const zero *)s->impl)->values_off, read, written);
 }
 
-dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int stage, const dt_strategy_config *cfg,
-                                  dt_strategy **out)
+dt_status dt__strategy_zero_make(dt_model *m, dt_optimizer *o, dt_comm *c, int stage, const dt_strategy_config *cfg,
+                                 dt_comm *stages, bool deferred, dt_strategy **out)
 {
     if (!c || !m || !out)
         return dt__fail(DT_ERR_INVALID, "strategy zero: %s is NULL", !c ? "the communicator" : !m ? "the model" : "out");
     if (stage < 1 || stage > 3)
         return dt__fail(DT_ERR_INVALID, "strategy zero: stage %d is not 1, 2 or 3 (stage 0 is data parallel)", stage);
-    if (cfg && cfg->tp)
-        return dt__fail(DT_ERR_INVALID, "strategy zero: tensor-parallel shards are not sharded further yet (tp)");
+    dt_comm *tp = cfg && cfg->tp && dt_comm_size(cfg->tp) > 1 ? cfg->tp : NULL;
+    stages = stages && dt_comm_size(stages) > 1 ? stages : NULL;
+    if (stage == 3 && (tp || stages || deferred))
+        return dt__fail(DT_ERR_INVALID, "strategy zero: zero_stage 3 with tp/pp is not built: use 1 or 2");
     dt_params *p = dt_model_params(m);
     if (!dt_params_values(p) || !dt_params_grads(p))
         return dt__fail(DT_ERR_INVALID, "strategy zero: the model must hold its whole parameters and gradients "
@@ -740,10 +813,18 @@ dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int 
     s->impl = Z;
     s->ops = &zero_ops;
     dt_status st = dt__strategy_init(s, m, o, cfg);
+    /* deferred: the whole gradients stay in the registry through the
+     * schedule, so stage 2 runs as stage 1 (see the top of this file) */
+    stage = deferred && stage == 2 ? 1 : stage;
     Z->stage = stage;
     Z->N = dt_comm_size(c);
     Z->r = dt_comm_rank(c);
+    Z->tp = tp;
+    Z->stages = stages;
+    Z->deferred = deferred;
     s->key_group = (uint32_t)Z->r;
+    if (st == DT_OK && (tp || stages))
+        st = dt__grad_norm_weights(m, tp ? dt_comm_size(tp) : 1, &Z->weight);
     if (st == DT_OK)
         st = dt__zero_layout_make(m, Z->N, Z->r, &Z->L);
     int64_t S = Z->L.shard_numel;
@@ -776,4 +857,10 @@ dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int 
     }
     *out = s;
     return DT_OK;
+}
+
+dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int stage, const dt_strategy_config *cfg,
+                                  dt_strategy **out)
+{
+    return dt__strategy_zero_make(m, o, c, stage, cfg, NULL, false, out);
 }

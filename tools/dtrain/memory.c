@@ -19,7 +19,10 @@
  * own) come on top.  The trainer prints it
  * at start and refuses a stage whose model states exceed the memory limit
  * (the memory_limit key, else this process's share of its cgroup's limit),
- * naming the stage that fits. */
+ * naming the stage that fits.  Inside a mesh, P is this rank's part (its
+ * pipeline stage's tensor-parallel shards) and N the dp group; a
+ * pipeline's stage 2 reduce-scatters after its schedule, so its gradients
+ * are whole (4P), as stage 1's. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -66,7 +69,7 @@ static state_bytes estimate(const dtrain_config *c, dt_model *m, int n, int stag
         b.optim = 4 * k * 2 * 1048576.0;
     if ((stage == 1 || stage == 2) && S * n != P) /* blocks the ranks do not divide: at most two padded copies */
         b.buffers = 4 * 2 * unit;
-    if (stage >= 2) {
+    if (stage == 3 || (stage == 2 && c->pp <= 1)) { /* a pipeline's stage 2 holds them whole through its schedule */
         b.grads = 4 * S;
         b.buffers += 4 * (3 * unit + 2 * unit / n); /* the running block's gradients, two blocks' being reduced */
     }

@@ -139,15 +139,17 @@ static dt_status to_device(const dt__run *r, dt_model *m, dt_optimizer *o)
     return s != DT_OK ? dt__fail(s, "device %s: %s", l->device, dt_last_error()) : DT_OK;
 }
 
-/* The composition: the servers' push and pull, the pipeline's schedule (with
- * data parallelism, or ZeRO, over dp), ZeRO over dp, one process, or DDP. */
+/* The composition: the servers' push and pull; the pipeline's schedule with
+ * its gradients synchronised over dp by allreduce or by ZeRO (pipe/dp_sync);
+ * ZeRO over dp (its norm over tp too when the model is split); one process;
+ * or DDP (over tp's shards too). */
 static dt_status compose(dt_strategy_config *sc, dt__run *r, dt_model *m, dt_optimizer *o, dt_strategy **out)
 {
     const dt_layout *l = &r->layout;
     if (l->servers > 0)
         return dt_strategy_ps_create(m, r->job, &r->ps, sc, out);
     if (r->pp) {
-        dt_pipeline_config pc = {l->schedule, dt_layout_chunks(l), r->pp, r->dp};
+        dt_pipeline_config pc = {l->schedule, dt_layout_chunks(l), r->pp, r->dp, l->zero_stage};
         return dt_strategy_pipeline_create(m, o, &pc, sc, out);
     }
     if (l->zero_stage > 0)

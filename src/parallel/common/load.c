@@ -9,10 +9,6 @@
 #include "base/status.h"
 #include "parallel/strategy_internal.h"
 
-dt_status dt__tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_optimizer *o);
-dt_status dt__zero_slice(dt_model *m, int nranks, int rank, dt_optimizer *wo, dt_optimizer *o);
-dt_status dt__zero_load(const char *step_dir, dt_model *m, dt_optimizer *o, int nranks, int rank);
-
 /* The whole model and optimizer from the checkpoint, then this rank's part. */
 static dt_status load_split(dt__run *r, const char *step_dir, dt_model *m, dt_optimizer *o)
 {
@@ -24,7 +20,9 @@ static dt_status load_split(dt__run *r, const char *step_dir, dt_model *m, dt_op
         s = dt__run_optimizer_range(r, wp, 0, dt_params_numel(wp), &wo);
     if (s == DT_OK)
         s = dt_ckpt_load(step_dir, wp, wo);
-    if (s == DT_OK && r->layout.zero_stage > 0 && !r->tp && !r->pp) { /* m still whole: ZeRO takes its shard later */
+    if (s == DT_OK && r->layout.zero_stage > 0 && (r->tp || r->pp)) /* ZeRO inside a mesh */
+        s = dt__zero_mesh_slice(r, wp, wo, m, o);
+    else if (s == DT_OK && r->layout.zero_stage > 0) { /* m still whole: ZeRO takes its shard later */
         dt_vec_copy(dt_params_values(p), dt_params_values(wp), dt_params_numel(p));
         s = dt__zero_slice(m, dt_comm_size(r->dp), dt_comm_rank(r->dp), wo, o);
     } else if (s == DT_OK)

@@ -9,8 +9,6 @@
 #include "base/status.h"
 #include "parallel/strategy_internal.h"
 
-dt_status dt__split_gather(const dt__run *r, dt_params *p, dt_optimizer *o, dt_params *whole, dt_optimizer *wo);
-
 dt_status dt__save_common(dt_strategy *s, const dt__save_args *a)
 {
     dt__run *r = s->run;
@@ -18,10 +16,11 @@ dt_status dt__save_common(dt_strategy *s, const dt__save_args *a)
     if (!dt_device_is_host(dt_model_device(s->model)) && a->w && /* the host's copies of the values and the state */
         ((st = dt_params_download(dt_model_params(s->model))) != DT_OK || (st = dt_optimizer_download(s->opt)) != DT_OK))
         return dt__fail(st, "checkpoint at step %lld: %s", (long long)a->pr->step, dt_last_error());
-    if ((r->tp || r->pp) && dt_comm_rank(r->dp) == 0) {
-        dt_params *wp = r->whole ? dt_model_params(r->whole) : NULL;
+    dt_params *wp = r->whole ? dt_model_params(r->whole) : NULL;
+    if ((r->tp || r->pp) && r->layout.zero_stage > 0) /* ZeRO inside a mesh: its state over dp first */
+        DT_CHECK(dt__zero_mesh_gather(s, wp, r->whole_o));
+    else if ((r->tp || r->pp) && dt_comm_rank(r->dp) == 0)
         DT_CHECK(dt__split_gather(r, dt_model_params(s->model), s->opt, wp, r->whole_o));
-    }
     if (a->w)
         dt_ckpt_writer_submit(a->w, a->pr, a->label, a->stall);
     return DT_OK;
