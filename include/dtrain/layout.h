@@ -104,6 +104,28 @@ dt_status dt_layout_check(const dt_layout *l, int world, int *out_dp);
  * d's blocks (at most one per block, dt_pipeline_partition).  DT_ERR_INVALID
  * naming pp and the blocks.  dt_strategy_create checks it too. */
 dt_status dt_layout_check_model(const dt_layout *l, const dt_model_desc *d);
+/* Model-state bytes per rank (f32: 4 bytes an element):
+ *
+ *   zero_stage 0   parameters 4P    gradients 4P    optimizer 4kP
+ *   zero_stage 1   parameters 4P    gradients 4P    optimizer 4kP/N
+ *   zero_stage 2   parameters 4P    gradients 4P/N  optimizer 4kP/N
+ *   zero_stage 3   parameters 4P/N  gradients 4P/N  optimizer 4kP/N
+ *
+ * P: this rank's parameters (m: its pipeline stage's tensor-parallel
+ * shards), N: the data-parallel ranks, k: the optimizer's state floats per
+ * element (AdamW 2, SGD with momentum and Adagrad 1, plain SGD 0).  P/N is
+ * the ZeRO shard (a slice of every block, rounded up); offload disk keeps
+ * two windows of 2^20 elements of the optimizer state (and at stage 3 of the
+ * parameter shard) in memory; a pipeline's stage 2 reduce-scatters after its
+ * schedule, so its gradients are whole.  Communication buffers are counted
+ * at the largest block: stages 1 and 2 reduce and gather in place except
+ * blocks the ranks do not divide (two padded copies), stages 2 and 3 hold
+ * the running block's gradients and two being reduced, stage 3 three
+ * blocks' gathered parameters (the running one, a tied one, the next). */
+typedef struct {
+    double params, grads, optimizer, buffers;
+} dt_memory_plan;
+dt_status dt_layout_memory_plan(const dt_layout *l, dt_model *m, int dp, int state_floats, dt_memory_plan *out);
 /* The pipeline's chunks per rank: virtual_stages when interleaved, else 1. */
 int dt_layout_chunks(const dt_layout *l);
 /* Micro-batches through the schedule per optimizer step. */

@@ -123,6 +123,13 @@ static dt_status write_values(const dt_ckpt_sharding *sh, dt_strategy *s, float 
     return DT_OK;
 }
 
+/* Add text to a checkpoint's failure reasons, "; " between them. */
+static void note(char *why, size_t len, const char *text)
+{
+    size_t at = strlen(why);
+    snprintf(why + at, len - at, "%s%s", at ? "; " : "", text);
+}
+
 /* ZeRO's checkpoint in shard files (dt_strategy_save).  Collective over dp:
  * every rank writes its shard of the optimizer state (and at stage 3 of the
  * values) into the step's temporary directory, rank 0 submits the rest to
@@ -163,7 +170,7 @@ dt_status dt__zero_save(dt_strategy *s, const dt__save_args *a)
      * model.safetensors gathered a unit at a time onto rank 0 first: each rank holds a buffer for its slice
      * of the largest unit, rank 0 for that unit) */
     int ready = 1;
-    char why[768] = "";
+    char why[1536] = "";
     int64_t most = 1;
     for (int k = 0; k < sh.nunits; k++)
         most = (sh.units[k].numel + N - 1) / N > most ? (sh.units[k].numel + N - 1) / N : most;
@@ -188,14 +195,14 @@ dt_status dt__zero_save(dt_strategy *s, const dt__save_args *a)
     bool model_ok = true;
     if (r == DT_OK && ready && stage == 3 && /* model.safetensors, block by block */
         (r = write_values(&sh, s, mine, buf, dp, a->w, pr->step, &model_ok)) == DT_OK && !model_ok)
-        snprintf(why, sizeof why, "%s", dt_last_error());
+        note(why, sizeof why, dt_last_error());
     free(mine);
     free(buf);
     if (r == DT_OK && ready) {
         shard_source src = {s, o, stage == 3};
         got[0] = dt_ckpt_shard_write_from(a->dir, pr->step, &sh, rank, read_piece, &src, &mine_file) == DT_OK;
         if (!got[0]) /* the message names the rank */
-            snprintf(why, sizeof why, "%s", dt_last_error());
+            note(why, sizeof why, dt_last_error());
         got[0] &= model_ok;
         got[1] = (int64_t)mine_file.bytes;
         got[2] = (int64_t)mine_file.crc;
@@ -216,12 +223,11 @@ dt_status dt__zero_save(dt_strategy *s, const dt__save_args *a)
             files[q].crc = (uint32_t)all[3 * q + 2];
         }
         if (bad >= 0) {
-            char mine_why[sizeof why];
-            memcpy(mine_why, why, sizeof why);
-            int at = why[0] ? snprintf(why, sizeof why, "%.500s; ", mine_why) : 0;
-            snprintf(why + at, sizeof why - (size_t)at, "checkpoint at step %lld failed: rank %d%s could not write its shard (%s); "
+            char all_why[512];
+            snprintf(all_why, sizeof all_why, "checkpoint at step %lld failed: rank %d%s could not write its shard (%s); "
                      "training continues with the previous checkpoints", (long long)pr->step, bad,
                      nbad > 1 ? " and others" : "", bad == 0 ? "above" : "in its output");
+            note(why, sizeof why, all_why);
             dt_ckpt_shard_abandon(a->dir, pr->step);
         } else if (a->w)
             dt_ckpt_writer_submit_sharded(a->w, pr, a->label, &sh, files, a->stall);
