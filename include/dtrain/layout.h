@@ -210,6 +210,16 @@ int64_t dt_strategy_whole_parameters(dt_strategy *s);
  * Elsewhere all NULL. */
 void dt_strategy_checkpoint_state(dt_strategy *s, dt_params **params, dt_optimizer **optimizer, bool *stream_model);
 
+/* Bytes a strategy moved so far besides its gradient collectives: a
+ * parameter server's worker to and from the servers, ZeRO-3's parameter
+ * shard to and from its file (offload disk; the optimizer's own offload is
+ * dt_optimizer_offload_io's).  Zeros for the others. */
+typedef struct {
+    uint64_t sent, received;          /* to and from the servers */
+    uint64_t disk_read, disk_written; /* the parameter shard's file */
+} dt_strategy_io;
+void dt_strategy_io_bytes(const dt_strategy *s, dt_strategy_io *out);
+
 /* One checkpoint at progress pr, collective over the strategy's ranks: each
  * holds its part; the lead hands the whole state to w (started with
  * dt_strategy_checkpoint_state's registry and optimizer, into dir).  ZeRO's

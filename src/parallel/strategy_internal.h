@@ -33,6 +33,8 @@ typedef struct {
     /* One checkpoint (dt_strategy_save); NULL: the common one (common/save.c:
      * the state as it is, gathered over tp and pp onto the lead when split). */
     dt_status (*save)(dt_strategy *s, const dt__save_args *a);
+    /* Bytes moved so far beyond the gradients' collectives (NULL: none). */
+    void (*io)(const dt_strategy *s, dt_strategy_io *out);
     void (*destroy)(dt_strategy *s);
 } dt__strategy_ops;
 

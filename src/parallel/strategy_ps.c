@@ -478,11 +478,18 @@ static void ps_destroy(dt_strategy *s)
 
 dt_status dt__ps_save(dt_strategy *s, const dt__save_args *a); /* ps/save.c */
 
+static void ps_io(const dt_strategy *s, dt_strategy_io *out)
+{
+    out->sent = ((const ps_worker *)s->impl)->sent;
+    out->received = ((const ps_worker *)s->impl)->received;
+}
+
 static const dt__strategy_ops ps_ops = {.name = "ps",
                                         .update = ps_update,
                                         .sync = ps_sync,
                                         .timing = ps_timing,
                                         .save = dt__ps_save,
+                                        .io = ps_io,
                                         .destroy = ps_destroy};
 
 /* ---- joining and snapshots ---- */
@@ -746,9 +753,8 @@ dt_status dt_strategy_ps_snapshot(dt_strategy *s, float *values, dt_optimizer *w
 
 void dt_strategy_ps_traffic(const dt_strategy *s, uint64_t *sent, uint64_t *received)
 {
-    *sent = *received = 0;
-    if (s && s->ops == &ps_ops) {
-        *sent = ((const ps_worker *)s->impl)->sent;
-        *received = ((const ps_worker *)s->impl)->received;
-    }
+    dt_strategy_io io;
+    dt_strategy_io_bytes(s && s->ops == &ps_ops ? s : NULL, &io);
+    *sent = io.sent;
+    *received = io.received;
 }

@@ -712,9 +712,16 @@ static size_t zero_memory(const dt_strategy *s, size_t *buffers)
 
 dt_status dt__zero_save(dt_strategy *s, const dt__save_args *a); /* zero/checkpoint.c */
 
+static void zero_io(const dt_strategy *s, dt_strategy_io *out)
+{
+    if (((const zero *)s->impl)->values_off)
+        dt__offload_io(((const zero *)s->impl)->values_off, &out->disk_read, &out->disk_written);
+}
+
 static const dt__strategy_ops zero_ops = {.name = "zero",
                                           .update = zero_update,
                                           .save = dt__zero_save,
+                                          .io = zero_io,
                                           .sync = zero_sync,
                                           .timing = zero_timing,
                                           .memory = zero_memory,
@@ -783,9 +790,10 @@ dt_status dt_strategy_zero_offload(dt_strategy *s, const char *dir)
 
 void dt_strategy_zero_offload_io(const dt_strategy *s, uint64_t *read, uint64_t *written)
 {
-    *read = *written = 0;
-    if (s && s->ops == &zero_ops && ((const zero *)s->impl)->values_off)
-        dt__offload_io(((const zero *)s->impl)->values_off, read, written);
+    dt_strategy_io io;
+    dt_strategy_io_bytes(s && s->ops == &zero_ops ? s : NULL, &io);
+    *read = io.disk_read;
+    *written = io.disk_written;
 }
 
 dt_status dt__strategy_zero_make(dt_model *m, dt_optimizer *o, dt_comm *c, int stage, const dt_strategy_config *cfg,

@@ -161,9 +161,9 @@ void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s)
     char disk[64] = "", shard_disk[64] = "";
     if (on_disk) /* two windows of it in memory */
         snprintf(disk, sizeof disk, " (%.1f on disk)", mib(state));
-    uint64_t rd, wr;
-    dt_strategy_zero_offload_io(s, &rd, &wr);
-    if (wr > 0) /* ZeRO-3's parameter shard on disk too (two windows of it in memory) */
+    dt_strategy_io io;
+    dt_strategy_io_bytes(s, &io);
+    if (io.disk_written > 0) /* ZeRO-3's parameter shard on disk too (two windows of it in memory) */
         snprintf(shard_disk, sizeof shard_disk, "; its parameters on disk");
     printf("memory on rank 0: model states allocated %.1f MiB (parameters %.1f, gradients %.1f, optimizer state "
            "%.1f%s, the strategy's shard %.1f%s), communication buffers %.1f MiB at most, peak RSS %.1f MiB\n",

@@ -108,22 +108,20 @@ void train_report_end(const train_run *t)
     const dtrain_config *c = t->c;
     const dt_layout *l = dt_strategy_layout(t->s);
     int64_t ran = t->pr.step - t->first_step;
-    if (l->servers > 0 && ran > 0) {
-        uint64_t sent, received;
-        dt_strategy_ps_traffic(t->s, &sent, &received);
+    dt_strategy_io io;
+    dt_strategy_io_bytes(t->s, &io);
+    if (l->servers > 0 && ran > 0)
         printf("parameter server: rank 0 sent %.2f MB and received %.2f MB per step\n",
-               (double)sent / 1e6 / (double)ran, (double)received / 1e6 / (double)ran);
-    }
+               (double)io.sent / 1e6 / (double)ran, (double)io.received / 1e6 / (double)ran);
     if (t->writer) /* the peak below counts the final checkpoint's write: it is on disk first */
         (void)dt_ckpt_writer_flush(t->writer); /* (a failure is reported by dt_ckpt_writer_last_good) */
     dtrain_memory_report(dt_strategy_model(t->s), dt_strategy_optimizer(t->s), t->s);
-    uint64_t rd, wr, prd, pwr;
+    uint64_t rd, wr;
     dt_optimizer_offload_io(dt_strategy_optimizer(t->s), &rd, &wr);
-    dt_strategy_zero_offload_io(t->s, &prd, &pwr);
     if (l->offload == DT_OFFLOAD_DISK && ran > 0)
         printf("offload: the optimizer state%s on disk (%s): %.1f MiB read and %.1f MiB written per step\n",
                l->zero_stage == 3 ? " and the parameter shard" : "", c->offload_dir[0] ? c->offload_dir : "/var/tmp",
-               (double)(rd + prd) / 1048576.0 / (double)ran, (double)(wr + pwr) / 1048576.0 / (double)ran);
+               (double)(rd + io.disk_read) / 1048576.0 / (double)ran, (double)(wr + io.disk_written) / 1048576.0 / (double)ran);
     if (t->act_peak && l->pp > 1)
         printf("activation memory: at most %.1f MiB held at once, %d micro-batch%s in flight (stage 0, %s schedule, "
                "recompute %s)\n", (double)t->act_peak / 1048576.0, t->flight_peak, t->flight_peak == 1 ? "" : "es",
