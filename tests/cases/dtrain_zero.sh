@@ -202,7 +202,7 @@ echo "offload=disk (stages 1 and 3): the same losses and checkpoint bits as the 
 
 # -- refusals
 job "$WORK/bad" 2 --set zero_stage=3 --set tp=2 && fail "zero_stage 3 with tp accepted"
-expect_grep "$WORK/bad" "key 'zero_stage' is 3: zero_stage 3 with tp/pp is not built: use 1 or 2"
+expect_grep "$WORK/bad" "key 'zero_stage' = 3 with tp 2 and pp 1: zero_stage 3 inside a tensor- or pipeline-parallel mesh is not built: use 1 or 2"
 job "$WORK/bad" 2 --set zero_stage=2 --set grad_compression=bf16 && fail "zero_stage with bf16 gradients accepted"
 expect_grep "$WORK/bad" "key 'grad_compression' is for data parallelism"
 # a memory_limit the chosen stage does not fit: refused, naming the stage that does

@@ -92,5 +92,5 @@ PY
 
 # -- refusal
 job "$WORK/bad" 4 --set tp=2 --set zero_stage=3 && fail "zero_stage 3 with tp accepted"
-expect_grep "$WORK/bad" "zero_stage 3 with tp/pp is not built: use 1 or 2"
+expect_grep "$WORK/bad" "key 'zero_stage' = 3 with tp 2 and pp 1: zero_stage 3 inside a tensor- or pipeline-parallel mesh is not built: use 1 or 2"
 echo "ok"

@@ -382,11 +382,9 @@ dt_status dtrain_config_validate(const dtrain_config *c)
         return bad("configuration", "device", "must be cpu, cuda, cuda:N or emu (DT_DEVICE sets the default)");
     if (!cpu && (strcmp(c->model, "gpt") && strcmp(c->model, "mlp")))
         return bad("configuration", "device", "cuda trains the gpt and the mlp (model)");
-    if (!cpu && (c->tp > 1 || c->pp > 1 || c->zero_stage > 0 || c->servers > 0 || strcmp(c->offload, "none") ||
-                 !strcmp(c->optimizer, "adagrad") || strcmp(c->recompute, "off")))
-        return bad("configuration", "device",
-                   "cuda trains one rank with sgd or adamw for now (tp, pp, zero_stage, servers, "
-                   "offload, recompute and adagrad on the GPU are not built yet)");
+    if (!cpu && !strcmp(c->optimizer, "adagrad"))
+        return bad("configuration", "device", "cuda trains with sgd or adamw for now (adagrad on the GPU is not built "
+                                              "yet)");
     if (textclf != !strcmp(c->data, "fortunes"))
         return bad("configuration", "data", textclf ? "must be fortunes for the textclf" : "fortunes is for the textclf");
     if (strcmp(c->model, "gpt") && !textclf && strcmp(c->data, "fashion-mnist"))
@@ -400,7 +398,14 @@ dt_status dtrain_config_validate(const dtrain_config *c)
         return bad("configuration", "heads", "must divide dim");
     if (!strcmp(c->model, "mlp") && (c->mlp_sizes[0] != 784 || c->mlp_sizes[c->mlp_nsizes - 1] != 10))
         return bad("configuration", "mlp_sizes", "must start with 784 and end with 10 for Fashion-MNIST");
-    if (c->sequence_parallel && (c->tp < 2 || strcmp(c->model, "gpt")))
+    /* the layout's keys among themselves: the library's checks (dt_layout_check) */
+    dt_layout l;
+    dtrain_layout_of(c, &l);
+    if (dt_layout_check(&l, 0, NULL) != DT_OK) {
+        fprintf(stderr, "dtrain: configuration: %s\n", dt_last_error());
+        return DT_ERR_INVALID;
+    }
+    if (c->sequence_parallel && strcmp(c->model, "gpt"))
         return bad("configuration", "sequence_parallel", "needs the gpt model and tp > 1");
     if (c->sequence_parallel && c->context % c->tp) {
         char why[160];
@@ -411,35 +416,16 @@ dt_status dtrain_config_validate(const dtrain_config *c)
     double limit;
     if (c->memory_limit[0] && dtrain_parse_bytes(c->memory_limit, &limit) != DT_OK)
         return bad("configuration", "memory_limit", "is not a size (bytes, or a number with B, KiB, MiB, GiB, KB, MB, GB)");
-    if (c->zero_stage == 3 && (c->tp > 1 || c->pp > 1))
-        return bad("configuration", "zero_stage", "is 3: zero_stage 3 with tp/pp is not built: use 1 or 2");
-    if (c->servers > 0 && (c->zero_stage > 0 || c->tp > 1 || c->pp > 1))
-        return bad("configuration", "servers", "> 0 (a parameter server) replaces data parallelism by allreduce: not "
-                                               "with zero_stage, tp or pp");
-    if (c->servers > 0 && strcmp(c->grad_compression, "none") && strcmp(c->grad_compression, "auto"))
-        return bad("configuration", "grad_compression", "is for allreduce data parallelism (servers 0)");
-    if (c->servers > 0 && strcmp(c->offload, "none"))
-        return bad("configuration", "offload", "is not for a parameter server's workers (servers 0)");
     if (c->servers > 0 && c->grad_clip > 0 && strcmp(c->sync, "bsp"))
         return bad("configuration", "grad_clip", "needs sync bsp: asp and ssp apply each worker's push alone, with no "
                                                  "global norm to clip to");
     if (c->servers > 0 && c->stop_at_accuracy > 0 && strcmp(c->sync, "bsp"))
         return bad("configuration", "stop_at_accuracy", "needs sync bsp: asynchronous workers do not stop together");
-    if (c->zero_stage > 0 && strcmp(c->grad_compression, "none") && strcmp(c->grad_compression, "auto"))
-        return bad("configuration", "grad_compression", "is for data parallelism (zero_stage 0)");
     if (c->batch_size % c->micro_batches) {
         char why[160];
         snprintf(why, sizeof why, "= %lld does not divide batch_size = %lld into equal micro-batches",
                  (long long)c->micro_batches, (long long)c->batch_size);
         return bad("configuration", "micro_batches", why);
-    }
-    if (c->pp > 1 && !strcmp(c->pipeline_schedule, "interleaved") &&
-        (c->micro_batches * c->grad_accumulation) % c->pp) {
-        char why[200];
-        snprintf(why, sizeof why, "interleaved needs the micro-batches per step (micro_batches x grad_accumulation = "
-                 "%lld) to be a multiple of pp = %lld", (long long)(c->micro_batches * c->grad_accumulation),
-                 (long long)c->pp);
-        return bad("configuration", "pipeline_schedule", why);
     }
     if (c->tp > 1) {
         char why[160];
