@@ -11,7 +11,7 @@
 
 #include "base/env.h"
 #include "base/log.h"
-#include "base/reduce.h"
+#include "base/redop.h"
 #include "base/status.h"
 #include "base/trace.h"
 #include "check.h"

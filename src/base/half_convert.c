@@ -2,7 +2,7 @@
  * the F16C instructions where the build has them, the scalar conversions of
  * dtype.c for the rest and for tails.  Used by the tensor layer's threaded
  * kernels and by the communicator's half-precision allreduce. */
-#include "base/half.h"
+#include "base/half_convert.h"
 
 #if defined(__F16C__) && defined(__AVX2__)
 #include <immintrin.h>
@@ -42,7 +42,7 @@ void dt__from_half_n(float *f, const uint16_t *h, size_t n, bool bf16)
         f[i] = dt_f16_to_f32(h[i]);
 }
 
-/* A NaN sum becomes the one quiet NaN (see base/reduce.c). */
+/* A NaN sum becomes the one quiet NaN (see base/redop.c). */
 static inline float canon_nan(float x) { return x != x ? __builtin_nanf("") : x; }
 
 void dt__add_half_n(float *f, const uint16_t *h, size_t n, bool bf16)

@@ -1,6 +1,6 @@
 /* f32 <-> f16 / bf16 over arrays (vectorised where the CPU allows). */
-#ifndef DT_BASE_HALF_H
-#define DT_BASE_HALF_H
+#ifndef DT_BASE_HALF_CONVERT_H
+#define DT_BASE_HALF_CONVERT_H
 
 #include <stdbool.h>
 #include <stddef.h>

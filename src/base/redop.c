@@ -1,4 +1,4 @@
-#include "base/reduce.h"
+#include "base/redop.h"
 
 #include <stdint.h>
 

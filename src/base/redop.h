@@ -6,8 +6,8 @@
  * every rank even for non-commutative corner cases (NaN payloads).
  * f16/bf16 combine in f32 and round once per combine.  DT_AVG combines as a
  * sum; dt__reduce_finish divides by the number of contributions. */
-#ifndef DT_BASE_REDUCE_H
-#define DT_BASE_REDUCE_H
+#ifndef DT_BASE_REDOP_H
+#define DT_BASE_REDOP_H
 
 #include <stddef.h>
 

@@ -1,4 +1,4 @@
-#include "transport/arena.h"
+#include "transport/shm_arena.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -177,7 +177,7 @@ uint8_t *dt__arena_small_entry(const dt__arena *a, uint32_t g)
     return a->small + (size_t)(g % DT__ARENA_SMALL_DEPTH) * DT__ARENA_SMALL_BYTES;
 }
 
-/* Whether counter value v is round g or later, across wrap-around (arena.h). */
+/* Whether counter value v is round g or later, across wrap-around (shm_arena.h). */
 static bool at_least(uint32_t v, uint32_t g) { return v - g < DT__ARENA_AHEAD; }
 
 static long futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout)

@@ -26,8 +26,8 @@
  * wrap, so every job crosses it early.  Waiting is the caller's loop over
  * dt__arena_reached and dt__arena_sleep (a futex on the flag word, so a
  * sleeping rank costs nothing and wakes within microseconds of the store). */
-#ifndef DT_TRANSPORT_ARENA_H
-#define DT_TRANSPORT_ARENA_H
+#ifndef DT_TRANSPORT_SHM_ARENA_H
+#define DT_TRANSPORT_SHM_ARENA_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,11 +1,11 @@
 /* What each strategy implements behind dt_strategy (parallel.h).  The common
- * micro-batch loop (strategy.c) runs forward, loss and backward per
+ * micro-batch loop (strategy.c here) runs forward, loss and backward per
  * micro-batch; a strategy decides what happens around it: which micro-batch
  * communicates, how gradients are synchronised and how the update is made.
  * Pipeline, ZeRO, tensor-parallel and parameter-server strategies are further
  * tables of the same shape. */
-#ifndef DT_PARALLEL_STRATEGY_INTERNAL_H
-#define DT_PARALLEL_STRATEGY_INTERNAL_H
+#ifndef DT_PARALLEL_COMMON_STRATEGY_H
+#define DT_PARALLEL_COMMON_STRATEGY_H
 
 #include "dtrain/parallel.h"
 

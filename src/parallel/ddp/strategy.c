@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "base/status.h"
-#include "parallel/strategy_internal.h"
+#include "parallel/common/strategy.h"
 
 static void ddp_before_backward(dt_strategy *s, int micro, int count)
 {

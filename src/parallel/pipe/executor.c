@@ -17,7 +17,7 @@
 #include "base/clock.h"
 #include "base/status.h"
 #include "base/trace.h"
-#include "parallel/pipe_internal.h"
+#include "parallel/pipe/internal.h"
 
 static bool is_last(const pipe_state *P, int chunk, const dt_model *m) { return P->vs_hi[chunk] == dt_model_whole_blocks(m); }
 static int prev_rank(const pipe_state *P) { return (P->r - 1 + P->p) % P->p; }

@@ -1,5 +1,5 @@
-/* The pipeline strategy's state (strategy_pipeline.c: creation, the step,
- * the update) and its executor (pipe_exec.c: the micro-batches' contexts
+/* The pipeline strategy's state (strategy.c: creation, the step,
+ * the update) and its executor (executor.c: the micro-batches' contexts
  * and arenas, the messages between stages, the schedule's actions). */
 #ifndef DT_PARALLEL_PIPE_INTERNAL_H
 #define DT_PARALLEL_PIPE_INTERNAL_H
@@ -7,7 +7,7 @@
 #include <stdbool.h>
 
 #include "dtrain/pipeline.h"
-#include "parallel/strategy_internal.h"
+#include "parallel/common/strategy.h"
 
 enum { PIPE_TAG_ACT, PIPE_TAG_GRAD, PIPE_TAG_SHAPE, PIPE_TAG_KINDS };
 

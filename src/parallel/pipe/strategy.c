@@ -1,8 +1,8 @@
 /* Pipeline parallelism as a strategy: this rank's chunks of blocks run the
- * schedule's forwards and backwards (the order: pipe_plan.c; the execution,
+ * schedule's forwards and backwards (the order: plan.c; the execution,
  * one context and one arena per micro-batch in flight, activations and
  * their gradients moving to the neighbouring ranks with nonblocking
- * point-to-point on a communicator of their own: pipe_exec.c).  After
+ * point-to-point on a communicator of their own: executor.c).  After
  * the schedule: the gradients averaged over the micro-batches and the
  * data-parallel replicas (dt_ddp, started during the last backward), the
  * tied parameters' copies summed between the stages that hold them, the
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "parallel/pipe_internal.h"
+#include "parallel/pipe/internal.h"
 
 static dt_status plan_for(pipe_state *P, int M)
 {

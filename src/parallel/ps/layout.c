@@ -1,10 +1,10 @@
 /* The parameter server's roles and ranges (ps.h) and the helpers both
- * sides of its protocol share (ps_proto.h). */
+ * sides of its protocol share (protocol.h). */
 #include <string.h>
 
 #include "base/hash.h"
 #include "base/status.h"
-#include "parallel/ps_proto.h"
+#include "parallel/ps/protocol.h"
 
 dt_status dt_ps_sync_parse(const char *text, dt_ps_sync *out)
 {

@@ -1,5 +1,5 @@
 /* The parameter server's wire protocol (ps.h), shared by the servers
- * (ps_server.c) and the workers (strategy_ps.c).
+ * (server.c) and the workers (strategy.c).
  *
  * Every request is a header of 8 int64 on tag PS_TAG_REQ, followed, when
  * the header announces one, by its payload on PS_TAG_DATA; replies go back
@@ -8,8 +8,8 @@
  * server checks a header (op, clock, range, counts) before it receives the
  * payload into anything that matters, and answers a refused request with
  * PS_ERROR and the reason. */
-#ifndef DT_PARALLEL_PS_PROTO_H
-#define DT_PARALLEL_PS_PROTO_H
+#ifndef DT_PARALLEL_PS_PROTOCOL_H
+#define DT_PARALLEL_PS_PROTOCOL_H
 
 #include <stdint.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* A parameter server (ps.h): holds its range of the parameters and the
- * optimizer over it, and serves the workers' requests (ps_proto.h) in the
+ * optimizer over it, and serves the workers' requests (protocol.h) in the
  * order they arrive from any worker (dt_waitany over one posted header
  * receive per worker).  Pushes arrive block by block and are checked
  * against the range, the worker's clock and the pieces already received;
@@ -16,7 +16,7 @@
 
 #include "base/clock.h"
 #include "base/status.h"
-#include "parallel/ps_proto.h"
+#include "parallel/ps/protocol.h"
 
 #define MAX_DEFERRED 4
 #define MAX_STATE 4
@@ -42,7 +42,7 @@ typedef struct {
     bool joined, gone;
 } worker;
 
-/* A row-sparse table's rows on this server (ps_proto.h): local row j is the
+/* A row-sparse table's rows on this server (protocol.h): local row j is the
  * table's row k + j x S. */
 typedef struct {
     int param;

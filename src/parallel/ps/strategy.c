@@ -1,5 +1,5 @@
 /* A parameter-server worker as a strategy (ps.h).  The common micro-batch
- * loop (strategy.c) runs forward and backward; the block hooks pull and
+ * loop (common/strategy.c) runs forward and backward; the block hooks pull and
  * push around it:
  *   before a block's forward: wait for the pulls (from the servers whose
  *     ranges hold the block's parameters, tied ones included) that the
@@ -23,8 +23,8 @@
 
 #include "base/clock.h"
 #include "base/status.h"
-#include "parallel/ps_proto.h"
-#include "parallel/strategy_internal.h"
+#include "parallel/ps/protocol.h"
+#include "parallel/common/strategy.h"
 
 /* A row-sparse table as a worker moves it: per server, the ids of one
  * request and their rows going out or coming in. */

@@ -1,5 +1,5 @@
 /* ZeRO for a hand-written loop (parallel.h, dt_zero_*): the strategy of
- * strategy_zero.c without its micro-batch loop.  The caller runs forward
+ * strategy.c without its micro-batch loop.  The caller runs forward
  * and backward (the strategy's block hooks move the blocks' gradients and
  * parameters meanwhile); dt_zero_step makes the update and, unlike a
  * strategy step, returns with the parameters current, so the caller may
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "base/status.h"
-#include "parallel/strategy_internal.h"
+#include "parallel/common/strategy.h"
 
 struct dt_zero {
     dt_strategy *s;

@@ -1,5 +1,5 @@
-/* ZeRO's shard layout (zero_layout.c), shared by the strategy
- * (strategy_zero.c): units are blocks' parameter ranges, each padded to a
+/* ZeRO's shard layout (layout.c), shared by the strategy
+ * (strategy.c): units are blocks' parameter ranges, each padded to a
  * multiple of the ranks and cut into one slice per rank. */
 #ifndef DT_PARALLEL_ZERO_INTERNAL_H
 #define DT_PARALLEL_ZERO_INTERNAL_H

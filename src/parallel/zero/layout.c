@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "parallel/zero_internal.h"
+#include "parallel/zero/internal.h"
 
 dt_status dt__zero_layout_make(dt_model *m, int nranks, int rank, dt__zero_layout *L)
 {

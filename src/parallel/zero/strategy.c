@@ -1,6 +1,6 @@
 /* ZeRO as a strategy (see parallel.h).  The common micro-batch loop
- * (strategy.c) runs forward and backward; the block hooks move each block's
- * unit (zero_layout.c) while the other blocks compute:
+ * (common/strategy.c) runs forward and backward; the block hooks move each block's
+ * unit (layout.c) while the other blocks compute:
  *   stage 1: in the last micro-batch's backward, as a block's backward ends
  *            its unit's gradients are reduce-scattered in place in the
  *            registry (this rank's sum lands at the unit's start);
@@ -31,8 +31,8 @@
 #include "base/clock.h"
 #include "base/status.h"
 #include "optim/offload.h"
-#include "parallel/strategy_internal.h"
-#include "parallel/zero_internal.h"
+#include "parallel/common/strategy.h"
+#include "parallel/zero/internal.h"
 
 #define MAX_UNITS_PER_BLOCK 4 /* its own and the tied ones it uses */
 /* Reduce-scatters in flight at once for stages 2 and 3: each holds its
