@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "dtrain/parallel.h"
+#include "optim/clip.h"
 
 dt_status dt_clip_grad_norm_group(float *grad, int64_t n, float max_norm, dt_comm *group, float *norm)
 {
@@ -18,8 +19,9 @@ dt_status dt_clip_grad_norm_group(float *grad, int64_t n, float max_norm, dt_com
     float total = (float)sqrt(sumsq);
     if (norm)
         *norm = total;
-    if (max_norm > 0 && total > max_norm && n)
-        dt_vec_scale(grad, max_norm / (total + 1e-6f), n); /* torch's clip_grad_norm_ */
+    float c = dt__clip_coefficient(total, max_norm); /* torch's clip_grad_norm_ */
+    if (c != 1.0f && n)
+        dt_vec_scale(grad, c, n);
     return DT_OK;
 }
 
@@ -47,9 +49,10 @@ static dt_status clip_by(dt_params *p, double sumsq, float max_norm, float *norm
     float total = (float)sqrt(sumsq);
     if (norm)
         *norm = total;
-    if (max_norm > 0 && total > max_norm)
+    float c = dt__clip_coefficient(total, max_norm);
+    if (c != 1.0f)
         for (int i = 0; i < dt_params_count(p); i++)
-            dt_vec_scale(dt_param_grad(p, i), max_norm / (total + 1e-6f), dt_params_info(p, i)->numel);
+            dt_vec_scale(dt_param_grad(p, i), c, dt_params_info(p, i)->numel);
     return DT_OK;
 }
 

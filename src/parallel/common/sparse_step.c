@@ -107,8 +107,9 @@ dt_status dt_params_optimizer_step(dt_params *p, dt_optimizer *o, float lr, floa
         scale_parts(grads, parts, n, grad_scale);
     /* untouched rows are zero: they add nothing to the norm, and clipping leaves them zero */
     *norm = (float)sqrt(sumsq_parts(grads, parts, n));
-    if (max_norm > 0 && *norm > max_norm) /* as dt_clip_grad_norm (torch's clip_grad_norm_) */
-        scale_parts(grads, parts, n, max_norm / (*norm + 1e-6f));
+    float c = dt__clip_coefficient(*norm, max_norm); /* as dt_clip_grad_norm (torch's clip_grad_norm_) */
+    if (c != 1.0f)
+        scale_parts(grads, parts, n, c);
     for (int i = 0; s == DT_OK && i < n; i++) {
         const part *q = &parts[i];
         s = q->rows ? dt_optimizer_update_rows(o, values, grads, q->offset, q->row, q->rows, q->nrows,

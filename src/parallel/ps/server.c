@@ -166,7 +166,7 @@ static float apply(server *S, float *grad, double scale, double lr, double clip,
     if (reduce_norm && (*st = dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, S->group)) != DT_OK)
         return 0;
     float norm = (float)sqrt(sumsq), c = clip > 0 && norm > clip ? (float)(clip / (norm + 1e-6)) : 1.0f;
-    if (c != 1.0f) { /* torch's clip_grad_norm_ */
+    if (c != 1.0f) { /* torch's clip_grad_norm_, here in f64 (optim/clip.h's dt__clip_coefficient is f32) */
         dt_vec_scale(grad, c, S->n);
         for (int t = 0; t < S->ntables; t++)
             for (int64_t i = 0; i < S->t[t].ntouched; i++)

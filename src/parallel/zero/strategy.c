@@ -30,6 +30,7 @@
 
 #include "base/clock.h"
 #include "base/status.h"
+#include "optim/clip.h"
 #include "optim/offload.h"
 #include "parallel/common/strategy.h"
 #include "parallel/zero/internal.h"
@@ -518,7 +519,7 @@ static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *no
     float total = (float)sqrt(sumsq);
     if (norm)
         *norm = total;
-    float clip = max_norm > 0 && total > max_norm ? max_norm / (total + 1e-6f) : 1.0f; /* torch's clip_grad_norm_ */
+    float clip = dt__clip_coefficient(total, max_norm); /* torch's clip_grad_norm_ */
     if (Z->stage == 3) {
         if (clip != 1.0f)
             dt_vec_scale(Z->grads, clip, Z->L.shard_numel);
