@@ -10,10 +10,11 @@
 #include "base/status.h"
 #include "parallel/common/strategy.h"
 
-dt_status dt__strategy_init(dt_strategy *s, dt_model *m, dt_optimizer *o, const dt_strategy_config *cfg)
+static dt_status strategy_init(dt_strategy *s, dt_model *m, dt_optimizer *o, const dt_strategy_config *cfg)
 {
-    if (!m || !o || !cfg)
-        return dt__fail(DT_ERR_INVALID, "strategy: %s is NULL", !m ? "the model" : !o ? "the optimizer" : "the config");
+    if (!m || (!o && !s->ops->no_optimizer) || !cfg)
+        return dt__fail(DT_ERR_INVALID, "strategy: %s is NULL",
+                        !m ? "the model" : !o && !s->ops->no_optimizer ? "the optimizer" : "the config");
     if (cfg->micro_batches < 1 || !(cfg->grad_clip >= 0))
         return dt__fail(DT_ERR_INVALID, "strategy: micro_batches %d (>= 1), grad_clip %g (>= 0)", cfg->micro_batches,
                         cfg->grad_clip);
@@ -21,6 +22,30 @@ dt_status dt__strategy_init(dt_strategy *s, dt_model *m, dt_optimizer *o, const 
     s->opt = o;
     s->cfg = *cfg;
     return dt_arena_create_on(dt_model_device(m), &s->arena); /* the activations live where the model runs */
+}
+
+dt_status dt__strategy_new(const dt__strategy_ops *ops, size_t impl_size, dt_model *m, dt_optimizer *o,
+                           const dt_strategy_config *cfg, dt_strategy **out)
+{
+    dt_strategy *s = calloc(1, sizeof *s);
+    void *impl = impl_size ? calloc(1, impl_size) : NULL;
+    if (!s || (impl_size && !impl)) {
+        free(s);
+        free(impl);
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    }
+    s->ops = ops;
+    s->impl = impl;
+    return dt__strategy_finish(s, strategy_init(s, m, o, cfg), out);
+}
+
+dt_status dt__strategy_finish(dt_strategy *s, dt_status st, dt_strategy **out)
+{
+    if (st != DT_OK)
+        dt_strategy_destroy(s);
+    else
+        *out = s;
+    return st;
 }
 
 static dt_status micro_step(dt_strategy *s, int64_t step, int micro, const dt_micro_batch *mb, float *loss)
@@ -116,15 +141,5 @@ static const dt__strategy_ops single_ops = {.name = "single", .update = single_u
 
 dt_status dt_strategy_single_create(dt_model *m, dt_optimizer *o, const dt_strategy_config *cfg, dt_strategy **out)
 {
-    dt_strategy *s = calloc(1, sizeof *s);
-    if (!s)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    dt_status st = dt__strategy_init(s, m, o, cfg);
-    s->ops = &single_ops;
-    if (st != DT_OK) {
-        dt_strategy_destroy(s);
-        return st;
-    }
-    *out = s;
-    return DT_OK;
+    return dt__strategy_new(&single_ops, 0, m, o, cfg, out);
 }

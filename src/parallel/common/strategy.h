@@ -11,6 +11,9 @@
 
 typedef struct {
     const char *name;
+    /* The optimizer lives elsewhere (the parameter servers): creation takes
+     * none. */
+    bool no_optimizer;
     /* The whole step instead of the common micro-batch loop (a pipeline
      * runs its own schedule); NULL for the common loop. */
     dt_status (*step)(dt_strategy *s, int64_t step, float lr, dt_next_batch_fn next, void *user, dt_step_stats *out);
@@ -39,7 +42,18 @@ struct dt_strategy {
     void *impl;
 };
 
-/* Fill the common part; the strategy sets ops, key_group and impl. */
-dt_status dt__strategy_init(dt_strategy *s, dt_model *m, dt_optimizer *o, const dt_strategy_config *cfg);
+/* Every strategy's constructor: a strategy with the given table, its common
+ * part checked and filled (the model, the optimizer, the config, the
+ * activation arena on the model's device) and, when impl_size > 0, a zeroed
+ * impl of that size.  The caller then sets key_group and fills impl, and
+ * ends with dt__strategy_finish.  On failure nothing is left and *out is
+ * untouched; ops->destroy must accept the zeroed impl (or NULL when
+ * impl_size is 0), as it does a half-built one. */
+dt_status dt__strategy_new(const dt__strategy_ops *ops, size_t impl_size, dt_model *m, dt_optimizer *o,
+                           const dt_strategy_config *cfg, dt_strategy **out);
+
+/* The end of a strategy's creation: st == DT_OK hands s out (*out), else s
+ * is destroyed and *out untouched.  Returns st. */
+dt_status dt__strategy_finish(dt_strategy *s, dt_status st, dt_strategy **out);
 
 #endif

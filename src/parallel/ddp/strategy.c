@@ -39,24 +39,14 @@ dt_status dt_strategy_ddp_create(dt_model *m, dt_optimizer *o, dt_comm *c, const
     if (m && !dt_device_is_host(dt_model_device(m)))
         return dt__fail(DT_ERR_INVALID, "strategy ddp: the model is on %s, and data parallelism over device buffers "
                         "is not built yet (one rank: the single strategy)", dt_device_name(dt_model_device(m)));
-    dt_strategy *s = calloc(1, sizeof *s);
-    if (!s)
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    dt_status st = dt__strategy_init(s, m, o, cfg);
+    dt_strategy *s = NULL;
+    DT_CHECK(dt__strategy_new(&ddp_ops, 0, m, o, cfg, &s));
+    dt_ddp *d = NULL;
+    dt_status st = dt_ddp_create(c, dt_model_params(m), &cfg->ddp, &d);
     if (st == DT_OK) {
-        dt_ddp *d = NULL;
-        st = dt_ddp_create(c, dt_model_params(m), &cfg->ddp, &d);
-        if (st == DT_OK) {
-            dt_ddp_set_accumulation(d, cfg->micro_batches);
-            s->impl = d;
-            s->ops = &ddp_ops;
-            s->key_group = (uint32_t)dt_comm_rank(c);
-        }
+        dt_ddp_set_accumulation(d, cfg->micro_batches);
+        s->impl = d;
+        s->key_group = (uint32_t)dt_comm_rank(c);
     }
-    if (st != DT_OK) {
-        dt_strategy_destroy(s);
-        return st;
-    }
-    *out = s;
-    return DT_OK;
+    return dt__strategy_finish(s, st, out);
 }

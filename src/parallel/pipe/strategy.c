@@ -175,16 +175,10 @@ dt_status dt_strategy_pipeline_create(dt_model *m, dt_optimizer *o, const dt_pip
     if (m && dt_model_chunks(m) != v)
         return dt__fail(DT_ERR_INVALID, "strategy pipeline: the model holds %d chunks, the schedule wants %d",
                         dt_model_chunks(m), v);
-    dt_strategy *s = calloc(1, sizeof *s);
-    pipe_state *P = calloc(1, sizeof *P);
-    if (!s || !P) {
-        free(s);
-        free(P);
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    }
-    s->impl = P;
-    s->ops = &pipe_ops;
-    dt_status st = dt__strategy_init(s, m, o, cfg);
+    dt_strategy *s = NULL;
+    DT_CHECK(dt__strategy_new(&pipe_ops, sizeof(pipe_state), m, o, cfg, &s));
+    pipe_state *P = s->impl;
+    dt_status st = DT_OK;
     P->pc = *pc;
     P->p = dt_comm_size(pc->pp);
     P->r = dt_comm_rank(pc->pp);
@@ -208,10 +202,5 @@ dt_status dt_strategy_pipeline_create(dt_model *m, dt_optimizer *o, const dt_pip
             dt_ddp_set_accumulation(P->ddp, cfg->micro_batches);
         s->key_group = (uint32_t)dt_comm_rank(pc->dp);
     }
-    if (st != DT_OK) {
-        dt_strategy_destroy(s);
-        return st;
-    }
-    *out = s;
-    return DT_OK;
+    return dt__strategy_finish(s, st, out);
 }

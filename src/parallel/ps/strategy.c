@@ -440,7 +440,7 @@ static void ps_destroy(dt_strategy *s)
 }
 
 static const dt__strategy_ops ps_ops = {
-    .name = "ps", .update = ps_update, .sync = ps_sync, .timing = ps_timing, .destroy = ps_destroy};
+    .name = "ps", .no_optimizer = true, .update = ps_update, .sync = ps_sync, .timing = ps_timing, .destroy = ps_destroy};
 
 /* ---- joining and snapshots ---- */
 
@@ -585,17 +585,9 @@ dt_status dt_strategy_ps_create(dt_model *m, dt_comm *c, const dt_ps_config *pc,
     dt_params *p = dt_model_params(m);
     if (!dt_params_values(p) || !dt_params_grads(p))
         return dt__fail(DT_ERR_INVALID, "strategy ps: the model must hold its parameters and gradients");
-    dt_strategy *s = calloc(1, sizeof *s);
-    ps_worker *P = calloc(1, sizeof *P);
-    if (!s || !P) {
-        free(s);
-        free(P);
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    }
-    s->impl = P;
-    s->ops = &ps_ops;
-    s->model = m;
-    s->cfg = *cfg;
+    dt_strategy *s = NULL;
+    DT_CHECK(dt__strategy_new(&ps_ops, sizeof(ps_worker), m, NULL, cfg, &s));
+    ps_worker *P = s->impl;
     P->c = c;
     P->pc = *pc;
     P->S = pc->servers;
@@ -606,8 +598,6 @@ dt_status dt_strategy_ps_create(dt_model *m, dt_comm *c, const dt_ps_config *pc,
     P->P = dt_params_numel(p);
     dt_status st = dt__ps_tables(p, &P->ntables, &P->dense_from);
     P->cap = 2 * (P->nb + 2) * P->S + 4 * (P->ntables + 1) * P->S + 4;
-    if (st == DT_OK)
-        st = dt_arena_create(&s->arena);
     if (st == DT_OK && P->P - P->dense_from < P->S && !P->ntables)
         st = dt__fail(DT_ERR_INVALID, "parameter server: %d servers for %lld parameters", P->S, (long long)P->P);
     if (st == DT_OK &&
@@ -646,14 +636,11 @@ dt_status dt_strategy_ps_create(dt_model *m, dt_comm *c, const dt_ps_config *pc,
         st = pull_start(s, P); /* step 0's parameters: worker 0's, from the servers */
     if (st == DT_OK)
         st = wait_sends(P);
-    if (st != DT_OK) {
-        P->failed = true;
-        dt_strategy_destroy(s);
-        return st;
-    }
-    dt_model_set_hooks(m, ps_hook, s);
-    *out = s;
-    return DT_OK;
+    if (st != DT_OK)
+        P->failed = true; /* ps_destroy drops what is in flight */
+    else
+        dt_model_set_hooks(m, ps_hook, s);
+    return dt__strategy_finish(s, st, out);
 }
 
 dt_status dt_strategy_ps_snapshot(dt_strategy *s, float *values, dt_optimizer *whole)

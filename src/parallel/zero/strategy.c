@@ -673,16 +673,10 @@ dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int 
     if (!dt_params_values(p) || !dt_params_grads(p))
         return dt__fail(DT_ERR_INVALID, "strategy zero: the model must hold its whole parameters and gradients "
                                         "(dt_model_instantiate) when the strategy starts");
-    dt_strategy *s = calloc(1, sizeof *s);
-    zero *Z = calloc(1, sizeof *Z);
-    if (!s || !Z) {
-        free(s);
-        free(Z);
-        return dt__fail(DT_ERR_NOMEM, "out of memory");
-    }
-    s->impl = Z;
-    s->ops = &zero_ops;
-    dt_status st = dt__strategy_init(s, m, o, cfg);
+    dt_strategy *s = NULL;
+    DT_CHECK(dt__strategy_new(&zero_ops, sizeof(zero), m, o, cfg, &s));
+    zero *Z = s->impl;
+    dt_status st = DT_OK;
     Z->stage = stage;
     Z->N = dt_comm_size(c);
     Z->r = dt_comm_rank(c);
@@ -707,10 +701,5 @@ dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int 
             dt_params_drop_storage(p, stage == 3, true);
         dt_model_set_hooks(m, zero_hook, s);
     }
-    if (st != DT_OK) {
-        dt_strategy_destroy(s);
-        return st;
-    }
-    *out = s;
-    return DT_OK;
+    return dt__strategy_finish(s, st, out);
 }
