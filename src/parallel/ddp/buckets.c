@@ -368,8 +368,3 @@ void dt_ddp_destroy(dt_ddp *d)
     free(d->ready);
     free(d);
 }
-
-dt_status dt_dist_sampler_init(dt_sampler *s, int64_t size, uint64_t seed, const dt_comm *c)
-{
-    return dt_sampler_init(s, size, seed, dt_comm_rank(c), dt_comm_size(c), true, true);
-}
