@@ -46,10 +46,11 @@ static dt_status describe(const model_kind *k, dt_comm *tp, dt_model_desc **d)
 {
     if (k->gpt) {
         dt_gpt_config c = k->g;
-        c.tp = tp;
+        c.tp = dt_tp_group_of_comm(tp);
         return dt_gpt_describe(&c, d);
     }
-    return tp ? dt_mlp_describe_tp(k->sizes, 5, tp, d) : dt_mlp_describe(k->sizes, 5, d);
+    dt_tp_group g = dt_tp_group_of_comm(tp);
+    return tp ? dt_mlp_describe_tp(k->sizes, 5, &g, d) : dt_mlp_describe(k->sizes, 5, d);
 }
 
 /* Micro-batch i of data-parallel replica r at `step`: inputs and targets
@@ -174,7 +175,7 @@ static void run(const model_kind *k, dt_mesh *mesh, dt_pipe_schedule sched, int 
     CALL(dt_sgd_create(&sc, dt_params_numel(dt_model_params(whole)), &ow));
     CALL(dt_sgd_create(&sc, dt_params_numel(dt_model_params(stage)), &os));
     dt_strategy_config cfg = {.micro_batches = M, .seed = SEED, .tp = t > 1 ? tp : NULL};
-    dt_pipeline_config pc = {sched, v, pp, dp};
+    dt_pipeline_config pc = {sched, v, pp, dp, 0};
     dt_strategy *s;
     CALL(dt_strategy_pipeline_create(stage, os, &pc, &cfg, &s));
     dt_arena *arena;

@@ -73,6 +73,7 @@ run transport/shared-memory 200 tests/cases/shm_transport.sh
 run transport/tcp-congestion-control 60 tests/cases/tcp_congestion.sh
 run collectives/bbr-limit-agreed 120 tests/cases/tcp_bbr_agree.sh
 run unit/engine 300 "$BIN/test_engine"
+run unit/grad-ready-subscribers 120 "$BIN/dtrun" -n 2 "$BIN/test_grad_ready"
 # The bf16 GEMM on each kernel (a kernel this CPU lacks is a skip naming why).
 for kernel in emulated avx512_bf16 amx; do
     run engine/gemm-bf16/$kernel 120 env DT_BF16_GEMM=$kernel "$BIN/test_gemm_bf16"
@@ -80,6 +81,8 @@ done
 run engine/gemm-bf16/unknown-kernel-refused 120 env DT_BF16_GEMM=tpu "$BIN/test_gemm_bf16"
 run unit/conv 120 "$BIN/test_conv"
 run unit/runtime 120 "$BIN/test_runtime"
+run unit/layout 30 "$BIN/test_layout"
+run unit/tp-group 60 "$BIN/test_tp_group"
 run unit/launch-env 30 "$BIN/test_launch"
 run unit/checkpoint 60 "$BIN/test_ckpt"
 run unit/textclf-sparse-rows-adagrad-fortunes 60 "$BIN/test_textclf"
@@ -163,6 +166,7 @@ run "parallel/dtrain-pipeline" 400 tests/cases/dtrain_pp.sh
 run "parallel/zero-stages" 300 tests/cases/zero_stages.sh
 run "parallel/dtrain-zero" 300 tests/cases/dtrain_zero.sh
 run "parallel/zero3-peak-rss" 300 tests/cases/zero3_peak_rss.sh
+run "parallel/zero-mesh" 300 tests/cases/zero_mesh.sh
 run "parallel/ps-sync" 300 tests/cases/ps_sync.sh
 run "parallel/dtrain-ps" 400 tests/cases/dtrain_ps.sh
 

@@ -54,7 +54,7 @@ static const struct {
 } linears[] = {{"fc1", IN, H, DT_TP_COLUMN}, {"fc2", H, H2, DT_TP_ROW}, {"fc3", H2, H, DT_TP_COLUMN}, {"fc4", H, OUT, DT_TP_ROW}};
 enum { NLIN = sizeof linears / sizeof linears[0] };
 
-static void build(model *m, dt_comm *tp)
+static void build(model *m, const dt_tp_group *tp)
 {
     CALL(dt_params_create(&m->p));
     CALL(dt_sequential_create("mlp", &m->net));
@@ -145,7 +145,7 @@ static double compare(dt_params *refp, dt_params *tpp, int t, bool grads, bool e
 
 /* Attention with its heads split over the group against the unsplit one:
  * output, input gradient and every parameter gradient, to 1e-5. */
-static void check_attention(dt_comm *tp, int t)
+static void check_attention(const dt_tp_group *tp, int t)
 {
     enum { B = 2, T = 5, D = 24, HEADS = 12 };
     model ref = {0}, par = {0};
@@ -208,7 +208,7 @@ static void check_attention(dt_comm *tp, int t)
 /* The vocabulary-parallel cross-entropy against the ordinary one on the
  * whole logits, with ignored targets (-1) among them: loss and this rank's
  * slice of the gradient to 1e-6; an out-of-range target refused. */
-static void check_cross_entropy(dt_comm *tp, int t)
+static void check_cross_entropy(const dt_tp_group *tp, int t)
 {
     enum { N = 13, V = 24 };
     float z[N * V], g[N * V], gl[N * V];
@@ -261,7 +261,7 @@ static void check_gpt(dt_comm *tp, int t, float dropout, bool sp, float *losses)
     dt_gpt_config c = {.vocab = 48, .context = 12, .layers = 2, .heads = 12, .dim = 24, .dropout = dropout};
     dt_model *m[2];
     CALL(dt_gpt_create(&c, &m[0]));
-    c.tp = tp;
+    c.tp = dt_tp_group_of_comm(tp);
     c.sequence_parallel = sp;
     CALL(dt_gpt_create(&c, &m[1]));
     dt_arena *arena;
@@ -374,13 +374,14 @@ int main(void)
     CALL(dt_comm_init_env(&world));
     rank = dt_comm_rank(world);
     int t = dt_comm_size(world);
+    dt_tp_group group = dt_tp_group_of_comm(world); /* the layers' view of it */
 
     /* A size the group does not divide is refused, naming the numbers. */
     dt_params *bad;
     dt_layer *l = NULL;
     CALL(dt_params_create(&bad));
     if (t > 1) {
-        dt_status s = dt_linear_parallel_create(bad, "odd", IN, H + 1, true, DT_TP_COLUMN, world, &l);
+        dt_status s = dt_linear_parallel_create(bad, "odd", IN, H + 1, true, DT_TP_COLUMN, &group, &l);
         if (s != DT_ERR_INVALID || !strstr(dt_last_error(), "not divisible by")) {
             fprintf(stderr, "tp_check: a 49-wide column split over %d ranks: %s (%s)\n", t, dt_status_name(s),
                     dt_last_error());
@@ -392,15 +393,15 @@ int main(void)
     if (t > 1) { /* heads the group does not divide */
         dt_params *q;
         CALL(dt_params_create(&q));
-        dt_status s = dt_attention_parallel_create(q, "a", 35, 5 + (t % 5 == 0), world, &l);
+        dt_status s = dt_attention_parallel_create(q, "a", 35, 5 + (t % 5 == 0), &group, &l);
         if (s != DT_ERR_INVALID || !strstr(dt_last_error(), "cannot be split")) {
             fprintf(stderr, "tp_check: heads not divisible by %d: %s (%s)\n", t, dt_status_name(s), dt_last_error());
             failures++;
         }
         dt_params_destroy(q);
     }
-    check_attention(world, t);
-    check_cross_entropy(world, t);
+    check_attention(&group, t);
+    check_cross_entropy(&group, t);
     float off[GPT_STEPS] = {0}, on[GPT_STEPS] = {0};
     check_gpt(world, t, 0.0f, false, off);
     check_gpt(world, t, 0.1f, false, off);
@@ -410,7 +411,7 @@ int main(void)
 
     model ref, tp;
     build(&ref, NULL);
-    build(&tp, world);
+    build(&tp, &group);
     compare(ref.p, tp.p, t, false, true); /* initial weights: bitwise */
 
     float *x = malloc(sizeof(float) * BATCH * IN);

@@ -281,7 +281,7 @@ static void bubble(const options *o, dt_comm *pp, dt_pipe_schedule s, int m)
     dt_optimizer *opt;
     CALL(dt_sgd_create(&(dt_sgd_config){0.0f, 0.0f, false}, dt_params_numel(dt_model_params(stage)), &opt));
     dt_strategy_config cfg = {.micro_batches = m, .seed = SEED};
-    dt_pipeline_config pc = {s, v, pp, NULL};
+    dt_pipeline_config pc = {s, v, pp, NULL, 0};
     dt_strategy *st;
     CALL(dt_strategy_pipeline_create(stage, opt, &pc, &cfg, &st));
     double idle_sum = 0, idle_min = 1, idle_max = 0, span_sum = 0, busy_sum = 0;
@@ -380,7 +380,7 @@ static void memory(const options *o, dt_comm *pp, dt_pipe_schedule s, int m)
     dt_optimizer *opt;
     CALL(dt_sgd_create(&(dt_sgd_config){0.9f, 0.0f, false}, dt_params_numel(dt_model_params(stage)), &opt));
     dt_strategy_config cfg = {.micro_batches = m, .seed = SEED};
-    dt_pipeline_config pc = {s, v, pp, NULL};
+    dt_pipeline_config pc = {s, v, pp, NULL, 0};
     dt_strategy *st;
     CALL(dt_strategy_pipeline_create(stage, opt, &pc, &cfg, &st));
     double peak = 0, step_s = 0, busy = 0;

@@ -12,7 +12,9 @@
 #include "dtrain/parallel.h"
 #include "dtrain/pipeline.h"
 #include "dtrain/ps.h"
+#include "dtrain/layout.h"
 #include "dtrain/data.h"
+#include "dtrain/layout.h"
 #include "dtrain/ckpt.h"
 #include "dtrain/version.h" /* DTRAIN_VERSION, generated from CMakeLists.txt */
 

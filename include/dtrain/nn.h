@@ -7,8 +7,9 @@
  *
  * Layers: forward allocates its output (and whatever backward needs) in the
  * step's arena; backward accumulates parameter gradients, fires the registry's
- * gradient-ready callback for each parameter once its gradient is final (in
- * backward order), and writes the input gradient when asked. */
+ * gradient-ready event for each parameter once its gradient is final (in
+ * backward order; every subscriber hears it), and writes the input gradient
+ * when asked. */
 #ifndef DTRAIN_NN_H
 #define DTRAIN_NN_H
 
@@ -44,7 +45,9 @@ typedef struct {
      * numel / shape[0] elements after it. */
     bool row_sparse;
 } dt_param_info;
-typedef void (*dt_grad_ready_fn)(int param_index, void *user);
+/* A subscription to a registry's gradient-ready events or to a model's
+ * block hooks: > 0 names it, 0 names none. */
+typedef int dt_subscription;
 
 dt_status dt_params_create(dt_params **out);
 /* Register a parameter (before dt_params_finalize); *index identifies it. */
@@ -144,9 +147,52 @@ float *dt_params_device_values(dt_params *p);
 float *dt_params_device_grads(dt_params *p);
 dt_status dt_params_download(dt_params *p);
 dt_status dt_params_upload(dt_params *p);
-/* Called with each parameter index as its gradient becomes final. */
-void dt_params_on_grad_ready(dt_params *p, dt_grad_ready_fn fn, void *user);
+/* ---- gradient-ready events ----
+ * The one seam through which whoever syncs gradients learns, while backward
+ * still runs, that a parameter's gradient is final for this backward pass:
+ * data parallelism fills and starts its buckets (dt_ddp), ZeRO
+ * reduce-scatters a block's unit once its last parameter is ready, the
+ * parameter server pushes a block's range likewise.  Several subscribers
+ * may listen at once (a compression, a monitor beside the strategy), none
+ * displacing another.  Block hooks (dt_model_add_hook) stay for what is not
+ * about gradients: binding and gathering storage before a block runs.
+ *
+ * Conventions:
+ *  - the event is one parameter's registry index; backward fires each
+ *    parameter once per pass, right after its layer's last write to that
+ *    gradient in the pass, so the events arrive in backward order (within a
+ *    layer: weight, then bias).  A tied parameter fires once, from its first
+ *    block, whose backward comes after its other users' (GPT's wte: from
+ *    the embedding; a pipeline stage holding only the head never fires it,
+ *    and a parameter whose layer did not run fires nothing: whoever syncs
+ *    covers those at the update, as dt_ddp does);
+ *  - every subscriber hears every event, in the order they subscribed;
+ *  - a subscriber returns DT_OK or a failure; the registry keeps the first
+ *    failure (the others are still called) until dt_params_grad_ready_status
+ *    takes it: the model does so after each block's backward, which then
+ *    fails with that status (the detail in dt_last_error());
+ *  - subscribing and unsubscribing are not allowed from inside an event, nor
+ *    while a backward over the registry runs on another thread;
+ *  - an event costs one indirect call per subscriber. */
+typedef dt_status (*dt_grad_ready_cb)(void *user, int param_index);
+/* Add fn(user, index) to the subscribers; *token (optional) names it for
+ * dt_params_unsubscribe.  DT_ERR_INVALID for a NULL registry or fn,
+ * DT_ERR_NOMEM. */
+dt_status dt_params_subscribe_grad_ready(dt_params *p, dt_grad_ready_cb fn, void *user, dt_subscription *token);
+/* Remove the subscriber `token` names; the others keep their order.  A
+ * token of 0, or one already removed, removes nothing. */
+void dt_params_unsubscribe(dt_params *p, dt_subscription token);
+/* Fire parameter `index`'s event (the layers call it). */
 void dt_params_grad_ready(dt_params *p, int index);
+/* The first failure a subscriber returned since the last call (DT_OK:
+ * none), and forget it. */
+dt_status dt_params_grad_ready_status(dt_params *p);
+/* The single callback of old, kept for its callers: one subscription of
+ * its own that each call replaces (fn NULL: removes it); other
+ * subscribers are untouched.  Out of memory: not subscribed, with the
+ * detail in dt_last_error(). */
+typedef void (*dt_grad_ready_fn)(int param_index, void *user);
+void dt_params_on_grad_ready(dt_params *p, dt_grad_ready_fn fn, void *user);
 void dt_params_destroy(dt_params *p);
 
 /* ---- execution state: one context per micro-batch ----
@@ -198,9 +244,40 @@ struct dt_layer {
     char name[64];
 };
 
+/* ---- the tensor-parallel group ----
+ * A tensor-parallel group as the layers see it: this rank's place in it and
+ * the exchanges the tensor-parallel layers and the vocabulary-parallel loss
+ * need, so that nn knows no communicator.  src/parallel supplies one over a
+ * communicator (dt_tp_group_of_comm, dtrain/parallel.h); a test may supply its
+ * own.  Layers, descriptions and models keep a copy of the struct: what
+ * `user` points to (the communicator) must outlive them.  A zeroed group
+ * (size 0) is no group.
+ *
+ * Every entry is collective over the group: each rank calls it in the same
+ * order with the same count, and each rank gets bitwise the same result (the
+ * reduction order fixed, whatever the timing), which the layers rely on to
+ * keep replicated values equal.  Counts are elements, not bytes.  A failure
+ * returns its status with the detail in dt_last_error(). */
+typedef struct dt_tp_group {
+    int rank, size; /* this rank's place: 0 <= rank < size */
+    void *user;     /* passed to every entry */
+    /* buf[0..n) := the elementwise sum over ranks of buf[0..n), in place */
+    dt_status (*allreduce_sum)(void *user, float *buf, int64_t n);
+    /* The same over doubles, and the elementwise maximum (the
+     * vocabulary-parallel loss's row statistics). */
+    dt_status (*allreduce_sum_f64)(void *user, double *buf, int64_t n);
+    dt_status (*allreduce_max_f64)(void *user, double *buf, int64_t n);
+    /* all[r*n_each .. (r+1)*n_each) := rank r's mine[0..n_each), for every
+     * r; all holds size*n_each floats and does not overlap mine. */
+    dt_status (*allgather)(void *user, const float *mine, float *all, int64_t n_each);
+    /* mine[0..n_each) := block `rank` of the elementwise sum over ranks of
+     * all[0..size*n_each); mine does not overlap all. */
+    dt_status (*reduce_scatter_sum)(void *user, const float *all, float *mine, int64_t n_each);
+} dt_tp_group;
+
 /* Constructors register their parameters in p under "<name>.weight" etc. */
 dt_status dt_linear_create(dt_params *p, const char *name, int64_t in, int64_t out, bool bias, dt_layer **l);
-/* Tensor-parallel linear (Megatron-LM) over the group `tp` of t ranks:
+/* Tensor-parallel linear (Megatron-LM) over the group `tp` of t ranks (copied):
  * DT_TP_COLUMN splits W [out, in] by output features (this rank computes
  * out/t of them from the whole input; backward sums the input gradient over
  * the group), DT_TP_ROW by input features (this rank takes its in/t slice of
@@ -211,9 +288,8 @@ dt_status dt_linear_create(dt_params *p, const char *name, int64_t in, int64_t o
  * divide by t (an error names the numbers).  Forward and backward are
  * collective over tp. */
 typedef enum { DT_TP_COLUMN = 1, DT_TP_ROW = 2 } dt_tp_split;
-struct dt_comm;
 dt_status dt_linear_parallel_create(dt_params *p, const char *name, int64_t in, int64_t out, bool bias,
-                                    dt_tp_split split, struct dt_comm *tp, dt_layer **l);
+                                    dt_tp_split split, const dt_tp_group *tp, dt_layer **l);
 dt_status dt_relu_create(const char *name, dt_layer **l);
 /* GELU, tanh approximation (as GPT-2 and torch's approximate="tanh"). */
 dt_status dt_gelu_create(const char *name, dt_layer **l);
@@ -248,7 +324,7 @@ dt_status dt_attention_create(dt_params *p, const char *name, int64_t dim, int64
  * divisible by its size): c_attn column-parallel (this rank's heads' q, k
  * and v), c_proj row-parallel; one allreduce forward, one backward. */
 dt_status dt_attention_parallel_create(dt_params *p, const char *name, int64_t dim, int64_t heads,
-                                       struct dt_comm *tp, dt_layer **l);
+                                       const dt_tp_group *tp, dt_layer **l);
 /* conv2d over [batch, in, h, w]: square kernel k, stride 1, zero padding pad;
  * parameters "<name>.weight" [out, in, k, k] and "<name>.bias" [out]. */
 dt_status dt_conv2d_create(dt_params *p, const char *name, int64_t in, int64_t out, int64_t k, int64_t pad,
@@ -277,9 +353,9 @@ dt_status dt_softmax_cross_entropy(const dt_tensor *logits, const int32_t *targe
  * sum of exponentials and the target's logit are reduced over tp.  Every
  * rank gets the loss; dlogits (optional) is this rank's slice of the
  * gradient.  Collective over tp. */
-struct dt_comm;
 dt_status dt_softmax_cross_entropy_parallel(const dt_tensor *logits, const int32_t *targets, int64_t vocab,
-                                            int64_t vocab_start, struct dt_comm *tp, float *loss, dt_tensor *dlogits);
+                                            int64_t vocab_start, const dt_tp_group *tp, float *loss,
+                                            dt_tensor *dlogits);
 
 /* ---- containers ---- */
 typedef enum { DT_BEFORE_FORWARD, DT_AFTER_FORWARD, DT_BEFORE_BACKWARD, DT_AFTER_BACKWARD } dt_hook_point;
@@ -291,7 +367,8 @@ dt_status dt_sequential_create(const char *name, dt_layer **out);
 dt_status dt_sequential_append(dt_layer *seq, dt_layer *l);
 int dt_sequential_count(const dt_layer *seq);
 dt_layer *dt_sequential_at(dt_layer *seq, int i);
-/* Hooks around every item's forward and backward (see dt_model_set_hooks). */
+/* One hook around every item's forward and backward (a model's sequences
+ * carry its own dispatcher here: add hooks with dt_model_add_hook). */
 void dt_sequential_set_hooks(dt_layer *seq, dt_block_hook hook, void *user);
 /* Activation recomputation for item i: while training, forward keeps only
  * the item's input and frees its activations (an arena rewind); backward
@@ -321,10 +398,11 @@ typedef struct {
  * outputs.  Blocks fc1, relu1, fc2, ...; parameters "fc1.weight", "fc1.bias"
  * (PyTorch's nn.Linear layout). */
 dt_status dt_mlp_describe(const int64_t *sizes, int nsizes, dt_model_desc **out);
-/* The same split over the tensor-parallel group tp: fc1 column-parallel,
- * fc2 row-parallel, fc3 column, ... (Megatron's MLP), a last layer without a
- * partner replicated; the split widths must divide by tp's size. */
-dt_status dt_mlp_describe_tp(const int64_t *sizes, int nsizes, struct dt_comm *tp, dt_model_desc **out);
+/* The same split over the tensor-parallel group tp (copied; NULL or size 0:
+ * none): fc1 column-parallel, fc2 row-parallel, fc3 column, ... (Megatron's
+ * MLP), a last layer without a partner replicated; the split widths must
+ * divide by tp's size. */
+dt_status dt_mlp_describe_tp(const int64_t *sizes, int nsizes, const dt_tp_group *tp, dt_model_desc **out);
 /* The sizes dt_mlp_describe_tp splits over tp ranks (the hidden sizes between
  * a column- and a row-parallel layer) checked without a communicator: a
  * configuration refused before the job starts, naming the size. */
@@ -337,12 +415,13 @@ dt_status dt_mlp_tp_check(const int64_t *sizes, int nsizes, int tp);
 typedef struct {
     int64_t vocab, context, layers, heads, dim;
     float dropout;
-    /* Tensor parallelism over this group (NULL: none): the embedding table
+    /* Tensor parallelism over this group (zeroed, size 0: none; src/parallel
+     * makes one with dt_tp_group_of_comm): the embedding table
      * and the tied output layer split by vocabulary, attention by heads, the
      * MLP column then row (docs/parallelism.md); vocab and heads must divide
      * by its size.  The model's output is then this rank's slice of the
      * logits: dt_model_loss takes the vocabulary-parallel loss. */
-    struct dt_comm *tp;
+    dt_tp_group tp;
     /* Sequence parallelism (Megatron-LM's later form; needs tp, context
      * divisible by its size): between the split regions (LayerNorms,
      * dropouts, residuals) each rank keeps 1/t of the positions, gathered
@@ -438,12 +517,25 @@ int dt_model_shared_params(const dt_model *m, const dt_shared_param **out);
 /* Recompute block i (local numbering) during backward: see
  * dt_sequential_set_recompute. */
 dt_status dt_model_set_recompute(dt_model *m, int i, bool on);
-/* Per-block hooks, the seam for ZeRO-3 and offload: called with the block's
- * local index before and after its forward and its backward (a recomputed
- * block's second forward runs between BEFORE_BACKWARD and AFTER_BACKWARD).
- * A hook that fails stops the pass with its status.  Before a block runs,
- * the model checks that every parameter it registered has storage and
- * names the first that has none.  NULL removes the hooks. */
+/* Per-block hooks, the seam for storage: ZeRO binding a block's gradient
+ * buffers and gathering its parameters (stage 3), the parameter server's
+ * pulls, offload.  (Gradients becoming final are the gradient-ready events'
+ * business: dt_params_subscribe_grad_ready.)  A hook is called with the
+ * block's local index before and after its forward and its backward (a
+ * recomputed block's second forward runs between BEFORE_BACKWARD and
+ * AFTER_BACKWARD).  Several hooks may be added: before a block they run in
+ * the order added, after it in reverse, so a later one runs nested inside
+ * an earlier one and sees the storage it bound.  A hook that fails stops
+ * the pass with its status (the hooks after it are not called).  Before a
+ * block runs, the model checks that every parameter it registered has
+ * storage and names the first that has none.  Adding and removing are not
+ * allowed from inside a hook.  *token (optional) names the hook for
+ * dt_model_remove_hook; a token of 0 or one removed already removes
+ * nothing. */
+dt_status dt_model_add_hook(dt_model *m, dt_block_hook hook, void *user, dt_subscription *token);
+void dt_model_remove_hook(dt_model *m, dt_subscription token);
+/* The single hook of old, kept for its callers: one hook of its own that
+ * each call replaces (NULL: removes it); hooks added otherwise stay. */
 void dt_model_set_hooks(dt_model *m, dt_block_hook hook, void *user);
 /* Initialise every parameter from `seed` (PyTorch's schemes; GPT-2's for GPT). */
 void dt_model_init(dt_model *m, uint64_t seed);

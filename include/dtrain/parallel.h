@@ -186,12 +186,23 @@ dt_status dt_zero_decay_groups(dt_model *m, int nranks, int rank, const char *pa
  * by their manifest's unit table: dt_zero_units, dt_ckpt_load_shard.) */
 dt_status dt_zero_shard_take(dt_model *m, int nranks, int rank, const float *whole, float *shard);
 dt_status dt_zero_shard_put(dt_model *m, int nranks, int rank, const float *shard, float *whole);
+/* Every rank's shard of its ZeRO optimizer's state (`shard`, over dp) put
+ * together into `whole` (an optimizer of the same kind for m's
+ * dt_params_numel elements) on dp rank 0 (`whole` unused elsewhere), its
+ * step count too: a mesh's checkpoint then gathers it over tp and pp as
+ * any other.  The way back: dt_zero_shard_take on each state buffer.
+ * Collective over dp. */
+dt_status dt_zero_state_gather(dt_model *m, dt_optimizer *shard, dt_comm *dp, dt_optimizer *whole);
 /* ZeRO's units of m, in shard order: each one's range of the flat buffer
  * (offsets[i], numels[i]; up to max of them filled).  Returns how many
  * there are (-1 on error).  A rank's shard over N ranks is slice r,
  * ceil(numel / N) long, of each: what a sharded checkpoint's manifest
  * records. */
 int dt_zero_units(dt_model *m, int64_t *offsets, int64_t *numels, int max);
+/* Check a sharded checkpoint's manifest against m's ZeRO units (a
+ * manifest without sharding passes); DT_ERR_INVALID naming the unit. */
+struct dt_ckpt_manifest;
+dt_status dt_zero_check_sharding(const struct dt_ckpt_manifest *man, dt_model *m);
 /* A ZeRO-3 strategy's shard of the values (the master copy its optimizer
  * updates, dt_zero_shard_numel elements: see dt_zero_shard_take for the
  * layout) and its length; NULL for stages 1 and 2, which update their
@@ -246,6 +257,15 @@ void dt_strategy_destroy(dt_strategy *s);
  * updates through it. */
 dt_status dt_params_optimizer_step(dt_params *p, dt_optimizer *o, float lr, float grad_scale, float max_norm,
                                    float *norm);
+
+/* ---- the tensor-parallel group over a communicator ---- */
+/* The group the tensor-parallel layers, the vocabulary-parallel loss and
+ * dt_gpt_config.tp use (dt_tp_group, dtrain/nn.h) over the communicator c:
+ * its rank and size, and its exchanges as dt_allreduce, dt_allgather and
+ * dt_reduce_scatter over c with the same arguments.  The group holds c, not
+ * a copy: c must outlive every layer and model given it.  c NULL: the zeroed
+ * group (no tensor parallelism). */
+dt_tp_group dt_tp_group_of_comm(dt_comm *c);
 
 /* ---- gradients over a group of ranks that each hold part of the model ---- */
 /* Clip to a global norm: the sum of squares of this rank's n gradients is

@@ -73,6 +73,12 @@ typedef struct {
     int virtual_stages; /* v: 2 or more for interleaved; 1 otherwise */
     dt_comm *pp;        /* the pipeline group: a rank's stage is its rank in it */
     dt_comm *dp;        /* data parallelism over the replicas of this stage (NULL: none) */
+    /* 0: data parallelism's allreduce over dp; 1 or 2: ZeRO over dp, the
+     * stage's optimizer state (1) sharded over the replicas, its optimizer
+     * made for dt_zero_shard_numel(m, |dp|) elements.  The gradients are
+     * reduce-scattered after the schedule, once the tied copies are summed,
+     * so stage 2 holds them whole through the schedule, as stage 1. */
+    int zero_stage;
 } dt_pipeline_config;
 
 /* The pipeline as a strategy over m (made by dt_pipeline_stage_create with

@@ -98,13 +98,13 @@ static void destroy(dt_layer *l)
 
 static const dt_layer_ops ops = {"attention", forward, backward, init, destroy};
 
-static dt_status create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_comm *tp, bool sp,
-                        dt_layer **l)
+static dt_status create(dt_params *p, const char *name, int64_t dim, int64_t heads, const dt_tp_group *tp,
+                        bool sp, dt_layer **l)
 {
     if (dim <= 0 || heads <= 0 || dim % heads != 0)
         return dt__fail(DT_ERR_INVALID, "attention %s: dim %lld is not a positive multiple of %lld heads", name,
                         (long long)dim, (long long)heads);
-    int t = tp ? dt_comm_size(tp) : 1;
+    int t = tp ? tp->size : 1;
     if (heads % t)
         return dt__fail(DT_ERR_INVALID,
                         "attention %s: %lld heads cannot be split over %d tensor-parallel ranks (not divisible by %d)",
@@ -138,16 +138,17 @@ dt_status dt_attention_create(dt_params *p, const char *name, int64_t dim, int64
     return create(p, name, dim, heads, NULL, false, l);
 }
 
-dt_status dt_attention_parallel_create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_comm *tp,
-                                       dt_layer **l)
+dt_status dt_attention_parallel_create(dt_params *p, const char *name, int64_t dim, int64_t heads,
+                                       const dt_tp_group *tp, dt_layer **l)
 {
-    if (!tp)
-        return dt__fail(DT_ERR_INVALID, "attention %s: the tensor-parallel communicator is NULL", name);
+    char who[96];
+    snprintf(who, sizeof who, "attention %s", name);
+    DT_CHECK(dt__tp_check(tp, who));
     return create(p, name, dim, heads, tp, false, l);
 }
 
-dt_status dt__attention_seq_create(dt_params *p, const char *name, int64_t dim, int64_t heads, dt_comm *tp,
-                                   dt_layer **l)
+dt_status dt__attention_seq_create(dt_params *p, const char *name, int64_t dim, int64_t heads,
+                                   const dt_tp_group *tp, dt_layer **l)
 {
     return create(p, name, dim, heads, tp, true, l);
 }

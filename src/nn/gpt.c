@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "dtrain/comm.h"
 #include "dtrain/nn.h"
 #include "nn/layer.h"
 #include "nn/init.h"
@@ -40,7 +39,7 @@ typedef struct {
     dt_layer base;
     int64_t vocab, context, dim;
     int64_t v0, vl; /* this rank's rows of wte */
-    dt_comm *tp;
+    dt_tp_group tp; /* size 0: not vocabulary-parallel */
     bool sp; /* sequence parallel: the output is this rank's slice of the positions */
     int wte, wpe;
     dt_layer *drop;
@@ -59,7 +58,7 @@ static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_
     const float *host_ids = ops->host ? x->data : ctx->input && dt_tensor_numel(ctx->input) == B * T ? ctx->input->data : NULL;
     if (!host_ids)
         return dt__fail(DT_ERR_INVALID, "%s: the token ids on %s have no host copy to check", l->name, ops->name);
-    if (E->tp && !ops->host)
+    if (E->tp.size && !ops->host)
         return dt__fail(DT_ERR_INVALID, "%s: a vocabulary-parallel embedding on %s is not built yet (device=cpu)",
                         l->name, ops->name);
     for (int64_t i = 0; i < B * T; i++) {
@@ -68,7 +67,7 @@ static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_
             return dt__fail(DT_ERR_INVALID, "%s: token id %g outside 0..%lld", l->name, f, (long long)E->vocab - 1);
     }
     dt_tensor *ids = DT_SAVE(ctx, l, dt_tensor);
-    int t = E->tp ? dt_comm_size(E->tp) : 1;
+    int t = E->tp.size ? E->tp.size : 1;
     if (E->sp && T % t)
         return dt__fail(DT_ERR_INVALID, "%s: sequence parallel: %lld positions are not divisible by %d ranks", l->name,
                         (long long)T, t);
@@ -80,7 +79,7 @@ static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     *ids = *x;
     const float *wpe = dt_param_value(ctx->params, E->wpe);
-    if (E->tp) {
+    if (E->tp.size) {
         const float *wte = dt_param_value(ctx->params, E->wte);
         for (int64_t i = 0; i < B * T; i++) {
             int64_t id = (int64_t)x->data[i] - E->v0;
@@ -91,18 +90,18 @@ static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_
         }
         if (E->sp) { /* summed, and split into the slices of the positions */
             float *scratch = dt_arena_alloc(ctx->arena, B * T * D);
-            dt_status s = scratch ? dt__sp_reduce_scatter(E->tp, out, local, scratch, B, T / t, D)
+            dt_status s = scratch ? dt__sp_reduce_scatter(&E->tp, out, local, scratch, B, T / t, D)
                                   : dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
             dt_arena_rewind(ctx->arena, mark);
             if (s != DT_OK)
                 return dt__wrap(s, "%s: vocabulary-parallel embedding: ", l->name);
-            int64_t Tl = T / t, p0 = Tl * dt_comm_rank(E->tp);
+            int64_t Tl = T / t, p0 = Tl * E->tp.rank;
             for (int64_t b = 0; b < B; b++) /* positions p0 .. p0 + Tl - 1 */
                 ops->axpy(local + b * Tl * D, 1.0f, wpe + p0 * D, Tl * D);
             dt_tensor h = dt_tensor_view(local, 3, (int64_t[]){B, Tl, D});
             return E->drop->ops->forward(E->drop, ctx, &h, y);
         }
-        dt_status s = dt_allreduce(out, out, (size_t)(B * T * D), DT_F32, DT_SUM, E->tp);
+        dt_status s = E->tp.allreduce_sum(E->tp.user, out, B * T * D);
         if (s != DT_OK)
             return dt__wrap(s, "%s: vocabulary-parallel embedding: ", l->name);
     } else {
@@ -125,11 +124,11 @@ static dt_status embed_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, d
     int64_t B = ids->shape[0], T = ids->shape[1], D = E->dim;
     dt_arena_mark mark = dt_arena_get_mark(ctx->arena);
     if (E->sp) { /* positions: this slice's part (tp_partial); then the whole gradient for the tokens */
-        int t = dt_comm_size(E->tp);
-        int64_t Tl = T / t, p0 = Tl * dt_comm_rank(E->tp);
+        int t = E->tp.size;
+        int64_t Tl = T / t, p0 = Tl * E->tp.rank;
         dt__ops(ctx)->rows_sum_add(dt_param_grad(ctx->params, E->wpe) + p0 * D, g.data, B, Tl * D);
         float *whole = dt_arena_alloc(ctx->arena, B * T * D), *scratch = dt_arena_alloc(ctx->arena, B * T * D);
-        dt_status s = whole && scratch ? dt__sp_gather(E->tp, g.data, whole, scratch, B, Tl, D)
+        dt_status s = whole && scratch ? dt__sp_gather(&E->tp, g.data, whole, scratch, B, Tl, D)
                                        : dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
         if (s != DT_OK) {
             dt_arena_rewind(ctx->arena, mark);
@@ -137,7 +136,7 @@ static dt_status embed_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, d
         }
         g.data = whole;
     }
-    if (E->tp) { /* only this rank's rows: each token's gradient goes to its owner */
+    if (E->tp.size) { /* only this rank's rows: each token's gradient goes to its owner */
         float *gw = dt_param_grad(ctx->params, E->wte);
         for (int64_t i = 0; i < B * T; i++) {
             int64_t id = (int64_t)ids->data[i] - E->v0;
@@ -223,7 +222,7 @@ static const dt_layer_ops block_ops = {"gpt-block", block_forward, block_backwar
 typedef struct {
     dt_layer base;
     int64_t vocab, dim; /* vocab: this rank's classes */
-    dt_comm *tp;
+    dt_tp_group tp;     /* size 0: not vocabulary-parallel */
     bool sp; /* sequence parallel: ln_f on this rank's slice, gathered before the logits */
     int wte;
     dt_layer *ln_f;
@@ -233,9 +232,9 @@ typedef struct {
  * temporary of the arena (the caller rewinds to a mark taken before). */
 static float *head_whole(head *H, dt_ctx *ctx, const dt_tensor *h, dt_status *st)
 {
-    int64_t whole = dt_tensor_numel(h) * dt_comm_size(H->tp);
+    int64_t whole = dt_tensor_numel(h) * H->tp.size;
     float *out = dt_arena_alloc(ctx->arena, whole), *scratch = dt_arena_alloc(ctx->arena, whole);
-    *st = out && scratch ? dt__sp_gather(H->tp, h->data, out, scratch, h->shape[0], h->shape[1], H->dim)
+    *st = out && scratch ? dt__sp_gather(&H->tp, h->data, out, scratch, h->shape[0], h->shape[1], H->dim)
                          : dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", H->base.name);
     if (*st != DT_OK)
         *st = dt__wrap(*st, "%s: vocabulary-parallel output layer: ", H->base.name);
@@ -253,7 +252,7 @@ static dt_status head_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_t
     *saved = h; /* sequence parallel: this rank's slice, gathered again in backward */
     *y = h;
     if (H->sp)
-        y->shape[1] *= dt_comm_size(H->tp);
+        y->shape[1] *= H->tp.size;
     y->shape[y->ndim - 1] = H->vocab;
     int64_t n = dt_tensor_numel(y) / H->vocab;
     if (!(y->data = dt_arena_alloc(ctx->arena, n * H->vocab)))
@@ -289,12 +288,12 @@ static dt_status head_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt
         dt__gemm_packed(ctx, 0, 0, n, H->dim, H->vocab, 1.0f, dy->data, dt_param_value(ctx->params, H->wte), 0.0f, g);
         if (H->sp) { /* summed and split into this rank's slice of the positions */
             float *scratch = dt_arena_alloc(ctx->arena, n * H->dim);
-            st = scratch ? dt__sp_reduce_scatter(H->tp, g, dh.data, scratch, h->shape[0], h->shape[1], H->dim)
+            st = scratch ? dt__sp_reduce_scatter(&H->tp, g, dh.data, scratch, h->shape[0], h->shape[1], H->dim)
                          : dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-        } else if (H->tp) {
-            st = dt_allreduce(g, g, (size_t)(n * H->dim), DT_F32, DT_SUM, H->tp);
+        } else if (H->tp.size) {
+            st = H->tp.allreduce_sum(H->tp.user, g, n * H->dim);
         }
-        if (st != DT_OK && H->tp)
+        if (st != DT_OK && H->tp.size)
             st = dt__wrap(st, "%s: vocabulary-parallel output layer: ", l->name);
     }
     dt_arena_rewind(ctx->arena, mark);
@@ -319,23 +318,29 @@ static const dt_layer_ops head_ops = {"gpt-head", head_forward, head_backward, h
 
 /* ---- the description ---- */
 
+/* The configuration's tensor-parallel group (NULL: none), its size and this
+ * rank's place in it (1 and 0 without one). */
+static const dt_tp_group *tp_of(const dt_gpt_config *c) { return c->tp.size ? &c->tp : NULL; }
+static int tp_size(const dt_gpt_config *c) { return c->tp.size ? c->tp.size : 1; }
+static int tp_rank(const dt_gpt_config *c) { return c->tp.size ? c->tp.rank : 0; }
+
 /* The tied table: this rank's rows of it under tensor parallelism. */
 static dt_status use_wte(const dt_gpt_config *c, dt_params *p, int *index)
 {
-    int t = c->tp ? dt_comm_size(c->tp) : 1;
+    int t = tp_size(c);
     DT_CHECK(dt__params_use(p, "transformer.wte.weight", 2, (int64_t[]){c->vocab / t, c->dim}, index));
-    return t > 1 ? dt_param_set_shard(p, *index, t, dt_comm_rank(c->tp), 0, 1) : DT_OK;
+    return t > 1 ? dt_param_set_shard(p, *index, t, tp_rank(c), 0, 1) : DT_OK;
 }
 
 /* Sequence parallel: tensor parallel over more than one rank, asked for. */
-static bool seq_parallel(const dt_gpt_config *c) { return c->tp && c->sequence_parallel && dt_comm_size(c->tp) > 1; }
+static bool seq_parallel(const dt_gpt_config *c) { return c->sequence_parallel && tp_size(c) > 1; }
 
 /* A dropout between the split regions: over this rank's slice of the
  * positions under sequence parallelism (the same masks as without). */
 static dt_status make_dropout(const dt_gpt_config *c, const char *name, dt_layer **out)
 {
     if (seq_parallel(c))
-        return dt__dropout_seq_create(name, c->dropout, dt_comm_size(c->tp), dt_comm_rank(c->tp), out);
+        return dt__dropout_seq_create(name, c->dropout, tp_size(c), tp_rank(c), out);
     return dt_dropout_create(name, c->dropout, out);
 }
 
@@ -364,9 +369,9 @@ static dt_status make_embed(const dt_gpt_config *c, dt_params *p, dt_layer **out
     E->dim = c->dim;
     E->tp = c->tp;
     E->sp = seq_parallel(c);
-    int t = c->tp ? dt_comm_size(c->tp) : 1;
+    int t = tp_size(c);
     E->vl = c->vocab / t;
-    E->v0 = E->vl * (c->tp ? dt_comm_rank(c->tp) : 0);
+    E->v0 = E->vl * tp_rank(c);
     dt_status s = use_wte(c, p, &E->wte);
     if (s == DT_OK)
         s = dt_params_add(p, "transformer.wpe.weight", 2, (int64_t[]){c->context, c->dim}, &E->wpe);
@@ -421,13 +426,14 @@ static dt_status make_block(const dt_gpt_config *c, int i, dt_params *p, dt_laye
     dt_layer *a[3] = {0}, *m[5] = {0};
     dt_status s = dt_sequential_create(b, &K->body);
     bool sp = seq_parallel(c);
+    const dt_tp_group *tp = tp_of(c);
     snprintf(n, sizeof n, "%s.ln_1", b);
     if (s == DT_OK)
         s = make_layernorm(c, p, n, &a[0]);
     snprintf(n, sizeof n, "%s.attn", b);
     if (s == DT_OK)
-        s = sp      ? dt__attention_seq_create(p, n, c->dim, c->heads, c->tp, &a[1])
-            : c->tp ? dt_attention_parallel_create(p, n, c->dim, c->heads, c->tp, &a[1])
+        s = sp      ? dt__attention_seq_create(p, n, c->dim, c->heads, tp, &a[1])
+            : tp    ? dt_attention_parallel_create(p, n, c->dim, c->heads, tp, &a[1])
                     : dt_attention_create(p, n, c->dim, c->heads, &a[1]);
     snprintf(n, sizeof n, "%s.attn_dropout", b);
     if (s == DT_OK)
@@ -437,15 +443,15 @@ static dt_status make_block(const dt_gpt_config *c, int i, dt_params *p, dt_laye
         s = make_layernorm(c, p, n, &m[0]);
     snprintf(n, sizeof n, "%s.mlp.c_fc", b);
     if (s == DT_OK)
-        s = c->tp ? dt__linear_parallel_create(p, n, c->dim, 4 * c->dim, true, DT_TP_COLUMN, 1, sp, c->tp, &m[1])
-                  : dt_linear_create(p, n, c->dim, 4 * c->dim, true, &m[1]);
+        s = tp ? dt__linear_parallel_create(p, n, c->dim, 4 * c->dim, true, DT_TP_COLUMN, 1, sp, tp, &m[1])
+               : dt_linear_create(p, n, c->dim, 4 * c->dim, true, &m[1]);
     snprintf(n, sizeof n, "%s.mlp.gelu", b);
     if (s == DT_OK)
         s = dt_gelu_create(n, &m[2]);
     snprintf(n, sizeof n, "%s.mlp.c_proj", b);
     if (s == DT_OK)
-        s = c->tp ? dt__linear_parallel_create(p, n, 4 * c->dim, c->dim, true, DT_TP_ROW, 1, sp, c->tp, &m[3])
-                  : dt_linear_create(p, n, 4 * c->dim, c->dim, true, &m[3]);
+        s = tp ? dt__linear_parallel_create(p, n, 4 * c->dim, c->dim, true, DT_TP_ROW, 1, sp, tp, &m[3])
+               : dt_linear_create(p, n, 4 * c->dim, c->dim, true, &m[3]);
     snprintf(n, sizeof n, "%s.mlp_dropout", b);
     if (s == DT_OK)
         s = make_dropout(c, n, &m[4]);
@@ -466,7 +472,7 @@ static dt_status make_head(const dt_gpt_config *c, dt_params *p, dt_layer **out)
     head *H = dt__layer_new(sizeof *H, &head_ops, "lm_head");
     if (!H)
         return DT_ERR_NOMEM;
-    H->vocab = c->vocab / (c->tp ? dt_comm_size(c->tp) : 1);
+    H->vocab = c->vocab / tp_size(c);
     H->dim = c->dim;
     H->tp = c->tp;
     H->sp = seq_parallel(c);
@@ -502,8 +508,10 @@ dt_status dt_gpt_describe(const dt_gpt_config *c, dt_model_desc **out)
                         "heads), dropout %g",
                         (long long)c->vocab, (long long)c->context, (long long)c->layers, (long long)c->heads,
                         (long long)c->dim, c->dropout);
-    int t = c->tp ? dt_comm_size(c->tp) : 1;
-    if (c->sequence_parallel && (!c->tp || c->context % t))
+    if (c->tp.size)
+        DT_CHECK(dt__tp_check(&c->tp, "gpt"));
+    int t = tp_size(c);
+    if (c->sequence_parallel && (!c->tp.size || c->context % t))
         return dt__fail(DT_ERR_INVALID, "gpt: sequence parallel needs tensor parallelism (tp) and a context divisible "
                                         "by its %d ranks (context %lld)", t, (long long)c->context);
     if (c->vocab % t || c->heads % t)
@@ -513,8 +521,8 @@ dt_status dt_gpt_describe(const dt_gpt_config *c, dt_model_desc **out)
                         t, t, (long long)c->vocab, (long long)c->heads);
     dt_model_desc *d = NULL;
     DT_CHECK(dt__desc_new(c, sizeof *c, &d));
-    if (c->tp)
-        dt__desc_set_output_split(d, c->vocab, c->vocab / t * dt_comm_rank(c->tp), c->tp);
+    if (c->tp.size)
+        dt__desc_set_output_split(d, c->vocab, c->vocab / t * tp_rank(c), &c->tp);
     /* Cost hints per sample (one sequence of `context` tokens).  Activation
      * floats are what forward allocates in the arena and keeps for backward. */
     double T = (double)c->context, D = (double)c->dim, V = (double)c->vocab, H = (double)c->heads;

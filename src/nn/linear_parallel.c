@@ -19,11 +19,11 @@
  * initialised as its slice of the whole layer's initialisation, so a model
  * starts from the same weights whatever t is. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/status.h"
-#include "dtrain/comm.h"
 #include "dtrain/nn.h"
 #include "nn/init.h"
 #include "nn/layer.h"
@@ -33,7 +33,7 @@
 typedef struct {
     dt_layer base;
     dt_tp_split split;
-    dt_comm *tp;
+    dt_tp_group tp; /* a copy */
     int t, r;
     int64_t in, out;     /* the whole layer's sizes */
     int64_t in_l, out_l; /* this rank's */
@@ -46,7 +46,7 @@ static int64_t rows(const dt_tensor *x, int64_t cols) { return dt_tensor_numel(x
 
 static dt_status allreduce(plinear *L, float *buf, int64_t n, const char *what)
 {
-    dt_status s = dt_allreduce(buf, buf, (size_t)n, DT_F32, DT_SUM, L->tp);
+    dt_status s = L->tp.allreduce_sum(L->tp.user, buf, n);
     return s == DT_OK ? DT_OK : dt__wrap(s, "%s: %s allreduce over the tensor-parallel group: ", L->base.name, what);
 }
 
@@ -76,7 +76,7 @@ static float *gather_whole(plinear *L, dt_ctx *ctx, const dt_tensor *x, int64_t 
         *st = dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", L->base.name);
         return NULL;
     }
-    *st = sp_fail(L, dt__sp_gather(L->tp, x->data, out, scratch, x->shape[0], x->shape[1], cols), "allgather");
+    *st = sp_fail(L, dt__sp_gather(&L->tp, x->data, out, scratch, x->shape[0], x->shape[1], cols), "allgather");
     return *st == DT_OK ? out : NULL;
 }
 
@@ -88,7 +88,7 @@ static dt_status scatter_sum(plinear *L, dt_ctx *ctx, const float *whole, float 
     float *scratch = dt_arena_alloc(ctx->arena, B * Tl * L->t * cols);
     if (!scratch)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", L->base.name);
-    return sp_fail(L, dt__sp_reduce_scatter(L->tp, whole, local, scratch, B, Tl, cols), "reduce-scatter");
+    return sp_fail(L, dt__sp_reduce_scatter(&L->tp, whole, local, scratch, B, Tl, cols), "reduce-scatter");
 }
 
 static void add_bias(const float *b, float *y, int64_t n, int64_t cols)
@@ -232,13 +232,15 @@ static const dt_layer_ops column_ops = {"linear-column-parallel", forward, backw
 static const dt_layer_ops row_ops = {"linear-row-parallel", forward, backward, init, destroy};
 
 dt_status dt__linear_parallel_create(dt_params *p, const char *name, int64_t in, int64_t out, bool bias,
-                                     dt_tp_split split, int64_t groups, bool sp, dt_comm *tp, dt_layer **l)
+                                     dt_tp_split split, int64_t groups, bool sp, const dt_tp_group *tp,
+                                     dt_layer **l)
 {
-    if (!tp)
-        return dt__fail(DT_ERR_INVALID, "linear %s: the tensor-parallel communicator is NULL", name);
+    char who[96];
+    snprintf(who, sizeof who, "linear %s", name);
+    DT_CHECK(dt__tp_check(tp, who));
     if (split != DT_TP_COLUMN && split != DT_TP_ROW)
         return dt__fail(DT_ERR_INVALID, "linear %s: split %d (expected DT_TP_COLUMN or DT_TP_ROW)", name, (int)split);
-    int t = dt_comm_size(tp);
+    int t = tp->size;
     if (groups < 1 || (split == DT_TP_ROW && groups != 1) || out % groups)
         return dt__fail(DT_ERR_INVALID, "linear %s: %lld output groups for %lld outputs", name, (long long)groups,
                         (long long)out);
@@ -253,9 +255,9 @@ dt_status dt__linear_parallel_create(dt_params *p, const char *name, int64_t in,
     if (!L)
         return DT_ERR_NOMEM;
     L->split = split;
-    L->tp = tp;
+    L->tp = *tp;
     L->t = t;
-    L->r = dt_comm_rank(tp);
+    L->r = tp->rank;
     L->in = in;
     L->out = out;
     L->in_l = split == DT_TP_ROW ? in / t : in;
@@ -281,7 +283,7 @@ dt_status dt__linear_parallel_create(dt_params *p, const char *name, int64_t in,
 }
 
 dt_status dt_linear_parallel_create(dt_params *p, const char *name, int64_t in, int64_t out, bool bias,
-                                    dt_tp_split split, dt_comm *tp, dt_layer **l)
+                                    dt_tp_split split, const dt_tp_group *tp, dt_layer **l)
 {
     return dt__linear_parallel_create(p, name, in, out, bias, split, 1, false, tp, l);
 }

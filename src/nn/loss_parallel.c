@@ -13,16 +13,18 @@
 #include <stdlib.h>
 
 #include "base/status.h"
-#include "dtrain/comm.h"
 #include "dtrain/nn.h"
 #include "nn/loss.h"
+#include "nn/tp.h"
 
 dt_status dt_softmax_cross_entropy_parallel(const dt_tensor *logits, const int32_t *targets, int64_t vocab,
-                                            int64_t vocab_start, struct dt_comm *tp, float *loss, dt_tensor *dlogits)
+                                            int64_t vocab_start, const dt_tp_group *tp, float *loss,
+                                            dt_tensor *dlogits)
 {
-    if (!logits || !targets || !loss || !tp)
+    if (!logits || !targets || !loss)
         return dt__fail(DT_ERR_INVALID, "vocabulary-parallel cross-entropy: %s is NULL",
-                        !logits ? "logits" : !targets ? "targets" : !loss ? "loss" : "the communicator");
+                        !logits ? "logits" : !targets ? "targets" : "loss");
+    DT_CHECK(dt__tp_check(tp, "vocabulary-parallel cross-entropy"));
     int64_t C = logits->shape[logits->ndim - 1], n = dt_tensor_numel(logits) / C;
     if (vocab_start < 0 || vocab_start + C > vocab)
         return dt__fail(DT_ERR_INVALID,
@@ -42,7 +44,7 @@ dt_status dt_softmax_cross_entropy_parallel(const dt_tensor *logits, const int32
         mx[r] = m;
     }
     if (s == DT_OK && n)
-        s = dt_allreduce(mx, mx, (size_t)n, DT_F64, DT_MAX, tp);
+        s = tp->allreduce_max_f64(tp->user, mx, n);
     for (int64_t r = 0; s == DT_OK && r < n; r++) {
         const float *z = logits->data + r * C;
         float m = (float)mx[r];
@@ -54,7 +56,7 @@ dt_status dt_softmax_cross_entropy_parallel(const dt_tensor *logits, const int32
         st[2 * r + 1] = targets[r] != -1 && t >= 0 && t < C ? (double)z[t] : 0.0;
     }
     if (s == DT_OK && n)
-        s = dt_allreduce(st, st, 2 * (size_t)n, DT_F64, DT_SUM, tp);
+        s = tp->allreduce_sum_f64(tp->user, st, 2 * n);
     double total = 0;
     float scale = counted ? 1.0f / (float)counted : 0.0f;
     for (int64_t r = 0; s == DT_OK && r < n; r++) {

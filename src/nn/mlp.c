@@ -4,9 +4,9 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "dtrain/comm.h"
 #include "dtrain/nn.h"
 #include "nn/model_internal.h"
+#include "nn/tp.h"
 
 /* ---- MLP: fc1, relu1, fc2, ..., fcN ----
  * Tensor parallel: fc1 column, fc2 row, fc3 column, fc4 row, ... (the ReLU
@@ -14,7 +14,7 @@
  * partner replicated on every rank. */
 typedef struct {
     int n;
-    dt_comm *tp;
+    dt_tp_group tp; /* size 0: not split */
     int64_t sizes[]; /* n entries */
 } mlp_config;
 
@@ -29,9 +29,9 @@ static dt_status make_mlp_block(const dt_model_desc *d, int index, dt_params *p,
     }
     snprintf(name, sizeof name, "fc%d", layer + 1);
     int linears = c->n - 1;
-    if (c->tp && (layer % 2 == 1 || layer + 1 < linears))
+    if (c->tp.size && (layer % 2 == 1 || layer + 1 < linears))
         return dt_linear_parallel_create(p, name, c->sizes[layer], c->sizes[layer + 1], true,
-                                         layer % 2 ? DT_TP_ROW : DT_TP_COLUMN, c->tp, out);
+                                         layer % 2 ? DT_TP_ROW : DT_TP_COLUMN, &c->tp, out);
     return dt_linear_create(p, name, c->sizes[layer], c->sizes[layer + 1], true, out);
 }
 
@@ -54,7 +54,7 @@ dt_status dt_mlp_describe(const int64_t *sizes, int nsizes, dt_model_desc **out)
     return dt_mlp_describe_tp(sizes, nsizes, NULL, out);
 }
 
-dt_status dt_mlp_describe_tp(const int64_t *sizes, int nsizes, dt_comm *tp, dt_model_desc **out)
+dt_status dt_mlp_describe_tp(const int64_t *sizes, int nsizes, const dt_tp_group *tp, dt_model_desc **out)
 {
     if (!sizes || !out)
         return dt__fail(DT_ERR_INVALID, "mlp: %s is NULL", sizes ? "out" : "sizes");
@@ -63,12 +63,14 @@ dt_status dt_mlp_describe_tp(const int64_t *sizes, int nsizes, dt_comm *tp, dt_m
     for (int i = 0; i < nsizes; i++)
         if (sizes[i] <= 0)
             return dt__fail(DT_ERR_INVALID, "mlp: layer size %d is %lld", i, (long long)sizes[i]);
+    if (tp && tp->size)
+        DT_CHECK(dt__tp_check(tp, "mlp"));
     size_t bytes = sizeof(mlp_config) + (size_t)nsizes * sizeof(int64_t);
     mlp_config *c = malloc(bytes);
     if (!c)
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     c->n = nsizes;
-    c->tp = tp;
+    c->tp = tp ? *tp : (dt_tp_group){0};
     memcpy(c->sizes, sizes, (size_t)nsizes * sizeof *sizes);
     dt_model_desc *d = NULL;
     dt_status s = dt__desc_new(c, bytes, &d);

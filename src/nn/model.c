@@ -16,6 +16,7 @@
 #include "dtrain/nn.h"
 #include "nn/loss.h"
 #include "nn/model_internal.h"
+#include "nn/subs.h"
 #include "tensor/backend.h"
 
 typedef struct {
@@ -29,10 +30,10 @@ typedef struct {
 } shared_decl;
 
 /* The last block's output split by class over a tensor-parallel group
- * (vocab classes in all, this rank's from start); tp NULL: not split. */
+ * (vocab classes in all, this rank's from start); tp size 0: not split. */
 typedef struct {
     int64_t vocab, start;
-    struct dt_comm *tp;
+    dt_tp_group tp;
 } output_split;
 
 struct dt_model_desc {
@@ -65,8 +66,8 @@ struct dt_model {
     int *first_param, *num_params;
     dt_shared_param *shared;
     int nshared;
-    dt_block_hook hook;
-    void *hook_user;
+    dt__subs block_hooks;         /* dt_model_add_hook's, in the order added */
+    dt_subscription legacy_hook;  /* the one dt_model_set_hooks keeps */
     dt_dtype precision; /* of the matrix products: DT_F32 or DT_BF16 */
     output_split split; /* when this model holds the last block */
     const dt_compute_ops *dev; /* NULL: the host (dt_model_to_device) */
@@ -161,8 +162,24 @@ dt_status dt__params_use(dt_params *p, const char *name, int ndim, const int64_t
 
 static _Thread_local int64_t block_t0; /* the open block span's start; 0: none */
 
-/* The root sequence's hook: the user's first (it may bind storage), then a
- * check that the block about to run has storage for its parameters. */
+/* Call the hooks added: before a block's forward or backward in the order
+ * added, after it in reverse, so that a later hook runs nested inside an
+ * earlier one (a monitor added after ZeRO sees the block's storage bound
+ * from its first call to its last). */
+static dt_status call_hooks(dt_model *m, dt_hook_point at, int i, dt_ctx *ctx)
+{
+    bool before = at == DT_BEFORE_FORWARD || at == DT_BEFORE_BACKWARD;
+    for (int k = 0; k < m->block_hooks.n; k++) {
+        const dt__sub *h = &m->block_hooks.at[before ? k : m->block_hooks.n - 1 - k];
+        DT_CHECK(((dt_block_hook)h->fn)(h->user, at, i, ctx));
+    }
+    return DT_OK;
+}
+
+/* The root sequence's hook: the users' first (they may bind storage), then a
+ * check that the block about to run has storage for its parameters.  After
+ * a block's backward, a failure of a gradient-ready subscriber during it
+ * stops the pass first. */
 static dt_status model_hook(void *user, dt_hook_point at, int item, dt_ctx *ctx)
 {
     const chunk_hook *ch = user;
@@ -173,8 +190,9 @@ static dt_status model_hook(void *user, dt_hook_point at, int item, dt_ctx *ctx)
      * a time on a thread, so one start per thread is enough. */
     if (dt__tracing() && (at == DT_BEFORE_FORWARD || at == DT_BEFORE_BACKWARD))
         block_t0 = dt__trace_now();
-    if (m->hook)
-        DT_CHECK(m->hook(m->hook_user, at, i, ctx));
+    if (at == DT_AFTER_BACKWARD)
+        DT_CHECK(dt_params_grad_ready_status(m->params));
+    DT_CHECK(call_hooks(m, at, i, ctx));
     if (at != DT_BEFORE_FORWARD && at != DT_BEFORE_BACKWARD) {
         if (block_t0) {
             char name[96]; /* the trace keeps 47 characters */
@@ -355,10 +373,28 @@ int dt_model_shared_params(const dt_model *m, const dt_shared_param **out)
     return m->nshared;
 }
 
+dt_status dt_model_add_hook(dt_model *m, dt_block_hook hook, void *user, dt_subscription *token)
+{
+    if (!m) {
+        if (token)
+            *token = 0;
+        return dt__fail(DT_ERR_INVALID, "model_add_hook: the model is NULL");
+    }
+    return dt__subs_add(&m->block_hooks, (dt__sub_fn)hook, user, token, "model_add_hook");
+}
+
+void dt_model_remove_hook(dt_model *m, dt_subscription token)
+{
+    if (m)
+        dt__subs_remove(&m->block_hooks, token);
+}
+
 void dt_model_set_hooks(dt_model *m, dt_block_hook hook, void *user)
 {
-    m->hook = hook;
-    m->hook_user = user;
+    dt__subs_remove(&m->block_hooks, m->legacy_hook);
+    m->legacy_hook = 0;
+    if (hook)
+        dt_model_add_hook(m, hook, user, &m->legacy_hook);
 }
 
 dt_status dt_model_set_recompute(dt_model *m, int i, bool on)
@@ -401,7 +437,7 @@ dt_status dt_model_to_device(dt_model *m, const dt_device *d)
         return dt__fail(DT_ERR_INVALID, "model_to_device: the model is NULL");
     if (!d || d->host)
         return m->dev ? dt__fail(DT_ERR_INVALID, "model_to_device: the model is on %s already", m->dev->name) : DT_OK;
-    if (m->split.tp)
+    if (m->split.tp.size)
         return dt__fail(DT_ERR_INVALID, "model_to_device: a tensor-parallel model on %s is not built yet", d->name);
     DT_CHECK(dt_params_to_device(m->params, d));
     m->dev = d;
@@ -476,6 +512,7 @@ void dt_model_destroy(dt_model *m)
     free(m->chunk_lo);
     free(m->chunk_hi);
     free(m->hooks);
+    dt__subs_free(&m->block_hooks);
     dt_params_destroy(m->params);
     free(m->info);
     free(m->first_param);
@@ -486,9 +523,9 @@ void dt_model_destroy(dt_model *m)
     free(m);
 }
 
-void dt__desc_set_output_split(dt_model_desc *d, int64_t vocab, int64_t start, struct dt_comm *tp)
+void dt__desc_set_output_split(dt_model_desc *d, int64_t vocab, int64_t start, const dt_tp_group *tp)
 {
-    d->split = (output_split){vocab, start, tp};
+    d->split = (output_split){vocab, start, *tp};
 }
 
 dt_status dt_model_loss(dt_model *m, const dt_tensor *out, const int32_t *targets, float *loss, dt_tensor *dout)
@@ -496,8 +533,9 @@ dt_status dt_model_loss(dt_model *m, const dt_tensor *out, const int32_t *target
     if (!m || !out || !targets || !loss)
         return dt__fail(DT_ERR_INVALID, "model_loss: %s is NULL",
                         !m ? "the model" : !out ? "the output" : !targets ? "targets" : "loss");
-    if (m->split.tp)
-        return dt_softmax_cross_entropy_parallel(out, targets, m->split.vocab, m->split.start, m->split.tp, loss, dout);
+    if (m->split.tp.size)
+        return dt_softmax_cross_entropy_parallel(out, targets, m->split.vocab, m->split.start, &m->split.tp, loss,
+                                                 dout);
     if (!m->dev)
         return dt_softmax_cross_entropy(out, targets, loss, dout);
     /* on a device: the targets (host memory) are checked here and copied over */

@@ -22,9 +22,8 @@ dt_status dt__desc_add(dt_model_desc *d, const char *name, const char *kind, dt_
 dt_status dt__desc_share(dt_model_desc *d, const char *name, int first, int last);
 /* The last block's output is this rank's slice of `vocab` classes, from
  * `start`, over the tensor-parallel group tp (dt_model_loss takes the
- * vocabulary-parallel loss). */
-struct dt_comm;
-void dt__desc_set_output_split(dt_model_desc *d, int64_t vocab, int64_t start, struct dt_comm *tp);
+ * vocabulary-parallel loss; tp is copied). */
+void dt__desc_set_output_split(dt_model_desc *d, int64_t vocab, int64_t start, const dt_tp_group *tp);
 /* Describe, then instantiate every block. */
 dt_status dt__build_whole(dt_status describe_status, dt_model_desc **d, dt_model **out);
 

@@ -5,6 +5,7 @@
 #include "base/status.h"
 #include "dtrain/nn.h"
 #include "nn/row_set.h"
+#include "nn/subs.h"
 #include "tensor/backend.h"
 
 /* values and grads are the flat buffers (owned unless supplied from
@@ -17,8 +18,14 @@ struct dt_params {
     float *values, *grads;
     float **vptr, **gptr;
     bool finalized, owned;
-    dt_grad_ready_fn ready;
-    void *ready_user;
+    /* Gradient-ready subscribers, the first failure one returned (until
+     * dt_params_grad_ready_status takes it), and the single callback of old
+     * (dt_params_on_grad_ready) with its subscription. */
+    dt__subs ready;
+    dt_status ready_failed;
+    dt_grad_ready_fn legacy;
+    void *legacy_user;
+    dt_subscription legacy_token;
     /* Row-sparse parameters' touched rows (NULL: a dense parameter), cap
      * entries; nsparse of them are set. */
     dt__row_set **sparse;
@@ -353,16 +360,56 @@ void dt_params_zero_grads(dt_params *p)
         dt_vec_zero(p->grads + dense_from, p->numel - dense_from);
 }
 
-void dt_params_on_grad_ready(dt_params *p, dt_grad_ready_fn fn, void *user)
+/* ---- gradient-ready events ---- */
+
+dt_status dt_params_subscribe_grad_ready(dt_params *p, dt_grad_ready_cb fn, void *user, dt_subscription *token)
 {
-    p->ready = fn;
-    p->ready_user = user;
+    if (!p) {
+        if (token)
+            *token = 0;
+        return dt__fail(DT_ERR_INVALID, "params_subscribe_grad_ready: the registry is NULL");
+    }
+    return dt__subs_add(&p->ready, (dt__sub_fn)fn, user, token, "params_subscribe_grad_ready");
+}
+
+void dt_params_unsubscribe(dt_params *p, dt_subscription token)
+{
+    if (p)
+        dt__subs_remove(&p->ready, token);
 }
 
 void dt_params_grad_ready(dt_params *p, int index)
 {
-    if (p->ready)
-        p->ready(index, p->ready_user);
+    for (int i = 0; i < p->ready.n; i++) {
+        dt_status s = ((dt_grad_ready_cb)p->ready.at[i].fn)(p->ready.at[i].user, index);
+        if (s != DT_OK && p->ready_failed == DT_OK)
+            p->ready_failed = s;
+    }
+}
+
+dt_status dt_params_grad_ready_status(dt_params *p)
+{
+    dt_status s = p ? p->ready_failed : DT_OK;
+    if (p)
+        p->ready_failed = DT_OK;
+    return s;
+}
+
+static dt_status legacy_ready(void *user, int index)
+{
+    dt_params *p = user;
+    p->legacy(index, p->legacy_user);
+    return DT_OK;
+}
+
+void dt_params_on_grad_ready(dt_params *p, dt_grad_ready_fn fn, void *user)
+{
+    dt__subs_remove(&p->ready, p->legacy_token);
+    p->legacy_token = 0;
+    p->legacy = fn;
+    p->legacy_user = user;
+    if (fn)
+        dt_params_subscribe_grad_ready(p, legacy_ready, p, &p->legacy_token);
 }
 
 void dt_params_destroy(dt_params *p)
@@ -376,6 +423,7 @@ void dt_params_destroy(dt_params *p)
         }
     free(p->sparse);
     free(p->info);
+    dt__subs_free(&p->ready);
     if (p->dev) {
         p->dev->free(p->dvalues);
         p->dev->free(p->dgrads);

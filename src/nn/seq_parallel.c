@@ -12,12 +12,12 @@
 #include "base/status.h"
 #include "nn/tp.h"
 
-dt_status dt__sp_gather(dt_comm *tp, const float *local, float *whole, float *scratch, int64_t B, int64_t Tl,
-                        int64_t D)
+dt_status dt__sp_gather(const dt_tp_group *tp, const float *local, float *whole, float *scratch, int64_t B,
+                        int64_t Tl, int64_t D)
 {
-    int t = dt_comm_size(tp);
+    int t = tp->size;
     size_t block = (size_t)(Tl * D);
-    DT_CHECK(dt_allgather(local, scratch, (size_t)(B * Tl * D), DT_F32, tp));
+    DT_CHECK(tp->allgather(tp->user, local, scratch, B * Tl * D));
     for (int q = 0; q < t; q++)
         for (int64_t b = 0; b < B; b++)
             memcpy(whole + ((size_t)b * (size_t)t + (size_t)q) * block, scratch + ((size_t)q * (size_t)B + (size_t)b) * block,
@@ -25,14 +25,14 @@ dt_status dt__sp_gather(dt_comm *tp, const float *local, float *whole, float *sc
     return DT_OK;
 }
 
-dt_status dt__sp_reduce_scatter(dt_comm *tp, const float *whole, float *local, float *scratch, int64_t B, int64_t Tl,
-                                int64_t D)
+dt_status dt__sp_reduce_scatter(const dt_tp_group *tp, const float *whole, float *local, float *scratch,
+                                int64_t B, int64_t Tl, int64_t D)
 {
-    int t = dt_comm_size(tp);
+    int t = tp->size;
     size_t block = (size_t)(Tl * D);
     for (int q = 0; q < t; q++)
         for (int64_t b = 0; b < B; b++)
             memcpy(scratch + ((size_t)q * (size_t)B + (size_t)b) * block, whole + ((size_t)b * (size_t)t + (size_t)q) * block,
                    block * sizeof *whole);
-    return dt_reduce_scatter(scratch, local, (size_t)(B * Tl * D), DT_F32, DT_SUM, tp);
+    return tp->reduce_scatter_sum(tp->user, scratch, local, B * Tl * D);
 }

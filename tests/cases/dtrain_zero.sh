@@ -19,7 +19,7 @@
 #   - offload=disk against the state in memory, at stage 1 (the optimizer
 #     state) and stage 3 (also the parameter shard): the same losses and
 #     the same checkpoint bits, no file left;
-#   - refusals: zero_stage with tp, with gradient compression, a
+#   - refusals: zero_stage 3 with tp (1 and 2 run in meshes: zero_mesh.sh), with gradient compression, a
 #     memory_limit below the stage's model states (naming the stage that
 #     fits), a memory_limit that is not a size;
 #   - a rank killed mid-step at stage 3 (gathers every block): the job stops
@@ -201,8 +201,8 @@ ls "$WORK" | grep -q dtrain-offload && fail "the offload file was left behind"
 echo "offload=disk (stages 1 and 3): the same losses and checkpoint bits as the state in memory"
 
 # -- refusals
-job "$WORK/bad" 2 --set zero_stage=1 --set tp=2 && fail "zero_stage with tp accepted"
-expect_grep "$WORK/bad" "key 'zero_stage' > 0 shards over data parallelism alone"
+job "$WORK/bad" 2 --set zero_stage=3 --set tp=2 && fail "zero_stage 3 with tp accepted"
+expect_grep "$WORK/bad" "key 'zero_stage' is 3: zero_stage 3 with tp/pp is not built: use 1 or 2"
 job "$WORK/bad" 2 --set zero_stage=2 --set grad_compression=bf16 && fail "zero_stage with bf16 gradients accepted"
 expect_grep "$WORK/bad" "key 'grad_compression' is for data parallelism"
 # a memory_limit the chosen stage does not fit: refused, naming the stage that does

@@ -30,7 +30,8 @@ static dt_status check_against_config(const char *step_dir, const dt_ckpt_manife
     if (s != DT_OK)
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
     else /* a sharded checkpoint's units against the model's ZeRO layout */
-        s = dtrain_zero_check_sharding(m, model);
+        if ((s = dt_zero_check_sharding(m, model)) != DT_OK)
+            fprintf(stderr, "dtrain: %s\n", dt_last_error());
     dt_model_destroy(model);
     return s;
 }

@@ -46,7 +46,7 @@ static const spec specs[] = {
     {"pp", K_INT, F(pp), 1, 4096, NULL, "1", "pipeline stages: the model's blocks cut into pp stages balanced by their cost; the world is dp x pp x tp (tp innermost, then pp)"},
     {"pipeline_schedule", K_STR, F(pipeline_schedule), 0, 0, "gpipe,1f1b,interleaved", "\"1f1b\"", "pp > 1: gpipe, 1f1b (at most pp micro-batches in flight) or interleaved (virtual_stages chunks per rank, a smaller bubble)"},
     {"virtual_stages", K_INT, F(virtual_stages), 2, 64, NULL, "2", "pipeline_schedule interleaved: chunks of blocks per pipeline rank"},
-    {"zero_stage", K_INT, F(zero_stage), 0, 3, NULL, "0", "ZeRO over the data-parallel ranks: 0 off (each holds everything), 1 shards the optimizer state, 2 also the gradients, 3 also the parameters"},
+    {"zero_stage", K_INT, F(zero_stage), 0, 3, NULL, "0", "ZeRO over the data-parallel ranks: 0 off (each holds everything), 1 shards the optimizer state, 2 also the gradients, 3 also the parameters (with tp or pp: 1 or 2, over each stage's shards; docs/zero.md)"},
     {"memory_limit", K_STR, F(memory_limit), 0, 0, NULL, "\"\"", "model-state memory allowed per rank, e.g. \"2GiB\" (empty: this process's share of its cgroup's limit, if any); a zero_stage that needs more is refused, naming the stage that fits"},
     {"offload", K_STR, F(offload), 0, 0, "none,disk", "\"none\"", "disk: keep the optimizer state (each rank's shard under ZeRO), and at zero_stage 3 the parameter shard, in files, streamed through an I/O thread while the update runs (bitwise the same results)"},
     {"offload_dir", K_STR, F(offload_dir), 0, 0, NULL, "\"\"", "offload=disk: where the file goes (local disk; empty: /var/tmp); it is removed as it is opened"},
@@ -391,8 +391,8 @@ dt_status dtrain_config_validate(const dtrain_config *c)
     double limit;
     if (c->memory_limit[0] && dtrain_parse_bytes(c->memory_limit, &limit) != DT_OK)
         return bad("configuration", "memory_limit", "is not a size (bytes, or a number with B, KiB, MiB, GiB, KB, MB, GB)");
-    if (c->zero_stage > 0 && (c->tp > 1 || c->pp > 1))
-        return bad("configuration", "zero_stage", "> 0 shards over data parallelism alone: not with tp or pp yet");
+    if (c->zero_stage == 3 && (c->tp > 1 || c->pp > 1))
+        return bad("configuration", "zero_stage", "is 3: zero_stage 3 with tp/pp is not built: use 1 or 2");
     if (c->servers > 0 && (c->zero_stage > 0 || c->tp > 1 || c->pp > 1))
         return bad("configuration", "servers", "> 0 (a parameter server) replaces data parallelism by allreduce: not "
                                                "with zero_stage, tp or pp");

@@ -28,13 +28,10 @@ typedef struct {
 } eval_result;
 
 /* Evaluate over c->eval_batches batches of the held-out split (from its
- * start), in evaluate.c.  With tp (the model split over it: every rank of
- * that group calls it) the logits' slices are gathered for the accuracy;
- * with pp (m a pipeline stage: every rank of the pipeline calls it) each
- * batch's forward flows through the stages and the last one scores it;
- * every rank of pp gets the result. */
-void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, dt_arena *arena, dt_comm *tp,
-                     dt_comm *pp, eval_result *r);
+ * start), in evaluate.c: through a run (every rank calls it; the lead gets
+ * the result, dt_strategy_evaluate), or a whole model of one's own. */
+void dtrain_evaluate_run(const dtrain_config *c, dt_strategy *s, const data_source *d, eval_result *r);
+void dtrain_evaluate(const dtrain_config *c, dt_model *m, const data_source *d, dt_arena *arena, eval_result *r);
 /* "20 batches of 128: 2560 of the 10000 images of the t10k split" (what an
  * evaluation covered, printed wherever a loss is). */
 void dtrain_eval_describe(const dtrain_config *c, const data_source *d, const eval_result *r, char *buf, size_t len);

@@ -90,43 +90,6 @@ dt_status dtrain_checkpoint_open(const char *path, int64_t train_samples, char *
 dt_status dtrain_checkpoint_writer_start(const dtrain_config *c, dt_params *p, dt_optimizer *o, bool stream_model,
                                          int64_t kept_step, const char *kept_dir, dt_ckpt_writer **out);
 
-/* Tensor-parallel checkpoints in the unsplit layout (split_ckpt.c).  Gather:
- * collective over tp; every shard (values and the optimizer's state) lands
- * in `whole` / `wo` on tp rank 0 (the others pass NULL), replicated tensors
- * from rank 0's copy.  Slice: this rank's shards (and state) out of a whole
- * model loaded from a checkpoint. */
-dt_status dtrain_tp_gather(dt_params *p, dt_optimizer *o, dt_comm *tp, dt_params *whole, dt_optimizer *wo);
-dt_status dtrain_tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_optimizer *o);
-/* The whole model onto the writer's rank from a pp x tp slice of the mesh
- * (split_ckpt.c): the tp shards gathered per stage, each stage's unsplit
- * tensors sent to stage 0, placed by name in `whole` / `wo` (on tp rank 0
- * of stage 0; the others pass NULL).  Collective over tp and pp (either
- * NULL: not split that way).  A slice (resume) is dtrain_tp_slice: by name. */
-dt_status dtrain_split_gather(const dtrain_config *c, dt_params *p, dt_optimizer *o, dt_comm *tp, dt_comm *pp,
-                              dt_params *whole, dt_optimizer *wo);
-/* A ZeRO run resumed from an unsplit checkpoint (data parallelism's, or
- * ZeRO's from before shard files) takes this rank's shard of the optimizer
- * state out of the whole one (split_ckpt.c; m's registry still whole: the
- * values are copied as they are). */
-dt_status dtrain_zero_slice(dt_model *m, int nranks, int rank, dt_optimizer *wo, dt_optimizer *o);
-
-/* ZeRO checkpoints in shard files (zero_ckpt.c).  Checkpoint: collective
- * over dp; every rank writes its shard of the optimizer state (and at
- * stage 3 of the values) into the step's temporary directory, rank 0
- * submits the rest to the writer w (the others pass NULL; started with the
- * registry and no optimizer, and at stage 3 with stream_model: rank 0
- * writes model.safetensors as each unit is gathered, one unit held at a
- * time).  A rank that cannot write its file is reported and the
- * checkpoint dropped (training continues); DT_OK unless a collective
- * failed.  Resume: m's whole values and this rank's shard (of nranks) of
- * o's state out of a sharded checkpoint, whatever N and stage wrote it.
- * Check: the manifest's units against m's (every failure printed). */
-dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o,
-                                 dt_comm *dp, dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
-                                 double *stall);
-dt_status dtrain_zero_resume(const char *step_dir, dt_model *m, dt_optimizer *o, int nranks, int rank);
-dt_status dtrain_zero_check_sharding(const dt_ckpt_manifest *man, dt_model *m);
-
 /* A progress line on stdout, prefixed with a UTC timestamp (milliseconds). */
 void dtrain_progress_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -176,29 +139,16 @@ int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, 
 /* Shared by the commands and checkpoints: the model a configuration
  * describes (the failure printed). */
 dt_status dtrain_build_model(const dtrain_config *c, dt_model **m);
-/* device != cpu: open it, move the model and the optimizer there, print the
- * start line's device part (lead).  Errors are printed. */
-dt_status dtrain_move_to_device(const dtrain_config *c, dt_model *m, dt_optimizer *o, int nranks, bool lead);
-/* The same split over the tensor-parallel group tp (NULL: whole). */
-dt_status dtrain_build_model_tp(const dtrain_config *c, dt_comm *tp, dt_model **m);
+/* device != cpu: the start line's device part (the lead's; the run moved
+ * the model and the optimizer there). */
+void dtrain_device_line(const dtrain_config *c);
+/* The configuration's layout keys as the library's layout, and its model
+ * and optimizer keys as the recipe a run is built from (run_layout.c; the
+ * recipe keeps c). */
+void dtrain_layout_of(const dtrain_config *c, dt_layout *l);
+void dtrain_recipe_of(const dtrain_config *c, dt_run_recipe *r);
 
-/* The run's optimizer over [offset, offset + n) of p, with the weight-decay
- * groups the names give (train.c). */
-dt_status dtrain_make_optimizer_range(const dtrain_config *c, dt_params *p, int64_t offset, int64_t n,
-                                      dt_optimizer **o);
 
-/* ---- parameter server (ps_role.c) ---- */
-/* The library's configuration from the servers, sync, staleness and
- * ps_clock_log keys. */
-dt_status dtrain_ps_config(const dtrain_config *c, dt_ps_config *out);
-/* A server rank's whole life: serve until every worker has left; the exit code. */
-int dtrain_ps_serve(const dtrain_config *c, dt_comm *job, dt_comm *servers, const dt_ps_config *pc);
 /* The description behind both (the failure printed). */
 dt_status dtrain_describe_model(const dtrain_config *c, dt_comm *tp, dt_model_desc **d);
-/* Pipeline stage `stage` of c->pp (c->virtual_stages chunks when the
- * schedule is interleaved), split over tp (NULL: whole). */
-dt_status dtrain_build_stage(const dtrain_config *c, dt_comm *tp, int stage, dt_model **m);
-/* Chunks per pipeline rank: virtual_stages when interleaved, else 1. */
-int dtrain_chunks(const dtrain_config *c);
-
 #endif

@@ -58,7 +58,7 @@ int dtrain_eval(const char *checkpoint)
     dt_arena_create_on(dt_model_device(m), &arena);
     eval_result r;
     char what[256];
-    dtrain_evaluate(&c, m, &d, arena, NULL, NULL, &r);
+    dtrain_evaluate(&c, m, &d, arena, &r);
     if (r.rows == 0) {
         fprintf(stderr, "dtrain: evaluation failed: %s\n", dt_last_error());
         return 1;

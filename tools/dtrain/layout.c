@@ -23,47 +23,24 @@ int dtrain_local_rank(void)
     return 0;
 }
 
-/* false with the reason in why: the parameter server's roles, the mesh's
- * sizes and the pipeline's stages against the model's blocks. */
+/* false with the reason in why: the layout against the world (the library's
+ * dt_layout_check: the servers among the ranks, the mesh's dp x pp x tp),
+ * then the model against the layout (the pipeline's stages and its blocks). */
 static bool fits(const dtrain_config *c, int world, char *why, size_t len)
 {
-    int workers = world;
-    if (c->servers > 0) {
-        dt_ps_config pc;
-        if (dtrain_ps_config(c, &pc) != DT_OK || dt_ps_check(&pc, world) != DT_OK) {
-            snprintf(why, len, "%s", dt_last_error());
-            return false;
-        }
-        workers = world - (int)c->servers;
+    dt_layout l;
+    dtrain_layout_of(c, &l);
+    dt_model_desc *d = NULL;
+    bool ok = dt_layout_check(&l, world, NULL) == DT_OK;
+    if (ok && l.pp > 1 && dtrain_describe_model(c, NULL, &d) != DT_OK) {
+        snprintf(why, len, "pp = %d: the model cannot be described (above)", l.pp);
+        return false;
     }
-    if (c->tp > 1 || c->pp > 1) { /* dp x pp x tp, as train.c makes the mesh */
-        dt_mesh_dim dims[3] = {{"dp", 0}};
-        int nd = 1;
-        if (c->pp > 1)
-            dims[nd++] = (dt_mesh_dim){"pp", (int)c->pp};
-        if (c->tp > 1)
-            dims[nd++] = (dt_mesh_dim){"tp", (int)c->tp};
-        if (dt_mesh_check(dims, nd, workers) != DT_OK) {
-            snprintf(why, len, "pp = %lld, tp = %lld: %s", (long long)c->pp, (long long)c->tp, dt_last_error());
-            return false;
-        }
-    }
-    if (c->pp > 1) { /* the stages the partition cuts: at most one per block */
-        dt_model_desc *d = NULL;
-        if (dtrain_describe_model(c, NULL, &d) != DT_OK) {
-            snprintf(why, len, "pp = %lld: the model cannot be described (above)", (long long)c->pp);
-            return false;
-        }
-        int parts = (int)c->pp * dtrain_chunks(c), *bounds = malloc((size_t)(parts + 1) * sizeof *bounds);
-        bool ok = bounds && dt_pipeline_partition(d, parts, bounds) == DT_OK;
-        if (!ok)
-            snprintf(why, len, "pp = %lld: %s", (long long)c->pp, bounds ? dt_last_error() : "out of memory");
-        free(bounds);
-        dt_model_desc_destroy(d);
-        if (!ok)
-            return false;
-    }
-    return true;
+    ok = ok && (!d || dt_layout_check_model(&l, d) == DT_OK);
+    if (!ok)
+        snprintf(why, len, "%s", dt_last_error());
+    dt_model_desc_destroy(d);
+    return ok;
 }
 
 int dtrain_check_world(const dtrain_config *c)

@@ -1,25 +1,7 @@
-/* Model-state memory per rank, by kind, for each ZeRO stage (f32: 4 bytes
- * an element; AdamW keeps 2 state floats an element, SGD with momentum and Adagrad 1):
- *
- *   stage 0   parameters 4P    gradients 4P    optimizer 4kP
- *   stage 1   parameters 4P    gradients 4P    optimizer 4kP/N
- *   stage 2   parameters 4P    gradients 4P/N  optimizer 4kP/N
- *   stage 3   parameters 4P/N  gradients 4P/N  optimizer 4kP/N
- *
- * (P/N exactly: the shard, a slice of every block rounded up; offload=disk
- * keeps two windows of 2^20 elements in memory of the optimizer state, and
- * at stage 3 of the parameter shard), plus the communication buffers each
- * stage allocates, counted at the largest block: stages 1 and 2 reduce and
- * gather in place, except blocks the ranks do not divide (at most two
- * padded copies at a time), stages 2 and 3 hold a block's gradients until its reduce-scatter lands
- * (three: the running block's and two in flight), stage 3 its
- * gathered parameters (three: the running block's, a tied block's, the next
- * one's prefetched).  An estimate: most blocks are smaller, and a tied
- * block's gradients (the embedding's, bound from the head's backward to its
- * own) come on top.  The trainer prints it
- * at start and refuses a stage whose model states exceed the memory limit
- * (the memory_limit key, else this process's share of its cgroup's limit),
- * naming the stage that fits. */
+/* The trainer's memory lines: the plan at start (the library's
+ * dt_layout_memory_plan, checked against the memory limit: the memory_limit
+ * key, else this process's share of its cgroup's limit, naming the ZeRO
+ * stage that fits) and what rank 0 allocated at the end. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -31,51 +13,19 @@
 
 #include "dtrain_cli.h"
 
-typedef struct {
-    double params, grads, optim, buffers;
-} state_bytes;
-
-static double total(const state_bytes *b) { return b->params + b->grads + b->optim + b->buffers; }
+static double total(const dt_memory_plan *b) { return b->params + b->grads + b->optimizer + b->buffers; }
 
 static double mib(double bytes) { return bytes / 1048576.0; }
 
-/* The largest block's parameters, padded to a multiple of n. */
-static int64_t largest_block(dt_model *m, int n)
+/* The plan of c's layout at ZeRO stage `stage` for this rank's model m over nranks. */
+static dt_memory_plan estimate(const dtrain_config *c, dt_model *m, int nranks, int stage)
 {
-    dt_params *p = dt_model_params(m);
-    int64_t best = 0;
-    for (int b = 0; b < dt_model_num_layers(m); b++) {
-        int first, count;
-        dt_model_block_params(m, b, &first, &count);
-        if (!count)
-            continue;
-        int64_t lo = dt_params_info(p, first)->offset;
-        int64_t len = dt_params_info(p, first + count - 1)->offset + dt_params_info(p, first + count - 1)->numel - lo;
-        len = (len + n - 1) / n * n;
-        best = len > best ? len : best;
-    }
-    return best;
-}
-
-static state_bytes estimate(const dtrain_config *c, dt_model *m, int n, int stage)
-{
-    double P = (double)dt_params_numel(dt_model_params(m)), S = stage ? (double)dt_zero_shard_numel(m, n) : P;
-    double k = !strcmp(c->optimizer, "adamw") ? 2 : !strcmp(c->optimizer, "adagrad") || c->momentum > 0 ? 1 : 0, unit = (double)largest_block(m, n);
-    state_bytes b = {4 * P, 4 * P, 4 * k * S, 0};
-    if (!strcmp(c->offload, "disk") && b.optim > 4 * k * 2 * 1048576.0) /* on disk: two windows of 2^20 in memory */
-        b.optim = 4 * k * 2 * 1048576.0;
-    if ((stage == 1 || stage == 2) && S * n != P) /* blocks the ranks do not divide: at most two padded copies */
-        b.buffers = 4 * 2 * unit;
-    if (stage >= 2) {
-        b.grads = 4 * S;
-        b.buffers += 4 * (3 * unit + 2 * unit / n); /* the running block's gradients, two blocks' being reduced */
-    }
-    if (stage == 3) {
-        b.params = 4 * S;
-        if (!strcmp(c->offload, "disk") && b.params > 4 * 2 * 1048576.0) /* the shard on disk too */
-            b.params = 4 * 2 * 1048576.0;
-        b.buffers += 4 * 3 * unit; /* the block running, a tied block it uses, the next one prefetched */
-    }
+    dt_layout l;
+    dtrain_layout_of(c, &l);
+    l.zero_stage = stage;
+    int k = !strcmp(c->optimizer, "adamw") ? 2 : !strcmp(c->optimizer, "adagrad") || c->momentum > 0 ? 1 : 0;
+    dt_memory_plan b = {0};
+    (void)dt_layout_memory_plan(&l, m, nranks, k, &b); /* (its arguments are valid here) */
     return b;
 }
 
@@ -158,7 +108,7 @@ static double cgroup_limit(void)
 int dtrain_memory_plan(const dtrain_config *c, dt_model *m, int nranks, bool lead)
 {
     int stage = (int)c->zero_stage;
-    state_bytes want = estimate(c, m, nranks, stage);
+    dt_memory_plan want = estimate(c, m, nranks, stage);
     double limit = 0;
     const char *source = "";
     if (c->memory_limit[0] && dtrain_parse_bytes(c->memory_limit, &limit) == DT_OK && limit > 0)
@@ -173,14 +123,14 @@ int dtrain_memory_plan(const dtrain_config *c, dt_model *m, int nranks, bool lea
         dtrain_progress_line("model states per rank (zero_stage %d over %d rank%s): parameters %.1f MiB, gradients "
                              "%.1f MiB, optimizer state %.1f MiB, communication buffers %.1f MiB: %.1f MiB, plus "
                              "activations%s\n",
-                             stage, nranks, nranks == 1 ? "" : "s", mib(want.params), mib(want.grads), mib(want.optim),
+                             stage, nranks, nranks == 1 ? "" : "s", mib(want.params), mib(want.grads), mib(want.optimizer),
                              mib(want.buffers), mib(total(&want)), limit > 0 ? " (limit below)" : "");
     if (limit <= 0 || total(&want) <= limit)
         return 0;
     int fits = -1, least = 0;
     double need[4];
     for (int z = 0; z <= 3; z++) {
-        state_bytes b = estimate(c, m, nranks, z);
+        dt_memory_plan b = estimate(c, m, nranks, z);
         need[z] = total(&b);
         if (need[z] <= limit && fits < 0)
             fits = z;

@@ -8,6 +8,7 @@
 #include "base/status.h"
 #include "dtrain/parallel.h"
 #include "optim/clip.h"
+#include "parallel/common/strategy.h"
 
 dt_status dt_clip_grad_norm_group(float *grad, int64_t n, float max_norm, dt_comm *group, float *norm)
 {
@@ -98,6 +99,23 @@ dt_status dt_clip_grad_norm_stages(dt_model *m, float max_norm, dt_comm *tp, dt_
     if (stages && dt_comm_size(stages) > 1)
         DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, stages));
     return clip_by(p, sumsq, max_norm, norm);
+}
+
+dt_status dt__grad_norm_weights(dt_model *m, int t, float **out)
+{
+    dt_params *p = dt_model_params(m);
+    float *w = malloc(((size_t)dt_params_count(p) + 1) * sizeof *w);
+    if (!w)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < dt_params_count(p); i++)
+        w[i] = dt_params_info(p, i)->parts > 1 ? 1.0f : 1.0f / (float)t;
+    const dt_shared_param *sh;
+    int n = dt_model_shared_params(m, &sh);
+    for (int k = 0; k < n; k++) /* as dt_clip_grad_norm_stages */
+        if (!holds_block(m, sh[k].first_block))
+            w[sh[k].param] = 0;
+    *out = w;
+    return DT_OK;
 }
 
 dt_status dt_params_reduce_tp_partial(dt_params *p, dt_comm *tp)

@@ -124,6 +124,8 @@ void dt_strategy_destroy(dt_strategy *s)
     if (s->ops && s->ops->destroy)
         s->ops->destroy(s);
     dt_arena_destroy(s->arena);
+    if (s->run) /* built by dt_strategy_create: it owns the model, the optimizer and the groups */
+        dt__run_free(s->run, s->model, s->opt);
     free(s);
 }
 

@@ -7,7 +7,11 @@
 #ifndef DT_PARALLEL_COMMON_STRATEGY_H
 #define DT_PARALLEL_COMMON_STRATEGY_H
 
+#include "dtrain/layout.h"
+#include "dtrain/mesh.h"
 #include "dtrain/parallel.h"
+
+typedef struct dt__save_args dt__save_args;
 
 typedef struct {
     const char *name;
@@ -29,6 +33,9 @@ typedef struct {
     /* Bytes the strategy holds beyond the model and the optimizer, of which
      * *buffers communication buffers (NULL: none). */
     size_t (*memory)(const dt_strategy *s, size_t *buffers);
+    /* One checkpoint (dt_strategy_save); NULL: the common one (common/save.c:
+     * the state as it is, gathered over tp and pp onto the lead when split). */
+    dt_status (*save)(dt_strategy *s, const dt__save_args *a);
     void (*destroy)(dt_strategy *s);
 } dt__strategy_ops;
 
@@ -40,7 +47,64 @@ struct dt_strategy {
     uint32_t key_group; /* dropout keys differ across data-parallel ranks */
     dt_arena *arena;
     void *impl;
+    /* ---- set by dt_strategy_create (common/build.c); zero for a strategy
+     * made by its own constructor, which owns none of it ---- */
+    struct dt__run *run;
 };
+
+/* What dt_strategy_create built and the strategy owns. */
+typedef struct dt__run {
+    dt_layout layout;     /* dp resolved */
+    dt_run_recipe recipe; /* resume cleared after the build */
+    dt_comm *job;         /* the world given (not owned) */
+    dt_comm *role;        /* a parameter server's: this rank's role's group (owned), else NULL */
+    dt_mesh *mesh;        /* dp x pp x tp when tp or pp > 1 (owned) */
+    dt_comm *dp, *tp, *pp; /* this rank's groups (dp: the mesh's, the workers, or the world; tp, pp NULL: not split) */
+    dt_ps_config ps;      /* servers > 0 */
+    bool server;          /* this rank serves */
+    dt_model *whole;      /* the lead's whole model for checkpoints of a mesh or a parameter server (owned) */
+    dt_optimizer *whole_o;
+} dt__run;
+
+struct dt__save_args {
+    dt_ckpt_writer *w; /* the lead's; NULL elsewhere */
+    const char *dir;
+    const dt_ckpt_progress *pr;
+    const char *label;
+    double *stall;
+    bool *dropped;
+};
+
+/* common/build.c: the run's models and optimizers. */
+dt_status dt__run_whole_model(const dt__run *r, dt_model **m);
+dt_status dt__run_stage_model(const dt__run *r, int stage, dt_model **m);
+dt_status dt__run_optimizer_range(const dt__run *r, dt_params *p, int64_t offset, int64_t n, dt_optimizer **o);
+dt_status dt__run_prepare_writer(dt_strategy *s);
+void dt__run_free(dt__run *r, dt_model *m, dt_optimizer *o);
+/* common/load.c: this rank's part of the checkpoint in step_dir into m and o
+ * (before the strategy exists: ZeRO and the servers take it from there). */
+dt_status dt__run_load(dt__run *r, const char *step_dir, dt_model *m, dt_optimizer *o);
+
+/* common/gather.c: a split run's checkpoint in the unsplit layout, and its
+ * resume's slices (by name; of the optimizer state a ZeRO shard). */
+dt_status dt__split_gather(const dt__run *r, dt_params *p, dt_optimizer *o, dt_params *whole, dt_optimizer *wo);
+dt_status dt__tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_optimizer *o);
+dt_status dt__zero_slice(dt_model *m, int nranks, int rank, dt_optimizer *wo, dt_optimizer *o);
+/* zero/checkpoint.c: ZeRO's shard files, and ZeRO inside a mesh (the
+ * optimizer state gathered over dp into the unsplit checkpoint, sliced back
+ * on resume). */
+dt_status dt__zero_load(const char *step_dir, dt_model *m, dt_optimizer *o, int nranks, int rank);
+dt_status dt__zero_mesh_gather(dt_strategy *s, dt_params *whole, dt_optimizer *wo);
+dt_status dt__zero_mesh_slice(const dt__run *r, dt_params *whole, dt_optimizer *wo, dt_model *m, dt_optimizer *o);
+
+/* The common checkpoint: the state as it is (downloaded from a device),
+ * gathered over tp and pp onto the lead's whole model when split. */
+dt_status dt__save_common(dt_strategy *s, const dt__save_args *a);
+/* Each parameter's weight in the global norm of a model part (group_grads.c):
+ * 1 for a tensor-parallel shard, 1/t for a tensor replicated over the t
+ * ranks of tp, 0 for a tied copy whose first user is on another pipeline
+ * stage.  *out: malloc'd, one per parameter. */
+dt_status dt__grad_norm_weights(dt_model *m, int t, float **out);
 
 /* Every strategy's constructor: a strategy with the given table, its common
  * part checked and filled (the model, the optimizer, the config, the

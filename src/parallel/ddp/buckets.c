@@ -1,5 +1,5 @@
 /* Data parallel training: bucketed gradient allreduce started from the
- * gradient-ready callback while backward continues.
+ * registry's gradient-ready events while backward continues.
  *
  * Buckets are runs of parameters in reverse registration order (roughly the
  * order backward finishes them); the last one is smaller (build_buckets).
@@ -40,7 +40,8 @@ struct dt_ddp {
     bool *ready;              /* per parameter, this step */
     bool sync;
     int micro_batches;
-    dt_status failed; /* first error of a callback (it cannot return one) */
+    dt_status failed; /* first error of a callback (reported at the sync, as before callbacks could return one) */
+    dt_subscription ready_sub; /* to the registry's gradient-ready events */
     double async_before, exposed, last_comm, last_exposed;
 };
 
@@ -213,16 +214,17 @@ static dt_status start_ready(dt_ddp *d, bool all)
     return DT_OK;
 }
 
-static void on_grad_ready(int index, void *user)
+static dt_status on_grad_ready(void *user, int index)
 {
     dt_ddp *d = user;
     if (!d->sync || d->failed != DT_OK || d->ready[index])
-        return;
+        return DT_OK;
     d->ready[index] = true;
     d->buckets[d->bucket_of[index]].pending--;
     dt_status s = start_ready(d, false);
     if (s != DT_OK)
         d->failed = s;
+    return DT_OK;
 }
 
 static dt_status wait_bucket(dt_ddp *d, bucket *b)
@@ -351,7 +353,11 @@ dt_status dt_ddp_create(dt_comm *c, dt_params *p, const dt_ddp_config *cfg, dt_d
         return s;
     }
     reset_step(d);
-    dt_params_on_grad_ready(p, on_grad_ready, d);
+    s = dt_params_subscribe_grad_ready(p, on_grad_ready, d, &d->ready_sub);
+    if (s != DT_OK) {
+        dt_ddp_destroy(d);
+        return s;
+    }
     *out = d;
     return DT_OK;
 }
@@ -361,8 +367,7 @@ void dt_ddp_destroy(dt_ddp *d)
     if (!d)
         return;
     drain(d, DT_OK);
-    if (d->buckets)
-        dt_params_on_grad_ready(d->params, NULL, NULL);
+    dt_params_unsubscribe(d->params, d->ready_sub);
     free(d->buckets);
     free(d->bucket_of);
     free(d->ready);

@@ -354,8 +354,8 @@ dt_status dt__pipe_run_schedule(pipe_state *P, dt_strategy *s, int64_t step, flo
             live++;
             st->micro_in_flight = live > st->micro_in_flight ? live : st->micro_in_flight;
         } else {
-            if (P->ddp)
-                dt_ddp_set_sync(P->ddp, k == last_b); /* buckets start during the last backward */
+            if (P->sync.ops->before_backward) /* data parallelism's buckets start during the last one */
+                P->sync.ops->before_backward(P->sync.impl, k == last_b);
             DT_CHECK(run_backward(P, s, step, a, ev));
             live--;
             slot_of(P, a->micro, a->chunk)->finished = true;

@@ -3,10 +3,12 @@
  * one context and one arena per micro-batch in flight, activations and
  * their gradients moving to the neighbouring ranks with nonblocking
  * point-to-point on a communicator of their own: executor.c).  After
- * the schedule: the gradients averaged over the micro-batches and the
- * data-parallel replicas (dt_ddp, started during the last backward), the
- * tied parameters' copies summed between the stages that hold them, the
- * norm over every stage, the update. */
+ * the schedule, the data-parallel half (dp_sync.h): data parallelism's
+ * allreduce (the gradients averaged over the micro-batches and the
+ * replicas, started during the last backward, the tied parameters' copies
+ * summed between the stages that hold them, the norm over every stage, the
+ * update) or ZeRO's (pc->zero_stage: the same sums, the gradients
+ * reduce-scattered over dp, the sharded update, the allgather). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,20 +61,23 @@ static dt_status pipe_step(dt_strategy *s, int64_t step, float lr, dt_next_batch
     loss /= (float)M;
     DT_CHECK(dt_broadcast(&loss, 1, DT_F32, P->p - 1, P->pc.pp));
     st->loss = loss;
-    dt_params *p = dt_model_params(s->model);
     double c0 = 0, e0 = 0;
-    if (P->ddp) {
-        DT_CHECK(dt_ddp_finish(P->ddp)); /* the mean over micro-batches and replicas */
-        dt_ddp_last_timing(P->ddp, &c0, &e0);
-    } else if (M > 1)
-        dt_vec_scale(dt_params_grads(p), 1.0f / (float)M, dt_params_numel(p));
+    DT_CHECK(P->sync.ops->update(P->sync.impl, s, P->pc.pp, P->tied, lr, &st->grad_norm, &c0, &e0));
     st->comm_s = c0 + P->wait_s; /* the stages' messages count as communication (waiting for them: the bubble too) */
     st->exposed_s = e0 + P->wait_s;
-    DT_CHECK(dt_params_reduce_tp_partial(p, s->cfg.tp));
-    if (P->tied)
-        DT_CHECK(dt_model_reduce_shared(s->model, P->tied));
-    DT_CHECK(dt_clip_grad_norm_stages(s->model, s->cfg.grad_clip, s->cfg.tp, P->pc.pp, &st->grad_norm));
-    return dt_optimizer_step(s->opt, dt_params_values(p), dt_params_grads(p), dt_params_numel(p), lr);
+    return DT_OK;
+}
+
+static dt_status pipe_sync(dt_strategy *s)
+{
+    pipe_state *P = s->impl;
+    return P->sync.ops->sync ? P->sync.ops->sync(P->sync.impl) : DT_OK;
+}
+
+static size_t pipe_memory(const dt_strategy *s, size_t *buffers)
+{
+    const pipe_state *P = s->impl;
+    return P->sync.ops->memory ? P->sync.ops->memory(P->sync.impl, buffers) : 0;
 }
 
 static void pipe_destroy(dt_strategy *s)
@@ -84,7 +89,7 @@ static void pipe_destroy(dt_strategy *s)
         dt__pipe_drain(P, DT_OK);
     for (int i = 0; i < P->npool; i++)
         dt_arena_destroy(P->pool[i]);
-    dt_ddp_destroy(P->ddp);
+    dt__dp_sync_destroy(&P->sync);
     if (P->tied)
         dt_comm_destroy(P->tied);
     if (P->link)
@@ -102,7 +107,8 @@ static void pipe_destroy(dt_strategy *s)
     free(P);
 }
 
-static const dt__strategy_ops pipe_ops = {.name = "pipeline", .step = pipe_step, .destroy = pipe_destroy};
+static const dt__strategy_ops pipe_ops = {
+    .name = "pipeline", .step = pipe_step, .sync = pipe_sync, .memory = pipe_memory, .destroy = pipe_destroy};
 
 int dt_strategy_pipeline_timeline(const dt_strategy *s, const dt_pipe_event **out)
 {
@@ -196,11 +202,10 @@ dt_status dt_strategy_pipeline_create(dt_model *m, dt_optimizer *o, const dt_pip
         st = dt_comm_split(pc->pp, 0, P->r, &P->link);
     if (st == DT_OK)
         st = make_tied(P, m);
-    if (st == DT_OK && pc->dp && dt_comm_size(pc->dp) > 1) {
-        st = dt_ddp_create(pc->dp, dt_model_params(m), &cfg->ddp, &P->ddp);
-        if (st == DT_OK)
-            dt_ddp_set_accumulation(P->ddp, cfg->micro_batches);
+    if (st == DT_OK) /* the data-parallel half (dp_sync.h) */
+        st = pc->zero_stage > 0 ? dt__dp_sync_zero(m, o, pc->dp, pc->zero_stage, pc->pp, cfg, &P->sync)
+                                : dt__dp_sync_allreduce(m, pc->dp, cfg, &P->sync);
+    if (st == DT_OK && pc->dp && dt_comm_size(pc->dp) > 1)
         s->key_group = (uint32_t)dt_comm_rank(pc->dp);
-    }
     return dt__strategy_finish(s, st, out);
 }

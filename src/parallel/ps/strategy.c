@@ -1,12 +1,13 @@
 /* A parameter-server worker as a strategy (ps.h).  The common micro-batch
- * loop (common/strategy.c) runs forward and backward; the block hooks pull and
- * push around it:
+ * loop (common/strategy.c) runs forward and backward; the block hooks pull and the
+ * registry's gradient-ready events (nn.h) push around it:
  *   before a block's forward: wait for the pulls (from the servers whose
  *     ranges hold the block's parameters, tied ones included) that the
  *     step before started;
- *   after a block's backward in the last micro-batch: its gradients (the
- *     micro-batches' mean) are sent to the servers whose ranges they cover,
- *     overlapping the blocks still running.
+ *   as the last of a block's own parameters becomes ready in the last
+ *     micro-batch: its gradients (the micro-batches' mean) are sent to the
+ *     servers whose ranges they cover, overlapping the blocks still
+ *     running.
  * The update commits the step to every server (with the learning rate and
  * the clipping norm), waits for the pushes to leave, advances the clock and
  * starts the pulls for the next step into the registry's values; it waits
@@ -23,8 +24,9 @@
 
 #include "base/clock.h"
 #include "base/status.h"
-#include "parallel/ps/protocol.h"
 #include "parallel/common/strategy.h"
+#include "parallel/ps/protocol.h"
+#include "parallel/ready_groups.h"
 
 /* A row-sparse table as a worker moves it: per server, the ids of one
  * request and their rows going out or coming in. */
@@ -50,6 +52,8 @@ typedef struct {
     int64_t *blo, *bhi;    /* each block's own parameters [blo, bhi) of the flat buffer */
     uint8_t *uses;         /* nb x S: block b reads server k's range */
     bool *pushed;          /* this step, per block */
+    dt__ready_groups ready; /* blocks by parameter (their own): a block's gradients are final when its group is */
+    dt_subscription hook_sub, ready_sub;
     int backwards;
     int64_t clock;
     /* the pulls in flight: per server a header and the values */
@@ -326,14 +330,44 @@ static dt_status ps_hook(void *user, dt_hook_point at, int b, dt_ctx *ctx)
                 DT_CHECK(pull_wait(P, k));
         return DT_OK;
     case DT_BEFORE_BACKWARD:
-        if (b == P->nb - 1)
+        if (b == P->nb - 1) { /* a backward pass begins */
             P->backwards++;
+            dt__ready_groups_reset(&P->ready);
+        }
         return DT_OK;
-    case DT_AFTER_BACKWARD:
-        return P->backwards >= s->cfg.micro_batches && !P->pushed[b] ? push_block(s, P, b) : DT_OK;
-    default:
+    default: /* (a block's push leaves from ps_ready) */
         return DT_OK;
     }
+}
+
+/* A gradient-ready event: the last of block b's own parameters pushes the
+ * block in the last micro-batch (blocks without any push at the update). */
+static dt_status ps_ready(void *user, int param)
+{
+    dt_strategy *s = user;
+    ps_worker *P = s->impl;
+    int b = dt__ready_groups_mark(&P->ready, param);
+    return b >= 0 && P->backwards >= s->cfg.micro_batches && !P->pushed[b] ? push_block(s, P, b) : DT_OK;
+}
+
+/* The groups for ps_ready: block b's own parameters. */
+static dt_status ready_blocks(dt_strategy *s, ps_worker *P)
+{
+    dt_params *p = dt_model_params(s->model);
+    int np = dt_params_count(p), *block_of = malloc((size_t)(np ? np : 1) * sizeof *block_of);
+    if (!block_of)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    for (int k = 0; k < np; k++)
+        block_of[k] = -1;
+    for (int b = 0; b < P->nb; b++) {
+        int first, count;
+        dt_model_block_params(s->model, b, &first, &count);
+        for (int k = first; k < first + count; k++)
+            block_of[k] = b;
+    }
+    dt_status st = dt__ready_groups_init(&P->ready, np, P->nb, block_of);
+    free(block_of);
+    return st;
 }
 
 /* ---- the update ---- */
@@ -392,8 +426,11 @@ static void ps_destroy(dt_strategy *s)
     ps_worker *P = s->impl;
     if (!P)
         return;
-    if (s->model)
-        dt_model_set_hooks(s->model, NULL, NULL);
+    if (s->model) {
+        dt_model_remove_hook(s->model, P->hook_sub);
+        dt_params_unsubscribe(dt_model_params(s->model), P->ready_sub);
+    }
+    dt__ready_groups_free(&P->ready);
     for (int k = 0; P->failed && P->lo && k < P->S; k++) {
         drop(&P->rep_req[k]);
         drop(&P->val_req[k]);
@@ -439,8 +476,15 @@ static void ps_destroy(dt_strategy *s)
     free(P);
 }
 
-static const dt__strategy_ops ps_ops = {
-    .name = "ps", .no_optimizer = true, .update = ps_update, .sync = ps_sync, .timing = ps_timing, .destroy = ps_destroy};
+dt_status dt__ps_save(dt_strategy *s, const dt__save_args *a); /* ps/save.c */
+
+static const dt__strategy_ops ps_ops = {.name = "ps",
+                                        .no_optimizer = true,
+                                        .update = ps_update,
+                                        .sync = ps_sync,
+                                        .timing = ps_timing,
+                                        .save = dt__ps_save,
+                                        .destroy = ps_destroy};
 
 /* ---- joining and snapshots ---- */
 
@@ -636,10 +680,14 @@ dt_status dt_strategy_ps_create(dt_model *m, dt_comm *c, const dt_ps_config *pc,
         st = pull_start(s, P); /* step 0's parameters: worker 0's, from the servers */
     if (st == DT_OK)
         st = wait_sends(P);
+    if (st == DT_OK)
+        st = ready_blocks(s, P);
+    if (st == DT_OK)
+        st = dt_model_add_hook(m, ps_hook, s, &P->hook_sub);
+    if (st == DT_OK)
+        st = dt_params_subscribe_grad_ready(p, ps_ready, s, &P->ready_sub);
     if (st != DT_OK)
         P->failed = true; /* ps_destroy drops what is in flight */
-    else
-        dt_model_set_hooks(m, ps_hook, s);
     return dt__strategy_finish(s, st, out);
 }
 

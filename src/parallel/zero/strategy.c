@@ -1,13 +1,16 @@
 /* ZeRO as a strategy (see parallel.h).  The common micro-batch loop
- * (common/strategy.c) runs forward and backward; the block hooks move each block's
- * unit (layout.c) while the other blocks compute:
- *   stage 1: in the last micro-batch's backward, as a block's backward ends
- *            its unit's gradients are reduce-scattered in place in the
- *            registry (this rank's sum lands at the unit's start);
+ * (common/strategy.c) runs forward and backward; the block hooks and the registry's
+ * gradient-ready events (nn.h) move each block's unit (layout.c) while
+ * the other blocks compute:
+ *   stage 1: in the last micro-batch's backward, as the last of a unit's
+ *            parameters becomes ready its gradients are reduce-scattered in
+ *            place in the registry (this rank's sum lands at the unit's
+ *            start);
  *   stage 2: the registry holds no gradient buffer: a block's gradients go
- *            into a buffer of their own bound before its backward, and are
- *            reduce-scattered (nonblocking) as soon as the block is done,
- *            their sum added to the shard once it lands;
+ *            into a buffer of their own (from a pool kept across steps)
+ *            bound before its backward, and are reduce-scattered
+ *            (nonblocking) as soon as they are all ready, their sum added to
+ *            the shard once it lands;
  *   stage 3: the registry holds no values either: a block's parameters are
  *            allgathered into a buffer bound before its forward (the next
  *            block's gather started as the current one begins) and again
@@ -23,7 +26,22 @@
  * behind them.  A tied parameter (GPT's wte) lives in the unit of its first
  * holder (the embedding); the head's hooks bind that unit too, and its
  * gradient stays bound until the embedding's backward, the unit's last, is
- * done. */
+ * done.
+ *
+ * Inside a mesh (stages 1 and 2): the model is this rank's part (its
+ * tensor-parallel shards, its pipeline stage), the ZeRO units that part's
+ * blocks and the group dp at its (pp, tp) coordinate.  A tensor-parallel
+ * shard is a tensor of its own, so nothing changes but the update: the
+ * sequence-parallel partial sums (dt_params_reduce_tp_partial) are summed
+ * over tp on the reduced slices, and the norm adds each element once: the
+ * slices over dp, then over tp (a replicated tensor's share 1/t), then over
+ * the pipeline's stages (a tied copy on the stage of its first user only;
+ * group_grads.c's weights).  A pipeline (dt__dp_sync_zero, dp_sync.h) runs
+ * ZeRO "deferred": its hooks only wait for the gathers before a block's
+ * forward, and the reduce-scatters all start after the schedule, once the
+ * tied copies are summed over the stages (the stages' units differ, so that
+ * sum cannot follow the reduce-scatter); stage 2 is then stage 1 (the
+ * whole gradients held through the schedule). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +50,9 @@
 #include "base/status.h"
 #include "optim/clip.h"
 #include "optim/offload.h"
+#include "parallel/buf_pool.h"
 #include "parallel/common/strategy.h"
+#include "parallel/ready_groups.h"
 #include "parallel/zero/internal.h"
 
 #define MAX_UNITS_PER_BLOCK 4 /* its own and the tied ones it uses */
@@ -47,9 +67,10 @@ typedef struct {
     float *values;       /* stage 3: the gathered unit (slice x ranks), NULL when not held */
     dt_request *gather;  /* stage 3: a gather into values; stages 1, 2: the updated slices into the registry */
     float *staging;      /* stages 1, 2: a unit whose length the ranks do not divide goes through a padded copy */
-    float *grads;        /* stages 2, 3: the unit's gradients during backward (padded), bound */
-    float *sending;      /* stages 2, 3: the last micro-batch's, being reduce-scattered into `summed` */
-    float *summed;
+    float *grads;        /* stages 2, 3: the unit's gradients during backward (padded), bound; pooled */
+    float *sending;      /* stages 2, 3: the last micro-batch's, being reduce-scattered into `summed`;
+                          * stage 1: a padded copy of the unit's gradients; pooled */
+    float *summed;       /* pooled */
     dt_request *reduce;
     bool reduced;        /* its reduce-scatter started this step */
 } unit_state;
@@ -67,7 +88,12 @@ typedef struct {
      * (dt_strategy_zero_shard), dropped at the next update. */
     dt__offload *values_off;
     float *view;
-    size_t shard, held, held_peak; /* bytes: the shard; the transient buffers now and at most */
+    size_t shard, held, held_peak; /* bytes: the shard; the transient buffers now and at most (not the pools) */
+    /* The gradient buffers of every unit and micro-batch (grads, sending:
+     * slice x ranks; summed: slice), taken and given back, allocated once. */
+    dt__buf_pool grad_pool, sum_pool;
+    dt__ready_groups ready; /* units by parameter: a unit's gradients are final when its group is */
+    dt_subscription hook_sub, ready_sub;
     int inflight[MAX_REDUCES], ninflight; /* units whose reduce-scatter is in flight, oldest first */
     int backwards; /* backward passes since the last update (the last micro-batch's is the one stage 1 reduces) */
     /* timing (seconds): waits for communication this step, blocking
@@ -75,6 +101,12 @@ typedef struct {
      * step's communication and the part of it not hidden */
     double exposed, blocking, async_before, last_comm, last_exposed;
     unit_state *u;
+    /* Inside a mesh: the tensor-parallel group, the pipeline's stages (the
+     * norm; NULL: none), each parameter's weight in the norm (NULL: all 1),
+     * and deferred: a pipeline's, reducing after its schedule. */
+    dt_comm *tp, *stages;
+    float *weight;
+    bool deferred;
 } zero;
 
 static double since(int64_t t0) { return (double)(dt__now_ns() - t0) / 1e9; }
@@ -290,17 +322,15 @@ static dt_status collect_unit(zero *Z, dt_strategy *s, int u, bool wait)
         if (us->sending) {
             int64_t lo, n = own_part(Z, u, &lo);
             memcpy(dt_params_grads(dt_model_params(s->model)) + U->flat_offset, us->sending, (size_t)n * sizeof(float));
-            free(us->sending);
+            dt__pool_give(&Z->grad_pool, us->sending);
             us->sending = NULL;
-            held(Z, -U->slice * Z->N);
         }
         return DT_OK;
     }
     dt_vec_axpy(Z->grads + U->shard_offset, 1.0f, us->summed, U->slice);
-    free(us->summed);
-    free(us->sending);
+    dt__pool_give(&Z->sum_pool, us->summed);
+    dt__pool_give(&Z->grad_pool, us->sending);
     us->summed = us->sending = NULL;
-    held(Z, -U->slice * (Z->N + 1));
     return DT_OK;
 }
 
@@ -320,9 +350,9 @@ static dt_status grads_bind(dt_strategy *s, zero *Z, int u)
     unit_state *us = &Z->u[u];
     if (!us->grads) {
         const dt__zero_unit *U = &Z->L.unit[u];
-        if (!(us->grads = calloc((size_t)(U->slice * Z->N), sizeof(float))))
-            return dt__fail(DT_ERR_NOMEM, "zero: out of memory for block %d's gradients", U->block);
-        held(Z, U->slice * Z->N);
+        dt_status st = dt__pool_take(&Z->grad_pool, U->slice * Z->N, true, &us->grads);
+        if (st != DT_OK)
+            return dt__wrap(st, "zero: block %d's gradients: ", U->block);
     }
     bind_unit(s, Z, u);
     return DT_OK;
@@ -357,9 +387,9 @@ static dt_status reduce_registry_start(dt_strategy *s, zero *Z, int u)
     if (!padded(Z, u))
         return dt_ireduce_scatter(g, g, (size_t)U->slice, DT_F32, DT_SUM, Z->dp, &us->reduce);
     DT_CHECK(reduce_room(Z, s, u));
-    if (!(us->sending = malloc((size_t)(U->slice * Z->N) * sizeof(float))))
-        return dt__fail(DT_ERR_NOMEM, "zero: out of memory reducing block %d's gradients", U->block);
-    held(Z, U->slice * Z->N);
+    dt_status st = dt__pool_take(&Z->grad_pool, U->slice * Z->N, false, &us->sending);
+    if (st != DT_OK)
+        return dt__wrap(st, "zero: reducing block %d's gradients: ", U->block);
     memcpy(us->sending, g, (size_t)U->numel * sizeof(float));
     memset(us->sending + U->numel, 0, (size_t)(U->slice * Z->N - U->numel) * sizeof(float));
     return dt_ireduce_scatter(us->sending, us->sending, (size_t)U->slice, DT_F32, DT_SUM, Z->dp, &us->reduce);
@@ -374,9 +404,9 @@ static dt_status reduce_bound_start(dt_strategy *s, zero *Z, int u)
     if (!us->grads) /* its block's backward never ran: nothing to add, the shard keeps its sum */
         return DT_OK;
     DT_CHECK(reduce_room(Z, s, u));
-    if (!(us->summed = malloc((size_t)U->slice * sizeof(float))))
-        return dt__fail(DT_ERR_NOMEM, "zero: out of memory reducing block %d's gradients", U->block);
-    held(Z, U->slice);
+    dt_status st = dt__pool_take(&Z->sum_pool, U->slice, false, &us->summed);
+    if (st != DT_OK)
+        return dt__wrap(st, "zero: reducing block %d's gradients: ", U->block);
     us->sending = us->grads; /* the parameters let go of it; it lives until the reduce lands */
     us->grads = NULL;
     us->reduced = true;
@@ -390,6 +420,8 @@ static dt_status zero_hook(void *user, dt_hook_point at, int b, dt_ctx *ctx)
     zero *Z = s->impl;
     int us[MAX_UNITS_PER_BLOCK], n = units_of_block(s, Z, b, us), nb = dt_model_num_layers(s->model);
     DT_CHECK(collect(Z, s, false));
+    if (Z->deferred && at != DT_BEFORE_FORWARD) /* a pipeline reduces after its schedule */
+        return DT_OK;
     switch (at) {
     case DT_BEFORE_FORWARD:
         for (int k = 0; k < n; k++) {
@@ -407,29 +439,40 @@ static dt_status zero_hook(void *user, dt_hook_point at, int b, dt_ctx *ctx)
             DT_CHECK(release_block(s, Z, b, b + 1));
         return DT_OK;
     case DT_BEFORE_BACKWARD:
-        if (b == nb - 1)
+        if (b == nb - 1) { /* a backward pass begins */
             Z->backwards++;
+            dt__ready_groups_reset(&Z->ready);
+        }
         for (int k = 0; Z->stage >= 2 && k < n; k++) {
             if (Z->stage == 3)
                 DT_CHECK(gather_wait(Z, us[k]));
             DT_CHECK(grads_bind(s, Z, us[k]));
         }
         return Z->stage == 3 ? prefetch(s, Z, b - 1) : DT_OK; /* the block before's, for its backward */
-    case DT_AFTER_BACKWARD: {
-        int own = Z->L.unit_of_block[b];
-        bool last_micro = Z->backwards >= s->cfg.micro_batches;
-        /* the unit's last user is its owner: its gradients are final */
-        if (own >= 0 && Z->stage == 1 && last_micro)
-            DT_CHECK(reduce_registry_start(s, Z, own));
-        else if (own >= 0 && Z->stage >= 2)
-            DT_CHECK(reduce_bound_start(s, Z, own));
+    case DT_AFTER_BACKWARD:
+        /* (the block's unit left from zero_ready as its last gradient became final) */
         /* stage 3: block 0 with another micro-batch to come keeps its parameters for that forward */
-        if (Z->stage == 3 && !(b == 0 && !last_micro))
+        if (Z->stage == 3 && !(b == 0 && Z->backwards < s->cfg.micro_batches))
             DT_CHECK(release_block(s, Z, b, b - 1));
         return DT_OK;
     }
-    }
     return DT_OK;
+}
+
+/* A gradient-ready event: when it completes a unit (its last parameter,
+ * in its owner block's backward: the unit's other users ran before), the
+ * unit's gradients leave, stage 1's in the last micro-batch only. */
+static dt_status zero_ready(void *user, int param)
+{
+    dt_strategy *s = user;
+    zero *Z = s->impl;
+    int u = dt__ready_groups_mark(&Z->ready, param);
+    if (u < 0)
+        return DT_OK;
+    DT_CHECK(collect(Z, s, false));
+    if (Z->stage == 1)
+        return Z->backwards >= s->cfg.micro_batches ? reduce_registry_start(s, Z, u) : DT_OK;
+    return reduce_bound_start(s, Z, u);
 }
 
 /* ---- the update ---- */
@@ -489,6 +532,48 @@ static dt_status update_offloaded(dt_strategy *s, zero *Z, float lr)
     return dt__offload_flush(Z->values_off); /* the next gathers read the file */
 }
 
+/* Parameter k's elements among unit u's [lo, lo + n): [*a, *b) of the unit (empty: *a >= *b). */
+static void piece(dt_strategy *s, const zero *Z, int u, int k, int64_t lo, int64_t n, int64_t *a, int64_t *b)
+{
+    const dt_param_info *in = dt_params_info(dt_model_params(s->model), k);
+    int64_t at = in->offset - Z->L.unit[u].flat_offset;
+    *a = at > lo ? at : lo;
+    *b = at + in->numel < lo + n ? at + in->numel : lo + n;
+}
+
+/* Inside tp: a sequence-parallel parameter's slice holds this rank's part
+ * of the sum over tp: add the other parts (every tp rank has the same
+ * units and slices, its shards having the same shapes). */
+static dt_status reduce_tp_partial(dt_strategy *s, zero *Z, int u, float *g, int64_t lo, int64_t n)
+{
+    const dt__zero_unit *U = &Z->L.unit[u];
+    dt_params *p = dt_model_params(s->model);
+    for (int k = U->first_param; Z->tp && k < U->first_param + U->nparams; k++) {
+        int64_t a, b;
+        piece(s, Z, u, k, lo, n, &a, &b);
+        if (dt_params_info(p, k)->tp_partial && a < b)
+            DT_CHECK(dt_allreduce(g + (a - lo), g + (a - lo), (size_t)(b - a), DT_F32, DT_SUM, Z->tp));
+    }
+    return DT_OK;
+}
+
+/* The squares of this rank's slice of unit u, each parameter's by its
+ * weight in the norm (one pass where every weight is 1). */
+static double slice_sumsq(dt_strategy *s, const zero *Z, int u, const float *g, int64_t lo, int64_t n)
+{
+    if (!Z->weight)
+        return dt_vec_sumsq(g, n);
+    const dt__zero_unit *U = &Z->L.unit[u];
+    double sq = 0;
+    for (int k = U->first_param; k < U->first_param + U->nparams; k++) {
+        int64_t a, b;
+        piece(s, Z, u, k, lo, n, &a, &b);
+        if (a < b && Z->weight[k] != 0)
+            sq += Z->weight[k] * dt_vec_sumsq(g + (a - lo), b - a);
+    }
+    return sq;
+}
+
 static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *norm)
 {
     zero *Z = s->impl;
@@ -506,14 +591,19 @@ static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *no
     /* the mean over ranks and micro-batches, its norm over every rank's slices, clipped */
     float mean = 1.0f / (float)(Z->N * s->cfg.micro_batches);
     double sumsq = 0;
+    int64_t t0 = dt__now_ns();
     for (int u = 0; u < Z->L.nunits; u++) {
         int64_t lo, n = own_part(Z, u, &lo);
         float *g = grad_slice(s, Z, u);
+        DT_CHECK(reduce_tp_partial(s, Z, u, g, lo, n));
         dt_vec_scale(g, mean, n);
-        sumsq += dt_vec_sumsq(g, n);
+        sumsq += slice_sumsq(s, Z, u, g, lo, n);
     }
-    int64_t t0 = dt__now_ns();
     DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, Z->dp));
+    if (Z->tp) /* each tensor-parallel shard once, a replicated tensor's share 1/t */
+        DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, Z->tp));
+    if (Z->stages) /* every stage's */
+        DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, Z->stages));
     Z->blocking += since(t0);
     Z->exposed += since(t0);
     float total = (float)sqrt(sumsq);
@@ -560,16 +650,19 @@ static void zero_destroy(dt_strategy *s)
                 dt_wait(Z->u[u].gather, NULL);
             free(Z->u[u].values);
             free(Z->u[u].staging);
-            free(Z->u[u].grads);
-            free(Z->u[u].sending);
-            free(Z->u[u].summed);
         }
     }
-    if (s->model)
-        dt_model_set_hooks(s->model, NULL, NULL);
+    if (s->model) {
+        dt_model_remove_hook(s->model, Z->hook_sub);
+        dt_params_unsubscribe(dt_model_params(s->model), Z->ready_sub);
+    }
+    dt__pool_free(&Z->grad_pool);
+    dt__pool_free(&Z->sum_pool);
+    dt__ready_groups_free(&Z->ready);
     if (Z->dp)
         dt_comm_destroy(Z->dp);
     dt__offload_close(Z->values_off);
+    free(Z->weight);
     free(Z->view);
     free(Z->u);
     free(Z->values);
@@ -578,15 +671,51 @@ static void zero_destroy(dt_strategy *s)
     free(Z);
 }
 
+/* The gradient pools, of the largest unit's size.  Stages 2 and 3 reserve
+ * what a backward holds at once: the units bound while a block runs (its
+ * own, the tied ones bound since their first user in backward order) and
+ * MAX_REDUCES leaving, each holding one buffer (and one slice for its sum).
+ * Stage 1 takes one only for a padded unit's copy, at the update. */
+static dt_status reserve_pools(dt_strategy *s, zero *Z)
+{
+    int64_t max_slice = 0;
+    for (int u = 0; u < Z->L.nunits; u++)
+        max_slice = Z->L.unit[u].slice > max_slice ? Z->L.unit[u].slice : max_slice;
+    int nb = dt_model_num_layers(s->model), most = 0, nbound = 0;
+    bool *bound = calloc((size_t)(Z->L.nunits ? Z->L.nunits : 1), sizeof *bound);
+    if (!bound)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    for (int b = nb - 1; b >= 0; b--) { /* backward's order, as zero_hook binds and zero_ready lets go */
+        int us[MAX_UNITS_PER_BLOCK], n = units_of_block(s, Z, b, us), own = Z->L.unit_of_block[b];
+        for (int k = 0; k < n; k++)
+            if (!bound[us[k]]) {
+                bound[us[k]] = true;
+                nbound++;
+            }
+        most = nbound > most ? nbound : most;
+        if (own >= 0 && bound[own]) {
+            bound[own] = false;
+            nbound--;
+        }
+    }
+    free(bound);
+    bool backward = Z->stage >= 2;
+    DT_CHECK(dt__pool_reserve(&Z->grad_pool, Z->L.max_padded, backward ? most + MAX_REDUCES : 0));
+    return dt__pool_reserve(&Z->sum_pool, max_slice, backward ? MAX_REDUCES : 0);
+}
+
 static size_t zero_memory(const dt_strategy *s, size_t *buffers)
 {
     const zero *Z = s->impl;
-    *buffers = Z->held_peak;
+    *buffers = Z->held_peak + Z->grad_pool.bytes + Z->sum_pool.bytes;
     return Z->shard + *buffers;
 }
 
+dt_status dt__zero_save(dt_strategy *s, const dt__save_args *a); /* zero/checkpoint.c */
+
 static const dt__strategy_ops zero_ops = {.name = "zero",
                                           .update = zero_update,
+                                          .save = dt__zero_save,
                                           .sync = zero_sync,
                                           .timing = zero_timing,
                                           .memory = zero_memory,
@@ -660,15 +789,17 @@ void dt_strategy_zero_offload_io(const dt_strategy *s, uint64_t *read, uint64_t 
         dt__offload_io(((const zero *)s->impl)->values_off, read, written);
 }
 
-dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int stage, const dt_strategy_config *cfg,
-                                  dt_strategy **out)
+dt_status dt__strategy_zero_make(dt_model *m, dt_optimizer *o, dt_comm *c, int stage, const dt_strategy_config *cfg,
+                                 dt_comm *stages, bool deferred, dt_strategy **out)
 {
     if (!c || !m || !out)
         return dt__fail(DT_ERR_INVALID, "strategy zero: %s is NULL", !c ? "the communicator" : !m ? "the model" : "out");
     if (stage < 1 || stage > 3)
         return dt__fail(DT_ERR_INVALID, "strategy zero: stage %d is not 1, 2 or 3 (stage 0 is data parallel)", stage);
-    if (cfg && cfg->tp)
-        return dt__fail(DT_ERR_INVALID, "strategy zero: tensor-parallel shards are not sharded further yet (tp)");
+    dt_comm *tp = cfg && cfg->tp && dt_comm_size(cfg->tp) > 1 ? cfg->tp : NULL;
+    stages = stages && dt_comm_size(stages) > 1 ? stages : NULL;
+    if (stage == 3 && (tp || stages || deferred))
+        return dt__fail(DT_ERR_INVALID, "strategy zero: zero_stage 3 with tp/pp is not built: use 1 or 2");
     dt_params *p = dt_model_params(m);
     if (!dt_params_values(p) || !dt_params_grads(p))
         return dt__fail(DT_ERR_INVALID, "strategy zero: the model must hold its whole parameters and gradients "
@@ -677,10 +808,18 @@ dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int 
     DT_CHECK(dt__strategy_new(&zero_ops, sizeof(zero), m, o, cfg, &s));
     zero *Z = s->impl;
     dt_status st = DT_OK;
+    /* deferred: the whole gradients stay in the registry through the
+     * schedule, so stage 2 runs as stage 1 (see the top of this file) */
+    stage = deferred && stage == 2 ? 1 : stage;
     Z->stage = stage;
     Z->N = dt_comm_size(c);
     Z->r = dt_comm_rank(c);
+    Z->tp = tp;
+    Z->stages = stages;
+    Z->deferred = deferred;
     s->key_group = (uint32_t)Z->r;
+    if (st == DT_OK && (tp || stages))
+        st = dt__grad_norm_weights(m, tp ? dt_comm_size(tp) : 1, &Z->weight);
     if (st == DT_OK)
         st = dt__zero_layout_make(m, Z->N, Z->r, &Z->L);
     int64_t S = Z->L.shard_numel;
@@ -699,7 +838,19 @@ dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int 
         Z->async_before = dt_comm_async_seconds(Z->dp);
         if (stage >= 2)
             dt_params_drop_storage(p, stage == 3, true);
-        dt_model_set_hooks(m, zero_hook, s);
+        st = dt__ready_groups_init(&Z->ready, dt_params_count(p), Z->L.nunits, Z->L.unit_of_param);
     }
+    if (st == DT_OK)
+        st = reserve_pools(s, Z);
+    if (st == DT_OK)
+        st = dt_model_add_hook(m, zero_hook, s, &Z->hook_sub);
+    if (st == DT_OK)
+        st = dt_params_subscribe_grad_ready(p, zero_ready, s, &Z->ready_sub);
     return dt__strategy_finish(s, st, out);
+}
+
+dt_status dt_strategy_zero_create(dt_model *m, dt_optimizer *o, dt_comm *c, int stage, const dt_strategy_config *cfg,
+                                  dt_strategy **out)
+{
+    return dt__strategy_zero_make(m, o, c, stage, cfg, NULL, false, out);
 }

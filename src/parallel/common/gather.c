@@ -7,25 +7,11 @@
  * tensors, of each its shard).  A run at dp x pp x tp = 2x2x2 therefore
  * resumes at 1x1x1 or 1x2x4, and PyTorch loads its weights as it loads any
  * other. */
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain_cli.h"
-
-/* Print "dtrain: <why>" and return code. */
-static dt_status fail(dt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static dt_status fail(dt_status code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("dtrain: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return code;
-}
+#include "base/status.h"
+#include "parallel/common/strategy.h"
 
 /* The optimizer's flat arrays laid out like the registry's values: the
  * values themselves, then each named state buffer. */
@@ -51,7 +37,7 @@ static dt_status gather_arrays(dt_params *p, float **mine, int na, dt_comm *tp, 
         const dt_param_info *in = dt_params_info(p, i);
         int wi = root ? dt_params_find(whole, in->name) : -1;
         if (root && wi < 0) {
-            s = fail(DT_ERR_INVALID, "tensor-parallel checkpoint: %s is not in the whole model", in->name);
+            s = dt__fail(DT_ERR_INVALID, "tensor-parallel checkpoint: %s is not in the whole model", in->name);
             break;
         }
         const dt_param_info *win = root ? dt_params_info(whole, wi) : NULL;
@@ -65,14 +51,14 @@ static dt_status gather_arrays(dt_params *p, float **mine, int na, dt_comm *tp, 
             free(tmp);
             tmp_cap = need;
             if (!(tmp = malloc(tmp_cap * sizeof *tmp))) {
-                s = fail(DT_ERR_NOMEM, "tensor-parallel checkpoint: out of memory for %s", in->name);
+                s = dt__fail(DT_ERR_NOMEM, "tensor-parallel checkpoint: out of memory for %s", in->name);
                 break;
             }
         }
         for (int a = 0; s == DT_OK && a < na; a++) {
             s = dt_gather(mine[a] + in->offset, tmp, (size_t)in->numel, DT_F32, 0, tp);
             if (s != DT_OK)
-                fail(s, "gathering the tensor-parallel shards of %s for a checkpoint: %s", in->name, dt_last_error());
+                dt__fail(s, "gathering the tensor-parallel shards of %s for a checkpoint: %s", in->name, dt_last_error());
             for (int q = 0; s == DT_OK && root && q < t; q++) { /* part q's elements to their whole places */
                 dt_param_info part = *in;
                 part.part = q;
@@ -88,19 +74,6 @@ static dt_status gather_arrays(dt_params *p, float **mine, int na, dt_comm *tp, 
     return s;
 }
 
-dt_status dtrain_tp_gather(dt_params *p, dt_optimizer *o, dt_comm *tp, dt_params *whole, dt_optimizer *wo)
-{
-    int root = dt_comm_rank(tp) == 0;
-    float *mine[5], *all[5] = {0};
-    int na = flat_arrays(p, o, mine);
-    if (root && flat_arrays(whole, wo, all) != na)
-        return fail(DT_ERR_INVALID, "tensor-parallel checkpoint: the whole model's optimizer keeps other state");
-    dt_status s = gather_arrays(p, mine, na, tp, whole, all);
-    if (s == DT_OK && root && wo)
-        dt_optimizer_set_steps(wo, dt_optimizer_steps(o));
-    return s;
-}
-
 /* Copy every tensor of registry `from` (arrays src) to its place by name in
  * registry `to` (arrays dst). */
 static dt_status place_by_name(dt_params *from, float **src, dt_params *to, float **dst, int na)
@@ -109,7 +82,7 @@ static dt_status place_by_name(dt_params *from, float **src, dt_params *to, floa
         const dt_param_info *in = dt_params_info(from, i);
         int w = dt_params_find(to, in->name);
         if (w < 0 || dt_params_info(to, w)->numel != in->numel)
-            return fail(DT_ERR_INVALID, "pipeline checkpoint: %s %s the whole model", in->name,
+            return dt__fail(DT_ERR_INVALID, "pipeline checkpoint: %s %s the whole model", in->name,
                         w < 0 ? "is not in" : "has another size in");
         for (int a = 0; a < na; a++)
             memcpy(dst[a] + dt_params_info(to, w)->offset, src[a] + in->offset, (size_t)in->numel * sizeof(float));
@@ -117,15 +90,15 @@ static dt_status place_by_name(dt_params *from, float **src, dt_params *to, floa
     return DT_OK;
 }
 
-dt_status dtrain_split_gather(const dtrain_config *c, dt_params *p, dt_optimizer *o, dt_comm *tp, dt_comm *pp,
-                              dt_params *whole, dt_optimizer *wo)
+dt_status dt__split_gather(const dt__run *r, dt_params *p, dt_optimizer *o, dt_params *whole, dt_optimizer *wo)
 {
+    dt_comm *tp = r->tp, *pp = r->pp;
     int stage = pp ? dt_comm_rank(pp) : 0, nst = pp ? dt_comm_size(pp) : 1;
     bool tp_root = !tp || dt_comm_rank(tp) == 0, lead = tp_root && stage == 0;
     float *mine[5], *arrays[5] = {0}, *all[5] = {0};
     int na = flat_arrays(p, o, mine);
     if (lead && flat_arrays(whole, wo, all) != na)
-        return fail(DT_ERR_INVALID, "checkpoint: the whole model's optimizer keeps other state");
+        return dt__fail(DT_ERR_INVALID, "checkpoint: the whole model's optimizer keeps other state");
     /* This stage's tensors unsplit: gathered over tp into a model of the
      * stage's blocks (the tp root), or this rank's own when tp is 1. */
     dt_model *unsplit = NULL;
@@ -133,11 +106,11 @@ dt_status dtrain_split_gather(const dtrain_config *c, dt_params *p, dt_optimizer
     float **sa = mine;
     dt_status s = DT_OK;
     if (tp && dt_comm_size(tp) > 1) {
-        if (tp_root && (s = dtrain_build_stage(c, NULL, stage, &unsplit)) == DT_OK) {
+        if (tp_root && (s = dt__run_stage_model(r, stage, &unsplit)) == DT_OK) {
             sp = dt_model_params(unsplit);
             for (int a = 0; a < na && s == DT_OK; a++)
                 if (!(arrays[a] = malloc((size_t)dt_params_numel(sp) * sizeof(float))))
-                    s = fail(DT_ERR_NOMEM, "checkpoint: out of memory");
+                    s = dt__fail(DT_ERR_NOMEM, "checkpoint: out of memory");
             sa = arrays;
         }
         /* every tp rank joins the gather, also when its root failed above (its error stops the job) */
@@ -148,19 +121,19 @@ dt_status dtrain_split_gather(const dtrain_config *c, dt_params *p, dt_optimizer
         if (!lead) { /* a stage's unsplit arrays to the writer's stage */
             for (int a = 0; s == DT_OK && a < na; a++)
                 if ((s = dt_send(sa[a], (size_t)dt_params_numel(sp), DT_F32, 0, 40 + a, pp)) != DT_OK)
-                    fail(s, "sending stage %d's tensors for a checkpoint: %s", stage, dt_last_error());
+                    dt__fail(s, "sending stage %d's tensors for a checkpoint: %s", stage, dt_last_error());
         } else
             for (int k = 1; s == DT_OK && k < nst; k++) { /* stage k's layout: its blocks built unsplit */
                 dt_model *sk = NULL;
                 float *got[5] = {0};
-                if ((s = dtrain_build_stage(c, NULL, k, &sk)) != DT_OK)
+                if ((s = dt__run_stage_model(r, k, &sk)) != DT_OK)
                     break;
                 int64_t n = dt_params_numel(dt_model_params(sk));
                 for (int a = 0; s == DT_OK && a < na; a++) {
                     if (!(got[a] = malloc((size_t)n * sizeof(float))))
-                        s = fail(DT_ERR_NOMEM, "checkpoint: out of memory");
+                        s = dt__fail(DT_ERR_NOMEM, "checkpoint: out of memory");
                     else if ((s = dt_recv(got[a], (size_t)n, DT_F32, k, 40 + a, pp, NULL)) != DT_OK)
-                        fail(s, "receiving stage %d's tensors for a checkpoint: %s", k, dt_last_error());
+                        dt__fail(s, "receiving stage %d's tensors for a checkpoint: %s", k, dt_last_error());
                 }
                 if (s == DT_OK)
                     s = place_by_name(dt_model_params(sk), got, whole, all, na);
@@ -180,17 +153,17 @@ dt_status dtrain_split_gather(const dtrain_config *c, dt_params *p, dt_optimizer
     return s;
 }
 
-dt_status dtrain_tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_optimizer *o)
+dt_status dt__tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_optimizer *o)
 {
     float *mine[5], *all[5];
     int na = flat_arrays(p, o, mine);
     if (flat_arrays(whole, wo, all) != na)
-        return fail(DT_ERR_INVALID, "tensor-parallel resume: the whole model's optimizer keeps other state");
+        return dt__fail(DT_ERR_INVALID, "tensor-parallel resume: the whole model's optimizer keeps other state");
     for (int i = 0; i < dt_params_count(p); i++) {
         const dt_param_info *in = dt_params_info(p, i);
         int wi = dt_params_find(whole, in->name);
         if (wi < 0)
-            return fail(DT_ERR_INVALID, "tensor-parallel resume: %s is not in the checkpoint's model", in->name);
+            return dt__fail(DT_ERR_INVALID, "tensor-parallel resume: %s is not in the checkpoint's model", in->name);
         const dt_param_info *win = dt_params_info(whole, wi);
         for (int a = 0; a < na; a++)
             for (int64_t e = 0; e < win->numel; e++) {
@@ -203,15 +176,15 @@ dt_status dtrain_tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_o
     return DT_OK;
 }
 
-dt_status dtrain_zero_slice(dt_model *m, int nranks, int rank, dt_optimizer *wo, dt_optimizer *o)
+dt_status dt__zero_slice(dt_model *m, int nranks, int rank, dt_optimizer *wo, dt_optimizer *o)
 {
     dt_optim_state ws[4], st[4];
     int nw = dt_optimizer_state_buffers(wo, ws, 4), n = dt_optimizer_state_buffers(o, st, 4);
     if (nw != n)
-        return fail(DT_ERR_INVALID, "ZeRO resume: the checkpoint's optimizer keeps other state");
+        return dt__fail(DT_ERR_INVALID, "ZeRO resume: the checkpoint's optimizer keeps other state");
     for (int a = 0; a < n; a++)
         if (dt_zero_shard_take(m, nranks, rank, ws[a].data, st[a].data) != DT_OK)
-            return fail(DT_ERR_INVALID, "ZeRO resume: %s", dt_last_error());
+            return dt__fail(DT_ERR_INVALID, "ZeRO resume: %s", dt_last_error());
     dt_optimizer_set_steps(o, dt_optimizer_steps(wo));
     return DT_OK;
 }

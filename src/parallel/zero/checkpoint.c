@@ -9,13 +9,13 @@
  * file only what overlaps its new shard; a resume without ZeRO (one
  * process, data parallelism, a mesh) puts the whole state together
  * (dt_ckpt_load). */
-#include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain_cli.h"
+#include "base/status.h"
+#include "parallel/common/strategy.h"
 
 /* The shard files' tensors: the values (stage 3), then the optimizer's
  * state buffers as the moments, in the order dt_optimizer_state_buffers
@@ -52,13 +52,11 @@ static dt_status sharding_of(dt_model *m, int stage, int nranks, int nstate, dt_
 {
     int n;
     *units = units_of(m, &n);
-    if (n <= 0 || nstate > 2) {
-        fprintf(stderr, "dtrain: checkpoint: %s\n",
-                nstate > 2 ? "the optimizer keeps more than two state buffers"
-                : n < 0    ? "out of memory"
-                           : "the model has no parameters to shard");
-        return DT_ERR_INVALID;
-    }
+    if (n <= 0 || nstate > 2)
+        return dt__fail(DT_ERR_INVALID, "checkpoint: %s",
+                        nstate > 2 ? "the optimizer keeps more than two state buffers"
+                        : n < 0    ? "out of memory"
+                                   : "the model has no parameters to shard");
     int nt = 0;
     if (stage == 3)
         names[nt++] = "values";
@@ -91,13 +89,16 @@ static dt_status read_piece(void *user, int tensor, int64_t offset, int64_t n, f
  * and puts it into the file at its place, so no rank ever holds the whole
  * values, nor (offloaded) its whole shard.  Collective over dp: every rank
  * joins every gather, also after rank 0 failed to write (DT_OK then, and
- * *written false on rank 0 with the message printed). */
+ * *written false on rank 0 with the reason in dt_last_error). */
 static dt_status write_values(const dt_ckpt_sharding *sh, dt_strategy *s, float *mine, float *buf, dt_comm *dp,
                               dt_ckpt_writer *w, int64_t step, bool *written)
 {
     int N = sh->nranks, rank = dt_comm_rank(dp), root = rank == 0;
     dt_ckpt_model_file *f = NULL;
     dt_status fs = root ? dt_ckpt_writer_model_open(w, step, &f) : DT_OK, r = DT_OK;
+    char why[512] = "";
+    if (fs != DT_OK)
+        snprintf(why, sizeof why, "%s", dt_last_error());
     int64_t at = 0;
     for (int k = 0; r == DT_OK && k < sh->nunits; k++) {
         const dt_ckpt_unit *u = &sh->units[k];
@@ -105,28 +106,45 @@ static dt_status write_values(const dt_ckpt_sharding *sh, dt_strategy *s, float 
         if ((r = dt_strategy_zero_shard_read(s, at, slice, mine)) == DT_OK)
             r = dt_gather(mine, root ? buf : mine, (size_t)slice, DT_F32, 0, dp);
         if (r != DT_OK) /* a collective or the shard's file failed: the job cannot go on */
-            fprintf(stderr, "dtrain: rank %d: checkpoint at step %lld: gathering the values: %s\n", rank,
-                    (long long)step, dt_last_error());
-        if (r == DT_OK && root && fs == DT_OK)
-            fs = dt_ckpt_model_put(f, u->offset, buf, u->numel);
+            return dt__fail(r, "rank %d: checkpoint at step %lld: gathering the values: %s", rank, (long long)step,
+                            dt_last_error());
+        if (root && fs == DT_OK && (fs = dt_ckpt_model_put(f, u->offset, buf, u->numel)) != DT_OK)
+            snprintf(why, sizeof why, "%s", dt_last_error());
         at += slice;
     }
     if (root) {
-        dt_status cs = dt_ckpt_model_close(f, r == DT_OK && fs == DT_OK);
-        fs = fs != DT_OK ? fs : cs;
-        if (fs != DT_OK && r == DT_OK)
-            fprintf(stderr, "dtrain: checkpoint at step %lld: model.safetensors: %s\n", (long long)step,
-                    dt_last_error());
-        *written = r == DT_OK && fs == DT_OK;
+        dt_status cs = dt_ckpt_model_close(f, fs == DT_OK);
+        if (fs == DT_OK && cs != DT_OK)
+            snprintf(why, sizeof why, "%s", dt_last_error());
+        *written = fs == DT_OK && cs == DT_OK;
+        if (!*written)
+            dt__fail(DT_ERR_SYSTEM, "checkpoint at step %lld: model.safetensors: %s", (long long)step, why);
     }
-    return r;
+    return DT_OK;
 }
 
-dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_model *m, dt_optimizer *o,
-                                 dt_comm *dp, dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
-                                 double *stall)
+/* Add text to a checkpoint's failure reasons, "; " between them. */
+static void note(char *why, size_t len, const char *text)
 {
-    int N = dt_comm_size(dp), rank = dt_comm_rank(dp), stage = (int)c->zero_stage;
+    size_t at = strlen(why);
+    snprintf(why + at, len - at, "%s%s", at ? "; " : "", text);
+}
+
+/* ZeRO's checkpoint in shard files (dt_strategy_save).  Collective over dp:
+ * every rank writes its shard of the optimizer state (and at stage 3 of the
+ * values) into the step's temporary directory, rank 0 submits the rest to
+ * the writer.  A rank that cannot write its file drops this checkpoint
+ * (*dropped, on it and on rank 0, which names it); DT_OK unless a
+ * collective failed. */
+dt_status dt__zero_save(dt_strategy *s, const dt__save_args *a)
+{
+    if (s->run->tp || s->run->pp) /* inside a mesh: the unsplit checkpoint, the state gathered over dp first */
+        return dt__save_common(s, a);
+    dt_comm *dp = s->run->dp;
+    dt_model *m = s->model;
+    dt_optimizer *o = s->opt;
+    const dt_ckpt_progress *pr = a->pr;
+    int N = dt_comm_size(dp), rank = dt_comm_rank(dp), stage = s->run->layout.zero_stage;
     int nstate = dt_optimizer_state_count(o); /* read piece by piece below: an offloaded state stays on disk */
     const char *names[3];
     dt_ckpt_sharding sh;
@@ -135,20 +153,16 @@ dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_mode
     int64_t S = r == DT_OK ? dt_ckpt_shard_numel(&sh) : -1;
     bool fits = r == DT_OK && S == dt_zero_shard_numel(m, N) && (nstate == 0 || dt_optimizer_numel(o) == S) &&
                 (stage != 3 || dt_strategy_zero_shard_read(s, S, 0, NULL) == DT_OK);
-    if (r == DT_OK && !fits) { /* the strategy's and the optimizer's buffers are not the layout's shard */
-        fprintf(stderr,
-                "dtrain: checkpoint: a ZeRO shard of %lld elements, but the strategy's or the optimizer's "
-                "buffers differ\n",
-                (long long)S);
-        r = DT_ERR_INVALID;
-    }
+    if (r == DT_OK && !fits) /* the strategy's and the optimizer's buffers are not the layout's shard */
+        r = dt__fail(DT_ERR_INVALID, "checkpoint: a ZeRO shard of %lld elements, but the strategy's or the "
+                     "optimizer's buffers differ", (long long)S);
     if (r != DT_OK) {
         free(units);
         return r;
     }
     if (sh.ntensors == 0) { /* plain SGD at stages 1-2: only the whole values, unsplit */
-        if (w)
-            dt_ckpt_writer_submit(w, pr, label, stall);
+        if (a->w)
+            dt_ckpt_writer_submit(a->w, pr, a->label, a->stall);
         free(units);
         return DT_OK;
     }
@@ -156,52 +170,48 @@ dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_mode
      * model.safetensors gathered a unit at a time onto rank 0 first: each rank holds a buffer for its slice
      * of the largest unit, rank 0 for that unit) */
     int ready = 1;
+    char why[1536] = "";
     int64_t most = 1;
     for (int k = 0; k < sh.nunits; k++)
         most = (sh.units[k].numel + N - 1) / N > most ? (sh.units[k].numel + N - 1) / N : most;
     float *mine = stage == 3 ? malloc((size_t)most * sizeof *mine) : NULL;
     float *buf = stage == 3 && rank == 0 ? malloc((size_t)(most * N) * sizeof *buf) : NULL;
-    if (rank == 0 && dt_ckpt_shard_prepare(c->checkpoint_dir, pr->step) != DT_OK) {
-        fprintf(stderr, "dtrain: checkpoint at step %lld failed: %s\n", (long long)pr->step, dt_last_error());
+    if (rank == 0 && dt_ckpt_shard_prepare(a->dir, pr->step) != DT_OK) {
+        snprintf(why, sizeof why, "checkpoint at step %lld failed: %s", (long long)pr->step, dt_last_error());
         ready = 0;
     } else if (rank == 0 && stage == 3 && !buf) {
-        fprintf(stderr, "dtrain: checkpoint at step %lld failed: out of memory for a block's values\n",
-                (long long)pr->step);
-        dt_ckpt_shard_abandon(c->checkpoint_dir, pr->step);
+        snprintf(why, sizeof why, "checkpoint at step %lld failed: out of memory for a block's values",
+                 (long long)pr->step);
+        dt_ckpt_shard_abandon(a->dir, pr->step);
         ready = 0;
     }
     if ((r = dt_broadcast(&ready, 1, DT_I32, 0, dp)) != DT_OK)
-        fprintf(stderr, "dtrain: rank %d: checkpoint at step %lld: %s\n", rank, (long long)pr->step,
-                dt_last_error());
-    if (r == DT_OK && ready && stage == 3 && !mine) { /* every rank holds a slice buffer, or none gathers */
-        fprintf(stderr, "dtrain: rank %d: checkpoint at step %lld: out of memory for a block's values\n", rank,
-                (long long)pr->step);
-        r = DT_ERR_NOMEM;
-    }
+        r = dt__fail(r, "rank %d: checkpoint at step %lld: %s", rank, (long long)pr->step, dt_last_error());
+    if (r == DT_OK && ready && stage == 3 && !mine) /* every rank holds a slice buffer, or none gathers */
+        r = dt__fail(DT_ERR_NOMEM, "rank %d: checkpoint at step %lld: out of memory for a block's values", rank,
+                     (long long)pr->step);
     dt_ckpt_shard_file mine_file = {0};
     int64_t got[3] = {0, 0, 0}, *all = rank == 0 ? calloc((size_t)N * 3, sizeof *all) : NULL;
     bool model_ok = true;
-    if (r == DT_OK && ready && stage == 3) /* model.safetensors, block by block */
-        r = write_values(&sh, s, mine, buf, dp, w, pr->step, &model_ok);
+    if (r == DT_OK && ready && stage == 3 && /* model.safetensors, block by block */
+        (r = write_values(&sh, s, mine, buf, dp, a->w, pr->step, &model_ok)) == DT_OK && !model_ok)
+        note(why, sizeof why, dt_last_error());
     free(mine);
     free(buf);
     if (r == DT_OK && ready) {
         shard_source src = {s, o, stage == 3};
-        got[0] = dt_ckpt_shard_write_from(c->checkpoint_dir, pr->step, &sh, rank, read_piece, &src, &mine_file) ==
-                 DT_OK;
+        got[0] = dt_ckpt_shard_write_from(a->dir, pr->step, &sh, rank, read_piece, &src, &mine_file) == DT_OK;
         if (!got[0]) /* the message names the rank */
-            fprintf(stderr, "dtrain: %s\n", dt_last_error());
+            note(why, sizeof why, dt_last_error());
         got[0] &= model_ok;
         got[1] = (int64_t)mine_file.bytes;
         got[2] = (int64_t)mine_file.crc;
     }
     if (r == DT_OK && rank == 0 && !all)
-        fprintf(stderr, "dtrain: checkpoint at step %lld: out of memory\n", (long long)pr->step);
-    /* what each rank wrote, to rank 0 for the manifest (every rank joins, also when rank 0 could not prepare)
-     */
+        snprintf(why, sizeof why, "checkpoint at step %lld: out of memory", (long long)pr->step);
+    /* what each rank wrote, to rank 0 for the manifest (every rank joins, also when rank 0 could not prepare) */
     if (r == DT_OK && (r = dt_gather(got, all ? all : got, 3, DT_I64, 0, dp)) != DT_OK)
-        fprintf(stderr, "dtrain: rank %d: checkpoint at step %lld: %s\n", rank, (long long)pr->step,
-                dt_last_error());
+        r = dt__fail(r, "rank %d: checkpoint at step %lld: %s", rank, (long long)pr->step, dt_last_error());
     if (r == DT_OK && rank == 0 && ready) {
         dt_ckpt_shard_file *files = all ? calloc((size_t)N, sizeof *files) : NULL;
         int bad = files ? -1 : 0, nbad = 0;
@@ -213,53 +223,83 @@ dt_status dtrain_zero_checkpoint(const dtrain_config *c, dt_strategy *s, dt_mode
             files[q].crc = (uint32_t)all[3 * q + 2];
         }
         if (bad >= 0) {
-            fprintf(stderr,
-                    "dtrain: checkpoint at step %lld failed: rank %d%s could not write its shard (%s); "
-                    "training continues with the previous checkpoints\n",
-                    (long long)pr->step, bad, nbad > 1 ? " and others" : "",
-                    bad == 0 ? "above" : "in its output");
-            dt_ckpt_shard_abandon(c->checkpoint_dir, pr->step);
-        } else if (w)
-            dt_ckpt_writer_submit_sharded(w, pr, label, &sh, files, stall);
+            char all_why[512];
+            snprintf(all_why, sizeof all_why, "checkpoint at step %lld failed: rank %d%s could not write its shard (%s); "
+                     "training continues with the previous checkpoints", (long long)pr->step, bad,
+                     nbad > 1 ? " and others" : "", bad == 0 ? "above" : "in its output");
+            note(why, sizeof why, all_why);
+            dt_ckpt_shard_abandon(a->dir, pr->step);
+        } else if (a->w)
+            dt_ckpt_writer_submit_sharded(a->w, pr, a->label, &sh, files, a->stall);
         free(files);
     }
     free(all);
     free(units);
+    if (r == DT_OK && why[0]) { /* this checkpoint is lost; the run goes on */
+        *a->dropped = true;
+        dt__fail(DT_ERR_SYSTEM, "%s", why);
+    }
     return r;
 }
 
-dt_status dtrain_zero_resume(const char *step_dir, dt_model *m, dt_optimizer *o, int nranks, int rank)
+dt_status dt__zero_load(const char *step_dir, dt_model *m, dt_optimizer *o, int nranks, int rank)
 {
     int files = 0, stage = 0, ntensors = 0;
     dt_optim_state st[4];
     int nstate = dt_optimizer_state_buffers(o, st, 4);
-    if (dt_ckpt_shards(step_dir, &files, &stage, &ntensors) != DT_OK ||
-        dt_ckpt_load(step_dir, dt_model_params(m), NULL) != DT_OK) { /* the whole values */
-        fprintf(stderr, "dtrain: %s\n", dt_last_error());
-        return DT_ERR_INVALID;
-    }
-    if (ntensors - (stage == 3) != nstate || nstate > 2) {
-        fprintf(
-            stderr,
-            "dtrain: %s: the checkpoint's shards hold %d optimizer state tensors, this optimizer keeps %d\n",
-            step_dir, ntensors - (stage == 3), nstate);
-        return DT_ERR_INVALID;
-    }
+    DT_CHECK(dt_ckpt_shards(step_dir, &files, &stage, &ntensors));
+    DT_CHECK(dt_ckpt_load(step_dir, dt_model_params(m), NULL)); /* the whole values */
+    if (ntensors - (stage == 3) != nstate || nstate > 2)
+        return dt__fail(DT_ERR_INVALID, "%s: the checkpoint's shards hold %d optimizer state tensors, this optimizer "
+                        "keeps %d", step_dir, ntensors - (stage == 3), nstate);
     for (int i = 0; i < nstate; i++)
-        if (dt_ckpt_load_shard(step_dir, moment_names[i], nranks, rank, st[i].data, st[i].numel) != DT_OK) {
-            fprintf(stderr, "dtrain: ZeRO resume: %s\n", dt_last_error());
-            return DT_ERR_INVALID;
-        }
+        if (dt_ckpt_load_shard(step_dir, moment_names[i], nranks, rank, st[i].data, st[i].numel) != DT_OK)
+            return dt__fail(DT_ERR_INVALID, "ZeRO resume: %s", dt_last_error());
     return DT_OK;
 }
 
-dt_status dtrain_zero_check_sharding(const dt_ckpt_manifest *man, dt_model *m)
+dt_status dt_zero_check_sharding(const dt_ckpt_manifest *man, dt_model *m)
 {
     int n;
     dt_ckpt_unit *units = units_of(m, &n); /* none (n 0) passes an unsharded checkpoint only */
-    dt_status s = n < 0 ? DT_ERR_NOMEM : dt_ckpt_manifest_check_sharding(man, units, n, NULL);
-    if (s != DT_OK)
-        fprintf(stderr, "dtrain: %s\n", s == DT_ERR_NOMEM ? "out of memory" : dt_last_error());
+    dt_status s = n < 0 ? dt__fail(DT_ERR_NOMEM, "out of memory") : dt_ckpt_manifest_check_sharding(man, units, n, NULL);
     free(units);
     return s;
+}
+
+/* ZeRO inside a mesh: the stage's optimizer state put together over dp on
+ * dp rank 0 (dt_zero_state_gather), which then joins the mesh gather of an
+ * unsplit checkpoint as without ZeRO (common/save.c). */
+dt_status dt__zero_mesh_gather(dt_strategy *s, dt_params *whole, dt_optimizer *wo)
+{
+    const dt__run *r = s->run;
+    dt_params *p = dt_model_params(s->model);
+    dt_optimizer *full = NULL;
+    bool root = dt_comm_rank(r->dp) == 0;
+    dt_status st = dt_strategy_sync(s); /* the values current: the last update's gathers landed */
+    if (st == DT_OK && root)
+        st = dt__run_optimizer_range(r, p, 0, dt_params_numel(p), &full);
+    if (st == DT_OK)
+        st = dt_zero_state_gather(s->model, s->opt, r->dp, full);
+    if (st != DT_OK)
+        st = dt__fail(st, "rank %d: checkpoint: %s", dt_comm_rank(r->dp), dt_last_error());
+    if (st == DT_OK && root)
+        st = dt__split_gather(r, p, full, whole, wo);
+    dt_optimizer_destroy(full);
+    return st;
+}
+
+/* Its resume: the stage's shards of the whole state (dt__tp_slice, the
+ * values into m), then this rank's ZeRO shard of them. */
+dt_status dt__zero_mesh_slice(const dt__run *r, dt_params *whole, dt_optimizer *wo, dt_model *m, dt_optimizer *o)
+{
+    dt_params *p = dt_model_params(m);
+    dt_optimizer *full = NULL;
+    dt_status st = dt__run_optimizer_range(r, p, 0, dt_params_numel(p), &full);
+    if (st == DT_OK)
+        st = dt__tp_slice(whole, wo, p, full);
+    if (st == DT_OK)
+        st = dt__zero_slice(m, dt_comm_size(r->dp), dt_comm_rank(r->dp), full, o);
+    dt_optimizer_destroy(full);
+    return st;
 }

@@ -1,0 +1,21 @@
+/* The model against a layout: what dt_layout_check (the keys and the world)
+ * cannot see.  A pipeline cuts the model's blocks into pp x chunks stages of
+ * at least one block each. */
+#include <stdlib.h>
+
+#include "base/status.h"
+#include "parallel/common/strategy.h"
+
+dt_status dt_layout_check_model(const dt_layout *l, const dt_model_desc *d)
+{
+    if (!l || !d)
+        return dt__fail(DT_ERR_INVALID, "layout_check_model: %s is NULL", !l ? "the layout" : "the model");
+    if (l->pp <= 1)
+        return DT_OK;
+    int parts = l->pp * dt_layout_chunks(l), *bounds = malloc((size_t)(parts + 1) * sizeof *bounds);
+    if (!bounds)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    dt_status s = dt_pipeline_partition(d, parts, bounds);
+    free(bounds);
+    return s != DT_OK ? dt__fail(s, "pp = %d: %s", l->pp, dt_last_error()) : DT_OK;
+}

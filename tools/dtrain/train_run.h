@@ -1,0 +1,47 @@
+/* The training command's pieces (train.c, train_setup.c, train_report.c):
+ * what a run holds between its set-up, its steps and its end.  Everything
+ * about how the run is split lives in the library's strategy, built from
+ * the configuration's layout (run_layout.c). */
+#ifndef DTRAIN_TRAIN_RUN_H
+#define DTRAIN_TRAIN_RUN_H
+
+#include "data_source.h"
+#include "dtrain_cli.h"
+
+typedef struct {
+    const dtrain_config *c;
+    const char *resume;
+    dt_comm *job;      /* every rank (servers too) */
+    dt_comm *world;    /* the ranks that train in lockstep: the job, or a parameter server's workers */
+    dt_strategy *s;
+    int rank, nranks;  /* in world */
+    int dpn, dpr;      /* the data-parallel group's size and this rank's place in it */
+    bool lead;
+    data_source d;
+    dt_sampler sampler;
+    dt_prefetcher *pf;
+    dt_ckpt_writer *writer;
+    FILE *metrics, *mon;
+    dt_straggler *strag;
+    dt_ckpt_progress pr;
+    char resumed_dir[2048];
+    const char *thread_source;
+    int64_t first_step;
+    size_t act_peak;
+    int flight_peak;
+} train_run;
+
+/* Before joining (train_setup.c): the keys against the job's size, the
+ * threads, a checkpoint_dir of another run.  0, or the exit code. */
+int train_prepare(dtrain_config *c, const char *resume, bool overwrite, const char **thread_source);
+/* Join, build the run, resume, open the outputs.  0, or the exit code. */
+int train_setup(train_run *t, dtrain_config *c, const char *resume);
+/* Free what set-up made; the exit code (3: the final checkpoint is missing). */
+int train_teardown(train_run *t, int code);
+/* The lead's start lines and end lines (train_report.c). */
+void train_report_start(const train_run *t, int64_t nparams);
+void train_report_end(const train_run *t);
+/* One checkpoint at t->pr (collective): 0, or 1 when the job cannot go on. */
+int train_checkpoint(train_run *t, const char *label, double *stall);
+
+#endif
