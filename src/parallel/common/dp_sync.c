@@ -2,7 +2,7 @@
 #include <stdlib.h>
 
 #include "base/status.h"
-#include "parallel/dp_sync.h"
+#include "parallel/common/dp_sync.h"
 #include "parallel/zero/internal.h"
 
 /* ---- allreduce (dt_ddp) ---- */

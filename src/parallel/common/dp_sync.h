@@ -9,7 +9,7 @@
  *               part's fix-ups (sequence parallel's partial sums over tp,
  *               the tied copies summed over the stages), the norm over tp
  *               and the stages, the whole update on every replica;
- *   zero        ZeRO stage 1 or 2 over dp (strategy_zero.c, deferred): the
+ *   zero        ZeRO stage 1 or 2 over dp (zero/strategy.c, deferred): the
  *               tied copies summed over the stages first (the stages' ZeRO
  *               units differ, so that sum cannot follow the
  *               reduce-scatter), then ZeRO's update: each unit
@@ -21,8 +21,8 @@
  * The tensor-parallel common loop needs no seam of its own: ddp's update
  * and ZeRO's both take cfg->tp.  A third entry (a parameter server per
  * stage, a compressed allreduce) fills the same three calls. */
-#ifndef DT_PARALLEL_DP_SYNC_H
-#define DT_PARALLEL_DP_SYNC_H
+#ifndef DT_PARALLEL_COMMON_DP_SYNC_H
+#define DT_PARALLEL_COMMON_DP_SYNC_H
 
 #include <stdbool.h>
 

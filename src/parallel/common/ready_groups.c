@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "parallel/ready_groups.h"
+#include "parallel/common/ready_groups.h"
 
 dt_status dt__ready_groups_init(dt__ready_groups *g, int nparams, int ngroups, const int *group_of)
 {

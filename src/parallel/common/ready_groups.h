@@ -3,8 +3,8 @@
  * parameter server's blocks each act once all their parameters are ready
  * in a backward pass.  A parameter heard twice in a pass counts once; one
  * in no group (-1) is ignored. */
-#ifndef DT_PARALLEL_READY_GROUPS_H
-#define DT_PARALLEL_READY_GROUPS_H
+#ifndef DT_PARALLEL_COMMON_READY_GROUPS_H
+#define DT_PARALLEL_COMMON_READY_GROUPS_H
 
 #include <stdbool.h>
 

@@ -7,8 +7,8 @@
 #include <stdbool.h>
 
 #include "dtrain/pipeline.h"
+#include "parallel/common/dp_sync.h"
 #include "parallel/common/strategy.h"
-#include "parallel/dp_sync.h"
 
 enum { PIPE_TAG_ACT, PIPE_TAG_GRAD, PIPE_TAG_SHAPE, PIPE_TAG_KINDS };
 
@@ -28,7 +28,7 @@ typedef struct {
     int *vs_lo, *vs_hi; /* per local chunk: the whole model's block range */
     dt_comm *link;      /* point to point between the stages: a copy of pp */
     dt_comm *tied;      /* the stages holding a copy of a shared parameter (NULL: none) */
-    dt__dp_sync sync;   /* over dp after the schedule: allreduce or ZeRO (dp_sync.h) */
+    dt__dp_sync sync;   /* over dp after the schedule: allreduce or ZeRO (common/dp_sync.h) */
     dt_pipe_action *plan;
     int nplan, plan_m;
     pipe_slot *slots; /* [micro * v + chunk] */

@@ -3,7 +3,7 @@
  * one context and one arena per micro-batch in flight, activations and
  * their gradients moving to the neighbouring ranks with nonblocking
  * point-to-point on a communicator of their own: executor.c).  After
- * the schedule, the data-parallel half (dp_sync.h): data parallelism's
+ * the schedule, the data-parallel half (common/dp_sync.h): data parallelism's
  * allreduce (the gradients averaged over the micro-batches and the
  * replicas, started during the last backward, the tied parameters' copies
  * summed between the stages that hold them, the norm over every stage, the
@@ -202,7 +202,7 @@ dt_status dt_strategy_pipeline_create(dt_model *m, dt_optimizer *o, const dt_pip
         st = dt_comm_split(pc->pp, 0, P->r, &P->link);
     if (st == DT_OK)
         st = make_tied(P, m);
-    if (st == DT_OK) /* the data-parallel half (dp_sync.h) */
+    if (st == DT_OK) /* the data-parallel half (common/dp_sync.h) */
         st = pc->zero_stage > 0 ? dt__dp_sync_zero(m, o, pc->dp, pc->zero_stage, pc->pp, cfg, &P->sync)
                                 : dt__dp_sync_allreduce(m, pc->dp, cfg, &P->sync);
     if (st == DT_OK && pc->dp && dt_comm_size(pc->dp) > 1)

@@ -24,9 +24,9 @@
 
 #include "base/clock.h"
 #include "base/status.h"
+#include "parallel/common/ready_groups.h"
 #include "parallel/common/strategy.h"
 #include "parallel/ps/protocol.h"
-#include "parallel/ready_groups.h"
 
 /* A row-sparse table as a worker moves it: per server, the ids of one
  * request and their rows going out or coming in. */

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "parallel/buf_pool.h"
+#include "parallel/zero/buf_pool.h"
 
 static dt_status grow(dt__buf_pool *p)
 {

@@ -4,8 +4,8 @@
  * nothing is allocated per unit per micro-batch.  A take beyond the
  * reserve (the owner's bound was short) adds a buffer, which stays.  Not
  * thread-safe: one owner. */
-#ifndef DT_PARALLEL_BUF_POOL_H
-#define DT_PARALLEL_BUF_POOL_H
+#ifndef DT_PARALLEL_ZERO_BUF_POOL_H
+#define DT_PARALLEL_ZERO_BUF_POOL_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -28,9 +28,9 @@ dt_status dt__zero_layout_make(dt_model *m, int nranks, int rank, dt__zero_layou
 void dt__zero_layout_free(dt__zero_layout *L);
 
 /* ZeRO over c for m, a whole model or a mesh rank's part of one (stages 1
- * and 2 there; see strategy_zero.c): cfg->tp the tensor-parallel group and
+ * and 2 there; see strategy.c): cfg->tp the tensor-parallel group and
  * `stages` the pipeline's (the norm; NULL: none); deferred: a pipeline's
- * (dp_sync.h), whose gradients are reduce-scattered after the schedule. */
+ * (common/dp_sync.h), whose gradients are reduce-scattered after the schedule. */
 dt_status dt__strategy_zero_make(dt_model *m, dt_optimizer *o, dt_comm *c, int stage, const dt_strategy_config *cfg,
                                  dt_comm *stages, bool deferred, dt_strategy **out);
 

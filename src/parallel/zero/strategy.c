@@ -36,7 +36,7 @@
  * over tp on the reduced slices, and the norm adds each element once: the
  * slices over dp, then over tp (a replicated tensor's share 1/t), then over
  * the pipeline's stages (a tied copy on the stage of its first user only;
- * group_grads.c's weights).  A pipeline (dt__dp_sync_zero, dp_sync.h) runs
+ * group_grads.c's weights).  A pipeline (dt__dp_sync_zero, common/dp_sync.h) runs
  * ZeRO "deferred": its hooks only wait for the gathers before a block's
  * forward, and the reduce-scatters all start after the schedule, once the
  * tied copies are summed over the stages (the stages' units differ, so that
@@ -50,9 +50,9 @@
 #include "base/status.h"
 #include "optim/clip.h"
 #include "optim/offload.h"
-#include "parallel/buf_pool.h"
+#include "parallel/common/ready_groups.h"
 #include "parallel/common/strategy.h"
-#include "parallel/ready_groups.h"
+#include "parallel/zero/buf_pool.h"
 #include "parallel/zero/internal.h"
 
 #define MAX_UNITS_PER_BLOCK 4 /* its own and the tied ones it uses */
