@@ -1,4 +1,4 @@
-/* ZeRO's shard layout (layout.c), shared by the strategy
+/* ZeRO's shard layout (shard.c), shared by the strategy
  * (strategy.c): units are blocks' parameter ranges, each padded to a
  * multiple of the ranks and cut into one slice per rank. */
 #ifndef DT_PARALLEL_ZERO_INTERNAL_H

@@ -1,5 +1,5 @@
 /* A ZeRO optimizer's state put together over the dp group: each rank's
- * shard (its slice of every unit, layout.c) gathered onto rank 0 and
+ * shard (its slice of every unit, shard.c) gathered onto rank 0 and
  * placed into a whole-sized optimizer's state, so that a mesh's checkpoint
  * (whose tp and pp gathers read whole state) is written as without ZeRO.
  * The way back needs no communication: every rank reads the whole state

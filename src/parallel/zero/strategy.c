@@ -1,6 +1,6 @@
 /* ZeRO as a strategy (see parallel.h).  The common micro-batch loop
  * (common/strategy.c) runs forward and backward; the block hooks and the registry's
- * gradient-ready events (nn.h) move each block's unit (layout.c) while
+ * gradient-ready events (nn.h) move each block's unit (shard.c) while
  * the other blocks compute:
  *   stage 1: in the last micro-batch's backward, as the last of a unit's
  *            parameters becomes ready its gradients are reduce-scattered in
