@@ -1,5 +1,5 @@
 /* The shared arena's round counter wraps about 1024 rounds into every job
- * (transport/arena.h: DT__ARENA_FIRST_ROUND); a job that starts with a loop
+ * (transport/shm_arena.h: DT__ARENA_FIRST_ROUND); a job that starts with a loop
  * of small broadcasts crosses the wrap in them.
  *
  * usage: arena_wrap SHIFT   (under dtrun, one host)

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/reduce.h"
+#include "base/redop.h"
 #include "dtrain/dtrain.h"
 
 static dt_comm *world;
@@ -551,7 +551,7 @@ static void check_broadcast_stream(dt_comm *c)
 /* ---- issue 29: NaN bits, overflowing counts, NULL arguments, dtype
  * disagreement in p2p ---- */
 
-/* The one NaN every float reduction returns (src/base/reduce.c). */
+/* The one NaN every float reduction returns (src/base/redop.c). */
 static void put_canonical_nan(void *buf, dt_dtype t, size_t i)
 {
     switch (t) {

@@ -38,7 +38,7 @@
 #include <time.h>
 
 #include "dtrain/dtrain.h"
-#include "parallel/ps_proto.h" /* the hostile workers speak the protocol by hand */
+#include "parallel/ps/protocol.h" /* the hostile workers speak the protocol by hand */
 
 #define SEED 4242
 #define MB 2

@@ -1,6 +1,7 @@
 /* Unit tests of the base layer: dtype names, f16/bf16 conversion, reduction
  * kernels (every dtype and op, wrap-around, avg), tunables parsing, the
- * timeline's recorder. */
+ * timeline's recorder, whole-file reads. */
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -11,7 +12,7 @@
 
 #include "base/env.h"
 #include "base/log.h"
-#include "base/reduce.h"
+#include "base/redop.h"
 #include "base/status.h"
 #include "base/trace.h"
 #include "check.h"
@@ -305,8 +306,47 @@ static void test_trace(void)
     unlink(path);
 }
 
+/* dt_read_file: the bytes (a NUL inside too), the size, the NUL after them;
+ * a missing file and a directory refused naming the path, errno kept. */
+static void test_read_file(void)
+{
+    char path[] = "/tmp/test_read_file.XXXXXX";
+    int fd = mkstemp(path);
+    EXPECT(fd >= 0);
+    if (fd < 0)
+        return;
+    const char bytes[] = {'a', 0, 'b', '\n', 'c'};
+    EXPECT_EQ(write(fd, bytes, sizeof bytes), (long long)sizeof bytes);
+    close(fd);
+    char *data = NULL;
+    size_t size = 99;
+    EXPECT_STATUS(dt_read_file(path, &data, &size), DT_OK);
+    EXPECT_EQ(size, sizeof bytes);
+    EXPECT(data && !memcmp(data, bytes, sizeof bytes) && data[sizeof bytes] == 0);
+    free(data);
+    EXPECT_STATUS(dt_read_file(path, &data, NULL), DT_OK); /* no size wanted */
+    free(data);
+    FILE *f = fopen(path, "w"); /* empty: "" */
+    if (f)
+        fclose(f);
+    EXPECT_STATUS(dt_read_file(path, &data, &size), DT_OK);
+    EXPECT(data && data[0] == 0 && size == 0);
+    free(data);
+    unlink(path);
+    data = (char *)path;
+    size = 99;
+    errno = 0;
+    EXPECT_STATUS(dt_read_file(path, &data, &size), DT_ERR_SYSTEM);
+    EXPECT(data == NULL && size == 0 && errno == ENOENT);
+    EXPECT(strstr(dt_last_error(), path) && strstr(dt_last_error(), strerror(ENOENT)));
+    EXPECT_STATUS(dt_read_file("/tmp", &data, &size), DT_ERR_SYSTEM); /* a directory */
+    EXPECT(data == NULL && strstr(dt_last_error(), "/tmp"));
+    EXPECT_STATUS(dt_read_file(NULL, &data, &size), DT_ERR_INVALID);
+}
+
 int main(void)
 {
+    test_read_file();
     test_trace();
     test_names();
     test_f16();

@@ -12,7 +12,7 @@
 #include "base/clock.h"
 #include "check.h"
 #include "dtrain/store.h"
-#include "transport/arena.h"
+#include "transport/shm_arena.h"
 #include "transport/auth.h"
 #include "transport/bufcache.h"
 #include "transport/engine.h"

@@ -1,4 +1,4 @@
-/* Cost of the arena's call record (src/transport/arena.c): every public
+/* Cost of the arena's call record (src/transport/shm_arena.c): every public
  * collective on a one-host communicator with an arena records the call it
  * is in (dt__arena_publish_call), and a rank waiting on the slow path of an
  * arena round reads the others' records (dt__arena_call).  Nanoseconds per
@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "transport/arena.h"
+#include "transport/shm_arena.h"
 
 static double now(void)
 {

@@ -1,10 +1,10 @@
-/* Speed of the reduction kernels (src/base/reduce.c) on large buffers:
+/* Speed of the reduction kernels (src/base/redop.c) on large buffers:
  * GB/s of out = a OP b (3 x n x element size bytes moved), best of REPS.
- * Built against a given reduce.c (the library's copy is not pulled in),
+ * Built against a given redop.c (the library's copy is not pulled in),
  * so two versions compare side by side:
  *
  *   cc -std=c11 -O2 -Iinclude -Isrc -c bench/kernels/reduce_speed.c -o m.o
- *   cc -std=c11 -O3 -Iinclude -Isrc -c src/base/reduce.c -o r.o
+ *   cc -std=c11 -O3 -Iinclude -Isrc -c src/base/redop.c -o r.o
  *   cc m.o r.o build/lib/libdtrain.a -lm -lpthread -o reduce_speed */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include <stdint.h>
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "base/reduce.h"
+#include "base/redop.h"
 #include "dtrain/base.h"
 
 static double now(void)

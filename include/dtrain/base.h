@@ -49,6 +49,14 @@ int dt_trace_active(void);
 int64_t dt_trace_begin(void);
 void dt_trace_end(const char *category, const char *name, int64_t t0, const char *args_json);
 
+/* The whole file at `path` in memory, with a NUL after its last byte (a text
+ * file reads as a C string): *out (the caller frees it) and, when size is
+ * not NULL, *size its length in bytes.  DT_ERR_SYSTEM naming the path and
+ * errno's text when it cannot be opened, is a directory, cannot be sized
+ * (a pipe) or read, DT_ERR_NOMEM when it does not fit; errno stays set for the caller,
+ * and *out is NULL. */
+dt_status dt_read_file(const char *path, char **out, size_t *size);
+
 /* Short constant name of a status code ("DT_ERR_PEER"). */
 const char *dt_status_name(dt_status s);
 

@@ -91,29 +91,6 @@ dt_status dt__ckpt_manifest_write(const char *dir, const dt__ckpt_file *files, i
     return DT_OK;
 }
 
-static dt_status read_text(const char *path, char **out)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return DT_ERR_SYSTEM;
-    char *text = NULL;
-    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1))) {
-        if (fread(text, 1, (size_t)n, f) == (size_t)n) {
-            text[n] = '\0';
-        } else {
-            free(text);
-            text = NULL;
-            errno = EIO;
-        }
-    }
-    int saved = errno;
-    fclose(f);
-    errno = saved;
-    *out = text;
-    return text ? DT_OK : DT_ERR_SYSTEM;
-}
-
 /* The format and the checksum of the manifest's own text. */
 static dt_status check_format(dt_ckpt_manifest *m)
 {
@@ -192,7 +169,7 @@ dt_status dt__ckpt_manifest_read(const char *step_dir, bool files, dt_ckpt_manif
     if (s == DT_OK)
         s = dt__ckpt_path(m->path, sizeof m->path, "%s/manifest.json", step_dir);
     char *text = NULL;
-    if (s == DT_OK && read_text(m->path, &text) != DT_OK)
+    if (s == DT_OK && dt_read_file(m->path, &text, NULL) != DT_OK)
         s = dt__fail_errno(DT_ERR_INVALID, "%s has no readable manifest.json (incomplete checkpoint?)",
                            step_dir);
     if (s == DT_OK) {

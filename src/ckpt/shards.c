@@ -4,7 +4,7 @@
  * buffer, so that a reader with any number of ranks takes what it needs
  * from each file.
  *
- * The cut (src/parallel/zero_layout.c makes it): units are ranges of the
+ * The cut (src/parallel/zero/shard.c makes it): units are ranges of the
  * flat buffer, each padded to a multiple of N and cut into N slices of
  * ceil(numel / N); rank r's shard is slice r of every unit, one after the
  * other.  A reader of N' ranks wants, of unit k, the range [r' s', (r'+1) s')

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/half.h"
-#include "base/reduce.h"
+#include "base/half_convert.h"
+#include "base/redop.h"
 #include "base/status.h"
 #include "comm/coll.h"
 #include "comm/colltrace.h"

@@ -1,6 +1,6 @@
 /* Collective signatures: every public collective call is summarised in 64
  * bits, which its messages carry in the frame header (transport/frame.h) and
- * its shared-memory rounds next to their READY flag (transport/arena.h), so
+ * its shared-memory rounds next to their READY flag (transport/shm_arena.h), so
  * that a receiver notices at once, and always, when the sender is in another
  * call (docs/failures.md):
  *

@@ -8,7 +8,7 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "base/status.h"
-#include "transport/arena.h"
+#include "transport/shm_arena.h"
 #include "transport/heartbeat.h"
 #include "transport/socket.h"
 

@@ -5,7 +5,7 @@
  * bits agree on every rank. */
 #include <stdlib.h>
 
-#include "base/reduce.h"
+#include "base/redop.h"
 #include "base/status.h"
 #include "comm/coll.h"
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/reduce.h"
+#include "base/redop.h"
 #include "base/status.h"
 #include "comm/coll.h"
 #include "comm/colltrace.h"

@@ -20,7 +20,7 @@
  * ranks end with the same bits. */
 #include <stdlib.h>
 
-#include "base/reduce.h"
+#include "base/redop.h"
 #include "base/status.h"
 #include "comm/coll.h"
 

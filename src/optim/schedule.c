@@ -19,16 +19,16 @@ float dt_lr_at(const dt_lr_schedule *s, int64_t step)
 
 float dt_clip_grad_norm(float *grad, int64_t n, float max_norm)
 {
-    float norm = (float)sqrt(dt_vec_sumsq(grad, n));
-    if (max_norm > 0 && norm > max_norm) /* torch: coef = max_norm / (norm + 1e-6), clamped to 1 */
-        dt_vec_scale(grad, max_norm / (norm + 1e-6f), n);
+    float norm = (float)sqrt(dt_vec_sumsq(grad, n)), c = dt__clip_coefficient(norm, max_norm);
+    if (c != 1.0f)
+        dt_vec_scale(grad, c, n);
     return norm;
 }
 
 float dt__clip_grad_norm_on(const dt_compute_ops *ops, float *grad, int64_t n, float max_norm)
 {
-    float norm = (float)sqrt(ops->sumsq(grad, n));
-    if (max_norm > 0 && norm > max_norm)
-        ops->scale(grad, max_norm / (norm + 1e-6f), n);
+    float norm = (float)sqrt(ops->sumsq(grad, n)), c = dt__clip_coefficient(norm, max_norm);
+    if (c != 1.0f)
+        ops->scale(grad, c, n);
     return norm;
 }

@@ -24,7 +24,7 @@
  * else column blocks, in whole 32s, from the shape and thread count alone. */
 #include <stdlib.h>
 
-#include "base/half.h"
+#include "base/half_convert.h"
 #include "dtrain/tensor.h"
 #include "tensor/gemm_bf16.h"
 #include "tensor/threads.h"

@@ -1,7 +1,7 @@
 /* f16 / bf16 storage: the base layer's array conversions, threaded. */
 #include <string.h>
 
-#include "base/half.h"
+#include "base/half_convert.h"
 #include "base/status.h"
 #include "dtrain/tensor.h"
 #include "tensor/threads.h"

@@ -216,26 +216,6 @@ dt_status dtrain_config_from_json(const cJSON *json, const char *origin, dtrain_
     return DT_OK;
 }
 
-char *dtrain_read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *text = NULL;
-    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (n >= 0 && fseek(f, 0, SEEK_SET) == 0 && (text = malloc((size_t)n + 1))) {
-        if (fread(text, 1, (size_t)n, f) == (size_t)n) {
-            text[n] = '\0';
-        } else {
-            free(text);
-            text = NULL;
-            errno = EIO;
-        }
-    }
-    fclose(f);
-    return text;
-}
-
 /* The top-level keys of a JSON object text with the line each starts on, in
  * order (cJSON keeps a repeated key twice but says nothing about where). */
 typedef struct {
@@ -292,8 +272,8 @@ static dt_status no_duplicate_keys(const char *path, const char *text)
 
 static dt_status load_file(const char *path, dtrain_config *c)
 {
-    char *text = dtrain_read_file(path);
-    if (!text) {
+    char *text = NULL;
+    if (dt_read_file(path, &text, NULL) != DT_OK) {
         fprintf(stderr, "dtrain: cannot read config %s: %s\n", path, strerror(errno));
         return DT_ERR_INVALID;
     }

@@ -52,9 +52,6 @@ typedef struct {
 } dtrain_config;
 enum { DTRAIN_GIVEN_DEFAULT = 1, DTRAIN_GIVEN_CHANGED = 2 };
 
-/* A whole file as a NUL-terminated string (caller frees); NULL with errno set. */
-char *dtrain_read_file(const char *path);
-
 /* Defaults, then the JSON file (may be NULL), then each "key=value". */
 dt_status dtrain_config_load(const char *file, char **sets, int nsets, dtrain_config *c);
 /* Apply "key=value" overrides (a key given twice is an error naming both). */

@@ -172,8 +172,8 @@ static int note_step(trace *t, double s, double ts)
 /* 0, or 1 / 2 with the problem printed. */
 static int read_trace(const char *path, trace *t)
 {
-    char *text = dtrain_read_file(path);
-    if (!text) {
+    char *text = NULL;
+    if (dt_read_file(path, &text, NULL) != DT_OK) {
         fprintf(stderr, "dtrain timeline: cannot read %s: %s\n", path, strerror(errno));
         return 1;
     }

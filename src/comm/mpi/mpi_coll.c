@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/half.h"
-#include "base/reduce.h"
+#include "base/half_convert.h"
+#include "base/redop.h"
 #include "base/status.h"
 #include "comm/coll.h"
 #include "comm/mpi/mpi_internal.h"

@@ -36,7 +36,7 @@ extern pthread_mutex_t dt__mpi_mu;
 dt_status dt__mpi_error(int rc, const char *op);
 
 /* The MPI type and operation of a dtrain (dtype, op) pair: the float types
- * reduce through dtrain's own kernels (base/reduce.c) as user-defined
+ * reduce through dtrain's own kernels (base/redop.c) as user-defined
  * operations, so NaNs and half-precision rounding are dtrain's; the integer
  * types use MPI's built-in operations.  DT_AVG reduces as DT_SUM (the caller
  * divides). */

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "base/log.h"
-#include "base/reduce.h"
+#include "base/redop.h"
 #include "base/status.h"
 #include "base/trace.h"
 #include "comm/mpi/mpi_internal.h"
@@ -59,7 +59,7 @@ static dt_dtype dtype_of(MPI_Datatype d)
 }
 
 /* MPI passes the lower-ranked contribution as `in` (a), as dtrain's
- * kernels expect (base/reduce.h). */
+ * kernels expect (base/redop.h). */
 #define USER_OP(name, redop) \
     static void name(void *in, void *inout, int *len, MPI_Datatype *d) \
     { \

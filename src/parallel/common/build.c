@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "parallel/strategy_internal.h"
+#include "parallel/common/strategy.h"
 
 /* The recipe's description split over r->tp, and this rank's part of it. */
 static dt_status build_model(const dt__run *r, dt_model **m)

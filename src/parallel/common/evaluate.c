@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "parallel/strategy_internal.h"
+#include "parallel/common/strategy.h"
 
 enum { TAG_SHAPE = 50, TAG_DATA = 51, TAG_RESULT = 52 };
 

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "base/status.h"
-#include "parallel/strategy_internal.h"
+#include "parallel/common/strategy.h"
 
 dt_status dt_layout_check_model(const dt_layout *l, const dt_model_desc *d)
 {

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "parallel/strategy_internal.h"
+#include "parallel/common/strategy.h"
 
 /* The optimizer's flat arrays laid out like the registry's values: the
  * values themselves, then each named state buffer. */

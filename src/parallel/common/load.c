@@ -7,7 +7,7 @@
  * stage).  A parameter server's worker 0 loads the whole state, which the
  * strategy then hands to the servers. */
 #include "base/status.h"
-#include "parallel/strategy_internal.h"
+#include "parallel/common/strategy.h"
 
 /* The whole model and optimizer from the checkpoint, then this rank's part. */
 static dt_status load_split(dt__run *r, const char *step_dir, dt_model *m, dt_optimizer *o)

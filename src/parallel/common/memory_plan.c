@@ -2,7 +2,7 @@
  * the formulas are in layout.h).  The trainer prints it at start and refuses
  * a layout above the memory limit, naming the ZeRO stage that fits. */
 #include "base/status.h"
-#include "parallel/strategy_internal.h"
+#include "parallel/common/strategy.h"
 
 /* The largest block's parameters, padded to a multiple of n. */
 static int64_t largest_block(dt_model *m, int n)

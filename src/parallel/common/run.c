@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "base/status.h"
-#include "parallel/strategy_internal.h"
+#include "parallel/common/strategy.h"
 
 bool dt_strategy_serves(const dt_strategy *s) { return s && s->run && s->run->server; }
 

@@ -7,7 +7,7 @@
  * (zero/checkpoint.c); a parameter server's worker 0 snapshots the servers
  * (ps/save.c). */
 #include "base/status.h"
-#include "parallel/strategy_internal.h"
+#include "parallel/common/strategy.h"
 
 dt_status dt__save_common(dt_strategy *s, const dt__save_args *a)
 {

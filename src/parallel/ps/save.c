@@ -3,7 +3,7 @@
  * model and optimizer and hands them to the writer; the other workers hold
  * nothing of their own. */
 #include "base/status.h"
-#include "parallel/strategy_internal.h"
+#include "parallel/common/strategy.h"
 
 dt_status dt__ps_save(dt_strategy *s, const dt__save_args *a)
 {

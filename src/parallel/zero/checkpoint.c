@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "parallel/strategy_internal.h"
+#include "parallel/common/strategy.h"
 
 /* The shard files' tensors: the values (stage 3), then the optimizer's
  * state buffers as the moments, in the order dt_optimizer_state_buffers
