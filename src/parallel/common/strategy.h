@@ -33,7 +33,7 @@ typedef struct {
     /* Bytes the strategy holds beyond the model and the optimizer, of which
      * *buffers communication buffers (NULL: none). */
     size_t (*memory)(const dt_strategy *s, size_t *buffers);
-    /* One checkpoint (dt_strategy_save); NULL: the common one (common/save.c:
+    /* One checkpoint (dt_strategy_save); NULL: the common one (run/save.c:
      * the state as it is, gathered over tp and pp onto the lead when split). */
     dt_status (*save)(dt_strategy *s, const dt__save_args *a);
     /* Bytes moved so far beyond the gradients' collectives (NULL: none). */
@@ -49,7 +49,7 @@ struct dt_strategy {
     uint32_t key_group; /* dropout keys differ across data-parallel ranks */
     dt_arena *arena;
     void *impl;
-    /* ---- set by dt_strategy_create (common/build.c); zero for a strategy
+    /* ---- set by dt_strategy_create (run/build.c); zero for a strategy
      * made by its own constructor, which owns none of it ---- */
     struct dt__run *run;
 };
@@ -77,17 +77,17 @@ struct dt__save_args {
     bool *dropped;
 };
 
-/* common/build.c: the run's models and optimizers. */
+/* run/build.c: the run's models and optimizers. */
 dt_status dt__run_whole_model(const dt__run *r, dt_model **m);
 dt_status dt__run_stage_model(const dt__run *r, int stage, dt_model **m);
 dt_status dt__run_optimizer_range(const dt__run *r, dt_params *p, int64_t offset, int64_t n, dt_optimizer **o);
 dt_status dt__run_prepare_writer(dt_strategy *s);
 void dt__run_free(dt__run *r, dt_model *m, dt_optimizer *o);
-/* common/load.c: this rank's part of the checkpoint in step_dir into m and o
+/* run/load.c: this rank's part of the checkpoint in step_dir into m and o
  * (before the strategy exists: ZeRO and the servers take it from there). */
 dt_status dt__run_load(dt__run *r, const char *step_dir, dt_model *m, dt_optimizer *o);
 
-/* common/gather.c: a split run's checkpoint in the unsplit layout, and its
+/* run/gather.c: a split run's checkpoint in the unsplit layout, and its
  * resume's slices (by name; of the optimizer state a ZeRO shard). */
 dt_status dt__split_gather(const dt__run *r, dt_params *p, dt_optimizer *o, dt_params *whole, dt_optimizer *wo);
 dt_status dt__tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_optimizer *o);

@@ -269,7 +269,7 @@ dt_status dt_zero_check_sharding(const dt_ckpt_manifest *man, dt_model *m)
 
 /* ZeRO inside a mesh: the stage's optimizer state put together over dp on
  * dp rank 0 (dt_zero_state_gather), which then joins the mesh gather of an
- * unsplit checkpoint as without ZeRO (common/save.c). */
+ * unsplit checkpoint as without ZeRO (run/save.c). */
 dt_status dt__zero_mesh_gather(dt_strategy *s, dt_params *whole, dt_optimizer *wo)
 {
     const dt__run *r = s->run;

@@ -8,7 +8,7 @@
  *              the seed; precision and recomputation
  *   optimizer  over what this rank updates: the whole registry, its ZeRO shard
  *              over dp, or nothing of its own (a parameter server's worker)
- *   resume     this rank's part of a checkpoint (common/load.c)
+ *   resume     this rank's part of a checkpoint (run/load.c)
  *   storage    offload of the optimizer state to disk; the move to the device
  *   strategy   composed: the schedule (the common micro-batch loop, or the
  *              pipeline's) with the gradients' synchronisation (none, DDP's

@@ -2,7 +2,7 @@
  * The common one (data parallelism, one process, a tensor- or
  * pipeline-parallel mesh) hands the state as it is to the writer, after
  * gathering a split run's shards and stages onto the lead's whole model
- * (common/gather.c), so that every checkpoint has the unsplit layout: a run
+ * (run/gather.c), so that every checkpoint has the unsplit layout: a run
  * at dp x pp x tp = 2x2x2 resumes at 1x1x1.  ZeRO writes shard files
  * (zero/checkpoint.c); a parameter server's worker 0 snapshots the servers
  * (ps/save.c). */

@@ -1,5 +1,5 @@
 /* A resume: this rank's part of a checkpoint, whoever wrote it.  Every
- * checkpoint but ZeRO's shard files has the unsplit layout (common/save.c),
+ * checkpoint but ZeRO's shard files has the unsplit layout (run/save.c),
  * so a split run (a mesh, ZeRO from an unsplit checkpoint) loads the whole
  * model and optimizer and keeps its part by name: its stage's tensors, of
  * each its tensor-parallel shard, of the optimizer state its ZeRO slices.
