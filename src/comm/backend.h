@@ -88,8 +88,14 @@ dt_status dt__native_cancel(dt_request *req);
 extern const dt__backend dt__mpi_backend;
 #endif
 
-/* The table named by DT_BACKEND ("native", the default, or "mpi" in a
- * build with MPI); NULL with the
+#ifdef DT_HAVE_NCCL
+/* The NCCL backend (src/comm/nccl/, DT_BACKEND=nccl): one NCCL communicator
+ * and one CUDA stream per dt_comm, device buffers only. */
+extern const dt__backend dt__nccl_backend;
+#endif
+
+/* The table named by DT_BACKEND ("native", the default, "mpi" in a build
+ * with MPI, "nccl" in a build with NCCL); NULL with the
  * error set when this build has no such backend. */
 const dt__backend *dt__backend_from_env(void);
 
