@@ -216,7 +216,8 @@ dt_status dt__nccl_gather(const void *send, void *recv, size_t sendcount, dt_dty
     int64_t deadline = dt__deadline_after(c->timeout_s);
     ncclResult_t r;
     if (root_here) {
-        DT_CHECK(copy(c, (char *)recv + (size_t)root * block, send, block, name));
+        /* in place, the root's input is already its block */
+        DT_CHECK(copy(c, (char *)recv + (size_t)root * block, send, in_place ? 0 : block, name));
         r = ncclGroupStart();
         for (int p = 0; p < c->size && r == ncclSuccess; p++)
             if (p != root)

@@ -49,7 +49,9 @@ typedef struct dt__nccl_self {
 
 static dt_status check_post(dt_comm *c, const char *op, const void *buf, size_t count, dt_dtype t, int peer, int tag)
 {
-    DT_CHECK(dt__comm_usable(c, op));
+    /* After the queued nonblocking collectives: one NCCL communicator is
+     * not called from two threads at once. */
+    DT_CHECK(dt__comm_check(c, op));
     size_t es = dt_dtype_size(t);
     if (!es)
         return dt__fail(DT_ERR_INVALID, "%s: invalid dtype %d", op, (int)t);

@@ -159,7 +159,10 @@ static dt_status world_init(dt_comm *c, const dt__launch_env *env)
     return DT_OK;
 }
 
-/* The world ranks of d's members, gathered over d itself. */
+/* The world ranks of d's members, gathered over d itself.  The copies to
+ * and from the host are synchronous ones outside the stream: the one back
+ * runs after the gather was waited for (by its deadline), so it cannot
+ * block on a stalled stream. */
 static dt_status member_ranks(dt_comm *d, int world_rank)
 {
     int *dev = NULL;
@@ -168,15 +171,15 @@ static dt_status member_ranks(dt_comm *d, int world_rank)
     int64_t deadline = dt__deadline_after(d->timeout_s);
     dt_status s = dt__nccl_cuda_error(cudaMalloc((void **)&dev, (size_t)d->size * sizeof *dev), op);
     if (s == DT_OK)
-        s = dt__nccl_cuda_error(cudaMemcpyAsync(dev + d->rank, &world_rank, sizeof world_rank,
-                                                cudaMemcpyHostToDevice, n->stream), op);
+        s = dt__nccl_cuda_error(cudaMemcpy(dev + d->rank, &world_rank, sizeof world_rank, cudaMemcpyHostToDevice),
+                                op);
     if (s == DT_OK)
         s = dt__nccl_settle(d, ncclAllGather(dev + d->rank, dev, 1, ncclInt32, n->comm, n->stream), op, deadline);
     if (s == DT_OK)
-        s = dt__nccl_cuda_error(cudaMemcpyAsync(d->ranks, dev, (size_t)d->size * sizeof *dev,
-                                                cudaMemcpyDeviceToHost, n->stream), op);
-    if (s == DT_OK)
         s = dt__nccl_finish(d, op, deadline);
+    if (s == DT_OK)
+        s = dt__nccl_cuda_error(cudaMemcpy(d->ranks, dev, (size_t)d->size * sizeof *dev, cudaMemcpyDeviceToHost),
+                                op);
     cudaFree(dev);
     return s;
 }
