@@ -211,6 +211,8 @@ static dt_status split(dt_comm *c, int color, int key, dt_comm **out)
     ncclResult_t r = ncclCommSplit(pn->comm, color == DT_UNDEFINED ? NCCL_SPLIT_NOCOLOR : color, key, &n->comm, &cfg);
     /* Until the child exists, the parent carries the split's state. */
     s = n->comm ? dt__nccl_settle(d, r, "ncclCommSplit", deadline) : dt__nccl_settle(c, r, "ncclCommSplit", deadline);
+    if (s == DT_OK && n->comm) /* and the parent, which the split ran on, before its next call */
+        s = dt__nccl_settle(c, ncclSuccess, "ncclCommSplit", deadline);
     if (s == DT_OK && !n->comm) { /* DT_UNDEFINED: no communicator for this rank */
         release(n);
         free(d);
