@@ -5,8 +5,8 @@
  * communicator's table.  Today's code is the native backend (native.c): the
  * algorithms of src/comm over the engine of src/transport.  Another backend
  * (MPI: one MPI communicator per dt_comm, each operation the MPI call of
- * the same name; NCCL: a stream per communicator, with the host buffers
- * staged) provides a table of its own and is chosen where a communicator is
+ * the same name; NCCL: an NCCL communicator and a stream per dt_comm, on
+ * device buffers only) provides a table of its own and is chosen where a communicator is
  * made; what stays common is the layer above the table: argument checks,
  * nonblocking collectives on the communicator's progress thread
  * (nonblocking.c, which runs the blocking entries below), the communicator's
