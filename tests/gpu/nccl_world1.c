@@ -57,7 +57,7 @@ static void fill(void *host, size_t count, dt_dtype t, unsigned salt)
             break;
         }
         case DT_I32: ((int32_t *)host)[i] = v * 1000; break;
-        case DT_I64: ((int64_t *)host)[i] = (int64_t)v << 33; break;
+        case DT_I64: ((int64_t *)host)[i] = (int64_t)v * ((int64_t)1 << 33); break;
         case DT_U8: ((uint8_t *)host)[i] = (uint8_t)(v + 50); break;
         default: break;
         }
