@@ -158,6 +158,9 @@ for n in 2 3 4; do
     run "backend/mpi-conformance-world$n" 300 tests/cases/mpi_backend.sh conformance $n
 done
 run "backend/mpi-ddp" 300 tests/cases/mpi_backend.sh ddp
+# The NCCL backend: refused without it, a clean failure without a GPU, every
+# collective at world size 1 with one (skipped with the reason elsewhere).
+run "backend/nccl" 120 tests/cases/nccl_backend.sh
 run "parallel/mesh" 200 tests/cases/mesh.sh
 run "parallel/tensor-parallel-linear" 200 tests/cases/tp_linear.sh
 run "parallel/dtrain-tensor-parallel" 300 tests/cases/dtrain_tp.sh
