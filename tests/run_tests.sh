@@ -82,6 +82,7 @@ run engine/gemm-bf16/unknown-kernel-refused 120 env DT_BF16_GEMM=tpu "$BIN/test_
 run unit/conv 120 "$BIN/test_conv"
 run unit/runtime 120 "$BIN/test_runtime"
 run unit/layout 30 "$BIN/test_layout"
+run unit/run-from-layout 300 "$BIN/dtrun" -n 4 "$BIN/test_run"
 run unit/tp-group 60 "$BIN/test_tp_group"
 run unit/launch-env 30 "$BIN/test_launch"
 run unit/checkpoint 60 "$BIN/test_ckpt"
