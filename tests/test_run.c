@@ -75,10 +75,8 @@ static dt_run_recipe recipe(void)
  * batch; losses[k] the mean loss over the ranks that train (as the trainer logs it). */
 static dt_status train(dt_strategy *s, int64_t from, int steps, float *losses)
 {
-    dt_comm *dp, *tp, *pp, *all = dt_strategy_data_comm(s);
+    dt_comm *dp, *tp, *pp, *all = dt_strategy_train_comm(s);
     dt_strategy_groups(s, &dp, &tp, &pp);
-    if (dt_strategy_layout(s)->servers == 0)
-        all = dt_strategy_job_comm(s);
     int micro = dt_layout_step_micro_batches(dt_strategy_layout(s));
     for (int64_t k = from; k < from + steps; k++) {
         source src = {k, dt_comm_rank(dp) * micro, micro, 0, {0}, {0}};

@@ -184,6 +184,9 @@ dt_optimizer *dt_strategy_optimizer(const dt_strategy *s);
  * parameter server's workers), and the job's (every rank, servers too). */
 dt_comm *dt_strategy_data_comm(const dt_strategy *s);
 dt_comm *dt_strategy_job_comm(const dt_strategy *s);
+/* The ranks that train (the job less a parameter server's servers): the
+ * group a trainer averages its logged loss over and agrees its decisions in. */
+dt_comm *dt_strategy_train_comm(const dt_strategy *s);
 /* This rank's data-parallel, tensor-parallel and pipeline groups (tp, pp
  * NULL when the layout does not split so). */
 void dt_strategy_groups(const dt_strategy *s, dt_comm **dp, dt_comm **tp, dt_comm **pp);

@@ -173,7 +173,7 @@ int train_setup(train_run *t, dtrain_config *c, const char *resume)
         return serve(t);
     const dt_layout *l = dt_strategy_layout(t->s);
     dt_comm *dp = dt_strategy_data_comm(t->s);
-    t->world = l->servers > 0 ? dp : t->job;
+    t->world = dt_strategy_train_comm(t->s);
     t->rank = dt_comm_rank(t->world);
     t->nranks = dt_comm_size(t->world);
     t->dpn = dt_comm_size(dp);

@@ -15,6 +15,11 @@ dt_comm *dt_strategy_data_comm(const dt_strategy *s) { return s && s->run ? s->r
 
 dt_comm *dt_strategy_job_comm(const dt_strategy *s) { return s && s->run ? s->run->job : NULL; }
 
+dt_comm *dt_strategy_train_comm(const dt_strategy *s)
+{
+    return !s || !s->run ? NULL : s->run->role ? s->run->role : s->run->job;
+}
+
 const dt_layout *dt_strategy_layout(const dt_strategy *s) { return s && s->run ? &s->run->layout : NULL; }
 
 bool dt_strategy_lead(const dt_strategy *s)
