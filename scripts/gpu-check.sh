@@ -21,6 +21,8 @@
 #   coll-device              coll_check --device cuda on 2, 3, 4 ranks
 #                            sharing the GPU (staged through pinned host
 #                            memory), bitwise the host run's hashes    20 /  90
+#   nccl_world1              DT_BACKEND=nccl at world size 1: every
+#                            collective on device buffers, refusals     5 /  60
 #   trajectory               tests/gpu/trajectory.sh: gpt-mini 50 steps
 #                            GPU vs CPU (f32, bf16) and checkpoints
 #                            GPU -> CPU -> GPU                         40 / 150
@@ -119,7 +121,7 @@ s_build() {
         echo "configure failed and there is no prebuilt bundle (.gpu/, scripts/gpu-bundle.sh)"
         exit 1
     fi
-    grep -E "dtrain: CUDA backend|conv2d:|MPI backend" "$OUT/cmake-configure.log"
+    grep -E "dtrain: CUDA backend|conv2d:|MPI backend|NCCL backend" "$OUT/cmake-configure.log"
     if ! cmake --build "$BUILD" -j "$JOBS" 2>&1; then
         echo "the build failed"
         [ -x "$bundle/gpu_kernels" ] && echo "$bundle" >"$OUT/bin-dir" && echo "the steps use the bundle .gpu/"
@@ -167,6 +169,20 @@ s_coll_device() {
             echo "FAIL: coll_check on $n ranks: cuda buffers gave other bits than host ones"; rc=1
         fi
     done
+    return "$rc"
+}
+
+s_nccl_world1() {
+    need_bin nccl_world1
+    local out rc
+    out=$("$BIN/nccl_world1" 2>&1)
+    rc=$?
+    printf '%s\n' "$out"
+    if [ "$rc" = 77 ]; then # a build without NCCL: a skip with its reason; no usable GPU: a failure
+        grep -q "no NCCL backend" <<<"$out" && exit 77
+        echo "nccl_world1 skipped on a GPU machine: it could not use the GPU"
+        exit 1
+    fi
     return "$rc"
 }
 
@@ -255,7 +271,7 @@ s_memcheck() {
     return "$rc"
 }
 
-export -f s_env s_build need_bin s_gpu_kernels s_coll_device s_trajectory s_attention torch_row gpt_small dtrain_row s_dtrain_bench s_memcheck
+export -f s_env s_build need_bin s_gpu_kernels s_coll_device s_nccl_world1 s_trajectory s_attention torch_row gpt_small dtrain_row s_dtrain_bench s_memcheck
 
 # ---- the runner ----
 
@@ -310,6 +326,7 @@ main() {
     fi
     step gpu_kernels 120 s_gpu_kernels
     step coll-device 90 s_coll_device
+    step nccl_world1 60 s_nccl_world1
     step trajectory 150 s_trajectory
     step dtrain-bench 240 s_dtrain_bench
     local small

@@ -82,6 +82,7 @@ run engine/gemm-bf16/unknown-kernel-refused 120 env DT_BF16_GEMM=tpu "$BIN/test_
 run unit/conv 120 "$BIN/test_conv"
 run unit/runtime 120 "$BIN/test_runtime"
 run unit/layout 30 "$BIN/test_layout"
+run unit/run-from-layout 300 "$BIN/dtrun" -n 4 "$BIN/test_run"
 run unit/tp-group 60 "$BIN/test_tp_group"
 run unit/launch-env 30 "$BIN/test_launch"
 run unit/checkpoint 60 "$BIN/test_ckpt"
@@ -160,6 +161,9 @@ for n in 2 3 4; do
     run "backend/mpi-conformance-world$n" 300 tests/cases/mpi_backend.sh conformance $n
 done
 run "backend/mpi-ddp" 300 tests/cases/mpi_backend.sh ddp
+# The NCCL backend: refused without it, a clean failure without a GPU, every
+# collective at world size 1 with one (skipped with the reason elsewhere).
+run "backend/nccl" 120 tests/cases/nccl_backend.sh
 run "parallel/mesh" 200 tests/cases/mesh.sh
 run "parallel/tensor-parallel-linear" 200 tests/cases/tp_linear.sh
 run "parallel/dtrain-tensor-parallel" 300 tests/cases/dtrain_tp.sh

@@ -24,7 +24,7 @@ static const dt__tunable tunables[] = {
     {"DT_DIRECT_MSG", NULL, "allreduce up to this many bytes uses the direct algorithm, every rank sending to every rank (default: measured at start-up for 3 to 16 ranks, else 0)"},
     {"DT_SMALL_MSG", NULL, "messages up to this many bytes use recursive doubling / trees (default: 65536 when all ranks share memory, else 16384; across hosts allgather 131072, broadcast 128 and reduce_scatter 128 (2048 when the ranks are not a power of two), and allreduce measures 16384 down to 512 at start-up)"},
     {"DT_RING_MSG", NULL, "above this many bytes the ring; between DT_SMALL_MSG and this, recursive halving-doubling where it exists (default: 2097152 when all ranks share memory, else 262144, or 65536 up to 4 ranks where some rank's TCP connections run bbr)"},
-    {"DT_BACKEND", "native", "what runs the communicators' operations: native (dtrain's algorithms over TCP and shared memory) or mpi (the job's MPI, ranks started by mpirun; docs/launching.md)"},
+    {"DT_BACKEND", "native", "what runs the communicators' operations: native (dtrain's algorithms over TCP and shared memory), mpi (the job's MPI, ranks started by mpirun) or nccl (NCCL on device buffers, one rank per GPU; docs/launching.md)"},
     {"DT_HIER", "auto", "hierarchical collectives when several hosts each run the same number (>1) of ranks: auto or off"},
     {"DT_SOCKET_BUFFER", "4194304", "SO_SNDBUF/SO_RCVBUF bytes of peer connections"},
     {"DT_TCP_CONGESTION", NULL, "TCP congestion control of peer connections, e.g. reno or cubic (default: the system's; under bbr, long collectives lose its 200 ms round-trip probes: docs/environment.md)"},

@@ -5,8 +5,8 @@
  * communicator's table.  Today's code is the native backend (native.c): the
  * algorithms of src/comm over the engine of src/transport.  Another backend
  * (MPI: one MPI communicator per dt_comm, each operation the MPI call of
- * the same name; NCCL: a stream per communicator, with the host buffers
- * staged) provides a table of its own and is chosen where a communicator is
+ * the same name; NCCL: an NCCL communicator and a stream per dt_comm, on
+ * device buffers only) provides a table of its own and is chosen where a communicator is
  * made; what stays common is the layer above the table: argument checks,
  * nonblocking collectives on the communicator's progress thread
  * (nonblocking.c, which runs the blocking entries below), the communicator's
@@ -99,8 +99,14 @@ dt_status dt__native_cancel(dt_request *req);
 extern const dt__backend dt__mpi_backend;
 #endif
 
-/* The table named by DT_BACKEND ("native", the default, or "mpi" in a
- * build with MPI); NULL with the
+#ifdef DT_HAVE_NCCL
+/* The NCCL backend (src/comm/nccl/, DT_BACKEND=nccl): one NCCL communicator
+ * and one CUDA stream per dt_comm, device buffers only. */
+extern const dt__backend dt__nccl_backend;
+#endif
+
+/* The table named by DT_BACKEND ("native", the default, "mpi" in a build
+ * with MPI, "nccl" in a build with NCCL); NULL with the
  * error set when this build has no such backend. */
 const dt__backend *dt__backend_from_env(void);
 

@@ -5,6 +5,17 @@
 #include "base/status.h"
 #include "comm/backend.h"
 
+/* The backends this build has, for the messages. */
+#if defined DT_HAVE_MPI && defined DT_HAVE_NCCL
+#define BUILT_NAMES "native, mpi or nccl"
+#elif defined DT_HAVE_MPI
+#define BUILT_NAMES "native or mpi"
+#elif defined DT_HAVE_NCCL
+#define BUILT_NAMES "native or nccl"
+#else
+#define BUILT_NAMES "native"
+#endif
+
 const dt__backend dt__native_backend = {
     .name = "native",
     .barrier = dt__native_barrier,
@@ -34,13 +45,27 @@ const dt__backend *dt__backend_from_env(void)
 #ifdef DT_HAVE_MPI
     if (!strcmp(name, "mpi"))
         return &dt__mpi_backend;
-    dt__fail(DT_ERR_INVALID, "DT_BACKEND='%s': expected native or mpi", name);
 #else
-    if (!strcmp(name, "mpi"))
+    if (!strcmp(name, "mpi")) {
         dt__fail(DT_ERR_INVALID, "DT_BACKEND='mpi': this build has no MPI backend: install libopenmpi-dev and "
-                                 "rebuild (expected native)");
-    else
-        dt__fail(DT_ERR_INVALID, "DT_BACKEND='%s': this build has the native backend only (expected native)", name);
+                                 "rebuild (expected %s)", BUILT_NAMES);
+        return NULL;
+    }
+#endif
+#ifdef DT_HAVE_NCCL
+    if (!strcmp(name, "nccl"))
+        return &dt__nccl_backend;
+#else
+    if (!strcmp(name, "nccl")) {
+        dt__fail(DT_ERR_INVALID, "DT_BACKEND='nccl': this build has no NCCL backend: build with the CUDA toolkit "
+                                 "and NCCL (libnccl-dev; cmake -DDT_CUDA=ON, docs/gpu.md) (expected %s)", BUILT_NAMES);
+        return NULL;
+    }
+#endif
+#if defined DT_HAVE_MPI || defined DT_HAVE_NCCL
+    dt__fail(DT_ERR_INVALID, "DT_BACKEND='%s': expected %s", name, BUILT_NAMES);
+#else
+    dt__fail(DT_ERR_INVALID, "DT_BACKEND='%s': this build has the native backend only (expected native)", name);
 #endif
     return NULL;
 }

@@ -31,5 +31,9 @@ DT_BACKEND=mpi timeout 60 "$BIN/dtrun" -n 4 "$BIN/comm_concurrency" --mib 1 >"$W
 expect_grep "$WORK/mpi" "DT_BACKEND='mpi': this build has no MPI backend: install libopenmpi-dev and rebuild|DT_BACKEND=mpi: the environment \\(launcher dtrun\\) says rank [0-9] of 4, MPI_COMM_WORLD says rank 0 of 1"
 DT_BACKEND=nccl timeout 60 "$BIN/dtrun" -n 2 "$BIN/comm_concurrency" --mib 1 >"$WORK/nccl" 2>&1 &&
     fail "DT_BACKEND=nccl accepted"
-expect_grep "$WORK/nccl" "DT_BACKEND='nccl'"
+# (a build with the NCCL backend refuses at join too: no GPU here, or fewer GPUs than ranks)
+expect_grep "$WORK/nccl" "DT_BACKEND='nccl'|DT_BACKEND=nccl: (no CUDA device is visible|2 ranks on this host but 1 visible GPU)"
+DT_BACKEND=gloo timeout 60 "$BIN/dtrun" -n 2 "$BIN/comm_concurrency" --mib 1 >"$WORK/gloo" 2>&1 &&
+    fail "DT_BACKEND=gloo accepted"
+expect_grep "$WORK/gloo" "DT_BACKEND='gloo': (expected native|this build has the native backend only)"
 echo ok

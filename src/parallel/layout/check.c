@@ -97,12 +97,8 @@ static dt_status fits_world(const dt_layout *l, int world, int *dp)
                  l->servers == 1 ? "" : "s");
     }
     if (l->tp > 1 || l->pp > 1) { /* dp x pp x tp, as the strategies make the mesh */
-        dt_mesh_dim dims[3] = {{"dp", 0}};
-        int nd = 1;
-        if (l->pp > 1)
-            dims[nd++] = (dt_mesh_dim){"pp", l->pp};
-        if (l->tp > 1)
-            dims[nd++] = (dt_mesh_dim){"tp", l->tp};
+        dt_mesh_dim dims[3];
+        int nd = dt__layout_mesh_dims(l, dims);
         dt_status s = dt_mesh_check(dims, nd, workers);
         if (s != DT_OK)
             return dt__wrap(s, "pp = %d, tp = %d: ", l->pp, l->tp);
@@ -126,4 +122,15 @@ dt_status dt_layout_check(const dt_layout *l, int world, int *out_dp)
     if (out_dp)
         *out_dp = dp;
     return DT_OK;
+}
+
+int dt__layout_mesh_dims(const dt_layout *l, dt_mesh_dim dims[3])
+{
+    int nd = 0;
+    dims[nd++] = (dt_mesh_dim){"dp", 0};
+    if (l->pp > 1)
+        dims[nd++] = (dt_mesh_dim){"pp", l->pp};
+    if (l->tp > 1)
+        dims[nd++] = (dt_mesh_dim){"tp", l->tp};
+    return nd;
 }

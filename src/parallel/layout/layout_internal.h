@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "dtrain/layout.h"
+#include "dtrain/mesh.h"
 
 typedef enum {
     DT__LK_INT,    /* int field; a JSON number, whole, in [min, max] */
@@ -29,6 +30,11 @@ typedef struct {
     /* DT__LK_STR: NULL when the text is fine, else what is accepted */
     const char *(*valid)(const char *text);
 } dt__layout_key;
+
+/* The mesh's dimensions, dp x pp x tp with tp innermost (a tensor-parallel
+ * group on one host), then pp: dp's size 0 (what the workers leave), pp and
+ * tp only when above 1.  Returns how many (1 to 3). */
+int dt__layout_mesh_dims(const dt_layout *l, dt_mesh_dim dims[3]);
 
 /* The table, in dt_layout_keys' order; *n gets its length. */
 const dt__layout_key *dt__layout_table(size_t *n);

@@ -22,6 +22,7 @@
 
 #include "base/status.h"
 #include "parallel/common/strategy.h"
+#include "parallel/layout/layout_internal.h"
 
 /* The recipe's description split over r->tp, and this rank's part of it. */
 static dt_status build_model(const dt__run *r, dt_model **m)
@@ -177,13 +178,8 @@ static dt_status split_world(dt__run *r)
     }
     if (r->server || (l->tp == 1 && l->pp == 1))
         return DT_OK;
-    dt_mesh_dim dims[3] = {{"dp", 0}};
-    int nd = 1;
-    if (l->pp > 1)
-        dims[nd++] = (dt_mesh_dim){"pp", l->pp};
-    if (l->tp > 1)
-        dims[nd++] = (dt_mesh_dim){"tp", l->tp};
-    if (dt_mesh_create(r->dp, dims, nd, &r->mesh) != DT_OK)
+    dt_mesh_dim dims[3];
+    if (dt_mesh_create(r->dp, dims, dt__layout_mesh_dims(l, dims), &r->mesh) != DT_OK)
         return dt__fail(DT_ERR_INVALID, "pp = %d, tp = %d: %s", l->pp, l->tp, dt_last_error());
     r->dp = dt_mesh_comm(r->mesh, "dp");
     r->tp = l->tp > 1 ? dt_mesh_comm(r->mesh, "tp") : NULL;

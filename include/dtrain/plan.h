@@ -1,0 +1,166 @@
+/* dtrain planning: predict a layout's step time and memory from measured
+ * costs, and search the layouts of a world for the fastest that fits.
+ *
+ *   dt_plan_inputs in;     // the model's blocks, their measured costs, the links, the memory limit
+ *   dt_plan_profile_model(desc, &opts, &in.model);           // or dt_plan_model_gpt(...) for a projection
+ *   dt_plan_links_probe(world, &in.links);                    // or dt_plan_links_read(file, &in.links)
+ *   dt_plan_estimate e;    dt_plan_layout(&in, &layout, &e);  // one layout: time split by part, memory
+ *   dt_plan_result r;      dt_plan_search(&in, &opts, &r);     // the best that fit, and why the others do not
+ *
+ * The model of time and memory, its assumptions and its validation are in
+ * docs/planner.md.  Conventions as in comm.h. */
+#ifndef DTRAIN_PLAN_H
+#define DTRAIN_PLAN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/base.h"
+#include "dtrain/comm.h"
+#include "dtrain/layout.h"
+#include "dtrain/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- measured inputs ---- */
+
+/* One block of the model (in model order) as the planner sees it: its
+ * parameters and, per sample of the micro-batch, its times and activation
+ * bytes at the thread count the job uses.  A block repeated (a GPT's
+ * transformer blocks) appears once per instance; the profiler measures one
+ * instance per distinct (kind, shape) and copies the figures. */
+typedef struct {
+    char kind[32];          /* dt_block_info.kind: "gpt-block", "embedding", "head", ... */
+    int64_t params;         /* parameters (elements) */
+    double fwd_s, bwd_s;    /* seconds per sample: forward, backward (without recompute) */
+    double act_bytes;       /* activation bytes held per sample between its forward and backward */
+    double out_bytes;       /* bytes per sample of its output (what a pipeline sends to the next stage) */
+    /* tensor parallelism: how the block splits over tp ranks (0: it does not; replicated) and the bytes per
+     * sample it exchanges per tp collective in forward and backward (Megatron: 2 allreduces of the
+     * activations per transformer block each way) */
+    int tp_splittable;
+    double tp_bytes;        /* bytes per sample per collective */
+    int tp_collectives;     /* collectives per pass (forward; backward the same) */
+} dt_plan_block;
+
+typedef struct {
+    dt_plan_block *blocks; /* owned: dt_plan_model_free */
+    int nblocks;
+    int64_t samples;       /* the micro-batch samples the figures were measured at (informative) */
+    int64_t tokens_per_sample; /* positions per sample (1 for an mlp) */
+    int threads;           /* compute threads the figures hold for */
+    double optimizer_s_per_param; /* the optimizer's update, seconds per element */
+    int optimizer_state_floats;   /* AdamW 2, SGD with momentum and Adagrad 1, plain SGD 0 */
+} dt_plan_model;
+
+/* A link class: a message of n bytes takes latency_s + n / bandwidth_Bps. */
+typedef struct {
+    double latency_s, bandwidth_Bps;
+} dt_plan_link;
+
+typedef struct {
+    dt_plan_link intra; /* between ranks of one host (shared memory) */
+    dt_plan_link inter; /* between hosts */
+    int ranks_per_node; /* ranks on one host (the world fills hosts in rank order) */
+} dt_plan_links;
+
+typedef struct {
+    dt_plan_model model;
+    dt_plan_links links;
+    int world;             /* ranks (servers included when a layout has them) */
+    int64_t batch_size;    /* samples per micro-batch... per rank's batch (the trainer's batch_size) */
+    double memory_limit;   /* model states + activations allowed per rank, bytes (0: none) */
+    double flops_per_s;    /* per rank, for a projection's utilisation (0: unknown) */
+    double model_flops_per_sample; /* 6 x parameters x tokens per sample (0: unknown) */
+} dt_plan_inputs;
+
+/* Profile a model's blocks on this machine with this process's compute
+ * threads: each distinct block (kind and shape) run forward and backward on
+ * a micro-batch of `samples` (repeats times, the median kept), its
+ * activation bytes from the arena's peak; the optimizer timed over a
+ * buffer.  d: the whole model's description (tp NULL). */
+typedef struct {
+    int64_t samples;   /* micro-batch samples to time at (>= 1) */
+    int repeats;       /* timed repetitions (>= 1); one warm-up before */
+    const char *optimizer; /* "adamw", "sgd" or "adagrad" */
+} dt_plan_profile_opts;
+dt_status dt_plan_profile_model(const dt_model_desc *d, const dt_plan_profile_opts *o, dt_plan_model *out);
+/* Read and write a profile (JSON): cached per machine by the caller. */
+dt_status dt_plan_model_read(const char *path, dt_plan_model *out);
+dt_status dt_plan_model_write(const char *path, const dt_plan_model *m);
+void dt_plan_model_free(dt_plan_model *m);
+
+/* Links from a JSON file {"intra": {"latency_us": .., "bandwidth_GBps": ..}, "inter": {...},
+ * "ranks_per_node": N}, or measured over `c` (collective: ping-pong and a
+ * streaming exchange between rank pairs on one host and across hosts, when
+ * there are such pairs; the classes it cannot measure keep their defaults). */
+dt_status dt_plan_links_read(const char *path, dt_plan_links *out);
+dt_status dt_plan_links_probe(dt_comm *c, dt_plan_links *out);
+
+/* A hardware description for projections (JSON): per-device FLOP/s and
+ * memory, devices per node, link bandwidths and latencies per level.  It
+ * fills in.links, in.flops_per_s and the memory limit; the model's block
+ * times then come from FLOPs / (FLOP/s x an efficiency the file gives). */
+dt_status dt_plan_hardware_read(const char *path, dt_plan_inputs *in);
+/* The GPT shapes built in for projections: "gpt3-1.3b", "gpt3-13b",
+ * "gpt3-175b" (Brown et al. 2020: layers, d_model, heads, context 2048,
+ * vocab 50257); block costs from their FLOPs at in->flops_per_s. */
+dt_status dt_plan_model_gpt(const char *name, const dt_plan_inputs *in, int64_t micro_batch, dt_plan_model *out);
+
+/* ---- the cost model ---- */
+
+typedef struct {
+    dt_layout layout;
+    double step_s;      /* predicted step time: the sum of the parts below, less the overlap */
+    double compute_s;   /* forward and backward of this rank's stage, all micro-batches */
+    double bubble_s;    /* the pipeline's idle time: (p-1)/(m+p-1) of the pipelined part, /v interleaved */
+    double tp_s;        /* tensor-parallel collectives */
+    double pp_s;        /* sends between stages not hidden behind compute */
+    double dp_s;        /* gradient synchronisation (DDP allreduce, ZeRO reduce-scatter + allgather) not hidden */
+    double ps_s;        /* the parameter server's pushes and pulls */
+    double recompute_s; /* forwards run again */
+    double optimizer_s; /* the update */
+    double memory_bytes; /* the peak per rank: model states (dt_layout_memory_plan's formulas) + activations */
+    double params_bytes, grads_bytes, optimizer_bytes, buffers_bytes, activation_bytes;
+    double samples_per_s; /* the global batch / step_s */
+    double mfu;           /* model FLOPs utilisation (0 when flops_per_s is unknown) */
+    bool fits;            /* memory_bytes <= the limit (or no limit) */
+} dt_plan_estimate;
+
+/* Predict one layout (dp resolved against in->world; a layout that cannot
+ * run there is refused by dt_layout_check's message). */
+dt_status dt_plan_layout(const dt_plan_inputs *in, const dt_layout *l, dt_plan_estimate *out);
+
+/* ---- the search ---- */
+
+typedef struct {
+    int top;              /* how many of the best to return (>= 1) */
+    int nodes;            /* hosts (0: world / ranks_per_node) */
+    bool allow_servers;   /* consider parameter-server layouts */
+    bool allow_recompute; /* consider recompute blocks / all */
+} dt_plan_search_opts;
+
+typedef struct {
+    dt_plan_estimate *best; /* top, fastest first, every one fitting (owned: dt_plan_result_free) */
+    int nbest;
+    int considered, valid, fitting;
+    /* Per family the search ruled out ("pp > 1", "tp 8", "zero_stage 0", ...), why: the first reason seen */
+    char **rejected;
+    int nrejected;
+    double search_s; /* how long the search took */
+} dt_plan_result;
+/* Every valid layout of in->world for a small world; for a large one a
+ * pruned search (docs/planner.md says which).  DT_ERR_INVALID naming why
+ * when no layout fits. */
+dt_status dt_plan_search(const dt_plan_inputs *in, const dt_plan_search_opts *o, dt_plan_result *out);
+void dt_plan_result_free(dt_plan_result *r);
+/* One estimate as JSON (malloc'd), for scripts. */
+char *dt_plan_estimate_json(const dt_plan_estimate *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
