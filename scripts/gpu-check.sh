@@ -18,6 +18,9 @@
 #   env                      nvidia-smi, nvcc, torch, nproc            5 /  30
 #   build                    cmake configure + build -j 16 (build-gpu) 60 / 240
 #   gpu_kernels              every table entry, cuda against cpu       10 / 120
+#   coll-device              coll_check --device cuda on 2, 3, 4 ranks
+#                            sharing the GPU (staged through pinned host
+#                            memory), bitwise the host run's hashes    20 /  90
 #   nccl_world1              DT_BACKEND=nccl at world size 1: every
 #                            collective on device buffers, refusals     5 /  60
 #   trajectory               tests/gpu/trajectory.sh: gpt-mini 50 steps
@@ -146,6 +149,29 @@ s_gpu_kernels() {
     return "$rc"
 }
 
+# Every buffer of every collective and point-to-point call in device memory
+# (coll_check --device cuda), ranks sharing the one GPU through dtrain's own
+# transports; each world's output (checks and hashes of inexact f32
+# reductions) must equal the host-buffer run's.
+s_coll_device() {
+    need_bin coll_check
+    need_bin dtrun
+    local n rc=0 d
+    d=$(mktemp -d)
+    for n in 2 3 4; do
+        "$BIN/dtrun" -n "$n" "$BIN/coll_check" --quick --big 65536 --hashes >"$d/host$n" 2>&1 || {
+            cat "$d/host$n"; echo "FAIL: coll_check on $n ranks, host buffers"; rc=1; continue; }
+        "$BIN/dtrun" -n "$n" "$BIN/coll_check" --quick --big 65536 --hashes --device cuda >"$d/cuda$n" 2>&1 || {
+            tail -n 20 "$d/cuda$n"; echo "FAIL: coll_check on $n ranks, cuda buffers"; rc=1; continue; }
+        if diff "$d/host$n" "$d/cuda$n"; then
+            echo "world $n: $(grep -o 'coll_check: .*' "$d/cuda$n"), the host run's bits"
+        else
+            echo "FAIL: coll_check on $n ranks: cuda buffers gave other bits than host ones"; rc=1
+        fi
+    done
+    return "$rc"
+}
+
 s_nccl_world1() {
     need_bin nccl_world1
     local out rc
@@ -245,7 +271,7 @@ s_memcheck() {
     return "$rc"
 }
 
-export -f s_env s_build need_bin s_gpu_kernels s_nccl_world1 s_trajectory s_attention torch_row gpt_small dtrain_row s_dtrain_bench s_memcheck
+export -f s_env s_build need_bin s_gpu_kernels s_coll_device s_nccl_world1 s_trajectory s_attention torch_row gpt_small dtrain_row s_dtrain_bench s_memcheck
 
 # ---- the runner ----
 
@@ -299,6 +325,7 @@ main() {
         echo "programs: $BIN"
     fi
     step gpu_kernels 120 s_gpu_kernels
+    step coll-device 90 s_coll_device
     step nccl_world1 60 s_nccl_world1
     step trajectory 150 s_trajectory
     step dtrain-bench 240 s_dtrain_bench

@@ -4,7 +4,10 @@
  * every rank's (deterministic) input.  Inputs are small integers, exact in
  * every dtype, so the reference does not depend on reduction order.
  *
- * usage: coll_check [--quick] [--big N] [--hashes]   (exit 0 when everything matched) */
+ * With --device emu|cuda every buffer of every call is a device copy
+ * (coll_device.h): the staging of device buffers gives the same bits.
+ *
+ * usage: coll_check [--quick] [--big N] [--hashes] [--device emu|cuda]   (exit 0 when everything matched) */
 #include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
@@ -16,6 +19,7 @@
 
 #include "base/redop.h"
 #include "dtrain/dtrain.h"
+#include "coll_device.h"
 
 static dt_comm *world;
 static int failures, checks;
@@ -861,8 +865,15 @@ int main(int argc, char **argv)
             print_hashes = 1;
         else if (!strcmp(argv[i], "--big") && i + 1 < argc)
             big_count = (size_t)strtoull(argv[++i], NULL, 10);
-        else {
-            fprintf(stderr, "usage: coll_check [--quick] [--big COUNT] [--hashes]\n");
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+            if (dt_device_open(argv[++i], &dv) != DT_OK) {
+                fprintf(stderr, "coll_check: %s\n", dt_last_error());
+                return 2;
+            }
+            if (dt_device_is_host(dv))
+                dv = NULL;
+        } else {
+            fprintf(stderr, "usage: coll_check [--quick] [--big COUNT] [--hashes] [--device emu|cuda]\n");
             return 2;
         }
     }

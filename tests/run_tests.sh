@@ -153,6 +153,8 @@ if [ "$(id -u)" = 0 ] || [ "$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null
 else skip collectives/shm-copy-from-sender "process_vm_readv between ranks needs root or kernel.yama.ptrace_scope=0"; fi
 run "collectives/tiny-segments" 200 env DT_SHM_COLL=off DT_RING_SEGMENT=1024 DT_SMALL_MSG=0 "$BIN/dtrun" -n 3 "$BIN/coll_check" --quick --big 20000
 run "collectives/concurrent-communicators" 300 tests/cases/comm_concurrency.sh
+# Every buffer in (emu) device memory, staged through the host: the host run's bits.
+run "collectives/device-buffers-emu" 200 tests/cases/coll_device.sh
 # The MPI backend under mpirun (skipped with the reason where OpenMPI or this
 # build's MPI backend is absent; make test installs it: scripts/setup.sh).
 for n in 2 3 4; do

@@ -32,6 +32,19 @@
  *    gather, scatter) agree on the call before any data moves, so there
  *    every rank fails in that call, whichever roots the ranks name
  *    (always checked, docs/failures.md);
+ *  - device buffers: every buffer may be device memory (a dt_device's:
+ *    cuda, or the emu test device) once that device has been opened
+ *    (dt_device_open), on any rank independently of the others, send and
+ *    receive buffers of different kinds too.  The communicator learns a
+ *    pointer's kind from the device layer (cudaPointerGetAttributes; the
+ *    emu device's address range), not from a flag on the call, so that
+ *    code above (the strategies) passes the same pointers it computes with
+ *    and a wrong flag cannot make the host dereference device memory.  The
+ *    native backend stages device buffers through host memory (pinned for
+ *    cuda): results bitwise those of the same call on host buffers, the
+ *    same mismatch checks and deadlines, data produced on the device's
+ *    compute stream copied after it is done; DT_BACKEND=mpi refuses them
+ *    with DT_ERR_INVALID naming the buffer (docs/gpu.md);
  *  - threads: different communicators (the world and ones split from it) may
  *    be used from different threads at the same time, and each makes
  *    progress on its own: a tensor-parallel group's small allreduces do not

@@ -1,10 +1,12 @@
 /* The public operations of dtrain/comm.h: the checks no backend judges
  * differently, then the communicator's backend (backend.h). */
+#include "base/devmem.h"
 #include "base/status.h"
 #include "base/trace.h"
 #include "comm/backend.h"
 #include "comm/coll.h"
 #include "comm/comm_internal.h"
+#include "comm/stage.h"
 #include "comm/stall.h"
 
 /* A NULL communicator is refused here, with the message every backend gives. */
@@ -35,6 +37,11 @@ static dt_status leave(dt_comm *c, const char *op, size_t bytes, int64_t t0, dt_
     return s;
 }
 
+/* A process that opened a device (base/devmem.h) may pass device buffers:
+ * they go through stage.h, which stages, refuses or passes them by the
+ * backend; otherwise the backend's entry at once. */
+#define DEV(c, entry, ...) (dt__devmem_active() ? dt__stage_##entry(__VA_ARGS__) : (c)->backend->entry(__VA_ARGS__))
+
 #define TRACED(c, op, bytes, call) \
     do { \
         size_t bytes_ = (bytes); \
@@ -51,59 +58,59 @@ dt_status dt_barrier(dt_comm *c)
 dt_status dt_broadcast(void *buf, size_t count, dt_dtype t, int root, dt_comm *c)
 {
     REFUSE_NULL(c, "broadcast");
-    TRACED(c, "broadcast", count * dt_dtype_size(t), c->backend->broadcast(buf, count, t, root, c));
+    TRACED(c, "broadcast", count * dt_dtype_size(t), DEV(c, broadcast, buf, count, t, root, c));
 }
 
 dt_status dt_reduce(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, int root, dt_comm *c)
 {
     REFUSE_NULL(c, "reduce");
-    TRACED(c, "reduce", count * dt_dtype_size(t), c->backend->reduce(send, recv, count, t, op, root, c));
+    TRACED(c, "reduce", count * dt_dtype_size(t), DEV(c, reduce, send, recv, count, t, op, root, c));
 }
 
 dt_status dt_allreduce(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, dt_comm *c)
 {
     REFUSE_NULL(c, "allreduce");
-    TRACED(c, "allreduce", count * dt_dtype_size(t), c->backend->allreduce(send, recv, count, t, op, c));
+    TRACED(c, "allreduce", count * dt_dtype_size(t), DEV(c, allreduce, send, recv, count, t, op, c));
 }
 
 dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op, dt_comm *c)
 {
     REFUSE_NULL(c, "reduce_scatter");
     TRACED(c, "reduce_scatter", recvcount * dt_dtype_size(t) * (size_t)c->size,
-           c->backend->reduce_scatter(send, recv, recvcount, t, op, c));
+           DEV(c, reduce_scatter, send, recv, recvcount, t, op, c));
 }
 
 dt_status dt_allgather(const void *send, void *recv, size_t sendcount, dt_dtype t, dt_comm *c)
 {
     REFUSE_NULL(c, "allgather");
     TRACED(c, "allgather", sendcount * dt_dtype_size(t) * (size_t)c->size,
-           c->backend->allgather(send, recv, sendcount, t, c));
+           DEV(c, allgather, send, recv, sendcount, t, c));
 }
 
 dt_status dt_gather(const void *send, void *recv, size_t sendcount, dt_dtype t, int root, dt_comm *c)
 {
     REFUSE_NULL(c, "gather");
     TRACED(c, "gather", sendcount * dt_dtype_size(t) * (size_t)c->size,
-           c->backend->gather(send, recv, sendcount, t, root, c));
+           DEV(c, gather, send, recv, sendcount, t, root, c));
 }
 
 dt_status dt_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t, int root, dt_comm *c)
 {
     REFUSE_NULL(c, "scatter");
     TRACED(c, "scatter", recvcount * dt_dtype_size(t) * (size_t)c->size,
-           c->backend->scatter(send, recv, recvcount, t, root, c));
+           DEV(c, scatter, send, recv, recvcount, t, root, c));
 }
 
 dt_status dt_alltoall(const void *send, void *recv, size_t count, dt_dtype t, dt_comm *c)
 {
     REFUSE_NULL(c, "alltoall");
-    TRACED(c, "alltoall", count * dt_dtype_size(t) * (size_t)c->size, c->backend->alltoall(send, recv, count, t, c));
+    TRACED(c, "alltoall", count * dt_dtype_size(t) * (size_t)c->size, DEV(c, alltoall, send, recv, count, t, c));
 }
 
 dt_status dt_allreduce_half(const float *send, float *recv, size_t count, dt_dtype wire, dt_redop op, dt_comm *c)
 {
     REFUSE_NULL(c, "allreduce_half");
-    TRACED(c, "allreduce_half", count * sizeof(float), c->backend->allreduce_half(send, recv, count, wire, op, c));
+    TRACED(c, "allreduce_half", count * sizeof(float), DEV(c, allreduce_half, send, recv, count, wire, op, c));
 }
 
 dt_status dt_isend(const void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, dt_request **req)
@@ -112,7 +119,7 @@ dt_status dt_isend(const void *buf, size_t count, dt_dtype t, int peer, int tag,
         return dt__fail(DT_ERR_INVALID, "isend: request pointer (req) is NULL");
     *req = NULL;
     REFUSE_NULL(c, "send");
-    return c->backend->isend(buf, count, t, peer, tag, c, req);
+    return DEV(c, isend, buf, count, t, peer, tag, c, req);
 }
 
 dt_status dt_irecv(void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, dt_request **req)
@@ -121,7 +128,7 @@ dt_status dt_irecv(void *buf, size_t count, dt_dtype t, int peer, int tag, dt_co
         return dt__fail(DT_ERR_INVALID, "irecv: request pointer (req) is NULL");
     *req = NULL;
     REFUSE_NULL(c, "recv");
-    return c->backend->irecv(buf, count, t, peer, tag, c, req);
+    return DEV(c, irecv, buf, count, t, peer, tag, c, req);
 }
 
 dt_status dt_wait(dt_request *r, size_t *received)
@@ -130,6 +137,8 @@ dt_status dt_wait(dt_request *r, size_t *received)
         return dt__fail(DT_ERR_INVALID, "dt_wait: request is NULL");
     if (r->job) /* a nonblocking collective: the progress thread's */
         return dt__job_wait(r);
+    if (r->stage) /* a device buffer's host copy */
+        return dt__stage_wait(r, received);
     return r->comm->backend->wait(r, received);
 }
 
@@ -140,6 +149,8 @@ dt_status dt_test(dt_request *r, int *done, size_t *received)
     *done = 0;
     if (r->job)
         return dt__job_test(r, done);
+    if (r->stage)
+        return dt__stage_test(r, done, received);
     return r->comm->backend->test(r, done, received);
 }
 
@@ -149,6 +160,8 @@ dt_status dt_cancel(dt_request *r)
         return dt__fail(DT_ERR_INVALID, "dt_cancel: request is NULL");
     if (r->job)
         return dt__fail(DT_ERR_INVALID, "dt_cancel: a nonblocking collective cannot be cancelled (wait for it)");
+    if (r->stage)
+        return dt__stage_cancel(r);
     return r->comm->backend->cancel(r);
 }
 
@@ -171,6 +184,9 @@ dt_status dt_waitany(dt_request **reqs, int n, int *index, size_t *received)
         *index = -1;
         return DT_OK;
     }
+    for (int i = 0; i < n; i++)
+        if (reqs[i] && reqs[i]->stage)
+            return dt__stage_waitany(reqs, n, index, received);
     for (int i = 0; i < n; i++)
         if (reqs[i])
             return reqs[i]->comm->backend->waitany(reqs, n, index, received);

@@ -57,7 +57,18 @@ typedef struct dt__backend {
     dt_status (*split)(dt_comm *c, int color, int key, dt_comm **out);
     dt_status (*comm_free)(dt_comm *c, bool world);
     dt_status (*abort)(dt_comm *c, const char *reason);
+    /* Device buffers (base/devmem.h, docs/gpu.md): what the public layer
+     * (api.c, stage.c) does with a buffer that a registered device owns.
+     * DT__DEVBUF_PASS (0: a table that does not say) hands it over as is,
+     * for a backend that takes device memory itself (NCCL);
+     * DT__DEVBUF_STAGE copies it through host memory around the backend's
+     * host algorithm (native); DT__DEVBUF_REFUSE refuses the call naming
+     * the buffer (MPI: whether the MPI library reads device memory is not
+     * known here, and a host read of it would crash). */
+    int device_buffers;
 } dt__backend;
+
+enum { DT__DEVBUF_PASS = 0, DT__DEVBUF_STAGE = 1, DT__DEVBUF_REFUSE = 2 };
 
 /* The native backend (native.c) and its entries, one file per collective. */
 extern const dt__backend dt__native_backend;

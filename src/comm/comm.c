@@ -14,6 +14,7 @@
 #include "comm/colltrace.h"
 #include "comm/stall.h"
 #include "comm/comm_internal.h"
+#include "comm/stage.h"
 #include "comm/launch_env.h"
 #include "dtrain/store.h"
 #include "transport/heartbeat.h"
@@ -283,6 +284,7 @@ void dt__comm_twin(const dt_comm *c, uint32_t id, dt_comm *twin)
     twin->stall_slot = NULL; /* its own id: its own record */
     memset(twin->scratch, 0, sizeof twin->scratch);
     memset(twin->scratch_size, 0, sizeof twin->scratch_size);
+    twin->stage = NULL;
 }
 
 void dt__comm_twin_done(dt_comm *twin)
@@ -324,6 +326,7 @@ dt_status dt_comm_destroy(dt_comm *c)
     }
     free(c->scratch[0]);
     free(c->scratch[1]);
+    dt__stage_free(c);
     free(c->ranks);
     free(c);
     world_release(w);

@@ -94,6 +94,9 @@ struct dt_comm {
      * 64 MiB reduce_scatter. */
     void *scratch[2];
     size_t scratch_size[2];
+    /* Host staging of device buffers (stage.c), grown as needed; NULL until
+     * a collective is called with one. */
+    struct dt__stagebuf *stage;
 };
 
 /* Whether all of c's members reach each other through shared memory: the
@@ -123,6 +126,7 @@ struct dt_request {
     dt_comm *comm;
     size_t elem; /* bytes per element, to report counts */
     dt__job *job; /* a nonblocking collective; NULL for point to point */
+    struct dt__p2pstage *stage; /* a device buffer's host copy (stage.c), else NULL */
     dt__req req;
 };
 

@@ -34,6 +34,7 @@ const dt__backend dt__native_backend = {
     .test = dt__native_test,
     .waitany = dt__native_waitany,
     .cancel = dt__native_cancel,
+    .device_buffers = DT__DEVBUF_STAGE, /* through host memory (stage.c) */
 };
 
 const dt__backend *dt__backend_from_env(void)

@@ -62,6 +62,10 @@ size_t dt__cuda_free_bytes(void);
  * when on; off (the default), they are full f32 (CUBLAS_COMPUTE_32F). */
 void dt__cuda_set_tf32(bool on);
 bool dt__cuda_tf32(void);
+/* Its memory resolver (base/devmem.h: device buffers in communication);
+ * NULL in a build without CUDA. */
+struct dt__devmem;
+const struct dt__devmem *dt__cuda_devmem(void);
 
 /* ---- for the kernel files ---- */
 

@@ -144,6 +144,10 @@ extern const dt_compute_ops dt__cpu_ops;
 /* The test device "emu" (emu_ops.c): the cpu kernels behind memory the host
  * cannot dereference, to test the device plumbing without a GPU. */
 extern const dt_compute_ops dt__emu_ops;
+/* The emu device's memory resolver (base/devmem.h), registered by
+ * dt_device_open("emu"). */
+struct dt__devmem;
+extern const struct dt__devmem dt__emu_devmem;
 const dt_compute_ops *dt__cuda_ops(void);
 
 #endif

@@ -8,6 +8,7 @@
 #define WHY "this dtrain was built without CUDA (configure with -DDT_CUDA=ON and the CUDA toolkit installed)"
 
 const dt_compute_ops *dt__cuda_ops(void) { return NULL; }
+const struct dt__devmem *dt__cuda_devmem(void) { return NULL; }
 
 dt_status dt__cuda_init(int device)
 {

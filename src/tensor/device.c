@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/devmem.h"
 #include "base/status.h"
 #include "cuda/cuda.h"
 #include "tensor/backend.h"
@@ -37,6 +38,7 @@ dt_status dt_device_open(const char *spec, const dt_device **out)
     }
     if (!strcmp(spec, "emu")) {
 #if defined(__x86_64__) || defined(__aarch64__)
+        DT_CHECK(dt__devmem_register(&dt__emu_devmem)); /* communication learns its buffers here */
         *out = &dt__emu_ops;
         return DT_OK;
 #else
@@ -52,6 +54,7 @@ dt_status dt_device_open(const char *spec, const dt_device **out)
     if (!ops)
         return dt__fail(DT_ERR_INVALID, "device %s: this dtrain was built without CUDA (configure with -DDT_CUDA=ON "
                                         "and the CUDA toolkit installed)", spec);
+    DT_CHECK(dt__devmem_register(dt__cuda_devmem()));
     *out = ops;
     return DT_OK;
 }

@@ -11,6 +11,7 @@
  * refuses it. */
 #include <stdint.h>
 
+#include "base/devmem.h"
 #include "base/status.h"
 #include "tensor/backend.h"
 #include "tensor/cpu_kernels.h"
@@ -134,4 +135,15 @@ const dt_compute_ops dt__emu_ops = {
     .xent = emu_xent,
     .adamw = emu_adamw,
     .sgd = emu_sgd,
+};
+
+/* Its memory resolver (base/devmem.h): a tagged address is emu memory;
+ * staging memory is plain host memory. */
+static bool emu_owns(const void *p) { return ((uintptr_t)p & (uintptr_t)TAG) != 0; }
+
+const dt__devmem dt__emu_devmem = {
+    .name = "emu",
+    .owns = emu_owns,
+    .to_host = emu_download,
+    .to_device = emu_upload,
 };

@@ -316,4 +316,5 @@ const dt__backend dt__mpi_backend = {
     .split = split,
     .comm_free = comm_free,
     .abort = mpi_abort,
+    .device_buffers = DT__DEVBUF_REFUSE,
 };

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Device buffers in the native backend (docs/gpu.md "Device buffers"):
+# coll_check --device emu puts every buffer of every call (collectives,
+# in place or not, nonblocking ones, point to point, sub-communicators) in
+# emu memory, which the host cannot dereference, so a path that forgets to
+# stage crashes; on 2, 3 and 4 ranks its checks pass and its hashes of
+# inexact f32 reductions equal the host run's bit for bit.  Then
+# device_refused: the native backend stages the same calls, and the MPI
+# backend (when built, under mpirun) refuses them naming the buffer.
+. "$(dirname "$0")/lib.sh"
+big=4096; [ "${QUICK:-${DT_TEST_QUICK:-0}}" = 1 ] && big=1024
+for n in 2 3 4; do
+    par "$WORK/host$n" "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big $big --hashes
+    par "$WORK/emu$n" "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big $big --hashes --device emu
+done
+par "$WORK/staged" "$BIN/dtrun" -n 3 "$BIN/device_refused" staged
+par_wait
+for n in 2 3 4; do
+    for k in host emu; do
+        par_ok "$WORK/$k$n" || { cat "$WORK/$k$n"; fail "coll_check on $n ranks ($k buffers)"; }
+        expect_grep "$WORK/$k$n" "coll_check: world $n: [0-9]+ checks, 0 mismatches"
+    done
+    expect_grep "$WORK/emu$n" "hash count $big"
+    diff "$WORK/host$n" "$WORK/emu$n" || fail "coll_check on $n ranks: device buffers gave other bits than host ones"
+done
+par_ok "$WORK/staged" || { cat "$WORK/staged"; fail "device_refused staged (native backend)"; }
+cache="$BIN/../CMakeCache.txt"
+if command -v mpirun >/dev/null && grep -q "^DT_MPI_BUILT:INTERNAL=ON" "$cache" 2>/dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+    timeout 120 mpirun -n 2 -x DT_BACKEND=mpi "$BIN/device_refused" refused >"$WORK/mpi" 2>&1 ||
+        { cat "$WORK/mpi"; fail "device buffers under DT_BACKEND=mpi were not refused by name"; }
+    expect_grep "$WORK/mpi" "device_refused: 2 ranks, refused: ok"
+else
+    echo "DT_BACKEND=mpi part skipped: no mpirun or no MPI backend in this build"
+fi
+echo "ok: device buffers (emu) on 2, 3, 4 ranks equal host buffers bitwise; MPI refuses them by name"
