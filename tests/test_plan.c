@@ -31,7 +31,7 @@ static void small_model(dt_plan_inputs *in, int n, int64_t params)
     in->model.blocks = calloc((size_t)n, sizeof(dt_plan_block));
     in->model.nblocks = n;
     for (int i = 0; i < n; i++)
-        in->model.blocks[i] = (dt_plan_block){"linear", params, 1e-3, 2e-3, 1000, 100, 1, 400, 2, 0};
+        in->model.blocks[i] = (dt_plan_block){"linear", params, 1e-3, 2e-3, 1000, 100, 1, 400, 2, 0, 0};
     in->model.tokens_per_sample = 1;
     in->model.optimizer_s_per_param = 1e-9;
     in->model.optimizer_state_floats = 2;
@@ -288,6 +288,7 @@ static void test_json(void)
     small_model(&in, 3, 1234567);
     in.model.blocks[1].flops = 3.25e9;
     in.model.blocks[2].tp_splittable = 1;
+    in.model.blocks[2].act_tp_whole_bytes = 300;
     in.model.samples = 8;
     in.model.threads = 4;
     char path[] = "/tmp/dt_plan_model_XXXXXX";
@@ -342,6 +343,32 @@ static void test_json(void)
     dt_plan_model_free(&in.model);
 }
 
+/* tp 2 splits the activations but the part kept whole, unless sequence parallel; the times halve, the tp
+ * allreduces (2 per pass, 400 bytes a sample, 4 samples: 1600 B, recursive doubling on one host) are added. */
+static void test_tp2(void)
+{
+    dt_plan_inputs in;
+    small_model(&in, 2, 1000);
+    in.world = 2;
+    for (int i = 0; i < 2; i++) {
+        in.model.blocks[i].tp_splittable = 1;
+        in.model.blocks[i].act_tp_whole_bytes = 200;
+    }
+    dt_layout l;
+    dt_layout_default(&l);
+    l.tp = 2;
+    dt_plan_estimate e;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+    NEAR(e.compute_s, 4 * 2 * 3e-3 / 2);
+    NEAR(e.tp_s, 2 * 2 * 2 * (1e-5 + 1600 * 1e-9)); /* forward and backward, 2 blocks, 2 collectives each */
+    NEAR(e.activation_bytes, 4 * 2 * (200 + 800 / 2.0));
+    NEAR(e.params_bytes, 4 * 1000.0);                /* 2 blocks of 1000 / 2 */
+    l.sequence_parallel = true;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+    NEAR(e.activation_bytes, 4 * 2 * 1000 / 2.0);
+    dt_plan_model_free(&in.model);
+}
+
 /* Refusals: a layout the world cannot hold, more stages than blocks, a batch micro_batches do not divide. */
 static void test_refusals(void)
 {
@@ -372,6 +399,7 @@ int main(int argc, char **argv)
     test_dp2();
     test_pp2_bubble();
     test_zero3_memory();
+    test_tp2();
     test_refusals();
     test_search_small();
     test_json();

@@ -123,14 +123,17 @@ static void share_of(const dt__plan_ctx *c, const dt_layout *l, const int *bound
             double u = ceil(params / dp); /* ZeRO: a slice of every block, the block padded to dp */
             s->shard += u;
             s->unit = fmax(s->unit, u * dp);
-            s->act += b->act_bytes / d;
+            /* tp splits a block's activations but the part it keeps whole, which sequence parallelism splits */
+            double whole = split && !l->sequence_parallel ? fmin(b->act_tp_whole_bytes, b->act_bytes) : 0;
+            double act = whole + (b->act_bytes - whole) / d;
+            s->act += act;
             if (re) {
                 s->recompute += b->fwd_s / d;
                 s->tp_recompute += coll;
                 s->kept += i > 0 ? m->blocks[i - 1].out_bytes : 0; /* its input */
-                s->act_max = fmax(s->act_max, b->act_bytes / d);
+                s->act_max = fmax(s->act_max, act);
             } else
-                s->kept += b->act_bytes / d;
+                s->kept += act;
             if (l->zero_stage && dp > 1) {
                 double rs = dt__plan_reduce_scatter_s(dpg, 4 * u * dp), ag = dt__plan_allgather_s(dpg, 4 * u * dp);
                 if (s->rs_sum == 0) { /* the rank's first unit: gathered first, reduced last */

@@ -2,6 +2,7 @@
  * _write), the links (dt_plan_links_read), one estimate for scripts
  * (dt_plan_estimate_json). */
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,13 +34,21 @@ static dt_status parse_file(const char *path, cJSON **out)
     return DT_OK;
 }
 
-/* A block's figures: the double fields by offset, then the three integers. */
+/* A block's figures: the double fields by offset (the optional ones read as 0 when absent), then the three
+ * integers. */
 static const struct {
     const char *key;
     size_t off;
-} doubles[] = {{"fwd_s", offsetof(dt_plan_block, fwd_s)},         {"bwd_s", offsetof(dt_plan_block, bwd_s)},
-               {"act_bytes", offsetof(dt_plan_block, act_bytes)}, {"out_bytes", offsetof(dt_plan_block, out_bytes)},
-               {"tp_bytes", offsetof(dt_plan_block, tp_bytes)},   {"flops", offsetof(dt_plan_block, flops)}};
+    bool optional;
+} doubles[] = {
+    {"fwd_s", offsetof(dt_plan_block, fwd_s), false},
+    {"bwd_s", offsetof(dt_plan_block, bwd_s), false},
+    {"act_bytes", offsetof(dt_plan_block, act_bytes), false},
+    {"out_bytes", offsetof(dt_plan_block, out_bytes), false},
+    {"tp_bytes", offsetof(dt_plan_block, tp_bytes), false},
+    {"flops", offsetof(dt_plan_block, flops), true},
+    {"act_tp_whole_bytes", offsetof(dt_plan_block, act_tp_whole_bytes), true},
+};
 #define NDOUBLES (sizeof doubles / sizeof *doubles)
 
 static dt_status read_block(const cJSON *o, const char *path, dt_plan_block *b)
@@ -50,7 +59,7 @@ static dt_status read_block(const cJSON *o, const char *path, dt_plan_block *b)
                         sizeof b->kind - 1);
     strcpy(b->kind, kind->valuestring);
     for (size_t i = 0; i < NDOUBLES; i++)
-        if (strcmp(doubles[i].key, "flops") || cJSON_GetObjectItemCaseSensitive(o, "flops")) /* flops: optional */
+        if (!doubles[i].optional || cJSON_GetObjectItemCaseSensitive(o, doubles[i].key))
             DT_CHECK(number(o, doubles[i].key, path, (double *)((char *)b + doubles[i].off)));
     double params = 0, split = 0, colls = 0;
     DT_CHECK(number(o, "params", path, &params));

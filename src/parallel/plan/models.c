@@ -62,9 +62,11 @@ dt_status dt_plan_model_gpt(const char *name, const dt_plan_inputs *in, int64_t 
     b[0] = block("gpt-embed", V * D + T * D, 0, rate, io, io, io);
     b[0].fwd_s = b[0].bwd_s = 0; /* a lookup: no products */
     b[0].flops = T * D;          /* gpt.c's hint, so stages are cut as the pipeline cuts them */
-    for (int i = 1; i <= g->layers; i++)
+    for (int i = 1; i <= g->layers; i++) {
         b[i] = block("gpt-block", 12 * D * D + 13 * D, 24 * T * D * D + 4 * T * T * D, rate, 34 * T * D + 5 * A * T * T,
                      io, io);
+        b[i].act_tp_whole_bytes = 10 * T * D; /* two layer norms' inputs, two dropouts' masks: whole on every tp rank */
+    }
     /* the head: the tied embedding's product to V logits and the loss over them (f32: 4 T V bytes) */
     b[g->layers + 1] = block("gpt-head", V * D + 2 * D, 2 * T * D * V, rate, io + 4 * T * V, 0, io);
     *out = (dt_plan_model){.blocks = b,

@@ -187,6 +187,9 @@ static dt_status enumerate(search *S)
                     l.pp = pps[b];
                     l.zero_stage = z;
                     l.servers = servers[si];
+                    /* a GPT's tensor-parallel layouts with sequence parallelism: the same time in the model, less
+                     * memory (other models do not have it) */
+                    l.sequence_parallel = tp > 1 && S->ctx.has_gpt_block;
                     DT_CHECK(try_family(S, l));
                 }
         }
