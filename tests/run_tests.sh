@@ -83,6 +83,7 @@ run unit/conv 120 "$BIN/test_conv"
 run unit/runtime 120 "$BIN/test_runtime"
 run unit/layout 30 "$BIN/test_layout"
 run unit/run-from-layout 300 "$BIN/dtrun" -n 4 "$BIN/test_run"
+run unit/plan 60 "$BIN/test_plan" bench/plan/hardware/a100-dgx.json
 run unit/tp-group 60 "$BIN/test_tp_group"
 run unit/launch-env 30 "$BIN/test_launch"
 run unit/checkpoint 60 "$BIN/test_ckpt"
