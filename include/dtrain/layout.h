@@ -153,13 +153,19 @@ typedef struct {
     /* An optimizer over n elements (its weight-decay groups are set by the
      * library from weight_decay and no_decay). */
     dt_status (*make_optimizer)(void *user, int64_t n, dt_optimizer **out);
-    void *user;
+    void *user;              /* must outlive the strategy: checkpoints and resumes call describe again */
     uint64_t seed;           /* weights and dropout */
     float grad_clip;         /* global-norm clipping (0: off) */
     float weight_decay;      /* > 0: groups by name (dt_decay_groups) */
     const char *no_decay;    /* patterns without decay (NULL: DT_NO_DECAY_DEFAULT) */
     const char *offload_dir; /* offload disk: where the files go (NULL: /var/tmp) */
     const char *ps_clock_log; /* servers > 0: the servers' clock log (NULL: none) */
+    /* Optional: called on every rank once its model is built, before the
+     * optimizer is allocated (dp: the data-parallel ranks; lead: the rank
+     * that reports): a status other than DT_OK stops the build with it, e.g.
+     * model states above a memory limit (dt_layout_memory_plan) refused
+     * before they are allocated. */
+    dt_status (*check_model)(void *user, dt_model *m, int dp, bool lead);
     const char *resume;      /* a checkpoint's step directory to start from (NULL: the recipe's weights) */
     int64_t resume_optimizer_steps; /* its progress's optimizer steps (dt_ckpt_progress) */
 } dt_run_recipe;

@@ -146,7 +146,13 @@ void dtrain_device_line(const dtrain_config *c);
  * and optimizer keys as the recipe a run is built from (run_layout.c; the
  * recipe keeps c). */
 void dtrain_layout_of(const dtrain_config *c, dt_layout *l);
-void dtrain_recipe_of(const dtrain_config *c, dt_run_recipe *r);
+/* The recipe's callbacks' state: the configuration, and whether the memory
+ * plan refused the run (printed by it: the caller need not repeat it). */
+typedef struct {
+    const dtrain_config *c;
+    bool memory_refused;
+} dtrain_recipe_state;
+void dtrain_recipe_of(const dtrain_config *c, dtrain_recipe_state *st, dt_run_recipe *r);
 
 
 /* The description behind both (the failure printed). */

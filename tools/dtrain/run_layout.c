@@ -33,13 +33,13 @@ void dtrain_layout_of(const dtrain_config *c, dt_layout *l)
 
 static dt_status describe(void *user, dt_comm *tp, dt_model_desc **out)
 {
-    return dtrain_describe_model(user, tp, out);
+    return dtrain_describe_model(((dtrain_recipe_state *)user)->c, tp, out);
 }
 
 /* The optimizer for n elements, as the optimizer keys say. */
 static dt_status make_optimizer(void *user, int64_t n, dt_optimizer **o)
 {
-    const dtrain_config *c = user;
+    const dtrain_config *c = ((dtrain_recipe_state *)user)->c;
     if (strcmp(c->optimizer, "adagrad") == 0)
         return dt_adagrad_create(&(dt_adagrad_config){(float)c->lr_decay, (float)c->weight_decay,
                                                       (float)c->initial_accumulator_value, (float)c->adagrad_eps}, n, o);
@@ -49,11 +49,24 @@ static dt_status make_optimizer(void *user, int64_t n, dt_optimizer **o)
                                                     (float)c->weight_decay}, n, o);
 }
 
-void dtrain_recipe_of(const dtrain_config *c, dt_run_recipe *r)
+/* The memory plan against the limit (memory.c), before the optimizer is
+ * allocated; a parameter server's workers hold no optimizer state: none. */
+static dt_status check_model(void *user, dt_model *m, int dp, bool lead)
 {
+    dtrain_recipe_state *st = user;
+    if (st->c->servers > 0 || dtrain_memory_plan(st->c, m, dp, lead) == 0)
+        return DT_OK;
+    st->memory_refused = true; /* printed */
+    return DT_ERR_INVALID;
+}
+
+void dtrain_recipe_of(const dtrain_config *c, dtrain_recipe_state *st, dt_run_recipe *r)
+{
+    *st = (dtrain_recipe_state){c, false};
     *r = (dt_run_recipe){.describe = describe,
                          .make_optimizer = make_optimizer,
-                         .user = (void *)c,
+                         .check_model = check_model,
+                         .user = st,
                          .seed = (uint64_t)c->seed,
                          .grad_clip = (float)c->grad_clip,
                          .weight_decay = (float)c->weight_decay,

@@ -14,6 +14,7 @@ typedef struct {
     dt_comm *job;      /* every rank (servers too) */
     dt_comm *world;    /* the ranks that train in lockstep: the job, or a parameter server's workers */
     dt_strategy *s;
+    dtrain_recipe_state recipe; /* the run's recipe's state (it calls back into it while it lives) */
     int rank, nranks;  /* in world */
     int dpn, dpr;      /* the data-parallel group's size and this rank's place in it */
     bool lead;

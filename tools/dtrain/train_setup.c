@@ -124,14 +124,14 @@ static int build(train_run *t, dtrain_config *c, char *step_dir, size_t len)
         keep_global_batch(c, &t->pr, dpn, job_rank == 0);
         dtrain_layout_of(c, &l); /* the accumulation it keeps */
     }
-    dtrain_recipe_of(c, &r);
+    dtrain_recipe_of(c, &t->recipe, &r); /* (the run keeps calling the recipe: t outlives it) */
     r.resume = t->resume ? step_dir : NULL;
     r.resume_optimizer_steps = t->pr.optimizer_steps;
     dt_status st = dt_strategy_create(&l, &r, t->job, &t->s);
-    if (st != DT_OK) {
+    if (st != DT_OK && !t->recipe.memory_refused) /* (the memory plan printed its own refusal) */
         fprintf(stderr, "dtrain: rank %d: %s\n", job_rank, dt_last_error());
+    if (st != DT_OK)
         return st == DT_ERR_INVALID ? 2 : 1;
-    }
     return 0;
 }
 
@@ -179,9 +179,6 @@ int train_setup(train_run *t, dtrain_config *c, const char *resume)
     t->dpn = dt_comm_size(dp);
     t->dpr = dt_comm_rank(dp);
     t->lead = dt_strategy_lead(t->s);
-    dt_model *m = dt_strategy_model(t->s);
-    if (l->servers == 0 && dtrain_memory_plan(c, m, t->dpn, t->lead) != 0)
-        return 2;
     if (dt_dist_sampler_init(&t->sampler, t->d.train_samples, (uint64_t)c->seed, dp) != DT_OK ||
         (resume && dt_sampler_seek(&t->sampler, t->pr.epoch, t->pr.position, t->dpr, t->dpn) != DT_OK)) {
         fprintf(stderr, "dtrain: %s%s%s\n", resume ? step_dir : "", resume ? ": " : "", dt_last_error());

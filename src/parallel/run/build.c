@@ -240,6 +240,11 @@ dt_status dt_strategy_create(const dt_layout *l, const dt_run_recipe *rc, dt_com
     }
     if (st == DT_OK)
         st = set_recompute(l->recompute, m);
+    if (st == DT_OK && rc->check_model) { /* before the optimizer and the strategy's buffers exist */
+        bool lead = dt_comm_rank(r->dp) == 0 && (!r->tp || dt_comm_rank(r->tp) == 0) &&
+                    (!r->pp || dt_comm_rank(r->pp) == 0);
+        st = rc->check_model(rc->user, m, dt_comm_size(r->dp), lead);
+    }
     if (st == DT_OK) /* a server's worker: the servers update, its own optimizer does nothing */
         st = l->servers > 0 ? dt_sgd_create(&(dt_sgd_config){0, 0, false}, dt_params_numel(dt_model_params(m)), &o)
                             : make_optimizer(r, m, &o);
