@@ -18,9 +18,15 @@ import torch
 lib = C.CDLL(sys.argv[1])
 
 
+class TpGroup(C.Structure):  # dt_tp_group: zeroed (size 0) means no tensor parallelism
+    _fields_ = [("rank", C.c_int), ("size", C.c_int), ("user", C.c_void_p)] + \
+               [(name, C.c_void_p) for name in ("allreduce_sum", "allreduce_sum_f64", "allreduce_max_f64",
+                                                "allgather", "reduce_scatter_sum")]
+
+
 class GptConfig(C.Structure):
     _fields_ = [("vocab", C.c_int64), ("context", C.c_int64), ("layers", C.c_int64), ("heads", C.c_int64),
-                ("dim", C.c_int64), ("dropout", C.c_float), ("tp", C.c_void_p),
+                ("dim", C.c_int64), ("dropout", C.c_float), ("tp", TpGroup),
                 ("sequence_parallel", C.c_bool)]
 
 
