@@ -32,7 +32,6 @@ static const char *device_conflict(const dt_layout *l, int *value)
         const char *key;
         int value;
     } uses[] = {{"tp", l->tp > 1 ? l->tp : 0},
-                {"pp", l->pp > 1 ? l->pp : 0},
                 {"zero_stage", l->zero_stage},
                 {"servers", l->servers},
                 {"offload", l->offload != DT_OFFLOAD_NONE},
@@ -52,8 +51,8 @@ static dt_status keys_agree(const dt_layout *l)
     const char *key = strcmp(l->device, "cpu") ? device_conflict(l, &value) : NULL;
     if (key) {
         dt_layout_get(l, key, v, sizeof v);
-        return dt__fail(DT_ERR_INVALID, "key 'device' = \"%s\" with %s %s: training on a device with tp, pp, "
-                        "zero_stage, servers, offload or recompute is not built yet (cuda trains one rank for now)",
+        return dt__fail(DT_ERR_INVALID, "key 'device' = \"%s\" with %s %s: training on a device with tp, zero_stage, "
+                        "servers, offload or recompute is not built yet (on a device: data parallel and pp)",
                         l->device, key, v);
     }
     if (l->sequence_parallel && l->tp < 2)
