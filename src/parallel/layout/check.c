@@ -31,7 +31,7 @@ static const char *device_conflict(const dt_layout *l, int *value)
     const struct {
         const char *key;
         int value;
-    } uses[] = {{"tp", l->tp > 1 ? l->tp : 0},
+    } uses[] = {{"sequence_parallel", l->sequence_parallel},
                 {"zero_stage", l->zero_stage},
                 {"servers", l->servers},
                 {"offload", l->offload != DT_OFFLOAD_NONE},
@@ -51,8 +51,9 @@ static dt_status keys_agree(const dt_layout *l)
     const char *key = strcmp(l->device, "cpu") ? device_conflict(l, &value) : NULL;
     if (key) {
         dt_layout_get(l, key, v, sizeof v);
-        return dt__fail(DT_ERR_INVALID, "key 'device' = \"%s\" with %s %s: training on a device with tp, zero_stage, "
-                        "servers, offload or recompute is not built yet (on a device: data parallel and pp)",
+        return dt__fail(DT_ERR_INVALID, "key 'device' = \"%s\" with %s %s: training on a device with "
+                        "sequence_parallel, zero_stage, servers, offload or recompute is not built yet (on a device: "
+                        "data parallel, tp and pp)",
                         l->device, key, v);
     }
     if (l->sequence_parallel && l->tp < 2)
