@@ -301,12 +301,17 @@ dt_status dt_ddp_step(dt_ddp *d, dt_optimizer *o, float lr, float max_norm, floa
 {
     float *values = dt_params_device_values(d->params), *grads = dt_params_device_grads(d->params);
     int64_t numel = dt_params_numel(d->params);
-    dt_status s;
+    dt_status s = DT_OK;
     if (!values || !grads)
-        return dt__fail(DT_ERR_INVALID, "data parallel: the registry has no flat buffers");
-    if (dt_optimizer_device(o) != d->ops)
-        return dt__fail(DT_ERR_INVALID, "data parallel: the parameters are on %s, the optimizer on %s "
-                        "(dt_optimizer_set_device)", d->ops->name, dt_optimizer_device(o)->name);
+        s = dt__fail(DT_ERR_INVALID, "data parallel: the registry has no flat buffers");
+    else if (dt_optimizer_device(o) != d->ops)
+        s = dt__fail(DT_ERR_INVALID, "data parallel: the parameters are on %s, the optimizer on %s "
+                     "(dt_optimizer_set_device)", d->ops->name, dt_optimizer_device(o)->name);
+    if (s != DT_OK) { /* nothing stays in flight */
+        s = drain(d, s);
+        end_step(d);
+        return s;
+    }
     if (max_norm > 0) { /* clipping needs the global norm: everything first */
         DT_CHECK(dt_ddp_finish(d));
         float n = dt__clip_grad_norm_on(d->ops, grads, numel, max_norm);
