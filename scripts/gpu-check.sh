@@ -26,6 +26,10 @@
 #   trajectory               tests/gpu/trajectory.sh: gpt-mini 50 steps
 #                            GPU vs CPU (f32, bf16) and checkpoints
 #                            GPU -> CPU -> GPU                         40 / 150
+#   strategies               2 ranks sharing the GPU (native backend):
+#                            DDP, tp=2, pp=2 1f1b, ZeRO-2 each against
+#                            one rank (1e-5 relative), ZeRO-3 refused,
+#                            a rank killed by SIGKILL mid-step reported 45 / 150
 #   attention-playground     dev/cuda/attention_bench.cu: checks, times 30 / 120
 #   torch-gpt2-124m-bf16     PyTorch, eager, foreach + fused AdamW     15 /  90
 #   torch-gpt2-124m-f32      eager, TF32 off                           25 / 120
@@ -35,7 +39,7 @@
 #                            gpt-small f32 and bf16 (device=cuda)       90 / 240
 #   memcheck                 compute-sanitizer memcheck, gpu_kernels
 #                            --quick                                   60 / 150
-# About 6 minutes expected.  GPU_CHECK_BUDGET (default 450 s) bounds the
+# About 7 minutes expected.  GPU_CHECK_BUDGET (default 450 s) bounds the
 # steps together: a step gets at most the time left, and one with under
 # 15 s left is skipped, so the script ends by 8 minutes whatever hangs.
 # torch.compile is run for the bf16 GPT-2 row only: each compiled variant
@@ -192,6 +196,108 @@ s_trajectory() {
     bash tests/gpu/trajectory.sh "$BIN" "$OUT/trajectory"
 }
 
+# The strategies on the GPU (issue 46, item 3): two ranks sharing the one
+# GPU, through dtrain's native backend (device buffers staged through pinned
+# host memory; NCCL refuses two ranks on one GPU), each run against one
+# rank on the same global batch: the losses of every step within 1e-5
+# relative (f32; the order of the sums differs).  DDP: 2 x batch 4 against
+# batch 8; tp=2 and pp=2 (1f1b, 4 micro-batches) keep the batch whole: 2
+# ranks at batch 4 against one at 4; ZeRO-2 as DDP.  ZeRO-3 on a device is
+# not built: its refusal is checked instead.  Then a rank killed with
+# SIGKILL mid-step (two ranks started by hand): rank 0 must fail by itself
+# within 45 s (DT_TIMEOUT 20), naming rank 1.  GPU_CHECK_STRATEGY_DEVICE=emu runs the same logic on the
+# emu device (no GPU; a dry run of this step).
+s_strategies() {
+    need_bin dtrain
+    need_bin dtrun
+    local dev=${GPU_CHECK_STRATEGY_DEVICE:-cuda} d rc=0 t0 took
+    d=$(mktemp -d)
+    local gpt=(--config configs/gpt-mini.json --set layers=2 --set dim=128 --set heads=4 --set context=64
+        --set dropout=0 --set data_path=README.md --set warmup_steps=2 --set log_interval=1
+        --set eval_interval=0 --set eval_batches=1 --set threads=2 --set device="$dev")
+    one() { # NAME SETS...: one rank
+        local name=$1
+        shift
+        "$BIN/dtrain" train "${gpt[@]}" --set steps=8 "$@" --set metrics_file="$d/$name.jsonl" >"$d/$name.out" 2>&1 ||
+            { tail -n 5 "$d/$name.out"; echo "FAIL: $name (one rank) failed"; return 1; }
+    }
+    two() { # NAME SETS...: two ranks on the GPU, the native backend
+        local name=$1
+        shift
+        DT_BACKEND=native "$BIN/dtrun" -n 2 "$BIN/dtrain" train "${gpt[@]}" --set steps=8 "$@" \
+            --set metrics_file="$d/$name.jsonl" >"$d/$name.out" 2>&1 ||
+            { tail -n 8 "$d/$name.out"; echo "FAIL: $name (2 ranks) failed"; return 1; }
+    }
+    close() { # A B: every step's loss within 1e-5 relative
+        python3 - "$d/$1.jsonl" "$d/$2.jsonl" "$1" "$2" <<'PY'
+import json, sys
+def losses(f):
+    return {d["step"]: d["loss"] for d in map(json.loads, open(f)) if "loss" in d and "eval_loss" not in d}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+steps = sorted(set(a) & set(b))
+worst = max((abs(a[s] - b[s]) / max(abs(b[s]), 1e-30) for s in steps), default=1.0)
+ok = len(steps) >= 8 and worst <= 1e-5
+print(f"{sys.argv[3]} vs {sys.argv[4]}: {len(steps)} steps, worst relative loss difference {worst:.2e}"
+      + ("" if ok else "  FAIL: above 1e-5 (or too few steps)"))
+sys.exit(0 if ok else 1)
+PY
+    }
+    one ref8 --set batch_size=8 || rc=1
+    one ref4 --set batch_size=4 || rc=1
+    { two ddp --set batch_size=4 && close ddp ref8; } || rc=1
+    { two tp --set batch_size=4 --set tp=2 && close tp ref4; } || rc=1
+    { two pp --set batch_size=4 --set pp=2 --set pipeline_schedule=1f1b --set micro_batches=4 && close pp ref4; } || rc=1
+    { two zero2 --set batch_size=4 --set zero_stage=2 && close zero2 ref8; } || rc=1
+    grep -h "communication:" "$d/ddp.out" | head -n 1
+    if two zero3 --set batch_size=4 --set zero_stage=3 >/dev/null; then
+        echo "FAIL: zero_stage 3 on $dev ran (it is not built on a device)"; rc=1
+    elif grep -q "with zero_stage 3: .*not built yet" "$d/zero3.out"; then
+        echo "zero_stage 3 on $dev: refused by name"
+    else
+        tail -n 3 "$d/zero3.out"; echo "FAIL: zero_stage 3 on $dev failed, but not with its refusal"; rc=1
+    fi
+    # a rank killed mid-step: the other reports it itself within the timeout.
+    # The two ranks are started by hand (the environment contract), not by
+    # dtrun, which would stop rank 0 as soon as rank 1 dies.
+    local port pids=() r
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    for r in 0 1; do
+        DT_RANK=$r DT_WORLD_SIZE=2 DT_LOCAL_RANK=$r DT_LOCAL_WORLD_SIZE=2 DT_MASTER_ADDR=127.0.0.1 \
+            DT_MASTER_PORT=$port DT_JOB_TOKEN=gpu-check-$port DT_TIMEOUT=20 DT_BACKEND=native \
+            "$BIN/dtrain" train "${gpt[@]}" --set batch_size=4 --set steps=100000 >"$d/kill.$r" 2>&1 &
+        pids+=($!)
+    done
+    for _ in $(seq 600); do # (at most a minute: CUDA's start-up)
+        grep -q "step 3/" "$d/kill.0" && break
+        kill -0 "${pids[0]}" 2>/dev/null || break
+        sleep 0.1
+    done
+    if ! grep -q "step 3/" "$d/kill.0"; then
+        kill "${pids[@]}" 2>/dev/null
+        wait "${pids[@]}"
+        tail -n 5 "$d/kill.0" "$d/kill.1"; echo "FAIL: the 2-rank job for the kill did not reach step 3"; rc=1
+    else
+        t0=$SECONDS
+        kill -9 "${pids[1]}"
+        wait "${pids[1]}" 2>/dev/null
+        for _ in $(seq 450); do kill -0 "${pids[0]}" 2>/dev/null || break; sleep 0.1; done # 45 s at most
+        took=$((SECONDS - t0))
+        if kill -0 "${pids[0]}" 2>/dev/null; then
+            kill -9 "${pids[0]}"
+            echo "FAIL: rank 0 still ran $took s after rank 1 was killed (DT_TIMEOUT 20)"; rc=1
+        elif wait "${pids[0]}"; then
+            echo "FAIL: rank 0 exited 0 after rank 1 was killed"; rc=1
+        elif ! grep -qE "rank 1\b" "$d/kill.0"; then
+            tail -n 5 "$d/kill.0"; echo "FAIL: rank 0's error does not name rank 1"; rc=1
+        else
+            grep -E "rank 1\b" "$d/kill.0" | tail -n 2
+            echo "rank 1 killed (SIGKILL) mid-step: rank 0 failed in $took s, naming it"
+        fi
+    fi
+    rm -rf "$d"
+    return "$rc"
+}
+
 s_attention() {
     local src=dev/cuda/attention_bench.cu exe
     [ -f "$src" ] || { echo "SKIP: $src not written yet"; exit 77; }
@@ -271,7 +377,7 @@ s_memcheck() {
     return "$rc"
 }
 
-export -f s_env s_build need_bin s_gpu_kernels s_coll_device s_nccl_world1 s_trajectory s_attention torch_row gpt_small dtrain_row s_dtrain_bench s_memcheck
+export -f s_env s_build need_bin s_gpu_kernels s_coll_device s_nccl_world1 s_trajectory s_strategies s_attention torch_row gpt_small dtrain_row s_dtrain_bench s_memcheck
 
 # ---- the runner ----
 
@@ -328,6 +434,7 @@ main() {
     step coll-device 90 s_coll_device
     step nccl_world1 60 s_nccl_world1
     step trajectory 150 s_trajectory
+    step strategies 150 s_strategies
     step dtrain-bench 240 s_dtrain_bench
     local small
     small=$(gpt_small)

@@ -96,6 +96,7 @@ run engine/dtrain-cli 300 tests/cases/dtrain_cli.sh
 run engine/dtrain-recompute-bitwise 200 tests/cases/dtrain_recompute.sh
 run engine/dtrain-bf16-convergence 300 tests/cases/dtrain_bf16.sh
 run engine/device-emu-equals-cpu 300 tests/cases/device_emu.sh
+run engine/device-strategies-emu-equals-cpu 240 tests/cases/device_strategies.sh
 run engine/dtrain-messages-threads 200 tests/cases/dtrain_messages.sh
 run engine/dtrain-blas-reexec 120 tests/cases/blas_reexec.sh
 run engine/dtrain-unused-keys 200 tests/cases/dtrain_unused_keys.sh

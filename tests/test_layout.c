@@ -414,12 +414,11 @@ static void test_check(void)
             "grad_accumulation = 3) to be a multiple of pp = 2", "(micro_batches 3, grad_accumulation 1)");
     with(&l, "pp=4 pipeline_schedule=interleaved micro_batches=3 grad_accumulation=2");
     refused(&l, 0, "(micro_batches x grad_accumulation = 6) to be a multiple of pp = 4", NULL);
-    with(&l, "device=cuda tp=2");
-    refused(&l, 0, "key 'device' = \"cuda\" with tp 2: ", "not built yet");
-    with(&l, "device=cuda:0 pp=2");
-    refused(&l, 0, "key 'device' = \"cuda:0\" with pp 2: ", NULL);
-    with(&l, "device=emu zero_stage=1");
-    refused(&l, 0, "key 'device' = \"emu\" with zero_stage 1: ", NULL);
+    /* on a device: data parallel, zero_stage 1 and 2, tp and pp train (accepted below); the rest is refused */
+    with(&l, "device=cuda tp=2 sequence_parallel=true");
+    refused(&l, 0, "key 'device' = \"cuda\" with sequence_parallel true: ", "not built yet");
+    with(&l, "device=emu zero_stage=3");
+    refused(&l, 0, "key 'device' = \"emu\" with zero_stage 3: ", NULL);
     with(&l, "device=cuda servers=1");
     refused(&l, 0, "key 'device' = \"cuda\" with servers 1: ", NULL);
     with(&l, "device=cuda offload=disk");
@@ -469,6 +468,8 @@ static void test_check(void)
 
     /* what is allowed, and the data-parallel width the world leaves */
     accepted("tp=2 pp=2", 8, 2);
+    accepted("device=emu tp=2 pp=2 zero_stage=2", 8, 2); /* the strategies on a device (issue 46) */
+    accepted("device=cuda zero_stage=1", 4, 4);
     accepted("dp=2 tp=2 pp=2", 8, 2);
     accepted("servers=2", 6, 4);
     accepted("servers=2 dp=4 sync=ssp staleness=0", 6, 4);

@@ -71,7 +71,8 @@ bool dt_param_has_value(const dt_params *p, int index);
 /* Give up the flat value and/or gradient buffer (freed when the registry
  * owns it, forgotten when it came from outside; every parameter unbound):
  * ZeRO-2 keeps no whole gradient, ZeRO-3 no whole parameters either; the
- * strategy's block hooks bind what a block needs while it runs. */
+ * strategy's block hooks bind what a block needs while it runs.  On a
+ * device (dt_params_to_device) its buffers go as well. */
 void dt_params_drop_storage(dt_params *p, bool values, bool grads);
 /* Declare parameter `index` a shard (see dt_param_info) of a tensor whose
  * dimension split_dim is `parts` times (per group) this one's; the layers

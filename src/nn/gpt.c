@@ -45,6 +45,55 @@ typedef struct {
     dt_layer *drop;
 } embed;
 
+/* What the embedding keeps for its backward: the ids as the layers see them,
+ * and on a device with tp a host copy (the owner's rows are picked on the
+ * host). */
+typedef struct {
+    dt_tensor ids;
+    const float *host;
+} embed_saved;
+
+/* Vocabulary-parallel rows on a device, as the host loops do them: the k
+ * tokens whose rows this rank owns, their positions pos[] and local rows
+ * id[] (host lists, uploaded once), then one gather and one scatter-add:
+ *   forward  dst = out (zeroed), src = wte:  out[pos[r]] += wte[id[r]]
+ *   backward dst = gw,           src = g:    gw[id[r]]   += g[pos[r]]
+ * Row order is the host loop's (scatter-add adds in r order on cpu), and
+ * zero + x = x: the cpu run's bits, after the group's sum. */
+static dt_status embed_rows_on_device(dt_ctx *ctx, const embed *E, const float *host_ids, int64_t n, bool forward,
+                                      float *dst, const float *src)
+{
+    const dt_compute_ops *ops = dt__ops(ctx);
+    int64_t D = E->dim, k = 0;
+    float *h = dt__arena_host(ctx->arena, 2 * (n ? n : 1)); /* ids, then positions */
+    if (!h)
+        return dt__fail(DT_ERR_NOMEM, "%s: out of host memory for %lld token ids", E->base.name, (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t id = (int64_t)host_ids[i] - E->v0;
+        if (id >= 0 && id < E->vl) {
+            h[k] = (float)id;
+            h[n + k++] = (float)i;
+        }
+    }
+    if (!k)
+        return DT_OK;
+    dt_arena_mark mark = dt_arena_get_mark(ctx->arena);
+    float *dev = dt_arena_alloc(ctx->arena, 2 * k), *rows = dt_arena_alloc(ctx->arena, k * D);
+    dt_status s = dev && rows ? ops->upload(dev, h, (size_t)k * sizeof *h)
+                              : dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", E->base.name);
+    if (s == DT_OK)
+        s = ops->upload(dev + k, h + n, (size_t)k * sizeof *h);
+    if (s == DT_OK && forward) {
+        ops->rows_gather(rows, src, dev, k, D);
+        ops->rows_scatter_add(dst, dev + k, rows, k, D);
+    } else if (s == DT_OK) {
+        ops->rows_gather(rows, src, dev + k, k, D);
+        ops->rows_scatter_add(dst, dev, rows, k, D);
+    }
+    dt_arena_rewind(ctx->arena, mark);
+    return s;
+}
+
 static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
     embed *E = (embed *)l;
@@ -58,15 +107,12 @@ static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_
     const float *host_ids = ops->host ? x->data : ctx->input && dt_tensor_numel(ctx->input) == B * T ? ctx->input->data : NULL;
     if (!host_ids)
         return dt__fail(DT_ERR_INVALID, "%s: the token ids on %s have no host copy to check", l->name, ops->name);
-    if (E->tp.size && !ops->host)
-        return dt__fail(DT_ERR_INVALID, "%s: a vocabulary-parallel embedding on %s is not built yet (device=cpu)",
-                        l->name, ops->name);
     for (int64_t i = 0; i < B * T; i++) {
         float f = host_ids[i];
         if (!(f >= 0 && f < (float)E->vocab) || f != floorf(f))
             return dt__fail(DT_ERR_INVALID, "%s: token id %g outside 0..%lld", l->name, f, (long long)E->vocab - 1);
     }
-    dt_tensor *ids = DT_SAVE(ctx, l, dt_tensor);
+    embed_saved *ids = DT_SAVE(ctx, l, embed_saved);
     int t = E->tp.size ? E->tp.size : 1;
     if (E->sp && T % t)
         return dt__fail(DT_ERR_INVALID, "%s: sequence parallel: %lld positions are not divisible by %d ranks", l->name,
@@ -77,9 +123,18 @@ static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_
     float *out = ids && (local || !E->sp) ? dt_arena_alloc(ctx->arena, B * T * D) : NULL;
     if (!out)
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    *ids = *x;
+    ids->ids = *x;
+    ids->host = x->data;
     const float *wpe = dt_param_value(ctx->params, E->wpe);
-    if (E->tp.size) {
+    if (E->tp.size && !ops->host) { /* the host's ids pick the rows; kept for the backward */
+        float *keep = dt__arena_host(ctx->arena, B * T);
+        if (!keep)
+            return dt__fail(DT_ERR_NOMEM, "%s: out of host memory for %lld token ids", l->name, (long long)(B * T));
+        memcpy(keep, host_ids, (size_t)(B * T) * sizeof *keep);
+        ids->host = keep;
+        ops->zero(out, (size_t)(B * T * D) * sizeof *out);
+        DT_CHECK(embed_rows_on_device(ctx, E, keep, B * T, true, out, dt_param_value(ctx->params, E->wte)));
+    } else if (E->tp.size) {
         const float *wte = dt_param_value(ctx->params, E->wte);
         for (int64_t i = 0; i < B * T; i++) {
             int64_t id = (int64_t)x->data[i] - E->v0;
@@ -88,6 +143,8 @@ static dt_status embed_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_
             else
                 memset(out + i * D, 0, (size_t)D * sizeof *out);
         }
+    }
+    if (E->tp.size) {
         if (E->sp) { /* summed, and split into the slices of the positions */
             float *scratch = dt_arena_alloc(ctx->arena, B * T * D);
             dt_status s = scratch ? dt__sp_reduce_scatter(&E->tp, out, local, scratch, B, T / t, D)
@@ -118,9 +175,10 @@ static dt_status embed_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, d
     embed *E = (embed *)l;
     dt_tensor g;
     DT_CHECK(E->drop->ops->backward(E->drop, ctx, dy, &g, true));
-    const dt_tensor *ids = DT_LOAD(ctx, l, dt_tensor);
-    if (!ids)
+    const embed_saved *saved = DT_LOAD(ctx, l, embed_saved);
+    if (!saved)
         return DT_ERR_INVALID;
+    const dt_tensor *ids = &saved->ids;
     int64_t B = ids->shape[0], T = ids->shape[1], D = E->dim;
     dt_arena_mark mark = dt_arena_get_mark(ctx->arena);
     if (E->sp) { /* positions: this slice's part (tp_partial); then the whole gradient for the tokens */
@@ -136,7 +194,13 @@ static dt_status embed_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, d
         }
         g.data = whole;
     }
-    if (E->tp.size) { /* only this rank's rows: each token's gradient goes to its owner */
+    if (E->tp.size && !dt__ops(ctx)->host) { /* as below, picked by the host's copy of the ids */
+        dt_status s = embed_rows_on_device(ctx, E, saved->host, B * T, false, dt_param_grad(ctx->params, E->wte), g.data);
+        if (s != DT_OK) {
+            dt_arena_rewind(ctx->arena, mark);
+            return s;
+        }
+    } else if (E->tp.size) { /* only this rank's rows: each token's gradient goes to its owner */
         float *gw = dt_param_grad(ctx->params, E->wte);
         for (int64_t i = 0; i < B * T; i++) {
             int64_t id = (int64_t)ids->data[i] - E->v0;

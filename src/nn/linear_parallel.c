@@ -162,8 +162,10 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
         DT_CHECK(st);
         n /= L->t;
     }
-    if (bias)
+    if (bias && dt__ops(ctx)->host)
         add_bias(bias, y->data, n, L->out_l);
+    else if (bias) /* the same sums (y + b) on the device */
+        dt__ops(ctx)->rows_add(y->data, bias, n, L->out_l);
     return DT_OK;
 }
 

@@ -437,8 +437,6 @@ dt_status dt_model_to_device(dt_model *m, const dt_device *d)
         return dt__fail(DT_ERR_INVALID, "model_to_device: the model is NULL");
     if (!d || d->host)
         return m->dev ? dt__fail(DT_ERR_INVALID, "model_to_device: the model is on %s already", m->dev->name) : DT_OK;
-    if (m->split.tp.size)
-        return dt__fail(DT_ERR_INVALID, "model_to_device: a tensor-parallel model on %s is not built yet", d->name);
     DT_CHECK(dt_params_to_device(m->params, d));
     m->dev = d;
     return DT_OK;
@@ -528,14 +526,42 @@ void dt__desc_set_output_split(dt_model_desc *d, int64_t vocab, int64_t start, c
     d->split = (output_split){vocab, start, *tp};
 }
 
+/* The vocabulary-parallel loss of a model on a device: its slice of the
+ * logits comes to the host, the host's kernel runs (bitwise the cpu run's),
+ * and the gradient goes back.  A copy of rows x classes / tp floats each
+ * way per micro-batch: correct everywhere, a device kernel is the faster
+ * form (docs/gpu.md). */
+static dt_status loss_parallel_on_device(dt_model *m, const dt_tensor *out, const int32_t *targets, float *loss,
+                                         dt_tensor *dout)
+{
+    size_t bytes = (size_t)dt_tensor_numel(out) * sizeof(float);
+    dt_tensor h = *out, hg = dout ? *dout : *out;
+    h.data = malloc(bytes ? bytes : 1);
+    hg.data = dout ? malloc(bytes ? bytes : 1) : NULL;
+    dt_status s = h.data && (!dout || hg.data) ? DT_OK
+                  : dt__fail(DT_ERR_NOMEM, "model_loss: out of memory for a host copy of %zu bytes of logits", bytes);
+    if (s == DT_OK)
+        s = m->dev->download(h.data, out->data, bytes);
+    if (s == DT_OK)
+        s = dt_softmax_cross_entropy_parallel(&h, targets, m->split.vocab, m->split.start, &m->split.tp, loss,
+                                              dout ? &hg : NULL);
+    if (s == DT_OK && dout)
+        s = m->dev->upload(dout->data, hg.data, bytes);
+    free(h.data);
+    free(hg.data);
+    return s;
+}
+
 dt_status dt_model_loss(dt_model *m, const dt_tensor *out, const int32_t *targets, float *loss, dt_tensor *dout)
 {
     if (!m || !out || !targets || !loss)
         return dt__fail(DT_ERR_INVALID, "model_loss: %s is NULL",
                         !m ? "the model" : !out ? "the output" : !targets ? "targets" : "loss");
-    if (m->split.tp.size)
+    if (m->split.tp.size && !m->dev)
         return dt_softmax_cross_entropy_parallel(out, targets, m->split.vocab, m->split.start, &m->split.tp, loss,
                                                  dout);
+    if (m->split.tp.size)
+        return loss_parallel_on_device(m, out, targets, loss, dout);
     if (!m->dev)
         return dt_softmax_cross_entropy(out, targets, loss, dout);
     /* on a device: the targets (host memory) are checked here and copied over */

@@ -227,6 +227,14 @@ bool dt_param_has_value(const dt_params *p, int i) { return p->vptr[i] != NULL; 
 
 void dt_params_drop_storage(dt_params *p, bool values, bool grads)
 {
+    if (p->dev && values) { /* on a device: its buffers too */
+        p->dev->free(p->dvalues);
+        p->dvalues = NULL;
+    }
+    if (p->dev && grads) {
+        p->dev->free(p->dgrads);
+        p->dgrads = NULL;
+    }
     if (values) {
         if (p->owned)
             free(p->values);
@@ -328,8 +336,9 @@ bool dt_params_any_row_sparse(const dt_params *p) { return p && p->nsparse > 0; 
  * clear their touched rows only (all of them after dt_param_touch_all). */
 void dt_params_zero_grads(dt_params *p)
 {
-    if (p->dev) { /* dense only (dt_params_to_device) */
-        p->dev->zero(p->dgrads, (size_t)p->numel * sizeof(float));
+    if (p->dev) { /* dense only (dt_params_to_device); none after dt_params_drop_storage */
+        if (p->dgrads)
+            p->dev->zero(p->dgrads, (size_t)p->numel * sizeof(float));
         return;
     }
     if (!p->nsparse) {

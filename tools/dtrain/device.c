@@ -1,23 +1,45 @@
 /* The trainer's device line: the run (dt_strategy_create) moved the model
  * and the optimizer to the device; the start line names it.  One rank per
  * GPU process; several ranks on one host share GPUs by DT_LOCAL_RANK
- * (dt_device_open). */
+ * (dt_device_open).  Several ranks: the line also says which communication
+ * backend carries the device's buffers, and why.  The trainer leaves
+ * DT_BACKEND alone: the native backend (the default) stages device buffers
+ * through host memory, and works when ranks share a GPU; NCCL, which
+ * refuses two ranks on one GPU, is chosen by DT_BACKEND=nccl (docs/gpu.md). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dtrain_cli.h"
 
+/* "" for one rank; else "; communication: ..." naming the backend and why. */
+static void backend_note(char *buf, size_t n)
+{
+    const char *world = getenv("DT_WORLD_SIZE"), *local = getenv("DT_LOCAL_WORLD_SIZE"), *b = getenv("DT_BACKEND");
+    buf[0] = 0;
+    if (!world || atoi(world) <= 1)
+        return;
+    if (b && strcmp(b, "native"))
+        snprintf(buf, n, "; communication: the %s backend (DT_BACKEND=%s)", b, b);
+    else
+        snprintf(buf, n, "; communication: the native backend, device buffers staged through host memory (%s rank%s "
+                 "on this host%s; DT_BACKEND=nccl when every rank has a GPU of its own)",
+                 local ? local : "?", local && atoi(local) == 1 ? "" : "s",
+                 local && atoi(local) > 1 ? " may share a GPU" : "");
+}
+
 void dtrain_device_line(const dtrain_config *c)
 {
     const dt_device *dev = NULL;
-    char what[256] = "";
+    char what[256] = "", comm[256];
+    backend_note(comm, sizeof comm);
     if (dt_device_open(c->device, &dev) != DT_OK || dt_device_describe(dev, what, sizeof what) != DT_OK)
         snprintf(what, sizeof what, "%s", c->device);
     const char *products = !strcmp(c->precision, "bf16") ? "bf16 (f32 sums)" : c->tf32 ? "TF32" : "f32";
     if (!strcmp(c->device, "emu"))
-        dtrain_progress_line("device: %s; matrix products %s\n", what, products);
+        dtrain_progress_line("device: %s; matrix products %s%s\n", what, products, comm);
     else
         dtrain_progress_line("device: %s (%s); matrix products %s on cuBLASLt, attention, LayerNorm, GELU, dropout, "
-                             "cross-entropy and %s as dtrain's CUDA kernels\n",
-                             what, c->device, products, c->optimizer);
+                             "cross-entropy and %s as dtrain's CUDA kernels%s\n",
+                             what, c->device, products, c->optimizer, comm);
 }

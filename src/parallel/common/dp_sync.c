@@ -4,6 +4,7 @@
 #include "base/status.h"
 #include "parallel/common/dp_sync.h"
 #include "parallel/zero/internal.h"
+#include "tensor/backend.h"
 
 /* ---- allreduce (dt_ddp) ---- */
 
@@ -28,12 +29,13 @@ static dt_status allreduce_update(void *impl, dt_strategy *s, dt_comm *stages, d
         DT_CHECK(dt_ddp_finish(A->ddp)); /* the mean over micro-batches and replicas */
         dt_ddp_last_timing(A->ddp, comm, exposed);
     } else if (s->cfg.micro_batches > 1)
-        dt_vec_scale(dt_params_grads(p), 1.0f / (float)s->cfg.micro_batches, dt_params_numel(p));
+        dt_params_device(p)->scale(dt_params_device_grads(p), 1.0f / (float)s->cfg.micro_batches,
+                                   dt_params_numel(p));
     DT_CHECK(dt_params_reduce_tp_partial(p, s->cfg.tp));
     if (tied)
         DT_CHECK(dt_model_reduce_shared(s->model, tied));
     DT_CHECK(dt_clip_grad_norm_stages(s->model, s->cfg.grad_clip, s->cfg.tp, stages, norm));
-    return dt_optimizer_step(s->opt, dt_params_values(p), dt_params_grads(p), dt_params_numel(p), lr);
+    return dt_optimizer_step(s->opt, dt_params_device_values(p), dt_params_device_grads(p), dt_params_numel(p), lr);
 }
 
 static void allreduce_destroy(void *impl)

@@ -1,7 +1,10 @@
 /* Gradient operations over a group of ranks that each hold part of the
  * model: the global norm for clipping (tensor, pipeline and ZeRO shards each
  * count their own elements once), and the sum of a tied parameter's copies
- * between the pipeline stages that hold them. */
+ * between the pipeline stages that hold them.  The registry's gradients are
+ * where it lives (dt_params_device): every touch of their memory goes
+ * through that device's entries, the norm's sum of squares comes back as a
+ * host value. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -9,6 +12,7 @@
 #include "dtrain/parallel.h"
 #include "optim/clip.h"
 #include "parallel/common/strategy.h"
+#include "tensor/backend.h"
 
 dt_status dt_clip_grad_norm_group(float *grad, int64_t n, float max_norm, dt_comm *group, float *norm)
 {
@@ -31,12 +35,13 @@ dt_status dt_clip_grad_norm_group(float *grad, int64_t n, float max_norm, dt_com
  * the parameters in `skip` (NULL: none). */
 static double sumsq_share(dt_params *p, int t, const bool *skip)
 {
+    const dt_compute_ops *ops = dt_params_device(p);
     double shards = 0, replicas = 0;
     for (int i = 0; i < dt_params_count(p); i++) {
         if (skip && skip[i])
             continue;
         const dt_param_info *in = dt_params_info(p, i);
-        double sq = dt_vec_sumsq(dt_param_grad(p, i), in->numel);
+        double sq = ops->sumsq(dt_param_grad(p, i), in->numel);
         if (in->parts > 1)
             shards += sq;
         else
@@ -51,9 +56,10 @@ static dt_status clip_by(dt_params *p, double sumsq, float max_norm, float *norm
     if (norm)
         *norm = total;
     float c = dt__clip_coefficient(total, max_norm);
+    const dt_compute_ops *ops = dt_params_device(p);
     if (c != 1.0f)
         for (int i = 0; i < dt_params_count(p); i++)
-            dt_vec_scale(dt_param_grad(p, i), c, dt_params_info(p, i)->numel);
+            ops->scale(dt_param_grad(p, i), c, dt_params_info(p, i)->numel);
     return DT_OK;
 }
 

@@ -21,6 +21,8 @@
 #include "base/trace.h"
 #include "dtrain/parallel.h"
 #include "dtrain/tensor.h"
+#include "optim/clip.h"
+#include "tensor/backend.h"
 
 typedef struct {
     int64_t offset, count; /* range of the flat gradient buffer, in floats */
@@ -33,6 +35,10 @@ typedef struct {
 struct dt_ddp {
     dt_comm *comm;
     dt_params *params;
+    /* where the gradients and values live (dt_params_device: the cpu's, or a
+     * device's); every touch of their memory goes through these entries, and
+     * the buckets are reduced in place on the device pointers */
+    const dt_compute_ops *ops;
     dt_ddp_config cfg;
     bucket *buckets;
     int nbuckets, next_start; /* buckets start in index order */
@@ -94,12 +100,26 @@ static dt_status check_same_model(dt_ddp *d)
     return s;
 }
 
-/* After the broadcast every rank must hold rank 0's bits. */
+/* After the broadcast every rank must hold rank 0's bits (on a device: a
+ * host copy of them, checked once at the start). */
 static dt_status check_same_values(dt_ddp *d)
 {
     int size = dt_comm_size(d->comm);
-    uint64_t sum = dt__fnv1a64(DT_FNV64_SEED, dt_params_values(d->params),
-                         (size_t)dt_params_numel(d->params) * sizeof(float));
+    size_t bytes = (size_t)dt_params_numel(d->params) * sizeof(float);
+    const float *values = dt_params_device_values(d->params);
+    float *copy = NULL;
+    if (!d->ops->host) {
+        if (!(copy = malloc(bytes ? bytes : 1)))
+            return dt__fail(DT_ERR_NOMEM, "out of memory for a host copy of %zu bytes of parameters", bytes);
+        dt_status s = d->ops->download(copy, values, bytes);
+        if (s != DT_OK) {
+            free(copy);
+            return s;
+        }
+        values = copy;
+    }
+    uint64_t sum = dt__fnv1a64(DT_FNV64_SEED, values, bytes);
+    free(copy);
     uint64_t *all = malloc((size_t)size * sizeof *all);
     if (!all)
         return dt__fail(DT_ERR_NOMEM, "out of memory");
@@ -178,9 +198,9 @@ static void reset_step(dt_ddp *d)
 
 static dt_status start_bucket(dt_ddp *d, bucket *b)
 {
-    float *g = dt_params_grads(d->params) + b->offset;
+    float *g = dt_params_device_grads(d->params) + b->offset;
     if (d->micro_batches > 1)
-        dt_vec_scale(g, 1.0f / (float)d->micro_batches, b->count);
+        d->ops->scale(g, 1.0f / (float)d->micro_batches, b->count);
     b->started = true;
     for (int i = 0; i < dt_params_count(d->params); i++) { /* the average writes other ranks' rows */
         const dt_param_info *info = dt_params_info(d->params, i);
@@ -279,12 +299,22 @@ dt_status dt_ddp_finish(dt_ddp *d)
 
 dt_status dt_ddp_step(dt_ddp *d, dt_optimizer *o, float lr, float max_norm, float *norm)
 {
-    float *values = dt_params_values(d->params), *grads = dt_params_grads(d->params);
+    float *values = dt_params_device_values(d->params), *grads = dt_params_device_grads(d->params);
     int64_t numel = dt_params_numel(d->params);
-    dt_status s;
+    dt_status s = DT_OK;
+    if (!values || !grads)
+        s = dt__fail(DT_ERR_INVALID, "data parallel: the registry has no flat buffers");
+    else if (dt_optimizer_device(o) != d->ops)
+        s = dt__fail(DT_ERR_INVALID, "data parallel: the parameters are on %s, the optimizer on %s "
+                     "(dt_optimizer_set_device)", d->ops->name, dt_optimizer_device(o)->name);
+    if (s != DT_OK) { /* nothing stays in flight */
+        s = drain(d, s);
+        end_step(d);
+        return s;
+    }
     if (max_norm > 0) { /* clipping needs the global norm: everything first */
         DT_CHECK(dt_ddp_finish(d));
-        float n = dt_clip_grad_norm(grads, numel, max_norm);
+        float n = dt__clip_grad_norm_on(d->ops, grads, numel, max_norm);
         if (norm)
             *norm = n;
         return dt_optimizer_step(o, values, grads, numel, lr);
@@ -296,7 +326,7 @@ dt_status dt_ddp_step(dt_ddp *d, dt_optimizer *o, float lr, float max_norm, floa
         s = wait_bucket(d, k);
         if (s == DT_OK)
             s = dt_optimizer_update_range(o, values, grads, k->offset, k->count, lr);
-        sumsq += dt_vec_sumsq(grads + k->offset, k->count);
+        sumsq += d->ops->sumsq(grads + k->offset, k->count);
     }
     s = drain(d, s);
     end_step(d);
@@ -331,6 +361,7 @@ dt_status dt_ddp_create(dt_comm *c, dt_params *p, const dt_ddp_config *cfg, dt_d
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     d->comm = c;
     d->params = p;
+    d->ops = dt_params_device(p);
     d->sync = true;
     d->micro_batches = 1;
     d->cfg = cfg ? *cfg : (dt_ddp_config){0, DT_F32};
@@ -342,7 +373,7 @@ dt_status dt_ddp_create(dt_comm *c, dt_params *p, const dt_ddp_config *cfg, dt_d
     if (s == DT_OK && dt_comm_size(c) > 1) {
         s = check_same_model(d);
         if (s == DT_OK)
-            s = dt_broadcast(dt_params_values(p), (size_t)dt_params_numel(p), DT_F32, 0, c);
+            s = dt_broadcast(dt_params_device_values(p), (size_t)dt_params_numel(p), DT_F32, 0, c);
         if (s == DT_OK)
             s = check_same_values(d);
     }

@@ -1,7 +1,9 @@
 /* Data parallel as a strategy: gradient buckets start their allreduce during
  * the last micro-batch's backward (dt_ddp), and the update follows each
  * bucket as it lands, or waits for all of them when clipping needs the
- * global norm.  Dropout keys differ by rank, as the ranks' data do. */
+ * global norm.  Dropout keys differ by rank, as the ranks' data do.  On a
+ * device the buckets are the device's gradient buffer, reduced in place
+ * (the communicator stages device pointers), and the update runs there. */
 #include <stdlib.h>
 
 #include "base/status.h"
@@ -21,7 +23,7 @@ static dt_status ddp_update(dt_strategy *s, float lr, float max_norm, float *nor
     dt_params *p = dt_model_params(s->model);
     DT_CHECK(dt_params_reduce_tp_partial(p, s->cfg.tp)); /* sequence parallel: sums of the slices' parts */
     DT_CHECK(dt_clip_grad_norm_tp(p, max_norm, s->cfg.tp, norm));
-    return dt_optimizer_step(s->opt, dt_params_values(p), dt_params_grads(p), dt_params_numel(p), lr);
+    return dt_optimizer_step(s->opt, dt_params_device_values(p), dt_params_device_grads(p), dt_params_numel(p), lr);
 }
 
 static void ddp_timing(const dt_strategy *s, double *comm, double *exposed) { dt_ddp_last_timing(s->impl, comm, exposed); }
@@ -36,9 +38,6 @@ dt_status dt_strategy_ddp_create(dt_model *m, dt_optimizer *o, dt_comm *c, const
 {
     if (!c)
         return dt__fail(DT_ERR_INVALID, "strategy ddp: the communicator is NULL");
-    if (m && !dt_device_is_host(dt_model_device(m)))
-        return dt__fail(DT_ERR_INVALID, "strategy ddp: the model is on %s, and data parallelism over device buffers "
-                        "is not built yet (one rank: the single strategy)", dt_device_name(dt_model_device(m)));
     dt_strategy *s = NULL;
     DT_CHECK(dt__strategy_new(&ddp_ops, 0, m, o, cfg, &s));
     dt_ddp *d = NULL;

@@ -31,9 +31,8 @@ static const char *device_conflict(const dt_layout *l, int *value)
     const struct {
         const char *key;
         int value;
-    } uses[] = {{"tp", l->tp > 1 ? l->tp : 0},
-                {"pp", l->pp > 1 ? l->pp : 0},
-                {"zero_stage", l->zero_stage},
+    } uses[] = {{"sequence_parallel", l->sequence_parallel},
+                {"zero_stage", l->zero_stage == 3 ? 3 : 0},
                 {"servers", l->servers},
                 {"offload", l->offload != DT_OFFLOAD_NONE},
                 {"recompute", l->recompute != DT_RECOMPUTE_OFF}};
@@ -52,8 +51,9 @@ static dt_status keys_agree(const dt_layout *l)
     const char *key = strcmp(l->device, "cpu") ? device_conflict(l, &value) : NULL;
     if (key) {
         dt_layout_get(l, key, v, sizeof v);
-        return dt__fail(DT_ERR_INVALID, "key 'device' = \"%s\" with %s %s: training on a device with tp, pp, "
-                        "zero_stage, servers, offload or recompute is not built yet (cuda trains one rank for now)",
+        return dt__fail(DT_ERR_INVALID, "key 'device' = \"%s\" with %s %s: training on a device with "
+                        "sequence_parallel, zero_stage 3, servers, offload or recompute is not built yet (on a device: "
+                        "data parallel, zero_stage 1 and 2, tp and pp)",
                         l->device, key, v);
     }
     if (l->sequence_parallel && l->tp < 2)

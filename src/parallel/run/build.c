@@ -119,16 +119,14 @@ static dt_status make_optimizer(const dt__run *r, dt_model *m, dt_optimizer **o)
     return s != DT_OK ? dt__fail(s, "optimizer: %s", dt_last_error()) : DT_OK;
 }
 
-/* device != cpu: the model and its optimizer move there (one rank for now). */
+/* device != cpu: the model and its optimizer move there, on every rank
+ * (cuda: the GPU of DT_LOCAL_RANK; ranks may share one).  The strategies
+ * then communicate the device's buffers (the communicator stages them). */
 static dt_status to_device(const dt__run *r, dt_model *m, dt_optimizer *o)
 {
     const dt_layout *l = &r->layout;
     if (!strcmp(l->device, "cpu"))
         return DT_OK;
-    if (dt_comm_size(r->job) > 1)
-        return dt__fail(DT_ERR_INVALID, "device %s: %d ranks: training on GPUs across ranks is not built yet (this "
-                        "build trains one rank per GPU job; set device=cpu for data-parallel runs)", l->device,
-                        dt_comm_size(r->job));
     const dt_device *dev = NULL;
     dt_status s = dt_device_open(l->device, &dev);
     if (s == DT_OK)
@@ -157,7 +155,7 @@ static dt_status compose(dt_strategy_config *sc, dt__run *r, dt_model *m, dt_opt
         return dt_strategy_zero_create(m, o, r->dp, l->zero_stage, sc, out);
     /* one process: the single strategy's update visits a row-sparse table's
      * touched rows only (data parallel's is dense, as its allreduce), and
-     * runs on a device's buffers (data parallel's buckets are host memory) */
+     * runs on a device's buffers without a communicator */
     if (dt_comm_size(r->dp) == 1 && !r->tp &&
         (dt_params_any_row_sparse(dt_model_params(m)) || !dt_device_is_host(dt_model_device(m))))
         return dt_strategy_single_create(m, o, sc, out);

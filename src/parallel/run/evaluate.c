@@ -74,14 +74,17 @@ static dt_status score(dt_model *m, dt_comm *tp, const dt_tensor *out, const dt_
     const float *z = out->data;
     const dt_device *dev = dt_model_device(m);
     if (!dt_device_is_host(dev) || tn > 1) {
-        float *grown = realloc(*all, (size_t)(tn * R * C) * sizeof **all);
+        /* on a device with tp: this rank's slice lands past the gathered ones */
+        int64_t mine = !dt_device_is_host(dev) && tn > 1 ? tn * R * C : 0;
+        float *grown = realloc(*all, (size_t)(mine + tn * R * C) * sizeof **all);
         if (!grown)
             return dt__fail(DT_ERR_NOMEM, "evaluation: out of memory for the logits");
         *all = grown;
         if (!dt_device_is_host(dev)) /* the logits to the host for the argmax */
-            DT_CHECK(dt_device_download(dev, grown, out->data, (size_t)(R * C) * sizeof *grown));
+            DT_CHECK(dt_device_download(dev, grown + mine, out->data, (size_t)(R * C) * sizeof *grown));
         if (tn > 1) /* the slices of every rank */
-            DT_CHECK(dt_allgather(dt_device_is_host(dev) ? out->data : grown, grown, (size_t)(R * C), DT_F32, tp));
+            DT_CHECK(dt_allgather(dt_device_is_host(dev) ? out->data : grown + mine, grown, (size_t)(R * C), DT_F32,
+                                  tp));
         z = grown;
     }
     for (int64_t q = 0; q < R; q++) {

@@ -13,7 +13,10 @@ dt_status dt__save_common(dt_strategy *s, const dt__save_args *a)
 {
     dt__run *r = s->run;
     dt_status st;
-    if (!dt_device_is_host(dt_model_device(s->model)) && a->w && /* the host's copies of the values and the state */
+    bool dev = !dt_device_is_host(dt_model_device(s->model));
+    if (dev && (st = dt_strategy_sync(s)) != DT_OK) /* ZeRO's last gathers landed: the values are current */
+        return dt__fail(st, "checkpoint at step %lld: %s", (long long)a->pr->step, dt_last_error());
+    if (dev && a->w && /* the host's copies of the values and the state */
         ((st = dt_params_download(dt_model_params(s->model))) != DT_OK || (st = dt_optimizer_download(s->opt)) != DT_OK))
         return dt__fail(st, "checkpoint at step %lld: %s", (long long)a->pr->step, dt_last_error());
     dt_params *wp = r->whole ? dt_model_params(r->whole) : NULL;

@@ -6,6 +6,9 @@
 
 #include "base/status.h"
 #include "parallel/zero/buf_pool.h"
+#include "tensor/backend.h"
+
+static bool on_host(const dt__buf_pool *p) { return !p->ops || p->ops->host; }
 
 static dt_status grow(dt__buf_pool *p)
 {
@@ -17,10 +20,11 @@ static dt_status grow(dt__buf_pool *p)
         p->b = b;
         p->cap = cap;
     }
-    float *data = malloc((size_t)(p->size ? p->size : 1) * sizeof(float));
+    size_t bytes = (size_t)(p->size ? p->size : 1) * sizeof(float);
+    float *data = on_host(p) ? malloc(bytes) : p->ops->alloc(bytes);
     if (!data)
-        return dt__fail(DT_ERR_NOMEM, "out of memory for buffer %d of %lld floats (the pool holds %zu bytes)",
-                        p->n + 1, (long long)p->size, p->bytes);
+        return dt__fail(DT_ERR_NOMEM, "out of %s memory for buffer %d of %lld floats (the pool holds %zu bytes)",
+                        on_host(p) ? "host" : p->ops->name, p->n + 1, (long long)p->size, p->bytes);
     p->b[p->n++] = (dt__pool_buf){data, p->size, false};
     p->bytes += (size_t)(p->size ? p->size : 1) * sizeof(float);
     p->allocs++;
@@ -46,9 +50,11 @@ dt_status dt__pool_take(dt__buf_pool *p, int64_t n, bool zero, float **out)
         at++;
     if (at == p->n)
         DT_CHECK(grow(p));
-    p->b[at].used = true;
-    if (zero)
+    if (zero && on_host(p))
         memset(p->b[at].data, 0, (size_t)n * sizeof(float));
+    else if (zero)
+        DT_CHECK(p->ops->zero(p->b[at].data, (size_t)n * sizeof(float)));
+    p->b[at].used = true;
     *out = p->b[at].data;
     return DT_OK;
 }
@@ -65,7 +71,10 @@ void dt__pool_give(dt__buf_pool *p, float *buf)
 void dt__pool_free(dt__buf_pool *p)
 {
     for (int i = 0; i < p->n; i++)
-        free(p->b[i].data);
+        if (on_host(p))
+            free(p->b[i].data);
+        else
+            p->ops->free(p->b[i].data);
     free(p->b);
-    *p = (dt__buf_pool){0};
+    *p = (dt__buf_pool){.ops = p->ops};
 }

@@ -13,6 +13,8 @@
 
 #include "dtrain/base.h"
 
+struct dt_compute_ops;
+
 typedef struct {
     float *data;
     int64_t cap; /* floats */
@@ -25,6 +27,9 @@ typedef struct {
     int64_t size;     /* floats per buffer */
     size_t bytes;     /* allocated in all (dt_strategy_memory_bytes counts them) */
     uint64_t allocs;  /* buffers allocated so far (a test checks they stop growing) */
+    /* whose memory the buffers are: NULL (or the cpu's) the host's; set
+     * before the first reserve (ZeRO on a device: the device's) */
+    const struct dt_compute_ops *ops;
 } dt__buf_pool;
 
 /* Buffers of `size` floats from now on; `count` of them allocated now. */

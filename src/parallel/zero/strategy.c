@@ -41,7 +41,14 @@
  * forward, and the reduce-scatters all start after the schedule, once the
  * tied copies are summed over the stages (the stages' units differ, so that
  * sum cannot follow the reduce-scatter); stage 2 is then stage 1 (the
- * whole gradients held through the schedule). */
+ * whole gradients held through the schedule).
+ *
+ * On a device (stages 1 and 2): the registry's flat buffers are the
+ * device's (dt_params_device_values/grads), the pools and the shard's
+ * gradients are device memory, and every copy, sum and scale goes through
+ * the device's entries (Z->ops); the collectives take the device pointers
+ * (the communicator stages them).  Stage 3 keeps its host-side shard and
+ * gathers and is refused on a device. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +61,7 @@
 #include "parallel/common/strategy.h"
 #include "parallel/zero/buf_pool.h"
 #include "parallel/zero/internal.h"
+#include "tensor/backend.h"
 
 #define MAX_UNITS_PER_BLOCK 4 /* its own and the tied ones it uses */
 /* Reduce-scatters in flight at once for stages 2 and 3: each holds its
@@ -77,6 +85,7 @@ typedef struct {
 
 typedef struct {
     int stage, N, r;
+    const dt_compute_ops *ops; /* the registry's device (the cpu's: host memory) */
     dt_comm *dp; /* split from the group the strategy was made over */
     dt__zero_layout L;
     /* The shard: values (stage 3; stages 1 and 2 update their slices in the
@@ -117,6 +126,10 @@ static void held(zero *Z, int64_t floats)
     Z->held = (size_t)((int64_t)Z->held + floats * (int64_t)sizeof(float));
     Z->held_peak = Z->held > Z->held_peak ? Z->held : Z->held_peak;
 }
+
+/* The registry's whole values and gradients, where the layers use them. */
+static float *reg_values(dt_strategy *s) { return dt_params_device_values(dt_model_params(s->model)); }
+static float *reg_grads(dt_strategy *s) { return dt_params_device_grads(dt_model_params(s->model)); }
 
 static bool padded(const zero *Z, int u) { return Z->L.unit[u].slice * Z->N != Z->L.unit[u].numel; }
 
@@ -191,9 +204,8 @@ static dt_status regather_wait(dt_strategy *s, zero *Z, int u)
     DT_CHECK(wait_for(Z, &us->gather, true, u));
     if (us->staging) {
         const dt__zero_unit *U = &Z->L.unit[u];
-        memcpy(dt_params_values(dt_model_params(s->model)) + U->flat_offset, us->staging,
-               (size_t)U->numel * sizeof(float));
-        free(us->staging);
+        Z->ops->copy(reg_values(s) + U->flat_offset, us->staging, (size_t)U->numel * sizeof(float));
+        Z->ops->free(us->staging);
         us->staging = NULL;
         held(Z, -U->slice * Z->N);
     }
@@ -206,7 +218,7 @@ static dt_status regather_start(dt_strategy *s, zero *Z, int u)
 {
     const dt__zero_unit *U = &Z->L.unit[u];
     unit_state *us = &Z->u[u];
-    float *v = dt_params_values(dt_model_params(s->model)) + U->flat_offset;
+    float *v = reg_values(s) + U->flat_offset;
     if (!padded(Z, u))
         return dt_iallgather(v, v, (size_t)U->slice, DT_F32, Z->dp, &us->gather);
     int staged = 0; /* at most MAX_REDUCES padded copies: wait for the oldest (started in unit order) */
@@ -218,11 +230,11 @@ static dt_status regather_start(dt_strategy *s, zero *Z, int u)
             staged--;
         }
     int64_t lo, n = own_part(Z, u, &lo);
-    if (!(us->staging = malloc((size_t)(U->slice * Z->N) * sizeof(float))))
+    if (!(us->staging = Z->ops->alloc((size_t)(U->slice * Z->N) * sizeof(float))))
         return dt__fail(DT_ERR_NOMEM, "zero: out of memory gathering block %d's parameters", U->block);
     held(Z, U->slice * Z->N);
-    memcpy(us->staging + lo, v + lo, (size_t)n * sizeof(float));
-    memset(us->staging + lo + n, 0, (size_t)(U->slice - n) * sizeof(float));
+    Z->ops->copy(us->staging + lo, v + lo, (size_t)n * sizeof(float));
+    Z->ops->zero(us->staging + lo + n, (size_t)(U->slice - n) * sizeof(float));
     return dt_iallgather(us->staging, us->staging, (size_t)U->slice, DT_F32, Z->dp, &us->gather);
 }
 
@@ -321,13 +333,13 @@ static dt_status collect_unit(zero *Z, dt_strategy *s, int u, bool wait)
     if (Z->stage == 1) {
         if (us->sending) {
             int64_t lo, n = own_part(Z, u, &lo);
-            memcpy(dt_params_grads(dt_model_params(s->model)) + U->flat_offset, us->sending, (size_t)n * sizeof(float));
+            Z->ops->copy(reg_grads(s) + U->flat_offset, us->sending, (size_t)n * sizeof(float));
             dt__pool_give(&Z->grad_pool, us->sending);
             us->sending = NULL;
         }
         return DT_OK;
     }
-    dt_vec_axpy(Z->grads + U->shard_offset, 1.0f, us->summed, U->slice);
+    Z->ops->axpy(Z->grads + U->shard_offset, 1.0f, us->summed, U->slice);
     dt__pool_give(&Z->sum_pool, us->summed);
     dt__pool_give(&Z->grad_pool, us->sending);
     us->summed = us->sending = NULL;
@@ -382,7 +394,7 @@ static dt_status reduce_registry_start(dt_strategy *s, zero *Z, int u)
 {
     const dt__zero_unit *U = &Z->L.unit[u];
     unit_state *us = &Z->u[u];
-    float *g = dt_params_grads(dt_model_params(s->model)) + U->flat_offset;
+    float *g = reg_grads(s) + U->flat_offset;
     us->reduced = true;
     if (!padded(Z, u))
         return dt_ireduce_scatter(g, g, (size_t)U->slice, DT_F32, DT_SUM, Z->dp, &us->reduce);
@@ -390,8 +402,8 @@ static dt_status reduce_registry_start(dt_strategy *s, zero *Z, int u)
     dt_status st = dt__pool_take(&Z->grad_pool, U->slice * Z->N, false, &us->sending);
     if (st != DT_OK)
         return dt__wrap(st, "zero: reducing block %d's gradients: ", U->block);
-    memcpy(us->sending, g, (size_t)U->numel * sizeof(float));
-    memset(us->sending + U->numel, 0, (size_t)(U->slice * Z->N - U->numel) * sizeof(float));
+    Z->ops->copy(us->sending, g, (size_t)U->numel * sizeof(float));
+    Z->ops->zero(us->sending + U->numel, (size_t)(U->slice * Z->N - U->numel) * sizeof(float));
     return dt_ireduce_scatter(us->sending, us->sending, (size_t)U->slice, DT_F32, DT_SUM, Z->dp, &us->reduce);
 }
 
@@ -482,7 +494,7 @@ static dt_status zero_ready(void *user, int param)
  * (stages 2, 3). */
 static float *grad_slice(dt_strategy *s, zero *Z, int u)
 {
-    return Z->stage == 1 ? dt_params_grads(dt_model_params(s->model)) + Z->L.unit[u].flat_offset
+    return Z->stage == 1 ? reg_grads(s) + Z->L.unit[u].flat_offset
                          : Z->grads + Z->L.unit[u].shard_offset;
 }
 
@@ -562,14 +574,14 @@ static dt_status reduce_tp_partial(dt_strategy *s, zero *Z, int u, float *g, int
 static double slice_sumsq(dt_strategy *s, const zero *Z, int u, const float *g, int64_t lo, int64_t n)
 {
     if (!Z->weight)
-        return dt_vec_sumsq(g, n);
+        return Z->ops->sumsq(g, n);
     const dt__zero_unit *U = &Z->L.unit[u];
     double sq = 0;
     for (int k = U->first_param; k < U->first_param + U->nparams; k++) {
         int64_t a, b;
         piece(s, Z, u, k, lo, n, &a, &b);
         if (a < b && Z->weight[k] != 0)
-            sq += Z->weight[k] * dt_vec_sumsq(g + (a - lo), b - a);
+            sq += Z->weight[k] * Z->ops->sumsq(g + (a - lo), b - a);
     }
     return sq;
 }
@@ -596,7 +608,7 @@ static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *no
         int64_t lo, n = own_part(Z, u, &lo);
         float *g = grad_slice(s, Z, u);
         DT_CHECK(reduce_tp_partial(s, Z, u, g, lo, n));
-        dt_vec_scale(g, mean, n);
+        Z->ops->scale(g, mean, n);
         sumsq += slice_sumsq(s, Z, u, g, lo, n);
     }
     DT_CHECK(dt_allreduce(&sumsq, &sumsq, 1, DT_F64, DT_SUM, Z->dp));
@@ -621,19 +633,19 @@ static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *no
     }
     /* stages 1 and 2: each slice updated where it sits in the whole
      * parameters, its gather started at once */
-    float *v = dt_params_values(dt_model_params(s->model));
+    float *v = reg_values(s);
     for (int u = 0; u < Z->L.nunits; u++) {
         const dt__zero_unit *U = &Z->L.unit[u];
         int64_t lo, n = own_part(Z, u, &lo);
         float *g = grad_slice(s, Z, u);
         if (clip != 1.0f)
-            dt_vec_scale(g, clip, n);
+            Z->ops->scale(g, clip, n);
         DT_CHECK(dt_optimizer_update_slice(s->opt, v + U->flat_offset + lo, g, U->shard_offset, n, lr));
         DT_CHECK(regather_start(s, Z, u));
     }
     dt_optimizer_end_step(s->opt);
     if (Z->stage == 2)
-        dt_vec_zero(Z->grads, Z->L.shard_numel);
+        DT_CHECK(Z->ops->zero(Z->grads, (size_t)Z->L.shard_numel * sizeof(float)));
     end_timing(Z);
     return DT_OK;
 }
@@ -649,7 +661,7 @@ static void zero_destroy(dt_strategy *s)
             if (Z->u[u].gather)
                 dt_wait(Z->u[u].gather, NULL);
             free(Z->u[u].values);
-            free(Z->u[u].staging);
+            Z->ops->free(Z->u[u].staging);
         }
     }
     if (s->model) {
@@ -666,7 +678,10 @@ static void zero_destroy(dt_strategy *s)
     free(Z->view);
     free(Z->u);
     free(Z->values);
-    free(Z->grads);
+    if (Z->ops && !Z->ops->host)
+        Z->ops->free(Z->grads);
+    else
+        free(Z->grads);
     dt__zero_layout_free(&Z->L);
     free(Z);
 }
@@ -797,6 +812,20 @@ void dt_strategy_zero_offload_io(const dt_strategy *s, uint64_t *read, uint64_t 
     *written = io.disk_written;
 }
 
+/* n zeroed floats of dev's memory (the host's: calloc). */
+static float *alloc_zeroed(const dt_compute_ops *dev, int64_t n)
+{
+    size_t bytes = (size_t)(n ? n : 1) * sizeof(float);
+    if (dev->host)
+        return calloc(1, bytes);
+    float *p = dev->alloc(bytes);
+    if (p && dev->zero(p, bytes) != DT_OK) {
+        dev->free(p);
+        p = NULL;
+    }
+    return p;
+}
+
 dt_status dt__strategy_zero_make(dt_model *m, dt_optimizer *o, dt_comm *c, int stage, const dt_strategy_config *cfg,
                                  dt_comm *stages, bool deferred, dt_strategy **out)
 {
@@ -809,9 +838,16 @@ dt_status dt__strategy_zero_make(dt_model *m, dt_optimizer *o, dt_comm *c, int s
     if (stage == 3 && (tp || stages || deferred))
         return dt__fail(DT_ERR_INVALID, "strategy zero: zero_stage 3 with tp/pp is not built: use 1 or 2");
     dt_params *p = dt_model_params(m);
-    if (!dt_params_values(p) || !dt_params_grads(p))
+    const dt_compute_ops *dev = dt_params_device(p);
+    if (!dt_params_device_values(p) || !dt_params_device_grads(p))
         return dt__fail(DT_ERR_INVALID, "strategy zero: the model must hold its whole parameters and gradients "
                                         "(dt_model_instantiate) when the strategy starts");
+    if (stage == 3 && !dev->host)
+        return dt__fail(DT_ERR_INVALID, "strategy zero: zero_stage 3 on %s is not built yet (its shard and gathers "
+                        "are host memory): use 1 or 2 on a device", dev->name);
+    if (!dev->host && o && dt_optimizer_device(o) != dev)
+        return dt__fail(DT_ERR_INVALID, "strategy zero: the parameters are on %s, the optimizer on %s "
+                        "(dt_optimizer_set_device)", dev->name, dt_optimizer_device(o)->name);
     dt_strategy *s = NULL;
     DT_CHECK(dt__strategy_new(&zero_ops, sizeof(zero), m, o, cfg, &s));
     zero *Z = s->impl;
@@ -820,6 +856,8 @@ dt_status dt__strategy_zero_make(dt_model *m, dt_optimizer *o, dt_comm *c, int s
      * schedule, so stage 2 runs as stage 1 (see the top of this file) */
     stage = deferred && stage == 2 ? 1 : stage;
     Z->stage = stage;
+    Z->ops = dev;
+    Z->grad_pool.ops = Z->sum_pool.ops = dev;
     Z->N = dt_comm_size(c);
     Z->r = dt_comm_rank(c);
     Z->tp = tp;
@@ -832,12 +870,12 @@ dt_status dt__strategy_zero_make(dt_model *m, dt_optimizer *o, dt_comm *c, int s
         st = dt__zero_layout_make(m, Z->N, Z->r, &Z->L);
     int64_t S = Z->L.shard_numel;
     if (st == DT_OK && ((stage == 3 && !(Z->values = calloc((size_t)(S ? S : 1), sizeof(float)))) ||
-                        (stage >= 2 && !(Z->grads = calloc((size_t)(S ? S : 1), sizeof(float)))) ||
+                        (stage >= 2 && !(Z->grads = alloc_zeroed(dev, S))) ||
                         !(Z->u = calloc((size_t)(Z->L.nunits ? Z->L.nunits : 1), sizeof *Z->u))))
         st = dt__fail(DT_ERR_NOMEM, "out of memory for the ZeRO shard (%lld elements)", (long long)S);
     Z->shard = sizeof(float) * (size_t)((stage == 3 ? S : 0) + (stage >= 2 ? S : 0));
     if (st == DT_OK) /* every rank starts from rank 0's weights */
-        st = dt_broadcast(dt_params_values(p), (size_t)dt_params_numel(p), DT_F32, 0, c);
+        st = dt_broadcast(dt_params_device_values(p), (size_t)dt_params_numel(p), DT_F32, 0, c);
     if (st == DT_OK) /* a communicator of its own: the caller's calls on c do not wait behind its gathers */
         st = dt_comm_split(c, 0, Z->r, &Z->dp);
     if (st == DT_OK && stage == 3)
