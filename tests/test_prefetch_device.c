@@ -7,7 +7,8 @@
  *  - a single-strategy step fed those batches runs no upload on its thread
  *    (no host-to-device copy inside the step), and trains to the same bits
  *    as steps fed the host batches only (which copy them in themselves);
- *  - dt_prefetch_start_on the cpu (or NULL) hands out host batches only. */
+ *  - dt_prefetch_start_on the cpu (or NULL) hands out host batches only;
+ *  - the emu allocator's high-water mark (dt_device_memory's peak). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,6 +151,38 @@ static void test_step_copies_nothing(const dt_device *emu)
     free(b);
 }
 
+/* The allocator's high-water mark (mem_peak, dt_device_memory): the most
+ * bytes held at once, through many allocations freed out of order (the
+ * pointer table's deletions).  Run first: nothing else is held yet. */
+static void test_mem_peak(const dt_device *emu)
+{
+    size_t total = 0, free_b = 0, peak = 1;
+    EXPECT_STATUS(dt_device_memory(emu, &total, &free_b, &peak), DT_OK);
+    EXPECT(peak == 0 && total > 0 && free_b <= total);
+    enum { N = 1000 };
+    void **p = malloc(N * sizeof *p);
+    for (int i = 0; i < N; i++)
+        p[i] = emu->alloc(1000);
+    for (int i = 0; i < N; i += 2) /* every other one, then the rest backwards */
+        emu->free(p[i]);
+    for (int i = N - 1; i > 0; i -= 2)
+        emu->free(p[i]);
+    EXPECT_STATUS(dt_device_memory(emu, &total, &free_b, &peak), DT_OK);
+    EXPECT_EQ(peak, N * 1000);
+    void *a = emu->alloc(600000), *b = emu->alloc(500000);
+    EXPECT_STATUS(dt_device_memory(emu, &total, &free_b, &peak), DT_OK);
+    EXPECT_EQ(peak, 1100000); /* only what is held counts: the thousand were freed */
+    emu->free(a);
+    void *c = emu->alloc(400000);
+    EXPECT_STATUS(dt_device_memory(emu, &total, &free_b, &peak), DT_OK);
+    EXPECT_EQ(peak, 1100000);
+    emu->free(b);
+    emu->free(c);
+    free(p);
+    EXPECT_STATUS(dt_device_memory(&dt__cpu_ops, &total, &free_b, &peak), DT_OK);
+    EXPECT(peak == 0 && total > 0); /* the cpu does not count */
+}
+
 int main(void)
 {
     const dt_device *emu = NULL;
@@ -157,6 +190,7 @@ int main(void)
         printf("%s\n", dt_last_error()); /* no emu on this architecture: a skip */
         return 77;
     }
+    test_mem_peak(emu);
     test_batches_on_emu(emu);
     test_step_copies_nothing(emu);
     return CHECK_DONE("test_prefetch_device");
