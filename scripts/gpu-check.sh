@@ -44,7 +44,10 @@
 # 15 s left is skipped, so the script ends by 8 minutes whatever hangs.
 # torch.compile is run for the bf16 GPT-2 row only: each compiled variant
 # costs about a minute.  GPT-2 124M: 12 layers, dim 768, 12 heads, context
-# 1024, vocab 50304, batch 8; gpt-small as configs/gpt-small.json.
+# 1024, vocab 50304, batch 8; gpt-small as configs/gpt-small.json.  Every
+# dtrain and torch row has an MFU (bench/gpu/mfu.py: PaLM's 6 N + 12 L T D
+# FLOPs per token x tokens/s over the GPU's peak by its nvidia-smi name for
+# the row's precision; "n/a" for a GPU not in its table).
 #
 # Environment: GPU_CHECK_BUDGET=seconds, GPU_CHECK_ONLY=regex (the steps to
 # run, e.g. 'env|build|gpu_kernels'), GPU_CHECK_CMAKE_ARGS (added to the
@@ -335,18 +338,44 @@ dtrain_row() { # NAME CONFIG-SETS...
         --set eval_batches=1 --set log_interval=5 --set device=cuda --set metrics_file="$OUT/dtrain-$name.jsonl" "$@" \
         >"$OUT/steps/dtrain-$name.out" 2>&1
     local rc=$?
-    grep -E "device:|memory on rank|activation memory|step +[0-9]+/" "$OUT/steps/dtrain-$name.out" | tail -n 6
+    grep -E "device:|memory on rank|device memory|activation memory|step +[0-9]+/" "$OUT/steps/dtrain-$name.out" |
+        tail -n 7
     [ $rc -eq 0 ] || { tail -n 5 "$OUT/steps/dtrain-$name.out"; return $rc; }
-    python3 - "$OUT/dtrain-$name.jsonl" "$OUT/dtrain-$name.json" "$name" "$*" <<'PY'
-import json, statistics, sys
-src, dst, name, args = sys.argv[1:5]
+    python3 - "$OUT/dtrain-$name.jsonl" "$OUT/dtrain-$name.json" "$name" "$OUT/steps/dtrain-$name.out" "$OUT/gpu.csv" \
+        "$@" <<'PY'
+import json, os, re, statistics, sys
+sys.path.insert(0, "bench/gpu")
+import mfu  # the torch rows' formula and peaks
+src, dst, name, log, gpu_csv = sys.argv[1:6]
+args = sys.argv[6:]
 rows = [json.loads(l) for l in open(src) if '"tokens_per_s"' in l]
 rates = [r["tokens_per_s"] for r in rows[1:]] or [r["tokens_per_s"] for r in rows]
 tps = statistics.median(rates)
-out = {"name": name, "args": args, "tokens_per_s": tps, "windows": rates, "steps": rows[-1]["step"],
-       "final_loss": rows[-1]["loss"]}
+# the run's shape: its --config file, then the --set keys in order (the trainer's own precedence)
+cfg = {}
+for flag, val in zip(args, args[1:]):
+    if flag == "--config":
+        cfg.update(json.load(open(val)))
+    elif flag == "--set" and "=" in val:
+        k, v = val.split("=", 1)
+        cfg[k] = v
+params = re.search(r"training gpt \((\d+) parameters\)", open(log).read())
+gpus = [l.split(",")[0].strip() for l in open(gpu_csv) if l.strip()] if os.path.exists(gpu_csv) else []  # s_env's
+precision = cfg.get("precision", "f32")
+shape = all(k in cfg for k in ("layers", "context", "dim"))
+m = mfu.mfu(int(params.group(1)), int(cfg["layers"]), int(cfg["context"]), int(cfg["dim"]), tps, precision,
+            str(cfg.get("tf32", "false")).lower() == "true", gpus[0] if gpus else mfu.gpu_name()) \
+    if params and shape else {}
+out = {"name": name, "args": " ".join(args), "tokens_per_s": tps, "windows": rates, "steps": rows[-1]["step"],
+       "final_loss": rows[-1]["loss"], "mfu": m.get("mfu"), "achieved_tflops": m.get("achieved_tflops"),
+       "settings": {"params": int(params.group(1)) if params else None, "layers": cfg.get("layers"),
+                    "dim": cfg.get("dim"), "context": cfg.get("context"), "dtype": precision,
+                    "flops_per_token": m.get("flops_per_token"), "peak_tflops": m.get("peak_tflops"),
+                    "device_name": m.get("device_name")}}
 json.dump(out, open(dst, "w"), indent=1)
-print(f"dtrain {name}: {tps:.0f} tokens/s (median of {len(rates)} windows), final loss {rows[-1]['loss']:.4f}")
+share = f"{100 * m['mfu']:.1f}%" if m.get("mfu") is not None else "n/a"
+print(f"dtrain {name}: {tps:.0f} tokens/s (median of {len(rates)} windows), MFU {share} "
+      f"({m.get('achieved_tflops', 0):.1f} TFLOP/s, peak {m.get('peak_tflops') or 'unknown'}), final loss {rows[-1]['loss']:.4f}")
 PY
 }
 GPT2_DT="--set layers=12 --set dim=768 --set heads=12 --set context=1024 --set vocab=50304 --set batch_size=8 --set steps=25"

@@ -81,6 +81,7 @@ done
 run engine/gemm-bf16/unknown-kernel-refused 120 env DT_BF16_GEMM=tpu "$BIN/test_gemm_bf16"
 run unit/conv 120 "$BIN/test_conv"
 run unit/runtime 120 "$BIN/test_runtime"
+run unit/prefetch-device 60 "$BIN/test_prefetch_device"
 run unit/layout 30 "$BIN/test_layout"
 run unit/run-from-layout 300 "$BIN/dtrun" -n 4 "$BIN/test_run"
 run unit/plan 60 "$BIN/test_plan" bench/plan/hardware/a100-dgx.json

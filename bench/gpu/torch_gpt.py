@@ -36,17 +36,12 @@ torch.cuda.synchronize(); the loop itself never synchronises (losses are
 read after).  "best" is the variant with the most tokens/s; all are
 reported.
 
-Model FLOPs utilisation (llm.c's gpt2_estimate_mfu, PaLM appendix B):
-  flops per token = 6 N + 6 L D T
-N = every parameter (wte once: it is tied; wpe included), L layers, D the
-width, T the context: 6 N for the matrix products forward (2 N) and
-backward (4 N), 6 L D T for attention's two T x T products (QK^T and PV)
-forward and backward with the causal half skipped (12 L D T without the
-mask).  MFU = flops/token x tokens/s / peak, the peak from --peak-tflops or
-the device name: H100 SXM and H200 dense bf16 989 TFLOP/s, TF32 495, f32 67
-(H100 PCIe 756 / 378 / 51, H100 NVL and H200 NVL 835 / 418 / 60); bf16
-runs are measured against the bf16 peak, f32 against TF32's when --tf32 on,
-else f32's.
+Model FLOPs utilisation: bench/gpu/mfu.py, shared with dtrain's rows of
+scripts/gpu-check.sh: PaLM's 6 N + 12 L T D FLOPs per token (N every
+parameter, wte once) x tokens/s over the peak from --peak-tflops or the
+device name (H100 SXM and H200 dense bf16 989 TFLOP/s, TF32 495, f32 67;
+H100 PCIe, H100 NVL and H200 NVL their own); bf16 runs are measured
+against the bf16 peak, f32 against TF32's when --tf32 on, else f32's.
 
 Prints the settings, one line per variant and "best: ..."; --json OUT writes
 all of it (tokens_per_s, ms_per_step, peak_memory_bytes, mfu per variant).
@@ -64,9 +59,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# name substring (most specific first) -> dense TFLOP/s: bf16, tf32, f32
-PEAKS = [("H200 NVL", 835.0, 418.0, 60.0), ("H200", 989.4, 494.7, 66.9), ("H100 NVL", 835.0, 418.0, 60.0),
-         ("H100 PCIe", 756.0, 378.0, 51.2), ("H100", 989.4, 494.7, 66.9)]
+import mfu  # bench/gpu/mfu.py: the FLOPs per token and the GPUs' peaks (this script's folder is on sys.path)
 
 HAVE_SDPA = hasattr(F, "scaled_dot_product_attention")  # torch >= 2.0
 
@@ -177,13 +170,6 @@ def set_tf32(on):
     return out
 
 
-def peak_for(device_name, dtype, tf32):
-    for key, bf16, tf32_peak, f32 in PEAKS:
-        if key in device_name:
-            return (bf16 if dtype == "bf16" else tf32_peak if tf32 else f32), f"{key} from the device name"
-    return None, "unknown device: pass --peak-tflops"
-
-
 def make_optimizer(model, kind, args):
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "wte" not in n and "wpe" not in n]
     keep = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "wte" not in n and "wpe" not in n)]
@@ -269,7 +255,7 @@ def main():
     if args.peak_tflops:
         peak, peak_source = args.peak_tflops, "--peak-tflops"
     else:
-        peak, peak_source = peak_for(name, args.dtype, args.tf32 == "on")
+        peak, peak_source = mfu.peak_for(name, args.dtype, args.tf32 == "on")
 
     torch.manual_seed(args.seed)
     model = GPT(args.vocab, args.context, args.layers, args.heads, args.dim, args.dropout).to(dev)
@@ -282,12 +268,12 @@ def main():
         data.append((t[:, :-1].contiguous(), t[:, 1:].contiguous()))
 
     n_params = sum(p.numel() for p in model.parameters())  # wte once (tied)
-    flops_per_token = 6 * n_params + 6 * args.layers * args.dim * args.context
+    flops_per_token = mfu.flops_per_token(n_params, args.layers, args.context, args.dim)
     settings = {k: v for k, v in vars(args).items() if k != "json"}
     settings.update(device_name=name, torch=torch.__version__, cuda=torch.version.cuda, params=n_params,
                     attention="scaled_dot_product_attention(is_causal=True)" if HAVE_SDPA else "manual (torch < 2.0)",
                     tf32_in_effect=tf32, flops_per_token=flops_per_token,
-                    flops_formula="6*N + 6*L*D*T (llm.c; N = all parameters, wte once)",
+                    flops_formula=mfu.FORMULA,
                     peak_tflops=peak, peak_source=peak_source)
     if dev.type == "cuda":
         settings["bf16_reduced_precision_reduction"] = getattr(torch.backends.cuda.matmul,
@@ -312,9 +298,9 @@ def main():
         r["achieved_tflops"] = flops_per_token * r["tokens_per_s"] / 1e12
         r["mfu"] = r["achieved_tflops"] / peak if peak else None
         mem = f"{r['peak_memory_bytes'] / 2**30:.2f} GiB" if r["peak_memory_bytes"] is not None else "n/a"
-        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
+        mfu_s = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
         print(f"{kind}: {r['tokens_per_s']:.0f} tokens/s, {r['ms_per_step']:.2f} ms/step, peak memory {mem}, "
-              f"{r['achieved_tflops']:.1f} TFLOP/s, MFU {mfu}, loss {r['first_loss']:.4f} -> {r['last_loss']:.4f} "
+              f"{r['achieved_tflops']:.1f} TFLOP/s, MFU {mfu_s}, loss {r['first_loss']:.4f} -> {r['last_loss']:.4f} "
               f"(warm-up {r['warmup_s']:.1f} s)", flush=True)
         variants.append(r)
     ok = [r for r in variants if "error" not in r]

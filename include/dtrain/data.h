@@ -130,13 +130,32 @@ typedef struct {
     float *x;
     int32_t *y;
     int64_t n, epoch, position;
+    /* x and y in the device's memory (dt_prefetch_start_on a device that is
+     * not the host), copied in by the prefetch thread; NULL otherwise. */
+    float *x_dev;
+    int32_t *y_dev;
 } dt_batch;
 typedef void (*dt_batch_fill_fn)(void *user, const int64_t *indices, int64_t n, float *x, int32_t *y);
 typedef struct dt_prefetcher dt_prefetcher;
 /* Start the thread; from now on only it uses the sampler. */
 dt_status dt_prefetch_start(dt_sampler *s, int64_t batch_size, int64_t x_per_sample, int64_t y_per_sample,
                             dt_batch_fill_fn fill, void *user, dt_prefetcher **out);
-/* The next batch in the sampler's order, valid until the following call. */
+/* As dt_prefetch_start, and on a device (a dt_device, tensor.h; NULL or the
+ * cpu: as dt_prefetch_start) each batch is also uploaded into device buffers
+ * of the prefetcher's own (x_dev, y_dev), by the prefetch thread on a copy
+ * stream of its own, from page-locked host memory, overlapping the compute.
+ * The host x and y stay valid too (the step checks token ids and targets on
+ * the host). */
+struct dt_compute_ops;
+dt_status dt_prefetch_start_on(const struct dt_compute_ops *device, dt_sampler *s, int64_t batch_size,
+                               int64_t x_per_sample, int64_t y_per_sample, dt_batch_fill_fn fill, void *user,
+                               dt_prefetcher **out);
+/* The next batch in the sampler's order, valid until the following call.
+ * On a device, the device's compute stream waits (queued: the host does
+ * not) for the batch's upload before its later work, and the device
+ * buffers of the batch handed out before are refilled only after the work
+ * queued so far.  NULL when the batch's upload failed (dt_last_error() says
+ * why); host-only prefetchers never fail. */
 const dt_batch *dt_prefetch_next(dt_prefetcher *p);
 /* Stop the thread and free the batches (NULL is a no-op). */
 void dt_prefetch_stop(dt_prefetcher *p);

@@ -223,6 +223,11 @@ typedef struct {
      * dt_model_forward/backward(_chunk): every buffer the layers touch is
      * its memory. */
     const struct dt_compute_ops *ops;
+    /* The model's input already in the device's memory (a prefetched
+     * batch's x_dev, data.h), or NULL: dt_model_forward(_chunk) on a device
+     * copies the host input in.  The input tensor stays the host copy, which
+     * the layers check (token ids in range). */
+    const float *input_dev;
 } dt_ctx;
 /* Number of records on a context's stack (0 once every backward has run). */
 int dt_ctx_saved_depth(const dt_ctx *ctx);
@@ -567,6 +572,11 @@ dt_status dt_model_backward_dx(dt_model *m, dt_ctx *ctx, const dt_tensor *dy, dt
  * the output is split over a tensor-parallel group (a GPT with tp set);
  * dout (optional, out's shape) gets its gradient. */
 dt_status dt_model_loss(dt_model *m, const dt_tensor *out, const int32_t *targets, float *loss, dt_tensor *dout);
+/* The same, with the targets also in the device's memory already
+ * (targets_dev: a prefetched batch's y_dev; NULL: copied in as above); the
+ * host targets are still what is checked and counted. */
+dt_status dt_model_loss_dev(dt_model *m, const dt_tensor *out, const int32_t *targets, const int32_t *targets_dev,
+                            float *loss, dt_tensor *dout);
 void dt_model_destroy(dt_model *m);
 
 #ifdef __cplusplus

@@ -128,6 +128,10 @@ typedef struct {
     dt_tensor x;
     const int32_t *targets;
     int64_t ntargets; /* how many targets (one per output row); a pipeline needs it, to keep a copy */
+    /* x's data and the targets in the model's device memory already (a
+     * prefetched batch's x_dev and y_dev), or NULL: the step copies them in */
+    const float *x_dev;
+    const int32_t *targets_dev;
 } dt_micro_batch;
 /* Called micro_batches times per step, in order, for the next micro-batch;
  * the data must stay valid until the next call. */

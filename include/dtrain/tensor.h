@@ -55,6 +55,11 @@ bool dt_device_is_host(const dt_device *d);
 dt_status dt_device_describe(const dt_device *d, char *buf, size_t n);
 /* Wait for the device's queued work; the first error of an asynchronous kernel. */
 dt_status dt_device_sync(const dt_device *d);
+/* The device's memory: *total and *free_bytes now (cuda: cudaMemGetInfo;
+ * cpu and emu: the host's), and *peak (may be NULL), the most bytes the
+ * device's allocator held at once so far (0 on the cpu, which does not
+ * count). */
+dt_status dt_device_memory(const dt_device *d, size_t *total, size_t *free_bytes, size_t *peak);
 /* cuda: let f32 matrix products use TF32 tensor cores (off by default:
  * f32 results then agree with the cpu to f32 rounding).  No-op on cpu. */
 dt_status dt_device_set_tf32(const dt_device *d, bool on);

@@ -16,6 +16,18 @@ static const dt_compute_ops cuda_ops = {
     .copy = dt__cuda_copy,
     .zero = dt__cuda_zero,
     .sync = dt__cuda_sync,
+    .mem_info = dt__cuda_mem_info,
+    .mem_peak = dt__cuda_mem_peak,
+    .stream_create = dt__cuda_stream_create,
+    .stream_destroy = dt__cuda_stream_destroy,
+    .event_create = dt__cuda_event_create,
+    .event_destroy = dt__cuda_event_destroy,
+    .upload_async = dt__cuda_upload_async,
+    .event_record = dt__cuda_event_record,
+    .stream_wait_event = dt__cuda_stream_wait_event,
+    .event_sync = dt__cuda_event_sync,
+    .host_alloc = dt__cuda_host_alloc,
+    .host_free = dt__cuda_host_free,
 
     .gemm = dt__cuda_gemm,
 

@@ -5,8 +5,12 @@
 
 #include "cuda/common.cuh"
 #include "cuda/ops.h"
+#include "tensor/memtrack.h"
 
 #define MIB(b) ((double)(b) / (1024.0 * 1024.0))
+
+static dt_status begin(void);
+static dt__memtrack held; /* mem_peak: the most bytes cudaMalloc'd here at once */
 
 void *dt__cuda_alloc(size_t bytes)
 {
@@ -18,8 +22,10 @@ void *dt__cuda_alloc(size_t bytes)
      * since NULL means failure here. */
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
-    if (e == cudaSuccess)
+    if (e == cudaSuccess) {
+        dt__memtrack_add(&held, p, bytes);
         return p;
+    }
     (void)cudaGetLastError(); /* out of memory is not sticky: keep it from the next launch check */
     size_t free_b = 0, total = 0;
     if (cudaMemGetInfo(&free_b, &total) != cudaSuccess)
@@ -36,8 +42,18 @@ void dt__cuda_free(void *p)
         return;
     /* cudaFree waits for the device anyway; waiting for our stream first
      * says so and keeps a kernel's failure from being blamed on the free. */
+    dt__memtrack_remove(&held, p);
     if (DT_CUDA_CHECK(cudaStreamSynchronize(dt__stream())))
         DT_CUDA_CHECK(cudaFree(p));
+}
+
+size_t dt__cuda_mem_peak(void) { return dt__memtrack_peak(&held); }
+
+dt_status dt__cuda_mem_info(size_t *total, size_t *free_bytes)
+{
+    DT_CHECK(begin());
+    DT_CUDA_CHECK(cudaMemGetInfo(free_bytes, total));
+    return dt__cuda_take_error();
 }
 
 /* The common start of the status-returning entries: the backend is ready

@@ -23,6 +23,20 @@ dt_status dt__cuda_download(void *host_dst, const void *src, size_t bytes);
 dt_status dt__cuda_copy(void *dst, const void *src, size_t bytes);
 dt_status dt__cuda_zero(void *dst, size_t bytes);
 dt_status dt__cuda_sync(void);
+dt_status dt__cuda_mem_info(size_t *total, size_t *free_bytes);
+size_t dt__cuda_mem_peak(void);
+
+/* streams.cu */
+void *dt__cuda_stream_create(void);
+void dt__cuda_stream_destroy(void *stream);
+void *dt__cuda_event_create(void);
+void dt__cuda_event_destroy(void *event);
+dt_status dt__cuda_upload_async(void *dst, const void *host_src, size_t bytes, void *stream);
+dt_status dt__cuda_event_record(void *event, void *stream);
+dt_status dt__cuda_stream_wait_event(void *stream, void *event);
+dt_status dt__cuda_event_sync(void *event);
+void *dt__cuda_host_alloc(size_t bytes);
+void dt__cuda_host_free(void *p);
 
 /* gemm.cu */
 void dt__cuda_gemm(dt_dtype compute, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,

@@ -454,8 +454,13 @@ dt_status dt_model_forward_chunk(dt_model *m, int c, dt_ctx *ctx, const dt_tenso
     if (!m->dev || m->chunk_lo[c] > 0)
         return m->chunks[c]->ops->forward(m->chunks[c], ctx, x, y);
     /* the model's input (token ids, features) comes from the host: copied
-     * into the arena; the layers that check it read ctx->input */
+     * into the arena unless the prefetcher did it already (ctx->input_dev);
+     * the layers that check it read ctx->input */
     dt_tensor xd = *x;
+    if (ctx->input_dev) { /* the layers only read their input */
+        xd.data = (float *)ctx->input_dev;
+        return m->chunks[c]->ops->forward(m->chunks[c], ctx, &xd, y);
+    }
     int64_t n = dt_tensor_numel(x);
     if (!(xd.data = dt_arena_alloc(ctx->arena, n)))
         return dt__fail(DT_ERR_NOMEM, "model_forward: out of activation memory on %s for the input", m->dev->name);
@@ -554,6 +559,12 @@ static dt_status loss_parallel_on_device(dt_model *m, const dt_tensor *out, cons
 
 dt_status dt_model_loss(dt_model *m, const dt_tensor *out, const int32_t *targets, float *loss, dt_tensor *dout)
 {
+    return dt_model_loss_dev(m, out, targets, NULL, loss, dout);
+}
+
+dt_status dt_model_loss_dev(dt_model *m, const dt_tensor *out, const int32_t *targets, const int32_t *targets_dev,
+                            float *loss, dt_tensor *dout)
+{
     if (!m || !out || !targets || !loss)
         return dt__fail(DT_ERR_INVALID, "model_loss: %s is NULL",
                         !m ? "the model" : !out ? "the output" : !targets ? "targets" : "loss");
@@ -567,6 +578,8 @@ dt_status dt_model_loss(dt_model *m, const dt_tensor *out, const int32_t *target
     /* on a device: the targets (host memory) are checked here and copied over */
     int64_t C = out->shape[out->ndim - 1], n = dt_tensor_numel(out) / C, counted = 0;
     DT_CHECK(dt__ce_count_targets(targets, n, C, &counted));
+    if (targets_dev) /* the prefetcher uploaded them */
+        return m->dev->xent(loss, dout ? dout->data : NULL, out->data, targets_dev, n, C, counted);
     if (n > m->dtargets_cap) {
         m->dev->free(m->dtargets);
         m->dtargets_cap = 0;

@@ -49,6 +49,29 @@ typedef struct dt_compute_ops {
     dt_status (*zero)(void *dst, size_t bytes);
     /* Wait for all queued work; the first error of an asynchronous kernel. */
     dt_status (*sync)(void);
+    /* The device's memory: *total and *free_bytes now (cudaMemGetInfo; cpu
+     * and emu: the host's), and the most bytes `alloc` held at once. */
+    dt_status (*mem_info)(size_t *total, size_t *free_bytes);
+    size_t (*mem_peak)(void);
+
+    /* ---- copy streams: uploads beside the compute stream (the prefetcher's batches) ----
+     * Streams and events are opaque handles; NULL as a stream is the compute
+     * stream.  cuda: a non-blocking stream, cudaMemcpyAsync and events; cpu
+     * and emu: the copy is done when upload_async returns, so their streams
+     * and events are tokens and the waits return at once. */
+    void *(*stream_create)(void); /* NULL with the error set */
+    void (*stream_destroy)(void *stream);
+    void *(*event_create)(void);
+    void (*event_destroy)(void *event);
+    /* Queued on `stream`: host_src must be host_alloc memory (page-locked:
+     * truly asynchronous on cuda) and stay unchanged until an event recorded
+     * after it completes (event_sync). */
+    dt_status (*upload_async)(void *dst, const void *host_src, size_t bytes, void *stream);
+    dt_status (*event_record)(void *event, void *stream);      /* the event completes after stream's work so far */
+    dt_status (*stream_wait_event)(void *stream, void *event); /* stream's later work waits for it; the host does not */
+    dt_status (*event_sync)(void *event);                      /* the host waits for it */
+    void *(*host_alloc)(size_t bytes); /* page-locked host memory (cudaHostAlloc); malloc on cpu and emu */
+    void (*host_free)(void *p);
 
     /* ---- matrix products ----
      * C[m,n] = alpha op(A) op(B) + beta C, as dt_sgemm_ld (row major, op
@@ -149,5 +172,16 @@ extern const dt_compute_ops dt__emu_ops;
 struct dt__devmem;
 extern const struct dt__devmem dt__emu_devmem;
 const dt_compute_ops *dt__cuda_ops(void);
+
+/* Shared by the cpu and emu tables (cpu_ops.c): the host's memory, and the
+ * stream and event entries of a backend whose copies are synchronous. */
+dt_status dt__host_mem_info(size_t *total, size_t *free_bytes);
+void *dt__sync_token_create(void);
+void dt__sync_token_destroy(void *token);
+dt_status dt__sync_token_op(void *a, void *b);
+dt_status dt__sync_token_wait(void *token);
+/* The uploads (upload and upload_async) the emu device ran on the calling
+ * thread: the tests check on which thread a batch was copied in. */
+int64_t dt__emu_uploads_on_this_thread(void);
 
 #endif

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/status.h"
 #include "tensor/backend.h"
@@ -39,6 +40,49 @@ static dt_status cpu_zero(void *dst, size_t bytes)
 
 static dt_status cpu_sync(void) { return DT_OK; }
 
+dt_status dt__host_mem_info(size_t *total, size_t *free_bytes)
+{
+    long page = sysconf(_SC_PAGESIZE), all = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+    if (page <= 0 || all <= 0 || avail < 0)
+        return dt__fail(DT_ERR_SYSTEM, "cpu: the host's memory size is unknown (sysconf)");
+    *total = (size_t)all * (size_t)page;
+    *free_bytes = (size_t)avail * (size_t)page;
+    return DT_OK;
+}
+
+static size_t cpu_mem_peak(void) { return 0; } /* host memory is not counted */
+
+/* Copies on the host are done when they return: streams and events are
+ * tokens (not NULL, since NULL reports a failure), waits return at once. */
+static char token;
+void *dt__sync_token_create(void) { return &token; }
+void dt__sync_token_destroy(void *t) { (void)t; }
+dt_status dt__sync_token_op(void *a, void *b)
+{
+    (void)a;
+    (void)b;
+    return DT_OK;
+}
+dt_status dt__sync_token_wait(void *t)
+{
+    (void)t;
+    return DT_OK;
+}
+
+static dt_status cpu_upload_async(void *dst, const void *src, size_t bytes, void *stream)
+{
+    (void)stream;
+    return cpu_memcpy(dst, src, bytes);
+}
+
+static void *cpu_host_alloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p)
+        dt__fail(DT_ERR_NOMEM, "cpu: out of memory for %zu bytes", bytes);
+    return p;
+}
+
 static void cpu_gemm(dt_dtype compute, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                      int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
@@ -64,6 +108,18 @@ const dt_compute_ops dt__cpu_ops = {
     .copy = cpu_memcpy,
     .zero = cpu_zero,
     .sync = cpu_sync,
+    .mem_info = dt__host_mem_info,
+    .mem_peak = cpu_mem_peak,
+    .stream_create = dt__sync_token_create,
+    .stream_destroy = dt__sync_token_destroy,
+    .event_create = dt__sync_token_create,
+    .event_destroy = dt__sync_token_destroy,
+    .upload_async = cpu_upload_async,
+    .event_record = dt__sync_token_op,
+    .stream_wait_event = dt__sync_token_op,
+    .event_sync = dt__sync_token_wait,
+    .host_alloc = cpu_host_alloc,
+    .host_free = free,
     .gemm = cpu_gemm,
     .axpy = dt_vec_axpy,
     .add = dt_vec_add,

@@ -83,6 +83,16 @@ dt_status dt_device_describe(const dt_device *d, char *buf, size_t n)
 
 dt_status dt_device_sync(const dt_device *d) { return d ? d->sync() : DT_OK; }
 
+dt_status dt_device_memory(const dt_device *d, size_t *total, size_t *free_bytes, size_t *peak)
+{
+    if (!total || !free_bytes)
+        return dt__fail(DT_ERR_INVALID, "device_memory: %s is NULL", total ? "free_bytes" : "total");
+    d = d ? d : &dt__cpu_ops;
+    if (peak)
+        *peak = d->mem_peak();
+    return d->mem_info(total, free_bytes);
+}
+
 dt_status dt_device_set_tf32(const dt_device *d, bool on)
 {
     if (!dt_device_is_host(d) && d != &dt__emu_ops)

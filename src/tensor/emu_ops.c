@@ -10,11 +10,13 @@
  * x86-64 and AArch64 (48-bit user addresses) only; elsewhere dt_device_open
  * refuses it. */
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "base/devmem.h"
 #include "base/status.h"
 #include "tensor/backend.h"
 #include "tensor/cpu_kernels.h"
+#include "tensor/memtrack.h"
 
 #define TAG (1ULL << 62)
 
@@ -22,9 +24,32 @@ static void *untag(const void *p) { return p ? (void *)((uintptr_t)p & ~(uintptr
 static void *tag(void *p) { return p ? (void *)((uintptr_t)p | (uintptr_t)TAG) : NULL; }
 #define F(p) ((float *)untag(p))
 
-static void *emu_alloc(size_t bytes) { return tag(dt__cpu_ops.alloc(bytes)); }
-static void emu_free(void *p) { dt__cpu_ops.free(untag(p)); }
-static dt_status emu_upload(void *dst, const void *src, size_t n) { return dt__cpu_ops.upload(untag(dst), src, n); }
+static dt__memtrack held; /* mem_peak */
+static _Thread_local int64_t uploads; /* dt__emu_uploads_on_this_thread */
+
+static void *emu_alloc(size_t bytes)
+{
+    void *p = tag(dt__cpu_ops.alloc(bytes));
+    dt__memtrack_add(&held, p, bytes);
+    return p;
+}
+static void emu_free(void *p)
+{
+    dt__memtrack_remove(&held, p);
+    dt__cpu_ops.free(untag(p));
+}
+static size_t emu_mem_peak(void) { return dt__memtrack_peak(&held); }
+static dt_status emu_upload(void *dst, const void *src, size_t n)
+{
+    uploads++;
+    return dt__cpu_ops.upload(untag(dst), src, n);
+}
+static dt_status emu_upload_async(void *dst, const void *src, size_t n, void *stream)
+{
+    (void)stream;
+    return emu_upload(dst, src, n);
+}
+int64_t dt__emu_uploads_on_this_thread(void) { return uploads; }
 static dt_status emu_download(void *dst, const void *src, size_t n) { return dt__cpu_ops.download(dst, untag(src), n); }
 static dt_status emu_copy(void *dst, const void *src, size_t n) { return dt__cpu_ops.copy(untag(dst), untag(src), n); }
 static dt_status emu_zero(void *dst, size_t n) { return dt__cpu_ops.zero(untag(dst), n); }
@@ -110,6 +135,18 @@ const dt_compute_ops dt__emu_ops = {
     .copy = emu_copy,
     .zero = emu_zero,
     .sync = emu_sync,
+    .mem_info = dt__host_mem_info,
+    .mem_peak = emu_mem_peak,
+    .stream_create = dt__sync_token_create,
+    .stream_destroy = dt__sync_token_destroy,
+    .event_create = dt__sync_token_create,
+    .event_destroy = dt__sync_token_destroy,
+    .upload_async = emu_upload_async,
+    .event_record = dt__sync_token_op,
+    .stream_wait_event = dt__sync_token_op,
+    .event_sync = dt__sync_token_wait,
+    .host_alloc = malloc,
+    .host_free = free,
     .gemm = emu_gemm,
     .axpy = emu_axpy,
     .add = emu_add,

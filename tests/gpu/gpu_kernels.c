@@ -237,6 +237,39 @@ static void test_memory(size_t n)
     done("memory alloc/upload/download/copy/zero %zu bytes", n);
 }
 
+/* The copy-stream entries (the prefetcher's uploads): from page-locked
+ * memory on a stream of our own, the compute stream waiting for its event
+ * before a copy that reads the upload; the memory figures. */
+static void test_copy_stream(size_t n)
+{
+    size_t total = 0, free_b = 0, peak0 = gpu->mem_peak();
+    if (gpu->mem_info(&total, &free_b) != DT_OK || total == 0 || free_b > total)
+        fail_at("mem_info: %s (total %zu, free %zu)", dt_last_error(), total, free_b);
+    unsigned char *h = gpu->host_alloc(n), *back = hmalloc(n);
+    void *stream = gpu->stream_create(), *ev = gpu->event_create();
+    unsigned char *d = galloc(NULL, n), *d2 = galloc(NULL, n);
+    if (!h || !stream || !ev) {
+        fail_at("host_alloc, stream_create or event_create: %s", dt_last_error());
+    } else {
+        for (size_t j = 0; j < n; j++)
+            h[j] = (unsigned char)(dt_rng_next(&rng) >> 56);
+        dt_status s = gpu->upload_async(d, h, n, stream);
+        s = s != DT_OK ? s : gpu->event_record(ev, stream);
+        s = s != DT_OK ? s : gpu->stream_wait_event(NULL, ev);
+        s = s != DT_OK ? s : gpu->copy(d2, d, n); /* on the compute stream, after the upload */
+        s = s != DT_OK ? s : gpu->download(back, d2, n);
+        s = s != DT_OK ? s : gpu->event_sync(ev);
+        if (s != DT_OK || memcmp(back, h, n))
+            fail_at("upload_async, event, copy: %s", s != DT_OK ? dt_last_error() : "not the bytes uploaded");
+        if (gpu->mem_peak() < peak0 || gpu->mem_peak() < 2 * n)
+            fail_at("mem_peak %zu below the %zu bytes held", gpu->mem_peak(), 2 * n);
+    }
+    gpu->event_destroy(ev);
+    gpu->stream_destroy(stream);
+    gpu->host_free(h);
+    done("copy stream: pinned upload_async of %zu bytes, events; mem_info, mem_peak", n);
+}
+
 /* ---- matrix products ---- */
 
 static void test_gemm(dt_dtype dt, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, float beta,
@@ -512,6 +545,8 @@ int main(int argc, char **argv)
     size_t mem[] = {0, 1, 3, 13, 4099, ((size_t)1 << 20) + 3};
     for (size_t i = 0; i < sizeof mem / sizeof *mem; i++)
         test_memory(mem[i]);
+    test_copy_stream(1);
+    test_copy_stream(((size_t)64 << 20) + 5);
 
     const struct {
         int64_t m, n, k, pad;

@@ -1,5 +1,6 @@
-/* The trainer's device line: the run (dt_strategy_create) moved the model
- * and the optimizer to the device; the start line names it.  One rank per
+/* The trainer's device lines: the run (dt_strategy_create) moved the model
+ * and the optimizer to the device; the start line names it, with its
+ * memory, and the end line says the most its allocator held.  One rank per
  * GPU process; several ranks on one host share GPUs by DT_LOCAL_RANK
  * (dt_device_open).  Several ranks: the line also says which communication
  * backend carries the device's buffers, and why.  The trainer leaves
@@ -31,10 +32,15 @@ static void backend_note(char *buf, size_t n)
 void dtrain_device_line(const dtrain_config *c)
 {
     const dt_device *dev = NULL;
-    char what[256] = "", comm[256];
+    char what[384] = "", comm[256];
+    size_t total = 0, free_b = 0;
     backend_note(comm, sizeof comm);
     if (dt_device_open(c->device, &dev) != DT_OK || dt_device_describe(dev, what, sizeof what) != DT_OK)
         snprintf(what, sizeof what, "%s", c->device);
+    else if (dt_device_memory(dev, &total, &free_b, NULL) == DT_OK) /* what the run starts with */
+        snprintf(what + strlen(what), sizeof what - strlen(what), ", %s%.1f GiB free of %.1f GiB",
+                 !strcmp(c->device, "emu") ? "host memory " : "", (double)free_b / 1073741824.0,
+                 (double)total / 1073741824.0);
     const char *products = !strcmp(c->precision, "bf16") ? "bf16 (f32 sums)" : c->tf32 ? "TF32" : "f32";
     if (!strcmp(c->device, "emu"))
         dtrain_progress_line("device: %s; matrix products %s%s\n", what, products, comm);
@@ -42,4 +48,16 @@ void dtrain_device_line(const dtrain_config *c)
         dtrain_progress_line("device: %s (%s); matrix products %s on cuBLASLt, attention, LayerNorm, GELU, dropout, "
                              "cross-entropy and %s as dtrain's CUDA kernels%s\n",
                              what, c->device, products, c->optimizer, comm);
+}
+
+void dtrain_device_end_line(const dtrain_config *c)
+{
+    const dt_device *dev = NULL;
+    size_t total = 0, free_b = 0, peak = 0;
+    if (dt_device_open(c->device, &dev) != DT_OK || dt_device_is_host(dev) ||
+        dt_device_memory(dev, &total, &free_b, &peak) != DT_OK)
+        return;
+    printf("device memory: at most %.1f MiB allocated at once on %s (the allocator's peak: weights, gradients, "
+           "optimizer state, activations, batches), %.1f GiB free of %.1f GiB at the end\n",
+           (double)peak / 1048576.0, c->device, (double)free_b / 1073741824.0, (double)total / 1073741824.0);
 }

@@ -142,6 +142,8 @@ dt_status dtrain_build_model(const dtrain_config *c, dt_model **m);
 /* device != cpu: the start line's device part (the lead's; the run moved
  * the model and the optimizer there). */
 void dtrain_device_line(const dtrain_config *c);
+/* The end of a run on a device: the device allocator's peak and the memory left (nothing on the cpu). */
+void dtrain_device_end_line(const dtrain_config *c);
 /* The configuration's layout keys as the library's layout, and its model
  * and optimizer keys as the recipe a run is built from (run_layout.c; the
  * recipe keeps c). */

@@ -49,9 +49,12 @@ typedef struct {
 static dt_status next_batch(void *user, dt_micro_batch *mb)
 {
     feed *f = user;
-    f->last = dt_prefetch_next(f->pf);
+    if (!(f->last = dt_prefetch_next(f->pf))) /* a device upload failed; dt_last_error() says why */
+        return DT_ERR_SYSTEM;
     mb->x = dt_tensor_view(f->last->x, 2, (int64_t[]){f->last->n, f->features});
     mb->targets = f->last->y;
+    mb->x_dev = f->last->x_dev;
+    mb->targets_dev = f->last->y_dev;
     mb->ntargets = f->last->n * f->targets_per_sample;
     f->items += f->last->n * f->per_item;
     return DT_OK;

@@ -220,9 +220,10 @@ int train_setup(train_run *t, dtrain_config *c, const char *resume)
         fprintf(stderr, "dtrain: rank %d: straggler detection: %s\n", t->rank, dt_last_error());
         return 1;
     }
-    /* the prefetcher hands out micro-batches: batch_size / micro_batches samples each */
-    if (dt_prefetch_start(&t->sampler, c->batch_size / c->micro_batches, t->d.features, t->d.gpt ? t->d.features : 1,
-                          data_fill, &t->d, &t->pf) != DT_OK) {
+    /* the prefetcher hands out micro-batches: batch_size / micro_batches samples each, already in the memory of
+     * the model's device (copied in by its thread) */
+    if (dt_prefetch_start_on(dt_model_device(dt_strategy_model(t->s)), &t->sampler, c->batch_size / c->micro_batches,
+                             t->d.features, t->d.gpt ? t->d.features : 1, data_fill, &t->d, &t->pf) != DT_OK) {
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
         return 1;
     }

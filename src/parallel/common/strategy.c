@@ -54,13 +54,14 @@ static dt_status micro_step(dt_strategy *s, int64_t step, int micro, const dt_mi
         dt_arena_reset(s->arena); /* the step reset it for the first */
     dt_ctx ctx = {.arena = s->arena,
                   .key = {s->cfg.seed, (uint64_t)step, (uint32_t)micro, s->key_group},
-                  .training = true};
+                  .training = true,
+                  .input_dev = mb->x_dev};
     dt_tensor out;
     DT_CHECK(dt_model_forward(s->model, &ctx, &mb->x, &out));
     dt_tensor g = out;
     if (!(g.data = dt_arena_alloc(s->arena, dt_tensor_numel(&out))))
         return dt__fail(DT_ERR_NOMEM, "out of memory for the output gradient");
-    DT_CHECK(dt_model_loss(s->model, &out, mb->targets, loss, &g));
+    DT_CHECK(dt_model_loss_dev(s->model, &out, mb->targets, mb->targets_dev, loss, &g));
     if (s->ops->before_backward)
         s->ops->before_backward(s, micro, s->cfg.micro_batches);
     return dt_model_backward(s->model, &ctx, &g);
