@@ -44,6 +44,7 @@ typedef struct {
     int tp_splittable;
     double tp_bytes;        /* bytes per sample per collective */
     int tp_collectives;     /* collectives per pass (forward; backward the same) */
+    double flops;           /* dt_block_info.flops: the cost hint dt_pipeline_partition cuts stages by (0: params) */
 } dt_plan_block;
 
 typedef struct {
@@ -56,7 +57,10 @@ typedef struct {
     int optimizer_state_floats;   /* AdamW 2, SGD with momentum and Adagrad 1, plain SGD 0 */
 } dt_plan_model;
 
-/* A link class: a message of n bytes takes latency_s + n / bandwidth_Bps. */
+/* A link class: a message of n bytes takes latency_s + n / bandwidth_Bps.
+ * The inter-host class's bandwidth is what one rank gets while every rank of
+ * its host sends across hosts at once (a host's NIC shared by its ranks:
+ * the NIC's bandwidth / ranks_per_node; a NIC per GPU: that NIC's). */
 typedef struct {
     double latency_s, bandwidth_Bps;
 } dt_plan_link;
@@ -75,6 +79,11 @@ typedef struct {
     double memory_limit;   /* model states + activations allowed per rank, bytes (0: none) */
     double flops_per_s;    /* per rank, for a projection's utilisation (0: unknown) */
     double model_flops_per_sample; /* 6 x parameters x tokens per sample (0: unknown) */
+    /* > 0: the global batch (dp x batch_size x grad_accumulation) held fixed: each layout's batch_size is
+     * global_batch / (dp x grad_accumulation), layouts it does not divide are refused; 0: batch_size as given */
+    int64_t global_batch;
+    double compute_efficiency;   /* projections: the fraction of flops_per_s the blocks reach (0: 1) */
+    double memory_bandwidth_Bps; /* projections: device memory bandwidth, for the optimizer's time (0: unknown) */
 } dt_plan_inputs;
 
 /* Profile a model's blocks on this machine with this process's compute
