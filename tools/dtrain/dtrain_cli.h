@@ -35,6 +35,7 @@ typedef struct {
     double checkpoint_seconds;
     char checkpoint_dir[1024], metrics_file[1024];
     char recompute[16];  /* off | blocks | all */
+    char layout[8];      /* manual | auto (dtrain plan's choice for the job's world) */
     char no_decay[256];  /* glob patterns exempt from weight decay, or "none" */
     char memory_limit[32]; /* model-state bytes allowed per rank ("2GiB"; "" or "0": the cgroup's, if any) */
     char offload[8];       /* none | disk: the optimizer state in a file */
@@ -133,6 +134,14 @@ int dtrain_timeline(int argc, char **argv);
  * about n ticks over [lo, hi]. */
 void dtrain_html_text(FILE *o, const char *s);
 double dtrain_tick_step(double lo, double hi, int n);
+/* dtrain plan --config FILE -n N [...] (plan.c). */
+int dtrain_plan(int argc, char **argv);
+/* layout=auto, on every rank of the job once joined: the links probed,
+ * rank 0 plans c's model for the job's ranks (its profile cached), and its
+ * choice replaces c's tp, pp, zero_stage, micro_batches, pipeline_schedule,
+ * virtual_stages and recompute on every rank; *predicted gets the plan's
+ * step time.  Rank 0 prints the choice.  0, or the exit code. */
+int dtrain_plan_auto(dtrain_config *c, dt_comm *job, double *predicted);
 int dtrain_eval(const char *checkpoint);
 int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, double temperature, uint64_t seed);
 
