@@ -32,6 +32,8 @@ static const char plan_usage[] =
     "      --model NAME       a built-in shape: gpt3-1.3b, gpt3-13b, gpt3-175b\n"
     "      --batch B          with --model: samples per rank's batch (default 1)\n"
     "      --top K            layouts to print (default 5)\n"
+    "      --layout 'K=V ...'  predict this one layout (the trainer's --set words) instead\n"
+    "                         of searching\n"
     "      --profile-fresh    measure again instead of reading the cached profile\n"
     "      --json             one JSON object instead of the table\n"
     "  -h, --help             this help\n"
@@ -179,6 +181,41 @@ static void print_json(const dt_plan_result *r)
     printf("]}\n");
 }
 
+/* --layout 'tp=2 pp=2 ...': that layout's prediction. */
+static int predict_one(const dt_plan_inputs *in, const char *words, bool json)
+{
+    dt_layout l;
+    dt_layout_default(&l);
+    char *copy = strdup(words), *save = NULL;
+    int code = copy ? 0 : 1;
+    for (char *w = copy ? strtok_r(copy, " ", &save) : NULL; w && !code; w = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(w, '=');
+        if (!eq) {
+            fprintf(stderr, "dtrain plan: --layout: '%s' is not key=value\n", w);
+            code = 2;
+        } else {
+            *eq = 0;
+            if (dt_layout_set(&l, w, eq + 1) != DT_OK) {
+                fprintf(stderr, "dtrain plan: --layout: %s\n", dt_last_error());
+                code = 2;
+            }
+        }
+    }
+    free(copy);
+    dt_plan_estimate e;
+    if (!code && dt_plan_layout(in, &l, &e) != DT_OK) {
+        fprintf(stderr, "dtrain plan: --layout %s: %s\n", words, dt_last_error());
+        code = 2;
+    }
+    if (!code && json) {
+        char *j = dt_plan_estimate_json(&e);
+        printf("%s\n", j ? j : "null");
+        free(j);
+    } else if (!code)
+        print_estimate(0, &e);
+    return code;
+}
+
 static bool positive(const char *text, const char *what, long long *out)
 {
     char *end;
@@ -193,7 +230,7 @@ static bool positive(const char *text, const char *what, long long *out)
 
 int dtrain_plan(int argc, char **argv)
 {
-    enum { NODES = 1000, MEMORY, LINKS, HARDWARE, MODEL, BATCH, TOP, JSON, FRESH };
+    enum { NODES = 1000, MEMORY, LINKS, HARDWARE, MODEL, BATCH, TOP, JSON, FRESH, LAYOUT };
     static const struct option longopts[] = {
         {"config", required_argument, 0, 'c'},   {"set", required_argument, 0, 's'},
         {"ranks", required_argument, 0, 'n'},    {"nodes", required_argument, 0, NODES},
@@ -201,9 +238,9 @@ int dtrain_plan(int argc, char **argv)
         {"hardware", required_argument, 0, HARDWARE}, {"model", required_argument, 0, MODEL},
         {"batch", required_argument, 0, BATCH},  {"top", required_argument, 0, TOP},
         {"json", no_argument, 0, JSON},          {"profile-fresh", no_argument, 0, FRESH},
-        {"help", no_argument, 0, 'h'},           {0, 0, 0, 0},
+        {"layout", required_argument, 0, LAYOUT}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
-    const char *config = NULL, *memory = NULL, *links = NULL, *hardware = NULL, *model = NULL;
+    const char *config = NULL, *memory = NULL, *links = NULL, *hardware = NULL, *model = NULL, *one = NULL;
     char **sets = calloc((size_t)argc + 1, sizeof *sets);
     int nsets = 0, opt, code = -1;
     long long ranks = 0, nodes = 1, batch = 1, top = 5;
@@ -224,6 +261,7 @@ int dtrain_plan(int argc, char **argv)
         case TOP: code = positive(optarg, "--top", &top) ? -1 : 2; break;
         case JSON: json = true; break;
         case FRESH: fresh = true; break;
+        case LAYOUT: one = optarg; break;
         case 'h': fputs(plan_usage, stdout); code = 0; break;
         case ':': fprintf(stderr, "dtrain plan: %s needs a value (see dtrain plan --help)\n", argv[optind - 1]); code = 2; break;
         default: fprintf(stderr, "dtrain plan: unexpected option '%s' (see dtrain plan --help)\n", argv[optind - 1]); code = 2;
@@ -302,6 +340,11 @@ int dtrain_plan(int argc, char **argv)
     double flops = in.flops_per_s, fixed_limit = hardware && !memory ? in.memory_limit : limit;
     inputs_of(&c, (int)ranks, fixed_limit, &in);
     in.flops_per_s = flops;
+    if (one) {
+        code = predict_one(&in, one, json);
+        dt_plan_model_free(&in.model);
+        return code;
+    }
     dt_plan_result r = {0};
     dt_status s = dt_plan_search(&in, &(dt_plan_search_opts){.top = (int)top, .nodes = (int)nodes,
                                                               .allow_recompute = true}, &r);
