@@ -82,6 +82,7 @@ run engine/gemm-bf16/unknown-kernel-refused 120 env DT_BF16_GEMM=tpu "$BIN/test_
 run unit/conv 120 "$BIN/test_conv"
 run unit/runtime 120 "$BIN/test_runtime"
 run unit/layout 30 "$BIN/test_layout"
+run unit/plan 60 "$BIN/test_plan" bench/plan/hardware/a100-dgx.json
 run unit/tp-group 60 "$BIN/test_tp_group"
 run unit/launch-env 30 "$BIN/test_launch"
 run unit/checkpoint 60 "$BIN/test_ckpt"

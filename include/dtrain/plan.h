@@ -45,6 +45,9 @@ typedef struct {
     double tp_bytes;        /* bytes per sample per collective */
     int tp_collectives;     /* collectives per pass (forward; backward the same) */
     double flops;           /* dt_block_info.flops: the cost hint dt_pipeline_partition cuts stages by (0: params) */
+    /* of act_bytes, what a tensor-parallel split keeps whole on every rank unless sequence parallelism cuts it
+     * too (Megatron's transformer block: the layer norms' and dropouts' 10 s h of 34 s h + 5 a s^2) */
+    double act_tp_whole_bytes;
 } dt_plan_block;
 
 typedef struct {

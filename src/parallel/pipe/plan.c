@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "dtrain/pipeline.h"
+#include "parallel/pipe/partition.h"
 
 static const char *const schedule_names[] = {NULL, "gpipe", "1f1b", "interleaved"};
 
@@ -34,14 +35,8 @@ static double block_cost(const dt_block_info *b)
     return b->flops > 0 ? b->flops : (double)b->params; /* backward: about twice forward, for every block alike */
 }
 
-dt_status dt_pipeline_partition(const dt_model_desc *d, int parts, int *bounds)
+dt_status dt__partition_costs(const double *cost, int n, int parts, int *bounds)
 {
-    int n = dt_model_desc_blocks(d);
-    if (!d || !bounds)
-        return dt__fail(DT_ERR_INVALID, "pipeline_partition: %s is NULL", d ? "bounds" : "the description");
-    if (parts < 1 || parts > n)
-        return dt__fail(DT_ERR_INVALID, "pipeline: %d stages but the model has %d blocks (at most one stage per block)",
-                        parts, n);
     /* prefix[i]: the cost of blocks [0, i).  best[k * (n+1) + i]: the least
      * possible most costly part cutting blocks [0, i) into k + 1 parts;
      * cut[.]: where that cut's last part starts. */
@@ -56,7 +51,7 @@ dt_status dt_pipeline_partition(const dt_model_desc *d, int parts, int *bounds)
     }
     prefix[0] = 0;
     for (int i = 0; i < n; i++)
-        prefix[i + 1] = prefix[i] + block_cost(dt_model_desc_block(d, i));
+        prefix[i + 1] = prefix[i] + cost[i];
     for (int i = 1; i <= n; i++) {
         best[i] = prefix[i];
         cut[i] = 0;
@@ -85,6 +80,24 @@ dt_status dt_pipeline_partition(const dt_model_desc *d, int parts, int *bounds)
     free(best);
     free(cut);
     return DT_OK;
+}
+
+dt_status dt_pipeline_partition(const dt_model_desc *d, int parts, int *bounds)
+{
+    int n = dt_model_desc_blocks(d);
+    if (!d || !bounds)
+        return dt__fail(DT_ERR_INVALID, "pipeline_partition: %s is NULL", d ? "bounds" : "the description");
+    if (parts < 1 || parts > n)
+        return dt__fail(DT_ERR_INVALID, "pipeline: %d stages but the model has %d blocks (at most one stage per block)",
+                        parts, n);
+    double *cost = malloc((size_t)n * sizeof *cost);
+    if (!cost)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++)
+        cost[i] = block_cost(dt_model_desc_block(d, i));
+    dt_status s = dt__partition_costs(cost, n, parts, bounds);
+    free(cost);
+    return s;
 }
 
 dt_status dt_pipeline_stage_create(const dt_model_desc *d, int p, int v, int rank, dt_model **out)

@@ -3,6 +3,7 @@
  * a layout above the memory limit, naming the ZeRO stage that fits. */
 #include "base/status.h"
 #include "parallel/common/strategy.h"
+#include "parallel/run/memory_plan.h"
 
 /* The largest block's parameters, padded to a multiple of n. */
 static int64_t largest_block(dt_model *m, int n)
@@ -22,15 +23,14 @@ static int64_t largest_block(dt_model *m, int n)
     return best;
 }
 
-dt_status dt_layout_memory_plan(const dt_layout *l, dt_model *m, int dp, int state_floats, dt_memory_plan *out)
+void dt__memory_plan_states(const dt_layout *l, double P, double S, double unit, int n, int state_floats,
+                            dt_memory_plan *out)
 {
-    if (!l || !m || !out || dp < 1 || state_floats < 0)
-        return dt__fail(DT_ERR_INVALID, "layout_memory_plan: %s", !l ? "the layout is NULL" : !m ? "the model is NULL"
-                        : !out ? "out is NULL" : "dp < 1 or state_floats < 0");
-    int stage = l->zero_stage, n = dp;
+    int stage = l->zero_stage;
     bool disk = l->offload == DT_OFFLOAD_DISK;
-    double P = (double)dt_params_numel(dt_model_params(m)), S = stage ? (double)dt_zero_shard_numel(m, n) : P;
-    double k = state_floats, unit = (double)largest_block(m, n), window = 4 * 2 * 1048576.0;
+    double k = state_floats, window = 4 * 2 * 1048576.0;
+    if (!stage)
+        S = P;
     dt_memory_plan b = {4 * P, 4 * P, 4 * k * S, 0};
     if (disk && b.optimizer > k * window) /* on disk: two windows of 2^20 in memory */
         b.optimizer = k * window;
@@ -47,5 +47,15 @@ dt_status dt_layout_memory_plan(const dt_layout *l, dt_model *m, int dp, int sta
         b.buffers += 4 * 3 * unit; /* the block running, a tied block it uses, the next one prefetched */
     }
     *out = b;
+}
+
+dt_status dt_layout_memory_plan(const dt_layout *l, dt_model *m, int dp, int state_floats, dt_memory_plan *out)
+{
+    if (!l || !m || !out || dp < 1 || state_floats < 0)
+        return dt__fail(DT_ERR_INVALID, "layout_memory_plan: %s", !l ? "the layout is NULL" : !m ? "the model is NULL"
+                        : !out ? "out is NULL" : "dp < 1 or state_floats < 0");
+    int n = dp;
+    double P = (double)dt_params_numel(dt_model_params(m)), S = l->zero_stage ? (double)dt_zero_shard_numel(m, n) : P;
+    dt__memory_plan_states(l, P, S, (double)largest_block(m, n), n, state_floats, out);
     return DT_OK;
 }

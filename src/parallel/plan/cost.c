@@ -1,0 +1,300 @@
+/* One layout's predicted step time and memory (dt_plan_layout).  Each part's
+ * formula is in docs/planner.md; the code follows it part by part. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "parallel/pipe/partition.h"
+#include "parallel/plan/internal.h"
+#include "parallel/run/memory_plan.h"
+
+#define MIB 1048576.0
+
+dt_status dt__plan_inputs_check(const dt_plan_inputs *in)
+{
+    const dt_plan_model *m = in ? &in->model : NULL;
+    if (!in)
+        return dt__fail(DT_ERR_INVALID, "plan: the inputs are NULL");
+    if (m->nblocks < 1 || !m->blocks)
+        return dt__fail(DT_ERR_INVALID, "plan: the model has %d blocks", m->nblocks);
+    if (in->world < 1)
+        return dt__fail(DT_ERR_INVALID, "plan: world %d (at least 1 rank)", in->world);
+    if (in->global_batch < 0 || (in->global_batch == 0 && in->batch_size < 1))
+        return dt__fail(DT_ERR_INVALID, "plan: batch_size %lld and global_batch %lld (one of them at least 1)",
+                        (long long)in->batch_size, (long long)in->global_batch);
+    if (!(in->links.intra.bandwidth_Bps > 0) || !(in->links.inter.bandwidth_Bps > 0) || in->links.ranks_per_node < 1)
+        return dt__fail(DT_ERR_INVALID, "plan: links need bandwidths > 0 and ranks_per_node >= 1 (intra %g B/s, inter "
+                        "%g B/s, %d ranks per node)", in->links.intra.bandwidth_Bps, in->links.inter.bandwidth_Bps,
+                        in->links.ranks_per_node);
+    for (int i = 0; i < m->nblocks; i++) {
+        const dt_plan_block *b = &m->blocks[i];
+        if (b->params < 0 || b->fwd_s < 0 || b->bwd_s < 0 || b->act_bytes < 0 || b->out_bytes < 0 || b->tp_bytes < 0 ||
+            b->tp_collectives < 0)
+            return dt__fail(DT_ERR_INVALID, "plan: block %d (%s) has a negative figure", i, b->kind);
+    }
+    return DT_OK;
+}
+
+dt_status dt__plan_ctx_init(dt__plan_ctx *c, const dt_plan_inputs *in)
+{
+    *c = (dt__plan_ctx){in, NULL, false};
+    DT_CHECK(dt__plan_inputs_check(in));
+    c->bounds = calloc((size_t)in->model.nblocks + 1, sizeof *c->bounds);
+    if (!c->bounds)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < in->model.nblocks; i++)
+        c->has_gpt_block |= !strcmp(in->model.blocks[i].kind, "gpt-block");
+    return DT_OK;
+}
+
+void dt__plan_ctx_free(dt__plan_ctx *c)
+{
+    if (c->bounds)
+        for (int i = 0; i <= c->in->model.nblocks; i++)
+            free(c->bounds[i]);
+    free(c->bounds);
+    c->bounds = NULL;
+}
+
+/* The cut into `parts` stages, as dt_pipeline_partition makes it: its cost
+ * hint is the forward FLOPs, else the parameters. */
+static dt_status cut(dt__plan_ctx *c, int parts, const int **out)
+{
+    const dt_plan_model *m = &c->in->model;
+    if (!c->bounds[parts]) {
+        double *cost = malloc((size_t)m->nblocks * sizeof *cost);
+        int *b = malloc((size_t)(parts + 1) * sizeof *b);
+        if (!cost || !b) {
+            free(cost);
+            free(b);
+            return dt__fail(DT_ERR_NOMEM, "out of memory");
+        }
+        for (int i = 0; i < m->nblocks; i++)
+            cost[i] = m->blocks[i].flops > 0 ? m->blocks[i].flops : (double)m->blocks[i].params;
+        dt_status s = dt__partition_costs(cost, m->nblocks, parts, b);
+        free(cost);
+        if (s != DT_OK) {
+            free(b);
+            return s;
+        }
+        c->bounds[parts] = b;
+    }
+    *out = c->bounds[parts];
+    return DT_OK;
+}
+
+/* One pipeline rank's share of the model: per sample, tp applied. */
+typedef struct {
+    double fwd, bwd, recompute;  /* seconds per sample */
+    double tp_fwd;               /* seconds of tp collectives per micro-batch, forward (backward the same) */
+    double tp_recompute;         /* the recomputed blocks' forward collectives, per micro-batch */
+    double params, shard, unit;  /* elements: held, the ZeRO shard, the largest block padded to dp */
+    double act, kept, act_max;   /* bytes per sample: every block's activations; with recompute, what is kept;
+                                    the largest recomputed block's (rebuilt during its backward) */
+    double rs_sum, rs_first, ag_sum, ag_first; /* ZeRO: seconds of every unit's reduce-scatter / allgather */
+} rank_share;
+
+static bool recomputed(const dt__plan_ctx *c, const dt_layout *l, const dt_plan_block *b)
+{
+    if (l->recompute == DT_RECOMPUTE_ALL)
+        return true;
+    return l->recompute == DT_RECOMPUTE_BLOCKS && (!c->has_gpt_block || !strcmp(b->kind, "gpt-block"));
+}
+
+static void share_of(const dt__plan_ctx *c, const dt_layout *l, const int *bounds, int r, int dp, double mb,
+                     rank_share *s)
+{
+    const dt_plan_model *m = &c->in->model;
+    int p = l->pp, t = l->tp, v = dt_layout_chunks(l);
+    dt__plan_group tpg = {&c->in->links, t, 1}, dpg = {&c->in->links, dp, t * p};
+    *s = (rank_share){0};
+    for (int ch = 0; ch < v; ch++)
+        for (int i = bounds[ch * p + r]; i < bounds[ch * p + r + 1]; i++) {
+            const dt_plan_block *b = &m->blocks[i];
+            bool split = b->tp_splittable && t > 1;
+            double d = split ? t : 1, params = ceil((double)b->params / d);
+            double coll = split ? b->tp_collectives * dt__plan_allreduce_s(tpg, b->tp_bytes * mb) : 0;
+            bool re = recomputed(c, l, b);
+            s->fwd += b->fwd_s / d;
+            s->bwd += b->bwd_s / d;
+            s->tp_fwd += coll;
+            s->params += params;
+            double u = ceil(params / dp); /* ZeRO: a slice of every block, the block padded to dp */
+            s->shard += u;
+            s->unit = fmax(s->unit, u * dp);
+            /* tp splits a block's activations but the part it keeps whole, which sequence parallelism splits */
+            double whole = split && !l->sequence_parallel ? fmin(b->act_tp_whole_bytes, b->act_bytes) : 0;
+            double act = whole + (b->act_bytes - whole) / d;
+            s->act += act;
+            if (re) {
+                s->recompute += b->fwd_s / d;
+                s->tp_recompute += coll;
+                s->kept += i > 0 ? m->blocks[i - 1].out_bytes : 0; /* its input */
+                s->act_max = fmax(s->act_max, act);
+            } else
+                s->kept += act;
+            if (l->zero_stage && dp > 1) {
+                double rs = dt__plan_reduce_scatter_s(dpg, 4 * u * dp), ag = dt__plan_allgather_s(dpg, 4 * u * dp);
+                if (s->rs_sum == 0) { /* the rank's first unit: gathered first, reduced last */
+                    s->rs_first = rs;
+                    s->ag_first = ag;
+                }
+                s->rs_sum += rs;
+                s->ag_sum += ag;
+            }
+        }
+}
+
+/* Micro-batches whose activations a pipeline rank holds at once. */
+static double in_flight(const dt_layout *l, int r, int m)
+{
+    int p = l->pp, v = dt_layout_chunks(l);
+    if (p == 1)
+        return 1; /* the common loop: each micro-batch's forward then its backward */
+    if (l->schedule == DT_PIPE_GPIPE)
+        return m;
+    if (l->schedule == DT_PIPE_1F1B)
+        return p - r < m ? p - r : m;
+    /* interleaved (pipe/plan.c's warm-up, then one more forward); a chunk holds 1/v of the rank's blocks */
+    int warm = m == p ? m * v : (p - r - 1) * 2 + (v - 1) * p;
+    int n = warm + 1 < m * v ? warm + 1 : m * v;
+    return (double)n / v;
+}
+
+/* The exposed part of `total` seconds of collectives that start while
+ * `window` seconds of compute still run, the last `tail` starting only
+ * once it ends. */
+static double exposed(double total, double tail, double window) { return fmax(total - tail - window, 0) + tail; }
+
+dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimate *out)
+{
+    const dt_plan_inputs *in = c->in;
+    const dt_plan_model *mo = &in->model;
+    int dp = 0;
+    DT_CHECK(dt_layout_check(l, in->world, &dp));
+    int p = l->pp, t = l->tp, v = dt_layout_chunks(l), parts = p * v, workers = in->world - l->servers;
+    if (parts > mo->nblocks)
+        return dt__fail(DT_ERR_INVALID, "pp %d x %d chunks = %d stages but the model has %d blocks (at most one stage "
+                        "per block)", p, v, parts, mo->nblocks);
+    if (t > 1) {
+        bool any = false;
+        for (int i = 0; i < mo->nblocks && !any; i++)
+            any = mo->blocks[i].tp_splittable != 0;
+        if (!any)
+            return dt__fail(DT_ERR_INVALID, "tp %d: no block of the model splits over tensor-parallel ranks", t);
+    }
+    int64_t acc = l->grad_accumulation, batch = in->batch_size;
+    if (in->global_batch > 0) {
+        if (in->global_batch % ((int64_t)dp * acc))
+            return dt__fail(DT_ERR_INVALID, "the global batch %lld does not divide over dp %d x grad_accumulation %lld",
+                            (long long)in->global_batch, dp, (long long)acc);
+        batch = in->global_batch / ((int64_t)dp * acc);
+    }
+    if (batch % l->micro_batches)
+        return dt__fail(DT_ERR_INVALID, "micro_batches %d do not divide the batch of %lld samples per rank",
+                        l->micro_batches, (long long)batch);
+    double mb = (double)(batch / l->micro_batches); /* samples per micro-batch */
+    int m = dt_layout_step_micro_batches(l);
+    if (l->schedule == DT_PIPE_INTERLEAVED && p > 1 && m % p)
+        return dt__fail(DT_ERR_INVALID, "pipeline schedule interleaved: %d micro-batches are not a multiple of the %d "
+                        "stages", m, p);
+    const int *bounds = NULL;
+    DT_CHECK(cut(c, parts, &bounds));
+
+    /* Time: the slowest pipeline rank's; memory: the fullest rank's. */
+    rank_share s = {0}, r_s;
+    double worst_time = -1, states_best = 0, act_best = -1;
+    dt_memory_plan mem = {0};
+    int k = l->servers > 0 ? 0 : mo->optimizer_state_floats; /* a parameter server's workers hold no optimizer */
+    for (int r = 0; r < p; r++) {
+        share_of(c, l, bounds, r, dp, mb, &r_s);
+        double tm = mb * (r_s.fwd + r_s.bwd + r_s.recompute) + 2 * r_s.tp_fwd + r_s.tp_recompute;
+        if (tm > worst_time) {
+            worst_time = tm;
+            s = r_s;
+        }
+        dt_memory_plan mp;
+        dt__memory_plan_states(l, r_s.params, r_s.shard, r_s.unit, dp, k, &mp);
+        double act = mb * (in_flight(l, r, m) * r_s.kept + r_s.act_max);
+        double states = mp.params + mp.grads + mp.optimizer + mp.buffers;
+        if (states + act > states_best + act_best) {
+            states_best = states;
+            act_best = act;
+            mem = mp;
+        }
+    }
+    dt_plan_estimate e = {0};
+    e.layout = *l;
+    e.layout.dp = dp;
+    e.compute_s = m * mb * (s.fwd + s.bwd);
+    e.tp_s = m * 2 * s.tp_fwd;
+    e.recompute_s = m * (mb * s.recompute + s.tp_recompute);
+    if (p > 1) {
+        /* The bubble: (p-1)/(m+p-1) of the pipelined time, (p-1)/v of a micro-batch's time over m at v chunks. */
+        e.bubble_s = (p - 1.0) / ((double)v * m) * (e.compute_s + e.tp_s + e.recompute_s);
+        /* Sends: hidden behind the other micro-batches except the first's forward through every boundary and
+         * the last's backward back. */
+        for (int b = 1; b < parts; b++) {
+            double bytes = mo->blocks[bounds[b] - 1].out_bytes * mb;
+            e.pp_s += 2 * dt__plan_p2p_s(&in->links, ((b - 1) % p) * t, (b % p) * t, bytes);
+        }
+    }
+    double opt_elems = l->servers > 0 ? 0 : l->zero_stage ? s.shard : s.params;
+    e.optimizer_s = opt_elems * mo->optimizer_s_per_param;
+    double last_bwd = mb * (s.bwd + s.recompute), first_fwd = mb * s.fwd;
+    if (l->servers > 0) {
+        /* Each worker pushes its gradients and pulls the parameters (f32); a server's link carries every
+         * worker's share of its range.  The servers' update runs in between. */
+        double bytes = 4 * s.params, server = bytes * workers / l->servers;
+        e.ps_s = 2 * (in->links.inter.latency_s + fmax(bytes, server) / in->links.inter.bandwidth_Bps);
+        e.optimizer_s = s.params / l->servers * mo->optimizer_s_per_param;
+    } else if (dp > 1 && l->zero_stage == 0) {
+        /* DDP: buckets reduced as backward fills them; all but the last overlap the last backward. */
+        double wire = l->grad_wire == DT_F32 ? 4 : 2, G = wire * s.params;
+        double bucket = l->bucket_mb > 0 ? l->bucket_mb * MIB : fmax(MIB, fmin(25 * MIB, G / 8));
+        double nb = ceil(G / bucket), lastb = G - (nb - 1) * bucket;
+        dt__plan_group g = {&in->links, dp, t * p};
+        double tail = dt__plan_allreduce_s(g, lastb);
+        e.dp_s = exposed((nb - 1) * dt__plan_allreduce_s(g, bucket) + tail, tail, last_bwd);
+    } else if (dp > 1 && l->zero_stage <= 2) {
+        /* ZeRO 1/2: each unit reduce-scattered as its backward ends (stage 2: every micro-batch; a pipeline:
+         * after its schedule, nothing hidden); the updated slices allgathered during the update and the next
+         * forward. */
+        double rs = p > 1 ? s.rs_sum : exposed(s.rs_sum, s.rs_first, last_bwd);
+        if (l->zero_stage == 2 && p == 1)
+            rs *= m;
+        e.dp_s = rs + exposed(s.ag_sum, s.ag_first, e.optimizer_s + first_fwd);
+    } else if (dp > 1) {
+        /* ZeRO-3: every block gathered before its forward and again before its backward, the next one
+         * prefetched; gradients reduce-scattered as each backward ends. */
+        e.dp_s = m * (exposed(s.ag_sum, s.ag_first, first_fwd) + exposed(s.ag_sum + s.rs_sum, s.rs_first, last_bwd));
+    }
+    e.step_s = e.compute_s + e.bubble_s + e.tp_s + e.pp_s + e.dp_s + e.ps_s + e.recompute_s + e.optimizer_s;
+    e.params_bytes = mem.params;
+    e.grads_bytes = mem.grads;
+    e.optimizer_bytes = mem.optimizer;
+    e.buffers_bytes = mem.buffers;
+    e.activation_bytes = act_best;
+    e.memory_bytes = states_best + act_best;
+    double global = (double)dp * (double)batch * (double)acc;
+    e.samples_per_s = e.step_s > 0 ? global / e.step_s : 0;
+    if (in->flops_per_s > 0 && in->model_flops_per_sample > 0 && e.step_s > 0)
+        e.mfu = in->model_flops_per_sample * global / e.step_s / (in->flops_per_s * workers);
+    e.fits = !(in->memory_limit > 0) || e.memory_bytes <= in->memory_limit;
+    *out = e;
+    return DT_OK;
+}
+
+dt_status dt_plan_layout(const dt_plan_inputs *in, const dt_layout *l, dt_plan_estimate *out)
+{
+    if (!l || !out)
+        return dt__fail(DT_ERR_INVALID, "plan_layout: %s is NULL", !l ? "the layout" : "out");
+    dt__plan_ctx c;
+    dt_status s = dt__plan_ctx_init(&c, in);
+    if (s == DT_OK)
+        s = dt__plan_estimate(&c, l, out);
+    if (c.bounds)
+        dt__plan_ctx_free(&c);
+    return s;
+}
