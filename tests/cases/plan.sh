@@ -73,8 +73,8 @@ bad() { # expected-regex args...
 bad "-n '0' must be an integer >= 1" "${small[@]}" -n 0
 bad "-n N .* is required" "${small[@]}"
 bad "--links $WORK/none.json" "${small[@]}" -n 4 --links "$WORK/none.json"
-echo '{"devices_per_node": 8}' >"$WORK/hw.json"
-bad "gpt3-999b" -n 8 --hardware "$WORK/hw.json" --model gpt3-999b
+
+bad "--model gpt3-999b" -n 8 --hardware bench/plan/hardware/a100-dgx.json --model gpt3-999b
 bad "--hardware and --model go together" -n 8 --model gpt3-175b
 "$BIN/dtrain" plan --help | grep -q -- "--memory-limit" || fail "dtrain plan --help does not list --memory-limit"
 echo "ok"

@@ -147,7 +147,9 @@ static void inputs_of(const dtrain_config *c, int world, double memory_limit, dt
 static void print_estimate(int i, const dt_plan_estimate *e)
 {
     char sets[512], desc[256];
-    dt_layout_to_sets(&e->layout, sets, sizeof sets);
+    dt_layout words = e->layout;
+    words.dp = 0; /* the trainer has no dp key: the world / (tp x pp) */
+    dt_layout_to_sets(&words, sets, sizeof sets);
     dt_layout_describe(&e->layout, desc, sizeof desc);
     printf("%2d. %s\n    --set %s\n", i + 1, desc, sets[0] ? sets : "(the default layout)");
     printf("    predicted %.4f s/step = compute %.4f + bubble %.4f + tp %.4f + pp %.4f + dp %.4f + ps %.4f + "
@@ -463,7 +465,9 @@ int dtrain_plan_auto(dtrain_config *c, dt_comm *job, double *predicted)
     *predicted = head[1];
     if (rank == 0) {
         char sets[512], desc[256];
-        dt_layout_to_sets(&l, sets, sizeof sets);
+        dt_layout words = l;
+        words.dp = 0; /* the trainer has no dp key */
+        dt_layout_to_sets(&words, sets, sizeof sets);
         dt_layout_describe(&l, desc, sizeof desc);
         dtrain_progress_line("layout auto: %s (--set %s) for %d rank%s: predicted %.4f s/step (compute %.4f, bubble "
                              "%.4f, tp %.4f, pp %.4f, dp %.4f, optimizer %.4f), %.1f MiB per rank\n", desc,

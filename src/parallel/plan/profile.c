@@ -8,6 +8,7 @@
  * block's output shape.  Activation bytes are the arena's peak over the
  * forward (what the block holds until its backward, its output included);
  * the optimizer is timed over a 2^20-element buffer. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,12 +181,20 @@ static void tp_hints(dt_plan_model *m, double in_bytes, double dim_bytes)
             k->tp_splittable = 1;
             k->tp_collectives = !strcmp(k->kind, "gpt-block") ? 2 : 1;
             k->tp_bytes = dim_bytes;
+            /* what stays whole on every tp rank (without sequence parallelism): a block's layer norms and residual
+             * stream, Megatron's 10 of 34 s h (the attention scores, split, left out: an overestimate); the
+             * embedding's allreduced output, all of it; the head's input side, all but its split logits */
+            k->act_tp_whole_bytes = !strcmp(k->kind, "gpt-block") ? k->act_bytes * 10 / 34
+                                    : !strcmp(k->kind, "gpt-embed") ? k->act_bytes
+                                                                     : fmax(0, k->act_bytes - k->out_bytes);
         } else if (mlp && !strcmp(k->kind, "linear")) {
             bool column = lin % 2 == 0 && lin + 1 < nlinear, row = lin % 2 == 1;
             k->tp_splittable = column || row;
             if (column) /* the mean of the pair's input width (backward) and output width (forward) */
                 k->tp_bytes = ((b ? m->blocks[b - 1].out_bytes : in_bytes) + m->blocks[b + 2].out_bytes) / 2;
             k->tp_collectives = column;
+            /* a column layer keeps its whole input, a row layer makes a whole output */
+            k->act_tp_whole_bytes = column ? (b ? m->blocks[b - 1].out_bytes : in_bytes) : row ? k->out_bytes : 0;
             lin++;
         } else if (mlp && !strcmp(k->kind, "relu"))
             k->tp_splittable = lin % 2 == 1 && lin < nlinear; /* after a column layer */
