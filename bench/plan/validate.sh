@@ -11,6 +11,7 @@
 # most samples/s measured.  One compute thread per rank.
 #
 #   bench/plan/validate.sh [STEPS=20] [MODELS="gpt-mini gpt-small"] [OUT=markdown table file]
+#   EXTRA="batch_size=8" WARM=5: more --set words for every run and plan; warm-up steps
 #   bench/plan/validate.sh --help
 #
 # The machine: the rows' timings hold for it only (nproc, the CPU model and
@@ -23,8 +24,10 @@ cd "$(dirname "$0")/../.."
 STEPS=${1:-20}
 MODELS=${2:-"gpt-mini gpt-small"}
 OUT=${3:-/dev/null}
-WARM=5
+WARM=${WARM:-5}
 N=4
+EXTRA_ARGS=()
+for w in ${EXTRA:-}; do EXTRA_ARGS+=(--set "$w"); done
 BIN=build/bin
 [ -x $BIN/dtrain ] || { echo "build first" >&2; exit 2; }
 WORK=$(mktemp -d /tmp/dtrain-planval.XXXXXX)
@@ -46,7 +49,7 @@ LAYOUTS=(
     "micro_batches=4 recompute=blocks"
     "tp=2 recompute=blocks"
 )
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(nproc) cores, ${EXTRA:-} WARM $WARM STEPS $STEPS, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 {
     echo "| model | layout | predicted s/step | measured s/step | error | measured samples/s |"
     echo "| --- | --- | ---: | ---: | ---: | ---: |"
@@ -59,7 +62,7 @@ measure() {
     rm -f "$WORK/m.jsonl"
     "$BIN/dtrun" -n $N "$BIN/dtrain" train --config "configs/$cfg.json" --set threads=1 --set log_interval=1 \
         --set eval_interval=0 --set eval_batches=1 --set steps=$((WARM + STEPS)) --set metrics_file="$WORK/m.jsonl" \
-        "${args[@]}" >"$WORK/run.log" 2>&1 || { tail -n 3 "$WORK/run.log" >&2; return 0; }
+        "${EXTRA_ARGS[@]}" "${args[@]}" >"$WORK/run.log" 2>&1 || { tail -n 3 "$WORK/run.log" >&2; return 0; }
     local mesh
     mesh=$(grep -m1 -o 'batch [0-9]* x [0-9]* rank' "$WORK/run.log" | awk '{print $2 * $4}')
     python3 - "$WORK/m.jsonl" "$WARM" "$mesh" <<'PY'
@@ -73,7 +76,7 @@ PY
 }
 
 for model in $MODELS; do
-    "$BIN/dtrain" plan --config "configs/$model.json" --set threads=1 -n $N --top 1 >"$WORK/plan" 2>&1 ||
+    "$BIN/dtrain" plan --config "configs/$model.json" --set threads=1 "${EXTRA_ARGS[@]}" -n $N --top 1 >"$WORK/plan" 2>&1 ||
         { cat "$WORK/plan"; exit 1; }
     choice=$(sed -n 's/^    --set //p' "$WORK/plan" | head -n 1)
     [ "$choice" = "(the default layout)" ] && choice=""
@@ -85,7 +88,7 @@ for model in $MODELS; do
     best_sps=0 best=""
     choice_sps=""
     for l in "${rows[@]}"; do
-        pred=$("$BIN/dtrain" plan --config "configs/$model.json" --set threads=1 -n $N --layout "$l" --json 2>/dev/null |
+        pred=$("$BIN/dtrain" plan --config "configs/$model.json" --set threads=1 "${EXTRA_ARGS[@]}" -n $N --layout "$l" --json 2>/dev/null |
                python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["step_s"])' || echo "-")
         read -r meas samples < <(measure "$model" "$l"; echo) || true
         if [ -z "${meas:-}" ]; then

@@ -38,6 +38,8 @@ static const char plan_usage[] =
     "      --json             one JSON object instead of the table\n"
     "  -h, --help             this help\n"
     "\n"
+    "On one host whose cores the job's ranks x threads outnumber, the block times are\n"
+    "scaled by that ratio (the ranks share the cores).\n"
     "The profile is cached in $XDG_CACHE_HOME/dtrain (else ~/.cache/dtrain), one file per\n"
     "model, batch, threads, optimizer and CPU model.\n";
 
@@ -142,6 +144,23 @@ static void inputs_of(const dtrain_config *c, int world, double memory_limit, dt
     in->batch_size = c->batch_size;
     in->memory_limit = memory_limit;
     in->model_flops_per_sample = 6 * params * (double)in->model.tokens_per_sample;
+}
+
+/* A profile measures one process alone; a host's ranks that together run
+ * more compute threads than it has cores share them: every block then takes
+ * (ranks x threads) / cores times as long.  Says so once (unless quiet). */
+static void share_cores(dt_plan_model *m, int ranks_per_node, bool quiet)
+{
+    long cores = dt_cores_available();
+    double f = cores > 0 ? (double)ranks_per_node * m->threads / (double)cores : 1;
+    if (f <= 1)
+        return;
+    for (int b = 0; b < m->nblocks; b++)
+        m->blocks[b].fwd_s *= f, m->blocks[b].bwd_s *= f;
+    m->optimizer_s_per_param *= f;
+    if (!quiet)
+        dtrain_progress_line("plan: %d ranks x %d thread%s share this host's %ld cores: compute times x %.2f\n",
+                             ranks_per_node, m->threads, m->threads == 1 ? "" : "s", cores, f);
 }
 
 static void print_estimate(int i, const dt_plan_estimate *e)
@@ -334,6 +353,8 @@ int dtrain_plan(int argc, char **argv)
         }
         if (dt_set_threads(threads) != DT_OK || profile(&c, fresh, json, &in.model) != DT_OK)
             code = 2;
+        else if (nodes == 1) /* a job on this host (several: the hosts are others, their cores unknown) */
+            share_cores(&in.model, rpn, json);
     }
     if (code >= 0) {
         dt_plan_model_free(&in.model);
@@ -399,6 +420,7 @@ static bool choose(const dtrain_config *c, const dt_plan_links *links, int world
         (void)dtrain_parse_bytes(c->memory_limit, &limit); /* validated with the configuration */
     if (profile(c, false, false, &in.model) != DT_OK)
         return false;
+    share_cores(&in.model, links->ranks_per_node, false);
     inputs_of(c, world, limit, &in);
     dt_plan_result r = {0};
     dt_model_desc *d = NULL;
