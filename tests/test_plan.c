@@ -167,7 +167,6 @@ static void test_search_small(void)
     printf("world 4: %d considered, %d valid, %d fitting, %d kept, %.3f ms\n", r.considered, r.valid, r.fitting,
            r.nbest, r.search_s * 1e3);
     EXPECT(r.nbest > 1 && r.fitting >= r.nbest && r.valid >= r.fitting && r.considered >= r.valid);
-    double max_memory = 0, min_memory = 1e300;
     for (int i = 0; i < r.nbest; i++) {
         const dt_plan_estimate *e = &r.best[i];
         int dp;
@@ -177,8 +176,6 @@ static void test_search_small(void)
         dt_plan_estimate again;
         EXPECT_STATUS(dt_plan_layout(&in, &e->layout, &again), DT_OK);
         NEAR(again.step_s, e->step_s);
-        max_memory = fmax(max_memory, e->memory_bytes);
-        min_memory = fmin(min_memory, e->memory_bytes);
     }
     char buf[160];
     printf("  best: %s, %.1f samples/s\n", dt_layout_describe(&r.best[0].layout, buf, sizeof buf), r.best[0].samples_per_s);
@@ -201,8 +198,6 @@ static void test_search_small(void)
     if (r.nrejected)
         EXPECT_CONTAINS(r.rejected[0], "per rank, over the limit");
     dt_plan_result_free(&r);
-    (void)max_memory;
-    (void)min_memory;
     dt_plan_model_free(&in.model);
 }
 

@@ -166,7 +166,8 @@ typedef struct {
 } dt_plan_result;
 /* Every valid layout of in->world for a small world; for a large one a
  * pruned search (docs/planner.md says which).  DT_ERR_INVALID naming why
- * when no layout fits. */
+ * when no layout fits; *out then still holds the counts and `rejected`
+ * (free it with dt_plan_result_free either way). */
 dt_status dt_plan_search(const dt_plan_inputs *in, const dt_plan_search_opts *o, dt_plan_result *out);
 void dt_plan_result_free(dt_plan_result *r);
 /* One estimate as JSON (malloc'd), for scripts. */

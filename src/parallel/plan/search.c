@@ -213,7 +213,7 @@ static dt_status list_rejected(search *S)
         if (f->servers)
             snprintf(name + n, sizeof name - (size_t)n, ", servers %d", f->servers);
         if (f->least_memory > 0)
-            snprintf(why, sizeof why, "needs at least %.2f GiB per rank, over the limit of %.2f GiB",
+            snprintf(why, sizeof why, "needs at least %.4g GiB per rank, over the limit of %.4g GiB",
                      f->least_memory / GIB, S->ctx.in->memory_limit / GIB);
         else
             snprintf(why, sizeof why, "%s", f->reason[0] ? f->reason : "no layout of it was tried");
