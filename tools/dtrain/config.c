@@ -41,7 +41,7 @@ static const spec specs[] = {
     {"steps", K_INT, F(steps), 1, 1LL << 40, NULL, "1000", "optimizer steps to train"},
     {"seed", K_INT, F(seed), 0, 1LL << 62, NULL, "1", "seed of weights, shuffling and dropout"},
     {"threads", K_INT, F(threads), 0, 256, NULL, "0", "compute threads (0: the cores available)"},
-    {"layout", K_STR, F(layout), 0, 0, "manual,auto", "\"manual\"", "manual: the layout keys as given; auto: dtrain plan's best layout for the job's ranks replaces tp, pp, zero_stage, micro_batches, pipeline_schedule, virtual_stages and recompute (profiled on rank 0, cached; docs/planner.md)"},
+    {"layout", K_STR, F(layout), 0, 0, "manual,auto", "\"manual\"", "manual: the layout keys as given; auto: dtrain plan's best layout for the job's ranks replaces tp, pp, zero_stage, micro_batches, pipeline_schedule, virtual_stages, sequence_parallel and recompute (profiled on rank 0, cached; docs/planner.md)"},
     {"tp", K_INT, F(tp), 1, 4096, NULL, "1", "tensor-parallel ranks per group (gpt, mlp): the world is dp x tp with tp innermost, dp = world / tp"},
     {"sequence_parallel", K_BOOL, F(sequence_parallel), 0, 1, NULL, "false", "gpt with tp > 1: keep 1/tp of the positions between the split regions (allgather and reduce-scatter instead of allreduce; less activation memory)"},
     {"pp", K_INT, F(pp), 1, 4096, NULL, "1", "pipeline stages: the model's blocks cut into pp stages balanced by their cost; the world is dp x pp x tp (tp innermost, then pp)"},

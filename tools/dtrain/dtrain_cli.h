@@ -139,7 +139,7 @@ int dtrain_plan(int argc, char **argv);
 /* layout=auto, on every rank of the job once joined: the links probed,
  * rank 0 plans c's model for the job's ranks (its profile cached), and its
  * choice replaces c's tp, pp, zero_stage, micro_batches, pipeline_schedule,
- * virtual_stages and recompute on every rank; *predicted gets the plan's
+ * virtual_stages, sequence_parallel and recompute on every rank; *predicted gets the plan's
  * step time.  Rank 0 prints the choice.  0, or the exit code. */
 int dtrain_plan_auto(dtrain_config *c, dt_comm *job, double *predicted);
 int dtrain_eval(const char *checkpoint);

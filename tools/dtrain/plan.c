@@ -163,6 +163,9 @@ static void share_cores(dt_plan_model *m, int ranks_per_node, bool quiet)
                              ranks_per_node, m->threads, m->threads == 1 ? "" : "s", cores, f);
 }
 
+static bool runnable(const dtrain_config *c, const dt_layout *l, int world, const dt_model_desc *d, char *why,
+                     size_t len);
+
 static void print_estimate(int i, const dt_plan_estimate *e)
 {
     char sets[512], desc[256];
@@ -203,7 +206,7 @@ static void print_json(const dt_plan_result *r)
 }
 
 /* --layout 'tp=2 pp=2 ...': that layout's prediction. */
-static int predict_one(const dt_plan_inputs *in, const char *words, bool json)
+static int predict_one(const dt_plan_inputs *in, const dtrain_config *c, const char *words, bool json)
 {
     dt_layout l;
     dt_layout_default(&l);
@@ -224,6 +227,15 @@ static int predict_one(const dt_plan_inputs *in, const char *words, bool json)
     }
     free(copy);
     dt_plan_estimate e;
+    char why[512];
+    dt_model_desc *d = NULL;
+    if (!code && c && dtrain_describe_model(c, NULL, &d) != DT_OK)
+        code = 2;
+    if (!code && c && !runnable(c, &l, in->world, d, why, sizeof why)) {
+        fprintf(stderr, "dtrain plan: --layout %s: this configuration cannot run it: %s\n", words, why);
+        code = 2;
+    }
+    dt_model_desc_destroy(d);
     if (!code && dt_plan_layout(in, &l, &e) != DT_OK) {
         fprintf(stderr, "dtrain plan: --layout %s: %s\n", words, dt_last_error());
         code = 2;
@@ -364,13 +376,31 @@ int dtrain_plan(int argc, char **argv)
     inputs_of(&c, (int)ranks, fixed_limit, &in);
     in.flops_per_s = flops;
     if (one) {
-        code = predict_one(&in, one, json);
+        code = predict_one(&in, config ? &c : NULL, one, json);
         dt_plan_model_free(&in.model);
         return code;
     }
     dt_plan_result r = {0};
-    dt_status s = dt_plan_search(&in, &(dt_plan_search_opts){.top = (int)top, .nodes = (int)nodes,
+    /* more than asked: some may be layouts this configuration cannot run (the blocks do not know the heads) */
+    dt_status s = dt_plan_search(&in, &(dt_plan_search_opts){.top = (int)top + 32, .nodes = (int)nodes,
                                                               .allow_recompute = true}, &r);
+    dt_model_desc *d = NULL;
+    if (config && (s == DT_OK || r.nbest) && dtrain_describe_model(&c, NULL, &d) != DT_OK)
+        s = DT_ERR_INVALID;
+    int kept = 0, refused = 0;
+    char refusal[512] = "";
+    for (int i = 0; i < r.nbest; i++) {
+        char why[512];
+        if (!config || runnable(&c, &r.best[i].layout, (int)ranks, d, why, sizeof why)) {
+            if (kept < top)
+                r.best[kept++] = r.best[i];
+        } else if (!refused++)
+            snprintf(refusal, sizeof refusal, "%s", why);
+    }
+    r.nbest = kept;
+    dt_model_desc_destroy(d);
+    if (s == DT_OK && !kept)
+        s = DT_ERR_INVALID; /* (the search's message is not the reason: say it below) */
     if (s != DT_OK && !r.nrejected) {
         fprintf(stderr, "dtrain plan: %s\n", dt_last_error());
         dt_plan_model_free(&in.model);
@@ -387,12 +417,39 @@ int dtrain_plan(int argc, char **argv)
             print_estimate(i, &r.best[i]);
         for (int i = 0; i < r.nrejected; i++)
             printf("rejected: %s\n", r.rejected[i]);
+        if (refused)
+            printf("rejected: %d of the fastest for this configuration, e.g. %s\n", refused, refusal);
         if (s != DT_OK)
-            printf("no layout fits: %s\n", dt_last_error());
+            printf("no layout fits: %s\n", kept || !refused ? dt_last_error() : refusal);
     }
     dt_plan_result_free(&r);
     dt_plan_model_free(&in.model);
     return s == DT_OK ? 0 : 1;
+}
+
+/* Whether c's model can run layout l on `world` ranks where the planner's
+ * blocks cannot tell: tp dividing the heads and vocabulary (gpt) or the
+ * split widths (mlp), micro_batches dividing batch_size, the pipeline's
+ * stages against the blocks.  false with the reason in why. */
+static bool runnable(const dtrain_config *c, const dt_layout *l, int world, const dt_model_desc *d, char *why,
+                     size_t len)
+{
+    bool gpt = !strcmp(c->model, "gpt"), mlp = !strcmp(c->model, "mlp");
+    if (l->tp > 1 && !gpt && !mlp)
+        snprintf(why, len, "tp %d: tensor parallelism is built for the gpt and mlp models", l->tp);
+    else if (l->tp > 1 && gpt && (c->heads % l->tp || c->vocab % l->tp))
+        snprintf(why, len, "tp %d: does not divide heads (%lld) and vocab (%lld)", l->tp, (long long)c->heads,
+                 (long long)c->vocab);
+    else if (l->tp > 1 && mlp && dt_mlp_tp_check(c->mlp_sizes, c->mlp_nsizes, l->tp) != DT_OK)
+        snprintf(why, len, "%s", dt_last_error());
+    else if (c->batch_size % l->micro_batches)
+        snprintf(why, len, "micro_batches %d: does not divide batch_size %lld", l->micro_batches,
+                 (long long)c->batch_size);
+    else if (dt_layout_check(l, world, NULL) != DT_OK || (d && dt_layout_check_model(l, d) != DT_OK))
+        snprintf(why, len, "%s", dt_last_error());
+    else
+        return true;
+    return false;
 }
 
 /* ---- layout=auto ---- */
@@ -405,6 +462,7 @@ static void apply_layout(dtrain_config *c, const dt_layout *l)
     c->zero_stage = l->zero_stage;
     c->micro_batches = l->micro_batches;
     c->virtual_stages = l->virtual_stages;
+    c->sequence_parallel = l->sequence_parallel;
     snprintf(c->pipeline_schedule, sizeof c->pipeline_schedule, "%s", dt_pipe_schedule_name(l->schedule));
     snprintf(c->recompute, sizeof c->recompute, "%s",
              l->recompute == DT_RECOMPUTE_ALL ? "all" : l->recompute == DT_RECOMPUTE_BLOCKS ? "blocks" : "off");
@@ -429,15 +487,12 @@ static bool choose(const dtrain_config *c, const dt_plan_links *links, int world
                                                    .allow_recompute = true}, &r) != DT_OK)
         fprintf(stderr, "dtrain: layout auto: %s\n", dt_last_error());
     else if (dtrain_describe_model(c, NULL, &d) == DT_OK) {
-        for (int i = 0; i < r.nbest && !found; i++) {
-            const dt_layout *l = &r.best[i].layout;
-            bool tp_ok = l->tp == 1 || !strcmp(c->model, "gpt") || !strcmp(c->model, "mlp");
-            if (tp_ok && l->servers == 0 && c->batch_size % l->micro_batches == 0 &&
-                dt_layout_check(l, world, NULL) == DT_OK && dt_layout_check_model(l, d) == DT_OK) {
+        char why[512];
+        for (int i = 0; i < r.nbest && !found; i++)
+            if (r.best[i].layout.servers == 0 && runnable(c, &r.best[i].layout, world, d, why, sizeof why)) {
                 *out = r.best[i];
                 found = true;
             }
-        }
         if (!found)
             fprintf(stderr, "dtrain: layout auto: none of the plan's %d best layouts suits this configuration "
                             "(batch_size %lld, model %s)\n", r.nbest, (long long)c->batch_size, c->model);
