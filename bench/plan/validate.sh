@@ -50,10 +50,7 @@ LAYOUTS=(
     "tp=2 recompute=blocks"
 )
 echo "machine: $(nproc) cores, ${EXTRA:-} WARM $WARM STEPS $STEPS, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-{
-    echo "| model | layout | predicted s/step | measured s/step | error | measured samples/s |"
-    echo "| --- | --- | ---: | ---: | ---: | ---: |"
-} >"$OUT"
+: >"$OUT"
 
 # measured CONFIG "SETS" -> "median_step_s samples_per_step" (empty on failure)
 measure() {
@@ -85,11 +82,20 @@ for model in $MODELS; do
     found=0
     for l in "${LAYOUTS[@]}"; do [ "$l" = "$choice" ] && found=1; done
     [ $found = 1 ] || rows+=("$choice")
+    {
+        echo "| model | layout | predicted s/step | measured s/step | error | measured samples/s |"
+        echo "| --- | --- | ---: | ---: | ---: | ---: |"
+    } >>"$OUT"
     best_sps=0 best=""
     choice_sps=""
     for l in "${rows[@]}"; do
         pred=$("$BIN/dtrain" plan --config "configs/$model.json" --set threads=1 "${EXTRA_ARGS[@]}" -n $N --layout "$l" --json 2>/dev/null |
                python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["step_s"])' || echo "-")
+        if [ "$pred" = "-" ]; then # dtrain plan --layout refused it (this model cannot run it: it said why)
+            printf '%-10s %-48s refused by dtrain plan --layout\n' "$model" "${l:-default}"
+            echo "| $model | ${l:-default} | refused | | | |" >>"$OUT"
+            continue
+        fi
         read -r meas samples < <(measure "$model" "$l"; echo) || true
         if [ -z "${meas:-}" ]; then
             printf '%-10s %-48s predicted %s  measured FAILED\n' "$model" "${l:-default}" "$pred"
