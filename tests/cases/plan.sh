@@ -65,6 +65,10 @@ grep "layout auto" "$WORK/auto"
 echo "layout=auto: measured / predicted $ratio"
 less_than 0.2 "$ratio" && less_than "$ratio" 5 || fail "measured / predicted $ratio is outside [0.2, 5]"
 
+"$BIN/dtrun" -n 2 "$BIN/dtrain" train "${small[@]}" --set steps=2 --set layout=auto --set servers=1 >"$WORK/ps" 2>&1 &&
+    { cat "$WORK/ps"; fail "layout=auto with a parameter server ran"; }
+expect_grep "$WORK/ps" "layout auto plans layouts without parameter servers; servers = 1"
+
 # bad arguments, each named
 bad() { # expected-regex args...
     local want=$1; shift
