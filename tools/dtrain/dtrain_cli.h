@@ -96,6 +96,9 @@ void dtrain_progress_line(const char *fmt, ...) __attribute__((format(printf, 1,
 
 /* "512MiB", "1.5GiB", "2GB", "1000000" (bytes) into *bytes (memory.c). */
 dt_status dtrain_parse_bytes(const char *text, double *bytes);
+/* This process's cgroup memory limit in bytes (the tightest of its
+ * cgroup's and its parents'), 0 when none. */
+double dtrain_cgroup_memory_limit(void);
 /* Print the model states per rank by kind for c's zero_stage over nranks
  * data-parallel ranks (lead only) and check them against the memory limit:
  * 0, or 2 with a message naming the stage that fits. */

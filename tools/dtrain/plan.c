@@ -25,7 +25,8 @@ static const char plan_usage[] =
     "  -n, --ranks N          ranks of the job (>= 1)\n"
     "      --nodes K          hosts (default 1; the ranks fill them in order)\n"
     "      --memory-limit M   bytes per rank for model states and activations (\"2GiB\";\n"
-    "                         default: the configuration's memory_limit, else none)\n"
+    "                         default: the configuration's memory_limit, else this\n"
+    "                         cgroup's limit shared by a host's ranks, else none)\n"
     "      --links FILE       link latencies and bandwidths (JSON, docs/planner.md);\n"
     "                         default intra-host 2 us / 5 GB/s, inter-host 50 us / 1.25 GB/s\n"
     "      --hardware FILE    project for other hardware (JSON, docs/planner.md) with\n"
@@ -333,11 +334,15 @@ int dtrain_plan(int argc, char **argv)
     if (code < 0 && !config)
         dtrain_config_load(NULL, NULL, 0, &c); /* the defaults: optimizer, no memory limit */
     const char *mem = memory ? memory : config ? c.memory_limit : "";
+    int rpn = (int)(ranks / nodes);
+    char cgroup[64] = "";
     if (code < 0 && mem[0] && dtrain_parse_bytes(mem, &limit) != DT_OK) {
         fprintf(stderr, "dtrain plan: --memory-limit '%s': %s\n", mem, dt_last_error());
         code = 2;
+    } else if (code < 0 && !mem[0] && !hardware && (limit = dtrain_cgroup_memory_limit() / rpn) > 0) {
+        snprintf(cgroup, sizeof cgroup, "%.0f MiB (this cgroup's, shared by %d ranks)", limit / 1048576, rpn);
+        mem = cgroup; /* as the trainer: this host's ranks share their cgroup's limit */
     }
-    int rpn = (int)(ranks / nodes);
     default_links(&in.links, rpn);
     if (code < 0 && links) {
         if (dt_plan_links_read(links, &in.links) != DT_OK) {
@@ -476,6 +481,8 @@ static bool choose(const dtrain_config *c, const dt_plan_links *links, int world
     double limit = 0;
     if (c->memory_limit[0])
         (void)dtrain_parse_bytes(c->memory_limit, &limit); /* validated with the configuration */
+    else if ((limit = dtrain_cgroup_memory_limit()) > 0) /* as the trainer: shared by this host's ranks */
+        limit /= links->ranks_per_node;
     if (profile(c, false, false, &in.model) != DT_OK)
         return false;
     share_cores(&in.model, links->ranks_per_node, false);
@@ -547,6 +554,10 @@ int dtrain_plan_auto(dtrain_config *c, dt_comm *job, double *predicted)
     apply_layout(c, &l);
     *predicted = head[1];
     if (rank == 0) {
+        dtrain_progress_line("layout auto: links measured: one host %.1f us, %.2f GB/s; across hosts %.1f us, %.3f GB/s "
+                             "per rank (%d rank%s per host)\n", links.intra.latency_s * 1e6, links.intra.bandwidth_Bps / 1e9,
+                             links.inter.latency_s * 1e6, links.inter.bandwidth_Bps / 1e9, links.ranks_per_node,
+                             links.ranks_per_node == 1 ? "" : "s");
         char sets[512], desc[256];
         dt_layout words = l;
         words.dp = 0; /* the trainer has no dp key */

@@ -6,7 +6,8 @@
  * median kept.  Block 0 gets what the model takes (token ids for a GPT,
  * dt_model_desc_input); every later block random floats of the previous
  * block's output shape.  Activation bytes are the arena's peak over the
- * forward (what the block holds until its backward, its output included);
+ * block's forward and backward: what it adds to its micro-batch's arena,
+ * which is rewound when the micro-batch ends (its output included);
  * the optimizer is timed over a 2^20-element buffer. */
 #include <math.h>
 #include <stdio.h>
@@ -87,7 +88,6 @@ static dt_status measure_block(const dt_model_desc *d, int b, const dt_plan_prof
         if ((s = dt_model_forward(model, &ctx, &in, &y)) != DT_OK)
             break;
         double t1 = seconds();
-        size_t held = dt_arena_peak_bytes(arena);
         if (!dy) { /* the output's shape is known now: its gradient, random, outside the arena */
             m->out_ndim = y.ndim;
             memcpy(m->out_shape, y.shape, sizeof m->out_shape);
@@ -107,7 +107,9 @@ static dt_status measure_block(const dt_model_desc *d, int b, const dt_plan_prof
             times[r] = t1 - t0;
             times[o->repeats + r] = t3 - t2;
         }
-        m->act_bytes = (double)held / (double)o->samples;
+        /* what the block adds to its micro-batch's arena: its forward's records and output, and what its
+         * backward allocates (the arena is rewound only when the micro-batch ends) */
+        m->act_bytes = (double)dt_arena_peak_bytes(arena) / (double)o->samples;
         dt_params_zero_grads(dt_model_params(model));
     }
     if (s == DT_OK) {
