@@ -83,7 +83,7 @@ static void cache_path(const dtrain_config *c, int64_t samples, char *path, size
     cJSON *j = dtrain_model_config_json(c);
     char *text = j ? cJSON_PrintUnformatted(j) : NULL;
     cpu_model(cpu, sizeof cpu);
-    snprintf(key, sizeof key, "|%lld|%d|%s|%s|%s|", (long long)samples, dt_get_threads(), c->optimizer,
+    snprintf(key, sizeof key, "|v2|%lld|%d|%s|%s|%s|", (long long)samples, dt_get_threads(), c->optimizer,
              c->precision, cpu);
     uint64_t h = fnv(fnv(1469598103934665603ULL, text ? text : c->model), key);
     free(text);

@@ -5,7 +5,8 @@
  * process's compute threads: one warm-up, then `repeats` timed runs, the
  * median kept.  Block 0 gets what the model takes (token ids for a GPT,
  * dt_model_desc_input); every later block random floats of the previous
- * block's output shape.  Activation bytes are the arena's peak over the
+ * block's output shape.  Each is timed at `samples` and at one sample, and
+ * the two fit to a cost per micro-batch plus one per sample.  Activation bytes are the arena's peak over the
  * block's forward and backward: what it adds to its micro-batch's arena,
  * which is rewound when the micro-batch ends (its output included);
  * the optimizer is timed over a 2^20-element buffer. */
@@ -29,6 +30,7 @@ typedef struct {
     int in_ndim, out_ndim;
     int64_t in_shape[DT_MAX_DIMS], out_shape[DT_MAX_DIMS];
     double fwd_s, bwd_s, act_bytes, out_bytes;
+    double fwd_fixed_s, bwd_fixed_s;
 } measured;
 
 static int cmp_double(const void *a, const void *b)
@@ -63,10 +65,10 @@ static int64_t numel(int ndim, const int64_t *shape)
     return n;
 }
 
-/* Run block b of d on input x (shape in_shape, samples first) forward and
- * backward: one warm-up and `repeats` timed runs into m. */
-static dt_status measure_block(const dt_model_desc *d, int b, const dt_plan_profile_opts *o, const float *x,
-                               measured *m)
+/* Run block b of d on input x (shape m->in_shape, `samples` first)
+ * forward and backward: one warm-up and o->repeats timed runs into m. */
+static dt_status measure_block(const dt_model_desc *d, int b, const dt_plan_profile_opts *o, int64_t samples,
+                               const float *x, measured *m)
 {
     dt_model *model = NULL;
     dt_arena *arena = NULL;
@@ -91,7 +93,7 @@ static dt_status measure_block(const dt_model_desc *d, int b, const dt_plan_prof
         if (!dy) { /* the output's shape is known now: its gradient, random, outside the arena */
             m->out_ndim = y.ndim;
             memcpy(m->out_shape, y.shape, sizeof m->out_shape);
-            m->out_bytes = 4.0 * (double)dt_tensor_numel(&y) / (double)o->samples;
+            m->out_bytes = 4.0 * (double)dt_tensor_numel(&y) / (double)samples;
             if (!(dy = malloc((size_t)dt_tensor_numel(&y) * sizeof *dy))) {
                 s = dt__fail(DT_ERR_NOMEM, "out of memory for block %d's output gradient", b);
                 break;
@@ -109,12 +111,12 @@ static dt_status measure_block(const dt_model_desc *d, int b, const dt_plan_prof
         }
         /* what the block adds to its micro-batch's arena: its forward's records and output, and what its
          * backward allocates (the arena is rewound only when the micro-batch ends) */
-        m->act_bytes = (double)dt_arena_peak_bytes(arena) / (double)o->samples;
+        m->act_bytes = (double)dt_arena_peak_bytes(arena) / (double)samples;
         dt_params_zero_grads(dt_model_params(model));
     }
     if (s == DT_OK) {
-        m->fwd_s = median(times, o->repeats) / (double)o->samples;
-        m->bwd_s = median(times + o->repeats, o->repeats) / (double)o->samples;
+        m->fwd_s = median(times, o->repeats) / (double)samples;
+        m->bwd_s = median(times + o->repeats, o->repeats) / (double)samples;
     } else
         s = dt__fail(s, "profiling block %d (%s): %s", b, dt_model_desc_block(d, b)->name, dt_last_error());
 done:
@@ -123,6 +125,16 @@ done:
     dt_arena_destroy(arena);
     dt_model_destroy(model);
     return s;
+}
+
+/* t(n) = fixed + n x per through t(1) = one and t(S) = S x *per (the
+ * per-sample time measured at S); a fit that would make either negative
+ * keeps the per-sample time alone. */
+static void fit(int64_t S, double one, double *per, double *fixed)
+{
+    double total = *per * (double)S, p = (total - one) / (double)(S - 1), f = one - p;
+    if (p > 0 && f > 0)
+        *per = p, *fixed = f;
 }
 
 /* The optimizer's update, seconds per element, and its state floats. */
@@ -251,7 +263,15 @@ dt_status dt_plan_profile_model(const dt_model_desc *d, const dt_plan_profile_op
                 break;
             }
             fill(x, count, b == 0 ? ids : 0, 1);
-            s = measure_block(d, b, o, x, m);
+            s = measure_block(d, b, o, o->samples, x, m);
+            if (s == DT_OK && o->samples > 1) { /* and one sample: the cost per micro-batch besides the samples' */
+                measured one = *m;
+                one.in_shape[0] = 1;
+                if ((s = measure_block(d, b, o, 1, x, &one)) == DT_OK) {
+                    fit(o->samples, one.fwd_s, &m->fwd_s, &m->fwd_fixed_s);
+                    fit(o->samples, one.bwd_s, &m->bwd_s, &m->bwd_fixed_s);
+                }
+            }
         }
         dt_plan_block *k = &out->blocks[b];
         snprintf(k->kind, sizeof k->kind, "%s", info->kind);
@@ -260,6 +280,8 @@ dt_status dt_plan_profile_model(const dt_model_desc *d, const dt_plan_profile_op
         k->fwd_s = m->fwd_s;
         k->bwd_s = m->bwd_s;
         k->act_bytes = m->act_bytes;
+        k->fwd_fixed_s = m->fwd_fixed_s;
+        k->bwd_fixed_s = m->bwd_fixed_s;
         k->out_bytes = m->out_bytes;
         if (b == 0 && !strcmp(info->kind, "gpt-embed"))
             dim_bytes = m->out_bytes;
