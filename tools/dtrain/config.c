@@ -402,6 +402,9 @@ dt_status dtrain_config_validate(const dtrain_config *c)
                                                  "global norm to clip to");
     if (c->servers > 0 && c->stop_at_accuracy > 0 && strcmp(c->sync, "bsp"))
         return bad("configuration", "stop_at_accuracy", "needs sync bsp: asynchronous workers do not stop together");
+    if (!strcmp(c->layout, "auto") && c->servers > 0)
+        return bad("configuration", "layout", "auto plans layouts without parameter servers, and servers > 0 (or "
+                                              "dtrun --servers) asks for them: give the layout keys instead");
     if (c->batch_size % c->micro_batches) {
         char why[160];
         snprintf(why, sizeof why, "= %lld does not divide batch_size = %lld into equal micro-batches",

@@ -514,12 +514,6 @@ int dtrain_plan_auto(dtrain_config *c, dt_comm *job, double *predicted)
 {
     dt_plan_links links;
     int rank = dt_comm_rank(job), world = dt_comm_size(job);
-    if (c->servers > 0) { /* every rank knows: refused before any message */
-        if (rank == 0)
-            fprintf(stderr, "dtrain: layout auto plans layouts without parameter servers; servers = %lld (or dtrun "
-                            "--servers) asks for them: give the layout keys instead\n", (long long)c->servers);
-        return 2;
-    }
     if (dt_plan_links_probe(job, &links) != DT_OK) {
         fprintf(stderr, "dtrain: rank %d: layout auto: %s\n", rank, dt_last_error());
         return 1;
