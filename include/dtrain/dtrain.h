@@ -16,6 +16,7 @@
 #include "dtrain/data.h"
 #include "dtrain/layout.h"
 #include "dtrain/ckpt.h"
+#include "dtrain/plan.h"
 #include "dtrain/version.h" /* DTRAIN_VERSION, generated from CMakeLists.txt */
 
 #endif
