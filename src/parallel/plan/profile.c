@@ -21,7 +21,7 @@
 #include "dtrain/plan.h"
 #include "dtrain/tensor.h"
 
-enum { OPT_ELEMENTS = 1 << 20 };
+enum { OPT_ELEMENTS = 1 << 20, EVICT_BYTES = 64 << 20 };
 
 /* A block already measured: the key, its figures and its output's shape. */
 typedef struct {
@@ -57,6 +57,18 @@ static void fill(float *x, int64_t n, int64_t ids, uint64_t seed)
     }
 }
 
+/* Inside a model a block's weights and gradients come from memory: the
+ * blocks before it have evicted them from the caches.  Run alone and
+ * repeated, they would stay cached, which hides a cost per micro-batch
+ * (matrix products on one sample are as long as their weights' reads):
+ * write a buffer larger than the caches before each timed pass. */
+static void evict(unsigned char *buf)
+{
+    if (buf)
+        for (size_t i = 0; i < EVICT_BYTES; i += 64)
+            buf[i]++;
+}
+
 static int64_t numel(int ndim, const int64_t *shape)
 {
     int64_t n = 1;
@@ -73,6 +85,7 @@ static dt_status measure_block(const dt_model_desc *d, int b, const dt_plan_prof
     dt_model *model = NULL;
     dt_arena *arena = NULL;
     float *dy = NULL;
+    unsigned char *cold = calloc(1, EVICT_BYTES); /* (without it: warm caches, the figures a little low) */
     double *times = malloc(2 * (size_t)o->repeats * sizeof *times);
     dt_status s = times ? dt_model_instantiate(d, b, b + 1, &model) : dt__fail(DT_ERR_NOMEM, "out of memory");
     if (s == DT_OK)
@@ -86,6 +99,7 @@ static dt_status measure_block(const dt_model_desc *d, int b, const dt_plan_prof
         dt_arena_reset_peak(arena);
         dt_ctx ctx = {.arena = arena, .key = {1, (uint64_t)(r + 1), 0, 0}, .training = true};
         dt_tensor y, dx;
+        evict(cold);
         double t0 = seconds();
         if ((s = dt_model_forward(model, &ctx, &in, &y)) != DT_OK)
             break;
@@ -101,6 +115,7 @@ static dt_status measure_block(const dt_model_desc *d, int b, const dt_plan_prof
             fill(dy, dt_tensor_numel(&y), 0, 2);
         }
         dt_tensor g = dt_tensor_view(dy, y.ndim, y.shape);
+        evict(cold);
         double t2 = seconds();
         /* block 0 computes no input gradient in a model; every other block does */
         s = b == 0 ? dt_model_backward(model, &ctx, &g) : dt_model_backward_dx(model, &ctx, &g, &dx);
@@ -120,6 +135,7 @@ static dt_status measure_block(const dt_model_desc *d, int b, const dt_plan_prof
     } else
         s = dt__fail(s, "profiling block %d (%s): %s", b, dt_model_desc_block(d, b)->name, dt_last_error());
 done:
+    free(cold);
     free(dy);
     free(times);
     dt_arena_destroy(arena);
