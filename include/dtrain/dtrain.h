@@ -13,10 +13,11 @@
 #include "dtrain/pipeline.h"
 #include "dtrain/ps.h"
 #include "dtrain/layout.h"
+#include "dtrain/plan.h"
 #include "dtrain/data.h"
 #include "dtrain/layout.h"
-#include "dtrain/ckpt.h"
 #include "dtrain/plan.h"
+#include "dtrain/ckpt.h"
 #include "dtrain/version.h" /* DTRAIN_VERSION, generated from CMakeLists.txt */
 
 #endif
