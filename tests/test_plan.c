@@ -31,7 +31,7 @@ static void small_model(dt_plan_inputs *in, int n, int64_t params)
     in->model.blocks = calloc((size_t)n, sizeof(dt_plan_block));
     in->model.nblocks = n;
     for (int i = 0; i < n; i++)
-        in->model.blocks[i] = (dt_plan_block){"linear", params, 1e-3, 2e-3, 1000, 100, 1, 400, 2, 0, 0};
+        in->model.blocks[i] = (dt_plan_block){"linear", params, 1e-3, 2e-3, 1000, 100, 1, 400, 2, 0, 0, 0, 0};
     in->model.tokens_per_sample = 1;
     in->model.optimizer_s_per_param = 1e-9;
     in->model.optimizer_state_floats = 2;

@@ -461,6 +461,12 @@ typedef struct {
 } dt_textclf_config;
 dt_status dt_textclf_describe(const dt_textclf_config *cfg, dt_model_desc **out);
 int dt_model_desc_blocks(const dt_model_desc *d);
+/* The input one sample of the model takes, the batch dimension left out:
+ * shape[0..*ndim) (a GPT: {context}; an mlp: {sizes[0]}) and, for token or
+ * feature ids stored as floats, *ids the number of ids (ids in [0, *ids);
+ * 0: real values).  shape holds DT_MAX_DIMS.  DT_ERR_INVALID when the
+ * builder did not say (the planner's profiler then cannot feed block 0). */
+dt_status dt_model_desc_input(const dt_model_desc *d, int *ndim, int64_t *shape, int64_t *ids);
 const dt_block_info *dt_model_desc_block(const dt_model_desc *d, int i);
 void dt_model_desc_destroy(dt_model_desc *d);
 

@@ -48,6 +48,10 @@ typedef struct {
     /* of act_bytes, what a tensor-parallel split keeps whole on every rank unless sequence parallelism cuts it
      * too (Megatron's transformer block: the layer norms' and dropouts' 10 s h of 34 s h + 5 a s^2) */
     double act_tp_whole_bytes;
+    /* seconds per micro-batch besides fwd_s and bwd_s per sample (0: none): a micro-batch of b samples takes
+     * fwd_fixed_s + b x fwd_s forward.  The profiler fits the two to runs of 1 and of `samples` samples (what
+     * a small micro-batch costs beyond its samples' share: weights read once per micro-batch) */
+    double fwd_fixed_s, bwd_fixed_s;
 } dt_plan_block;
 
 typedef struct {

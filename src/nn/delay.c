@@ -109,6 +109,7 @@ dt_status dt_delay_describe(int blocks, int64_t dim, double forward_ms, double b
     delay_config c = {blocks, dim, forward_ms, backward_ms};
     dt_model_desc *d = NULL;
     DT_CHECK(dt__desc_new(&c, sizeof c, &d));
+    dt__desc_set_input(d, 1, &dim, 0);
     dt_status s = DT_OK;
     for (int i = 0; s == DT_OK && i < blocks; i++) {
         char name[32];

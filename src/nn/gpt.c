@@ -585,6 +585,7 @@ dt_status dt_gpt_describe(const dt_gpt_config *c, dt_model_desc **out)
                         t, t, (long long)c->vocab, (long long)c->heads);
     dt_model_desc *d = NULL;
     DT_CHECK(dt__desc_new(c, sizeof *c, &d));
+    dt__desc_set_input(d, 1, &c->context, c->vocab);
     if (c->tp.size)
         dt__desc_set_output_split(d, c->vocab, c->vocab / t * tp_rank(c), &c->tp);
     /* Cost hints per sample (one sequence of `context` tokens).  Activation

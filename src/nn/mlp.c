@@ -75,6 +75,8 @@ dt_status dt_mlp_describe_tp(const int64_t *sizes, int nsizes, const dt_tp_group
     dt_model_desc *d = NULL;
     dt_status s = dt__desc_new(c, bytes, &d);
     free(c);
+    if (s == DT_OK)
+        dt__desc_set_input(d, 1, &sizes[0], 0);
     for (int i = 0; s == DT_OK && i + 1 < nsizes; i++) {
         double in = (double)sizes[i], o = (double)sizes[i + 1];
         char name[32];
@@ -131,6 +133,7 @@ dt_status dt_cnn_describe(int64_t size, int64_t c1, int64_t c2, int64_t classes,
     cnn_config c = {size, c1, c2, classes};
     dt_model_desc *d = NULL;
     DT_CHECK(dt__desc_new(&c, sizeof c, &d));
+    dt__desc_set_input(d, 1, (int64_t[]){size * size}, 0);
     double px = (double)(size * size), half = (double)((size / 2) * (size / 2)), q = (double)((size / 4) * (size / 4));
     double flat = (double)c2 * q;
     struct {

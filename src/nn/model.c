@@ -43,6 +43,8 @@ struct dt_model_desc {
     shared_decl *shared;
     int nshared;
     output_split split;
+    int input_ndim; /* 0: the builder did not say */
+    int64_t input_shape[DT_MAX_DIMS], input_ids;
 };
 
 /* The hook context of one chunk's sequence: its blocks' local numbers start
@@ -127,6 +129,27 @@ dt_status dt__desc_share(dt_model_desc *d, const char *name, int first, int last
 }
 
 int dt_model_desc_blocks(const dt_model_desc *d) { return d ? d->n : 0; }
+
+void dt__desc_set_input(dt_model_desc *d, int ndim, const int64_t *shape, int64_t ids)
+{
+    d->input_ndim = ndim > 0 && ndim < DT_MAX_DIMS ? ndim : 0;
+    for (int i = 0; i < d->input_ndim; i++)
+        d->input_shape[i] = shape[i];
+    d->input_ids = ids;
+}
+
+dt_status dt_model_desc_input(const dt_model_desc *d, int *ndim, int64_t *shape, int64_t *ids)
+{
+    if (!d || !ndim || !shape || !ids)
+        return dt__fail(DT_ERR_INVALID, "dt_model_desc_input: an argument is NULL");
+    if (!d->input_ndim)
+        return dt__fail(DT_ERR_INVALID, "the model's description does not give the shape of its input");
+    *ndim = d->input_ndim;
+    for (int i = 0; i < d->input_ndim; i++)
+        shape[i] = d->input_shape[i];
+    *ids = d->input_ids;
+    return DT_OK;
+}
 
 const dt_block_info *dt_model_desc_block(const dt_model_desc *d, int i)
 {

@@ -24,6 +24,9 @@ dt_status dt__desc_share(dt_model_desc *d, const char *name, int first, int last
  * `start`, over the tensor-parallel group tp (dt_model_loss takes the
  * vocabulary-parallel loss; tp is copied). */
 void dt__desc_set_output_split(dt_model_desc *d, int64_t vocab, int64_t start, const dt_tp_group *tp);
+/* The input of one sample (dt_model_desc_input): ndim < DT_MAX_DIMS
+ * dimensions, ids > 0 for ids stored as floats. */
+void dt__desc_set_input(dt_model_desc *d, int ndim, const int64_t *shape, int64_t ids);
 /* Describe, then instantiate every block. */
 dt_status dt__build_whole(dt_status describe_status, dt_model_desc **d, dt_model **out);
 

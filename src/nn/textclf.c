@@ -27,6 +27,7 @@ dt_status dt_textclf_describe(const dt_textclf_config *cfg, dt_model_desc **out)
                         (long long)cfg->buckets, (long long)cfg->dim, (long long)cfg->classes);
     dt_model_desc *d = NULL;
     DT_CHECK(dt__desc_new(cfg, sizeof *cfg, &d));
+    dt__desc_set_input(d, 1, (int64_t[]){32}, cfg->buckets); /* bags of up to 32 features (the width is the data's) */
     /* per sample, for a bag of ~100 features: the sums, then the product */
     double dim = (double)cfg->dim, classes = (double)cfg->classes;
     dt_status s = dt__desc_add(d, "embedding", "embedding_bag", make_block, cfg->buckets * cfg->dim,

@@ -41,6 +41,7 @@ static const spec specs[] = {
     {"steps", K_INT, F(steps), 1, 1LL << 40, NULL, "1000", "optimizer steps to train"},
     {"seed", K_INT, F(seed), 0, 1LL << 62, NULL, "1", "seed of weights, shuffling and dropout"},
     {"threads", K_INT, F(threads), 0, 256, NULL, "0", "compute threads (0: the cores available)"},
+    {"layout", K_STR, F(layout), 0, 0, "manual,auto", "\"manual\"", "manual: the layout keys as given; auto: dtrain plan's best layout for the job's ranks replaces tp, pp, zero_stage, micro_batches, pipeline_schedule, virtual_stages, sequence_parallel and recompute (profiled on rank 0, cached; docs/planner.md)"},
     {"tp", K_INT, F(tp), 1, 4096, NULL, "1", "tensor-parallel ranks per group (gpt, mlp): the world is dp x tp with tp innermost, dp = world / tp"},
     {"sequence_parallel", K_BOOL, F(sequence_parallel), 0, 1, NULL, "false", "gpt with tp > 1: keep 1/tp of the positions between the split regions (allgather and reduce-scatter instead of allreduce; less activation memory)"},
     {"pp", K_INT, F(pp), 1, 4096, NULL, "1", "pipeline stages: the model's blocks cut into pp stages balanced by their cost; the world is dp x pp x tp (tp innermost, then pp)"},
@@ -401,6 +402,9 @@ dt_status dtrain_config_validate(const dtrain_config *c)
                                                  "global norm to clip to");
     if (c->servers > 0 && c->stop_at_accuracy > 0 && strcmp(c->sync, "bsp"))
         return bad("configuration", "stop_at_accuracy", "needs sync bsp: asynchronous workers do not stop together");
+    if (!strcmp(c->layout, "auto") && c->servers > 0)
+        return bad("configuration", "layout", "auto plans layouts without parameter servers, and servers > 0 (or "
+                                              "dtrun --servers) asks for them: give the layout keys instead");
     if (c->batch_size % c->micro_batches) {
         char why[160];
         snprintf(why, sizeof why, "= %lld does not divide batch_size = %lld into equal micro-batches",

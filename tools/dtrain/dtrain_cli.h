@@ -35,6 +35,7 @@ typedef struct {
     double checkpoint_seconds;
     char checkpoint_dir[1024], metrics_file[1024];
     char recompute[16];  /* off | blocks | all */
+    char layout[8];      /* manual | auto (dtrain plan's choice for the job's world) */
     char no_decay[256];  /* glob patterns exempt from weight decay, or "none" */
     char memory_limit[32]; /* model-state bytes allowed per rank ("2GiB"; "" or "0": the cgroup's, if any) */
     char offload[8];       /* none | disk: the optimizer state in a file */
@@ -95,6 +96,9 @@ void dtrain_progress_line(const char *fmt, ...) __attribute__((format(printf, 1,
 
 /* "512MiB", "1.5GiB", "2GB", "1000000" (bytes) into *bytes (memory.c). */
 dt_status dtrain_parse_bytes(const char *text, double *bytes);
+/* This process's cgroup memory limit in bytes (the tightest of its
+ * cgroup's and its parents'), 0 when none. */
+double dtrain_cgroup_memory_limit(void);
 /* Print the model states per rank by kind for c's zero_stage over nranks
  * data-parallel ranks (lead only) and check them against the memory limit:
  * 0, or 2 with a message naming the stage that fits. */
@@ -133,6 +137,14 @@ int dtrain_timeline(int argc, char **argv);
  * about n ticks over [lo, hi]. */
 void dtrain_html_text(FILE *o, const char *s);
 double dtrain_tick_step(double lo, double hi, int n);
+/* dtrain plan --config FILE -n N [...] (plan.c). */
+int dtrain_plan(int argc, char **argv);
+/* layout=auto, on every rank of the job once joined: the links probed,
+ * rank 0 plans c's model for the job's ranks (its profile cached), and its
+ * choice replaces c's tp, pp, zero_stage, micro_batches, pipeline_schedule,
+ * virtual_stages, sequence_parallel and recompute on every rank; *predicted gets the plan's
+ * step time.  Rank 0 prints the choice.  0, or the exit code. */
+int dtrain_plan_auto(dtrain_config *c, dt_comm *job, double *predicted);
 int dtrain_eval(const char *checkpoint);
 int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, double temperature, uint64_t seed);
 

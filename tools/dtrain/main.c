@@ -26,6 +26,9 @@ static const char usage[] =
     "  report METRICS.jsonl [-o REPORT.html]\n"
     "        a self-contained HTML page of a metrics file: loss, learning rate, grad\n"
     "        norm and throughput against step, and a summary (dtrain report --help)\n"
+    "  plan --config FILE.json -n N [--nodes K] [--memory-limit M] [--links FILE] [--top K] [--json]\n"
+    "        predict each layout's step time and memory on N ranks from this machine's\n"
+    "        measured costs; print the fastest that fit (dtrain plan --help)\n"
     "  timeline TRACE.json [-o PAGE.html] [--from-step N | --start-ms T ...]\n"
     "        a self-contained HTML page drawing a window of a dtrun --timeline file: a\n"
     "        lane per rank and thread, spans coloured by category, tooltips with their\n"
@@ -180,6 +183,8 @@ int main(int argc, char **argv)
     };
     if (argc > 1 && !strcmp(argv[1], "report")) /* its own options (-o) */
         return dtrain_report(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "plan"))
+        return dtrain_plan(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "timeline"))
         return dtrain_timeline(argc - 1, argv + 1);
     cli a = {.tokens = 200, .seed = 1, .temperature = 0.8};
@@ -271,7 +276,7 @@ int main(int argc, char **argv)
         } else
             code = !strcmp(cmd, "eval") ? dtrain_eval(args[0]) : cmd_generate(&a, args[0]);
     } else {
-        fprintf(stderr, "dtrain: unknown command '%s' (train, eval, generate, report, timeline; see dtrain --help)\n",
+        fprintf(stderr, "dtrain: unknown command '%s' (train, eval, generate, plan, report, timeline; see dtrain --help)\n",
                 cmd);
         code = 2;
     }

@@ -105,6 +105,8 @@ static double cgroup_limit(void)
     return best;
 }
 
+double dtrain_cgroup_memory_limit(void) { return cgroup_limit(); }
+
 int dtrain_memory_plan(const dtrain_config *c, dt_model *m, int nranks, bool lead)
 {
     int stage = (int)c->zero_stage;

@@ -195,6 +195,10 @@ static int train_loop(train_run *t)
                     s != DT_OK ? dt_last_error() : "the loss is not finite (lower lr, or set grad_clip)");
             return 1;
         }
+        if (step - t->first_step >= 2) { /* the first steps warm caches and connections */
+            t->steady_s += now_s() - t0;
+            t->steady_steps++;
+        }
         w.compute += now_s() - t0 - st.exposed_s;
         w.comm += st.comm_s;
         w.exposed += st.exposed_s;

@@ -123,6 +123,12 @@ void train_report_end(const train_run *t)
         printf("offload: the optimizer state%s on disk (%s): %.1f MiB read and %.1f MiB written per step\n",
                l->zero_stage == 3 ? " and the parameter shard" : "", c->offload_dir[0] ? c->offload_dir : "/var/tmp",
                (double)(rd + io.disk_read) / 1048576.0 / (double)ran, (double)(wr + io.disk_written) / 1048576.0 / (double)ran);
+    if (t->predicted_step_s > 0 && t->steady_steps > 0) {
+        double measured = t->steady_s / (double)t->steady_steps;
+        printf("layout auto: measured %.4f s/step (mean of %lld steps after the first two), predicted %.4f: "
+               "measured / predicted %.2f\n", measured, (long long)t->steady_steps, t->predicted_step_s,
+               measured / t->predicted_step_s);
+    }
     if (t->act_peak && l->pp > 1)
         printf("activation memory: at most %.1f MiB held at once, %d micro-batch%s in flight (stage 0, %s schedule, "
                "recompute %s)\n", (double)t->act_peak / 1048576.0, t->flight_peak, t->flight_peak == 1 ? "" : "es",

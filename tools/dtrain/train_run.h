@@ -29,6 +29,9 @@ typedef struct {
     const char *thread_source;
     int64_t first_step;
     size_t act_peak;
+    double predicted_step_s;      /* layout auto: the plan's step time (0: manual) */
+    double steady_s;              /* the steps' wall time after the first two */
+    int64_t steady_steps;
     int flight_peak;
 } train_run;
 

@@ -164,6 +164,11 @@ int train_setup(train_run *t, dtrain_config *c, const char *resume)
         t->job = NULL;
         return 1;
     }
+    if (!strcmp(c->layout, "auto")) {
+        int code = dtrain_plan_auto(c, t->job, &t->predicted_step_s);
+        if (code != 0)
+            return code;
+    }
     if (dt_comm_rank(t->job) == 0)
         dtrain_config_check_unused(c, true);
     int code = build(t, c, step_dir, sizeof step_dir);

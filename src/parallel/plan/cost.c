@@ -30,7 +30,7 @@ dt_status dt__plan_inputs_check(const dt_plan_inputs *in)
     for (int i = 0; i < m->nblocks; i++) {
         const dt_plan_block *b = &m->blocks[i];
         if (b->params < 0 || b->fwd_s < 0 || b->bwd_s < 0 || b->act_bytes < 0 || b->out_bytes < 0 || b->tp_bytes < 0 ||
-            b->tp_collectives < 0)
+            b->tp_collectives < 0 || b->fwd_fixed_s < 0 || b->bwd_fixed_s < 0)
             return dt__fail(DT_ERR_INVALID, "plan: block %d (%s) has a negative figure", i, b->kind);
     }
     return DT_OK;
@@ -116,8 +116,10 @@ static void share_of(const dt__plan_ctx *c, const dt_layout *l, const int *bound
             double d = split ? t : 1, params = ceil((double)b->params / d);
             double coll = split ? b->tp_collectives * dt__plan_allreduce_s(tpg, b->tp_bytes * mb) : 0;
             bool re = recomputed(c, l, b);
-            s->fwd += b->fwd_s / d;
-            s->bwd += b->bwd_s / d;
+            /* per sample at this micro-batch: the fixed cost per micro-batch shared by its mb samples */
+            double fwd = b->fwd_s + b->fwd_fixed_s / mb, bwd = b->bwd_s + b->bwd_fixed_s / mb;
+            s->fwd += fwd / d;
+            s->bwd += bwd / d;
             s->tp_fwd += coll;
             s->params += params;
             double u = ceil(params / dp); /* ZeRO: a slice of every block, the block padded to dp */
@@ -128,7 +130,7 @@ static void share_of(const dt__plan_ctx *c, const dt_layout *l, const int *bound
             double act = whole + (b->act_bytes - whole) / d;
             s->act += act;
             if (re) {
-                s->recompute += b->fwd_s / d;
+                s->recompute += fwd / d;
                 s->tp_recompute += coll;
                 s->kept += i > 0 ? m->blocks[i - 1].out_bytes : 0; /* its input */
                 s->act_max = fmax(s->act_max, act);

@@ -48,6 +48,8 @@ static const struct {
     {"tp_bytes", offsetof(dt_plan_block, tp_bytes), false},
     {"flops", offsetof(dt_plan_block, flops), true},
     {"act_tp_whole_bytes", offsetof(dt_plan_block, act_tp_whole_bytes), true},
+    {"fwd_fixed_s", offsetof(dt_plan_block, fwd_fixed_s), true},
+    {"bwd_fixed_s", offsetof(dt_plan_block, bwd_fixed_s), true},
 };
 #define NDOUBLES (sizeof doubles / sizeof *doubles)
 

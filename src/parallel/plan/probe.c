@@ -1,0 +1,111 @@
+/* dt_plan_links_probe: the planner's two link classes measured over a
+ * communicator.  Rank 0 ping-pongs with the first rank on its own host
+ * (intra) and with the first rank on another host (inter): 8 bytes for the
+ * latency (half the round trip, the median of many), then 4 MiB each way
+ * for the bandwidth (its one-way time less that latency; across hosts
+ * divided by the ranks of a host, which share its link).  A host is the
+ * ranks that share rank - local rank (launchers fill hosts in rank order).
+ * A class with no such pair keeps its default; rank 0's figures are
+ * broadcast, so every rank returns the same links. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "base/status.h"
+#include "dtrain/plan.h"
+
+enum { TAG = 4747, PINGS = 50, WARM = 5, BIG = 4 << 20, BIG_REPEATS = 3 };
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Round trips of `bytes` between this rank and peer, `n` timed after `warm`:
+ * the median round trip (the initiator's figure; the echoing side returns 0). */
+static dt_status round_trips(dt_comm *c, int peer, bool initiator, char *buf, size_t bytes, int warm, int n,
+                             double *rtt)
+{
+    double *t = malloc((size_t)n * sizeof *t);
+    if (!t)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    dt_status s = DT_OK;
+    for (int i = -warm; s == DT_OK && i < n; i++) {
+        int64_t t0 = dt__now_ns();
+        if (initiator) {
+            if ((s = dt_send(buf, bytes, DT_U8, peer, TAG, c)) == DT_OK)
+                s = dt_recv(buf, bytes, DT_U8, peer, TAG, c, NULL);
+        } else if ((s = dt_recv(buf, bytes, DT_U8, peer, TAG, c, NULL)) == DT_OK)
+            s = dt_send(buf, bytes, DT_U8, peer, TAG, c);
+        if (i >= 0)
+            t[i] = (double)(dt__now_ns() - t0) * 1e-9;
+    }
+    if (s == DT_OK) {
+        qsort(t, (size_t)n, sizeof *t, cmp_double);
+        *rtt = initiator ? t[n / 2] : 0;
+    }
+    free(t);
+    return s;
+}
+
+/* Latency and bandwidth between ranks a (< b) and b; the figures land on a. */
+static dt_status measure_pair(dt_comm *c, int a, int b, char *buf, dt_plan_link *out)
+{
+    int me = dt_comm_rank(c);
+    if (me != a && me != b)
+        return DT_OK;
+    int peer = me == a ? b : a;
+    double small = 0, big = 0;
+    DT_CHECK(round_trips(c, peer, me == a, buf, 8, WARM, PINGS, &small));
+    DT_CHECK(round_trips(c, peer, me == a, buf, BIG, 1, BIG_REPEATS, &big));
+    if (me == a) {
+        double latency = small / 2, one_way = big / 2 - latency;
+        out->latency_s = latency;
+        out->bandwidth_Bps = one_way > 0 ? BIG / one_way : BIG / (big / 2);
+    }
+    return DT_OK;
+}
+
+dt_status dt_plan_links_probe(dt_comm *c, dt_plan_links *out)
+{
+    if (!c || !out)
+        return dt__fail(DT_ERR_INVALID, "plan links probe: %s is NULL", c ? "out" : "the communicator");
+    int n = dt_comm_size(c), me = dt_comm_rank(c);
+    *out = (dt_plan_links){.intra = {2e-6, 5e9}, .inter = {50e-6, 1.25e9}, .ranks_per_node = dt_comm_local_size(c)};
+    if (out->ranks_per_node < 1)
+        out->ranks_per_node = 1;
+    int32_t mine = me - dt_comm_local_rank(c), *host = malloc((size_t)n * sizeof *host);
+    char *buf = calloc(1, BIG);
+    dt_status s = host && buf ? dt_allgather(&mine, host, 1, DT_I32, c) : dt__fail(DT_ERR_NOMEM, "out of memory");
+    int intra = -1, inter = -1;
+    for (int r = 1; s == DT_OK && r < n; r++) {
+        if (host[r] == host[0] && intra < 0)
+            intra = r;
+        if (host[r] != host[0] && inter < 0)
+            inter = r;
+    }
+    /* [intra latency, bandwidth, inter latency, bandwidth], rank 0's, to every rank */
+    double fig[4] = {out->intra.latency_s, out->intra.bandwidth_Bps, out->inter.latency_s, out->inter.bandwidth_Bps};
+    if (s == DT_OK && intra > 0)
+        s = measure_pair(c, 0, intra, buf, &out->intra);
+    if (s == DT_OK && inter > 0)
+        s = measure_pair(c, 0, inter, buf, &out->inter);
+    /* one pair alone has the host's link to itself; the planner's inter class is what each rank gets while
+     * all of its host's ranks send at once (the link shared) */
+    if (s == DT_OK && me == 0 && inter > 0)
+        out->inter.bandwidth_Bps /= out->ranks_per_node;
+    if (s == DT_OK && me == 0) {
+        fig[0] = out->intra.latency_s, fig[1] = out->intra.bandwidth_Bps;
+        fig[2] = out->inter.latency_s, fig[3] = out->inter.bandwidth_Bps;
+    }
+    if (s == DT_OK)
+        s = dt_broadcast(fig, 4, DT_F64, 0, c);
+    if (s == DT_OK) {
+        out->intra = (dt_plan_link){fig[0], fig[1]};
+        out->inter = (dt_plan_link){fig[2], fig[3]};
+    }
+    free(buf);
+    free(host);
+    return s != DT_OK ? dt__fail(s, "plan links probe: %s", dt_last_error()) : DT_OK;
+}
