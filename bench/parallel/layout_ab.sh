@@ -5,7 +5,7 @@
 # windows after the first (the warm-up), in tokens/s; each layout runs A, B, A,
 # B ... REPEATS times and the table gives both medians and their ratio.
 #
-#   [REPEATS=3] [STEPS=30] bench/parallel/layout_ab.sh BEFORE_BIN_DIR AFTER_BIN_DIR
+#   [REPEATS=3] [STEPS=30] [ROWS=regex] bench/parallel/layout_ab.sh BEFORE_BIN_DIR AFTER_BIN_DIR
 #
 # The CPU is named in the output: a ratio measured on one CPU is not a claim for all.
 set -u
@@ -27,6 +27,7 @@ echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'),
 printf '| layout | ranks | before tokens/s | after tokens/s | after / before |\n| --- | --- | --- | --- | --- |\n'
 row() { # label n args...
     local label=$1 n=$2; shift 2
+    [[ "$label" =~ ${ROWS:-.} ]] || return 0
     local a=() b=()
     for i in $(seq "$REPEATS"); do
         a+=("$(rate "$A" "$n" "$W/a.jsonl" "$@")")

@@ -10,8 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "dtrain/plan.h"
-#include "dtrain_cli.h"
+#include "plan_inputs.h"
 
 static const char plan_usage[] =
     "usage: dtrain plan --config FILE.json -n N [options]\n"
@@ -43,129 +42,6 @@ static const char plan_usage[] =
     "scaled by that ratio (the ranks share the cores).\n"
     "The profile is cached in $XDG_CACHE_HOME/dtrain (else ~/.cache/dtrain), one file per\n"
     "model, batch, threads, optimizer and CPU model.\n";
-
-/* FNV-1a over a string. */
-static uint64_t fnv(uint64_t h, const char *s)
-{
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
-}
-
-static void cpu_model(char *buf, size_t len)
-{
-    snprintf(buf, len, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    char line[512];
-    while (f && fgets(line, sizeof line, f))
-        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-            snprintf(buf, len, "%s", strchr(line, ':') + 2);
-            buf[strcspn(buf, "\n")] = 0;
-            break;
-        }
-    if (f)
-        fclose(f);
-}
-
-/* The cache file for c's model at this machine's threads ("" when there is no home). */
-static void cache_path(const dtrain_config *c, int64_t samples, char *path, size_t len)
-{
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    char dir[1024], cpu[256], key[512];
-    if (xdg && *xdg)
-        snprintf(dir, sizeof dir, "%s/dtrain", xdg);
-    else if (home && *home)
-        snprintf(dir, sizeof dir, "%s/.cache/dtrain", home);
-    else {
-        path[0] = 0;
-        return;
-    }
-    cJSON *j = dtrain_model_config_json(c);
-    char *text = j ? cJSON_PrintUnformatted(j) : NULL;
-    cpu_model(cpu, sizeof cpu);
-    snprintf(key, sizeof key, "|v2|%lld|%d|%s|%s|%s|", (long long)samples, dt_get_threads(), c->optimizer,
-             c->precision, cpu);
-    uint64_t h = fnv(fnv(1469598103934665603ULL, text ? text : c->model), key);
-    free(text);
-    cJSON_Delete(j);
-    if (xdg && *xdg)
-        mkdir(xdg, 0755);
-    else {
-        char parent[1100];
-        snprintf(parent, sizeof parent, "%s/.cache", home);
-        mkdir(parent, 0755);
-    }
-    mkdir(dir, 0755);
-    snprintf(path, len, "%s/plan-%016llx.json", dir, (unsigned long long)h);
-}
-
-/* c's model profiled at this process's threads, from the cache when it holds it. */
-static dt_status profile(const dtrain_config *c, bool fresh, bool quiet, dt_plan_model *m)
-{
-    char path[1200];
-    int64_t samples = c->batch_size;
-    cache_path(c, samples, path, sizeof path);
-    if (!fresh && path[0] && dt_plan_model_read(path, m) == DT_OK) {
-        if (!quiet)
-            dtrain_progress_line("plan: the profile of this model from %s\n", path);
-        return DT_OK;
-    }
-    dt_model_desc *d = NULL;
-    if (dtrain_describe_model(c, NULL, &d) != DT_OK)
-        return DT_ERR_INVALID;
-    if (!quiet)
-        dtrain_progress_line("plan: profiling %d blocks of %s on %lld samples with %d thread%s ...\n",
-                             dt_model_desc_blocks(d), c->model, (long long)samples, dt_get_threads(),
-                             dt_get_threads() == 1 ? "" : "s");
-    dt_status s = dt_plan_profile_model(d, &(dt_plan_profile_opts){samples, 3, c->optimizer}, m);
-    dt_model_desc_destroy(d);
-    if (s != DT_OK) {
-        fprintf(stderr, "dtrain plan: profiling: %s\n", dt_last_error());
-        return s;
-    }
-    if (path[0] && dt_plan_model_write(path, m) != DT_OK && !quiet)
-        fprintf(stderr, "dtrain plan: warning: cannot cache the profile: %s\n", dt_last_error());
-    else if (path[0] && !quiet)
-        dtrain_progress_line("plan: profiled; cached in %s\n", path);
-    return DT_OK;
-}
-
-static void default_links(dt_plan_links *l, int ranks_per_node)
-{
-    *l = (dt_plan_links){.intra = {2e-6, 5e9}, .inter = {50e-6, 1.25e9}, .ranks_per_node = ranks_per_node};
-}
-
-/* The inputs for c's model on `world` ranks over links (profile made). */
-static void inputs_of(const dtrain_config *c, int world, double memory_limit, dt_plan_inputs *in)
-{
-    double params = 0;
-    for (int b = 0; b < in->model.nblocks; b++)
-        params += (double)in->model.blocks[b].params;
-    in->world = world;
-    in->batch_size = c->batch_size;
-    in->memory_limit = memory_limit;
-    in->model_flops_per_sample = 6 * params * (double)in->model.tokens_per_sample;
-}
-
-/* A profile measures one process alone; a host's ranks that together run
- * more compute threads than it has cores share them: every block then takes
- * (ranks x threads) / cores times as long.  Says so once (unless quiet). */
-static void share_cores(dt_plan_model *m, int ranks_per_node, bool quiet)
-{
-    long cores = dt_cores_available();
-    double f = cores > 0 ? (double)ranks_per_node * m->threads / (double)cores : 1;
-    if (f <= 1)
-        return;
-    for (int b = 0; b < m->nblocks; b++)
-        m->blocks[b].fwd_s *= f, m->blocks[b].bwd_s *= f;
-    m->optimizer_s_per_param *= f;
-    if (!quiet)
-        dtrain_progress_line("plan: %d ranks x %d thread%s share this host's %ld cores: compute times x %.2f\n",
-                             ranks_per_node, m->threads, m->threads == 1 ? "" : "s", cores, f);
-}
-
-static bool runnable(const dtrain_config *c, const dt_layout *l, int world, const dt_model_desc *d, char *why,
-                     size_t len);
 
 static void print_estimate(int i, const dt_plan_estimate *e)
 {
@@ -232,7 +108,7 @@ static int predict_one(const dt_plan_inputs *in, const dtrain_config *c, const c
     dt_model_desc *d = NULL;
     if (!code && c && dtrain_describe_model(c, NULL, &d) != DT_OK)
         code = 2;
-    if (!code && c && !runnable(c, &l, in->world, d, why, sizeof why)) {
+    if (!code && c && !dtrain_plan_runnable(c, &l, in->world, d, why, sizeof why)) {
         fprintf(stderr, "dtrain plan: --layout %s: this configuration cannot run it: %s\n", words, why);
         code = 2;
     }
@@ -343,7 +219,7 @@ int dtrain_plan(int argc, char **argv)
         snprintf(cgroup, sizeof cgroup, "%.0f MiB (this cgroup's, shared by %d ranks)", limit / 1048576, rpn);
         mem = cgroup; /* as the trainer: this host's ranks share their cgroup's limit */
     }
-    default_links(&in.links, rpn);
+    dtrain_plan_default_links(&in.links, rpn);
     if (code < 0 && links) {
         if (dt_plan_links_read(links, &in.links) != DT_OK) {
             fprintf(stderr, "dtrain plan: --links %s: %s\n", links, dt_last_error());
@@ -368,17 +244,17 @@ int dtrain_plan(int argc, char **argv)
             long cores = dt_cores_available();
             threads = cores / rpn > 0 ? (int)(cores / rpn) : 1;
         }
-        if (dt_set_threads(threads) != DT_OK || profile(&c, fresh, json, &in.model) != DT_OK)
+        if (dt_set_threads(threads) != DT_OK || dtrain_plan_profile(&c, fresh, json, &in.model) != DT_OK)
             code = 2;
         else if (nodes == 1) /* a job on this host (several: the hosts are others, their cores unknown) */
-            share_cores(&in.model, rpn, json);
+            dtrain_plan_share_cores(&in.model, rpn, json);
     }
     if (code >= 0) {
         dt_plan_model_free(&in.model);
         return code;
     }
     double flops = in.flops_per_s, fixed_limit = hardware && !memory ? in.memory_limit : limit;
-    inputs_of(&c, (int)ranks, fixed_limit, &in);
+    dtrain_plan_inputs_of(&c, (int)ranks, fixed_limit, &in);
     in.flops_per_s = flops;
     if (one) {
         code = predict_one(&in, config ? &c : NULL, one, json);
@@ -396,7 +272,7 @@ int dtrain_plan(int argc, char **argv)
     char refusal[512] = "";
     for (int i = 0; i < r.nbest; i++) {
         char why[512];
-        if (!config || runnable(&c, &r.best[i].layout, (int)ranks, d, why, sizeof why)) {
+        if (!config || dtrain_plan_runnable(&c, &r.best[i].layout, (int)ranks, d, why, sizeof why)) {
             if (kept < top)
                 r.best[kept++] = r.best[i];
         } else if (!refused++)
@@ -430,137 +306,4 @@ int dtrain_plan(int argc, char **argv)
     dt_plan_result_free(&r);
     dt_plan_model_free(&in.model);
     return s == DT_OK ? 0 : 1;
-}
-
-/* Whether c's model can run layout l on `world` ranks where the planner's
- * blocks cannot tell: tp dividing the heads and vocabulary (gpt) or the
- * split widths (mlp), micro_batches dividing batch_size, the pipeline's
- * stages against the blocks.  false with the reason in why. */
-static bool runnable(const dtrain_config *c, const dt_layout *l, int world, const dt_model_desc *d, char *why,
-                     size_t len)
-{
-    bool gpt = !strcmp(c->model, "gpt"), mlp = !strcmp(c->model, "mlp");
-    if (l->tp > 1 && !gpt && !mlp)
-        snprintf(why, len, "tp %d: tensor parallelism is built for the gpt and mlp models", l->tp);
-    else if (l->tp > 1 && gpt && (c->heads % l->tp || c->vocab % l->tp))
-        snprintf(why, len, "tp %d: does not divide heads (%lld) and vocab (%lld)", l->tp, (long long)c->heads,
-                 (long long)c->vocab);
-    else if (l->tp > 1 && mlp && dt_mlp_tp_check(c->mlp_sizes, c->mlp_nsizes, l->tp) != DT_OK)
-        snprintf(why, len, "%s", dt_last_error());
-    else if (c->batch_size % l->micro_batches)
-        snprintf(why, len, "micro_batches %d: does not divide batch_size %lld", l->micro_batches,
-                 (long long)c->batch_size);
-    else if (dt_layout_check(l, world, NULL) != DT_OK || (d && dt_layout_check_model(l, d) != DT_OK))
-        snprintf(why, len, "%s", dt_last_error());
-    else
-        return true;
-    return false;
-}
-
-/* ---- layout=auto ---- */
-
-/* Apply layout l's keys the plan chooses to c. */
-static void apply_layout(dtrain_config *c, const dt_layout *l)
-{
-    c->tp = l->tp;
-    c->pp = l->pp;
-    c->zero_stage = l->zero_stage;
-    c->micro_batches = l->micro_batches;
-    c->virtual_stages = l->virtual_stages;
-    c->sequence_parallel = l->sequence_parallel;
-    snprintf(c->pipeline_schedule, sizeof c->pipeline_schedule, "%s", dt_pipe_schedule_name(l->schedule));
-    snprintf(c->recompute, sizeof c->recompute, "%s",
-             l->recompute == DT_RECOMPUTE_ALL ? "all" : l->recompute == DT_RECOMPUTE_BLOCKS ? "blocks" : "off");
-}
-
-/* Rank 0's choice: the first of the plan's best that this configuration
- * can run; false with the reason printed. */
-static bool choose(const dtrain_config *c, const dt_plan_links *links, int world, dt_plan_estimate *out)
-{
-    dt_plan_inputs in = {.links = *links};
-    double limit = 0;
-    if (c->memory_limit[0])
-        (void)dtrain_parse_bytes(c->memory_limit, &limit); /* validated with the configuration */
-    else if ((limit = dtrain_cgroup_memory_limit()) > 0) /* as the trainer: shared by this host's ranks */
-        limit /= links->ranks_per_node;
-    if (profile(c, false, false, &in.model) != DT_OK)
-        return false;
-    share_cores(&in.model, links->ranks_per_node, false);
-    inputs_of(c, world, limit, &in);
-    dt_plan_result r = {0};
-    dt_model_desc *d = NULL;
-    bool found = false;
-    if (dt_plan_search(&in, &(dt_plan_search_opts){.top = 16, .nodes = world / links->ranks_per_node,
-                                                   .allow_recompute = true}, &r) != DT_OK)
-        fprintf(stderr, "dtrain: layout auto: %s\n", dt_last_error());
-    else if (dtrain_describe_model(c, NULL, &d) == DT_OK) {
-        char why[512];
-        for (int i = 0; i < r.nbest && !found; i++)
-            if (r.best[i].layout.servers == 0 && runnable(c, &r.best[i].layout, world, d, why, sizeof why)) {
-                *out = r.best[i];
-                found = true;
-            }
-        if (!found)
-            fprintf(stderr, "dtrain: layout auto: none of the plan's %d best layouts suits this configuration "
-                            "(batch_size %lld, model %s)\n", r.nbest, (long long)c->batch_size, c->model);
-    }
-    dt_model_desc_destroy(d);
-    dt_plan_result_free(&r);
-    dt_plan_model_free(&in.model);
-    return found;
-}
-
-int dtrain_plan_auto(dtrain_config *c, dt_comm *job, double *predicted)
-{
-    dt_plan_links links;
-    int rank = dt_comm_rank(job), world = dt_comm_size(job);
-    if (dt_plan_links_probe(job, &links) != DT_OK) {
-        fprintf(stderr, "dtrain: rank %d: layout auto: %s\n", rank, dt_last_error());
-        return 1;
-    }
-    /* rank 0 plans; every rank gets [its JSON's length (-1: no plan), the predicted step] then the JSON */
-    dt_plan_estimate e;
-    char *json = NULL;
-    double head[2] = {-1, 0};
-    if (rank == 0 && choose(c, &links, world, &e) && (json = dt_layout_to_json(&e.layout)))
-        head[0] = (double)strlen(json) + 1, head[1] = e.step_s;
-    if (dt_broadcast(head, 2, DT_F64, 0, job) != DT_OK) {
-        fprintf(stderr, "dtrain: rank %d: layout auto: %s\n", rank, dt_last_error());
-        free(json);
-        return 1;
-    }
-    if (head[0] < 0) { /* rank 0 said why */
-        free(json);
-        return 2;
-    }
-    if (rank != 0 && !(json = calloc(1, (size_t)head[0]))) {
-        fprintf(stderr, "dtrain: rank %d: layout auto: out of memory\n", rank);
-        return 1;
-    }
-    dt_layout l;
-    dt_layout_default(&l);
-    if (dt_broadcast(json, (size_t)head[0], DT_U8, 0, job) != DT_OK || dt_layout_from_json(&l, json) != DT_OK) {
-        fprintf(stderr, "dtrain: rank %d: layout auto: %s\n", rank, dt_last_error());
-        free(json);
-        return 1;
-    }
-    free(json);
-    apply_layout(c, &l);
-    *predicted = head[1];
-    if (rank == 0) {
-        dtrain_progress_line("layout auto: links measured: one host %.1f us, %.2f GB/s; across hosts %.1f us, %.3f GB/s "
-                             "per rank (%d rank%s per host)\n", links.intra.latency_s * 1e6, links.intra.bandwidth_Bps / 1e9,
-                             links.inter.latency_s * 1e6, links.inter.bandwidth_Bps / 1e9, links.ranks_per_node,
-                             links.ranks_per_node == 1 ? "" : "s");
-        char sets[512], desc[256];
-        dt_layout words = l;
-        words.dp = 0; /* the trainer has no dp key */
-        dt_layout_to_sets(&words, sets, sizeof sets);
-        dt_layout_describe(&l, desc, sizeof desc);
-        dtrain_progress_line("layout auto: %s (--set %s) for %d rank%s: predicted %.4f s/step (compute %.4f, bubble "
-                             "%.4f, tp %.4f, pp %.4f, dp %.4f, optimizer %.4f), %.1f MiB per rank\n", desc,
-                             sets[0] ? sets : "(the default layout)", world, world == 1 ? "" : "s", e.step_s,
-                             e.compute_s, e.bubble_s, e.tp_s, e.pp_s, e.dp_s, e.optimizer_s, e.memory_bytes / 1048576);
-    }
-    return dtrain_config_validate(c) == DT_OK ? 0 : 2;
 }
