@@ -95,6 +95,7 @@ run engine/textclf-vs-pytorch 120 tests/cases/textclf_torch.sh
 run engine/dtrain-textclf 120 tests/cases/dtrain_textclf.sh
 run engine/dtrain-cli 300 tests/cases/dtrain_cli.sh
 run plan/choice-valid-and-predicted 300 tests/cases/plan.sh
+run plan/auto-under-memory-cap 300 tests/cases/plan_cgroup.sh
 run engine/dtrain-recompute-bitwise 200 tests/cases/dtrain_recompute.sh
 run engine/dtrain-bf16-convergence 300 tests/cases/dtrain_bf16.sh
 run engine/device-emu-equals-cpu 300 tests/cases/device_emu.sh
