@@ -118,6 +118,13 @@ size_t dt_strategy_memory_bytes(const dt_strategy *s, size_t *buffers)
     return s && s->ops->memory ? s->ops->memory(s, buffers) : 0;
 }
 
+void dt_strategy_io_bytes(const dt_strategy *s, dt_strategy_io *out)
+{
+    *out = (dt_strategy_io){0};
+    if (s && s->ops && s->ops->io)
+        s->ops->io(s, out);
+}
+
 void dt_strategy_destroy(dt_strategy *s)
 {
     if (!s)
@@ -126,7 +133,7 @@ void dt_strategy_destroy(dt_strategy *s)
         s->ops->destroy(s);
     dt_arena_destroy(s->arena);
     if (s->run) /* built by dt_strategy_create: it owns the model, the optimizer and the groups */
-        dt__run_free(s->run, s->model, s->opt);
+        s->run->release(s->run, s->model, s->opt);
     free(s);
 }
 

@@ -66,6 +66,10 @@ typedef struct dt__run {
     bool server;          /* this rank serves */
     dt_model *whole;      /* the lead's whole model for checkpoints of a mesh or a parameter server (owned) */
     dt_optimizer *whole_o;
+    /* Frees the run with the model and optimizer it built (run/build.c):
+     * dt_strategy_destroy calls it, so the common layer needs no arrow to
+     * the run's files. */
+    void (*release)(struct dt__run *r, dt_model *m, dt_optimizer *o);
 } dt__run;
 
 struct dt__save_args {
@@ -82,7 +86,6 @@ dt_status dt__run_whole_model(const dt__run *r, dt_model **m);
 dt_status dt__run_stage_model(const dt__run *r, int stage, dt_model **m);
 dt_status dt__run_optimizer_range(const dt__run *r, dt_params *p, int64_t offset, int64_t n, dt_optimizer **o);
 dt_status dt__run_prepare_writer(dt_strategy *s);
-void dt__run_free(dt__run *r, dt_model *m, dt_optimizer *o);
 /* run/load.c: this rank's part of the checkpoint in step_dir into m and o
  * (before the strategy exists: ZeRO and the servers take it from there). */
 dt_status dt__run_load(dt__run *r, const char *step_dir, dt_model *m, dt_optimizer *o);
@@ -92,9 +95,9 @@ dt_status dt__run_load(dt__run *r, const char *step_dir, dt_model *m, dt_optimiz
 dt_status dt__split_gather(const dt__run *r, dt_params *p, dt_optimizer *o, dt_params *whole, dt_optimizer *wo);
 dt_status dt__tp_slice(dt_params *whole, dt_optimizer *wo, dt_params *p, dt_optimizer *o);
 dt_status dt__zero_slice(dt_model *m, int nranks, int rank, dt_optimizer *wo, dt_optimizer *o);
-/* zero/checkpoint.c: ZeRO's shard files, and ZeRO inside a mesh (the
- * optimizer state gathered over dp into the unsplit checkpoint, sliced back
- * on resume). */
+/* zero/checkpoint.c: ZeRO's shard files; run/gather.c: ZeRO inside a mesh
+ * (the optimizer state gathered over dp into the unsplit checkpoint, sliced
+ * back on resume). */
 dt_status dt__zero_load(const char *step_dir, dt_model *m, dt_optimizer *o, int nranks, int rank);
 dt_status dt__zero_mesh_gather(dt_strategy *s, dt_params *whole, dt_optimizer *wo);
 dt_status dt__zero_mesh_slice(const dt__run *r, dt_params *whole, dt_optimizer *wo, dt_model *m, dt_optimizer *o);

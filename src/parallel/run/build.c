@@ -197,6 +197,14 @@ static void run_free(dt__run *r)
     free(r);
 }
 
+/* The run with the model and optimizer it built (dt_strategy_destroy, through r->release). */
+static void run_release(dt__run *r, dt_model *m, dt_optimizer *o)
+{
+    dt_optimizer_destroy(o);
+    dt_model_destroy(m);
+    run_free(r);
+}
+
 /* A server's strategy: no model of its own to train, only the run to serve. */
 static const dt__strategy_ops serve_ops = {.name = "parameter server"};
 
@@ -213,6 +221,7 @@ dt_status dt_strategy_create(const dt_layout *l, const dt_run_recipe *rc, dt_com
     r->layout = *l;
     r->recipe = *rc;
     r->job = world;
+    r->release = run_release;
     dt_model *m = NULL;
     dt_optimizer *o = NULL;
     dt_strategy *s = NULL;
@@ -299,9 +308,3 @@ dt_status dt__run_prepare_writer(dt_strategy *s)
     return DT_OK;
 }
 
-void dt__run_free(dt__run *r, dt_model *m, dt_optimizer *o)
-{
-    dt_optimizer_destroy(o);
-    dt_model_destroy(m);
-    run_free(r);
-}

@@ -116,10 +116,3 @@ bool dt_strategy_lockstep(const dt_strategy *s)
 {
     return s && s->run && !(s->run->layout.servers > 0 && s->run->layout.sync != DT_PS_BSP);
 }
-
-void dt_strategy_io_bytes(const dt_strategy *s, dt_strategy_io *out)
-{
-    *out = (dt_strategy_io){0};
-    if (s && s->ops && s->ops->io)
-        s->ops->io(s, out);
-}

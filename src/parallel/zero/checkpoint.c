@@ -138,8 +138,6 @@ static void note(char *why, size_t len, const char *text)
  * collective failed. */
 dt_status dt__zero_save(dt_strategy *s, const dt__save_args *a)
 {
-    if (s->run->tp || s->run->pp) /* inside a mesh: the unsplit checkpoint, the state gathered over dp first */
-        return dt__save_common(s, a);
     dt_comm *dp = s->run->dp;
     dt_model *m = s->model;
     dt_optimizer *o = s->opt;
@@ -272,41 +270,4 @@ dt_status dt_zero_check_sharding(const dt_ckpt_manifest *man, dt_model *m)
     dt_status s = n < 0 ? dt__fail(DT_ERR_NOMEM, "out of memory") : dt_ckpt_manifest_check_sharding(man, units, n, NULL);
     free(units);
     return s;
-}
-
-/* ZeRO inside a mesh: the stage's optimizer state put together over dp on
- * dp rank 0 (dt_zero_state_gather), which then joins the mesh gather of an
- * unsplit checkpoint as without ZeRO (run/save.c). */
-dt_status dt__zero_mesh_gather(dt_strategy *s, dt_params *whole, dt_optimizer *wo)
-{
-    const dt__run *r = s->run;
-    dt_params *p = dt_model_params(s->model);
-    dt_optimizer *full = NULL;
-    bool root = dt_comm_rank(r->dp) == 0;
-    dt_status st = dt_strategy_sync(s); /* the values current: the last update's gathers landed */
-    if (st == DT_OK && root)
-        st = dt__run_optimizer_range(r, p, 0, dt_params_numel(p), &full);
-    if (st == DT_OK)
-        st = dt_zero_state_gather(s->model, s->opt, r->dp, full);
-    if (st != DT_OK)
-        st = dt__fail(st, "rank %d: checkpoint: %s", dt_comm_rank(r->dp), dt_last_error());
-    if (st == DT_OK && root)
-        st = dt__split_gather(r, p, full, whole, wo);
-    dt_optimizer_destroy(full);
-    return st;
-}
-
-/* Its resume: the stage's shards of the whole state (dt__tp_slice, the
- * values into m), then this rank's ZeRO shard of them. */
-dt_status dt__zero_mesh_slice(const dt__run *r, dt_params *whole, dt_optimizer *wo, dt_model *m, dt_optimizer *o)
-{
-    dt_params *p = dt_model_params(m);
-    dt_optimizer *full = NULL;
-    dt_status st = dt__run_optimizer_range(r, p, 0, dt_params_numel(p), &full);
-    if (st == DT_OK)
-        st = dt__tp_slice(whole, wo, p, full);
-    if (st == DT_OK)
-        st = dt__zero_slice(m, dt_comm_size(r->dp), dt_comm_rank(r->dp), full, o);
-    dt_optimizer_destroy(full);
-    return st;
 }
