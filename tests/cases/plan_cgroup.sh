@@ -7,12 +7,20 @@
 # prediction at most 350 MiB, a different layout from the uncapped pick), and
 # that run trains to its end (exit 0, not killed by the kernel's OOM killer).
 # Needs root and a writable memory controller: skipped with the reason
-# elsewhere (CI runs as root).
+# elsewhere (CI runs as root); skipped in the sanitizer builds (see below).
 . "$(dirname "$0")/lib.sh"
 export XDG_CACHE_HOME="$WORK/cache"
 args=(--config configs/gpt-mini.json --set layout=auto --set steps=6 --set log_interval=3 --set eval_batches=1
       --set threads=1)
 [ "$(id -u)" = 0 ] || { echo "needs root: a memory cgroup of its own"; exit 77; }
+# A sanitizer build's ranks carry AddressSanitizer's shadow memory and
+# quarantine (2 to 3 times the plain build's resident memory), which the
+# planner's memory model does not and should not predict: the cap would
+# measure the sanitizer, so the plain build's run is the check.
+if ldd "$BIN/dtrain" | grep -qE 'lib(a|t)san'; then
+    echo "a sanitizer build's memory is the sanitizer's (shadow, quarantine): the plain build runs this test"
+    exit 77
+fi
 mine=$(sed -n 's/^[0-9]*:memory:\(.*\)$/\1/p' /proc/self/cgroup)
 if [ -n "$mine" ] && [ -w "/sys/fs/cgroup/memory$mine" ]; then # v1
     cg="/sys/fs/cgroup/memory$mine/dtrain-plan-cap.$$"; limit_file=memory.limit_in_bytes
