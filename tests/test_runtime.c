@@ -319,6 +319,39 @@ static void test_arena_marks(void)
     dt_arena_destroy(a);
 }
 
+/* Companion arenas (issue 50): they count in their owner's bytes and peak,
+ * a rewind of the owner to a mark at or below a link rewinds the companion
+ * to where it stood at the link (not below a link made before the mark),
+ * and a reset of the owner empties them. */
+static void test_arena_links(void)
+{
+    dt_arena *a;
+    dt_arena_create(&a);
+    dt_arena *c0 = dt_arena_link(a, 0); /* at a's start */
+    float *kept = dt_arena_alloc(c0, 1000);
+    dt_arena_alloc(a, 10);
+    dt_arena_mark m = dt_arena_get_mark(a);
+    size_t owner_at_mark = dt_arena_bytes_in_use(a), c0_at_mark = dt_arena_bytes_in_use(c0);
+    dt_arena *again = dt_arena_link(a, 0), *c1 = dt_arena_link(a, 1); /* at the mark's position */
+    EXPECT(again == c0 && c1 && c1 != c0);
+    float *freed = dt_arena_alloc(c0, 5000);
+    dt_arena_alloc(c1, 7000);
+    EXPECT_EQ(dt_arena_bytes_in_use(a), owner_at_mark + dt_arena_bytes_in_use(c0) - c0_at_mark + dt_arena_bytes_in_use(c1));
+    size_t peak = dt_arena_peak_bytes(a);
+    EXPECT(peak >= dt_arena_bytes_in_use(a));
+    dt_arena_rewind(a, m);
+    EXPECT_EQ(dt_arena_bytes_in_use(c0), c0_at_mark); /* back to the link, the first allocation kept */
+    EXPECT_EQ(dt_arena_bytes_in_use(c1), 0);
+    EXPECT_EQ(dt_arena_bytes_in_use(a), owner_at_mark);
+    EXPECT(dt_arena_alloc(c0, 5000) == freed && kept != freed);
+    EXPECT_EQ(dt_arena_peak_bytes(a), peak);
+    EXPECT(!dt_arena_link(c0, 0) && !dt_arena_link(a, DT_ARENA_COMPANIONS)); /* refused: a companion's, a bad k */
+    dt_arena_reset(a);
+    EXPECT_EQ(dt_arena_bytes_in_use(c0), 0);
+    EXPECT_EQ(dt_arena_bytes_in_use(a), 0);
+    dt_arena_destroy(a); /* and its companions */
+}
+
 /* Keyed numbers: a pure function of the key, different across fields. */
 static void test_keyed_rng(void)
 {
@@ -620,6 +653,7 @@ int main(void)
     test_param_groups();
     test_keyed_rng();
     test_arena_marks();
+    test_arena_links();
     test_two_in_flight();
     test_recompute();
     test_stages();
