@@ -172,6 +172,7 @@ run "backend/nccl" 120 tests/cases/nccl_backend.sh
 run "parallel/mesh" 200 tests/cases/mesh.sh
 run "parallel/tensor-parallel-linear" 200 tests/cases/tp_linear.sh
 run "parallel/dtrain-tensor-parallel" 300 tests/cases/dtrain_tp.sh
+run "parallel/dtrain-tp-copies" 400 tests/cases/dtrain_tp_copies.sh
 run "parallel/pipeline-schedules" 300 tests/cases/pp_schedules.sh
 run "parallel/dtrain-pipeline" 400 tests/cases/dtrain_pp.sh
 run "parallel/zero-stages" 300 tests/cases/zero_stages.sh

@@ -48,7 +48,7 @@ static const char *get(const dt_layout *l, const char *key)
 static const char *const default_texts[][2] = {
     {"dp", "0"}, {"tp", "1"}, {"pp", "1"}, {"zero_stage", "0"}, {"servers", "0"}, {"sync", "bsp"},
     {"staleness", "2"}, {"micro_batches", "1"}, {"grad_accumulation", "1"}, {"pipeline_schedule", "1f1b"},
-    {"virtual_stages", "2"}, {"sequence_parallel", "false"}, {"recompute", "off"}, {"offload", "none"},
+    {"virtual_stages", "2"}, {"sequence_parallel", "false"}, {"tp_copies", "1"}, {"recompute", "off"}, {"offload", "none"},
     {"precision", "f32"}, {"grad_compression", "none"}, {"bucket_mb", "0"}, {"device", "cpu"},
 };
 #define NKEYS (sizeof default_texts / sizeof default_texts[0])
@@ -57,7 +57,7 @@ static const char *const default_texts[][2] = {
 static const char *const other_texts[NKEYS][2] = {
     {"dp", "4"}, {"tp", "2"}, {"pp", "2"}, {"zero_stage", "1"}, {"servers", "3"}, {"sync", "ssp"},
     {"staleness", "5"}, {"micro_batches", "4"}, {"grad_accumulation", "3"}, {"pipeline_schedule", "interleaved"},
-    {"virtual_stages", "3"}, {"sequence_parallel", "true"}, {"recompute", "blocks"}, {"offload", "disk"},
+    {"virtual_stages", "3"}, {"sequence_parallel", "true"}, {"tp_copies", "4"}, {"recompute", "blocks"}, {"offload", "disk"},
     {"precision", "bf16"}, {"grad_compression", "f16"}, {"bucket_mb", "2.5"}, {"device", "cuda:1"},
 };
 
@@ -84,6 +84,7 @@ static void test_defaults(void)
     EXPECT_EQ(l.schedule, DT_PIPE_1F1B);
     EXPECT_EQ(l.virtual_stages, 2);
     EXPECT(!l.sequence_parallel);
+    EXPECT_EQ(l.tp_copies, 1);
     EXPECT_EQ(l.recompute, DT_RECOMPUTE_OFF);
     EXPECT_EQ(l.offload, DT_OFFLOAD_NONE);
     EXPECT_EQ(l.precision, DT_F32);
@@ -158,7 +159,7 @@ static void test_set_get(void)
         {"device", "cpu", "cpu"},     {"tp", "4096", "4096"},      {"tp", "2.0", "2"},
         {"zero_stage", "3", "3"},     {"staleness", "1048576", "1048576"}, {"staleness", "0", "0"},
         {"bucket_mb", "0.1", "0.1"},  {"bucket_mb", "65536", "65536"}, {"sequence_parallel", "false", "false"},
-        {"micro_batches", " 7 ", "7"}, {"dp", "0", "0"},
+        {"micro_batches", " 7 ", "7"}, {"dp", "0", "0"}, {"tp_copies", "64", "64"}, {"tp_copies", "1", "1"},
     };
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
         EXPECT_STATUS(dt_layout_set(&l, more[i][0], more[i][1]), DT_OK);
@@ -182,6 +183,8 @@ static void test_set_refusals(void)
         {"tp", "abc", "key 'tp' = \"abc\" must be an integer in [1, 4096]"},
         {"tp", "0", "key 'tp' = 0 is outside [1, 4096]"},
         {"tp", "4097", "key 'tp' = 4097 is outside [1, 4096]"},
+        {"tp_copies", "0", "key 'tp_copies' = 0 is outside [1, 64]"},
+        {"tp_copies", "65", "key 'tp_copies' = 65 is outside [1, 64]"},
         {"tp", "1.5", "key 'tp' = 1.5 must be an integer in [1, 4096]"},
         {"tp", "2x", "key 'tp' = \"2x\" must be an integer"},
         {"tp", "", "key 'tp' = \"\" must be an integer"},
@@ -389,6 +392,11 @@ static void test_check(void)
     /* the keys among themselves (world 0: the keys alone) */
     with(&l, "sequence_parallel=true");
     refused(&l, 0, "key 'sequence_parallel' needs the gpt model and tp > 1: tp is 1", NULL);
+    with(&l, "tp_copies=2");
+    refused(&l, 0, "key 'tp_copies' = 2 needs the gpt model and tp > 1 (the copies overlap the tensor-parallel "
+            "exchanges): tp is 1", NULL);
+    with(&l, "tp_copies=2 tp=2 device=cuda");
+    refused(&l, 0, "key 'device' = \"cuda\" with tp_copies 2: training on a device with", NULL);
     with(&l, "zero_stage=3 tp=2");
     refused(&l, 0, "key 'zero_stage' = 3 with tp 2 and pp 1: ",
             "zero_stage 3 inside a tensor- or pipeline-parallel mesh is not built: use 1 or 2");

@@ -99,14 +99,27 @@ static void test_two_in_flight(void)
 /* 20 AdamW steps with dropout 0.1, with and without recomputing every
  * transformer block: the same losses, every step's gradients and the final
  * weights to the bit, a lower peak.  grads holds 20 x n floats. */
-static void run_steps(bool recompute, float *losses, float *grads, float *final, size_t *peak)
+/* Gradient-ready events heard per parameter (copies: each once per backward). */
+static dt_status count_ready(void *user, int index)
+{
+    ((int *)user)[index]++;
+    return DT_OK;
+}
+
+static void run_steps_copies(bool recompute, int copies, float *losses, float *grads, float *final, size_t *peak)
 {
     dt_model *m;
     EXPECT_STATUS(dt_gpt_create(&tiny, &m), DT_OK);
     dt_model_init(m, 3);
     for (int i = 1; recompute && i <= tiny.layers; i++)
         EXPECT_STATUS(dt_model_set_recompute(m, i, true), DT_OK);
+    for (int i = 1; copies > 1 && i <= tiny.layers; i++)
+        EXPECT_STATUS(dt_model_set_copies(m, i, copies), DT_OK);
     dt_params *p = dt_model_params(m);
+    int heard[64] = {0};
+    EXPECT(dt_params_count(p) <= 64);
+    dt_subscription sub = 0;
+    EXPECT_STATUS(dt_params_subscribe_grad_ready(p, count_ready, heard, &sub), DT_OK);
     int64_t n = dt_params_numel(p);
     dt_optimizer *o;
     EXPECT_STATUS(dt_adamw_create(&(dt_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f}, n, &o), DT_OK);
@@ -124,11 +137,17 @@ static void run_steps(bool recompute, float *losses, float *grads, float *final,
         dt_arena_reset_peak(arena);
         losses[step] = forward_loss(m, &c, ids, t, &g);
         EXPECT_STATUS(dt_model_backward(m, &c, &g), DT_OK);
+        for (int i = 0; i < dt_params_count(p); i++, check_count++)
+            if (heard[i] != step + 1) {
+                check_failures++;
+                fprintf(stderr, "copies %d: parameter %d heard %d times in %d backwards\n", copies, i, heard[i], step + 1);
+            }
         memcpy(grads + step * n, dt_params_grads(p), (size_t)n * sizeof(float));
         *peak = dt_arena_peak_bytes(arena) > *peak ? dt_arena_peak_bytes(arena) : *peak;
         EXPECT_STATUS(dt_optimizer_step(o, dt_params_values(p), dt_params_grads(p), n, 1e-2f), DT_OK);
     }
     memcpy(final, dt_params_values(p), (size_t)n * sizeof(float));
+    dt_params_unsubscribe(p, sub);
     dt_optimizer_destroy(o);
     dt_arena_destroy(arena);
     dt_model_destroy(m);
@@ -144,8 +163,8 @@ static void test_recompute(void)
     float *w0 = malloc((size_t)n * sizeof(float)), *w1 = malloc((size_t)n * sizeof(float));
     float *g0 = malloc((size_t)(20 * n) * sizeof(float)), *g1 = malloc((size_t)(20 * n) * sizeof(float));
     size_t peak0, peak1;
-    run_steps(false, l0, g0, w0, &peak0);
-    run_steps(true, l1, g1, w1, &peak1);
+    run_steps_copies(false, 1, l0, g0, w0, &peak0);
+    run_steps_copies(true, 1, l1, g1, w1, &peak1);
     EXPECT(!bits_differ(l0, l1, 20));
     for (int step = 0; step < 20; step++, check_count++)
         if (bits_differ(g0 + step * n, g1 + step * n, n)) {
@@ -158,6 +177,53 @@ static void test_recompute(void)
      * time instead of every block's */
     EXPECT(peak1 * 10 < peak0 * 7);
     printf("recompute: a step's activation peak is %zu bytes instead of %zu\n", peak1, peak0);
+    free(w0);
+    free(w1);
+    free(g0);
+    free(g1);
+}
+
+/* Issue 50: the transformer blocks run as copies of their rows (B = 3: 2
+ * copies of 1 and 2 rows, 3 of one each), alone and with recomputation,
+ * against the whole blocks over 20 AdamW steps with dropout 0.1: the same
+ * losses to 1e-6 relative (dropout's masks are the whole batch's: else they
+ * differ at once), every step's gradients within 1e-5 of the largest, each
+ * parameter's gradient-ready event heard once per backward. */
+static void test_copies(void)
+{
+    dt_model *m;
+    dt_gpt_create(&tiny, &m);
+    int64_t n = dt_params_numel(dt_model_params(m));
+    dt_model_destroy(m);
+    float l0[20], l1[20];
+    float *w0 = malloc((size_t)n * sizeof(float)), *w1 = malloc((size_t)n * sizeof(float));
+    float *g0 = malloc((size_t)(20 * n) * sizeof(float)), *g1 = malloc((size_t)(20 * n) * sizeof(float));
+    size_t peak0, peak1;
+    run_steps_copies(false, 1, l0, g0, w0, &peak0);
+    const struct {
+        bool recompute;
+        int copies;
+    } runs[] = {{false, 2}, {false, 3}, {true, 2}};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        run_steps_copies(runs[r].recompute, runs[r].copies, l1, g1, w1, &peak1);
+        double worst = 0, gworst = 0;
+        for (int step = 0; step < 20; step++) {
+            double d = fabs((double)l1[step] - l0[step]) / fabs((double)l0[step]);
+            worst = d > worst ? d : worst;
+            float big = 0;
+            for (int64_t i = 0; i < n; i++)
+                big = fabsf(g0[step * n + i]) > big ? fabsf(g0[step * n + i]) : big;
+            for (int64_t i = 0; i < n; i++) {
+                double e = fabs((double)g1[step * n + i] - g0[step * n + i]) / big;
+                gworst = e > gworst ? e : gworst;
+            }
+        }
+        EXPECT(worst <= 1e-6);
+        EXPECT(gworst <= 1e-5);
+        printf("copies %d%s: 20 losses within %.2g relative, gradients within %.2g of the largest%s\n", runs[r].copies,
+               runs[r].recompute ? " with recompute" : "", worst, gworst,
+               bits_differ(l0, l1, 20) ? "" : " (the losses bitwise)");
+    }
     free(w0);
     free(w1);
     free(g0);
@@ -317,6 +383,39 @@ static void test_arena_marks(void)
     EXPECT_EQ(dt_arena_bytes_in_use(a), at_mark);
     EXPECT(dt_arena_alloc(a, 1000) == second); /* the same place again */
     dt_arena_destroy(a);
+}
+
+/* Companion arenas (issue 50): they count in their owner's bytes and peak,
+ * a rewind of the owner to a mark at or below a link rewinds the companion
+ * to where it stood at the link (not below a link made before the mark),
+ * and a reset of the owner empties them. */
+static void test_arena_links(void)
+{
+    dt_arena *a;
+    dt_arena_create(&a);
+    dt_arena *c0 = dt_arena_link(a, 0); /* at a's start */
+    float *kept = dt_arena_alloc(c0, 1000);
+    dt_arena_alloc(a, 10);
+    dt_arena_mark m = dt_arena_get_mark(a);
+    size_t owner_at_mark = dt_arena_bytes_in_use(a), c0_at_mark = dt_arena_bytes_in_use(c0);
+    dt_arena *again = dt_arena_link(a, 0), *c1 = dt_arena_link(a, 1); /* at the mark's position */
+    EXPECT(again == c0 && c1 && c1 != c0);
+    float *freed = dt_arena_alloc(c0, 5000);
+    dt_arena_alloc(c1, 7000);
+    EXPECT_EQ(dt_arena_bytes_in_use(a), owner_at_mark + dt_arena_bytes_in_use(c0) - c0_at_mark + dt_arena_bytes_in_use(c1));
+    size_t peak = dt_arena_peak_bytes(a);
+    EXPECT(peak >= dt_arena_bytes_in_use(a));
+    dt_arena_rewind(a, m);
+    EXPECT_EQ(dt_arena_bytes_in_use(c0), c0_at_mark); /* back to the link, the first allocation kept */
+    EXPECT_EQ(dt_arena_bytes_in_use(c1), 0);
+    EXPECT_EQ(dt_arena_bytes_in_use(a), owner_at_mark);
+    EXPECT(dt_arena_alloc(c0, 5000) == freed && kept != freed);
+    EXPECT_EQ(dt_arena_peak_bytes(a), peak);
+    EXPECT(!dt_arena_link(c0, 0) && !dt_arena_link(a, DT_ARENA_COMPANIONS)); /* refused: a companion's, a bad k */
+    dt_arena_reset(a);
+    EXPECT_EQ(dt_arena_bytes_in_use(c0), 0);
+    EXPECT_EQ(dt_arena_bytes_in_use(a), 0);
+    dt_arena_destroy(a); /* and its companions */
 }
 
 /* Keyed numbers: a pure function of the key, different across fields. */
@@ -620,8 +719,10 @@ int main(void)
     test_param_groups();
     test_keyed_rng();
     test_arena_marks();
+    test_arena_links();
     test_two_in_flight();
     test_recompute();
+    test_copies();
     test_stages();
     test_cost_hints();
     return CHECK_DONE("test_runtime");

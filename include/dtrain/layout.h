@@ -48,6 +48,7 @@ typedef struct {
     dt_pipe_schedule schedule; /* pp > 1: gpipe, 1f1b, interleaved */
     int virtual_stages;        /* schedule interleaved: chunks per pipeline rank (>= 2) */
     bool sequence_parallel;    /* tp > 1 (gpt): 1/tp of the positions between the split regions */
+    int tp_copies;             /* tp > 1 (gpt): each transformer block's micro-batch rows in copies that overlap its tp exchanges (1: off) */
     /* ---- memory and precision ---- */
     dt_recompute recompute; /* activation recomputation: off, every block (blocks), or all */
     dt_offload offload;     /* disk: the optimizer state (and at zero_stage 3 the parameter shard) in files */
@@ -67,7 +68,7 @@ void dt_layout_default(dt_layout *l);
 /* One key from its text, as the trainer's `--set key=value` gives it:
  * dp, tp, pp, zero_stage, servers, sync, staleness, micro_batches,
  * grad_accumulation, pipeline_schedule, virtual_stages, sequence_parallel,
- * recompute, offload, precision, grad_compression (none|f16|bf16), bucket_mb,
+ * tp_copies, recompute, offload, precision, grad_compression (none|f16|bf16), bucket_mb,
  * device.  DT_ERR_INVALID naming the key, the value and the accepted
  * range or choices (or that the key is not a layout key: dt_layout_has_key
  * tells first). */

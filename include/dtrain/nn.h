@@ -228,6 +228,11 @@ typedef struct {
      * copies the host input in.  The input tensor stays the host copy, which
      * the layers check (token ids in range). */
     const float *input_dev;
+    /* The first row of the micro-batch this context's tensors start at: 0,
+     * except in a copy (dt_sequential_set_copies), which runs rows
+     * [row0, row0 + its rows); dropout keys its masks by the micro-batch's
+     * rows, so the copies draw what the whole micro-batch draws. */
+    int64_t row0;
 } dt_ctx;
 /* Number of records on a context's stack (0 once every backward has run). */
 int dt_ctx_saved_depth(const dt_ctx *ctx);
@@ -279,6 +284,17 @@ typedef struct dt_tp_group {
     /* mine[0..n_each) := block `rank` of the elementwise sum over ranks of
      * all[0..size*n_each); mine does not overlap all. */
     dt_status (*reduce_scatter_sum)(void *user, const float *all, float *mine, int64_t n_each);
+    /* Optional (all four or none): the three exchanges above started
+     * without waiting, *req a handle that `wait` completes (and frees),
+     * with the same results; the buffers stay untouched until then.  Every
+     * rank starts the same exchanges in the same order.  A block run as
+     * copies (dt_sequential_set_copies) starts one copy's exchange and
+     * computes the next copy while it travels; without them its exchanges
+     * block as ever. */
+    dt_status (*iallreduce_sum)(void *user, float *buf, int64_t n, void **req);
+    dt_status (*iallgather)(void *user, const float *mine, float *all, int64_t n_each, void **req);
+    dt_status (*ireduce_scatter_sum)(void *user, const float *all, float *mine, int64_t n_each, void **req);
+    dt_status (*wait)(void *user, void *req);
 } dt_tp_group;
 
 /* Constructors register their parameters in p under "<name>.weight" etc. */
@@ -381,6 +397,21 @@ void dt_sequential_set_hooks(dt_layer *seq, dt_block_hook hook, void *user);
  * runs the item's forward again first.  Gradients are bitwise those of the
  * run without it; it costs one more forward of the item. */
 dt_status dt_sequential_set_recompute(dt_layer *seq, int i, bool on);
+/* Copies (multi-copy tensor parallelism, docs/parallelism.md): item i
+ * runs each micro-batch's rows split into `copies` contiguous parts
+ * (1..DT_ARENA_COMPANIONS; fewer when the batch has fewer rows), which take
+ * turns on the cores: where a copy's forward or backward reaches a
+ * tensor-parallel exchange it starts it without waiting (a group with the
+ * nonblocking entries: dt_tp_group) and the next copy computes while it
+ * travels.  The item must treat its rows independently (a transformer
+ * block does; a loss does not).  Results equal the item's run whole except
+ * for the order of the sums over rows in the parameters' gradients (the
+ * copies' parts added in copy order: not bitwise, within f32 rounding);
+ * dropout draws the whole micro-batch's masks.  Each copy keeps its
+ * activations in a companion arena of the context's (dt_arena_link); the
+ * output is put together once more in the context's arena.  Composes with
+ * recomputation of the same item. */
+dt_status dt_sequential_set_copies(dt_layer *seq, int i, int copies);
 /* y = x + f(x); the residual owns f (also when creating it fails). */
 dt_status dt_residual_create(const char *name, dt_layer *f, dt_layer **out);
 
@@ -529,6 +560,9 @@ int dt_model_shared_params(const dt_model *m, const dt_shared_param **out);
 /* Recompute block i (local numbering) during backward: see
  * dt_sequential_set_recompute. */
 dt_status dt_model_set_recompute(dt_model *m, int i, bool on);
+/* Run block i (local numbering) as copies of its rows: see
+ * dt_sequential_set_copies. */
+dt_status dt_model_set_copies(dt_model *m, int i, int copies);
 /* Per-block hooks, the seam for storage: ZeRO binding a block's gradient
  * buffers and gathering its parameters (stage 3), the parameter server's
  * pulls, offload.  (Gradients becoming final are the gradient-ready events'

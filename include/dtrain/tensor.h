@@ -95,6 +95,17 @@ size_t dt_arena_bytes_in_use(const dt_arena *a);
 size_t dt_arena_peak_bytes(const dt_arena *a);
 void dt_arena_reset_peak(dt_arena *a);
 void dt_arena_destroy(dt_arena *a);
+/* Companion k (0 <= k < DT_ARENA_COMPANIONS) of a: an arena on a's device,
+ * created on the first call, reset and destroyed with a, whose bytes count
+ * in a's bytes in use and peak.  Each call also records, at a's current
+ * position, where the companion stands: rewinding a to a mark taken at or
+ * before that position rewinds the companion back there, as if what it
+ * allocated since had been allocated in a.  For work that interleaves
+ * several stacks of allocations within one of a's (a micro-batch's rows run
+ * as copies, dt_sequential_set_copies).  NULL with the error set for a bad
+ * k, a companion as a, or no memory. */
+#define DT_ARENA_COMPANIONS 64
+dt_arena *dt_arena_link(dt_arena *a, int k);
 
 /* ---- compute threads ---- */
 /* 0 = the cores available to this process (sched_getaffinity). */

@@ -29,9 +29,9 @@ __device__ static inline float key_uniform(uint64_t stream, uint64_t index)
 __global__ static void dropout_kernel(float *y, float *mask, const float *x, int64_t n, uint64_t stream, float prob,
                                       float keep, int64_t slice, int64_t whole, int64_t first)
 {
-    bool all = slice == whole; /* no sequence split: element i is i (as the cpu, which then ignores first) */
+    bool all = slice == whole; /* no sequence split: element i is first + i (as the cpu) */
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        uint64_t at = all ? (uint64_t)i : (uint64_t)((i / slice) * whole + first + i % slice);
+        uint64_t at = all ? (uint64_t)(first + i) : (uint64_t)((i / slice) * whole + first + i % slice);
         float m = key_uniform(stream, at) < prob ? 0.0f : keep;
         mask[i] = m;
         y[i] = x[i] * m;

@@ -2,7 +2,9 @@
  * rest by 1/(1-p).  Element i's draw is keyed by (ctx->key, this layer's
  * name, i) (dt_rng_key in base.h), not taken from a running stream: a
  * recomputed forward reproduces the mask exactly, a resumed run draws what
- * the uninterrupted one drew, and any thread count gives the same mask. */
+ * the uninterrupted one drew, and any thread count gives the same mask.
+ * i counts over the whole micro-batch: a copy of its rows (ctx->row0) and a
+ * rank's slice of the positions (sequence parallel) draw their part of it. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +54,10 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
         slice = x->shape[1] * x->shape[2];
         whole = slice * D->t;
         first = slice * D->r;
+    } else if (ctx->row0) { /* a copy's rows: element i of row b is element i of row row0 + b of the whole */
+        slice = whole = n / x->shape[0];
     }
+    first += ctx->row0 * whole;
     dt__ops(ctx)->dropout_fwd(y->data, sv->mask, x->data, n, dt_rng_key_stream(&ctx->key, D->id), D->prob,
                               1.0f / (1.0f - D->prob), slice, whole, first);
     return DT_OK;

@@ -46,7 +46,7 @@ static int64_t rows(const dt_tensor *x, int64_t cols) { return dt_tensor_numel(x
 
 static dt_status allreduce(plinear *L, float *buf, int64_t n, const char *what)
 {
-    dt_status s = L->tp.allreduce_sum(L->tp.user, buf, n);
+    dt_status s = dt__tp_allreduce_sum(&L->tp, buf, n);
     return s == DT_OK ? DT_OK : dt__wrap(s, "%s: %s allreduce over the tensor-parallel group: ", L->base.name, what);
 }
 

@@ -430,6 +430,16 @@ dt_status dt_model_set_recompute(dt_model *m, int i, bool on)
     return dt__fail(DT_ERR_INVALID, "recompute: the model holds no block %d (it has %d)", i, m->n);
 }
 
+dt_status dt_model_set_copies(dt_model *m, int i, int copies)
+{
+    for (int c = 0; c < m->nchunks; c++) {
+        int items = m->chunk_hi[c] - m->chunk_lo[c];
+        if (i >= m->hooks[c].local && i < m->hooks[c].local + items)
+            return dt_sequential_set_copies(m->chunks[c], i - m->hooks[c].local, copies);
+    }
+    return dt__fail(DT_ERR_INVALID, "copies: the model holds no block %d (it has %d)", i, m->n);
+}
+
 dt_status dt_model_set_precision(dt_model *m, dt_dtype precision)
 {
     if (precision != DT_F32 && precision != DT_BF16)

@@ -387,8 +387,16 @@ void dt_params_unsubscribe(dt_params *p, dt_subscription token)
         dt__subs_remove(&p->ready, token);
 }
 
+/* Set on a copy's thread whose gradients are not final (nn/copies_rows.c):
+ * its layers' events are not passed on. */
+static _Thread_local bool ready_quiet;
+
+void dt__params_quiet(bool on) { ready_quiet = on; }
+
 void dt_params_grad_ready(dt_params *p, int index)
 {
+    if (ready_quiet)
+        return;
     for (int i = 0; i < p->ready.n; i++) {
         dt_status s = ((dt_grad_ready_cb)p->ready.at[i].fn)(p->ready.at[i].user, index);
         if (s != DT_OK && p->ready_failed == DT_OK)

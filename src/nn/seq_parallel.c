@@ -17,7 +17,7 @@ dt_status dt__sp_gather(const dt_tp_group *tp, const float *local, float *whole,
 {
     int t = tp->size;
     size_t block = (size_t)(Tl * D);
-    DT_CHECK(tp->allgather(tp->user, local, scratch, B * Tl * D));
+    DT_CHECK(dt__tp_allgather(tp, local, scratch, B * Tl * D));
     for (int q = 0; q < t; q++)
         for (int64_t b = 0; b < B; b++)
             memcpy(whole + ((size_t)b * (size_t)t + (size_t)q) * block, scratch + ((size_t)q * (size_t)B + (size_t)b) * block,
@@ -34,5 +34,5 @@ dt_status dt__sp_reduce_scatter(const dt_tp_group *tp, const float *whole, float
         for (int64_t b = 0; b < B; b++)
             memcpy(scratch + ((size_t)q * (size_t)B + (size_t)b) * block, whole + ((size_t)b * (size_t)t + (size_t)q) * block,
                    block * sizeof *whole);
-    return tp->reduce_scatter_sum(tp->user, scratch, local, B * Tl * D);
+    return dt__tp_reduce_scatter_sum(tp, scratch, local, B * Tl * D);
 }

@@ -16,6 +16,7 @@
 #include "base/status.h"
 #include "base/trace.h"
 #include "dtrain/nn.h"
+#include "nn/copies.h"
 #include "nn/layer.h"
 #include "nn/saved.h"
 
@@ -23,6 +24,8 @@ typedef struct {
     dt_layer base;
     dt_layer **items;
     bool *recompute;
+    int *copies; /* > 1: the item's rows run as that many copies (nn/copies.h) */
+    dt__copies *runner; /* the copies' threads, made on the first dt_sequential_set_copies */
     int n, cap;
     dt_block_hook hook;
     void *hook_user;
@@ -56,11 +59,26 @@ static dt_status keep_only(dt_ctx *ctx, dt_arena_mark m, dt_tensor *t, const cha
     return DT_OK;
 }
 
-static dt_status forward_recomputed(dt_layer *child, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
+/* Item i's forward and backward: its own, or as copies of its rows. */
+static dt_status item_forward(sequential *S, int i, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
+    dt_layer *c = S->items[i];
+    return S->copies[i] > 1 ? dt__copies_forward(S->runner, S->copies[i], c, ctx, x, y) : c->ops->forward(c, ctx, x, y);
+}
+
+static dt_status item_backward(sequential *S, int i, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
+{
+    dt_layer *c = S->items[i];
+    return S->copies[i] > 1 ? dt__copies_backward(S->runner, c, ctx, dy, dx, need_dx)
+                            : c->ops->backward(c, ctx, dy, dx, need_dx);
+}
+
+static dt_status forward_recomputed(sequential *S, int i, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
+{
+    dt_layer *child = S->items[i];
     dt_arena_mark m = dt_arena_get_mark(ctx->arena);
     dt_saved *below = ctx->saved;
-    DT_CHECK(child->ops->forward(child, ctx, x, y));
+    DT_CHECK(item_forward(S, i, ctx, x, y));
     ctx->saved = below; /* the child's records die with the rewind */
     DT_CHECK(keep_only(ctx, m, y, child->name));
     dt_tensor *input = DT_SAVE(ctx, child, dt_tensor); /* popped by backward_recomputed */
@@ -70,21 +88,23 @@ static dt_status forward_recomputed(dt_layer *child, dt_ctx *ctx, const dt_tenso
     return DT_OK;
 }
 
-static dt_status backward_recomputed(dt_layer *child, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
+static dt_status backward_recomputed(sequential *S, int i, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx,
+                                     bool need_dx)
 {
+    dt_layer *child = S->items[i];
     const dt_tensor *saved = DT_LOAD(ctx, child, dt_tensor);
     if (!saved)
         return DT_ERR_INVALID;
     dt_tensor x = *saved, y;
     dt_arena_mark m = dt_arena_get_mark(ctx->arena);
     int64_t t0 = dt__trace_begin();
-    DT_CHECK(child->ops->forward(child, ctx, &x, &y));
+    DT_CHECK(item_forward(S, i, ctx, &x, &y));
     if (t0) {
         char name[96]; /* the trace keeps 47 characters */
         snprintf(name, sizeof name, "recompute %s", child->name);
         dt__trace_end("recompute", name, t0, "\"micro_batch\":%u", ctx->key.micro);
     }
-    DT_CHECK(child->ops->backward(child, ctx, dy, dx, need_dx));
+    DT_CHECK(item_backward(S, i, ctx, dy, dx, need_dx));
     if (!need_dx) {
         dt_arena_rewind(ctx->arena, m);
         return DT_OK;
@@ -98,12 +118,11 @@ static dt_status seq_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_te
     dt_tensor cur = *x;
     for (int i = 0; i < S->n; i++) {
         dt_tensor next;
-        dt_layer *c = S->items[i];
         DT_CHECK(hook(S, DT_BEFORE_FORWARD, i, ctx));
         if (S->recompute[i] && ctx->training)
-            DT_CHECK(forward_recomputed(c, ctx, &cur, &next));
+            DT_CHECK(forward_recomputed(S, i, ctx, &cur, &next));
         else
-            DT_CHECK(c->ops->forward(c, ctx, &cur, &next));
+            DT_CHECK(item_forward(S, i, ctx, &cur, &next));
         DT_CHECK(hook(S, DT_AFTER_FORWARD, i, ctx));
         cur = next;
     }
@@ -124,12 +143,11 @@ static dt_status seq_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_
     for (int i = S->n - 1; i >= 0; i--) {
         dt_tensor d = {0};
         bool want = i > views || need_dx;
-        dt_layer *c = S->items[i];
         DT_CHECK(hook(S, DT_BEFORE_BACKWARD, i, ctx));
         if (S->recompute[i] && ctx->training)
-            DT_CHECK(backward_recomputed(c, ctx, &g, &d, want));
+            DT_CHECK(backward_recomputed(S, i, ctx, &g, &d, want));
         else
-            DT_CHECK(c->ops->backward(c, ctx, &g, &d, want));
+            DT_CHECK(item_backward(S, i, ctx, &g, &d, want));
         DT_CHECK(hook(S, DT_AFTER_BACKWARD, i, ctx));
         g = d;
     }
@@ -152,6 +170,8 @@ static void seq_destroy(dt_layer *l)
         dt_layer_destroy(S->items[i]);
     free(S->items);
     free(S->recompute);
+    free(S->copies);
+    dt__copies_destroy(S->runner);
     free(S);
 }
 
@@ -179,14 +199,18 @@ dt_status dt_sequential_append(dt_layer *seq, dt_layer *l)
         if (items)
             S->items = items;
         bool *rc = items ? realloc(S->recompute, (size_t)cap * sizeof *rc) : NULL;
-        if (!rc) {
+        if (rc)
+            S->recompute = rc;
+        int *cp = rc ? realloc(S->copies, (size_t)cap * sizeof *cp) : NULL;
+        if (!cp) {
             dt_layer_destroy(l);
             return dt__fail(DT_ERR_NOMEM, "out of memory");
         }
-        S->recompute = rc;
+        S->copies = cp;
         S->cap = cap;
     }
     S->recompute[S->n] = false;
+    S->copies[S->n] = 1;
     S->items[S->n++] = l;
     return DT_OK;
 }
@@ -218,6 +242,19 @@ dt_status dt_sequential_set_recompute(dt_layer *seq, int i, bool on)
     if (!S || i < 0 || i >= S->n)
         return dt__fail(DT_ERR_INVALID, "recompute: %s has no item %d", S ? seq->name : "(not a sequence)", i);
     S->recompute[i] = on;
+    return DT_OK;
+}
+
+dt_status dt_sequential_set_copies(dt_layer *seq, int i, int copies)
+{
+    sequential *S = as_seq(seq);
+    if (!S || i < 0 || i >= S->n)
+        return dt__fail(DT_ERR_INVALID, "copies: %s has no item %d", S ? seq->name : "(not a sequence)", i);
+    if (copies < 1 || copies > DT_ARENA_COMPANIONS)
+        return dt__fail(DT_ERR_INVALID, "copies: %d for %s (1..%d)", copies, S->items[i]->name, DT_ARENA_COMPANIONS);
+    if (!S->runner && copies > 1)
+        DT_CHECK(dt__copies_create(DT_ARENA_COMPANIONS, &S->runner));
+    S->copies[i] = copies;
     return DT_OK;
 }
 

@@ -8,6 +8,14 @@
  * range, every entry set), else DT_ERR_INVALID naming `who` and the fault. */
 dt_status dt__tp_check(const dt_tp_group *g, const char *who);
 
+/* The group's exchanges as the layers call them: blocking, except inside a
+ * copy of a block run as copies (nn/copies.h), where a group with the
+ * nonblocking entries starts the exchange and lets the next copy compute
+ * while it travels.  The results are the same either way. */
+dt_status dt__tp_allreduce_sum(const dt_tp_group *g, float *buf, int64_t n);
+dt_status dt__tp_allgather(const dt_tp_group *g, const float *mine, float *all, int64_t n_each);
+dt_status dt__tp_reduce_scatter_sum(const dt_tp_group *g, const float *all, float *mine, int64_t n_each);
+
 /* dt_linear_parallel_create with a column layer's output cut into `groups`
  * equal groups first (attention's q, k, v: 3), each split t ways.  sp:
  * sequence parallel (seq_parallel.c): a column layer gathers its input's

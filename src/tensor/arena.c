@@ -1,7 +1,15 @@
 /* Activation arena: chunks of at least 64 MiB; allocations are 64-byte
  * aligned and never move, and reset keeps the chunks for the next step.  An
  * arena on a device (dt_arena_create_on) takes its chunks from the device's
- * backend; the bookkeeping stays on the host. */
+ * backend; the bookkeeping stays on the host.
+ *
+ * Companions (dt_arena_link): arenas that live, reset and count with their
+ * owner, for the copies of a micro-batch (nn/copies_rows.c), which allocate
+ * and rewind each on its own while they interleave.  A link is a record, at
+ * the owner's position when it was made, of where the companion stood then;
+ * a rewind of the owner to a mark at or below that position rewinds the
+ * companion back there, so that the owner's stack discipline (recomputation
+ * freeing a block's activations, dt_arena.h) covers the companions too. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,18 +26,32 @@ typedef struct chunk {
     unsigned char *mem;
 } chunk;
 
+/* The owner's position (at, used; at NULL: its start) and the companion's then. */
+typedef struct {
+    chunk *at;
+    size_t used;
+    int k;
+    dt_arena_mark was;
+} link;
+
 struct dt_arena {
     const dt_compute_ops *ops; /* NULL: host memory (malloc) */
     dt_arena *host;            /* a device arena's host side (dt__arena_host), reset with it */
     chunk *chunks, *current;
-    size_t in_use, peak; /* bytes handed out (alignment included), and the most at once */
+    size_t in_use, peak; /* bytes handed out (alignment included), and the most at once; an owner's count its companions' */
+    dt_arena *owner;                          /* a companion's (NULL: none) */
+    dt_arena *companions[DT_ARENA_COMPANIONS]; /* created on the first link */
+    link *links;                              /* in the order made, so by position */
+    int nlinks, cap_links;
 };
 
 static void note_alloc(dt_arena *a, size_t bytes)
 {
-    a->in_use += bytes;
-    if (a->in_use > a->peak)
-        a->peak = a->in_use;
+    for (; a; a = a->owner) {
+        a->in_use += bytes;
+        if (a->in_use > a->peak)
+            a->peak = a->in_use;
+    }
 }
 
 dt_status dt_arena_create(dt_arena **out)
@@ -108,10 +130,14 @@ void dt_arena_reset(dt_arena *a)
 {
     if (a->host)
         dt_arena_reset(a->host);
+    for (int k = 0; k < DT_ARENA_COMPANIONS; k++)
+        if (a->companions[k])
+            dt_arena_reset(a->companions[k]);
+    a->nlinks = 0;
     for (chunk *c = a->chunks; c; c = c->next)
         c->used = 0;
     a->current = a->chunks;
-    a->in_use = 0;
+    a->in_use = dt_arena_bytes_in_use(a);
 }
 
 dt_arena_mark dt_arena_get_mark(const dt_arena *a)
@@ -119,11 +145,42 @@ dt_arena_mark dt_arena_get_mark(const dt_arena *a)
     return (dt_arena_mark){a->current, a->current ? a->current->used : 0};
 }
 
+/* Whether link l stands at or above mark m (made after m was taken, or at
+ * its position): a rewind to m undoes it. */
+static bool link_above(const dt_arena *a, const link *l, dt_arena_mark m)
+{
+    if (!m.chunk)
+        return true;
+    if (!l->at) /* made at the start: above only a mark at the start */
+        return m.chunk == a->chunks && m.used == 0;
+    if (l->at == m.chunk)
+        return l->used >= m.used;
+    for (const chunk *c = a->chunks; c; c = c->next) { /* whichever comes first in the list is below */
+        if (c == l->at)
+            return false;
+        if (c == m.chunk)
+            return true;
+    }
+    return false;
+}
+
+/* A rewind or reset of a companion changes its owner's count. */
+static void recount_owner(dt_arena *a)
+{
+    if (a->owner)
+        a->owner->in_use = dt_arena_bytes_in_use(a->owner);
+}
+
 void dt_arena_rewind(dt_arena *a, dt_arena_mark m)
 {
+    while (a->nlinks > 0 && link_above(a, &a->links[a->nlinks - 1], m)) {
+        const link *l = &a->links[--a->nlinks];
+        dt_arena_rewind(a->companions[l->k], l->was);
+    }
     chunk *at = (chunk *)m.chunk;
     if (!at) {
         dt_arena_reset(a);
+        recount_owner(a);
         return;
     }
     at->used = m.used;
@@ -131,6 +188,39 @@ void dt_arena_rewind(dt_arena *a, dt_arena_mark m)
         c->used = 0;
     a->current = at;
     a->in_use = dt_arena_bytes_in_use(a);
+    recount_owner(a);
+}
+
+dt_arena *dt_arena_link(dt_arena *a, int k)
+{
+    if (!a || k < 0 || k >= DT_ARENA_COMPANIONS || a->owner) {
+        dt__fail(DT_ERR_INVALID, "arena link: companion %d of %s (0..%d of an arena that is no companion)", k,
+                 a ? "an arena" : "no arena", DT_ARENA_COMPANIONS - 1);
+        return NULL;
+    }
+    if (!a->companions[k]) {
+        dt_arena *c = calloc(1, sizeof *c);
+        if (!c) {
+            dt__fail(DT_ERR_NOMEM, "out of memory for a companion arena");
+            return NULL;
+        }
+        c->ops = a->ops;
+        c->owner = a;
+        a->companions[k] = c;
+    }
+    if (a->nlinks == a->cap_links) {
+        int cap = a->cap_links ? 2 * a->cap_links : 64;
+        link *grown = realloc(a->links, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            dt__fail(DT_ERR_NOMEM, "out of memory for the arena's links");
+            return NULL;
+        }
+        a->links = grown;
+        a->cap_links = cap;
+    }
+    a->links[a->nlinks++] = (link){a->current, a->current ? a->current->used : 0, k,
+                                   dt_arena_get_mark(a->companions[k])};
+    return a->companions[k];
 }
 
 bool dt_arena_since(const dt_arena *a, dt_arena_mark m, const void *p)
@@ -153,6 +243,9 @@ size_t dt_arena_bytes_in_use(const dt_arena *a)
     size_t n = 0;
     for (chunk *c = a->chunks; c; c = c->next)
         n += c->used;
+    for (int k = 0; k < DT_ARENA_COMPANIONS; k++)
+        if (a->companions[k])
+            n += dt_arena_bytes_in_use(a->companions[k]);
     return n;
 }
 
@@ -161,6 +254,9 @@ void dt_arena_destroy(dt_arena *a)
     if (!a)
         return;
     dt_arena_destroy(a->host);
+    for (int k = 0; k < DT_ARENA_COMPANIONS; k++)
+        dt_arena_destroy(a->companions[k]);
+    free(a->links);
     for (chunk *c = a->chunks; c;) {
         chunk *n = c->next;
         if (a->ops)

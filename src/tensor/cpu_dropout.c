@@ -21,9 +21,9 @@ typedef struct {
 static void draw_mask(int64_t b, int64_t e, void *p)
 {
     mask_args *a = p;
-    bool whole = a->slice == a->whole; /* no sequence split: element i is i (no division per element) */
+    bool whole = a->slice == a->whole; /* no sequence split: element i is first + i (no division per element) */
     for (int64_t i = b; i < e; i++) {
-        uint64_t at = whole ? (uint64_t)i : (uint64_t)((i / a->slice) * a->whole + a->first + i % a->slice);
+        uint64_t at = whole ? (uint64_t)(a->first + i) : (uint64_t)((i / a->slice) * a->whole + a->first + i % a->slice);
         a->mask[i] = dt_rng_key_uniform(a->stream, at) < a->prob ? 0.0f : a->keep;
         a->y[i] = a->x[i] * a->mask[i];
     }

@@ -44,6 +44,7 @@ static const spec specs[] = {
     {"layout", K_STR, F(layout), 0, 0, "manual,auto", "\"manual\"", "manual: the layout keys as given; auto: dtrain plan's best layout for the job's ranks replaces tp, pp, zero_stage, micro_batches, pipeline_schedule, virtual_stages, sequence_parallel and recompute (profiled on rank 0, cached; docs/planner.md)"},
     {"tp", K_INT, F(tp), 1, 4096, NULL, "1", "tensor-parallel ranks per group (gpt, mlp): the world is dp x tp with tp innermost, dp = world / tp"},
     {"sequence_parallel", K_BOOL, F(sequence_parallel), 0, 1, NULL, "false", "gpt with tp > 1: keep 1/tp of the positions between the split regions (allgather and reduce-scatter instead of allreduce; less activation memory)"},
+    {"tp_copies", K_INT, F(tp_copies), 1, 64, NULL, "1", "gpt with tp > 1: run each transformer block's micro-batch as this many copies of its rows, taking turns, so that one copy's tensor-parallel exchanges travel while the next computes (1: off; at most the rows of a micro-batch; docs/parallelism.md, Multi-copy)"},
     {"pp", K_INT, F(pp), 1, 4096, NULL, "1", "pipeline stages: the model's blocks cut into pp stages balanced by their cost; the world is dp x pp x tp (tp innermost, then pp)"},
     {"pipeline_schedule", K_STR, F(pipeline_schedule), 0, 0, "gpipe,1f1b,interleaved", "\"1f1b\"", "pp > 1: gpipe, 1f1b (at most pp micro-batches in flight) or interleaved (virtual_stages chunks per rank, a smaller bubble)"},
     {"virtual_stages", K_INT, F(virtual_stages), 2, 64, NULL, "2", "pipeline_schedule interleaved: chunks of blocks per pipeline rank"},
@@ -394,6 +395,13 @@ dt_status dtrain_config_validate(const dtrain_config *c)
                  (long long)c->tp);
         return bad("configuration", "sequence_parallel", why);
     }
+    if (c->tp_copies > c->batch_size / c->micro_batches) {
+        char why[160];
+        snprintf(why, sizeof why, "= %lld is more copies than the %lld rows of a micro-batch (batch_size %lld / "
+                 "micro_batches %lld)", (long long)c->tp_copies, (long long)(c->batch_size / c->micro_batches),
+                 (long long)c->batch_size, (long long)c->micro_batches);
+        return bad("configuration", "tp_copies", why);
+    }
     double limit;
     if (c->memory_limit[0] && dtrain_parse_bytes(c->memory_limit, &limit) != DT_OK)
         return bad("configuration", "memory_limit", "is not a size (bytes, or a number with B, KiB, MiB, GiB, KB, MB, GB)");
@@ -470,6 +478,7 @@ static bool checkpoints(const dtrain_config *c) { return c->checkpoint_dir[0] !=
 static const key_use uses[] = {
     {"dropout", gpt, "model gpt (the mlp, cnn and textclf have no dropout)", true},
     {"sequence_parallel", gpt_tp, "model gpt and tp > 1", true},
+    {"tp_copies", gpt_tp, "model gpt and tp > 1", true},
     {"pipeline_schedule", pipeline, "pp > 1", true},
     {"virtual_stages", interleaved, "pipeline_schedule interleaved and pp > 1", true},
     {"sync", ps, "servers > 0 (a parameter server; or dtrun --servers)", true},

@@ -19,7 +19,7 @@ typedef struct {
     char data[16]; /* fashion-mnist | text | fortunes */
     char data_path[1024];
     int64_t batch_size, steps, seed, threads, grad_accumulation, tp;
-    int64_t pp, micro_batches, virtual_stages, zero_stage;
+    int64_t pp, micro_batches, virtual_stages, zero_stage, tp_copies;
     char pipeline_schedule[16]; /* gpipe | 1f1b | interleaved */
     char grad_compression[8]; /* none | f16 | bf16 ("auto" is resolved when the configuration is checked) */
     char precision[8];        /* f32 | bf16 */

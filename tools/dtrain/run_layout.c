@@ -21,6 +21,7 @@ void dtrain_layout_of(const dtrain_config *c, dt_layout *l)
     (void)dt_pipe_schedule_parse(c->pipeline_schedule, &l->schedule);
     l->virtual_stages = (int)c->virtual_stages;
     l->sequence_parallel = c->sequence_parallel;
+    l->tp_copies = (int)c->tp_copies;
     l->recompute = !strcmp(c->recompute, "all") ? DT_RECOMPUTE_ALL
                    : !strcmp(c->recompute, "blocks") ? DT_RECOMPUTE_BLOCKS : DT_RECOMPUTE_OFF;
     l->offload = !strcmp(c->offload, "disk") ? DT_OFFLOAD_DISK : DT_OFFLOAD_NONE;

@@ -32,6 +32,7 @@ static const char *device_conflict(const dt_layout *l, int *value)
         const char *key;
         int value;
     } uses[] = {{"sequence_parallel", l->sequence_parallel},
+                {"tp_copies", l->tp_copies > 1 ? l->tp_copies : 0},
                 {"zero_stage", l->zero_stage == 3 ? 3 : 0},
                 {"servers", l->servers},
                 {"offload", l->offload != DT_OFFLOAD_NONE},
@@ -52,12 +53,15 @@ static dt_status keys_agree(const dt_layout *l)
     if (key) {
         dt_layout_get(l, key, v, sizeof v);
         return dt__fail(DT_ERR_INVALID, "key 'device' = \"%s\" with %s %s: training on a device with "
-                        "sequence_parallel, zero_stage 3, servers, offload or recompute is not built yet (on a device: "
+                        "sequence_parallel, tp_copies, zero_stage 3, servers, offload or recompute is not built yet (on a device: "
                         "data parallel, zero_stage 1 and 2, tp and pp)",
                         l->device, key, v);
     }
     if (l->sequence_parallel && l->tp < 2)
         return dt__fail(DT_ERR_INVALID, "key 'sequence_parallel' needs the gpt model and tp > 1: tp is %d", l->tp);
+    if (l->tp_copies > 1 && l->tp < 2)
+        return dt__fail(DT_ERR_INVALID, "key 'tp_copies' = %d needs the gpt model and tp > 1 (the copies overlap the "
+                        "tensor-parallel exchanges): tp is %d", l->tp_copies, l->tp);
     if (l->zero_stage == 3 && (l->tp > 1 || l->pp > 1))
         return dt__fail(DT_ERR_INVALID, "key 'zero_stage' = 3 with tp %d and pp %d: zero_stage 3 inside a tensor- or "
                         "pipeline-parallel mesh is not built: use 1 or 2", l->tp, l->pp);

@@ -40,6 +40,8 @@ const char *dt_layout_describe(const dt_layout *l, char *buf, size_t len)
         add(&o, " x pp %d", l->pp);
     if (l->tp > 1)
         add(&o, " x tp %d%s", l->tp, l->sequence_parallel ? " (sequence parallel)" : "");
+    if (l->tp > 1 && l->tp_copies > 1)
+        add(&o, ", %d copies", l->tp_copies);
     if (l->servers > 0) {
         add(&o, " + %d server%s, %s", l->servers, l->servers == 1 ? "" : "s", dt_ps_sync_name(l->sync));
         if (l->sync == DT_PS_SSP)

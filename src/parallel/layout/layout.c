@@ -50,6 +50,7 @@ static const dt__layout_key table[] = {
     CHOICE("pipeline_schedule", schedule, "gpipe,1f1b,interleaved", schedule_values, "\"1f1b\"", "pp > 1: gpipe, 1f1b (at most pp micro-batches in flight) or interleaved (virtual_stages chunks per rank, a smaller bubble)"),
     INT("virtual_stages", virtual_stages, 2, 64, "2", "pipeline_schedule interleaved: chunks of blocks per pipeline rank"),
     {"sequence_parallel", DT__LK_BOOL, F(sequence_parallel), 0, 1, NULL, NULL, "false", "gpt with tp > 1: keep 1/tp of the positions between the split regions (allgather and reduce-scatter instead of allreduce; less activation memory)", NULL},
+    INT("tp_copies", tp_copies, 1, DT_ARENA_COMPANIONS, "1", "gpt with tp > 1: run each transformer block's micro-batch as this many copies of its rows, taking turns, so that one copy's tensor-parallel exchanges travel while the next computes (1: off; at most the rows of a micro-batch; docs/parallelism.md, Multi-copy)"),
     CHOICE("recompute", recompute, "off,blocks,all", recompute_values, "\"off\"", "activation recomputation: off, blocks (each transformer block; every block of mlp/cnn), all"),
     CHOICE("offload", offload, "none,disk", offload_values, "\"none\"", "disk: keep the optimizer state (each rank's shard under ZeRO), and at zero_stage 3 the parameter shard, in files, streamed through an I/O thread while the update runs (bitwise the same results)"),
     CHOICE("precision", precision, "f32,bf16", precision_values, "\"f32\"", "matrix products: f32, or bf16 mixed precision (bf16 operands, f32 sums, f32 weights and optimizer state; AMX or AVX512_BF16 where the CPU has them, else emulated at f32 speed)"),
@@ -63,7 +64,7 @@ static const dt__layout_key table[] = {
 
 static const char *const key_names[] = {
     "dp", "tp", "pp", "zero_stage", "servers", "sync", "staleness", "micro_batches", "grad_accumulation",
-    "pipeline_schedule", "virtual_stages", "sequence_parallel", "recompute", "offload", "precision",
+    "pipeline_schedule", "virtual_stages", "sequence_parallel", "tp_copies", "recompute", "offload", "precision",
     "grad_compression", "bucket_mb", "device", NULL,
 };
 _Static_assert(sizeof key_names / sizeof key_names[0] == NKEYS + 1, "key_names lists the table's keys");

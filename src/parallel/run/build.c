@@ -84,6 +84,15 @@ static dt_status set_recompute(dt_recompute how, dt_model *m)
     return DT_OK;
 }
 
+/* tp_copies: every transformer block runs its rows as copies. */
+static dt_status set_copies(int copies, dt_model *m)
+{
+    for (int i = 0; copies > 1 && i < dt_model_num_layers(m); i++)
+        if (!strcmp(dt_model_block(m, i)->kind, "gpt-block") && dt_model_set_copies(m, i, copies) != DT_OK)
+            return dt__fail(DT_ERR_INVALID, "tp_copies: %s", dt_last_error());
+    return DT_OK;
+}
+
 /* The run's optimizer over [offset, offset + n) of p's flat buffer, with the
  * weight-decay groups the names give. */
 dt_status dt__run_optimizer_range(const dt__run *r, dt_params *p, int64_t offset, int64_t n, dt_optimizer **o)
@@ -247,6 +256,8 @@ dt_status dt_strategy_create(const dt_layout *l, const dt_run_recipe *rc, dt_com
     }
     if (st == DT_OK)
         st = set_recompute(l->recompute, m);
+    if (st == DT_OK)
+        st = set_copies(l->tp_copies, m);
     if (st == DT_OK && rc->check_model) { /* before the optimizer and the strategy's buffers exist */
         bool lead = dt_comm_rank(r->dp) == 0 && (!r->tp || dt_comm_rank(r->tp) == 0) &&
                     (!r->pp || dt_comm_rank(r->pp) == 0);

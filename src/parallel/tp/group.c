@@ -32,6 +32,29 @@ static dt_status reduce_scatter_sum(void *user, const float *all, float *mine, i
     return dt_reduce_scatter(all, mine, (size_t)n_each, DT_F32, DT_SUM, user);
 }
 
+/* The nonblocking forms: the communicator's queue runs the same
+ * collectives on its progress thread (comm/nonblocking.c). */
+static dt_status iallreduce_sum(void *user, float *buf, int64_t n, void **req)
+{
+    return dt_iallreduce(buf, buf, (size_t)n, DT_F32, DT_SUM, user, (dt_request **)req);
+}
+
+static dt_status iallgather(void *user, const float *mine, float *all, int64_t n_each, void **req)
+{
+    return dt_iallgather(mine, all, (size_t)n_each, DT_F32, user, (dt_request **)req);
+}
+
+static dt_status ireduce_scatter_sum(void *user, const float *all, float *mine, int64_t n_each, void **req)
+{
+    return dt_ireduce_scatter(all, mine, (size_t)n_each, DT_F32, DT_SUM, user, (dt_request **)req);
+}
+
+static dt_status wait(void *user, void *req)
+{
+    (void)user;
+    return dt_wait(req, NULL);
+}
+
 dt_tp_group dt_tp_group_of_comm(dt_comm *c)
 {
     if (!c)
@@ -43,5 +66,9 @@ dt_tp_group dt_tp_group_of_comm(dt_comm *c)
                          .allreduce_sum_f64 = allreduce_sum_f64,
                          .allreduce_max_f64 = allreduce_max_f64,
                          .allgather = allgather,
-                         .reduce_scatter_sum = reduce_scatter_sum};
+                         .reduce_scatter_sum = reduce_scatter_sum,
+                         .iallreduce_sum = iallreduce_sum,
+                         .iallgather = iallgather,
+                         .ireduce_scatter_sum = ireduce_scatter_sum,
+                         .wait = wait};
 }
