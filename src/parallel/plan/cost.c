@@ -169,6 +169,92 @@ static double in_flight(const dt_layout *l, int r, int m)
  * once it ends. */
 static double exposed(double total, double tail, double window) { return fmax(total - tail - window, 0) + tail; }
 
+
+/* The seconds a barrier among a group of t ranks costs on this host
+ * (dt_plan_model.sync_s, measured for the host's ranks; 0 otherwise). */
+static double sync_cost(const dt_plan_inputs *in, int t)
+{
+    const dt_plan_model *mo = &in->model;
+    if (t < 2 || mo->shared_ranks != in->links.ranks_per_node)
+        return 0;
+    int k = 0;
+    while (k + 1 < 6 && (2 << (k + 1)) <= t && mo->sync_s[k + 1] > 0)
+        k++;
+    return mo->sync_s[k];
+}
+
+/* One virtual stage's seconds of one core per micro-batch when its rank
+ * shares the host's cores: forward, and backward with its recompute; the
+ * compute times kappa, each tp collective plus the barrier it costs. */
+static void part_times(const dt__plan_ctx *c, const dt_layout *l, int lo, int hi, double mb, double kappa,
+                       double sync, double *fwd, double *bwd)
+{
+    const dt_plan_model *m = &c->in->model;
+    int t = l->tp;
+    dt__plan_group tpg = {&c->in->links, t, 1};
+    *fwd = *bwd = 0;
+    for (int i = lo; i < hi; i++) {
+        const dt_plan_block *b = &m->blocks[i];
+        bool split = b->tp_splittable && t > 1, re = recomputed(c, l, b);
+        double d = split ? t : 1;
+        double coll = split ? b->tp_collectives * (dt__plan_allreduce_s(tpg, b->tp_bytes * mb) + sync) : 0;
+        double f = kappa * (mb * b->fwd_s + b->fwd_fixed_s) / d, bw = kappa * (mb * b->bwd_s + b->bwd_fixed_s) / d;
+        *fwd += f + coll;
+        *bwd += bw + coll + (re ? f + coll : 0);
+    }
+}
+
+/* When the host's ranks share cores (in->cores_per_node > 0 and the
+ * host's ranks x threads above it, or a contention measured for them):
+ * the pipelined part simulated with processor sharing (share.c), its
+ * parts scaled by g = the slowest pipeline rank's time running over its
+ * work alone, the bubble what is left of the span; the optimizer, which
+ * every rank runs at once, x kappa x max(1, ranks x threads / cores).
+ * Without sharing nothing changes and g = 1. */
+static dt_status shared_cores(const dt__plan_ctx *c, const dt_layout *l, const int *bounds, int worst_r, double mb,
+                              int m, dt_plan_estimate *e, double *g)
+{
+    const dt_plan_inputs *in = c->in;
+    const dt_plan_model *mo = &in->model;
+    int R = in->links.ranks_per_node, thr = mo->threads > 0 ? mo->threads : 1, p = l->pp, v = dt_layout_chunks(l);
+    double cores = in->cores_per_node, over = cores > 0 ? (double)R * thr / cores : 0;
+    double kappa = mo->shared_ranks == R && mo->contention > 0 ? mo->contention : 1;
+    double sync = sync_cost(in, l->tp);
+    *g = 1;
+    if (!(cores > 0) || (over <= 1 && kappa == 1 && sync == 0) || l->servers > 0)
+        return DT_OK;
+    double alone = e->compute_s + e->tp_s + e->recompute_s; /* the slowest rank's, one core its own */
+    double *fwd = malloc((size_t)(2 * p * v) * sizeof *fwd), *busy = malloc((size_t)p * sizeof *busy);
+    if (!fwd || !busy) {
+        free(fwd);
+        free(busy);
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    }
+    double *bwd = fwd + p * v, span = 0;
+    for (int k = 0; k < p * v; k++)
+        part_times(c, l, bounds[k], bounds[k + 1], mb, kappa, sync, &fwd[k], &bwd[k]);
+    dt__plan_share sh = {l->schedule, p, v, m, fwd, bwd, fmax(over, 1) * cores / p, cores};
+    dt_status st = over > 1 ? dt__plan_shared_span(&sh, &span, busy) : DT_OK;
+    if (st == DT_OK && over <= 1) { /* a core each: the parts as they are, kappa and the barriers added */
+        double w = 0;
+        for (int k = worst_r; k < p * v; k += p)
+            w += m * (fwd[k] + bwd[k]);
+        busy[worst_r] = w;
+        span = w + e->bubble_s / fmax(alone, 1e-300) * w;
+    }
+    if (st == DT_OK && alone > 0) {
+        *g = busy[worst_r] / alone;
+        e->compute_s *= *g;
+        e->tp_s *= *g;
+        e->recompute_s *= *g;
+        e->bubble_s = fmax(span - busy[worst_r], 0);
+        e->optimizer_s *= kappa * fmax(over, 1);
+    }
+    free(fwd);
+    free(busy);
+    return st;
+}
+
 dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimate *out)
 {
     const dt_plan_inputs *in = c->in;
@@ -206,6 +292,7 @@ dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimat
 
     /* Time: the slowest pipeline rank's; memory: the fullest rank's. */
     rank_share s = {0}, r_s;
+    int worst_r = 0;
     double worst_time = -1, states_best = 0, act_best = -1;
     dt_memory_plan mem = {0};
     int k = l->servers > 0 ? 0 : mo->optimizer_state_floats; /* a parameter server's workers hold no optimizer */
@@ -215,6 +302,7 @@ dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimat
         if (tm > worst_time) {
             worst_time = tm;
             s = r_s;
+            worst_r = r;
         }
         dt_memory_plan mp;
         dt__memory_plan_states(l, r_s.params, r_s.shard, r_s.unit, dp, k, &mp);
@@ -244,13 +332,16 @@ dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimat
     }
     double opt_elems = l->servers > 0 ? 0 : l->zero_stage ? s.shard : s.params;
     e.optimizer_s = opt_elems * mo->optimizer_s_per_param;
-    double last_bwd = mb * (s.bwd + s.recompute), first_fwd = mb * s.fwd;
+    /* a host's ranks sharing its cores: the compute's parts stretched by g (1 when they do not) */
+    double g = 1;
+    DT_CHECK(shared_cores(c, l, bounds, worst_r, mb, m, &e, &g));
+    double last_bwd = g * mb * (s.bwd + s.recompute), first_fwd = g * mb * s.fwd;
     if (l->servers > 0) {
         /* Each worker pushes its gradients and pulls the parameters (f32); a server's link carries every
          * worker's share of its range.  The servers' update runs in between. */
         double bytes = 4 * s.params, server = bytes * workers / l->servers;
         e.ps_s = 2 * (in->links.inter.latency_s + fmax(bytes, server) / in->links.inter.bandwidth_Bps);
-        e.optimizer_s = s.params / l->servers * mo->optimizer_s_per_param;
+        e.optimizer_s = s.params / l->servers * mo->optimizer_s_per_param; /* (on the servers' cores) */
     } else if (dp > 1 && l->zero_stage == 0) {
         /* DDP: buckets reduced as backward fills them; all but the last overlap the last backward. */
         double wire = l->grad_wire == DT_F32 ? 4 : 2, G = wire * s.params;
