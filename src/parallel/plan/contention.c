@@ -14,11 +14,13 @@
  *              other processes' load do not count, the caches and memory
  *              bandwidth the copies share do (a pass's stalls);
  *   sync       per group size g = 2, 4, ... <= copies (g dividing copies),
- *              every copy `rounds` forwards, without and with a barrier
- *              among its group after each, three times in turn: sync_s =
- *              the median of the differences of their wall time per round,
- *              scaled by the load of other processes (the rounds' wall time
- *              over their CPU time, against copies / cores x contention).
+ *              every copy `rounds` forwards of one sample (pieces as short
+ *              as a tensor-parallel rank's between two collectives), without and with a barrier
+ *              among its group after each, five times in turn: sync_s =
+ *              the difference of their quickest wall times per round,
+ *              scaled by the load of other processes left in them (the
+ *              rounds' wall time over their CPU time, against copies /
+ *              cores x contention).
  *
  * The barrier waits as the communicator waits on shared memory
  * (dt__spin_until, giving the core away when the copies outnumber the
@@ -36,7 +38,7 @@
 #include "base/status.h"
 #include "parallel/plan/internal.h"
 
-enum { REPS = 5, ROUNDS = 24, TURNS = 3, MAX_COPIES = 64 };
+enum { REPS = 5, ROUNDS = 64, TURNS = 5, MAX_COPIES = 64 };
 #define DEADLINE_NS (60 * 1000000000LL)
 
 /* A sense-reversing barrier among `n` threads. */
@@ -74,7 +76,7 @@ static bool barrier_pass(barrier *b, int *local_sense)
 typedef struct {
     dt_model *model;
     dt_arena *arena;
-    dt_tensor in;
+    dt_tensor in, in1; /* the input, and its first sample alone (the sync phase's pieces) */
     float *x, *dy;
     int64_t ny;
     int block;
@@ -88,12 +90,13 @@ typedef struct {
     dt_status s;
 } copy;
 
+/* A forward and backward of the whole input, or (backward false) a forward of its first sample. */
 static dt_status pass(copy *c, bool backward)
 {
     dt_arena_reset(c->arena);
     dt_ctx ctx = {.arena = c->arena, .key = {1, 1, 0, 0}, .training = true};
     dt_tensor y, dx;
-    DT_CHECK(dt_model_forward(c->model, &ctx, &c->in, &y));
+    DT_CHECK(dt_model_forward(c->model, &ctx, backward ? &c->in : &c->in1, &y));
     if (!backward)
         return DT_OK;
     if (!c->dy) {
@@ -221,6 +224,10 @@ dt_status dt__plan_measure_sharing(const dt_model_desc *d, int block, int in_ndi
         for (int64_t k = 0; k < count; k++) /* token ids for block 0 of a GPT, small floats otherwise */
             c->x[k] = ids > 0 ? (float)(k % ids) : (float)((k % 11) - 5) * 0.1f;
         c->in = dt_tensor_view(c->x, in_ndim, in_shape);
+        int64_t one[DT_MAX_DIMS];
+        memcpy(one, in_shape, (size_t)in_ndim * sizeof *one);
+        one[0] = 1;
+        c->in1 = dt_tensor_view(c->x, in_ndim, one);
         s = pass(c, true); /* warm-up: the first pass allocates */
     }
     bool yields = copies > cores;
@@ -238,20 +245,23 @@ dt_status dt__plan_measure_sharing(const dt_model_desc *d, int block, int in_ndi
     /* the share of a core each copy would get with the machine to itself */
     double quiet = out->contention * ((double)copies / cores > 1 ? (double)copies / cores : 1);
     for (int k = 0, g = 2; s == DT_OK && g <= copies && k < 6; k++, g *= 2) {
-        double diff[TURNS], free_run = 0, synced = 0, cpu = 0;
+        double free_best = INFINITY, synced_best = INFINITY, free_run = 0, synced = 0, cpu = 0, stretch = INFINITY;
         if (copies % g)
             continue;
         for (int i = 0; s == DT_OK && i < TURNS; i++) {
             if ((s = phase(cs, copies, ROUNDS, false, groups, 0, yields, &free_run, &cpu)) == DT_OK)
                 s = phase(cs, copies, ROUNDS, false, groups, g, yields, &synced, NULL);
-            /* other processes' load stretches the rounds and the barriers alike (a peer waits longer for its
-             * turn): the difference scaled to the machine without them, the rounds' wall time over their
-             * CPU time against `quiet` */
-            double now = cpu > 0 ? free_run / cpu : quiet;
-            diff[i] = (synced - free_run) * (now > quiet ? quiet / now : 1);
+            free_best = fmin(free_best, free_run);
+            synced_best = fmin(synced_best, synced);
+            if (cpu > 0)
+                stretch = fmin(stretch, free_run / cpu);
         }
+        /* other processes' load only adds: the quickest turn of each is the nearest to the machine alone; what
+         * load is left stretches the rounds and the barriers alike (a peer waits longer for its turn): the
+         * difference scaled by `quiet` over the rounds' wall time per CPU time */
+        double scale = isfinite(stretch) && stretch > quiet ? quiet / stretch : 1;
         if (s == DT_OK)
-            out->sync_s[k] = fmax(median(diff, TURNS), 0);
+            out->sync_s[k] = fmax(synced_best - free_best, 0) * scale;
     }
     for (int i = 0; cs && i < copies; i++) {
         free(cs[i].x);

@@ -185,19 +185,20 @@ static double sync_cost(const dt_plan_inputs *in, int t)
 
 /* One virtual stage's seconds of one core per micro-batch when its rank
  * shares the host's cores: forward, and backward with its recompute; the
- * compute times kappa, each tp collective plus the barrier it costs. */
+ * compute times kappa.  *colls: its tp collectives per micro-batch. */
 static void part_times(const dt__plan_ctx *c, const dt_layout *l, int lo, int hi, double mb, double kappa,
-                       double sync, double *fwd, double *bwd)
+                       double *fwd, double *bwd, double *colls)
 {
     const dt_plan_model *m = &c->in->model;
     int t = l->tp;
     dt__plan_group tpg = {&c->in->links, t, 1};
-    *fwd = *bwd = 0;
+    *fwd = *bwd = *colls = 0;
     for (int i = lo; i < hi; i++) {
         const dt_plan_block *b = &m->blocks[i];
         bool split = b->tp_splittable && t > 1, re = recomputed(c, l, b);
         double d = split ? t : 1;
-        double coll = split ? b->tp_collectives * (dt__plan_allreduce_s(tpg, b->tp_bytes * mb) + sync) : 0;
+        double coll = split ? b->tp_collectives * dt__plan_allreduce_s(tpg, b->tp_bytes * mb) : 0;
+        *colls += split ? b->tp_collectives * (2 + re) : 0;
         double f = kappa * (mb * b->fwd_s + b->fwd_fixed_s) / d, bw = kappa * (mb * b->bwd_s + b->bwd_fixed_s) / d;
         *fwd += f + coll;
         *bwd += bw + coll + (re ? f + coll : 0);
@@ -209,7 +210,8 @@ static void part_times(const dt__plan_ctx *c, const dt_layout *l, int lo, int hi
  * the pipelined part simulated with processor sharing (share.c), its
  * parts scaled by g = the slowest pipeline rank's time running over its
  * work alone, the bubble what is left of the span; the optimizer, which
- * every rank runs at once, x kappa x max(1, ranks x threads / cores).
+ * every rank runs at once, x kappa x max(1, ranks x threads / cores); each
+ * tp collective of the slowest rank + the barrier's measured cost.
  * Without sharing nothing changes and g = 1. */
 static dt_status shared_cores(const dt__plan_ctx *c, const dt_layout *l, const int *bounds, int worst_r, double mb,
                               int m, dt_plan_estimate *e, double *g)
@@ -230,9 +232,12 @@ static dt_status shared_cores(const dt__plan_ctx *c, const dt_layout *l, const i
         free(busy);
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     }
-    double *bwd = fwd + p * v, span = 0;
-    for (int k = 0; k < p * v; k++)
-        part_times(c, l, bounds[k], bounds[k + 1], mb, kappa, sync, &fwd[k], &bwd[k]);
+    double *bwd = fwd + p * v, span = 0, colls = 0;
+    for (int k = 0; k < p * v; k++) {
+        double n;
+        part_times(c, l, bounds[k], bounds[k + 1], mb, kappa, &fwd[k], &bwd[k], &n);
+        colls += k % p == worst_r ? n : 0;
+    }
     dt__plan_share sh = {l->schedule, p, v, m, fwd, bwd, fmax(over, 1) * cores / p, cores};
     dt_status st = over > 1 ? dt__plan_shared_span(&sh, &span, busy) : DT_OK;
     if (st == DT_OK && over <= 1) { /* a core each: the parts as they are, kappa and the barriers added */
@@ -249,6 +254,8 @@ static dt_status shared_cores(const dt__plan_ctx *c, const dt_layout *l, const i
         e->recompute_s *= *g;
         e->bubble_s = fmax(span - busy[worst_r], 0);
         e->optimizer_s *= kappa * fmax(over, 1);
+        /* the barriers' wall time, measured among the sharing ranks: not stretched again */
+        e->tp_s += m * colls * sync;
     }
     free(fwd);
     free(busy);
