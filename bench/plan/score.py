@@ -24,10 +24,10 @@ was predicted then: the rows are scored against the machine's speed of
 that day, and only the model's shape is tested.  Needs XDG_CACHE_HOME set.
 
 --old-bin DIR: also predict each row with another build's dtrain (the model
-before a change), on the same rescaled profile, for a before/after column.
+before a change) on the same profile (rescaled with --anchor; the sharing
+figures left out), for a before/after column.  Needs XDG_CACHE_HOME set.
 """
 import argparse
-import glob
 import json
 import os
 import statistics
@@ -49,34 +49,18 @@ def plan(binary, model, layout, ranks, sets):
     return json.loads(r.stdout), None
 
 
-def cache_files():
-    d = os.path.join(os.environ["XDG_CACHE_HOME"], "dtrain")
-    return set(glob.glob(os.path.join(d, "plan-*.json")))
-
-
-def index_path():
-    return os.path.join(os.environ["XDG_CACHE_HOME"], "dtrain", "score-index.json")
-
-
 def profile_file(binary, model, ranks, sets):
-    """The cache file `binary` reads for model (profiled now if it has none)."""
-    known = json.load(open(index_path())) if os.path.exists(index_path()) else {}
-    if f"{os.path.abspath(binary)}|{model}" in known:
-        return known[f"{os.path.abspath(binary)}|{model}"]
-    before = cache_files()
-    e, why = plan(binary, model, "default", ranks, sets)
-    if e is None:
-        sys.exit(f"{binary}: {model}: {why}")
-    made = cache_files() - before
-    if len(made) != 1:
-        sys.exit(f"cannot tell which cache file {binary} reads for {model}: start from an empty XDG_CACHE_HOME")
-    return made.pop()
-
-
-def remember(binary, model, path):
-    known = json.load(open(index_path())) if os.path.exists(index_path()) else {}
-    known[f"{os.path.abspath(binary)}|{model}"] = path
-    json.dump(known, open(index_path(), "w"), indent=1)
+    """The cache file `binary` reads for model (profiled now if it has none): dtrain plan names it."""
+    args = [os.path.join(binary, "dtrain"), "plan", "--config", f"configs/{model}.json", "-n", str(ranks),
+            "--layout", ""]
+    for s in sets:
+        args += ["--set", s]
+    r = subprocess.run(args, capture_output=True, text=True)
+    for line in (r.stdout + r.stderr).splitlines():
+        for mark in ("the profile of this model from ", "profiled; cached in "):
+            if mark in line:
+                return line.split(mark, 1)[1].strip()
+    sys.exit(f"{binary}: {model}: no cache file named: {r.stderr.strip()[-300:]}")
 
 
 def scaled(profile, f, keep_shared=True):
@@ -93,26 +77,26 @@ def scaled(profile, f, keep_shared=True):
 
 
 def anchor(a, model, target, sets):
-    """Rescale model's cached profile(s) so that `default` predicts target without the contention."""
+    """Rescale model's cached profile(s) so that `default` predicts target without the contention (target
+    None: as measured), and give --old-bin the same profile."""
     path = profile_file(a.bin, model, a.ranks, sets)
-    remember(a.bin, model, path)
     orig = path + ".measured"
     if not os.path.exists(orig):
         os.replace(path, orig)
     base = json.load(open(orig))
     kappa = base.get("contention", 1) if base.get("shared_ranks") == a.ranks else 1
     f = 1.0
-    for _ in range(3):  # the dp part does not scale: a few rounds converge
+    for _ in range(3 if target else 0):  # the dp part does not scale: a few rounds converge
         json.dump(scaled(base, f), open(path, "w"))
         e, why = plan(a.bin, model, "default", a.ranks, sets)
         f *= target / (e["step_s"] / kappa)
     json.dump(scaled(base, f), open(path, "w"))
     if a.old_bin:
         old = profile_file(a.old_bin, model, a.ranks, sets)
-        remember(a.old_bin, model, old)
         json.dump(scaled(base, f, keep_shared=False), open(old, "w"))
-    print(f"{model}: profile x {f:.3f} (default predicted {target} without the contention {kappa:.3f}); "
-          f"measured sharing: contention {kappa:.3f}, barriers {base.get('sync_s', [])[:2]}")
+    print(f"{model}: profile x {f:.3f}" + (f" (default predicted {target} without the contention)" if target else "") +
+          f"; measured sharing: contention {kappa:.3f}, barriers of 2 and 4 ranks "
+          f"{[round(x * 1e3, 2) for x in base.get('sync_s', [])[:2]]} ms")
 
 
 def main():
@@ -129,20 +113,20 @@ def main():
     sets = a.set or ["threads=1", "batch_size=8"]
     table = os.path.abspath(a.table)
     os.chdir(root)
-    if a.anchor and not os.environ.get("XDG_CACHE_HOME"):
-        sys.exit("--anchor rewrites the cached profiles: set XDG_CACHE_HOME to a directory of your own")
     rows = []
     for line in open(table):
         if not line.strip() or line.startswith("#"):
             continue
         c = line.rstrip("\n").split("\t")
         rows.append((c[0], c[1], float(c[2]), float(c[3]) if len(c) > 3 and c[3] else None))
-    if a.anchor:
+    if a.anchor or a.old_bin:
+        if not os.environ.get("XDG_CACHE_HOME"):
+            sys.exit("--anchor and --old-bin rewrite the cached profiles: set XDG_CACHE_HOME to a directory of your own")
         for model in dict.fromkeys(r[0] for r in rows):
             then = [r[3] for r in rows if r[0] == model and r[1] == "default" and r[3]]
-            if not then:
+            if a.anchor and not then:
                 sys.exit(f"--anchor: no default row with a predicted figure for {model}")
-            anchor(a, model, then[0], sets)
+            anchor(a, model, then[0] if a.anchor else None, sets)
     errs, old_errs = {}, {}
     if a.markdown:
         print("| model | layout | predicted s/step | measured s/step | error |" + (" before |" if a.old_bin else ""))
