@@ -423,6 +423,7 @@ static void test_shared_cores(void)
     }
     /* 4 stages of 1 block, 4 micro-batches, 4 ranks on 2 cores: at least the work over the cores, less than
      * ranks / cores x the pipeline alone */
+    dt_plan_model_free(&in.model);
     small_model(&in, 4, 1000);
     in.model.threads = 1;
     in.world = 4;
@@ -436,6 +437,7 @@ static void test_shared_cores(void)
     EXPECT(pipelined >= work / 2 - 1e-12);
     EXPECT(pipelined < 2 * (7.0 / 4) * 4 * 3e-3 - 1e-3); /* 2 x (m+p-1)/m x m b (F+B) = 42 ms */
     /* without a pipeline every rank is always busy: ranks / cores exactly */
+    dt_plan_model_free(&in.model);
     small_model(&in, 2, 1000);
     in.model.threads = 1;
     in.world = 4;

@@ -114,9 +114,9 @@ typedef struct {
     int64_t samples;   /* micro-batch samples to time at (>= 1) */
     int repeats;       /* timed repetitions (>= 1); one warm-up before */
     const char *optimizer; /* "adamw", "sgd" or "adagrad" */
-    /* > 1: the ranks of a host that will compute at once: the costliest block is also run as that many
-     * copies of this process's threads at once on threads of one compute thread each, to measure
-     * dt_plan_model's contention and sync_s (a few seconds); <= 1: not measured */
+    /* > 1: the ranks of a host that will compute at once: the costliest block is also run as ranks x threads
+     * copies at once, one compute thread each, to measure dt_plan_model's contention and sync_s (seconds;
+     * more than 16 copies, or <= 1 rank: not measured) */
     int ranks;
 } dt_plan_profile_opts;
 dt_status dt_plan_profile_model(const dt_model_desc *d, const dt_plan_profile_opts *o, dt_plan_model *out);
