@@ -169,9 +169,9 @@ static double in_flight(const dt_layout *l, int r, int m)
  * once it ends. */
 static double exposed(double total, double tail, double window) { return fmax(total - tail - window, 0) + tail; }
 
-
 /* The seconds a barrier among a group of t ranks costs on this host
- * (dt_plan_model.sync_s, measured for the host's ranks; 0 otherwise). */
+ * (dt_plan_model.sync_s, measured for the host's ranks; 0 otherwise): the
+ * largest group measured (non-zero) of at most t ranks. */
 static double sync_cost(const dt_plan_inputs *in, int t)
 {
     const dt_plan_model *mo = &in->model;
@@ -348,7 +348,7 @@ dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimat
          * worker's share of its range.  The servers' update runs in between. */
         double bytes = 4 * s.params, server = bytes * workers / l->servers;
         e.ps_s = 2 * (in->links.inter.latency_s + fmax(bytes, server) / in->links.inter.bandwidth_Bps);
-        e.optimizer_s = s.params / l->servers * mo->optimizer_s_per_param; /* (on the servers' cores) */
+        e.optimizer_s = s.params / l->servers * mo->optimizer_s_per_param;
     } else if (dp > 1 && l->zero_stage == 0) {
         /* DDP: buckets reduced as backward fills them; all but the last overlap the last backward. */
         double wire = l->grad_wire == DT_F32 ? 4 : 2, G = wire * s.params;

@@ -30,7 +30,7 @@ dt_status dt__plan_shared_span(const dt__plan_share *sh, double *span, double *b
     dt_pipe_action **acts = calloc((size_t)p, sizeof *acts);
     int *nact = calloc((size_t)p, sizeof *nact), *at = calloc((size_t)p, sizeof *at);
     double *left = calloc((size_t)p, sizeof *left);
-    bool *fdone = calloc((size_t)parts * (size_t)m, sizeof *fdone), *bdone = calloc((size_t)parts * (size_t)m, 1);
+    bool *fdone = calloc((size_t)parts * (size_t)m, sizeof *fdone), *bdone = calloc((size_t)parts * (size_t)m, sizeof *bdone);
     bool *run = calloc((size_t)p, sizeof *run);
     dt_status s = acts && nact && at && left && fdone && bdone && run ? DT_OK : dt__fail(DT_ERR_NOMEM, "out of memory");
     for (int r = 0; s == DT_OK && r < p; r++)
