@@ -118,6 +118,30 @@ static void test_pp2_bubble(void)
     dt_plan_model_free(&in.model);
 }
 
+/* A pipeline across hosts whose link is slower than a micro-batch's compute: the link sets the pace. */
+static void test_pp_slow_link(void)
+{
+    dt_plan_inputs in;
+    small_model(&in, 4, 1000);
+    in.world = 2;
+    in.batch_size = 8;
+    in.links.ranks_per_node = 1; /* the two stages on two hosts */
+    dt_layout l;
+    dt_layout_default(&l);
+    l.pp = 2;
+    l.micro_batches = 8; /* 1 sample each: 2 blocks x 3 ms = 6 ms a micro-batch on a stage */
+    dt_plan_estimate e;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+    double send = 1e-4 + 100 / 1e8; /* 100 bytes of activations a sample over 100 us and 1e8 B/s: hidden */
+    NEAR(e.pp_s, 2 * send);
+    in.links.inter.bandwidth_Bps = 1e4; /* 10 ms a message: the 7 micro-batches after the first wait 4 ms each */
+    send = 1e-4 + 100 / 1e4;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+    NEAR(e.pp_s, 2 * send + 7 * (send - 6e-3));
+    NEAR(e.step_s, e.compute_s + e.bubble_s + e.pp_s + e.optimizer_s);
+    dt_plan_model_free(&in.model);
+}
+
 /* ZeRO-3's memory against the formula and against dt_layout_memory_plan on the model itself. */
 static void test_zero3_memory(void)
 {
@@ -501,6 +525,7 @@ int main(int argc, char **argv)
     test_one_rank();
     test_dp2();
     test_pp2_bubble();
+    test_pp_slow_link();
     test_zero3_memory();
     test_tp2();
     test_shared_cores();

@@ -331,11 +331,22 @@ dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimat
         /* The bubble: (p-1)/(m+p-1) of the pipelined time, (p-1)/v of a micro-batch's time over m at v chunks. */
         e.bubble_s = (p - 1.0) / ((double)v * m) * (e.compute_s + e.tp_s + e.recompute_s);
         /* Sends: hidden behind the other micro-batches except the first's forward through every boundary and
-         * the last's backward back. */
+         * the last's backward back, as long as a link carries its micro-batch's messages (activations one way,
+         * gradients the other: a full-duplex link) within a micro-batch's compute on the slowest rank; a slower
+         * link (a pipeline across hosts) sets the pace of the m - 1 others instead.  Interleaved, the v
+         * boundaries between ranks r and r + 1 share one link. */
+        double *link = calloc((size_t)p, sizeof *link), period = worst_time;
+        if (!link)
+            return dt__fail(DT_ERR_NOMEM, "out of memory");
         for (int b = 1; b < parts; b++) {
             double bytes = mo->blocks[bounds[b] - 1].out_bytes * mb;
-            e.pp_s += 2 * dt__plan_p2p_s(&in->links, ((b - 1) % p) * t, (b % p) * t, bytes);
+            double one = dt__plan_p2p_s(&in->links, ((b - 1) % p) * t, (b % p) * t, bytes);
+            e.pp_s += 2 * one;
+            link[(b - 1) % p] += one;
         }
+        for (int r = 0; r < p; r++)
+            e.pp_s += (m - 1) * fmax(link[r] - period, 0);
+        free(link);
     }
     double opt_elems = l->servers > 0 ? 0 : l->zero_stage ? s.shard : s.params;
     e.optimizer_s = opt_elems * mo->optimizer_s_per_param;
