@@ -118,6 +118,30 @@ static void test_pp2_bubble(void)
     dt_plan_model_free(&in.model);
 }
 
+/* A pipeline across hosts whose link is slower than a micro-batch's compute: the link sets the pace. */
+static void test_pp_slow_link(void)
+{
+    dt_plan_inputs in;
+    small_model(&in, 4, 1000);
+    in.world = 2;
+    in.batch_size = 8;
+    in.links.ranks_per_node = 1; /* the two stages on two hosts */
+    dt_layout l;
+    dt_layout_default(&l);
+    l.pp = 2;
+    l.micro_batches = 8; /* 1 sample each: 2 blocks x 3 ms = 6 ms a micro-batch on a stage */
+    dt_plan_estimate e;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+    double send = 1e-4 + 100 / 1e8; /* 100 bytes of activations a sample over 100 us and 1e8 B/s: hidden */
+    NEAR(e.pp_s, 2 * send);
+    in.links.inter.bandwidth_Bps = 1e4; /* 10 ms a message: the 7 micro-batches after the first wait 4 ms each */
+    send = 1e-4 + 100 / 1e4;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+    NEAR(e.pp_s, 2 * send + 7 * (send - 6e-3));
+    NEAR(e.step_s, e.compute_s + e.bubble_s + e.pp_s + e.optimizer_s);
+    dt_plan_model_free(&in.model);
+}
+
 /* ZeRO-3's memory against the formula and against dt_layout_memory_plan on the model itself. */
 static void test_zero3_memory(void)
 {
@@ -296,6 +320,14 @@ static void test_json(void)
     EXPECT(back.samples == 8 && back.threads == 4 && back.optimizer_state_floats == 2);
     EXPECT(back.optimizer_s_per_param == in.model.optimizer_s_per_param);
     EXPECT(back.nblocks == 3 && !memcmp(back.blocks, in.model.blocks, 3 * sizeof *back.blocks));
+    EXPECT(back.shared_ranks == 0 && back.contention == 0); /* not measured: absent */
+    dt_plan_model_free(&back);
+    in.model.shared_ranks = 4;
+    in.model.contention = 1.125;
+    in.model.sync_s[1] = 0.002;
+    EXPECT_STATUS(dt_plan_model_write(path, &in.model), DT_OK);
+    EXPECT_STATUS(dt_plan_model_read(path, &back), DT_OK);
+    EXPECT(back.shared_ranks == 4 && back.contention == 1.125 && back.sync_s[0] == 0 && back.sync_s[1] == 0.002);
     dt_plan_model_free(&back);
     /* links */
     FILE *f = fopen(path, "w");
@@ -386,6 +418,106 @@ static void test_refusals(void)
     dt_plan_model_free(&in.model);
 }
 
+/* Ranks sharing cores (docs/planner.md, "Ranks sharing cores"). */
+static void test_shared_cores(void)
+{
+    dt_plan_inputs in;
+    small_model(&in, 2, 1000);
+    in.model.threads = 1;
+    in.world = 2;
+    in.links.ranks_per_node = 2;
+    dt_layout l;
+    dt_layout_default(&l);
+    l.pp = 2;
+    l.micro_batches = 2;
+    dt_plan_estimate alone, e;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &alone), DT_OK); /* a core each */
+    NEAR(alone.compute_s + alone.bubble_s, 1.5 * 2 * 2 * 3e-3); /* (m+p-1)/m x m b (F+B) */
+    /* 2 ranks on 1 core: the one core is never idle (a stage waiting leaves it to the other), so the pipelined
+     * part takes the two stages' work, 2 x m b (F + B) = 24 ms, not 2 x alone's 18 ms, the old ranks / cores
+     * applied to every rank */
+    in.cores_per_node = 1;
+    for (int gpipe = 0; gpipe < 2; gpipe++) {
+        l.schedule = gpipe ? DT_PIPE_GPIPE : DT_PIPE_1F1B;
+        EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+        NEAR(e.compute_s + e.bubble_s + e.tp_s + e.recompute_s, 2 * 2 * 2 * 3e-3);
+        EXPECT(e.compute_s + e.bubble_s < 2 * (alone.compute_s + alone.bubble_s) - 1e-3);
+        EXPECT(e.bubble_s >= 0 && e.compute_s > alone.compute_s);
+        NEAR(e.optimizer_s, 2 * alone.optimizer_s); /* every rank updates at once: ranks / cores */
+    }
+    /* 4 stages of 1 block, 4 micro-batches, 4 ranks on 2 cores: at least the work over the cores, less than
+     * ranks / cores x the pipeline alone */
+    dt_plan_model_free(&in.model);
+    small_model(&in, 4, 1000);
+    in.model.threads = 1;
+    in.world = 4;
+    in.links.ranks_per_node = 4;
+    in.cores_per_node = 2;
+    l.pp = 4;
+    l.micro_batches = 4;
+    l.schedule = DT_PIPE_1F1B;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+    double work = 4 * 4 * 1 * 3e-3, pipelined = e.compute_s + e.bubble_s;
+    EXPECT(pipelined >= work / 2 - 1e-12);
+    EXPECT(pipelined < 2 * (7.0 / 4) * 4 * 3e-3 - 1e-3); /* 2 x (m+p-1)/m x m b (F+B) = 42 ms */
+    /* without a pipeline every rank is always busy: ranks / cores exactly */
+    dt_plan_model_free(&in.model);
+    small_model(&in, 2, 1000);
+    in.model.threads = 1;
+    in.world = 4;
+    in.links.ranks_per_node = 4;
+    dt_layout_default(&l);
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &alone), DT_OK);
+    in.cores_per_node = 2;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+    NEAR(e.compute_s, 2 * alone.compute_s);
+    NEAR(e.bubble_s, 0);
+    /* the measured contention and barriers, for this host's 4 ranks: compute x 1.1, a tp collective + 1 ms
+     * (a group of 2: sync_s[0]); measured for other ranks, they do not count */
+    in.model.shared_ranks = 4;
+    in.model.contention = 1.1;
+    in.model.sync_s[0] = 1e-3;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+    NEAR(e.compute_s, 2 * 1.1 * alone.compute_s);
+    NEAR(e.optimizer_s, 2 * 1.1 * alone.optimizer_s);
+    l.tp = 2;
+    dt_plan_estimate tp_alone;
+    in.cores_per_node = 0;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &tp_alone), DT_OK);
+    in.cores_per_node = 2;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+    /* the compute x 1.1 x 2, the collectives x 2 (the ranks take turns in them too), and per micro-batch 2 blocks
+     * x 2 collectives x 2 passes, each 1 ms more: the barrier's wall time, measured among ranks taking turns */
+    NEAR(e.compute_s + e.tp_s, 2 * (1.1 * tp_alone.compute_s + tp_alone.tp_s) + 2 * 2 * 2 * 1e-3);
+    in.model.shared_ranks = 2;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+    NEAR(e.compute_s + e.tp_s, 2 * (tp_alone.compute_s + tp_alone.tp_s));
+    dt_plan_model_free(&in.model);
+}
+
+/* The profile's sharing probe on a small model: 2 ranks at once, its figures present and sane (their values
+ * are this machine's). */
+static void test_sharing_probe(void)
+{
+    int64_t sizes[] = {64, 128, 64, 10};
+    dt_model_desc *d = NULL;
+    EXPECT_STATUS(dt_mlp_describe(sizes, 4, &d), DT_OK);
+    dt_plan_model m = {0};
+    int threads = dt_get_threads();
+    dt_set_threads(1); /* 2 copies of 1 thread: groups of 2 measured, none of 4 */
+    EXPECT_STATUS(dt_plan_profile_model(d, &(dt_plan_profile_opts){4, 2, "sgd", 2}, &m), DT_OK);
+    EXPECT_EQ(dt_get_threads(), 1);
+    EXPECT_EQ(m.shared_ranks, 2);
+    EXPECT(m.contention >= 1 && m.contention < 100);
+    EXPECT(m.sync_s[0] >= 0 && m.sync_s[0] < 1 && m.sync_s[1] == 0);
+    dt_plan_model_free(&m);
+    EXPECT_STATUS(dt_plan_profile_model(d, &(dt_plan_profile_opts){4, 2, "sgd", 1}, &m), DT_OK);
+    EXPECT(m.shared_ranks == 0 && m.contention == 0);
+    dt_plan_model_free(&m);
+    dt_set_threads(threads);
+    dt_model_desc_destroy(d);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1)
@@ -393,8 +525,11 @@ int main(int argc, char **argv)
     test_one_rank();
     test_dp2();
     test_pp2_bubble();
+    test_pp_slow_link();
     test_zero3_memory();
     test_tp2();
+    test_shared_cores();
+    test_sharing_probe();
     test_refusals();
     test_search_small();
     test_json();

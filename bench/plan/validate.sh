@@ -16,8 +16,9 @@
 #
 # The machine: the rows' timings hold for it only (nproc, the CPU model and
 # the load average are printed first).  On fewer cores than 4 ranks the
-# ranks share cores, which the planner does not model (it profiles one
-# rank alone): its compute is then too low by about ranks / cores.
+# ranks share cores: the planner lets them take turns (docs/planner.md,
+# "Ranks sharing cores").  bench/plan/score.py scores such a table again
+# (its rows as a .tsv) without training.
 set -euo pipefail
 case ${1:-} in -h | --help) sed -n '2,/^set -e/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 cd "$(dirname "$0")/../.."

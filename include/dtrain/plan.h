@@ -62,6 +62,15 @@ typedef struct {
     int threads;           /* compute threads the figures hold for */
     double optimizer_s_per_param; /* the optimizer's update, seconds per element */
     int optimizer_state_floats;   /* AdamW 2, SGD with momentum and Adagrad 1, plain SGD 0 */
+    /* How a host's ranks share its cores, measured for `shared_ranks` ranks of `threads` threads at once
+     * (dt_plan_profile_opts.ranks; 0: not measured, the planner then takes contention 1 and no sync cost):
+     * contention, the slowdown of compute that sharing the cores does not explain (a copy's time among
+     * shared_ranks copies at once / (its time alone x max(1, shared_ranks x threads / cores))): the caches and
+     * the memory bandwidth shared; sync_s[k], the seconds a barrier among a group of 2^(k+1) ranks costs beyond
+     * the compute between barriers while all shared_ranks compute (0 beyond the groups measured). */
+    int shared_ranks;
+    double contention;
+    double sync_s[6];
 } dt_plan_model;
 
 /* A link class: a message of n bytes takes latency_s + n / bandwidth_Bps.
@@ -91,6 +100,9 @@ typedef struct {
     int64_t global_batch;
     double compute_efficiency;   /* projections: the fraction of flops_per_s the blocks reach (0: 1) */
     double memory_bandwidth_Bps; /* projections: device memory bandwidth, for the optimizer's time (0: unknown) */
+    /* The cores a host's ranks share (0: unknown, every rank has its own).  When links.ranks_per_node x
+     * model.threads exceeds them, the ranks take turns: docs/planner.md, "Ranks sharing cores". */
+    int cores_per_node;
 } dt_plan_inputs;
 
 /* Profile a model's blocks on this machine with this process's compute
@@ -102,6 +114,10 @@ typedef struct {
     int64_t samples;   /* micro-batch samples to time at (>= 1) */
     int repeats;       /* timed repetitions (>= 1); one warm-up before */
     const char *optimizer; /* "adamw", "sgd" or "adagrad" */
+    /* > 1: the ranks of a host that will compute at once: the costliest block is also run as ranks x threads
+     * copies at once, one compute thread each, to measure dt_plan_model's contention and sync_s (seconds;
+     * more than 16 copies, or <= 1 rank: not measured) */
+    int ranks;
 } dt_plan_profile_opts;
 dt_status dt_plan_profile_model(const dt_model_desc *d, const dt_plan_profile_opts *o, dt_plan_model *out);
 /* Read and write a profile (JSON): cached per machine by the caller. */

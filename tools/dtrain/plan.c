@@ -38,10 +38,11 @@ static const char plan_usage[] =
     "      --json             one JSON object instead of the table\n"
     "  -h, --help             this help\n"
     "\n"
-    "On one host whose cores the job's ranks x threads outnumber, the block times are\n"
-    "scaled by that ratio (the ranks share the cores).\n"
+    "On one host the profile also measures the job's ranks computing at once, and the\n"
+    "cost model lets ranks that outnumber the cores take turns on them (a pipeline's\n"
+    "idle stages leave theirs to the others: docs/planner.md).\n"
     "The profile is cached in $XDG_CACHE_HOME/dtrain (else ~/.cache/dtrain), one file per\n"
-    "model, batch, threads, optimizer and CPU model.\n";
+    "model, batch, threads, ranks per host, optimizer and CPU model.\n";
 
 static void print_estimate(int i, const dt_plan_estimate *e)
 {
@@ -244,10 +245,13 @@ int dtrain_plan(int argc, char **argv)
             long cores = dt_cores_available();
             threads = cores / rpn > 0 ? (int)(cores / rpn) : 1;
         }
-        if (dt_set_threads(threads) != DT_OK || dtrain_plan_profile(&c, fresh, json, &in.model) != DT_OK)
+        /* a job on this host: how its ranks share the cores measured and modelled (several hosts: the hosts are
+         * others, their cores unknown) */
+        if (dt_set_threads(threads) != DT_OK ||
+            dtrain_plan_profile(&c, nodes == 1 ? rpn : 1, fresh, json, &in.model) != DT_OK)
             code = 2;
-        else if (nodes == 1) /* a job on this host (several: the hosts are others, their cores unknown) */
-            dtrain_plan_share_cores(&in.model, rpn, json);
+        else if (nodes == 1)
+            dtrain_plan_share_cores(&in, json);
     }
     if (code >= 0) {
         dt_plan_model_free(&in.model);

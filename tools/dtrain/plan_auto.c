@@ -31,9 +31,9 @@ static bool choose(const dtrain_config *c, const dt_plan_links *links, int world
         (void)dtrain_parse_bytes(c->memory_limit, &limit); /* validated with the configuration */
     else if ((limit = dtrain_cgroup_memory_limit()) > 0) /* as the trainer: shared by this host's ranks */
         limit /= links->ranks_per_node;
-    if (dtrain_plan_profile(c, false, false, &in.model) != DT_OK)
+    if (dtrain_plan_profile(c, links->ranks_per_node, false, false, &in.model) != DT_OK)
         return false;
-    dtrain_plan_share_cores(&in.model, links->ranks_per_node, false);
+    dtrain_plan_share_cores(&in, false);
     dtrain_plan_inputs_of(c, world, limit, &in);
     dt_plan_result r = {0};
     dt_model_desc *d = NULL;

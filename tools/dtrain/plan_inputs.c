@@ -30,7 +30,7 @@ static void cpu_model(char *buf, size_t len)
 }
 
 /* The cache file for c's model at this machine's threads ("" when there is no home). */
-static void cache_path(const dtrain_config *c, int64_t samples, char *path, size_t len)
+static void cache_path(const dtrain_config *c, int64_t samples, int ranks, char *path, size_t len)
 {
     const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     char dir[1024], cpu[256], key[512];
@@ -45,7 +45,7 @@ static void cache_path(const dtrain_config *c, int64_t samples, char *path, size
     cJSON *j = dtrain_model_config_json(c);
     char *text = j ? cJSON_PrintUnformatted(j) : NULL;
     cpu_model(cpu, sizeof cpu);
-    snprintf(key, sizeof key, "|v2|%lld|%d|%s|%s|%s|", (long long)samples, dt_get_threads(), c->optimizer,
+    snprintf(key, sizeof key, "|v3|%lld|%d|%d|%s|%s|%s|", (long long)samples, dt_get_threads(), ranks, c->optimizer,
              c->precision, cpu);
     uint64_t h = fnv(fnv(1469598103934665603ULL, text ? text : c->model), key);
     free(text);
@@ -61,12 +61,12 @@ static void cache_path(const dtrain_config *c, int64_t samples, char *path, size
     snprintf(path, len, "%s/plan-%016llx.json", dir, (unsigned long long)h);
 }
 
-/* c's model profiled at this process's threads, from the cache when it holds it. */
-dt_status dtrain_plan_profile(const dtrain_config *c, bool fresh, bool quiet, dt_plan_model *m)
+/* c's model profiled at this process's threads for `ranks` ranks of a host, from the cache when it holds it. */
+dt_status dtrain_plan_profile(const dtrain_config *c, int ranks, bool fresh, bool quiet, dt_plan_model *m)
 {
     char path[1200];
     int64_t samples = c->batch_size;
-    cache_path(c, samples, path, sizeof path);
+    cache_path(c, samples, ranks, path, sizeof path);
     if (!fresh && path[0] && dt_plan_model_read(path, m) == DT_OK) {
         if (!quiet)
             dtrain_progress_line("plan: the profile of this model from %s\n", path);
@@ -79,7 +79,7 @@ dt_status dtrain_plan_profile(const dtrain_config *c, bool fresh, bool quiet, dt
         dtrain_progress_line("plan: profiling %d blocks of %s on %lld samples with %d thread%s ...\n",
                              dt_model_desc_blocks(d), c->model, (long long)samples, dt_get_threads(),
                              dt_get_threads() == 1 ? "" : "s");
-    dt_status s = dt_plan_profile_model(d, &(dt_plan_profile_opts){samples, 3, c->optimizer}, m);
+    dt_status s = dt_plan_profile_model(d, &(dt_plan_profile_opts){samples, 3, c->optimizer, ranks}, m);
     dt_model_desc_destroy(d);
     if (s != DT_OK) {
         fprintf(stderr, "dtrain plan: profiling: %s\n", dt_last_error());
@@ -90,6 +90,15 @@ dt_status dtrain_plan_profile(const dtrain_config *c, bool fresh, bool quiet, dt
     else if (path[0] && !quiet)
         dtrain_progress_line("plan: profiled; cached in %s\n", path);
     return DT_OK;
+}
+
+/* The measured barrier of the largest group of the host's ranks. */
+static double sync_all(const dt_plan_model *m, int ranks)
+{
+    double y = 0;
+    for (int k = 0, g = 2; k < 6 && g <= ranks; k++, g *= 2)
+        y = m->sync_s[k] > 0 ? m->sync_s[k] : y;
+    return y;
 }
 
 void dtrain_plan_default_links(dt_plan_links *l, int ranks_per_node)
@@ -110,22 +119,24 @@ void dtrain_plan_inputs_of(const dtrain_config *c, int world, double memory_limi
 }
 
 /* A profile measures one process alone; a host's ranks that together run
- * more compute threads than it has cores share them: every block then takes
- * (ranks x threads) / cores times as long.  Says so once (unless quiet). */
-void dtrain_plan_share_cores(dt_plan_model *m, int ranks_per_node, bool quiet)
+ * more compute threads than it has cores take turns on them, which the
+ * cost model works out from the cores (docs/planner.md, "Ranks sharing
+ * cores").  Says so once (unless quiet). */
+void dtrain_plan_share_cores(dt_plan_inputs *in, bool quiet)
 {
+    const dt_plan_model *m = &in->model;
     long cores = dt_cores_available();
-    double f = cores > 0 ? (double)ranks_per_node * m->threads / (double)cores : 1;
-    if (f <= 1)
+    int rpn = in->links.ranks_per_node;
+    in->cores_per_node = cores > 0 ? (int)cores : 0;
+    if (quiet || cores <= 0)
         return;
-    for (int b = 0; b < m->nblocks; b++)
-        m->blocks[b].fwd_s *= f, m->blocks[b].bwd_s *= f;
-    m->optimizer_s_per_param *= f;
-    if (!quiet)
-        dtrain_progress_line("plan: %d ranks x %d thread%s share this host's %ld cores: compute times x %.2f\n",
-                             ranks_per_node, m->threads, m->threads == 1 ? "" : "s", cores, f);
+    if ((double)rpn * m->threads > (double)cores)
+        dtrain_progress_line("plan: %d ranks x %d thread%s share this host's %ld cores: they take turns\n", rpn,
+                             m->threads, m->threads == 1 ? "" : "s", cores);
+    if (m->shared_ranks == rpn)
+        dtrain_progress_line("plan: %d ranks at once measured here: compute x %.3f, a barrier of 2 ranks %.2f ms, of "
+                             "%d %.2f ms\n", rpn, m->contention, m->sync_s[0] * 1e3, rpn, sync_all(m, rpn) * 1e3);
 }
-
 
 /* Whether c's model can run layout l on `world` ranks where the planner's
  * blocks cannot tell: tp dividing the heads and vocabulary (gpt) or the

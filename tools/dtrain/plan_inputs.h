@@ -8,8 +8,10 @@
 #include "dtrain/plan.h"
 #include "dtrain_cli.h"
 
-/* c's model profiled at this process's threads, from the cache when it holds it. */
-dt_status dtrain_plan_profile(const dtrain_config *c, bool fresh, bool quiet, dt_plan_model *m);
+/* c's model profiled at this process's threads for `ranks` ranks of a host
+ * (> 1: how they share its cores measured too), from the cache when it
+ * holds it. */
+dt_status dtrain_plan_profile(const dtrain_config *c, int ranks, bool fresh, bool quiet, dt_plan_model *m);
 
 void dtrain_plan_default_links(dt_plan_links *l, int ranks_per_node);
 
@@ -17,9 +19,10 @@ void dtrain_plan_default_links(dt_plan_links *l, int ranks_per_node);
 void dtrain_plan_inputs_of(const dtrain_config *c, int world, double memory_limit, dt_plan_inputs *in);
 
 /* A profile measures one process alone; a host's ranks that together run
- * more compute threads than it has cores share them: every block then takes
- * (ranks x threads) / cores times as long.  Says so once (unless quiet). */
-void dtrain_plan_share_cores(dt_plan_model *m, int ranks_per_node, bool quiet);
+ * more compute threads than it has cores take turns on them: in->cores_per_node
+ * from this process's cores (the cost model does the rest).  Says so once
+ * (unless quiet). */
+void dtrain_plan_share_cores(dt_plan_inputs *in, bool quiet);
 
 /* Whether c's model can run layout l on `world` ranks where the planner's
  * blocks cannot tell: tp dividing the heads and vocabulary (gpt) or the

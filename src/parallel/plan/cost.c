@@ -169,6 +169,99 @@ static double in_flight(const dt_layout *l, int r, int m)
  * once it ends. */
 static double exposed(double total, double tail, double window) { return fmax(total - tail - window, 0) + tail; }
 
+/* The seconds a barrier among a group of t ranks costs on this host
+ * (dt_plan_model.sync_s, measured for the host's ranks; 0 otherwise): the
+ * largest group measured (non-zero) of at most t ranks. */
+static double sync_cost(const dt_plan_inputs *in, int t)
+{
+    const dt_plan_model *mo = &in->model;
+    if (t < 2 || mo->shared_ranks != in->links.ranks_per_node)
+        return 0;
+    int k = 0;
+    while (k + 1 < 6 && (2 << (k + 1)) <= t && mo->sync_s[k + 1] > 0)
+        k++;
+    return mo->sync_s[k];
+}
+
+/* One virtual stage's seconds of one core per micro-batch when its rank
+ * shares the host's cores: forward, and backward with its recompute; the
+ * compute times kappa.  *colls: its tp collectives per micro-batch. */
+static void part_times(const dt__plan_ctx *c, const dt_layout *l, int lo, int hi, double mb, double kappa,
+                       double *fwd, double *bwd, double *colls)
+{
+    const dt_plan_model *m = &c->in->model;
+    int t = l->tp;
+    dt__plan_group tpg = {&c->in->links, t, 1};
+    *fwd = *bwd = *colls = 0;
+    for (int i = lo; i < hi; i++) {
+        const dt_plan_block *b = &m->blocks[i];
+        bool split = b->tp_splittable && t > 1, re = recomputed(c, l, b);
+        double d = split ? t : 1;
+        double coll = split ? b->tp_collectives * dt__plan_allreduce_s(tpg, b->tp_bytes * mb) : 0;
+        *colls += split ? b->tp_collectives * (2 + re) : 0;
+        double f = kappa * (mb * b->fwd_s + b->fwd_fixed_s) / d, bw = kappa * (mb * b->bwd_s + b->bwd_fixed_s) / d;
+        *fwd += f + coll;
+        *bwd += bw + coll + (re ? f + coll : 0);
+    }
+}
+
+/* When the host's ranks share cores (in->cores_per_node > 0 and the
+ * host's ranks x threads above it, or a contention measured for them):
+ * the pipelined part simulated with processor sharing (share.c), its
+ * parts scaled by g = the slowest pipeline rank's time running over its
+ * work alone, the bubble what is left of the span; the optimizer, which
+ * every rank runs at once, x kappa x max(1, ranks x threads / cores); each
+ * tp collective of the slowest rank + the barrier's measured cost.
+ * Without sharing nothing changes and g = 1. */
+static dt_status shared_cores(const dt__plan_ctx *c, const dt_layout *l, const int *bounds, int worst_r, double mb,
+                              int m, dt_plan_estimate *e, double *g)
+{
+    const dt_plan_inputs *in = c->in;
+    const dt_plan_model *mo = &in->model;
+    int R = in->links.ranks_per_node, thr = mo->threads > 0 ? mo->threads : 1, p = l->pp, v = dt_layout_chunks(l);
+    double cores = in->cores_per_node, over = cores > 0 ? (double)R * thr / cores : 0;
+    double kappa = mo->shared_ranks == R && mo->contention > 0 ? mo->contention : 1;
+    double sync = sync_cost(in, l->tp);
+    *g = 1;
+    if (!(cores > 0) || (over <= 1 && kappa == 1 && sync == 0) || l->servers > 0)
+        return DT_OK;
+    double alone = e->compute_s + e->tp_s + e->recompute_s; /* the slowest rank's, one core its own */
+    double *fwd = malloc((size_t)(2 * p * v) * sizeof *fwd), *busy = malloc((size_t)p * sizeof *busy);
+    if (!fwd || !busy) {
+        free(fwd);
+        free(busy);
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    }
+    double *bwd = fwd + p * v, span = 0, colls = 0;
+    for (int k = 0; k < p * v; k++) {
+        double n;
+        part_times(c, l, bounds[k], bounds[k + 1], mb, kappa, &fwd[k], &bwd[k], &n);
+        colls += k % p == worst_r ? n : 0;
+    }
+    dt__plan_share sh = {l->schedule, p, v, m, fwd, bwd, fmax(over, 1) * cores / p, cores};
+    dt_status st = over > 1 ? dt__plan_shared_span(&sh, &span, busy) : DT_OK;
+    if (st == DT_OK && over <= 1) { /* a core each: the parts as they are, kappa and the barriers added */
+        double w = 0;
+        for (int k = worst_r; k < p * v; k += p)
+            w += m * (fwd[k] + bwd[k]);
+        busy[worst_r] = w;
+        span = w + e->bubble_s / fmax(alone, 1e-300) * w;
+    }
+    if (st == DT_OK && alone > 0) {
+        *g = busy[worst_r] / alone;
+        e->compute_s *= *g;
+        e->tp_s *= *g;
+        e->recompute_s *= *g;
+        e->bubble_s = fmax(span - busy[worst_r], 0);
+        e->optimizer_s *= kappa * fmax(over, 1);
+        /* the barriers' wall time, measured among the sharing ranks: not stretched again */
+        e->tp_s += m * colls * sync;
+    }
+    free(fwd);
+    free(busy);
+    return st;
+}
+
 dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimate *out)
 {
     const dt_plan_inputs *in = c->in;
@@ -206,6 +299,7 @@ dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimat
 
     /* Time: the slowest pipeline rank's; memory: the fullest rank's. */
     rank_share s = {0}, r_s;
+    int worst_r = 0;
     double worst_time = -1, states_best = 0, act_best = -1;
     dt_memory_plan mem = {0};
     int k = l->servers > 0 ? 0 : mo->optimizer_state_floats; /* a parameter server's workers hold no optimizer */
@@ -215,6 +309,7 @@ dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimat
         if (tm > worst_time) {
             worst_time = tm;
             s = r_s;
+            worst_r = r;
         }
         dt_memory_plan mp;
         dt__memory_plan_states(l, r_s.params, r_s.shard, r_s.unit, dp, k, &mp);
@@ -236,15 +331,29 @@ dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimat
         /* The bubble: (p-1)/(m+p-1) of the pipelined time, (p-1)/v of a micro-batch's time over m at v chunks. */
         e.bubble_s = (p - 1.0) / ((double)v * m) * (e.compute_s + e.tp_s + e.recompute_s);
         /* Sends: hidden behind the other micro-batches except the first's forward through every boundary and
-         * the last's backward back. */
+         * the last's backward back, as long as a link carries its micro-batch's messages (activations one way,
+         * gradients the other: a full-duplex link) within a micro-batch's compute on the slowest rank; a slower
+         * link (a pipeline across hosts) sets the pace of the m - 1 others instead.  Interleaved, the v
+         * boundaries between ranks r and r + 1 share one link. */
+        double *link = calloc((size_t)p, sizeof *link), period = worst_time;
+        if (!link)
+            return dt__fail(DT_ERR_NOMEM, "out of memory");
         for (int b = 1; b < parts; b++) {
             double bytes = mo->blocks[bounds[b] - 1].out_bytes * mb;
-            e.pp_s += 2 * dt__plan_p2p_s(&in->links, ((b - 1) % p) * t, (b % p) * t, bytes);
+            double one = dt__plan_p2p_s(&in->links, ((b - 1) % p) * t, (b % p) * t, bytes);
+            e.pp_s += 2 * one;
+            link[(b - 1) % p] += one;
         }
+        for (int r = 0; r < p; r++)
+            e.pp_s += (m - 1) * fmax(link[r] - period, 0);
+        free(link);
     }
     double opt_elems = l->servers > 0 ? 0 : l->zero_stage ? s.shard : s.params;
     e.optimizer_s = opt_elems * mo->optimizer_s_per_param;
-    double last_bwd = mb * (s.bwd + s.recompute), first_fwd = mb * s.fwd;
+    /* a host's ranks sharing its cores: the compute's parts stretched by g (1 when they do not) */
+    double g = 1;
+    DT_CHECK(shared_cores(c, l, bounds, worst_r, mb, m, &e, &g));
+    double last_bwd = g * mb * (s.bwd + s.recompute), first_fwd = g * mb * s.fwd;
     if (l->servers > 0) {
         /* Each worker pushes its gradients and pulls the parameters (f32); a server's link carries every
          * worker's share of its range.  The servers' update runs in between. */

@@ -41,6 +41,27 @@ dt_status dt__plan_inputs_check(const dt_plan_inputs *in);
  * blocks, the batch against micro_batches); DT_ERR_INVALID naming why. */
 dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimate *out);
 
+/* Measure dt_plan_model's contention and sync_s for `ranks` ranks of this
+ * process's compute threads on `cores` cores (contention.c): block `block`
+ * of d on an input of in_shape (token ids below `ids` when ids > 0). */
+dt_status dt__plan_measure_sharing(const dt_model_desc *d, int block, int in_ndim, const int64_t *in_shape, int64_t ids,
+                                   int ranks, int cores, dt_plan_model *out);
+
+/* One step's compute when a host's ranks take turns on its cores (share.c):
+ * pipeline rank r's chunk c (virtual stage c p + r) takes fwd[c p + r] and
+ * bwd[c p + r] seconds of one core per micro-batch; each pipeline rank
+ * stands for `copies` threads of the host computing alike (its tp group
+ * and data-parallel replicas there, times the threads of each).  *span:
+ * the time from the first forward to the last backward; busy[r] (p
+ * entries): the time rank r spent running.  DT_ERR_NOMEM. */
+typedef struct {
+    dt_pipe_schedule schedule;
+    int p, v, m;
+    const double *fwd, *bwd;
+    double copies, cores;
+} dt__plan_share;
+dt_status dt__plan_shared_span(const dt__plan_share *sh, double *span, double *busy);
+
 /* The links' members of a links or a hardware file (json.c): "intra" and
  * "inter" objects of latency_us and bandwidth_GBps, ranks per node under
  * `rpn_key`.  DT_ERR_INVALID naming the file and the member. */

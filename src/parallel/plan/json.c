@@ -99,8 +99,8 @@ dt_status dt_plan_model_read(const char *path, dt_plan_model *out)
         s = dt__fail(DT_ERR_NOMEM, "out of memory");
     for (int i = 0; s == DT_OK && i < n; i++)
         s = read_block(cJSON_GetArrayItem(blocks, i), path, &m.blocks[i]);
-    cJSON_Delete(root);
     if (s != DT_OK) {
+        cJSON_Delete(root);
         free(m.blocks);
         return s;
     }
@@ -110,6 +110,17 @@ dt_status dt_plan_model_read(const char *path, dt_plan_model *out)
     m.threads = (int)threads;
     m.optimizer_s_per_param = opt;
     m.optimizer_state_floats = (int)state;
+    /* optional: how the host's ranks share its cores (absent: not measured) */
+    const cJSON *sr = cJSON_GetObjectItemCaseSensitive(root, "shared_ranks");
+    if (cJSON_IsNumber(sr)) {
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(root, "contention"), *y = cJSON_GetObjectItemCaseSensitive(root, "sync_s");
+        m.shared_ranks = sr->valueint;
+        m.contention = cJSON_IsNumber(k) ? k->valuedouble : 1;
+        for (int i = 0; cJSON_IsArray(y) && i < cJSON_GetArraySize(y) && i < 6; i++)
+            if (cJSON_IsNumber(cJSON_GetArrayItem(y, i)))
+                m.sync_s[i] = cJSON_GetArrayItem(y, i)->valuedouble;
+    }
+    cJSON_Delete(root);
     *out = m;
     return DT_OK;
 }
@@ -124,6 +135,13 @@ dt_status dt_plan_model_write(const char *path, const dt_plan_model *m)
               cJSON_AddNumberToObject(root, "threads", m->threads) &&
               cJSON_AddNumberToObject(root, "optimizer_s_per_param", m->optimizer_s_per_param) &&
               cJSON_AddNumberToObject(root, "optimizer_state_floats", m->optimizer_state_floats);
+    if (ok && m->shared_ranks > 0) {
+        cJSON *y = cJSON_AddArrayToObject(root, "sync_s");
+        ok = y && cJSON_AddNumberToObject(root, "shared_ranks", m->shared_ranks) &&
+             cJSON_AddNumberToObject(root, "contention", m->contention);
+        for (int i = 0; ok && i < 6; i++)
+            ok = cJSON_AddItemToArray(y, cJSON_CreateNumber(m->sync_s[i]));
+    }
     for (int i = 0; ok && i < m->nblocks; i++) {
         dt_plan_block b = m->blocks[i];
         cJSON *o = cJSON_CreateObject();

@@ -9,17 +9,21 @@
  * the two fit to a cost per micro-batch plus one per sample.  Activation bytes are the arena's peak over the
  * block's forward and backward: what it adds to its micro-batch's arena,
  * which is rewound when the micro-batch ends (its output included);
- * the optimizer is timed over a 2^20-element buffer. */
+ * the optimizer is timed over a 2^20-element buffer.  With o->ranks > 1
+ * the costliest block is run again as that many ranks at once
+ * (contention.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/clock.h"
 #include "base/status.h"
 #include "dtrain/optim.h"
 #include "dtrain/plan.h"
 #include "dtrain/tensor.h"
+#include "parallel/plan/internal.h"
 
 enum { OPT_ELEMENTS = 1 << 20, EVICT_BYTES = 64 << 20 };
 
@@ -45,7 +49,16 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static double seconds(void) { return (double)dt__now_ns() * 1e-9; }
+/* The clock the figures are read on: with one compute thread its thread's CPU time, which other processes'
+ * load does not stretch (on a machine to itself it is the wall time: the kernels neither sleep nor wait); with
+ * a pool of threads the wall time (the pool's threads are others). */
+static double seconds(void)
+{
+    struct timespec t;
+    if (dt_get_threads() == 1 && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) == 0)
+        return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    return (double)dt__now_ns() * 1e-9;
+}
 
 /* x: uniform floats in [-1, 1), or ids in [0, ids) stored as floats. */
 static void fill(float *x, int64_t n, int64_t ids, uint64_t seed)
@@ -260,6 +273,10 @@ dt_status dt_plan_profile_model(const dt_model_desc *d, const dt_plan_profile_op
     float *x = NULL;
     int nseen = 0;
     double in_bytes = 4.0 * (double)numel(ndim, shape), dim_bytes = 0; /* a GPT's [T, dim] per sample */
+    /* the costliest block and its input's shape, for the sharing probe */
+    int costly = -1, costly_ndim = 0;
+    int64_t costly_shape[DT_MAX_DIMS] = {0};
+    double costly_s = -1;
     dt_status s = DT_OK;
     for (int b = 0; s == DT_OK && b < n; b++) {
         const dt_block_info *info = dt_model_desc_block(d, b);
@@ -288,6 +305,13 @@ dt_status dt_plan_profile_model(const dt_model_desc *d, const dt_plan_profile_op
                     fit(o->samples, one.bwd_s, &m->bwd_s, &m->bwd_fixed_s);
                 }
             }
+            double cost = (double)o->samples * (m->fwd_s + m->bwd_s) + m->fwd_fixed_s + m->bwd_fixed_s;
+            if (s == DT_OK && cost > costly_s) {
+                costly_s = cost;
+                costly = b;
+                costly_ndim = in_ndim;
+                memcpy(costly_shape, in_shape, sizeof costly_shape);
+            }
         }
         dt_plan_block *k = &out->blocks[b];
         snprintf(k->kind, sizeof k->kind, "%s", info->kind);
@@ -308,6 +332,9 @@ dt_status dt_plan_profile_model(const dt_model_desc *d, const dt_plan_profile_op
     free(seen);
     if (s == DT_OK)
         s = measure_optimizer(o, out);
+    if (s == DT_OK && o->ranks > 1 && costly >= 0)
+        s = dt__plan_measure_sharing(d, costly, costly_ndim, costly_shape, costly == 0 ? ids : 0, o->ranks,
+                                     dt_cores_available(), out);
     if (s != DT_OK) {
         dt_plan_model_free(out);
         return s;

@@ -1,0 +1,97 @@
+/* dt__plan_shared_span: one step's pipelined compute when a host's ranks
+ * outnumber its cores (docs/planner.md, "Ranks sharing cores").
+ *
+ * The scheduler is taken as processor sharing: while n pipeline ranks can
+ * run (the next action of their schedule has its input: the forward of the
+ * stage before, the backward of the stage after), each of the n x copies
+ * threads they stand for progresses at min(1, cores / (n x copies)) of a
+ * core.  A rank waiting in its bubble runs nothing and leaves its share to
+ * the others: a pipeline's bubble is filled by the other stages' work when
+ * the cores are oversubscribed, which ranks / cores applied to every rank
+ * misses.  The schedules are the pipeline's own (dt_pipe_schedule_build);
+ * the step is simulated event by event, each event ending an action. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "dtrain/pipeline.h"
+#include "parallel/plan/internal.h"
+
+dt_status dt__plan_shared_span(const dt__plan_share *sh, double *span, double *busy)
+{
+    int p = sh->p, v = sh->v, m = sh->m, parts = p * v;
+    double copies = sh->copies > 0 ? sh->copies : 1, cores = sh->cores > 0 ? sh->cores : 1;
+    if (p == 1 && v == 1) { /* every rank always runnable: the work times the share */
+        double w = m * (sh->fwd[0] + sh->bwd[0]) * fmax(1, copies / cores);
+        *span = busy[0] = w;
+        return DT_OK;
+    }
+    dt_pipe_action **acts = calloc((size_t)p, sizeof *acts);
+    int *nact = calloc((size_t)p, sizeof *nact), *at = calloc((size_t)p, sizeof *at);
+    double *left = calloc((size_t)p, sizeof *left);
+    bool *fdone = calloc((size_t)parts * (size_t)m, sizeof *fdone), *bdone = calloc((size_t)parts * (size_t)m, sizeof *bdone);
+    bool *run = calloc((size_t)p, sizeof *run);
+    dt_status s = acts && nact && at && left && fdone && bdone && run ? DT_OK : dt__fail(DT_ERR_NOMEM, "out of memory");
+    for (int r = 0; s == DT_OK && r < p; r++)
+        s = dt_pipe_schedule_build(sh->schedule, p, v, r, m, &acts[r], &nact[r]);
+    /* the work of rank r's current action */
+#define WORK(r) (acts[r][at[r]].kind == 'F' ? sh->fwd : sh->bwd)[acts[r][at[r]].chunk * p + (r)]
+    for (int r = 0; s == DT_OK && r < p; r++) {
+        busy[r] = 0;
+        left[r] = nact[r] ? WORK(r) : 0;
+    }
+    double now = 0;
+    for (int pending = 1; s == DT_OK && pending;) {
+        int n = 0;
+        pending = 0;
+        for (int r = 0; r < p; r++) {
+            run[r] = false;
+            if (at[r] >= nact[r])
+                continue;
+            pending = 1;
+            dt_pipe_action a = acts[r][at[r]];
+            int vs = a.chunk * p + r;
+            size_t k = (size_t)vs * (size_t)m + (size_t)a.micro;
+            run[r] = a.kind == 'F' ? vs == 0 || fdone[k - (size_t)m]
+                                   : fdone[k] && (vs == parts - 1 || bdone[k + (size_t)m]);
+            n += run[r];
+        }
+        if (!pending)
+            break;
+        if (!n) {
+            s = dt__fail(DT_ERR_INTERNAL, "plan: the pipeline schedule (p %d, v %d, m %d) waits on itself", p, v, m);
+            break;
+        }
+        double rate = fmin(1, cores / (n * copies)), dt = INFINITY;
+        for (int r = 0; r < p; r++)
+            if (run[r])
+                dt = fmin(dt, left[r] / rate);
+        now += dt;
+        for (int r = 0; r < p; r++) {
+            if (!run[r])
+                continue;
+            busy[r] += dt;
+            left[r] -= dt * rate;
+            if (left[r] <= 1e-12 * (1 + now)) { /* this action ends: its output is ready */
+                dt_pipe_action a = acts[r][at[r]];
+                size_t k = (size_t)(a.chunk * p + r) * (size_t)m + (size_t)a.micro;
+                (a.kind == 'F' ? fdone : bdone)[k] = true;
+                if (++at[r] < nact[r])
+                    left[r] = WORK(r);
+            }
+        }
+    }
+#undef WORK
+    *span = now;
+    for (int r = 0; acts && r < p; r++)
+        free(acts[r]);
+    free(acts);
+    free(nact);
+    free(at);
+    free(left);
+    free(fdone);
+    free(bdone);
+    free(run);
+    return s;
+}
