@@ -396,6 +396,37 @@ static void test_tp2(void)
     dt_plan_model_free(&in.model);
 }
 
+/* tp_copies (multi-copy tp) on gpt blocks: each copy's exchanges carry half the bytes with their own latency;
+ * exposed is the last copy's, or what the other copy's compute (half the block's forward) cannot cover; the
+ * block's output and input gradient (out_bytes each) are held once more. */
+static void test_tp_copies(void)
+{
+    dt_plan_inputs in;
+    small_model(&in, 2, 1000);
+    in.world = 2;
+    for (int i = 0; i < 2; i++) {
+        snprintf(in.model.blocks[i].kind, sizeof in.model.blocks[i].kind, "gpt-block");
+        in.model.blocks[i].tp_splittable = 1;
+    }
+    dt_layout l;
+    dt_layout_default(&l);
+    l.tp = 2;
+    l.tp_copies = 2;
+    dt_plan_estimate e;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+    NEAR(e.compute_s, 4 * 2 * 3e-3 / 2);
+    NEAR(e.tp_s, 2 * 2 * 2 * (1e-5 + 800 * 1e-9)); /* covered: the last copy's 2 exchanges of 800 B */
+    NEAR(e.activation_bytes, 4 * 2 * (1000 / 2.0 + 2 * 100));
+    /* a slow link (1 MB/s): 2 copies x 2 x (1e-5 + 0.8 ms) less half the block's 2 ms forward */
+    in.links.intra = (dt_plan_link){1e-5, 1e6};
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+    NEAR(e.tp_s, 2 * 2 * (2 * 2 * (1e-5 + 800e-6) - 1e-3));
+    l.tp_copies = 1;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+    NEAR(e.tp_s, 2 * 2 * 2 * (1e-5 + 1600e-6));
+    dt_plan_model_free(&in.model);
+}
+
 /* Refusals: a layout the world cannot hold, more stages than blocks, a batch micro_batches do not divide. */
 static void test_refusals(void)
 {
@@ -528,6 +559,7 @@ int main(int argc, char **argv)
     test_pp_slow_link();
     test_zero3_memory();
     test_tp2();
+    test_tp_copies();
     test_shared_cores();
     test_sharing_probe();
     test_refusals();

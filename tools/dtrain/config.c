@@ -41,7 +41,7 @@ static const spec specs[] = {
     {"steps", K_INT, F(steps), 1, 1LL << 40, NULL, "1000", "optimizer steps to train"},
     {"seed", K_INT, F(seed), 0, 1LL << 62, NULL, "1", "seed of weights, shuffling and dropout"},
     {"threads", K_INT, F(threads), 0, 256, NULL, "0", "compute threads (0: the cores available)"},
-    {"layout", K_STR, F(layout), 0, 0, "manual,auto", "\"manual\"", "manual: the layout keys as given; auto: dtrain plan's best layout for the job's ranks replaces tp, pp, zero_stage, micro_batches, pipeline_schedule, virtual_stages, sequence_parallel and recompute (profiled on rank 0, cached; docs/planner.md)"},
+    {"layout", K_STR, F(layout), 0, 0, "manual,auto", "\"manual\"", "manual: the layout keys as given; auto: dtrain plan's best layout for the job's ranks replaces tp, pp, zero_stage, micro_batches, pipeline_schedule, virtual_stages, sequence_parallel, tp_copies and recompute (profiled on rank 0, cached; docs/planner.md)"},
     {"tp", K_INT, F(tp), 1, 4096, NULL, "1", "tensor-parallel ranks per group (gpt, mlp): the world is dp x tp with tp innermost, dp = world / tp"},
     {"sequence_parallel", K_BOOL, F(sequence_parallel), 0, 1, NULL, "false", "gpt with tp > 1: keep 1/tp of the positions between the split regions (allgather and reduce-scatter instead of allreduce; less activation memory)"},
     {"tp_copies", K_INT, F(tp_copies), 1, 64, NULL, "1", "gpt with tp > 1: run each transformer block's micro-batch as this many copies of its rows, taking turns, so that one copy's tensor-parallel exchanges travel while the next computes (1: off; at most the rows of a micro-batch; docs/parallelism.md, Multi-copy)"},

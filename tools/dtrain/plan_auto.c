@@ -16,6 +16,7 @@ static void apply_layout(dtrain_config *c, const dt_layout *l)
     c->micro_batches = l->micro_batches;
     c->virtual_stages = l->virtual_stages;
     c->sequence_parallel = l->sequence_parallel;
+    c->tp_copies = l->tp_copies;
     snprintf(c->pipeline_schedule, sizeof c->pipeline_schedule, "%s", dt_pipe_schedule_name(l->schedule));
     snprintf(c->recompute, sizeof c->recompute, "%s",
              l->recompute == DT_RECOMPUTE_ALL ? "all" : l->recompute == DT_RECOMPUTE_BLOCKS ? "blocks" : "off");

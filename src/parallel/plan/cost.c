@@ -102,6 +102,19 @@ static bool recomputed(const dt__plan_ctx *c, const dt_layout *l, const dt_plan_
     return l->recompute == DT_RECOMPUTE_BLOCKS && (!c->has_gpt_block || !strcmp(b->kind, "gpt-block"));
 }
 
+/* Multi-copy tensor parallelism (tp_copies c): a block's micro-batch runs as
+ * c copies of its rows taking turns, each copy's exchanges travelling while
+ * the next copy computes.  The exchanges of one copy carry 1/c of the bytes
+ * (each its own latency); what stays exposed is at least the last copy's,
+ * and otherwise what the other copies' compute, (c-1)/c of the block's,
+ * cannot cover.  compute_s: the block's forward over the micro-batch (its
+ * backward, longer, is covered at least as well: the forward bounds both). */
+static double copies_exposed_s(dt__plan_group tpg, const dt_plan_block *b, double mb, int c, double compute_s)
+{
+    double one = b->tp_collectives * dt__plan_allreduce_s(tpg, b->tp_bytes * mb / c);
+    return fmax(one, c * one - compute_s * (c - 1.0) / c);
+}
+
 static void share_of(const dt__plan_ctx *c, const dt_layout *l, const int *bounds, int r, int dp, double mb,
                      rank_share *s)
 {
@@ -118,6 +131,9 @@ static void share_of(const dt__plan_ctx *c, const dt_layout *l, const int *bound
             bool re = recomputed(c, l, b);
             /* per sample at this micro-batch: the fixed cost per micro-batch shared by its mb samples */
             double fwd = b->fwd_s + b->fwd_fixed_s / mb, bwd = b->bwd_s + b->bwd_fixed_s / mb;
+            bool copies = split && l->tp_copies > 1 && !strcmp(b->kind, "gpt-block");
+            if (copies)
+                coll = copies_exposed_s(tpg, b, mb, l->tp_copies, mb * fwd / d);
             s->fwd += fwd / d;
             s->bwd += bwd / d;
             s->tp_fwd += coll;
@@ -128,6 +144,8 @@ static void share_of(const dt__plan_ctx *c, const dt_layout *l, const int *bound
             /* tp splits a block's activations but the part it keeps whole, which sequence parallelism splits */
             double whole = split && !l->sequence_parallel ? fmin(b->act_tp_whole_bytes, b->act_bytes) : 0;
             double act = whole + (b->act_bytes - whole) / d;
+            if (copies) /* the block's output and its input gradient assembled from the copies once more */
+                act += 2 * b->out_bytes;
             s->act += act;
             if (re) {
                 s->recompute += fwd / d;

@@ -147,6 +147,15 @@ static dt_status try_family(search *S, dt_layout base)
             bool fit;
             l.recompute = DT_RECOMPUTE_OFF;
             DT_CHECK(try_layout(S, &l, &fit));
+            /* multi-copy tp: 2 and 4 copies where a micro-batch has the rows (gpt blocks only) */
+            for (int copies = 2; base.tp > 1 && S->ctx.has_gpt_block && copies <= 4; copies *= 2) {
+                if (batch / l.micro_batches < copies)
+                    break;
+                dt_layout lc = l;
+                bool fit_c;
+                lc.tp_copies = copies;
+                DT_CHECK(try_layout(S, &lc, &fit_c));
+            }
             /* Recompute only costs time in the model: pruned, it is tried only where the layout does not fit
              * without. */
             if (S->o->allow_recompute && (!S->pruned || !fit)) {
