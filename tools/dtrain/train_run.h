@@ -22,6 +22,9 @@ typedef struct {
     dt_sampler sampler;
     dt_prefetcher *pf;
     dt_ckpt_writer *writer;
+    dt_ckpt_writer *snap_writer; /* memory snapshots (the lead's; snapshot.c) */
+    char snap_dir[1024];         /* DT_SNAPSHOT_DIR when memory_checkpoint_interval is on ("": off) */
+    char snap_resume[2048];      /* a restart's memory snapshot to resume from */
     FILE *metrics, *mon;
     dt_straggler *strag;
     dt_ckpt_progress pr;
@@ -47,5 +50,18 @@ void train_report_start(const train_run *t, int64_t nparams);
 void train_report_end(const train_run *t);
 /* One checkpoint at t->pr (collective): 0, or 1 when the job cannot go on. */
 int train_checkpoint(train_run *t, const char *label, double *stall);
+
+/* Memory snapshots (snapshot.c).  On a restart under dtrun, before the run
+ * is built (collective over the job): the newest memory snapshot every rank
+ * can load, when it is at least as new as the disk's newest checkpoint,
+ * into step_dir (left empty otherwise; says which on rank 0).  0, or 1. */
+int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_t len);
+/* The lead's snapshot writer into DT_SNAPSHOT_DIR (a warning and nothing
+ * when the key is set but dtrun gave no directory).  0, or 1. */
+int dtrain_snapshot_start(train_run *t);
+/* After step t->pr.step: a snapshot when due (collective like a
+ * checkpoint); *stall: time held up by the writer.  0, or 1. */
+int dtrain_snapshot_after_step(train_run *t, double *stall);
+void dtrain_snapshot_stop(train_run *t);
 
 #endif

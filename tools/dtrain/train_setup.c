@@ -112,6 +112,10 @@ static int build(train_run *t, dtrain_config *c, char *step_dir, size_t len)
         fprintf(stderr, "dtrain: rank %d: %s\n", job_rank, dt_last_error());
         return 2;
     }
+    if (dtrain_snapshot_choose(t, c, t->snap_resume, sizeof t->snap_resume) != 0)
+        return 1;
+    if (t->snap_resume[0]) /* a restart: the memory snapshot is newer than the disk's checkpoint */
+        t->resume = t->snap_resume;
     if (t->resume) { /* every rank reads the checkpoint: it must be on a path they all see */
         dtrain_config saved;
         if (dtrain_checkpoint_open(t->resume, t->d.train_samples, step_dir, len, &saved, &t->pr) != DT_OK)
@@ -176,6 +180,7 @@ int train_setup(train_run *t, dtrain_config *c, const char *resume)
         return code;
     if (dt_strategy_serves(t->s))
         return serve(t);
+    resume = t->resume; /* a memory snapshot's step directory, when a restart takes one */
     const dt_layout *l = dt_strategy_layout(t->s);
     dt_comm *dp = dt_strategy_data_comm(t->s);
     t->world = dt_strategy_train_comm(t->s);
@@ -205,6 +210,8 @@ int train_setup(train_run *t, dtrain_config *c, const char *resume)
     dt_strategy_checkpoint_state(t->s, &wp, &wo, &stream);
     if (t->lead && c->checkpoint_dir[0] &&
         dtrain_checkpoint_writer_start(c, wp, wo, stream, resume ? t->pr.step : -1, t->resumed_dir, &t->writer) != DT_OK)
+        return 1;
+    if (dtrain_snapshot_start(t) != 0)
         return 1;
     if (t->lead && c->metrics_file[0] && !(t->metrics = fopen(c->metrics_file, resume ? "a" : "w"))) {
         fprintf(stderr, "dtrain: cannot write metrics file %s\n", c->metrics_file);
@@ -251,6 +258,7 @@ int train_teardown(train_run *t, int code)
 {
     dt_straggler_destroy(t->strag);
     dt_prefetch_stop(t->pf);
+    dtrain_snapshot_stop(t); /* a snapshot in flight completes */
     if (t->writer) { /* the last checkpoint is on disk before the job reports success */
         char good[2048];
         int64_t last_good = dt_ckpt_writer_last_good(t->writer, good, sizeof good);
