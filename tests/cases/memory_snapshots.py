@@ -16,6 +16,10 @@ which is the rank killed).  FAULT:
   lost      the same with a disk checkpoint every 10 steps, and every
             snapshot removed before the restart: the disk checkpoint resumed,
             and the log says so
+LAYOUT nodes: two dtrun nodes on localhost, 2 ranks each, each with a
+snapshot root of its own (two hosts' memories); FAULT host: node 1 killed
+whole and replaced by a fresh one (its ranks get the snapshot copied from
+rank 0); both: node 0's snapshots wiped too (the disk checkpoint resumed).
 Every faulted run's final weights must equal those of an uninterrupted run
 without snapshots to the bit.  Prints, per case, the steps lost and the time
 from the kill to the first step after the restart.
@@ -123,8 +127,110 @@ def expect(d, pattern):
         fail(f"{d}: expected /{pattern}/ in the log\n{open(f'{d}/log').read()[-3000:]}")
 
 
+def free_port():
+    import socket
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def run_nodes(d, fault=None):
+    """Two dtrun nodes on localhost, 2 ranks each, each node with a snapshot
+    root of its own (two hosts' memories).  fault "host": node 1 (its dtrun
+    and ranks) killed with -9 after step KILL_AT, its memory wiped, and a
+    fresh node 1 started in its place; "both": node 0's snapshots wiped too
+    before the new node 1 joins.  Returns what run() does."""
+    os.makedirs(d)
+    roots = [f"{d}/mem0", f"{d}/mem1"]
+    for r in roots:
+        os.makedirs(r)
+    port = free_port()
+    open(f"{d}/tok", "w").write(f"snap-{os.getpid()}\n")
+    sets = [*GPT, "--set", f"checkpoint_dir={d}/ck", "--set", f"metrics_file={d}/metrics.jsonl"]
+    if fault:
+        sets += ["--set", "memory_checkpoint_interval=1"]
+
+    def node(i, log_mode="w"):
+        return subprocess.Popen([f"{BIN}/dtrun", "--nnodes", "2", "--node-rank", str(i), "--master",
+                                 f"127.0.0.1:{port}", "--token-file", f"{d}/tok", "--max-restarts", "1",
+                                 "-n", "2", f"{BIN}/dtrain", "train", *sets],
+                                stdout=open(f"{d}/log" if i == 0 else f"{d}/log1", log_mode),
+                                stderr=subprocess.STDOUT, env=dict(ENV, DT_SNAPSHOT_ROOT=roots[i]))
+    n1, n0 = node(1), node(0)
+    t0, r = time.time(), {}
+    if fault:
+        while last_step(f"{d}/metrics.jsonl") < KILL_AT:
+            if n0.poll() is not None or time.time() - t0 > 120:
+                fail(f"{d}: the job ended or stalled before step {KILL_AT}\n{open(f'{d}/log').read()[-3000:]}")
+            time.sleep(0.01)
+        r["at"] = last_step(f"{d}/metrics.jsonl")
+        t_kill = time.time()
+        ranks = open(f"/proc/{n1.pid}/task/{n1.pid}/children").read().split()
+        n1.kill()  # the host is gone: its dtrun and its ranks
+        for p in ranks:
+            try:
+                os.kill(int(p), signal.SIGKILL)
+            except OSError:
+                pass
+        n1.wait()
+        wipe = lambda root: subprocess.run(["sh", "-c", f'rm -rf "{root}"/*/step-* "{root}"/*/.step-*'], check=True)
+        wipe(roots[1])  # its memory is gone with it
+        while "dtrun: restart 1 of 1" not in open(f"{d}/log").read():  # (a dtrun joining before would join
+            if time.time() - t_kill > 60:                                # generation 0, which node 1 had joined)
+                fail(f"{d}: node 0 did not restart the job\n{open(f'{d}/log').read()[-3000:]}")
+            time.sleep(0.01)
+        if fault == "both":  # node 0's ranks have stopped: no snapshot write is in flight
+            wipe(roots[0])
+        n1 = node(1, "a")  # the replacement host
+        while time.time() - t_kill < 60:
+            text = open(f"{d}/log").read()
+            m = re.search(r"resumed from (\S+) at step (\d+)", text)
+            if m and re.search(r"^\[0\] (\S+Z )?step \d+/", text[m.end():], re.M):
+                r["train_again_s"] = time.time() - t_kill
+                r["resumed"], r["from"] = int(m.group(2)), m.group(1)
+                break
+            time.sleep(0.01)
+    for i, p in enumerate([n0, n1]):
+        try:
+            rc = p.wait(timeout=240)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            fail(f"{d}: node {i} still running after 240 s")
+        if rc != 0:
+            fail(f"{d}: node {i} exited {rc}\n{open(f'{d}/log' if i == 0 else f'{d}/log1').read()[-3000:]}")
+    for root in roots:
+        if os.listdir(root):
+            fail(f"{d}: dtrun left {os.listdir(root)} in {root}")
+    return r
+
+
 refs = {}
 for case in CASES:
+    layout, fault = case.split(":")
+    if layout == "nodes":  # two nodes with separate memories: a host lost and replaced
+        if layout not in refs:
+            run_nodes(f"{WORK}/nodes-ref")
+            refs[layout] = weights(f"{WORK}/nodes-ref")
+        d = f"{WORK}/nodes-{fault}"
+        r = run_nodes(d, fault)
+        if "resumed" not in r:
+            fail(f"{d}: no step after the restart within 60 s\n{open(f'{d}/log').read()[-3000:]}")
+        if weights(d) != refs[layout]:
+            fail(f"{d}: the final weights differ from the uninterrupted run's")
+        if fault == "host":
+            expect(d, r"restart 1: resuming from the memory snapshot of step \d+ .*; copied from rank 0 to the "
+                      r"ranks that had none")
+            if r["resumed"] < r["at"] - 1 or not r["from"].startswith(f"{d}/mem0/dtrain-"):
+                fail(f"{d}: resumed at step {r['resumed']} from {r['from']} (step {r['at']} was done at the kill)")
+        else:
+            expect(d, r"restart 1: no memory snapshot is left \(lost or damaged\); resuming from the disk")
+            if r["resumed"] != 0 or not r["from"].startswith(f"{d}/ck/"):
+                fail(f"{d}: resumed at step {r['resumed']} from {r['from']}; expected the disk's step 0")
+        print(f"2 nodes {fault}: node 1 killed after step {r['at']} (its memory wiped{', and node 0' if fault == 'both' else ''}) "
+              f"and replaced: resumed at step {r['resumed']} from {'the memory snapshot' if fault == 'host' else 'disk'}, "
+              f"training again {r['train_again_s']:.2f} s after the kill; final weights equal the uninterrupted run's",
+              flush=True)
+        continue
     layout, fault = case.split(":")
     if layout not in refs:
         run(f"{WORK}/{layout}-ref", layout)
@@ -146,7 +252,7 @@ for case in CASES:
         if r["resumed"] < r["at"] - 2 or not r["from"].startswith(SNAP):
             fail(f"{d}: resumed at step {r['resumed']} from {r['from']} (step {r['at']} was done at the kill)")
     else:
-        expect(d, r"restart 1: no memory snapshot that every rank can load \(lost or damaged\); resuming from the "
+        expect(d, r"restart 1: no memory snapshot is left \(lost or damaged\); resuming from the "
                   r"disk checkpoint")
         if r["resumed"] != 10 * (r["at"] // 10) or not r["from"].startswith(f"{d}/ck/"):
             fail(f"{d}: resumed at step {r['resumed']} from {r['from']}; expected the disk checkpoint of step "

@@ -16,6 +16,7 @@
  * disk, and says so. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "train_run.h"
@@ -39,47 +40,79 @@ static void report(void *user, const dt_ckpt_report *r)
                 (long long)r->step, r->error, r->kept_step >= 0 ? ", the previous snapshot is kept" : "");
 }
 
+/* Every rank's allreduce of one value; false (printed) when the job cannot go on. */
+static bool agree(train_run *t, int64_t *v, dt_redop op)
+{
+    if (dt_allreduce(v, v, 1, DT_I64, op, t->job) == DT_OK)
+        return true;
+    fprintf(stderr, "dtrain: rank %d: agreeing on the memory snapshot: %s\n", dt_comm_rank(t->job), dt_last_error());
+    return false;
+}
+
+static void from_disk(const char *restart, const char *why, int64_t disk)
+{
+    printf("restart %s: %s; resuming from the disk %s\n", restart, why,
+           disk >= 0 ? "checkpoint" : "(none: training from the start)");
+    fflush(stdout);
+}
+
 int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_t len)
 {
     const char *root = snapshot_root(c), *restart = getenv("DT_RESTART");
     if (!root || !restart || atoi(restart) <= 0)
         return 0;
-    bool rank0 = dt_comm_rank(t->job) == 0;
+    int me = dt_comm_rank(t->job);
+    bool rank0 = me == 0;
     /* the newest snapshot this rank verifies (a damaged one is skipped with a message, the other one tried) */
     char mine[2048] = "";
     dtrain_config saved;
     dt_ckpt_progress pr;
-    int64_t local = -1, common;
+    int64_t local = -1, best, src, missing;
     if (dt_ckpt_newest(root) >= 0 && dtrain_checkpoint_open(root, t->d.train_samples, mine, sizeof mine, &saved,
                                                              &pr) == DT_OK)
         local = pr.step;
-    if (dt_allreduce(&local, &common, 1, DT_I64, DT_MIN, t->job) != DT_OK) {
-        fprintf(stderr, "dtrain: rank %d: agreeing on the memory snapshot: %s\n", dt_comm_rank(t->job),
-                dt_last_error());
+    best = local;
+    if (!agree(t, &best, DT_MAX))
         return 1;
-    }
     int64_t disk = c->checkpoint_dir[0] ? dt_ckpt_newest(c->checkpoint_dir) : -1;
-    if (common < 0 || common < disk) {
+    if (best < 0 || best < disk) {
         if (rank0)
-            printf("restart %s: %s; resuming from the disk %s\n", restart,
-                   common < 0 ? "no memory snapshot that every rank can load (lost or damaged)"
-                              : "the memory snapshots are older than the disk checkpoint",
-                   disk >= 0 ? "checkpoint" : "(none: training from the start)");
-        fflush(stdout);
+            from_disk(restart, best < 0 ? "no memory snapshot is left (lost or damaged)"
+                                        : "the memory snapshots are older than the disk checkpoint", disk);
         return 0;
     }
-    if (common != local) { /* another rank's newest is older: this rank takes the same step */
-        char want[2048];
-        if (dt_ckpt_step_dir(root, common, want, sizeof want) != DT_OK ||
-            dtrain_checkpoint_open(want, t->d.train_samples, mine, sizeof mine, &saved, &pr) != DT_OK) {
-            fprintf(stderr, "dtrain: rank %d: the memory snapshot of step %lld, common to every rank, is gone "
-                            "here\n", dt_comm_rank(t->job), (long long)common);
+    /* A rank whose newest is older (or none: its node was replaced, or its
+     * snapshot directory is not the writer's) takes the newest from the
+     * lowest rank that has it, and checks it like its own. */
+    src = local == best ? me : INT64_MAX;
+    missing = local != best;
+    if (!agree(t, &src, DT_MIN) || !agree(t, &missing, DT_MAX))
+        return 1;
+    if (missing) {
+        char dest[2048];
+        snprintf(dest, sizeof dest, "%s/.copy-rank%d", root, me);
+        int r = dtrain_snapshot_copy(t->job, (int)src, mine, local != best, dest);
+        if (r == 1)
             return 1;
+        int64_t refused = 0;
+        if (r == 0 && local != best &&
+            dtrain_checkpoint_open(dest, t->d.train_samples, mine, sizeof mine, &saved, &pr) != DT_OK)
+            refused = 1;
+        if (r == 0 && local != best && !refused && pr.step != best)
+            refused = 1;
+        if (!agree(t, &refused, DT_MAX))
+            return 1;
+        if (r != 0 || refused) {
+            if (rank0)
+                from_disk(restart, "the memory snapshot could not be copied to every rank (above)", disk);
+            return 0;
         }
     }
     snprintf(step_dir, len, "%s", mine);
     if (rank0) {
-        printf("restart %s: resuming from the memory snapshot of step %lld (%s)", restart, (long long)common, mine);
+        printf("restart %s: resuming from the memory snapshot of step %lld (%s)", restart, (long long)best, mine);
+        if (missing)
+            printf("; copied from rank %lld to the ranks that had none", (long long)src);
         if (disk >= 0)
             printf("; the newest disk checkpoint is step %lld", (long long)disk);
         printf("\n");

@@ -62,6 +62,11 @@ int dtrain_snapshot_start(train_run *t);
 /* After step t->pr.step: a snapshot when due (collective like a
  * checkpoint); *stall: time held up by the writer.  0, or 1. */
 int dtrain_snapshot_after_step(train_run *t, double *stall);
+/* Collective over comm: rank src sends the files of its snapshot step
+ * directory dir; the ranks with need write them into dest (made here)
+ * (snapshot_copy.c).  0; 2 when a rank could not read or write them (said
+ * on stderr; every rank returns 2); 1 when the job cannot go on. */
+int dtrain_snapshot_copy(dt_comm *comm, int src, const char *dir, bool need, const char *dest);
 void dtrain_snapshot_stop(train_run *t);
 
 #endif
