@@ -134,7 +134,7 @@ def free_port():
         return so.getsockname()[1]
 
 
-def run_nodes(d, fault=None):
+def run_nodes(d, fault=None, layout=()):
     """Two dtrun nodes on localhost, 2 ranks each, each node with a snapshot
     root of its own (two hosts' memories).  fault "host": node 1 (its dtrun
     and ranks) killed with -9 after step KILL_AT, its memory wiped, and a
@@ -146,7 +146,7 @@ def run_nodes(d, fault=None):
         os.makedirs(r)
     port = free_port()
     open(f"{d}/tok", "w").write(f"snap-{os.getpid()}\n")
-    sets = [*GPT, "--set", f"checkpoint_dir={d}/ck", "--set", f"metrics_file={d}/metrics.jsonl"]
+    sets = [*GPT, *layout, "--set", f"checkpoint_dir={d}/ck", "--set", f"metrics_file={d}/metrics.jsonl"]
     if fault:
         sets += ["--set", "memory_checkpoint_interval=1"]
 
@@ -207,12 +207,13 @@ def run_nodes(d, fault=None):
 refs = {}
 for case in CASES:
     layout, fault = case.split(":")
-    if layout == "nodes":  # two nodes with separate memories: a host lost and replaced
+    if layout.startswith("nodes"):  # two nodes with separate memories: a host lost and replaced
+        sets = LAYOUTS[layout[5:] or "ddp"]
         if layout not in refs:
-            run_nodes(f"{WORK}/nodes-ref")
-            refs[layout] = weights(f"{WORK}/nodes-ref")
-        d = f"{WORK}/nodes-{fault}"
-        r = run_nodes(d, fault)
+            run_nodes(f"{WORK}/{layout}-ref", None, sets)
+            refs[layout] = weights(f"{WORK}/{layout}-ref")
+        d = f"{WORK}/{layout}-{fault}"
+        r = run_nodes(d, fault, sets)
         if "resumed" not in r:
             fail(f"{d}: no step after the restart within 60 s\n{open(f'{d}/log').read()[-3000:]}")
         if weights(d) != refs[layout]:

@@ -34,10 +34,11 @@ static const char *snapshot_root(const dtrain_config *c)
  * failed one is (the previous one stays). */
 static void report(void *user, const dt_ckpt_report *r)
 {
-    (void)user;
-    if (r->status != DT_OK)
-        fprintf(stderr, "dtrain: memory snapshot at step %lld failed: %s; training continues%s\n",
-                (long long)r->step, r->error, r->kept_step >= 0 ? ", the previous snapshot is kept" : "");
+    int *failures = user;
+    if (r->status != DT_OK && !(*failures)++)
+        fprintf(stderr, "dtrain: memory snapshot at step %lld failed: %s; training continues%s (later failures "
+                        "of memory snapshots are not printed)\n", (long long)r->step, r->error,
+                r->kept_step >= 0 ? ", the previous snapshot is kept" : "");
 }
 
 /* Every rank's allreduce of one value; false (printed) when the job cannot go on. */
@@ -133,6 +134,33 @@ int dtrain_snapshot_start(train_run *t)
     }
     if (!root)
         return 0;
+    const dt_layout *l = dt_strategy_layout(t->s);
+    if (l->zero_stage > 0 && l->tp == 1 && l->pp == 1 && t->nranks > 1) {
+        /* ZeRO's snapshots are shard files that every rank writes into the
+         * lead's step directory: they need one directory that all see (one
+         * host, or hosts sharing /dev/shm).  The lead leaves a mark in it. */
+        char mark[1200];
+        snprintf(mark, sizeof mark, "%s/.lead-here", root);
+        FILE *f = t->lead ? fopen(mark, "w") : NULL;
+        if (f)
+            fclose(f);
+        int64_t seen = 0;
+        if (dt_allreduce(&seen, &seen, 1, DT_I64, DT_SUM, t->world) != DT_OK) /* the mark is made */
+            goto failed;
+        FILE *g = fopen(mark, "r");
+        seen = g != NULL;
+        if (g)
+            fclose(g);
+        if (dt_allreduce(&seen, &seen, 1, DT_I64, DT_MIN, t->world) != DT_OK)
+            goto failed;
+        if (!seen) {
+            if (t->lead)
+                fprintf(stderr, "dtrain: warning: memory_checkpoint_interval: ZeRO's shard files need one snapshot "
+                                "directory that every rank sees (the ranks on one host); these ranks' hosts "
+                                "have their own, so no memory snapshots are taken (restarts use checkpoint_dir)\n");
+            return 0;
+        }
+    }
     snprintf(t->snap_dir, sizeof t->snap_dir, "%s", root);
     if (!t->lead)
         return 0;
@@ -149,6 +177,7 @@ int dtrain_snapshot_start(train_run *t)
                                 .meta = {config_text, model_text, c->optimizer},
                                 .kept_step = -1,
                                 .report = report,
+                                .user = &t->snap_write_failures,
                                 .stream_model = stream};
     dt_status s = config_text && model_text ? dt_ckpt_writer_start(&wc, wp, wo, &t->snap_writer) : DT_ERR_NOMEM;
     if (s != DT_OK)
@@ -157,6 +186,9 @@ int dtrain_snapshot_start(train_run *t)
     free(config_text);
     free(model_text);
     return s == DT_OK ? 0 : 1;
+failed:
+    fprintf(stderr, "dtrain: rank %d: memory snapshots: %s\n", t->rank, dt_last_error());
+    return 1;
 }
 
 int dtrain_snapshot_after_step(train_run *t, double *stall)
@@ -172,8 +204,9 @@ int dtrain_snapshot_after_step(train_run *t, double *stall)
                 dt_last_error());
         return 1;
     }
-    if (dropped) /* this snapshot is lost; the previous one stays */
-        fprintf(stderr, "dtrain: memory snapshot: %s\n", dt_last_error());
+    if (dropped && !t->snap_dropped++) /* this snapshot is lost; the previous one stays */
+        fprintf(stderr, "dtrain: memory snapshot: %s (later failures of memory snapshots are not printed)\n",
+                dt_last_error());
     return 0;
 }
 

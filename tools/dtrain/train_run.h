@@ -25,6 +25,7 @@ typedef struct {
     dt_ckpt_writer *snap_writer; /* memory snapshots (the lead's; snapshot.c) */
     char snap_dir[1024];         /* DT_SNAPSHOT_DIR when memory_checkpoint_interval is on ("": off) */
     char snap_resume[2048];      /* a restart's memory snapshot to resume from */
+    int snap_dropped, snap_write_failures; /* failed snapshots (the first is printed) */
     FILE *metrics, *mon;
     dt_straggler *strag;
     dt_ckpt_progress pr;
