@@ -34,8 +34,12 @@ static const char *snapshot_root(const dtrain_config *c)
  * failed one is (the previous one stays). */
 static void report(void *user, const dt_ckpt_report *r)
 {
-    int *failures = user;
-    if (r->status != DT_OK && !(*failures)++)
+    train_run *t = user; /* (its snapshot fields are the writer thread's until dtrain_snapshot_stop joins it) */
+    if (r->status == DT_OK) {
+        t->snap_writes++;
+        t->snap_write_s += r->seconds;
+    }
+    if (r->status != DT_OK && !t->snap_write_failures++)
         fprintf(stderr, "dtrain: memory snapshot at step %lld failed: %s; training continues%s (later failures "
                         "of memory snapshots are not printed)\n", (long long)r->step, r->error,
                 r->kept_step >= 0 ? ", the previous snapshot is kept" : "");
@@ -57,6 +61,41 @@ static void from_disk(const char *restart, const char *why, int64_t disk)
     fflush(stdout);
 }
 
+/* The newest snapshot in this node's directory, verified once per node (by
+ * its local rank 0: the files and their CRCs, the configuration, the model's
+ * shapes) and told to the node's other ranks: *local (-1: none) and, on the
+ * verifying rank, its progress.  false when the job cannot go on. */
+static bool node_newest(train_run *t, const char *root, int64_t *local, dt_ckpt_progress *pr)
+{
+    const char *nr = getenv("DT_NODE_RANK"), *lr = getenv("DT_LOCAL_RANK");
+    int64_t node = nr && *nr ? atoll(nr) : dt_comm_rank(t->job), nodes = node + 1; /* no dtrun: a node per rank */
+    bool verifier = !(lr && *lr) || atoi(lr) == 0;
+    if (!agree(t, &nodes, DT_MAX))
+        return false;
+    int64_t *seen = malloc((size_t)nodes * sizeof *seen);
+    if (!seen) {
+        fprintf(stderr, "dtrain: rank %d: out of memory\n", dt_comm_rank(t->job));
+        return false;
+    }
+    for (int64_t i = 0; i < nodes; i++)
+        seen[i] = -2; /* (MAX keeps each node's verifier's value) */
+    char dir[2048];
+    dtrain_config saved;
+    if (verifier) {
+        seen[node] = -1;
+        if (dt_ckpt_newest(root) >= 0 &&
+            dtrain_checkpoint_open(root, t->d.train_samples, dir, sizeof dir, &saved, pr) == DT_OK)
+            seen[node] = pr->step;
+    }
+    bool ok = dt_allreduce(seen, seen, (size_t)nodes, DT_I64, DT_MAX, t->job) == DT_OK;
+    if (!ok)
+        fprintf(stderr, "dtrain: rank %d: agreeing on the memory snapshot: %s\n", dt_comm_rank(t->job),
+                dt_last_error());
+    *local = seen[node] >= 0 ? seen[node] : -1;
+    free(seen);
+    return ok;
+}
+
 int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_t len)
 {
     const char *root = snapshot_root(c), *restart = getenv("DT_RESTART");
@@ -64,14 +103,16 @@ int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_
         return 0;
     int me = dt_comm_rank(t->job);
     bool rank0 = me == 0;
-    /* the newest snapshot this rank verifies (a damaged one is skipped with a message, the other one tried) */
+    const char *lr = getenv("DT_LOCAL_RANK");
+    bool verifier = !(lr && *lr) || atoi(lr) == 0;
     char mine[2048] = "";
     dtrain_config saved;
-    dt_ckpt_progress pr;
-    int64_t local = -1, best, src, missing;
-    if (dt_ckpt_newest(root) >= 0 && dtrain_checkpoint_open(root, t->d.train_samples, mine, sizeof mine, &saved,
-                                                             &pr) == DT_OK)
-        local = pr.step;
+    dt_ckpt_progress pr = {0};
+    int64_t local, best, src, missing;
+    if (!node_newest(t, root, &local, &pr))
+        return 1;
+    if (local >= 0 && dt_ckpt_step_dir(root, local, mine, sizeof mine) != DT_OK)
+        local = -1;
     best = local;
     if (!agree(t, &best, DT_MAX))
         return 1;
@@ -82,10 +123,10 @@ int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_
                                         : "the memory snapshots are older than the disk checkpoint", disk);
         return 0;
     }
-    /* A rank whose newest is older (or none: its node was replaced, or its
-     * snapshot directory is not the writer's) takes the newest from the
-     * lowest rank that has it, and checks it like its own. */
-    src = local == best ? me : INT64_MAX;
+    /* A rank whose node's newest is older (or none: its node was replaced,
+     * or its snapshot directory is not the writer's) takes the newest from
+     * the lowest rank that verified it, and checks it like its own. */
+    src = local == best && verifier ? me : INT64_MAX;
     missing = local != best;
     if (!agree(t, &src, DT_MIN) || !agree(t, &missing, DT_MAX))
         return 1;
@@ -97,9 +138,8 @@ int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_
             return 1;
         int64_t refused = 0;
         if (r == 0 && local != best &&
-            dtrain_checkpoint_open(dest, t->d.train_samples, mine, sizeof mine, &saved, &pr) != DT_OK)
-            refused = 1;
-        if (r == 0 && local != best && !refused && pr.step != best)
+            (dtrain_checkpoint_open(dest, t->d.train_samples, mine, sizeof mine, &saved, &pr) != DT_OK ||
+             pr.step != best))
             refused = 1;
         if (!agree(t, &refused, DT_MAX))
             return 1;
@@ -109,6 +149,12 @@ int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_
             return 0;
         }
     }
+    /* every rank resumes the same step: the verifier's progress is everyone's */
+    if (dt_broadcast(&pr, sizeof pr, DT_U8, (int)src, t->job) != DT_OK) {
+        fprintf(stderr, "dtrain: rank %d: the memory snapshot's progress: %s\n", me, dt_last_error());
+        return 1;
+    }
+    t->snap_pr = pr;
     snprintf(step_dir, len, "%s", mine);
     if (rank0) {
         printf("restart %s: resuming from the memory snapshot of step %lld (%s)", restart, (long long)best, mine);
@@ -177,7 +223,7 @@ int dtrain_snapshot_start(train_run *t)
                                 .meta = {config_text, model_text, c->optimizer},
                                 .kept_step = -1,
                                 .report = report,
-                                .user = &t->snap_write_failures,
+                                .user = t,
                                 .stream_model = stream};
     dt_status s = config_text && model_text ? dt_ckpt_writer_start(&wc, wp, wo, &t->snap_writer) : DT_ERR_NOMEM;
     if (s != DT_OK)
@@ -204,6 +250,7 @@ int dtrain_snapshot_after_step(train_run *t, double *stall)
                 dt_last_error());
         return 1;
     }
+    t->snap_stall_s += *stall;
     if (dropped && !t->snap_dropped++) /* this snapshot is lost; the previous one stays */
         fprintf(stderr, "dtrain: memory snapshot: %s (later failures of memory snapshots are not printed)\n",
                 dt_last_error());
@@ -212,6 +259,13 @@ int dtrain_snapshot_after_step(train_run *t, double *stall)
 
 void dtrain_snapshot_stop(train_run *t)
 {
+    if (!t->snap_writer)
+        return;
     dt_ckpt_writer_stop(t->snap_writer);
     t->snap_writer = NULL;
+    if (t->snap_writes > 0) /* what they cost: the copy that held the step up, the write behind it */
+        dtrain_progress_line("memory snapshots: %lld written into %s, each %.1f ms on the training thread (the copy) "
+                             "and %.1f ms in the background (the write)\n", (long long)t->snap_writes, t->snap_dir,
+                             1e3 * t->snap_stall_s / (double)t->snap_writes,
+                             1e3 * t->snap_write_s / (double)t->snap_writes);
 }

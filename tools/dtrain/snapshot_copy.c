@@ -37,7 +37,7 @@ static int list_files(const char *dir, file_entry *list, int64_t *n)
         if (e->d_name[0] == '.' || stat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
             strlen(e->d_name) >= sizeof list->name)
             continue;
-        snprintf(list[*n].name, sizeof list[*n].name, "%s", e->d_name);
+        memcpy(list[*n].name, e->d_name, strlen(e->d_name) + 1); /* (shorter than name: checked above) */
         list[(*n)++].size = st.st_size;
     }
     closedir(d);

@@ -25,7 +25,10 @@ typedef struct {
     dt_ckpt_writer *snap_writer; /* memory snapshots (the lead's; snapshot.c) */
     char snap_dir[1024];         /* DT_SNAPSHOT_DIR when memory_checkpoint_interval is on ("": off) */
     char snap_resume[2048];      /* a restart's memory snapshot to resume from */
+    dt_ckpt_progress snap_pr;    /* and its progress (verified once per node) */
     int snap_dropped, snap_write_failures; /* failed snapshots (the first is printed) */
+    int64_t snap_writes;                   /* written; their time on the training thread and behind it */
+    double snap_stall_s, snap_write_s;
     FILE *metrics, *mon;
     dt_straggler *strag;
     dt_ckpt_progress pr;
@@ -55,7 +58,8 @@ int train_checkpoint(train_run *t, const char *label, double *stall);
 /* Memory snapshots (snapshot.c).  On a restart under dtrun, before the run
  * is built (collective over the job): the newest memory snapshot every rank
  * can load, when it is at least as new as the disk's newest checkpoint,
- * into step_dir (left empty otherwise; says which on rank 0).  0, or 1. */
+ * into step_dir and its progress into t->snap_pr (step_dir left empty
+ * otherwise; says which on rank 0).  0, or 1. */
 int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_t len);
 /* The lead's snapshot writer into DT_SNAPSHOT_DIR (a warning and nothing
  * when the key is set but dtrun gave no directory).  0, or 1. */

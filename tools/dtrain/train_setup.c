@@ -118,7 +118,10 @@ static int build(train_run *t, dtrain_config *c, char *step_dir, size_t len)
         t->resume = t->snap_resume;
     if (t->resume) { /* every rank reads the checkpoint: it must be on a path they all see */
         dtrain_config saved;
-        if (dtrain_checkpoint_open(t->resume, t->d.train_samples, step_dir, len, &saved, &t->pr) != DT_OK)
+        if (t->snap_resume[0]) { /* verified already, once per node */
+            snprintf(step_dir, len, "%s", t->snap_resume);
+            t->pr = t->snap_pr;
+        } else if (dtrain_checkpoint_open(t->resume, t->d.train_samples, step_dir, len, &saved, &t->pr) != DT_OK)
             return 1;
         if (t->pr.step > c->steps) {
             fprintf(stderr, "dtrain: %s is at step %lld, past steps = %lld of this run (raise steps)\n", step_dir,
@@ -208,8 +211,14 @@ int train_setup(train_run *t, dtrain_config *c, const char *resume)
     dt_optimizer *wo;
     bool stream;
     dt_strategy_checkpoint_state(t->s, &wp, &wo, &stream);
+    int64_t kept = resume ? t->pr.step : -1; /* the disk's newest, when a restart resumed from memory */
+    char kept_dir[2048];
+    snprintf(kept_dir, sizeof kept_dir, "%s", t->resumed_dir);
+    if (t->snap_resume[0] && c->checkpoint_dir[0] && (kept = dt_ckpt_newest(c->checkpoint_dir)) >= 0 &&
+        dt_ckpt_step_dir(c->checkpoint_dir, kept, kept_dir, sizeof kept_dir) != DT_OK)
+        kept = -1;
     if (t->lead && c->checkpoint_dir[0] &&
-        dtrain_checkpoint_writer_start(c, wp, wo, stream, resume ? t->pr.step : -1, t->resumed_dir, &t->writer) != DT_OK)
+        dtrain_checkpoint_writer_start(c, wp, wo, stream, kept, kept_dir, &t->writer) != DT_OK)
         return 1;
     if (dtrain_snapshot_start(t) != 0)
         return 1;
