@@ -220,7 +220,7 @@ for case in CASES:
             fail(f"{d}: the final weights differ from the uninterrupted run's")
         if fault == "host":
             expect(d, r"restart 1: resuming from the memory snapshot of step \d+ .*; copied from rank 0 to the "
-                      r"ranks that had none")
+                      r"nodes that had none")
             if r["resumed"] < r["at"] - 1 or not r["from"].startswith(f"{d}/mem0/dtrain-"):
                 fail(f"{d}: resumed at step {r['resumed']} from {r['from']} (step {r['at']} was done at the kill)")
         else:

@@ -130,17 +130,20 @@ int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_
     missing = local != best;
     if (!agree(t, &src, DT_MIN) || !agree(t, &missing, DT_MAX))
         return 1;
-    if (missing) {
+    if (missing) { /* one copy per node that lacks it: its verifier receives it, its other ranks read it */
         char dest[2048];
-        snprintf(dest, sizeof dest, "%s/.copy-rank%d", root, me);
-        int r = dtrain_snapshot_copy(t->job, (int)src, mine, local != best, dest);
+        snprintf(dest, sizeof dest, "%s/.copy-%08lld", root, (long long)best);
+        bool receiver = local != best && verifier;
+        int r = dtrain_snapshot_copy(t->job, (int)src, mine, receiver, dest);
         if (r == 1)
             return 1;
         int64_t refused = 0;
-        if (r == 0 && local != best &&
+        if (r == 0 && receiver &&
             (dtrain_checkpoint_open(dest, t->d.train_samples, mine, sizeof mine, &saved, &pr) != DT_OK ||
              pr.step != best))
             refused = 1;
+        if (local != best)
+            snprintf(mine, sizeof mine, "%s", dest);
         if (!agree(t, &refused, DT_MAX))
             return 1;
         if (r != 0 || refused) {
@@ -159,7 +162,7 @@ int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_
     if (rank0) {
         printf("restart %s: resuming from the memory snapshot of step %lld (%s)", restart, (long long)best, mine);
         if (missing)
-            printf("; copied from rank %lld to the ranks that had none", (long long)src);
+            printf("; copied from rank %lld to the nodes that had none", (long long)src);
         if (disk >= 0)
             printf("; the newest disk checkpoint is step %lld", (long long)disk);
         printf("\n");
