@@ -19,7 +19,7 @@ RATE=${3:-1000mbit}
 WORK=$(mktemp -d /tmp/dtrain-snapbench.XXXXXX)
 down() { for ns in snap0 snap1; do ip netns pids $ns 2>/dev/null | xargs -r kill -9 2>/dev/null || true
                                    ip netns del $ns 2>/dev/null || true; done; }
-trap 'down; rm -rf "$WORK"' EXIT
+trap 'down; [ -n "${KEEP:-}" ] || rm -rf "$WORK"' EXIT # KEEP=1: leave the logs
 down
 ip netns add snap0
 ip netns add snap1
