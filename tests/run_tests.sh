@@ -201,6 +201,7 @@ run install/pkg-config 120 tests/cases/install_pkgconfig.sh
 
 # ---- faults ----
 run fault/kill-9-during-allreduce 90 tests/cases/fault_kill.sh
+run fault/memory-snapshots 300 tests/cases/memory_snapshots.sh
 run fault/rendezvous-garbage-and-wrong-token 120 tests/cases/fault_rendezvous.sh
 run fault/timeout-not-hang 60 tests/cases/fault_timeout.sh
 run fault/heartbeat-frozen-vs-busy 60 tests/cases/fault_heartbeat.sh

@@ -47,6 +47,8 @@ static const dt__tunable tunables[] = {
     {"DT_MONITOR_DIR", NULL, "set by dtrun --monitor: dtrain appends each rank's records (steps, times, bytes sent, evaluations, checkpoints) to DIR/rank<N>.jsonl for the dashboard and /metrics (docs/observability.md)"},
     {"DT_PS_SERVERS", NULL, "set by dtrun --servers S: the job's last S ranks are parameter servers (dtrain's servers key, when the config gives none)"},
     {"DT_RESTARTABLE", NULL, "set to 1 by dtrun when the job may restart: dtrain then also checkpoints the initial weights"},
+    {"DT_SNAPSHOT_DIR", NULL, "set by dtrun when the job may restart: the directory (in /dev/shm) that dtrain's memory_checkpoint_interval snapshots go to and a restart resumes from"},
+    {"DT_SNAPSHOT_ROOT", "/dev/shm", "dtrun: where it creates each job's DT_SNAPSHOT_DIR"},
     {"DT_DEBUG", "warn", "log level: warn, info, trace; add coll (e.g. info,coll) to check and record collectives"},
     {"DT_TIMELINE", NULL, "set by dtrun --timeline FILE: each rank records a timeline (Chrome trace events) into FILE.rank<N>.json, which dtrun merges into FILE (docs/observability.md)"},
     {"DT_STALL_S", "60", "stall inspector: a collective still waiting after this many seconds names the ranks that have not arrived at it, checked each heartbeat (DT_HEARTBEAT_TIMEOUT/10); 0: off"},

@@ -92,6 +92,7 @@ static const spec specs[] = {
     {"checkpoint_seconds", K_NUM, F(checkpoint_seconds), 0, 1e9, NULL, "0", "also checkpoint when this many seconds passed since the last one (0: off)"},
     {"checkpoint_keep", K_INT, F(checkpoint_keep), 0, 1LL << 20, NULL, "3", "complete checkpoints kept, newest first (0: all)"},
     {"checkpoint_initial", K_BOOL, F(checkpoint_initial), 0, 1, NULL, "false", "also checkpoint the initial weights (step 0)"},
+    {"memory_checkpoint_interval", K_INT, F(memory_checkpoint_interval), 0, 1LL << 40, NULL, "0", "steps between snapshots into the memory of dtrun (--max-restarts), which a restart resumes from (0: off; docs/fault-tolerance.md)"},
     {"metrics_file", K_STR, F(metrics_file), 0, 0, NULL, "\"\"", "JSON-lines metrics file (empty: none)"},
 };
 #define NSPECS (sizeof specs / sizeof specs[0])

@@ -32,6 +32,7 @@ typedef struct {
     bool nesterov, checkpoint_initial, sequence_parallel;
     char schedule[16]; /* constant | cosine */
     int64_t warmup_steps, log_interval, eval_interval, eval_batches, checkpoint_interval, checkpoint_keep;
+    int64_t memory_checkpoint_interval; /* steps between snapshots into dtrun's memory (0: off) */
     double checkpoint_seconds;
     char checkpoint_dir[1024], metrics_file[1024];
     char recompute[16];  /* off | blocks | all */

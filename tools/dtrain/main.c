@@ -118,7 +118,8 @@ static int cmd_train(cli *a)
             return 2;
         }
         resume = c.checkpoint_dir[0] && dt_ckpt_newest(c.checkpoint_dir) >= 0 ? c.checkpoint_dir : NULL;
-        if (!resume && restarted && (!getenv("DT_RANK") || atoi(getenv("DT_RANK")) == 0))
+        bool snapshots = c.memory_checkpoint_interval > 0 && getenv("DT_SNAPSHOT_DIR"); /* (snapshot.c says) */
+        if (!resume && restarted && !snapshots && (!getenv("DT_RANK") || atoi(getenv("DT_RANK")) == 0))
             printf("restart %s: no checkpoint to resume from%s; training from the start\n", restart,
                    c.checkpoint_dir[0] ? " yet" : " (no checkpoint_dir configured)");
     }

@@ -159,6 +159,9 @@ static int after_step(train_run *t, window *w, double *last_ckpt, bool *stop)
             dtrain_monitor_record(t->mon, "{\"event\": \"checkpoint\", \"step\": %lld}\n", (long long)t->pr.step);
         w->compute -= stall; /* not compute: time held up by the writer */
     }
+    if (dtrain_snapshot_after_step(t, &stall) != 0)
+        return -1; /* printed */
+    w->compute -= stall;
     *stop = last;
     return 0;
 }

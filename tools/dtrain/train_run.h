@@ -22,6 +22,13 @@ typedef struct {
     dt_sampler sampler;
     dt_prefetcher *pf;
     dt_ckpt_writer *writer;
+    dt_ckpt_writer *snap_writer; /* memory snapshots (the lead's; snapshot.c) */
+    char snap_dir[1024];         /* DT_SNAPSHOT_DIR when memory_checkpoint_interval is on ("": off) */
+    char snap_resume[2048];      /* a restart's memory snapshot to resume from */
+    dt_ckpt_progress snap_pr;    /* and its progress (verified once per node) */
+    int snap_dropped, snap_write_failures; /* failed snapshots (the first is printed) */
+    int64_t snap_writes;                   /* written; their time on the training thread and behind it */
+    double snap_stall_s, snap_write_s;
     FILE *metrics, *mon;
     dt_straggler *strag;
     dt_ckpt_progress pr;
@@ -47,5 +54,24 @@ void train_report_start(const train_run *t, int64_t nparams);
 void train_report_end(const train_run *t);
 /* One checkpoint at t->pr (collective): 0, or 1 when the job cannot go on. */
 int train_checkpoint(train_run *t, const char *label, double *stall);
+
+/* Memory snapshots (snapshot.c).  On a restart under dtrun, before the run
+ * is built (collective over the job): the newest memory snapshot every rank
+ * can load, when it is at least as new as the disk's newest checkpoint,
+ * into step_dir and its progress into t->snap_pr (step_dir left empty
+ * otherwise; says which on rank 0).  0, or 1. */
+int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_t len);
+/* The lead's snapshot writer into DT_SNAPSHOT_DIR (a warning and nothing
+ * when the key is set but dtrun gave no directory).  0, or 1. */
+int dtrain_snapshot_start(train_run *t);
+/* After step t->pr.step: a snapshot when due (collective like a
+ * checkpoint); *stall: time held up by the writer.  0, or 1. */
+int dtrain_snapshot_after_step(train_run *t, double *stall);
+/* Collective over comm: rank src sends the files of its snapshot step
+ * directory dir; the ranks with need write them into dest (made here)
+ * (snapshot_copy.c).  0; 2 when a rank could not read or write them (said
+ * on stderr; every rank returns 2); 1 when the job cannot go on. */
+int dtrain_snapshot_copy(dt_comm *comm, int src, const char *dir, bool need, const char *dest);
+void dtrain_snapshot_stop(train_run *t);
 
 #endif

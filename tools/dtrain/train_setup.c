@@ -112,9 +112,16 @@ static int build(train_run *t, dtrain_config *c, char *step_dir, size_t len)
         fprintf(stderr, "dtrain: rank %d: %s\n", job_rank, dt_last_error());
         return 2;
     }
+    if (dtrain_snapshot_choose(t, c, t->snap_resume, sizeof t->snap_resume) != 0)
+        return 1;
+    if (t->snap_resume[0]) /* a restart: the memory snapshot is newer than the disk's checkpoint */
+        t->resume = t->snap_resume;
     if (t->resume) { /* every rank reads the checkpoint: it must be on a path they all see */
         dtrain_config saved;
-        if (dtrain_checkpoint_open(t->resume, t->d.train_samples, step_dir, len, &saved, &t->pr) != DT_OK)
+        if (t->snap_resume[0]) { /* verified already, once per node */
+            snprintf(step_dir, len, "%s", t->snap_resume);
+            t->pr = t->snap_pr;
+        } else if (dtrain_checkpoint_open(t->resume, t->d.train_samples, step_dir, len, &saved, &t->pr) != DT_OK)
             return 1;
         if (t->pr.step > c->steps) {
             fprintf(stderr, "dtrain: %s is at step %lld, past steps = %lld of this run (raise steps)\n", step_dir,
@@ -176,6 +183,7 @@ int train_setup(train_run *t, dtrain_config *c, const char *resume)
         return code;
     if (dt_strategy_serves(t->s))
         return serve(t);
+    resume = t->resume; /* a memory snapshot's step directory, when a restart takes one */
     const dt_layout *l = dt_strategy_layout(t->s);
     dt_comm *dp = dt_strategy_data_comm(t->s);
     t->world = dt_strategy_train_comm(t->s);
@@ -203,8 +211,16 @@ int train_setup(train_run *t, dtrain_config *c, const char *resume)
     dt_optimizer *wo;
     bool stream;
     dt_strategy_checkpoint_state(t->s, &wp, &wo, &stream);
+    int64_t kept = resume ? t->pr.step : -1; /* the disk's newest, when a restart resumed from memory */
+    char kept_dir[2048];
+    snprintf(kept_dir, sizeof kept_dir, "%s", t->resumed_dir);
+    if (t->snap_resume[0] && c->checkpoint_dir[0] && (kept = dt_ckpt_newest(c->checkpoint_dir)) >= 0 &&
+        dt_ckpt_step_dir(c->checkpoint_dir, kept, kept_dir, sizeof kept_dir) != DT_OK)
+        kept = -1;
     if (t->lead && c->checkpoint_dir[0] &&
-        dtrain_checkpoint_writer_start(c, wp, wo, stream, resume ? t->pr.step : -1, t->resumed_dir, &t->writer) != DT_OK)
+        dtrain_checkpoint_writer_start(c, wp, wo, stream, kept, kept_dir, &t->writer) != DT_OK)
+        return 1;
+    if (dtrain_snapshot_start(t) != 0)
         return 1;
     if (t->lead && c->metrics_file[0] && !(t->metrics = fopen(c->metrics_file, resume ? "a" : "w"))) {
         fprintf(stderr, "dtrain: cannot write metrics file %s\n", c->metrics_file);
@@ -251,6 +267,7 @@ int train_teardown(train_run *t, int code)
 {
     dt_straggler_destroy(t->strag);
     dt_prefetch_stop(t->pf);
+    dtrain_snapshot_stop(t); /* a snapshot in flight completes */
     if (t->writer) { /* the last checkpoint is on disk before the job reports success */
         char good[2048];
         int64_t last_good = dt_ckpt_writer_last_good(t->writer, good, sizeof good);

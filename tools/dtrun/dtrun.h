@@ -29,6 +29,7 @@ typedef struct {
     bool bind;   /* --bind auto (default): a block of CPUs per local rank */
     int servers; /* --servers: DT_PS_SERVERS for the ranks (0: not set) */
     char timeline[4096]; /* --timeline FILE, made absolute ("": none) */
+    char snapshot_dir[512]; /* the ranks' DT_SNAPSHOT_DIR ("": none; snapshots.c) */
     char **argv; /* PROGRAM ARGS... */
 } dtrun_opts;
 
@@ -104,6 +105,13 @@ typedef enum { DTRUN_OK, DTRUN_FAILED, DTRUN_STOPPED, DTRUN_SIGNALLED } dtrun_ou
  * ended and what[] (may be NULL) names the failed rank. */
 int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_hook hook, void *arg,
                     dtrun_outcome *outcome, char *what, size_t what_len);
+
+/* A restartable job's directory for the ranks' memory snapshots
+ * (snapshots.c): node 0 names it in the store, every node creates it and
+ * sets o->snapshot_dir.  0, or 1 (said on stderr). */
+int dtrun_snapshots_open(dtrun_opts *o, dt_store_client *store);
+/* Remove the directory and the snapshots in it (the job has ended). */
+void dtrun_snapshots_close(const dtrun_opts *o);
 
 /* dtrun --monitor (monitor*.c): the metrics endpoint and the dashboard. */
 typedef enum { DTRUN_MON_STARTING, DTRUN_MON_RUNNING, DTRUN_MON_RESTARTING, DTRUN_MON_FINISHED, DTRUN_MON_FAILED }

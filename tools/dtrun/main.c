@@ -43,12 +43,13 @@ int main(int argc, char **argv)
         return 1;
     }
     dt_store_set_io_timeout(store, DTRUN_STORE_IO_TIMEOUT);
-    if (o.monitor[0] && dtrun_monitor_start(&o) != 0) {
+    if (dtrun_snapshots_open(&o, store) != 0 || (o.monitor[0] && dtrun_monitor_start(&o) != 0)) {
         dt_store_close(store);
         dt_store_server_stop(server);
         return 1;
     }
     int code = dtrun_run(&o, &store);
+    dtrun_snapshots_close(&o);
     if (o.timeline[0]) { /* each node merges its own ranks; node N > 0 into FILE.node<N> */
         char merged[4200];
         snprintf(merged, sizeof merged, "%s", o.timeline);

@@ -15,7 +15,7 @@ extern char **environ;
 
 static const char *const managed[] = {"DT_RANK=", "DT_WORLD_SIZE=", "DT_LOCAL_RANK=", "DT_LOCAL_WORLD_SIZE=",
                                       "DT_MASTER_ADDR=", "DT_MASTER_PORT=", "DT_JOB_TOKEN=", "DT_STORE=",
-                                      "DT_NODE_RANK=", "DT_RESTART=", "DT_RESTARTABLE=", "DT_PS_SERVERS=", "OPENBLAS_CORETYPE=",
+                                      "DT_NODE_RANK=", "DT_RESTART=", "DT_RESTARTABLE=", "DT_PS_SERVERS=", "DT_SNAPSHOT_DIR=", "OPENBLAS_CORETYPE=",
                                       NULL};
 
 static bool is_managed(const char *entry)
@@ -33,7 +33,7 @@ static char **child_env(const dtrun_opts *o, const dtrun_layout *l, int local, s
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 16, sizeof *env);
+    char **env = calloc(n + 20, sizeof *env);
     if (!env)
         return NULL;
     const char *core = dt_blas_coretype_hint();
@@ -65,6 +65,8 @@ static char **child_env(const dtrun_opts *o, const dtrun_layout *l, int local, s
         ADD("DT_PS_SERVERS=%d", o->servers);
     if (o->timeline[0])
         ADD("DT_TIMELINE=%s", o->timeline);
+    if (o->snapshot_dir[0])
+        ADD("DT_SNAPSHOT_DIR=%s", o->snapshot_dir);
     if (core) /* NULL when the user chose one (theirs passes through) or DT_BLAS_REEXEC=0 */
         ADD("OPENBLAS_CORETYPE=%s", core);
 #undef ADD

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Memory snapshots (memory_checkpoint_interval=1) under dtrun --max-restarts on
+# one host, 4 ranks: a kill -9 mid-run resumes from the snapshot in dtrun's
+# /dev/shm directory (no disk checkpoint after step 0) for DDP, ZeRO-1, tp=2,
+# pp=2 and a parameter server (the server killed); a snapshot damaged before
+# the restart is refused by its CRC and the other one resumed; with every
+# snapshot gone the disk checkpoint is resumed and the log says so.  Two
+# dtrun nodes on localhost with a snapshot root each (two hosts' memories):
+# node 1 killed whole (dtrun and ranks), its memory wiped and a new node 1
+# started: its ranks get the snapshot copied from rank 0; with node 0's
+# snapshots wiped too, the disk checkpoint is resumed.  Every
+# run's final weights equal an uninterrupted run's to the bit, and dtrun
+# removes its snapshot directory at the end.  DT_TEST_QUICK: DDP, ZeRO, a host
+# replaced.
+. "$(dirname "$0")/lib.sh"
+# the snapshots of this test alone (in memory, as dtrun's default), so that their removal is checked
+export DT_SNAPSHOT_ROOT=$(mktemp -d /dev/shm/dtrain-test.XXXXXX)
+trap 'rm -rf "$WORK" "$DT_SNAPSHOT_ROOT"' EXIT
+cases="ddp:kill ddp:crc ddp:lost zero:kill tp:kill pp:kill ps:kill nodes:host nodes:both"
+[ "${QUICK:-${DT_TEST_QUICK:-0}}" = 1 ] && cases="ddp:kill ddp:crc ddp:lost zero:kill nodes:host"
+python3 "$(dirname "$0")/memory_snapshots.py" "$BIN" "$WORK" $cases || exit 1
+left=$(ls -A "$DT_SNAPSHOT_ROOT")
+[ -z "$left" ] || fail "dtrun left its snapshot directory behind: $left"
