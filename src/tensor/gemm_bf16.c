@@ -219,6 +219,9 @@ void dt_sgemm_bf16_ld(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
 {
     if (m <= 0 || n <= 0)
         return;
+    if (k > 0 && alpha != 0.0f && dt__bf16_kernel_for(trans_a, trans_b, m, n, k) == DT__BF16_ONEDNN &&
+        dt__bf16_dnnl_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+        return;
     dt__bf16_kernel kernel = dt__bf16_kernel_choice();
     if (kernel == DT__BF16_EMULATED || k <= 0 || alpha == 0.0f) {
         /* k = 0 or alpha = 0 is C = beta * C: the f32 GEMM's rules */
