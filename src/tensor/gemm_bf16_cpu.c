@@ -138,12 +138,18 @@ const char *dt__bf16_kernel_name(dt__bf16_kernel k)
 }
 
 /* The table (auto, AVX512_BF16 CPUs with oneDNN): which products go to
- * oneDNN, from bench/kernels/gemm_bf16 on an AMD EPYC (Zen 5, AVX512_BF16,
- * no AMX); docs/engine.md gives the figures. */
+ * oneDNN.  From bench/kernels/gemm_bf16 and CPU time per call on an AMD EPYC
+ * (Zen 5, AVX512_BF16, no AMX; docs/engine.md has the figures): oneDNN's
+ * brgemm, the bf16 copies of its inputs included, is 1.11-1.15x the own
+ * kernel where that one slices k through a buffer with A not transposed
+ * (gpt-small's fc2 forward and fc1 input gradient, k = 1536, n = 384); on
+ * the other shapes it is 0.92-1.02x (the dW products, k = 2048, included),
+ * and 0.7x on attention's small ones.  A rule of the shape alone: the same
+ * path, and so the same bits, at every thread count. */
 static bool table_onednn(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k)
 {
-    (void)trans_a, (void)trans_b;
-    return (double)m * (double)n * (double)k >= (double)(1 << 22);
+    (void)trans_b;
+    return !trans_a && (double)m * (double)n * (double)k >= (double)(1 << 22) && dt__bf16_native_slices(n, k);
 }
 
 dt__bf16_kernel dt__bf16_kernel_for(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k)

@@ -312,10 +312,8 @@ bool dt__bf16_dnnl_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t 
      * in C), so parts sized by the thread count gave other bits at 1 and 2
      * threads.  PARTS of them: every thread count up to PARTS splits them
      * evenly when it divides PARTS, and a part keeps 256 of 2048 rows. */
-    char *env = getenv("DT_BF16_DNNL_PARTS");
-    int64_t want = env ? atoi(env) : PARTS;
     bool big = (double)m * (double)n * (double)k >= (double)(1 << 20); /* worth a thread: about 10 us */
-    g.parts = big ? (want < g.units ? want : g.units) : 1;
+    g.parts = big ? (PARTS < g.units ? PARTS : g.units) : 1;
     /* the parts come in at most three sizes: their primitives are made
      * here, so that a shape oneDNN refuses leaves C untouched */
     omp_set_num_threads(1); /* before the primitives are made: they are sized for the team */
