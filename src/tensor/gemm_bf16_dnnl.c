@@ -164,7 +164,7 @@ static bool key_eq(const prim_key *x, const prim_key *y)
 }
 
 /* The cached entry for key, made on first use; NULL when oneDNN refuses it
- * or the cache is full (*st says which). */
+ * (*st says why) or the cache is full (*st dnnl_success). */
 static const prim_entry *lookup(const prim_key *key, dnnl_status_t *st)
 {
     *st = dnnl_success;
@@ -174,8 +174,8 @@ static const prim_entry *lookup(const prim_key *key, dnnl_status_t *st)
             pthread_mutex_unlock(&cache_lock);
             return &cache[i];
         }
-    *st = cached < ENTRIES ? entry_make(key, &cache[cached]) : dnnl_out_of_memory;
-    const prim_entry *e = *st == dnnl_success ? &cache[cached++] : NULL;
+    *st = cached < ENTRIES ? entry_make(key, &cache[cached]) : dnnl_success;
+    const prim_entry *e = *st == dnnl_success && cached < ENTRIES ? &cache[cached++] : NULL;
     pthread_mutex_unlock(&cache_lock);
     return e;
 }
@@ -326,7 +326,8 @@ bool dt__bf16_dnnl_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t 
             seen = seen || key_eq(&g.entry[i]->key, &key);
         dnnl_status_t st;
         if (!seen && !(g.entry[g.entries++] = lookup(&key, &st)))
-            return failed("matmul primitive creation", st);
+            return st == dnnl_success ? false /* the cache is full: no warning */
+                                      : failed("matmul primitive creation", st);
     }
     int64_t ar = trans_a ? k : m, ac = trans_a ? m : k, br = trans_b ? n : k, bc = trans_b ? k : n;
     uint16_t *abuf = malloc((size_t)(ar * ac) * sizeof(uint16_t)), *bbuf = malloc((size_t)(br * bc) * sizeof(uint16_t));
