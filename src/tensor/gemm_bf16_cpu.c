@@ -134,7 +134,10 @@ bool dt__bf16_kernel_available(dt__bf16_kernel k, const char **why)
 
 const char *dt__bf16_kernel_name(dt__bf16_kernel k)
 {
-    return k == DT__BF16_AMX ? "amx" : k == DT__BF16_AVX512 ? "avx512_bf16" : k == DT__BF16_ONEDNN ? "onednn" : "emulated";
+    return k == DT__BF16_AMX      ? "amx"
+           : k == DT__BF16_AVX512 ? "avx512_bf16"
+           : k == DT__BF16_ONEDNN ? "onednn"
+                                  : "emulated";
 }
 
 /* The table (auto, AVX512_BF16 CPUs with oneDNN): which products go to
