@@ -74,8 +74,9 @@ run transport/tcp-congestion-control 60 tests/cases/tcp_congestion.sh
 run collectives/bbr-limit-agreed 120 tests/cases/tcp_bbr_agree.sh
 run unit/engine 300 "$BIN/test_engine"
 run unit/grad-ready-subscribers 120 "$BIN/dtrun" -n 2 "$BIN/test_grad_ready"
-# The bf16 GEMM on each kernel (a kernel this CPU lacks is a skip naming why).
-for kernel in emulated avx512_bf16 amx; do
+# The bf16 GEMM on each kernel and path (a kernel this CPU or build lacks is a
+# skip naming why; onednn runs wherever the build has oneDNN).
+for kernel in emulated avx512_bf16 amx onednn native auto; do
     run engine/gemm-bf16/$kernel 120 env DT_BF16_GEMM=$kernel "$BIN/test_gemm_bf16"
 done
 run engine/gemm-bf16/unknown-kernel-refused 120 env DT_BF16_GEMM=tpu "$BIN/test_gemm_bf16"

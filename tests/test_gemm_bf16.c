@@ -159,15 +159,19 @@ static void test_repeatable(int ta, int64_t m, int64_t n)
 int main(void)
 {
     const char *want = getenv("DT_BF16_GEMM"), *kernel = dt_bf16_gemm_kernel();
-    bool known = !want || strcmp(want, "auto") == 0;
-    for (int k = DT__BF16_EMULATED; k <= DT__BF16_AMX; k++)
+    bool known = !want || strcmp(want, "auto") == 0 || strcmp(want, "native") == 0;
+    for (int k = DT__BF16_EMULATED; k <= DT__BF16_ONEDNN; k++)
         known = known || strcmp(want, dt__bf16_kernel_name((dt__bf16_kernel)k)) == 0;
     if (!known && strcmp(kernel, "emulated") != 0) { /* refused (a warning), the emulation runs */
         fprintf(stderr, "DT_BF16_GEMM=%s is no kernel, but the kernel is %s, not emulated\n", want, kernel);
         return 1;
     }
-    if (known && want && strcmp(want, "auto") != 0 && strcmp(want, kernel) != 0) {
-        for (int k = DT__BF16_EMULATED; k <= DT__BF16_AMX; k++) {
+    if (want && strcmp(want, "native") == 0 && strstr(kernel, "onednn")) {
+        fprintf(stderr, "DT_BF16_GEMM=native, but the kernel is %s\n", kernel);
+        return 1;
+    }
+    if (known && want && strcmp(want, "auto") != 0 && strcmp(want, "native") != 0 && strcmp(want, kernel) != 0) {
+        for (int k = DT__BF16_EMULATED; k <= DT__BF16_ONEDNN; k++) {
             const char *why = NULL;
             if (strcmp(want, dt__bf16_kernel_name((dt__bf16_kernel)k)) == 0 &&
                 !dt__bf16_kernel_available((dt__bf16_kernel)k, &why)) {

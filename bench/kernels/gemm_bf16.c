@@ -4,7 +4,8 @@
  *
  *   build/bin/gemm_bf16 [MAX_THREADS=2] [SECONDS=0.3] [KERNEL]
  *
- * KERNEL (amx, avx512_bf16 or emulated) measures that one alone.
+ * KERNEL (amx, avx512_bf16, emulated or onednn: oneDNN's matmul, the bf16
+ * copies of the inputs included) measures that one alone.
  *
  * The kernel is chosen once per process, so each kernel is measured in a
  * child process of its own (DT_BF16_GEMM set before its first call), timed
@@ -43,11 +44,14 @@ static const shape shapes[] = {
     {"gpts qkv  fwd  X W^T", 0, 1, 2048, 1152, 384}, {"gpts fc1  fwd  X W^T", 0, 1, 2048, 1536, 384},
     {"gpts fc2  fwd  X W^T", 0, 1, 2048, 384, 1536}, {"gpts fc1  bwd  dY W", 0, 0, 2048, 384, 1536},
     {"gpts fc2  bwd  dY W", 0, 0, 2048, 1536, 384},  {"gpts qkv  dW   dY^T X", 1, 0, 1152, 384, 2048},
-    {"gpts fc2  dW   dY^T X", 1, 0, 384, 1536, 2048}, {"att QK^T", 0, 1, 128, 128, 64},
+    {"gpts fc2  dW   dY^T X", 1, 0, 384, 1536, 2048}, {"gpts fc1  dW   dY^T X", 1, 0, 1536, 384, 2048},
+    {"gpts proj fwd  X W^T", 0, 1, 2048, 384, 384},   {"gpts proj dW   dY^T X", 1, 0, 384, 384, 2048},
+    {"gpt fc2   bwd  dY W", 0, 0, 2048, 1024, 256},  {"gpt fc1   dW   dY^T X", 1, 0, 1024, 256, 2048},
+    {"att QK^T", 0, 1, 128, 128, 64},
     {"att P V", 0, 0, 128, 64, 128},                   {"att dV P^T dO", 1, 0, 128, 64, 128},
 };
-enum { NSHAPES = sizeof shapes / sizeof shapes[0], NPATHS = 4, MAXT = 2 };
-static const char *paths[NPATHS] = {"f32", "amx", "avx512_bf16", "emulated"};
+enum { NSHAPES = sizeof shapes / sizeof shapes[0], NPATHS = 5, MAXT = 2 };
+static const char *paths[NPATHS] = {"f32", "amx", "avx512_bf16", "emulated", "onednn"};
 
 static double now(void)
 {

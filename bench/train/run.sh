@@ -125,7 +125,7 @@ flops_per_item() { # model params
 # ---- what this machine is and what each program runs, read back ----
 cpu=$(lscpu | sed -n 's/^Model name:\s*//p' | head -1)
 cores=$(nproc)
-flags=$(for f in avx2 fma avx512f avx512_bf16 amx_bf16; do grep -qw "$f" /proc/cpuinfo && printf '%s ' "$f"; done)
+flags=$(for f in avx2 fma avx512f avx512_bf16 amx_bf16; do if grep -qw "$f" /proc/cpuinfo; then printf '%s ' "$f"; fi; done)
 flags=${flags% }
 $BIN/peak_flops 2 >"$WORK/peak.txt"
 peak() { # kernel-prefix threads -> GFLOP/s per thread (empty when not measured)

@@ -39,7 +39,7 @@ static const dt__tunable tunables[] = {
     {"DT_IFADDR", NULL, "IPv4 address to listen on for peers (default: the one that reaches the store)"},
     {"DT_BUCKET_MB", NULL, "data parallel: MiB of gradients per allreduce bucket (default: 25, or an eighth of the gradients when that is smaller, but at least 1)"},
     {"DT_THREADS", "0", "compute threads per rank when the program sets none (the trainer's threads key overrides); 0: the cores available divided by DT_LOCAL_WORLD_SIZE, at least 1"},
-    {"DT_BF16_GEMM", "auto", "kernel of the bf16 GEMM (dt_sgemm_bf16_ld): auto (amx, else avx512_bf16, else emulated), amx, avx512_bf16 or emulated; one this machine cannot run is refused with a warning and the emulation runs"},
+    {"DT_BF16_GEMM", "auto", "kernel of the bf16 GEMM (dt_sgemm_bf16_ld): auto (amx, else avx512_bf16 with oneDNN's matmul for the shapes where it wins, else emulated), native (the own kernel alone), onednn (oneDNN's matmul for every shape), amx, avx512_bf16 or emulated; one this machine or build cannot run is refused with a warning and the emulation runs"},
     {"DT_BLAS_REEXEC", "1", "1: where OpenBLAS picked AVX2 kernels on a CPU with AVX-512 (OpenBLAS 0.3.21 on AMD Zen 4/5), dtrain re-executes itself once with OPENBLAS_CORETYPE=SKYLAKEX and dtrun sets it for its ranks; 0: neither (a set OPENBLAS_CORETYPE always stands)"},
     {"DT_BLAS_REEXEC_FORCE", "0", "tests: 1 makes dtrain re-execute itself (and dtrun set OPENBLAS_CORETYPE) on every CPU, with the core OpenBLAS picked where it would not otherwise (the same kernels)"},
     {"DT_CONV", "auto", "conv2d's kernels: auto (oneDNN where the build has it, else im2col + OpenBLAS) or im2col"},

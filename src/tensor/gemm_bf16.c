@@ -173,6 +173,12 @@ static void part_range(int64_t begin, int64_t end, void *p)
         run_part(g, 0, g->m, lo, hi < g->n ? hi : g->n);
 }
 
+bool dt__bf16_native_slices(int64_t n, int64_t k)
+{
+    int64_t ktiles = (k + 31) / 32;
+    return ktiles > SLICE_TILES && round_up(n, BLOCK) * ktiles * 64 > PANEL_BYTES;
+}
+
 /* ---- emulated: round the operands to bf16 (as f32), then the f32 GEMM ---- */
 
 typedef struct {
@@ -218,6 +224,9 @@ void dt_sgemm_bf16_ld(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                       int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
     if (m <= 0 || n <= 0)
+        return;
+    if (k > 0 && alpha != 0.0f && dt__bf16_kernel_for(trans_a, trans_b, m, n, k) == DT__BF16_ONEDNN &&
+        dt__bf16_dnnl_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
         return;
     dt__bf16_kernel kernel = dt__bf16_kernel_choice();
     if (kernel == DT__BF16_EMULATED || k <= 0 || alpha == 0.0f) {

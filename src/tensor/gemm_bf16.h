@@ -17,15 +17,32 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef enum { DT__BF16_EMULATED = 0, DT__BF16_AVX512 = 1, DT__BF16_AMX = 2 } dt__bf16_kernel;
+typedef enum { DT__BF16_EMULATED = 0, DT__BF16_AVX512 = 1, DT__BF16_AMX = 2, DT__BF16_ONEDNN = 3 } dt__bf16_kernel;
 
-/* The kernel dt_sgemm_bf16_ld runs, chosen once (DT_BF16_GEMM, else the
- * best the CPU and OS allow). */
+/* The own kernel dt_sgemm_bf16_ld runs (DT_BF16_GEMM when it names one, else
+ * the best the CPU and OS allow), chosen once: what every shape runs on
+ * unless dt__bf16_kernel_for sends it to oneDNN. */
 dt__bf16_kernel dt__bf16_kernel_choice(void);
+/* The path of one product: oneDNN (DT_BF16_GEMM=onednn, or auto where the
+ * table in gemm_bf16_cpu.c says oneDNN wins), else dt__bf16_kernel_choice(). */
+dt__bf16_kernel dt__bf16_kernel_for(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k);
 const char *dt__bf16_kernel_name(dt__bf16_kernel k);
-/* Whether this CPU (and, for AMX, the OS) can run k; *why (may be NULL) gets
- * the reason when not.  Asking about AMX requests the permission once. */
+/* Whether this CPU (and, for AMX, the OS; for oneDNN, the build) can run k;
+ * *why (may be NULL) gets the reason when not.  Asking about AMX requests
+ * the permission once. */
 bool dt__bf16_kernel_available(dt__bf16_kernel k, const char **why);
+
+/* Whether the own kernels sum k in 512-deep slices, carried in a buffer
+ * between them (k > 512 and op(B)'s n columns, packed, exceed a 1 MiB panel):
+ * the shapes where they lose to oneDNN when A is not transposed. */
+bool dt__bf16_native_slices(int64_t n, int64_t k);
+
+/* The oneDNN path (gemm_bf16_dnnl.c): whether this build has oneDNN, and
+ * the product itself, dt_sgemm_bf16_ld's contract; false (a warning once, C
+ * untouched) when oneDNN refuses it, and the caller runs its own kernel. */
+bool dt__bf16_dnnl_built(void);
+bool dt__bf16_dnnl_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                        int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
 /* One operand as stored: element (r, c) of op(X) is x[r * ld + c], or
  * x[c * ld + r] when trans. */

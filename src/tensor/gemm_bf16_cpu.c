@@ -1,8 +1,11 @@
 /* Which bf16 GEMM kernel this process runs: AMX where the CPU has it and the
  * kernel grants the tile state, else AVX512_BF16's dot products, else the
- * emulation (inputs rounded to bf16, then the f32 GEMM).  DT_BF16_GEMM forces
- * one; a forced kernel the machine cannot run is refused with a warning, and
- * the emulation runs instead.  The choice is made once per process. */
+ * emulation (inputs rounded to bf16, then the f32 GEMM); and, shape by shape,
+ * oneDNN's matmul where a table of measurements says it beats them.
+ * DT_BF16_GEMM forces one (native: the own kernel alone); a forced kernel the
+ * machine cannot run is refused with a warning, and the emulation runs
+ * instead.  The choice is made once per process, and the table is a fixed
+ * rule of the shape, so the same run gives the same bits every time. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -23,7 +26,8 @@
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 /* Set once under `once`, read-only after. */
 static struct {
-    dt__bf16_kernel chosen;
+    dt__bf16_kernel chosen; /* the own kernel */
+    bool onednn_all, table; /* every shape to oneDNN (forced); auto: the table decides */
     bool amx, avx512;
     char amx_why[160];
     const char *avx512_why;
@@ -65,9 +69,13 @@ static void detect_amx(void)
 
 static bool available(dt__bf16_kernel k, const char **why)
 {
-    bool ok = k == DT__BF16_EMULATED || (k == DT__BF16_AVX512 && cpu.avx512) || (k == DT__BF16_AMX && cpu.amx);
+    bool ok = k == DT__BF16_EMULATED || (k == DT__BF16_AVX512 && cpu.avx512) || (k == DT__BF16_AMX && cpu.amx) ||
+              (k == DT__BF16_ONEDNN && dt__bf16_dnnl_built());
     if (why)
-        *why = ok ? NULL : k == DT__BF16_AMX ? cpu.amx_why : cpu.avx512_why;
+        *why = ok                    ? NULL
+               : k == DT__BF16_AMX    ? cpu.amx_why
+               : k == DT__BF16_ONEDNN ? "this build has no oneDNN (libdnnl-dev)"
+                                      : cpu.avx512_why;
     return ok;
 }
 
@@ -85,13 +93,21 @@ static void choose(void)
     dt__bf16_kernel best = cpu.amx ? DT__BF16_AMX : cpu.avx512 ? DT__BF16_AVX512 : DT__BF16_EMULATED;
     const char *want = dt__env_str("DT_BF16_GEMM");
     cpu.chosen = best;
+    /* the table's measurements are of AVX512_BF16 against oneDNN's brgemm
+     * on the same instructions; AMX keeps its own kernel */
+    cpu.table = best == DT__BF16_AVX512 && dt__bf16_dnnl_built();
     if (!want || strcmp(want, "auto") == 0)
         return;
-    for (int k = DT__BF16_EMULATED; k <= DT__BF16_AMX; k++) {
+    cpu.table = false;
+    if (strcmp(want, "native") == 0)
+        return;
+    for (int k = DT__BF16_EMULATED; k <= DT__BF16_ONEDNN; k++) {
         if (strcmp(want, dt__bf16_kernel_name((dt__bf16_kernel)k)) != 0)
             continue;
         const char *why = NULL;
-        if (available((dt__bf16_kernel)k, &why)) {
+        if (k == DT__BF16_ONEDNN && available(DT__BF16_ONEDNN, &why)) {
+            cpu.onednn_all = true; /* the own kernel stays the best, for what oneDNN refuses */
+        } else if (available((dt__bf16_kernel)k, &why)) {
             cpu.chosen = (dt__bf16_kernel)k;
         } else {
             DT_WARN("DT_BF16_GEMM=%s refused: %s; the bf16 GEMM runs emulated", want, why);
@@ -99,7 +115,8 @@ static void choose(void)
         }
         return;
     }
-    DT_WARN("DT_BF16_GEMM=%s is not a kernel (auto, amx, avx512_bf16 or emulated); the bf16 GEMM runs emulated", want);
+    DT_WARN("DT_BF16_GEMM=%s is not a kernel (auto, native, onednn, amx, avx512_bf16 or emulated); the bf16 GEMM "
+            "runs emulated", want);
     cpu.chosen = DT__BF16_EMULATED;
 }
 
@@ -117,7 +134,41 @@ bool dt__bf16_kernel_available(dt__bf16_kernel k, const char **why)
 
 const char *dt__bf16_kernel_name(dt__bf16_kernel k)
 {
-    return k == DT__BF16_AMX ? "amx" : k == DT__BF16_AVX512 ? "avx512_bf16" : "emulated";
+    return k == DT__BF16_AMX      ? "amx"
+           : k == DT__BF16_AVX512 ? "avx512_bf16"
+           : k == DT__BF16_ONEDNN ? "onednn"
+                                  : "emulated";
 }
 
-const char *dt_bf16_gemm_kernel(void) { return dt__bf16_kernel_name(dt__bf16_kernel_choice()); }
+/* The table (auto, AVX512_BF16 CPUs with oneDNN): which products go to
+ * oneDNN.  From bench/kernels/gemm_bf16 and CPU time per call on an AMD EPYC
+ * (Zen 5, AVX512_BF16, no AMX; docs/engine.md has the figures): oneDNN's
+ * brgemm, the bf16 copies of its inputs included, is 1.11-1.15x the own
+ * kernel where that one slices k through a buffer with A not transposed
+ * (gpt-small's fc2 forward and fc1 input gradient, k = 1536, n = 384); on
+ * the other shapes it is 0.92-1.02x (the dW products, k = 2048, included),
+ * and 0.7x on attention's small ones.  A rule of the shape alone: the same
+ * path, and so the same bits, at every thread count. */
+static bool table_onednn(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k)
+{
+    (void)trans_b;
+    return !trans_a && (double)m * (double)n * (double)k >= (double)(1 << 22) && dt__bf16_native_slices(n, k);
+}
+
+dt__bf16_kernel dt__bf16_kernel_for(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k)
+{
+    pthread_once(&once, choose);
+    if (cpu.onednn_all || (cpu.table && table_onednn(trans_a, trans_b, m, n, k)))
+        return DT__BF16_ONEDNN;
+    return cpu.chosen;
+}
+
+const char *dt_bf16_gemm_kernel(void)
+{
+    pthread_once(&once, choose);
+    if (cpu.onednn_all)
+        return "onednn";
+    if (cpu.table)
+        return cpu.chosen == DT__BF16_AMX ? "onednn+amx" : "onednn+avx512_bf16";
+    return dt__bf16_kernel_name(cpu.chosen);
+}

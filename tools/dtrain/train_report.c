@@ -97,9 +97,13 @@ void train_report_start(const train_run *t, int64_t nparams)
             dtrain_progress_line("precision: bf16 emulated: this CPU has neither AMX nor AVX512_BF16 (or the "
                                  "kernel refused them), so the matrix products round their operands to bf16 "
                                  "and run at f32 speed; weights, gradients and optimizer state stay f32\n");
-        else
+        else /* kern: one kernel, or oneDNN for some shapes and a kernel for the rest ("onednn+avx512_bf16") */
             dtrain_progress_line("precision: bf16 matrix products on %s (f32 sums); weights, gradients and "
-                                 "optimizer state f32\n", !strcmp(kern, "amx") ? "AMX tiles" : "AVX512_BF16");
+                                 "optimizer state f32; bf16 gemm: %s\n",
+                                 strstr(kern, "amx")           ? "AMX tiles"
+                                 : strstr(kern, "avx512_bf16") ? "AVX512_BF16"
+                                                               : "oneDNN",
+                                 kern);
     }
 }
 
