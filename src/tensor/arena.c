@@ -144,6 +144,18 @@ bool dt_arena_since(const dt_arena *a, dt_arena_mark m, const void *p)
     return false;
 }
 
+dt_arena_mark dt__arena_later(const dt_arena *a, dt_arena_mark x, dt_arena_mark y)
+{
+    if (!x.chunk || !y.chunk)
+        return x.chunk ? x : y;
+    if (x.chunk == y.chunk)
+        return x.used >= y.used ? x : y;
+    for (const chunk *c = a->chunks; c; c = c->next) /* the one met first is the earlier */
+        if (c == x.chunk || c == y.chunk)
+            return c == x.chunk ? y : x;
+    return x;
+}
+
 size_t dt_arena_peak_bytes(const dt_arena *a) { return a->peak; }
 
 void dt_arena_reset_peak(dt_arena *a) { a->peak = a->in_use; }

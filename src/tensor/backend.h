@@ -160,6 +160,8 @@ typedef struct dt_compute_ops {
  * writes, on an arena whose memory is a device's (dt_arena_create_on); the
  * arena itself (dt_arena_alloc) on the host's. */
 void *dt__arena_host(dt_arena *a, int64_t count);
+/* The later of two positions in the arena (a mark of {NULL, 0} is its start). */
+dt_arena_mark dt__arena_later(const dt_arena *a, dt_arena_mark x, dt_arena_mark y);
 
 /* The cpu backend (always built) and the cuda backend (NULL in a build
  * without DT_CUDA). */
