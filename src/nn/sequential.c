@@ -243,6 +243,10 @@ dt_status dt_sequential_append(dt_layer *seq, dt_layer *l)
         S->cap = cap;
     }
     S->recompute[S->n] = false;
+    /* a linear's or conv2d's output is read by the next layer alone (their
+     * backward reads their input): a ReLU there can overwrite it */
+    if (S->n > 0 && (!strcmp(S->items[S->n - 1]->ops->kind, "linear") || !strcmp(S->items[S->n - 1]->ops->kind, "conv2d")))
+        dt__relu_set_in_place(l);
     S->items[S->n++] = l;
     return DT_OK;
 }

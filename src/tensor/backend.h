@@ -110,7 +110,7 @@ typedef struct dt_compute_ops {
     /* GELU, tanh approximation; t keeps tanh(sqrt(2/pi)(x + 0.044715 x^3)) for the backward. */
     void (*gelu_fwd)(float *y, float *t, const float *x, int64_t n);
     void (*gelu_bwd)(float *dx, const float *dy, const float *x, const float *t, int64_t n);
-    void (*relu_fwd)(float *y, const float *x, int64_t n);
+    void (*relu_fwd)(float *y, const float *x, int64_t n); /* y may be x (in place) */
     void (*relu_bwd)(float *dx, const float *dy, const float *x, int64_t n);
     /* Dropout's keyed mask: element i (of a [.., slice] view of a tensor whose
      * whole rows are `whole` long, this part starting at `first`; slice =
