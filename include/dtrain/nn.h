@@ -234,7 +234,8 @@ typedef struct {
      * gradient down there, and a residual does the same for its branch.  The
      * arena must be this context's alone (no other context's activations
      * above this one's), and the gradient handed to dt_model_backward is
-     * dead after it (the output too).  `keep`: nothing below it is freed
+     * dead after it (the output too).  Without training (inference) a
+     * sequence keeps only each child's output.  `keep`: nothing below it is freed
      * (a residual protects its dy there while its branch runs backward);
      * zero-initialised, the arena's start. */
     bool reclaim;

@@ -114,14 +114,20 @@ static dt_status seq_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_te
     for (int i = 0; s == DT_OK && i < S->n; i++) {
         dt_tensor next = {0};
         dt_layer *c = S->items[i];
+        dt_arena_mark began = dt_arena_get_mark(ctx->arena);
+        dt_saved *below = ctx->saved;
         if (reclaim)
-            marks[i] = dt_arena_get_mark(ctx->arena);
+            marks[i] = began;
         s = hook(S, DT_BEFORE_FORWARD, i, ctx);
         if (s == DT_OK)
             s = S->recompute[i] && ctx->training ? forward_recomputed(c, ctx, &cur, &next)
                                                  : c->ops->forward(c, ctx, &cur, &next);
         if (s == DT_OK)
             s = hook(S, DT_AFTER_FORWARD, i, ctx);
+        if (s == DT_OK && ctx->reclaim && !ctx->training) { /* inference: only the output lives on */
+            ctx->saved = below; /* what the child saved is freed with the rest */
+            s = keep_only(ctx, dt__arena_later(ctx->arena, began, ctx->keep), &next, c->name);
+        }
         cur = next;
     }
     seq_marks *r = s == DT_OK && reclaim ? dt__ctx_push(ctx, l, sizeof *r + (size_t)S->n * sizeof *marks) : NULL;

@@ -2,6 +2,7 @@
  * aligned and never move, and reset keeps the chunks for the next step.  An
  * arena on a device (dt_arena_create_on) takes its chunks from the device's
  * backend; the bookkeeping stays on the host. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,8 +16,10 @@
 typedef struct chunk {
     struct chunk *next;
     size_t size, used;
+    size_t high; /* the most of it ever handed out: the pages it has touched */
     unsigned char *mem;
 } chunk;
+
 
 struct dt_arena {
     const dt_compute_ops *ops; /* NULL: host memory (malloc) */
@@ -24,6 +27,19 @@ struct dt_arena {
     chunk *chunks, *current;
     size_t in_use, peak; /* bytes handed out (alignment included), and the most at once */
 };
+
+/* The host chunks' `high`s over every arena of the process: what the
+ * arenas add to its resident set (dt_arena_host_touched_bytes). */
+static _Atomic size_t host_touched;
+
+static void note_high(const dt_arena *a, chunk *c)
+{
+    if (c->used > c->high) {
+        if (!a->ops)
+            atomic_fetch_add_explicit(&host_touched, c->used - c->high, memory_order_relaxed);
+        c->high = c->used;
+    }
+}
 
 static void note_alloc(dt_arena *a, size_t bytes)
 {
@@ -57,6 +73,7 @@ float *dt_arena_alloc(dt_arena *a, int64_t count)
             a->current = c;
             float *p = (float *)(c->mem + c->used);
             c->used += bytes;
+            note_high(a, c);
             note_alloc(a, bytes);
             return p;
         }
@@ -69,6 +86,7 @@ float *dt_arena_alloc(dt_arena *a, int64_t count)
     }
     c->size = size;
     c->used = bytes;
+    note_high(a, c);
     /* append after the current chunk so earlier chunks are reused first next step */
     if (!a->chunks) {
         a->chunks = c;
@@ -158,6 +176,8 @@ dt_arena_mark dt__arena_later(const dt_arena *a, dt_arena_mark x, dt_arena_mark 
 
 size_t dt_arena_peak_bytes(const dt_arena *a) { return a->peak; }
 
+size_t dt_arena_host_touched_bytes(void) { return atomic_load_explicit(&host_touched, memory_order_relaxed); }
+
 void dt_arena_reset_peak(dt_arena *a) { a->peak = a->in_use; }
 
 size_t dt_arena_bytes_in_use(const dt_arena *a)
@@ -175,10 +195,12 @@ void dt_arena_destroy(dt_arena *a)
     dt_arena_destroy(a->host);
     for (chunk *c = a->chunks; c;) {
         chunk *n = c->next;
-        if (a->ops)
+        if (a->ops) {
             a->ops->free(c->mem);
-        else
+        } else {
             free(c->mem);
+            atomic_fetch_sub_explicit(&host_touched, c->high, memory_order_relaxed);
+        }
         free(c);
         c = n;
     }

@@ -45,7 +45,8 @@ static void cache_path(const dtrain_config *c, int64_t samples, char *path, size
     cJSON *j = dtrain_model_config_json(c);
     char *text = j ? cJSON_PrintUnformatted(j) : NULL;
     cpu_model(cpu, sizeof cpu);
-    snprintf(key, sizeof key, "|v2|%lld|%d|%s|%s|%s|", (long long)samples, dt_get_threads(), c->optimizer,
+    /* v3: act_bytes what a block's forward keeps (issue 48: backward frees as it goes) */
+    snprintf(key, sizeof key, "|v3|%lld|%d|%s|%s|%s|", (long long)samples, dt_get_threads(), c->optimizer,
              c->precision, cpu);
     uint64_t h = fnv(fnv(1469598103934665603ULL, text ? text : c->model), key);
     free(text);
