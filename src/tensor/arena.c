@@ -3,6 +3,7 @@
  * arena on a device (dt_arena_create_on) takes its chunks from the device's
  * backend; the bookkeeping stays on the host. */
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,6 +173,29 @@ dt_arena_mark dt__arena_later(const dt_arena *a, dt_arena_mark x, dt_arena_mark 
         if (c == x.chunk || c == y.chunk)
             return c == x.chunk ? y : x;
     return x;
+}
+
+size_t dt__arena_gap(const dt_arena *a, dt_arena_mark m, const void *p)
+{
+    const unsigned char *b = p;
+    const chunk *c = m.chunk ? m.chunk : a->chunks;
+    size_t from = m.chunk ? m.used : 0;
+    return c && b >= c->mem + from && b < c->mem + c->size ? (size_t)(b - (c->mem + from)) : SIZE_MAX;
+}
+
+bool dt__arena_mark_after(const dt_arena *a, const void *p, size_t bytes, dt_arena_mark *out)
+{
+    const unsigned char *b = p;
+    size_t rounded = (bytes + ALIGN - 1) / ALIGN * ALIGN;
+    for (const chunk *c = a->chunks; c; c = c->next)
+        if (b >= c->mem && b < c->mem + c->size) {
+            size_t end = (size_t)(b - c->mem) + rounded;
+            if (end > c->used) /* not handed out whole: no mark inside it */
+                return false;
+            *out = (dt_arena_mark){c, end};
+            return true;
+        }
+    return false;
 }
 
 size_t dt_arena_peak_bytes(const dt_arena *a) { return a->peak; }

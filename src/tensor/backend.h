@@ -162,6 +162,12 @@ typedef struct dt_compute_ops {
 void *dt__arena_host(dt_arena *a, int64_t count);
 /* The later of two positions in the arena (a mark of {NULL, 0} is its start). */
 dt_arena_mark dt__arena_later(const dt_arena *a, dt_arena_mark x, dt_arena_mark y);
+/* The bytes between mark m and p when p lies in m's chunk at or after it,
+ * else SIZE_MAX. */
+size_t dt__arena_gap(const dt_arena *a, dt_arena_mark m, const void *p);
+/* The mark right after [p, p + bytes) (bytes rounded up as the arena rounds
+ * its allocations), when that lies in one chunk and was handed out. */
+bool dt__arena_mark_after(const dt_arena *a, const void *p, size_t bytes, dt_arena_mark *out);
 
 /* The cpu backend (always built) and the cuda backend (NULL in a build
  * without DT_CUDA). */
