@@ -23,7 +23,7 @@ check() {
     local line
     line=$(grep -o "memory accounted on rank 0: .*" "$1" | head -1)
     [ -n "$line" ] || { cat "$1"; fail "$2: no accounting line"; }
-    awk -v line="$line" -v label="$2" -v quick="${QUICK:-0}" 'BEGIN {
+    awk -v line="$line" -v label="$2" -v quick="${QUICK:-${DT_TEST_QUICK:-0}}" 'BEGIN {
         if (!match(line, /peak RSS [0-9.]+ MiB/)) { print label ": no peak in: " line; exit 1 }
         peak = substr(line, RSTART + 9, RLENGTH - 13) + 0
         if (!match(line, /= [0-9.]+ MiB \(/)) { print label ": no sum in: " line; exit 1 }
