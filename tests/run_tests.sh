@@ -98,6 +98,7 @@ run engine/dtrain-cli 300 tests/cases/dtrain_cli.sh
 run plan/choice-valid-and-predicted 300 tests/cases/plan.sh
 run plan/auto-under-memory-cap 300 tests/cases/plan_cgroup.sh
 run engine/dtrain-recompute-bitwise 200 tests/cases/dtrain_recompute.sh
+run engine/memory-accounting 200 tests/cases/memory_accounting.sh
 run engine/dtrain-bf16-convergence 300 tests/cases/dtrain_bf16.sh
 run engine/device-emu-equals-cpu 300 tests/cases/device_emu.sh
 run engine/device-strategies-emu-equals-cpu 240 tests/cases/device_strategies.sh

@@ -2,7 +2,7 @@
 """PyTorch side of bench/train/run.sh: the same models, data and optimizer
 settings as dtrain's configs, timed the same way.
 
-usage: torch_train.py gpt-mini|gpt-small|mlp|cnn THREADS STEPS [--bf16]
+usage: torch_train.py gpt-mini|gpt-small|mlp|cnn THREADS STEPS [--bf16] [--batch=N]
 prints two lines:
   settings {json}: what this process runs, read back after importing torch:
     OpenBLAS's kernel set (openblas_get_corename), its thread count and build
@@ -13,6 +13,10 @@ prints two lines:
     or samples (mlp, cnn); the first 5 steps are warm-up.
 --bf16 runs forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)
 (the parameters, their gradients and AdamW stay f32), dtrain's precision=bf16.
+--batch=N replaces the batch size (16 sequences, 128 images) and adds a third
+line, "train_peak_kib N": the most resident memory while training (the kernel's
+high-water mark, reset once the data and the model are ready), for
+bench/train/memory.sh.
 """
 import ctypes
 import gzip
@@ -93,6 +97,7 @@ def settings():
 def main():
     kind, threads, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     bf16 = "--bf16" in sys.argv[4:]
+    batch = next((int(a.split("=", 1)[1]) for a in sys.argv[4:] if a.startswith("--batch=")), None)
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)  # no inter-op parallelism in a training step; dtrain has none either
     print("settings " + json.dumps(dict(settings(), bf16=bf16)), flush=True)
@@ -102,18 +107,21 @@ def main():
         model = GPT(256, 128, layers, heads, dim)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
         text = fortunes()
-        B, T = 16, 128
+        B, T = batch or 16, 128
         windows = (len(text) - 1) // T
         per = B * T
     else:
         model = MLP([784, 256, 256, 10]) if kind == "mlp" else CNN()
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         x_all, y_all = fashion("train")
-        B = 128
+        B = batch or 128
         per = B
     g = torch.Generator().manual_seed(1)
     t0 = None
     loss = float("nan")
+    if batch:  # the high-water mark from here on (Linux: "5" resets VmHWM)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
     for step in range(steps + 5):
         if step == 5:
             t0 = time.perf_counter()
@@ -135,6 +143,9 @@ def main():
         loss = l.item()
     rate = steps * per / (time.perf_counter() - t0)
     print(f"{kind} {threads} {rate:.1f} {loss:.4f}")
+    if batch:
+        hwm = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+        print(f"train_peak_kib {hwm}")
 
 
 if __name__ == "__main__":

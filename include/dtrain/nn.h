@@ -233,6 +233,18 @@ typedef struct {
      * [row0, row0 + its rows); dropout keys its masks by the micro-batch's
      * rows, so the copies draw what the whole micro-batch draws. */
     int64_t row0;
+    /* Free activations as backward goes (false: the arena only grows until
+     * its reset): a sequence rewinds the arena to where each child's forward
+     * began once that child's backward is done, moving the child's input
+     * gradient down there, and a residual does the same for its branch.  The
+     * arena must be this context's alone (no other context's activations
+     * above this one's), and the gradient handed to dt_model_backward is
+     * dead after it (the output too).  Without training (inference) a
+     * sequence keeps only each child's output.  `keep`: nothing below it is freed
+     * (a residual protects its dy there while its branch runs backward);
+     * zero-initialised, the arena's start. */
+    bool reclaim;
+    dt_arena_mark keep;
 } dt_ctx;
 /* Number of records on a context's stack (0 once every backward has run). */
 int dt_ctx_saved_depth(const dt_ctx *ctx);

@@ -94,6 +94,11 @@ size_t dt_arena_bytes_in_use(const dt_arena *a);
  * activation memory a step needed (what recomputation saves). */
 size_t dt_arena_peak_bytes(const dt_arena *a);
 void dt_arena_reset_peak(dt_arena *a);
+/* Over every host arena of the process (device arenas not counted): the
+ * bytes their chunks have ever handed out, which is what the arenas add to
+ * the resident set (a chunk's pages stay once touched, through resets and
+ * rewinds, until the arena is destroyed). */
+size_t dt_arena_host_touched_bytes(void);
 void dt_arena_destroy(dt_arena *a);
 /* Companion k (0 <= k < DT_ARENA_COMPANIONS) of a: an arena on a's device,
  * created on the first call, reset and destroyed with a, whose bytes count

@@ -13,6 +13,7 @@
 typedef struct {
     dt_layer base;
     int gelu;
+    bool in_place; /* relu: writes its output over its input (dt__relu_set_in_place) */
 } act;
 
 typedef struct {
@@ -27,9 +28,9 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     act_saved *sv = DT_SAVE(ctx, l, act_saved);
     if (!sv)
         return DT_ERR_NOMEM;
-    sv->x = *x;
+    sv->x = *x; /* in place: x's memory holds the output, positive exactly where x was */
     *y = *x;
-    y->data = dt_arena_alloc(ctx->arena, n);
+    y->data = A->in_place ? x->data : dt_arena_alloc(ctx->arena, n);
     sv->tanh_u = A->gelu ? dt_arena_alloc(ctx->arena, n) : NULL;
     if (!y->data || (A->gelu && !sv->tanh_u))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
@@ -80,6 +81,12 @@ static dt_status create(const char *name, int gelu, dt_layer **l)
 }
 
 dt_status dt_relu_create(const char *name, dt_layer **l) { return create(name, 0, l); }
+
+void dt__relu_set_in_place(dt_layer *l)
+{
+    if (l && l->ops == &relu_ops)
+        ((act *)l)->in_place = true;
+}
 dt_status dt_gelu_create(const char *name, dt_layer **l) { return create(name, 1, l); }
 
 void dt_residual_add(const dt_tensor *a, const dt_tensor *b, dt_tensor *y)

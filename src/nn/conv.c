@@ -181,7 +181,7 @@ static dt_status conv_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_t
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     if (dt__conv_dnnl_enabled()) {
         dt__conv_shape cs = {N, L->cin, L->cout, L->k, L->pad, H, W, ctx->compute == DT_BF16};
-        return dt__conv_dnnl_forward(&L->dnnl, l->name, &cs, x->data, dt_param_value(ctx->params, L->w),
+        return dt__conv_dnnl_forward(&L->dnnl, l->name, &cs, ctx->arena, x->data, dt_param_value(ctx->params, L->w),
                                      dt_param_value(ctx->params, L->b), y->data);
     }
     conv_job j = {.n = N, .cin = L->cin, .cout = L->cout, .k = L->k, .pad = L->pad, .h = H, .w = W, .oh = OH,
@@ -284,7 +284,7 @@ static dt_status conv_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt
     }
     if (dt__conv_dnnl_enabled()) {
         dt__conv_shape cs = {N, L->cin, L->cout, L->k, L->pad, H, W, ctx->compute == DT_BF16};
-        dt_status s = dt__conv_dnnl_backward(&L->dnnl, l->name, &cs, j.x, j.wt, j.dy, j.dx, j.dw_part, j.db_part);
+        dt_status s = dt__conv_dnnl_backward(&L->dnnl, l->name, &cs, ctx->arena, j.x, j.wt, j.dy, j.dx, j.dw_part, j.db_part);
         if (s != DT_OK)
             return s;
     } else {

@@ -47,17 +47,17 @@ bool dt__conv_dnnl_enabled(void)
 
 #ifndef DT_HAVE_DNNL
 
-dt_status dt__conv_dnnl_forward(dt__conv_dnnl **cache, const char *name, const dt__conv_shape *s, const float *x,
-                                const float *w, const float *b, float *y)
+dt_status dt__conv_dnnl_forward(dt__conv_dnnl **cache, const char *name, const dt__conv_shape *s, dt_arena *tmp,
+                                const float *x, const float *w, const float *b, float *y)
 {
-    (void)cache, (void)s, (void)x, (void)w, (void)b, (void)y;
+    (void)cache, (void)s, (void)tmp, (void)x, (void)w, (void)b, (void)y;
     return dt__fail(DT_ERR_INTERNAL, "%s: this build has no oneDNN", name);
 }
 
-dt_status dt__conv_dnnl_backward(dt__conv_dnnl **cache, const char *name, const dt__conv_shape *s, const float *x,
-                                 const float *w, const float *dy, float *dx, float *dw, float *db)
+dt_status dt__conv_dnnl_backward(dt__conv_dnnl **cache, const char *name, const dt__conv_shape *s, dt_arena *tmp,
+                                 const float *x, const float *w, const float *dy, float *dx, float *dw, float *db)
 {
-    (void)cache, (void)s, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)db;
+    (void)cache, (void)s, (void)tmp, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)db;
     return dt__fail(DT_ERR_INTERNAL, "%s: this build has no oneDNN", name);
 }
 
@@ -81,11 +81,14 @@ enum { M_X, M_W, M_B, M_Y, M_DX, M_DW, M_DB, M_DY, M_COUNT };
  * and the like, for which it has direct kernels; on plain NCHW it runs
  * im2col + its GEMM, 1.3x slower on the cnn); where that differs from
  * the plain tensor, a reorder converts on the way in (or out) through a
- * buffer that oneDNN allocates once. */
+ * buffer: the weights' allocated once by oneDNN, the activations' (x, y, dy,
+ * dx: batch-sized, several per layer) taken from the caller's arena for the
+ * call only. */
 typedef struct {
     int role;                 /* M_* */
     dnnl_memory_t inner;      /* the primitive's layout; NULL: the caller's memory itself */
     dnnl_primitive_t reorder; /* plain -> inner for inputs, inner -> plain for outputs */
+    size_t bytes;             /* > 0: inner's buffer comes from the arena (an activation's) */
 } conv_port;
 
 enum { P_FWD_X, P_FWD_W, P_FWD_Y, P_BWW_X, P_BWW_DY, P_BWW_DW, P_BWD_DY, P_BWD_W, P_BWD_DX, P_COUNT };
@@ -198,7 +201,9 @@ static dt_status port_init(conv_entry *e, const char *name, int p, int role, con
     DNNL_TRY(dnnl_memory_get_memory_desc(e->mem[role], &plain));
     if (dnnl_memory_desc_equal(plain, inner))
         return DT_OK;
-    DNNL_TRY(dnnl_memory_create(&port->inner, inner, engine, DNNL_MEMORY_ALLOCATE));
+    bool activation = role != M_W && role != M_DW;
+    DNNL_TRY(dnnl_memory_create(&port->inner, inner, engine, activation ? DNNL_MEMORY_NONE : DNNL_MEMORY_ALLOCATE));
+    port->bytes = activation ? dnnl_memory_desc_get_size(inner) : 0;
     DNNL_TRY(output ? dnnl_reorder_primitive_desc_create(&rpd, inner, engine, plain, engine, NULL)
                     : dnnl_reorder_primitive_desc_create(&rpd, plain, engine, inner, engine, NULL));
     DNNL_TRY(dnnl_primitive_create(&port->reorder, rpd));
@@ -376,22 +381,50 @@ fail:
     return status;
 }
 
-dt_status dt__conv_dnnl_forward(dt__conv_dnnl **cache, const char *name, const dt__conv_shape *s, const float *x,
-                                const float *w, const float *b, float *y)
+static dt_status backward_bound(dt__conv_dnnl *c, conv_entry *e, const char *name, dt_arena *tmp, const float *x,
+                                const float *w, const float *dy, float *dx, float *dw, float *db);
+
+/* Point the activation ports first..last at temporaries of the arena (the
+ * caller rewinds to a mark taken before). */
+static dt_status ports_bind(conv_entry *e, const char *name, dt_arena *tmp, int first, int last)
+{
+    dt_status status = DT_OK;
+    for (int p = first; p <= last; p++) {
+        conv_port *port = &e->port[p];
+        if (!port->inner || !port->bytes)
+            continue;
+        float *mem = dt_arena_alloc(tmp, (int64_t)((port->bytes + sizeof(float) - 1) / sizeof(float)));
+        if (!mem)
+            return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory for oneDNN's %zu-byte buffer", name,
+                            port->bytes);
+        DNNL_TRY(dnnl_memory_set_data_handle(port->inner, mem));
+    }
+    return DT_OK;
+fail:
+    return status;
+}
+
+dt_status dt__conv_dnnl_forward(dt__conv_dnnl **cache, const char *name, const dt__conv_shape *s, dt_arena *tmp,
+                                const float *x, const float *w, const float *b, float *y)
 {
     conv_entry *e;
     dt_status status = entry_get(cache, name, s, &e);
     if (status != DT_OK)
         return status;
+    dt_arena_mark mark = dt_arena_get_mark(tmp);
     conv_arg a[] = {{DNNL_ARG_SRC, P_FWD_X, M_X, x, IN},
                     {DNNL_ARG_WEIGHTS, P_FWD_W, M_W, w, IN},
                     {DNNL_ARG_BIAS, -1, M_B, b, IN},
                     {DNNL_ARG_DST, P_FWD_Y, M_Y, y, OUT}};
-    return run(*cache, e, name, "dnnl_primitive_execute(convolution forward)", e->fwd, a, 4);
+    status = ports_bind(e, name, tmp, P_FWD_X, P_FWD_Y);
+    if (status == DT_OK)
+        status = run(*cache, e, name, "dnnl_primitive_execute(convolution forward)", e->fwd, a, 4);
+    dt_arena_rewind(tmp, mark);
+    return status;
 }
 
-dt_status dt__conv_dnnl_backward(dt__conv_dnnl **cache, const char *name, const dt__conv_shape *s, const float *x,
-                                 const float *w, const float *dy, float *dx, float *dw, float *db)
+dt_status dt__conv_dnnl_backward(dt__conv_dnnl **cache, const char *name, const dt__conv_shape *s, dt_arena *tmp,
+                                 const float *x, const float *w, const float *dy, float *dx, float *dw, float *db)
 {
     conv_entry *e;
     dt_status status = entry_get(cache, name, s, &e);
@@ -399,18 +432,30 @@ dt_status dt__conv_dnnl_backward(dt__conv_dnnl **cache, const char *name, const 
         status = entry_backward(e, name, s);
     if (status != DT_OK)
         return status;
+    dt_arena_mark mark = dt_arena_get_mark(tmp);
+    status = backward_bound(*cache, e, name, tmp, x, w, dy, dx, dw, db);
+    dt_arena_rewind(tmp, mark);
+    return status;
+}
+
+static dt_status backward_bound(dt__conv_dnnl *c, conv_entry *e, const char *name, dt_arena *tmp, const float *x,
+                                const float *w, const float *dy, float *dx, float *dw, float *db)
+{
+    dt_status status = ports_bind(e, name, tmp, P_BWW_X, dx ? P_BWD_DX : P_BWW_DW);
+    if (status != DT_OK)
+        return status;
     conv_arg wa[] = {{DNNL_ARG_SRC, P_BWW_X, M_X, x, IN},
                      {DNNL_ARG_DIFF_DST, P_BWW_DY, M_DY, dy, IN},
                      {DNNL_ARG_DIFF_WEIGHTS, P_BWW_DW, M_DW, dw, OUT},
                      {DNNL_ARG_DIFF_BIAS, -1, M_DB, db, OUT}};
-    status = run(*cache, e, name, "dnnl_primitive_execute(convolution backward weights)", e->bwd_weights, wa, 4);
+    status = run(c, e, name, "dnnl_primitive_execute(convolution backward weights)", e->bwd_weights, wa, 4);
     if (status != DT_OK || !dx)
         return status;
     conv_arg da[] = {e->dy_shared ? (conv_arg){DNNL_ARG_DIFF_DST, P_BWW_DY, M_DY, dy, CONVERTED}
                                   : (conv_arg){DNNL_ARG_DIFF_DST, P_BWD_DY, M_DY, dy, IN},
                      {DNNL_ARG_WEIGHTS, P_BWD_W, M_W, w, IN},
                      {DNNL_ARG_DIFF_SRC, P_BWD_DX, M_DX, dx, OUT}};
-    return run(*cache, e, name, "dnnl_primitive_execute(convolution backward data)", e->bwd_data, da, 3);
+    return run(c, e, name, "dnnl_primitive_execute(convolution backward data)", e->bwd_data, da, 3);
 }
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "dtrain/base.h"
+#include "dtrain/tensor.h"
 
 /* One layer's primitives, cached by input shape (a few entries). */
 typedef struct dt__conv_dnnl dt__conv_dnnl;
@@ -22,15 +23,17 @@ typedef struct {
 bool dt__conv_dnnl_enabled(void);
 
 /* y = conv(x, w) + b.  *cache is created on first use; name is the layer's,
- * for error messages. */
-dt_status dt__conv_dnnl_forward(dt__conv_dnnl **cache, const char *name, const dt__conv_shape *s, const float *x,
-                                const float *w, const float *b, float *y);
+ * for error messages.  The activations in oneDNN's own layouts (reordered
+ * x, y, dy, dx) are temporaries of `tmp`, freed again before the call
+ * returns: nothing activation-sized stays with the cache. */
+dt_status dt__conv_dnnl_forward(dt__conv_dnnl **cache, const char *name, const dt__conv_shape *s, dt_arena *tmp,
+                                const float *x, const float *w, const float *b, float *y);
 
 /* dw and db are overwritten with this batch's weight and bias gradients
  * (the caller adds them to the accumulated ones); dx, when not NULL, with
  * the input gradient. */
-dt_status dt__conv_dnnl_backward(dt__conv_dnnl **cache, const char *name, const dt__conv_shape *s, const float *x,
-                                 const float *w, const float *dy, float *dx, float *dw, float *db);
+dt_status dt__conv_dnnl_backward(dt__conv_dnnl **cache, const char *name, const dt__conv_shape *s, dt_arena *tmp,
+                                 const float *x, const float *w, const float *dy, float *dx, float *dw, float *db);
 
 void dt__conv_dnnl_free(dt__conv_dnnl *cache);
 

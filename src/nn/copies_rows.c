@@ -93,6 +93,10 @@ dt_status dt__copies_forward(dt__copies *r, int n, dt_layer *child, dt_ctx *ctx,
             sub[k].arena = rs.arena[k];
             sub[k].saved = NULL;
             sub[k].row0 = ctx->row0 + rs.b0[k];
+            /* the copies' arenas are freed whole with their owner's rewind (the sequence around the copied
+             * block frees it after its backward): no reclaim inside a copy, whose marks would be the owner's */
+            sub[k].reclaim = false;
+            sub[k].keep = (dt_arena_mark){0};
         }
         job j = {child, &rs, sub, x, out, false};
         DT_CHECK(dt__copies_run(r, n, forward_copy, &j));
@@ -125,6 +129,8 @@ dt_status dt__copies_backward(dt__copies *r, dt_layer *child, dt_ctx *ctx, const
         sub[k].arena = rs->arena[k];
         sub[k].saved = rs->saved[k];
         sub[k].row0 = ctx->row0 + rs->b0[k];
+        sub[k].reclaim = false; /* as in the forward */
+        sub[k].keep = (dt_arena_mark){0};
     }
     job j = {child, rs, sub, dy, out, need_dx};
     DT_CHECK(dt__copies_run(r, rs->n, backward_copy, &j));

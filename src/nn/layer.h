@@ -47,4 +47,11 @@ static inline dt_status dt__cpu_only(const dt_ctx *ctx, const dt_layer *l)
 /* y = a + b on the context's backend (dt_residual_add's device form). */
 void dt__residual_add(const dt_ctx *ctx, const dt_tensor *a, const dt_tensor *b, dt_tensor *y);
 
+/* A ReLU (other layers: nothing) that overwrites its input with its output,
+ * which its backward reads instead (positive exactly where the input was: the
+ * same gradient bits).  Only for an input that nothing else reads after it:
+ * dt_sequential_append sets it on a ReLU right after a linear or conv2d (whose
+ * outputs nobody keeps). */
+void dt__relu_set_in_place(dt_layer *l);
+
 #endif

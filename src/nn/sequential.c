@@ -54,7 +54,8 @@ static dt_status keep_only(dt_ctx *ctx, dt_arena_mark m, dt_tensor *t, const cha
     float *kept = dt_arena_alloc(ctx->arena, n);
     if (!kept) /* cannot happen: the space was in use a moment ago */
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", who);
-    dt__ops(ctx)->copy(kept, old, (size_t)n * sizeof(float)); /* memmove semantics on every backend */
+    if (kept != old)
+        dt__ops(ctx)->copy(kept, old, (size_t)n * sizeof(float)); /* memmove semantics on every backend */
     t->data = kept;
     return DT_OK;
 }
@@ -112,21 +113,76 @@ static dt_status backward_recomputed(sequential *S, int i, dt_ctx *ctx, const dt
     return keep_only(ctx, m, dx, child->name);
 }
 
+/* With ctx->reclaim a sequence keeps where each child's forward began (a
+ * record pushed after the last child's, so its backward finds it on top). */
+typedef struct {
+    int n;
+    dt_arena_mark at[];
+} seq_marks;
+
+#define LOCAL_MARKS 16 /* children's marks held on the stack; more are malloc'd */
+
 static dt_status seq_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
     sequential *S = (sequential *)l;
     dt_tensor cur = *x;
-    for (int i = 0; i < S->n; i++) {
-        dt_tensor next;
-        DT_CHECK(hook(S, DT_BEFORE_FORWARD, i, ctx));
-        if (S->recompute[i] && ctx->training)
-            DT_CHECK(forward_recomputed(S, i, ctx, &cur, &next));
-        else
-            DT_CHECK(item_forward(S, i, ctx, &cur, &next));
-        DT_CHECK(hook(S, DT_AFTER_FORWARD, i, ctx));
+    bool reclaim = ctx->training && ctx->reclaim;
+    dt_arena_mark local[LOCAL_MARKS], *marks = local;
+    if (reclaim && S->n > LOCAL_MARKS && !(marks = malloc((size_t)S->n * sizeof *marks)))
+        return dt__fail(DT_ERR_NOMEM, "%s: out of memory for %d marks", l->name, S->n);
+    dt_status s = DT_OK;
+    for (int i = 0; s == DT_OK && i < S->n; i++) {
+        dt_tensor next = {0};
+        dt_layer *c = S->items[i];
+        dt_arena_mark began = dt_arena_get_mark(ctx->arena);
+        dt_saved *below = ctx->saved;
+        if (reclaim)
+            marks[i] = began;
+        s = hook(S, DT_BEFORE_FORWARD, i, ctx);
+        if (s == DT_OK)
+            s = S->recompute[i] && ctx->training ? forward_recomputed(S, i, ctx, &cur, &next)
+                                                 : item_forward(S, i, ctx, &cur, &next);
+        if (s == DT_OK)
+            s = hook(S, DT_AFTER_FORWARD, i, ctx);
+        if (s == DT_OK && ctx->reclaim && !ctx->training) { /* inference: only the output lives on */
+            ctx->saved = below; /* what the child saved is freed with the rest */
+            s = keep_only(ctx, dt__arena_later(ctx->arena, began, ctx->keep), &next, c->name);
+        }
         cur = next;
     }
-    *y = cur;
+    seq_marks *r = s == DT_OK && reclaim ? dt__ctx_push(ctx, l, sizeof *r + (size_t)S->n * sizeof *marks) : NULL;
+    if (r) {
+        r->n = S->n;
+        memcpy(r->at, marks, (size_t)S->n * sizeof *marks);
+    } else if (s == DT_OK && reclaim) {
+        s = DT_ERR_NOMEM;
+    }
+    if (marks != local)
+        free(marks);
+    if (s == DT_OK)
+        *y = cur;
+    return s;
+}
+
+/* After child i's backward: free what it and the children after it
+ * allocated since its forward began (not below ctx->keep), keeping its
+ * input gradient d (moved down) when there is one.  Where less is free
+ * below d than d's own size, d stays and only what lies above it is freed:
+ * the move would copy more than it frees, and the next child's reclaim
+ * frees the rest (the cnn's pooling and convolution layers: half the
+ * copies, the same peak within 1%). */
+static dt_status reclaim_after(dt_ctx *ctx, dt_arena_mark began, dt_tensor *d, bool want, const char *who)
+{
+    dt_arena_mark to = dt__arena_later(ctx->arena, began, ctx->keep), end;
+    size_t bytes = want && d->data ? (size_t)dt_tensor_numel(d) * sizeof(float) : 0;
+    if (bytes && dt__arena_gap(ctx->arena, to, d->data) < bytes &&
+        dt__arena_mark_after(ctx->arena, d->data, bytes, &end)) {
+        dt_arena_rewind(ctx->arena, end);
+        return DT_OK;
+    }
+    if (want)
+        return keep_only(ctx, to, d, who);
+    dt_arena_rewind(ctx->arena, to);
     return DT_OK;
 }
 
@@ -140,20 +196,38 @@ static dt_status seq_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_
     int views = 0;
     while (views < S->n && !strcmp(S->items[views]->ops->kind, "reshape"))
         views++;
-    for (int i = S->n - 1; i >= 0; i--) {
+    dt_arena_mark local[LOCAL_MARKS], *marks = NULL;
+    if (ctx->reclaim) { /* copied off the record: the space is reused as backward goes */
+        const seq_marks *r = dt__ctx_pop(ctx, l);
+        if (!r)
+            return DT_ERR_INVALID;
+        if (r->n != S->n)
+            return dt__fail(DT_ERR_INVALID, "%s: backward over %d children, forward ran %d", l->name, S->n, r->n);
+        marks = S->n <= LOCAL_MARKS ? local : malloc((size_t)S->n * sizeof *marks);
+        if (!marks)
+            return dt__fail(DT_ERR_NOMEM, "%s: out of memory for %d marks", l->name, S->n);
+        memcpy(marks, r->at, (size_t)S->n * sizeof *marks);
+    }
+    dt_status s = DT_OK;
+    for (int i = S->n - 1; s == DT_OK && i >= 0; i--) {
         dt_tensor d = {0};
         bool want = i > views || need_dx;
-        DT_CHECK(hook(S, DT_BEFORE_BACKWARD, i, ctx));
-        if (S->recompute[i] && ctx->training)
-            DT_CHECK(backward_recomputed(S, i, ctx, &g, &d, want));
-        else
-            DT_CHECK(item_backward(S, i, ctx, &g, &d, want));
-        DT_CHECK(hook(S, DT_AFTER_BACKWARD, i, ctx));
+        dt_layer *c = S->items[i];
+        s = hook(S, DT_BEFORE_BACKWARD, i, ctx);
+        if (s == DT_OK)
+            s = S->recompute[i] && ctx->training ? backward_recomputed(S, i, ctx, &g, &d, want)
+                                                 : item_backward(S, i, ctx, &g, &d, want);
+        if (s == DT_OK)
+            s = hook(S, DT_AFTER_BACKWARD, i, ctx);
+        if (s == DT_OK && marks)
+            s = reclaim_after(ctx, marks[i], &d, want, c->name);
         g = d;
     }
-    if (need_dx)
+    if (marks != local)
+        free(marks);
+    if (s == DT_OK && need_dx)
         *dx = g;
-    return DT_OK;
+    return s;
 }
 
 static void seq_init(dt_layer *l, dt_params *p, uint64_t seed)
@@ -211,6 +285,10 @@ dt_status dt_sequential_append(dt_layer *seq, dt_layer *l)
     }
     S->recompute[S->n] = false;
     S->copies[S->n] = 1;
+    /* a linear's or conv2d's output is read by the next layer alone (their
+     * backward reads their input): a ReLU there can overwrite it */
+    if (S->n > 0 && (!strcmp(S->items[S->n - 1]->ops->kind, "linear") || !strcmp(S->items[S->n - 1]->ops->kind, "conv2d")))
+        dt__relu_set_in_place(l);
     S->items[S->n++] = l;
     return DT_OK;
 }
@@ -276,17 +354,37 @@ static dt_status add_into_new(dt_ctx *ctx, const dt_tensor *a, const dt_tensor *
 static dt_status res_forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
 {
     residual *R = (residual *)l;
+    if (ctx->training && ctx->reclaim) { /* where this forward began, popped after f's backward */
+        dt_arena_mark began = dt_arena_get_mark(ctx->arena), *r = DT_SAVE(ctx, l, dt_arena_mark);
+        if (!r)
+            return DT_ERR_NOMEM;
+        *r = began;
+    }
     dt_tensor fx;
     DT_CHECK(R->f->ops->forward(R->f, ctx, x, &fx));
     return add_into_new(ctx, x, &fx, y, l->name);
 }
 
+/* With ctx->reclaim: dy is kept (ctx->keep) while f's backward frees f's
+ * activations, then dx = dy + df moves down to where the forward began. */
 static dt_status res_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tensor *dx, bool need_dx)
 {
     residual *R = (residual *)l;
     dt_tensor df;
-    DT_CHECK(R->f->ops->backward(R->f, ctx, dy, &df, true));
-    return need_dx ? add_into_new(ctx, dy, &df, dx, l->name) : DT_OK;
+    dt_arena_mark keep = ctx->keep;
+    if (ctx->reclaim)
+        ctx->keep = dt__arena_later(ctx->arena, keep, dt_arena_get_mark(ctx->arena));
+    dt_status s = R->f->ops->backward(R->f, ctx, dy, &df, true);
+    ctx->keep = keep;
+    DT_CHECK(s);
+    if (need_dx)
+        DT_CHECK(add_into_new(ctx, dy, &df, dx, l->name));
+    if (!ctx->reclaim)
+        return DT_OK;
+    const dt_arena_mark *began = DT_LOAD(ctx, l, dt_arena_mark);
+    if (!began)
+        return DT_ERR_INVALID;
+    return reclaim_after(ctx, *began, dx, need_dx, l->name);
 }
 
 static void res_init(dt_layer *l, dt_params *p, uint64_t seed) { ((residual *)l)->f->ops->init(((residual *)l)->f, p, seed); }

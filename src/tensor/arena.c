@@ -10,6 +10,8 @@
  * a rewind of the owner to a mark at or below that position rewinds the
  * companion back there, so that the owner's stack discipline (recomputation
  * freeing a block's activations, dt_arena.h) covers the companions too. */
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +25,7 @@
 typedef struct chunk {
     struct chunk *next;
     size_t size, used;
+    size_t high; /* the most of it ever handed out: the pages it has touched */
     unsigned char *mem;
 } chunk;
 
@@ -44,6 +47,19 @@ struct dt_arena {
     link *links;                              /* in the order made, so by position */
     int nlinks, cap_links;
 };
+
+/* The host chunks' `high`s over every arena of the process: what the
+ * arenas add to its resident set (dt_arena_host_touched_bytes). */
+static _Atomic size_t host_touched;
+
+static void note_high(const dt_arena *a, chunk *c)
+{
+    if (c->used > c->high) {
+        if (!a->ops)
+            atomic_fetch_add_explicit(&host_touched, c->used - c->high, memory_order_relaxed);
+        c->high = c->used;
+    }
+}
 
 static void note_alloc(dt_arena *a, size_t bytes)
 {
@@ -79,6 +95,7 @@ float *dt_arena_alloc(dt_arena *a, int64_t count)
             a->current = c;
             float *p = (float *)(c->mem + c->used);
             c->used += bytes;
+            note_high(a, c);
             note_alloc(a, bytes);
             return p;
         }
@@ -91,6 +108,7 @@ float *dt_arena_alloc(dt_arena *a, int64_t count)
     }
     c->size = size;
     c->used = bytes;
+    note_high(a, c);
     /* append after the current chunk so earlier chunks are reused first next step */
     if (!a->chunks) {
         a->chunks = c;
@@ -234,7 +252,44 @@ bool dt_arena_since(const dt_arena *a, dt_arena_mark m, const void *p)
     return false;
 }
 
+dt_arena_mark dt__arena_later(const dt_arena *a, dt_arena_mark x, dt_arena_mark y)
+{
+    if (!x.chunk || !y.chunk)
+        return x.chunk ? x : y;
+    if (x.chunk == y.chunk)
+        return x.used >= y.used ? x : y;
+    for (const chunk *c = a->chunks; c; c = c->next) /* the one met first is the earlier */
+        if (c == x.chunk || c == y.chunk)
+            return c == x.chunk ? y : x;
+    return x;
+}
+
+size_t dt__arena_gap(const dt_arena *a, dt_arena_mark m, const void *p)
+{
+    const unsigned char *b = p;
+    const chunk *c = m.chunk ? m.chunk : a->chunks;
+    size_t from = m.chunk ? m.used : 0;
+    return c && b >= c->mem + from && b < c->mem + c->size ? (size_t)(b - (c->mem + from)) : SIZE_MAX;
+}
+
+bool dt__arena_mark_after(const dt_arena *a, const void *p, size_t bytes, dt_arena_mark *out)
+{
+    const unsigned char *b = p;
+    size_t rounded = (bytes + ALIGN - 1) / ALIGN * ALIGN;
+    for (const chunk *c = a->chunks; c; c = c->next)
+        if (b >= c->mem && b < c->mem + c->size) {
+            size_t end = (size_t)(b - c->mem) + rounded;
+            if (end > c->used) /* not handed out whole: no mark inside it */
+                return false;
+            *out = (dt_arena_mark){c, end};
+            return true;
+        }
+    return false;
+}
+
 size_t dt_arena_peak_bytes(const dt_arena *a) { return a->peak; }
+
+size_t dt_arena_host_touched_bytes(void) { return atomic_load_explicit(&host_touched, memory_order_relaxed); }
 
 void dt_arena_reset_peak(dt_arena *a) { a->peak = a->in_use; }
 
@@ -259,10 +314,12 @@ void dt_arena_destroy(dt_arena *a)
     free(a->links);
     for (chunk *c = a->chunks; c;) {
         chunk *n = c->next;
-        if (a->ops)
+        if (a->ops) {
             a->ops->free(c->mem);
-        else
+        } else {
             free(c->mem);
+            atomic_fetch_sub_explicit(&host_touched, c->high, memory_order_relaxed);
+        }
         free(c);
         c = n;
     }

@@ -110,7 +110,7 @@ typedef struct dt_compute_ops {
     /* GELU, tanh approximation; t keeps tanh(sqrt(2/pi)(x + 0.044715 x^3)) for the backward. */
     void (*gelu_fwd)(float *y, float *t, const float *x, int64_t n);
     void (*gelu_bwd)(float *dx, const float *dy, const float *x, const float *t, int64_t n);
-    void (*relu_fwd)(float *y, const float *x, int64_t n);
+    void (*relu_fwd)(float *y, const float *x, int64_t n); /* y may be x (in place) */
     void (*relu_bwd)(float *dx, const float *dy, const float *x, int64_t n);
     /* Dropout's keyed mask: element i (of a [.., slice] view of a tensor whose
      * whole rows are `whole` long, this part starting at `first`; slice =
@@ -160,6 +160,14 @@ typedef struct dt_compute_ops {
  * writes, on an arena whose memory is a device's (dt_arena_create_on); the
  * arena itself (dt_arena_alloc) on the host's. */
 void *dt__arena_host(dt_arena *a, int64_t count);
+/* The later of two positions in the arena (a mark of {NULL, 0} is its start). */
+dt_arena_mark dt__arena_later(const dt_arena *a, dt_arena_mark x, dt_arena_mark y);
+/* The bytes between mark m and p when p lies in m's chunk at or after it,
+ * else SIZE_MAX. */
+size_t dt__arena_gap(const dt_arena *a, dt_arena_mark m, const void *p);
+/* The mark right after [p, p + bytes) (bytes rounded up as the arena rounds
+ * its allocations), when that lies in one chunk and was handed out. */
+bool dt__arena_mark_after(const dt_arena *a, const void *p, size_t bytes, dt_arena_mark *out);
 
 /* The cpu backend (always built) and the cuda backend (NULL in a build
  * without DT_CUDA). */

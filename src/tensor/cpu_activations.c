@@ -16,11 +16,11 @@ typedef struct {
     float *out, *t;
 } act_args;
 
-static void relu_fwd(int64_t b, int64_t e, void *p)
+static void relu_fwd(int64_t b, int64_t e, void *p) /* out may be x: no restrict */
 {
     act_args *a = p;
-    const float *restrict x = a->x;
-    float *restrict out = a->out;
+    const float *x = a->x;
+    float *out = a->out;
     for (int64_t i = b; i < e; i++)
         out[i] = x[i] > 0 ? x[i] : 0;
 }

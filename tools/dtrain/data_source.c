@@ -95,3 +95,14 @@ void data_close(data_source *d)
 }
 
 void data_fill(void *user, const int64_t *idx, int64_t n, float *x, int32_t *y) { data_batch(user, 0, idx, n, x, y); }
+
+static double idx_bytes(const dt_idx_set *s) { return (double)s->count * ((double)s->rows * s->cols + 1); }
+
+double data_bytes(const data_source *d)
+{
+    const dt_fortunes *f = &d->f;
+    double fortunes = f->count > 0 ? (double)f->start[f->count] + (double)f->count * (sizeof *f->start + sizeof *f->label) +
+                                         (double)(f->split_count[0] + f->split_count[1]) * sizeof *f->split[0]
+                                   : 0;
+    return idx_bytes(&d->train) + idx_bytes(&d->test) + (double)d->text.len + fortunes;
+}

@@ -19,6 +19,8 @@ dt_status data_open(const dtrain_config *c, data_source *d);
 /* Fill x (inputs) and y (targets) for `n` samples of the training or evaluation split. */
 void data_batch(const data_source *d, int eval, const int64_t *idx, int64_t n, float *x, int32_t *y);
 void data_close(data_source *d);
+/* The bytes the loaded data set holds (text, images and labels, fortunes). */
+double data_bytes(const data_source *d);
 /* What an evaluation scored: loss and accuracy per sample (per token for
  * text), over `batches` batches holding `samples` samples and `rows` scored
  * rows (samples, or tokens for text). */

@@ -150,7 +150,7 @@ int dtrain_memory_plan(const dtrain_config *c, dt_model *m, int nranks, bool lea
     return 2;
 }
 
-void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s)
+void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s, double data_bytes, size_t act_peak)
 {
     dt_params *p = dt_model_params(m);
     double n = (double)dt_params_numel(p), values = dt_params_values(p) ? 4 * n : 0, grads = dt_params_grads(p) ? 4 * n : 0;
@@ -171,5 +171,5 @@ void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s)
            "%.1f%s, the strategy's shard %.1f%s), communication buffers %.1f MiB at most, peak RSS %.1f MiB\n",
            mib(values + grads + optim + shard), mib(values), mib(grads), mib(optim), disk, mib(shard), shard_disk,
            mib((double)buffers), mib(rss));
-    fflush(stdout);
+    dtrain_memory_account(values + grads + optim + shard, (double)buffers, data_bytes, act_peak);
 }

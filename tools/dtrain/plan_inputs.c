@@ -45,7 +45,9 @@ static void cache_path(const dtrain_config *c, int64_t samples, int ranks, char 
     cJSON *j = dtrain_model_config_json(c);
     char *text = j ? cJSON_PrintUnformatted(j) : NULL;
     cpu_model(cpu, sizeof cpu);
-    snprintf(key, sizeof key, "|v3|%lld|%d|%d|%s|%s|%s|", (long long)samples, dt_get_threads(), ranks, c->optimizer,
+    /* v4: act_bytes what a block's forward keeps (issue 48: backward frees as it goes); the ranks per host (the
+     * sharing probe, contention.c) */
+    snprintf(key, sizeof key, "|v4|%lld|%d|%d|%s|%s|%s|", (long long)samples, dt_get_threads(), ranks, c->optimizer,
              c->precision, cpu);
     uint64_t h = fnv(fnv(1469598103934665603ULL, text ? text : c->model), key);
     free(text);

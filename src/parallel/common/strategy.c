@@ -55,6 +55,7 @@ static dt_status micro_step(dt_strategy *s, int64_t step, int micro, const dt_mi
     dt_ctx ctx = {.arena = s->arena,
                   .key = {s->cfg.seed, (uint64_t)step, (uint32_t)micro, s->key_group},
                   .training = true,
+                  .reclaim = true, /* one micro-batch at a time on this arena */
                   .input_dev = mb->x_dev};
     dt_tensor out;
     DT_CHECK(dt_model_forward(s->model, &ctx, &mb->x, &out));

@@ -115,7 +115,8 @@ static dt_status slot_open(pipe_state *P, dt_strategy *s, int64_t step, int micr
     sl->live = true;
     sl->ctx = (dt_ctx){.arena = sl->arena,
                        .key = {s->cfg.seed, (uint64_t)step, (uint32_t)micro, s->key_group},
-                       .training = true};
+                       .training = true,
+                       .reclaim = true}; /* the slot's arena is its own */
     return DT_OK;
 }
 

@@ -6,9 +6,11 @@
  * median kept.  Block 0 gets what the model takes (token ids for a GPT,
  * dt_model_desc_input); every later block random floats of the previous
  * block's output shape.  Each is timed at `samples` and at one sample, and
- * the two fit to a cost per micro-batch plus one per sample.  Activation bytes are the arena's peak over the
- * block's forward and backward: what it adds to its micro-batch's arena,
- * which is rewound when the micro-batch ends (its output included);
+ * the two fit to a cost per micro-batch plus one per sample.  Activation bytes are what the block's forward
+ * leaves in its micro-batch's arena (its records and output): the training
+ * contexts free each block's activations and backward temporaries once its
+ * backward is done (dt_ctx.reclaim), so a micro-batch's peak is the sum of
+ * its blocks' forward activations, at the start of the backward;
  * the optimizer is timed over a 2^20-element buffer.  With o->ranks > 1
  * the costliest block is run again as that many ranks at once
  * (contention.c). */
@@ -110,13 +112,14 @@ static dt_status measure_block(const dt_model_desc *d, int b, const dt_plan_prof
     for (int r = -1; s == DT_OK && r < o->repeats; r++) {
         dt_arena_reset(arena);
         dt_arena_reset_peak(arena);
-        dt_ctx ctx = {.arena = arena, .key = {1, (uint64_t)(r + 1), 0, 0}, .training = true};
+        dt_ctx ctx = {.arena = arena, .key = {1, (uint64_t)(r + 1), 0, 0}, .training = true, .reclaim = true};
         dt_tensor y, dx;
         evict(cold);
         double t0 = seconds();
         if ((s = dt_model_forward(model, &ctx, &in, &y)) != DT_OK)
             break;
         double t1 = seconds();
+        m->act_bytes = (double)dt_arena_bytes_in_use(arena) / (double)samples;
         if (!dy) { /* the output's shape is known now: its gradient, random, outside the arena */
             m->out_ndim = y.ndim;
             memcpy(m->out_shape, y.shape, sizeof m->out_shape);
@@ -137,9 +140,6 @@ static dt_status measure_block(const dt_model_desc *d, int b, const dt_plan_prof
             times[r] = t1 - t0;
             times[o->repeats + r] = t3 - t2;
         }
-        /* what the block adds to its micro-batch's arena: its forward's records and output, and what its
-         * backward allocates (the arena is rewound only when the micro-batch ends) */
-        m->act_bytes = (double)dt_arena_peak_bytes(arena) / (double)samples;
         dt_params_zero_grads(dt_model_params(model));
     }
     if (s == DT_OK) {

@@ -117,7 +117,7 @@ dt_status dt_evaluate_batches(dt_model *m, dt_arena *arena, dt_comm *tp, dt_comm
         if ((st = next(user, &mb)) != DT_OK || mb.ntargets == 0 || !mb.x.data)
             break;
         dt_arena_reset(arena);
-        dt_ctx ctx = {.arena = arena};
+        dt_ctx ctx = {.arena = arena, .reclaim = true}; /* forward only: each layer's activations freed after it */
         dt_tensor y;
         bool scored = false;
         if ((st = forward_through(m, pp, &ctx, &mb.x, &y, &scored)) != DT_OK)
