@@ -56,10 +56,10 @@ static const dt__layout_key table[] = {
     /* The trainer's "auto" (bf16 when precision is bf16, else none) depends
      * on other keys: the trainer resolves it before setting this key. */
     CHOICE("grad_compression", grad_wire, "none,f16,bf16,powersgd,topk", wire_values, "\"none\"", "gradients on the wire (data parallel by allreduce): none (f32), f16, bf16, powersgd (rank-r factors of each matrix, error feedback) or topk (the largest topk_fraction of each bucket as index and value, error feedback)"),
-    {"bucket_mb", DT__LK_NUM, F(bucket_mb), 0, 65536, NULL, NULL, "0", "MiB per gradient allreduce bucket (0: DT_BUCKET_MB, else min(25, gradients/8), at least 1)", NULL},
     INT("powersgd_rank", powersgd_rank, 1, 1024, "4", "grad_compression powersgd: the rank r of the factors (r x (rows + cols) floats sent per matrix instead of rows x cols)"),
     INT("compress_start_step", compress_start_step, 0, 1 << 30, "10", "grad_compression powersgd or topk: optimizer steps sent uncompressed before compression starts (PyTorch's start_powerSGD_iter)"),
     {"topk_fraction", DT__LK_NUM, F(topk_fraction), 0, 1, NULL, NULL, "0.01", "grad_compression topk: the share of each bucket's gradients sent each step, in (0, 1] (the rest waits in the error feedback)", NULL},
+    {"bucket_mb", DT__LK_NUM, F(bucket_mb), 0, 65536, NULL, NULL, "0", "MiB per gradient allreduce bucket (0: DT_BUCKET_MB, else min(25, gradients/8), at least 1)", NULL},
     {"device", DT__LK_STR, F(device), 0, 0, NULL, NULL, "\"cpu\"", "where the model trains: cpu, cuda (the GPU of DT_LOCAL_RANK, modulo the GPUs visible) or cuda:N; emu: a test device (the cpu kernels behind memory the host cannot touch, to test the device code paths without a GPU); DT_DEVICE sets the default (a build without CUDA refuses cuda)", device_valid},
 };
 #define NKEYS (sizeof table / sizeof table[0])

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Effect of the gradient compressors (PowerSGD, top-k; issue 51) on
+# convergence, against uncompressed f32, in one run; writes the "gradient
+# compressors" section of bench/RESULTS.md.
+#
+#   bench/ddp/compressor_convergence.sh [GPT_STEPS=500] [MLP_EPOCHS=5] [OUT_DIR]
+#
+#   PSGD_RANK=4 TOPK=0.01 START=10   the compressors' keys (powersgd_rank,
+#                                    topk_fraction, compress_start_step)
+#   RANKS="2 4"                      local ranks (dtrun -n), global batch kept
+#
+# Same seeds and global data order for every run:
+#   gpt-mini  configs/gpt-mini.json, global batch 16, evaluation loss on
+#             held-out text every 100 steps;
+#   mlp       configs/mlp.json, global batch 128, test accuracy every epoch.
+# Uncompressed f32 data parallelism follows one process with the global batch
+# (tests/cases/ddp_equivalence.sh, 1e-5), so f32 runs once, on 2 ranks, as
+# the reference of every rank count.  OUT_DIR keeps the metrics (default: a
+# temporary directory, removed).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+GPT_STEPS=${1:-500}
+MLP_EPOCHS=${2:-5}
+PSGD_RANK=${PSGD_RANK:-4}
+TOPK=${TOPK:-0.01}
+START=${START:-10}
+RANKS=${RANKS:-"2 4"}
+BIN=build/bin
+[ -x $BIN/dtrain ] || { echo "build first: make build" >&2; exit 2; }
+if [ -n "${3:-}" ]; then WORK=$3; mkdir -p "$WORK"; else
+    WORK=$(mktemp -d /tmp/dtrain-bench.XXXXXX); trap 'rm -rf "$WORK"' EXIT; fi
+
+train() { # model ranks format
+    local m=$1 n=$2 f=$3 out="$WORK/$1-$3-$2"
+    [ -s "$out.jsonl" ] && grep -q '"eval_loss"' "$out.jsonl" && [ -e "$out.done" ] && return 0 # kept from before
+    echo "  $m on $n ranks ($f) ..." >&2
+    local args=(--set grad_compression=$f --set powersgd_rank=$PSGD_RANK --set topk_fraction=$TOPK
+                --set compress_start_step=$START --set threads=1)
+    [ "$f" = none ] && args=(--set grad_compression=none --set threads=1)
+    if [ "$m" = gpt ]; then
+        args+=(--config configs/gpt-mini.json --set batch_size=$((16 / n)) --set steps="$GPT_STEPS" --set eval_interval=100)
+    else
+        args+=(--config configs/mlp.json --set batch_size=$((128 / n)) --set steps=$((MLP_EPOCHS * 469)) --set eval_interval=469)
+    fi
+    $BIN/dtrun -n "$n" $BIN/dtrain train "${args[@]}" --set metrics_file="$out.jsonl" >"$out.log" 2>&1 ||
+        { cat "$out.log" >&2; exit 1; }
+    touch "$out.done"
+}
+for m in mlp gpt; do
+    train $m 2 none
+    for n in $RANKS; do
+        train $m "$n" powersgd
+        train $m "$n" topk
+    done
+done
+
+section="## Gradient compressors (PowerSGD, top-k): effect on convergence"
+{
+    echo "$section"
+    echo
+    echo "Measured $(date -u +%Y-%m-%d): local ranks, 1 thread each, the same seeds and global data order for"
+    echo "every run; powersgd_rank $PSGD_RANK, topk_fraction $TOPK, compress_start_step $START (docs/ddp.md)."
+    echo "f32 ran on 2 ranks: uncompressed data parallelism follows one process with the global batch to 1e-5,"
+    echo "whatever the ranks. Command: \`bench/ddp/compressor_convergence.sh $GPT_STEPS $MLP_EPOCHS\`"
+    echo
+    python3 - "$WORK" "$RANKS" "$GPT_STEPS" "$MLP_EPOCHS" <<'PY'
+import json, sys
+work, ranks = sys.argv[1], sys.argv[2].split()
+def evals(m, f, n):
+    return [json.loads(l) for l in open(f"{work}/{m}-{f}-{n}.jsonl") if '"eval_loss"' in l]
+runs = [("none", "2")] + [(f, n) for n in ranks for f in ("powersgd", "topk")]
+name = lambda f, n: "f32" if f == "none" else f"{f} x{n}"
+for m, what, key, scale, fmt, unit in (("gpt", f"gpt-mini, evaluation loss (global batch 16, {sys.argv[3]} steps)", "eval_loss", 1, ".4f", "step"),
+                                       ("mlp", f"mlp, test accuracy % (global batch 128, {sys.argv[4]} epochs)", "eval_accuracy", 100, ".2f", "epoch")):
+    got = {r: evals(m, *r) for r in runs}
+    print(f"{what}; x2, x4: ranks:")
+    print()
+    print(f"| {unit} | " + " | ".join(name(*r) for r in runs) + " |")
+    print("| ---: |" + " ---: |" * len(runs))
+    for i, row in enumerate(got[runs[0]]):
+        label = row["step"] if m == "gpt" else i + 1
+        print(f"| {label} | " + " | ".join(format(scale * got[r][i][key], fmt) if i < len(got[r]) else "-" for r in runs) + " |")
+    ref = scale * got[runs[0]][-1][key]
+    cmp = [(name(*r), scale * got[r][-1][key]) for r in runs[1:]]
+    if m == "gpt":
+        print("\nfinal evaluation loss against f32: " + ", ".join(f"{n} {100 * (v - ref) / ref:+.2f}%" for n, v in cmp) + " (target within 1%)")
+    else:
+        print("\nfinal accuracy against f32: " + ", ".join(f"{n} {v - ref:+.2f} points" for n, v in cmp) + " (target within 0.5)")
+    print()
+PY
+} >"$WORK/section.md"
+cat "$WORK/section.md"
+python3 bench/update_results.py bench/RESULTS.md "$WORK/section.md" "$section"
