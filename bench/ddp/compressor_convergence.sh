@@ -8,11 +8,13 @@
 #   PSGD_RANK=4 TOPK=0.01 START=10   the compressors' keys (powersgd_rank,
 #                                    topk_fraction, compress_start_step)
 #   RANKS="2 4"                      local ranks (dtrun -n), global batch kept
+#   GPT_RANKS="$RANKS"               the same for gpt-mini alone (its runs are long)
 #
 # Same seeds and global data order for every run:
 #   gpt-mini  configs/gpt-mini.json, global batch 16, evaluation loss on
-#             held-out text every 100 steps;
-#   mlp       configs/mlp.json, global batch 128, test accuracy every epoch.
+#             held-out text every 100 steps (the same 80 windows whatever the ranks);
+#   mlp       configs/mlp.json, global batch 128, test accuracy every epoch (on
+#             the same 5056 test images).
 # Uncompressed f32 data parallelism follows one process with the global batch
 # (tests/cases/ddp_equivalence.sh, 1e-5), so f32 runs once, on 2 ranks, as
 # the reference of every rank count.  OUT_DIR keeps the metrics (default: a
@@ -25,6 +27,7 @@ PSGD_RANK=${PSGD_RANK:-4}
 TOPK=${TOPK:-0.01}
 START=${START:-10}
 RANKS=${RANKS:-"2 4"}
+GPT_RANKS=${GPT_RANKS:-$RANKS}
 BIN=build/bin
 [ -x $BIN/dtrain ] || { echo "build first: make build" >&2; exit 2; }
 if [ -n "${3:-}" ]; then WORK=$3; mkdir -p "$WORK"; else
@@ -38,9 +41,11 @@ train() { # model ranks format
                 --set compress_start_step=$START --set threads=1)
     [ "$f" = none ] && args=(--set grad_compression=none --set threads=1)
     if [ "$m" = gpt ]; then
-        args+=(--config configs/gpt-mini.json --set batch_size=$((16 / n)) --set steps="$GPT_STEPS" --set eval_interval=100)
+        args+=(--config configs/gpt-mini.json --set batch_size=$((16 / n)) --set steps="$GPT_STEPS" --set eval_interval=100
+               --set eval_batches=$((10 * n / 2)))
     else
-        args+=(--config configs/mlp.json --set batch_size=$((128 / n)) --set steps=$((MLP_EPOCHS * 469)) --set eval_interval=469)
+        args+=(--config configs/mlp.json --set batch_size=$((128 / n)) --set steps=$((MLP_EPOCHS * 469)) --set eval_interval=469
+               --set eval_batches=$((79 * n / 2)))
     fi
     $BIN/dtrun -n "$n" $BIN/dtrain train "${args[@]}" --set metrics_file="$out.jsonl" >"$out.log" 2>&1 ||
         { cat "$out.log" >&2; exit 1; }
@@ -48,7 +53,9 @@ train() { # model ranks format
 }
 for m in mlp gpt; do
     train $m 2 none
-    for n in $RANKS; do
+    ranks=$RANKS
+    [ $m = gpt ] && ranks=$GPT_RANKS
+    for n in $ranks; do
         train $m "$n" powersgd
         train $m "$n" topk
     done
@@ -63,15 +70,16 @@ section="## Gradient compressors (PowerSGD, top-k): effect on convergence"
     echo "f32 ran on 2 ranks: uncompressed data parallelism follows one process with the global batch to 1e-5,"
     echo "whatever the ranks. Command: \`bench/ddp/compressor_convergence.sh $GPT_STEPS $MLP_EPOCHS\`"
     echo
-    python3 - "$WORK" "$RANKS" "$GPT_STEPS" "$MLP_EPOCHS" <<'PY'
-import json, sys
-work, ranks = sys.argv[1], sys.argv[2].split()
+    python3 - "$WORK" "$RANKS" "$GPT_STEPS" "$MLP_EPOCHS" "$GPT_RANKS" <<'PY'
+import json, os, sys
+work = sys.argv[1]
 def evals(m, f, n):
-    return [json.loads(l) for l in open(f"{work}/{m}-{f}-{n}.jsonl") if '"eval_loss"' in l]
-runs = [("none", "2")] + [(f, n) for n in ranks for f in ("powersgd", "topk")]
+    p = f"{work}/{m}-{f}-{n}.jsonl"
+    return [json.loads(l) for l in open(p) if '"eval_loss"' in l] if os.path.exists(f"{work}/{m}-{f}-{n}.done") else []
 name = lambda f, n: "f32" if f == "none" else f"{f} x{n}"
-for m, what, key, scale, fmt, unit in (("gpt", f"gpt-mini, evaluation loss (global batch 16, {sys.argv[3]} steps)", "eval_loss", 1, ".4f", "step"),
-                                       ("mlp", f"mlp, test accuracy % (global batch 128, {sys.argv[4]} epochs)", "eval_accuracy", 100, ".2f", "epoch")):
+for m, ranks, what, key, scale, fmt, unit in (("gpt", sys.argv[5].split(), f"gpt-mini, evaluation loss (global batch 16, {sys.argv[3]} steps)", "eval_loss", 1, ".4f", "step"),
+                                       ("mlp", sys.argv[2].split(), f"mlp, test accuracy % (global batch 128, {sys.argv[4]} epochs)", "eval_accuracy", 100, ".2f", "epoch")):
+    runs = [("none", "2")] + [(f, n) for n in ranks for f in ("powersgd", "topk")]
     got = {r: evals(m, *r) for r in runs}
     print(f"{what}; x2, x4: ranks:")
     print()
@@ -81,7 +89,7 @@ for m, what, key, scale, fmt, unit in (("gpt", f"gpt-mini, evaluation loss (glob
         label = row["step"] if m == "gpt" else i + 1
         print(f"| {label} | " + " | ".join(format(scale * got[r][i][key], fmt) if i < len(got[r]) else "-" for r in runs) + " |")
     ref = scale * got[runs[0]][-1][key]
-    cmp = [(name(*r), scale * got[r][-1][key]) for r in runs[1:]]
+    cmp = [(name(*r), scale * got[r][-1][key]) for r in runs[1:] if len(got[r]) == len(got[runs[0]])]
     if m == "gpt":
         print("\nfinal evaluation loss against f32: " + ", ".join(f"{n} {100 * (v - ref) / ref:+.2f}%" for n, v in cmp) + " (target within 1%)")
     else:
