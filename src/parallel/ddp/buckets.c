@@ -12,9 +12,10 @@
  * A compressed bucket (compress.h) is a chain of collectives with compute
  * between them (PowerSGD: P, then Q).  The chain advances at fixed points
  * only, so that every rank issues the same collectives in the same order:
- * starting bucket b first takes bucket b-1 past its first message (waiting
- * for it: PowerSGD's P is small, usually landed), and the sync takes each
- * bucket to its end in index order. */
+ * starting bucket b first takes bucket b-1 past its first message when it
+ * has another (waiting for it: PowerSGD's P is small, usually landed), and
+ * the sync takes each bucket to its end in index order.  Top-k's single
+ * allgather waits for the sync like an f32 bucket. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -244,7 +245,8 @@ static dt_status wait_req(dt_ddp *d, bucket *b)
 static dt_status start_compressed(dt_ddp *d, bucket *b)
 {
     bucket *prev = b > d->buckets ? b - 1 : NULL;
-    if (prev && !prev->done && prev->msgs == 1) /* past its first message: see the top */
+    if (prev && !prev->done && prev->msgs == 1 && /* past its first message: see the top */
+        dt__compressor_messages(d->cx, (int)(prev - d->buckets)) > 1)
         DT_CHECK(advance(d, prev, wait_req(d, prev)));
     dt__cx_msg m;
     DT_CHECK(dt__compressor_begin(d->cx, (int)(b - d->buckets), dt_params_device_grads(d->params), &m));
@@ -308,6 +310,8 @@ static dt_status wait_bucket(dt_ddp *d, bucket *b)
 {
     dt_status s = DT_OK;
     while (!b->done && s == DT_OK) {
+        if (!b->req) /* its start failed (that error is reported) */
+            break;
         if (!d->compressing) {
             s = wait_req(d, b);
             b->req = NULL;

@@ -90,6 +90,8 @@ dt_status dt__compressor_next(dt__compressor *c, int b, float *g, dt__cx_msg *ms
     return c->ops->next(c, c->impl[b], g, msg, more);
 }
 
+int dt__compressor_messages(const dt__compressor *c, int b) { return c->ops->messages(c->impl[b]); }
+
 const float *dt__compressor_error(const dt__compressor *c) { return c->error; }
 
 static uint64_t model_hash(dt_params *p)

@@ -47,6 +47,9 @@ dt_status dt__compressor_begin(dt__compressor *c, int b, float *g, dt__cx_msg *m
  * (*more false) g holds the decoded average and the error is updated. */
 dt_status dt__compressor_next(dt__compressor *c, int b, float *g, dt__cx_msg *msg, bool *more);
 
+/* The messages of bucket b's chain (PowerSGD 2, or 1 when the bucket has no
+ * matrix; top-k 1). */
+int dt__compressor_messages(const dt__compressor *c, int b);
 /* The error held, in the flat layout (numel floats). */
 const float *dt__compressor_error(const dt__compressor *c);
 /* The state file (compress.c). */
@@ -60,6 +63,7 @@ typedef struct {
     dt_status (*create)(dt__compressor *c, int b, int64_t offset, int64_t count, dt__cx_impl **out);
     dt_status (*begin)(dt__compressor *c, dt__cx_impl *k, float *g, dt__cx_msg *msg);
     dt_status (*next)(dt__compressor *c, dt__cx_impl *k, float *g, dt__cx_msg *msg, bool *more);
+    int (*messages)(const dt__cx_impl *k);
     /* floats of persistent state besides the error (PowerSGD's Q), and where */
     float *(*state)(dt__cx_impl *k, size_t *n);
     void (*destroy)(dt__cx_impl *k);

@@ -173,6 +173,8 @@ static dt_status next(dt__compressor *c, dt__cx_impl *k, float *g, dt__cx_msg *m
     return DT_OK;
 }
 
+static int messages(const dt__cx_impl *k) { return k->nm > 0 ? 2 : 1; }
+
 static float *state(dt__cx_impl *k, size_t *n)
 {
     *n = (size_t)k->q_floats;
@@ -188,4 +190,4 @@ static void destroy(dt__cx_impl *k)
     free(k);
 }
 
-const dt__cx_ops dt__cx_powersgd = {"powersgd", create, begin, next, state, destroy};
+const dt__cx_ops dt__cx_powersgd = {"powersgd", create, begin, next, messages, state, destroy};

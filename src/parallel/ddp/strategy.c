@@ -114,6 +114,11 @@ static dt_status ddp_resume(dt_strategy *s, const char *step_dir)
     if (!dt_ddp_error(d))
         return DT_OK;
     dt_comm *c = s->run->dp;
+    char dir[DT_CKPT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", step_dir);
+    for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--) /* "step-00000012/" */
+        dir[n - 1] = '\0';
+    step_dir = dir;
     const char *slash = strrchr(step_dir, '/'), *base = slash ? slash + 1 : step_dir;
     long long step;
     if (sscanf(base, "step-%lld", &step) != 1)
@@ -126,11 +131,14 @@ static dt_status ddp_resume(dt_strategy *s, const char *step_dir)
     char pattern[DT_CKPT_PATH_MAX + 64];
     snprintf(pattern, sizeof pattern, "%s/compression/step-%08lld-rank-00000-of-*.bin", root, step);
     glob_t g;
-    if (glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0) {
+    int found = glob(pattern, 0, NULL, &g);
+    if (found == 0 && g.gl_pathc > 0) {
         dt_status st = dt_ddp_state_load(d, g.gl_pathv[0], false);
         globfree(&g);
         return st;
     }
+    if (found == 0)
+        globfree(&g);
     dt_ddp_set_steps(d, step);
     return DT_OK;
 }
