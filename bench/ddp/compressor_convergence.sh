@@ -6,7 +6,9 @@
 #   bench/ddp/compressor_convergence.sh [GPT_STEPS=500] [MLP_EPOCHS=5] [OUT_DIR]
 #
 #   PSGD_RANK=4 TOPK=0.01 START=10   the compressors' keys (powersgd_rank,
-#                                    topk_fraction, compress_start_step)
+#                                    topk_fraction, compress_start_step); with
+#                                    OUT_DIR kept, a run with other keys adds
+#                                    its columns beside the earlier ones
 #   RANKS="2 4"                      local ranks (dtrun -n), global batch kept
 #   GPT_RANKS="$RANKS"               the same for gpt-mini alone (its runs are long)
 #
@@ -34,11 +36,17 @@ if [ -n "${3:-}" ]; then WORK=$3; mkdir -p "$WORK"; else
     WORK=$(mktemp -d /tmp/dtrain-bench.XXXXXX); trap 'rm -rf "$WORK"' EXIT; fi
 
 train() { # model ranks format
-    local m=$1 n=$2 f=$3 out="$WORK/$1-$3-$2"
-    [ -s "$out.jsonl" ] && grep -q '"eval_loss"' "$out.jsonl" && [ -e "$out.done" ] && return 0 # kept from before
+    local m=$1 n=$2 f=$3 out
+    case $f in
+        powersgd) out="$WORK/$m-powersgd-r$PSGD_RANK-$n" ;;
+        topk) out="$WORK/$m-topk-k$TOPK-$n" ;;
+        *) out="$WORK/$m-$f-$n" ;;
+    esac
+    [ -e "$out.done" ] && return 0 # kept from before
     echo "  $m on $n ranks ($f) ..." >&2
-    local args=(--set grad_compression=$f --set powersgd_rank=$PSGD_RANK --set topk_fraction=$TOPK
-                --set compress_start_step=$START --set threads=1)
+    local args=(--set grad_compression=$f --set compress_start_step=$START --set threads=1)
+    [ "$f" = powersgd ] && args+=(--set powersgd_rank=$PSGD_RANK)
+    [ "$f" = topk ] && args+=(--set topk_fraction=$TOPK)
     [ "$f" = none ] && args=(--set grad_compression=none --set threads=1)
     if [ "$m" = gpt ]; then
         args+=(--config configs/gpt-mini.json --set batch_size=$((16 / n)) --set steps="$GPT_STEPS" --set eval_interval=100
@@ -66,34 +74,42 @@ section="## Gradient compressors (PowerSGD, top-k): effect on convergence"
     echo "$section"
     echo
     echo "Measured $(date -u +%Y-%m-%d): local ranks, 1 thread each, the same seeds and global data order for"
-    echo "every run; powersgd_rank $PSGD_RANK, topk_fraction $TOPK, compress_start_step $START (docs/ddp.md)."
+    echo "every run; compress_start_step $START (docs/ddp.md); every finished run of the directory is shown."
     echo "f32 ran on 2 ranks: uncompressed data parallelism follows one process with the global batch to 1e-5,"
     echo "whatever the ranks. Command: \`bench/ddp/compressor_convergence.sh $GPT_STEPS $MLP_EPOCHS\`"
     echo
-    python3 - "$WORK" "$RANKS" "$GPT_STEPS" "$MLP_EPOCHS" "$GPT_RANKS" <<'PY'
-import json, os, sys
+    python3 - "$WORK" "$GPT_STEPS" "$MLP_EPOCHS" <<'PY'
+import glob, json, os, re, sys
 work = sys.argv[1]
-def evals(m, f, n):
-    p = f"{work}/{m}-{f}-{n}.jsonl"
-    return [json.loads(l) for l in open(p) if '"eval_loss"' in l] if os.path.exists(f"{work}/{m}-{f}-{n}.done") else []
-name = lambda f, n: "f32" if f == "none" else f"{f} x{n}"
-for m, ranks, what, key, scale, fmt, unit in (("gpt", sys.argv[5].split(), f"gpt-mini, evaluation loss (global batch 16, {sys.argv[3]} steps)", "eval_loss", 1, ".4f", "step"),
-                                       ("mlp", sys.argv[2].split(), f"mlp, test accuracy % (global batch 128, {sys.argv[4]} epochs)", "eval_accuracy", 100, ".2f", "epoch")):
-    runs = [("none", "2")] + [(f, n) for n in ranks for f in ("powersgd", "topk")]
-    got = {r: evals(m, *r) for r in runs}
-    print(f"{what}; x2, x4: ranks:")
+def evals(p):
+    return [json.loads(l) for l in open(p) if '"eval_loss"' in l]
+def runs(m):
+    """Every finished run of model m in the directory: f32 first, then by ranks and name."""
+    out = []
+    for done in glob.glob(f"{work}/{m}-*.done"):
+        name = os.path.basename(done)[len(m) + 1:-len(".done")]
+        f, n = name.rsplit("-", 1)
+        label = "f32" if f == "none" else re.sub(r"-r(\d+)", r" r\1", re.sub(r"-k", " ", f)) + f" x{n}"
+        out.append((f != "none", int(n), label, evals(done[:-len(".done")] + ".jsonl")))
+    return [r[2:] for r in sorted(out)]
+for m, what, key, scale, fmt, unit in (("gpt", f"gpt-mini, evaluation loss (global batch 16, {sys.argv[2]} steps)", "eval_loss", 1, ".4f", "step"),
+                                       ("mlp", f"mlp, test accuracy % (global batch 128, {sys.argv[3]} epochs)", "eval_accuracy", 100, ".2f", "epoch")):
+    got = runs(m)
+    if not got:
+        continue
+    print(f"{what}; rN: powersgd_rank, topk: its fraction, xN: ranks:")
     print()
-    print(f"| {unit} | " + " | ".join(name(*r) for r in runs) + " |")
-    print("| ---: |" + " ---: |" * len(runs))
-    for i, row in enumerate(got[runs[0]]):
-        label = row["step"] if m == "gpt" else i + 1
-        print(f"| {label} | " + " | ".join(format(scale * got[r][i][key], fmt) if i < len(got[r]) else "-" for r in runs) + " |")
-    ref = scale * got[runs[0]][-1][key]
-    cmp = [(name(*r), scale * got[r][-1][key]) for r in runs[1:] if len(got[r]) == len(got[runs[0]])]
+    print(f"| {unit} | " + " | ".join(label for label, _ in got) + " |")
+    print("| ---: |" + " ---: |" * len(got))
+    for i, row in enumerate(got[0][1]):
+        at = row["step"] if m == "gpt" else i + 1
+        print(f"| {at} | " + " | ".join(format(scale * r[i][key], fmt) if i < len(r) else "-" for _, r in got) + " |")
+    ref = scale * got[0][1][-1][key]
+    cmp = [(label, scale * r[-1][key]) for label, r in got[1:] if len(r) == len(got[0][1])]
     if m == "gpt":
-        print("\nfinal evaluation loss against f32: " + ", ".join(f"{n} {100 * (v - ref) / ref:+.2f}%" for n, v in cmp) + " (target within 1%)")
+        print("\nfinal evaluation loss against f32: " + ", ".join(f"{n} {100 * (v - ref) / ref:+.2f}%" for n, v in cmp) + " (target: within 1%)")
     else:
-        print("\nfinal accuracy against f32: " + ", ".join(f"{n} {v - ref:+.2f} points" for n, v in cmp) + " (target within 0.5)")
+        print("\nfinal accuracy against f32: " + ", ".join(f"{n} {v - ref:+.2f} points" for n, v in cmp) + " (target: within 0.5)")
     print()
 PY
 } >"$WORK/section.md"

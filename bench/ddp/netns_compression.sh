@@ -8,6 +8,9 @@
 #   bench/ddp/netns_compression.sh [STEPS=20] [RATES="200mbit 1000mbit"] [HOSTS="2 4"] [REPS=3]
 #   PSGD_RANK=4 TOPK=0.01              the compressors' keys (PyTorch's hook: the same rank)
 #   NETNS_PREFIX=dt                    the namespaces' names (scripts/netns-cluster.sh)
+#   FROM=DIR                           measure nothing: the section from the rows,
+#                                      singles and ceil files of an earlier run (a
+#                                      copy of its work directory, cut short or not)
 #
 # gpt-mini, batch 16 x 128 per rank, 1 thread per rank, STEPS timed steps
 # after 5 warm-up, compression from the first step (compress_start_step 0;
@@ -34,6 +37,7 @@ BIN=build/bin
 [ "$(nproc)" -ge 2 ] || { echo "needs 2 CPUs" >&2; exit 2; }
 WORK=$(mktemp -d /tmp/dtrain-bench.XXXXXX)
 trap 'scripts/netns-cluster.sh down >/dev/null 2>&1; rm -rf "$WORK"' EXIT
+[ -n "${FROM:-}" ] && cp "$FROM"/{rows,singles,ceil} "$WORK/"
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/tok"
 CFG=(--config configs/gpt-mini.json --set threads=1 --set log_interval=1 --set eval_interval=0 --set eval_batches=1
      --set steps=$((STEPS + 5)))
@@ -91,14 +95,15 @@ SYSTEMS=("dtrain f32|d|dtrain_n N --set grad_compression=none"
          "PyTorch DDP f32|t|torch_n N 0"
          "PyTorch powerSGD_hook r$PSGD_RANK|t|torch_n N $PSGD_RANK")
 
-: >"$WORK/singles"
+[ -n "${FROM:-}" ] || : >"$WORK/singles"
 single_round() {
     echo "d $(dtrain_one | awk '{print $1}')" >>"$WORK/singles"
     echo "t $(torch_one)" >>"$WORK/singles"
 }
-single_round
-: >"$WORK/rows" # link hosts system-index rep tokens comm exposed
-: >"$WORK/ceil"
+[ -z "${FROM:-}" ] && single_round
+[ -n "${FROM:-}" ] || : >"$WORK/rows" # link hosts system-index rep tokens comm exposed
+[ -n "${FROM:-}" ] || : >"$WORK/ceil"
+[ -n "${FROM:-}" ] && HOSTS="" # measured already
 for n in $HOSTS; do
     for ((r = 0; r < REPS; r++)); do echo "$n $(side_by_side "$n")" >>"$WORK/ceil"; done
     for rate in $RATES; do
@@ -113,7 +118,7 @@ for n in $HOSTS; do
         scripts/netns-cluster.sh down >/dev/null
     done
 done
-single_round
+[ -z "${FROM:-}" ] && single_round
 section="## Gradient compressors (PowerSGD, top-k): scaling on 2 and 4 hosts"
 {
     echo "$section"
@@ -124,7 +129,7 @@ section="## Gradient compressors (PowerSGD, top-k): scaling on 2 and 4 hosts"
     echo "the first step. Medians of $REPS rounds, the systems alternating within each round. Efficiency ="
     echo "aggregate / (hosts x own single-process rate on one CPU); of ceiling = aggregate / the same number of"
     echo "dtrain processes side by side on the same CPUs with no communication. Command:"
-    echo "\`bench/ddp/netns_compression.sh $STEPS \"$RATES\" \"$HOSTS\" $REPS\`"
+    echo "\`bench/ddp/netns_compression.sh $STEPS \"$RATES\" \"${3:-2 4}\" $REPS\`"
     echo
     python3 - "$WORK" "${SYSTEMS[@]}" <<'PY'
 import statistics as st, sys
@@ -154,8 +159,8 @@ for (rate, n, i), v in sorted(rows.items(), key=lambda kv: (kv[0][1], -int(kv[0]
     mine = sorted(v, key=lambda x: x[0])[len(v) // 2]
     name, kind = systems[i][0], systems[i][1]
     ms = f"{mine[1]} / {mine[2]}" if mine[1] != "-" else "-"
-    of_ceiling = f"{tok / med(ceil[n]):.2f}" if kind == "d" else "-"
-    print(f"| {rate} | {n} | {name} | {tok:.0f} | {ms} | {tok / (n * one[kind]):.2f} | {of_ceiling} |")
+    of_ceiling = f"{tok / med(ceil[n]):.2f}" if kind == "d" and n in ceil else "-"
+    print(f"| {rate} | {n} | {name} | {tok:.0f} ({len(v)} runs) | {ms} | {tok / (n * one[kind]):.2f} | {of_ceiling} |")
 PY
 } >"$WORK/section.md"
 cat "$WORK/section.md"
