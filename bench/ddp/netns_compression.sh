@@ -8,6 +8,9 @@
 #   bench/ddp/netns_compression.sh [STEPS=20] [RATES="200mbit 1000mbit"] [HOSTS="2 4"] [REPS=3]
 #   PSGD_RANK=4 TOPK=0.01              the compressors' keys (PyTorch's hook: the same rank)
 #   NETNS_PREFIX=dt                    the namespaces' names (scripts/netns-cluster.sh)
+#   TORCH=0                            PyTorch's rows left out
+#   KEEP=DIR                           the measurements (rows, singles, ceil) also
+#                                      appended to DIR's, for FROM
 #   FROM=DIR                           measure nothing: the section from the rows,
 #                                      singles and ceil files of an earlier run (a
 #                                      copy of its work directory, cut short or not)
@@ -94,11 +97,12 @@ SYSTEMS=("dtrain f32|d|dtrain_n N --set grad_compression=none"
          "dtrain topk $TOPK|d|dtrain_n N --set grad_compression=topk --set topk_fraction=$TOPK --set compress_start_step=0"
          "PyTorch DDP f32|t|torch_n N 0"
          "PyTorch powerSGD_hook r$PSGD_RANK|t|torch_n N $PSGD_RANK")
+[ "${TORCH:-1}" = 0 ] && SYSTEMS=("${SYSTEMS[@]:0:4}")
 
 [ -n "${FROM:-}" ] || : >"$WORK/singles"
 single_round() {
     echo "d $(dtrain_one | awk '{print $1}')" >>"$WORK/singles"
-    echo "t $(torch_one)" >>"$WORK/singles"
+    [ "${TORCH:-1}" = 0 ] || echo "t $(torch_one)" >>"$WORK/singles"
 }
 [ -z "${FROM:-}" ] && single_round
 [ -n "${FROM:-}" ] || : >"$WORK/rows" # link hosts system-index rep tokens comm exposed
@@ -112,13 +116,17 @@ for n in $HOSTS; do
             for i in "${!SYSTEMS[@]}"; do
                 IFS='|' read -r _ _ cmd <<<"${SYSTEMS[$i]}"
                 echo "  $n hosts, $rate, round $((r + 1)): ${SYSTEMS[$i]%%|*}" >&2
-                echo "$rate $n $i $r $(${cmd/N/$n})" >>"$WORK/rows"
+                echo "$rate $n $i $r $(${cmd/N/$n} || echo failed)" >>"$WORK/rows"
             done
         done
         scripts/netns-cluster.sh down >/dev/null
     done
 done
 [ -z "${FROM:-}" ] && single_round
+if [ -n "${KEEP:-}" ] && [ -z "${FROM:-}" ]; then
+    mkdir -p "$KEEP"
+    for f in rows singles ceil; do cat "$WORK/$f" >>"$KEEP/$f"; done
+fi
 section="## Gradient compressors (PowerSGD, top-k): scaling on 2 and 4 hosts"
 {
     echo "$section"
@@ -144,12 +152,17 @@ ceil = {}
 for line in open(f"{work}/ceil"):
     n, v = line.split()
     ceil.setdefault(int(n), []).append(float(v))
-rows = {}
+rows, failed = {}, {}
 for line in open(f"{work}/rows"):
-    rate, n, i, r, tok, comm, exp = line.split()
+    w = line.split()
+    if len(w) != 7 or w[4] == "failed":  # the run failed (PyTorch's hook under gloo, here)
+        failed.setdefault((w[0], int(w[1]), int(w[2])), 0)
+        failed[(w[0], int(w[1]), int(w[2]))] += 1
+        continue
+    rate, n, i, r, tok, comm, exp = w
     rows.setdefault((rate, int(n), int(i)), []).append((float(tok), comm, exp))
 print(f"Single process: dtrain {', '.join(f'{v:.0f}' for v in singles['d'])}, PyTorch "
-      f"{', '.join(f'{v:.0f}' for v in singles['t'])} tokens/s (before, after; the faster is the base); side by side, "
+      f"{', '.join(f'{v:.0f}' for v in singles.get('t', []))} tokens/s (before, after; the faster is the base); side by side, "
       "no communication: " + ", ".join(f"{n} processes {med(v):.0f}" for n, v in sorted(ceil.items())) + " tokens/s.")
 print()
 print("| link | hosts | system | tokens/s | comm / exposed ms per step | efficiency | of ceiling |")
@@ -161,6 +174,9 @@ for (rate, n, i), v in sorted(rows.items(), key=lambda kv: (kv[0][1], -int(kv[0]
     ms = f"{mine[1]} / {mine[2]}" if mine[1] != "-" else "-"
     of_ceiling = f"{tok / med(ceil[n]):.2f}" if kind == "d" and n in ceil else "-"
     print(f"| {rate} | {n} | {name} | {tok:.0f} ({len(v)} runs) | {ms} | {tok / (n * one[kind]):.2f} | {of_ceiling} |")
+for (rate, n, i), k in sorted(failed.items()):
+    if (rate, n, i) not in rows:
+        print(f"| {rate} | {n} | {systems[i][0]} | failed ({k} runs) | - | - | - |")
 PY
 } >"$WORK/section.md"
 cat "$WORK/section.md"

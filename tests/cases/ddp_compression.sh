@@ -18,7 +18,7 @@
 #    fraction or rank out of range.
 . "$(dirname "$0")/lib.sh"
 T="$BIN/dtrain"
-STEPS=300
+STEPS=120
 MLP=(--config configs/mlp.json --set mlp_sizes=[784,64,32,10] --set log_interval=1 --set eval_batches=1
      --set eval_interval=0 --set threads=1 --set bucket_mb=0.05)
 
