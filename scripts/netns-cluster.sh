@@ -14,12 +14,16 @@
 # FORWARD rule in the bridge namespace queues bridged packets (NFQUEUE) to
 # build/bin/dt-netdelay (needs iptables and libnetfilter-queue-dev:
 # scripts/setup.sh --bench).
+# NETNS_PREFIX=P (default dt) names the namespaces P0..P(N-1) and Pbr, so
+# that clusters of different users of one machine do not meet.
 # --cc ALG is the hosts' default TCP congestion control (default reno;
 # "system" keeps the machine's).  A namespace may only take one listed in
 # net.ipv4.tcp_allowed_congestion_control.
 set -euo pipefail
 
-BR_NS=dtbr
+P=${NETNS_PREFIX:-dt}
+[[ "$P" =~ ^[a-z][a-z0-9]{0,7}$ ]] || { echo "netns-cluster: NETNS_PREFIX '$P': 1 to 8 lower-case letters and digits" >&2; exit 2; }
+BR_NS=${P}br
 SUBNET=10.77.0
 NETDELAY=${NETDELAY:-$(cd "$(dirname "$0")/.." && pwd)/build/bin/dt-netdelay}
 DELAY_LOG=/tmp/dt-netdelay.log
@@ -33,7 +37,7 @@ need_root() {
 }
 
 down() {
-    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^dt([0-9]+|br)$' || true); do
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^$P([0-9]+|br)\$" || true); do
         ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
         ip netns del "$ns" 2>/dev/null || true
     done
@@ -96,7 +100,7 @@ up() {
     ip -n $BR_NS link add br0 type bridge
     ip -n $BR_NS link set br0 up
     for ((i = 0; i < n; i++)); do
-        local ns=dt$i
+        local ns=$P$i
         ip netns add $ns
         ip link add name vb$i netns $BR_NS type veth peer name eth0 netns $ns
         ip -n $BR_NS link set vb$i master br0
@@ -126,13 +130,13 @@ up() {
         done
     fi
     [ "$cc" = system ] && cc=$(cat /proc/sys/net/ipv4/tcp_congestion_control)
-    echo "netns-cluster: $n hosts dt0..dt$((n - 1)) at $SUBNET.1..$SUBNET.$n${rate:+, links $rate}${delay:+, $delay per hop}, TCP $cc"
+    echo "netns-cluster: $n hosts ${P}0..$P$((n - 1)) at $SUBNET.1..$SUBNET.$n${rate:+, links $rate}${delay:+, $delay per hop}, TCP $cc"
 }
 
 case ${1:-} in
     up) need_root; [ $# -ge 2 ] || die "usage: up N [--rate R] [--delay D] [--cc ALG]"; shift; up "$@" ;;
     down) need_root; down ;;
-    status) ip netns list | grep -E '^dt' || echo "no dt namespaces" ;;
+    status) ip netns list | grep -E "^$P" || echo "no $P namespaces" ;;
     -h|--help|help) usage ;;
     *) usage; exit 2 ;;
 esac

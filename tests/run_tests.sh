@@ -109,6 +109,9 @@ run fault/checkpoint-manifest-checked 200 tests/cases/checkpoint_manifest.sh
 run engine/torch-converter 200 tests/cases/torch_convert.sh
 run ddp/equivalence-accumulation-resume 600 tests/cases/ddp_equivalence.sh
 run ddp/rank-dies-mid-training 60 tests/cases/ddp_rank_dies.sh
+run ddp/compressors-unit 120 "$BIN/test_compress"
+run ddp/compressors-unit-2-ranks 120 "$BIN/dtrun" -n 2 "$BIN/test_compress"
+run ddp/compressors-resume-convergence 600 tests/cases/ddp_compression.sh
 run fault/checkpoint-keep-corrupt-full-readonly 180 tests/cases/checkpoint_faults.sh
 run ddp/example-fashion-mnist 180 sh -c "\"$BIN/dtrun\" -n 2 \"$BIN/ddp_fashion_mnist\" 1 | tee /dev/stderr | grep -qE 'epoch 1: .* test accuracy (8[0-9]|9[0-9])\\.'"
 run zero/example-fashion-mnist 180 sh -c "\"$BIN/dtrun\" -n 2 \"$BIN/zero_fashion_mnist\" 3 1 | tee /dev/stderr | grep -qE 'epoch 1: .* test accuracy (8[0-9]|9[0-9])\\.'"

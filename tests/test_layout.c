@@ -49,7 +49,8 @@ static const char *const default_texts[][2] = {
     {"dp", "0"}, {"tp", "1"}, {"pp", "1"}, {"zero_stage", "0"}, {"servers", "0"}, {"sync", "bsp"},
     {"staleness", "2"}, {"micro_batches", "1"}, {"grad_accumulation", "1"}, {"pipeline_schedule", "1f1b"},
     {"virtual_stages", "2"}, {"sequence_parallel", "false"}, {"tp_copies", "1"}, {"recompute", "off"}, {"offload", "none"},
-    {"precision", "f32"}, {"grad_compression", "none"}, {"bucket_mb", "0"}, {"device", "cpu"},
+    {"precision", "f32"}, {"grad_compression", "none"}, {"powersgd_rank", "4"}, {"compress_start_step", "10"},
+    {"topk_fraction", "0.01"}, {"bucket_mb", "0"}, {"device", "cpu"},
 };
 #define NKEYS (sizeof default_texts / sizeof default_texts[0])
 
@@ -58,7 +59,8 @@ static const char *const other_texts[NKEYS][2] = {
     {"dp", "4"}, {"tp", "2"}, {"pp", "2"}, {"zero_stage", "1"}, {"servers", "3"}, {"sync", "ssp"},
     {"staleness", "5"}, {"micro_batches", "4"}, {"grad_accumulation", "3"}, {"pipeline_schedule", "interleaved"},
     {"virtual_stages", "3"}, {"sequence_parallel", "true"}, {"tp_copies", "4"}, {"recompute", "blocks"}, {"offload", "disk"},
-    {"precision", "bf16"}, {"grad_compression", "f16"}, {"bucket_mb", "2.5"}, {"device", "cuda:1"},
+    {"precision", "bf16"}, {"grad_compression", "f16"}, {"powersgd_rank", "8"}, {"compress_start_step", "100"},
+    {"topk_fraction", "0.125"}, {"bucket_mb", "2.5"}, {"device", "cuda:1"},
 };
 
 static void set_others(dt_layout *l)
@@ -206,7 +208,7 @@ static void test_set_refusals(void)
         {"recompute", "some", "key 'recompute' = \"some\" is not one of off,blocks,all"},
         {"offload", "ram", "key 'offload' = \"ram\" is not one of none,disk"},
         {"precision", "f16", "key 'precision' = \"f16\" is not one of f32,bf16"},
-        {"grad_compression", "auto", "key 'grad_compression' = \"auto\" is not one of none,f16,bf16"},
+        {"grad_compression", "auto", "key 'grad_compression' = \"auto\" is not one of none,f16,bf16,powersgd,topk"},
         {"sequence_parallel", "yes", "key 'sequence_parallel' = \"yes\" must be true or false"},
         {"sequence_parallel", "1", "key 'sequence_parallel' = 1 must be true or false"},
         {"device", "tpu", "key 'device' = \"tpu\" must be cpu, cuda, cuda:N or emu"},
@@ -417,6 +419,21 @@ static void test_check(void)
     with(&l, "zero_stage=2 grad_compression=bf16");
     refused(&l, 0, "key 'grad_compression' is for data parallelism (zero_stage 0): grad_compression bf16 with "
             "zero_stage 2", NULL);
+    /* the compressors (issue 51): plain data parallelism on the host only */
+    with(&l, "zero_stage=1 grad_compression=powersgd");
+    refused(&l, 0, "key 'grad_compression' is for data parallelism (zero_stage 0): grad_compression powersgd with "
+            "zero_stage 1", NULL);
+    with(&l, "servers=1 grad_compression=topk");
+    refused(&l, 0, "grad_compression topk with servers 1", NULL);
+    with(&l, "tp=2 grad_compression=topk");
+    refused(&l, 0, "key 'grad_compression' = topk is built for plain data parallelism (tp 1, pp 1): grad_compression "
+            "topk with tp 2", NULL);
+    with(&l, "pp=2 grad_compression=powersgd");
+    refused(&l, 0, "grad_compression powersgd with pp 2", NULL);
+    with(&l, "device=cuda grad_compression=powersgd");
+    refused(&l, 0, "key 'grad_compression' = powersgd compresses host gradients: not on device cuda", NULL);
+    with(&l, "grad_compression=topk topk_fraction=0");
+    refused(&l, 0, "key 'topk_fraction' = 0 must be in (0, 1]", NULL);
     with(&l, "pp=2 pipeline_schedule=interleaved micro_batches=3");
     refused(&l, 0, "key 'pipeline_schedule' interleaved needs the micro-batches per step (micro_batches x "
             "grad_accumulation = 3) to be a multiple of pp = 2", "(micro_batches 3, grad_accumulation 1)");

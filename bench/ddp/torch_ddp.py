@@ -3,7 +3,8 @@
 gpt-mini as configs/gpt-mini.json, batch 16 x 128 per rank, 1 thread.
 
 usage: torch_ddp.py STEPS   (env: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT;
-       WORLD_SIZE=1 trains without DDP)
+       WORLD_SIZE=1 trains without DDP; TORCH_POWERSGD_RANK=r: PyTorch's
+       powerSGD_hook of rank r, error feedback and warm start, from step 2)
 prints on rank 0: "tokens_per_s <aggregate over all ranks>" (first 5 steps are warm-up)
 """
 import os
@@ -33,6 +34,11 @@ def main():
     if world > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world)
         model = torch.nn.parallel.DistributedDataParallel(model)
+        r = int(os.environ.get("TORCH_POWERSGD_RANK", "0"))
+        if r > 0:
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
+            state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=r, start_powerSGD_iter=2)
+            model.register_comm_hook(state, psgd.powerSGD_hook)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
     text = fortunes()
     B, T = 16, 128

@@ -57,19 +57,29 @@ typedef struct {
     double bucket_mb;       /* MiB per allreduce bucket (0: DT_BUCKET_MB, else dt_ddp's default) */
     char device[32];        /* "cpu", "cuda", "cuda:N", "emu" (dt_device_open) */
     bool tf32;              /* device cuda: f32 matrix products may use TF32 tensor cores */
+    /* ---- gradient compressors (grad_compression powersgd or topk; docs/ddp.md) ---- */
+    int powersgd_rank;       /* powersgd: the rank r of the factors P (rows x r) and Q (cols x r) */
+    int compress_start_step; /* powersgd, topk: steps sent uncompressed before compression starts */
+    double topk_fraction;    /* topk: the share of each bucket's gradients sent, in (0, 1] */
 } dt_layout;
+
+/* grad_compression's compressors, held in grad_wire beside the wire formats
+ * DT_F32 (none), DT_F16 and DT_BF16: values no dt_dtype takes. */
+#define DT_GRAD_POWERSGD ((dt_dtype)0x100)
+#define DT_GRAD_TOPK ((dt_dtype)0x101)
 
 /* Every field at the trainer's default: one process's worth (dp 0, tp 1,
  * pp 1, no ZeRO, no servers, sync bsp, staleness 2, 1 micro-batch, no
  * accumulation, 1f1b with 2 virtual stages, recompute off, no offload, f32,
- * f32 wire, bucket 0, device "cpu"). */
+ * f32 wire, bucket 0, device "cpu"; powersgd_rank 4, compress_start_step 10,
+ * topk_fraction 0.01). */
 void dt_layout_default(dt_layout *l);
 
 /* One key from its text, as the trainer's `--set key=value` gives it:
  * dp, tp, pp, zero_stage, servers, sync, staleness, micro_batches,
  * grad_accumulation, pipeline_schedule, virtual_stages, sequence_parallel,
- * tp_copies, recompute, offload, precision, grad_compression (none|f16|bf16), bucket_mb,
- * device.  DT_ERR_INVALID naming the key, the value and the accepted
+ * tp_copies, recompute, offload, precision, grad_compression (none|f16|bf16|powersgd|topk),
+ * bucket_mb, device, powersgd_rank, compress_start_step, topk_fraction.  DT_ERR_INVALID naming the key, the value and the accepted
  * range or choices (or that the key is not a layout key: dt_layout_has_key
  * tells first). */
 dt_status dt_layout_set(dt_layout *l, const char *key, const char *value);

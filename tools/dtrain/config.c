@@ -61,7 +61,10 @@ static const spec specs[] = {
     {"straggler_prob", K_NUM, F(straggler_prob), 0, 1, NULL, "1", "the share of steps straggler_rank sleeps in (each a random 0..straggler_ms): 1 a steady straggler, less a bursty one"},
     {"micro_batches", K_INT, F(micro_batches), 1, 1 << 16, NULL, "1", "pieces each rank's batch is cut into (they must divide batch_size); a pipeline fills its stages with them"},
     {"grad_accumulation", K_INT, F(grad_accumulation), 1, 1 << 16, NULL, "1", "batches per optimizer step (each cut into micro_batches)"},
-    {"grad_compression", K_STR, F(grad_compression), 0, 0, "auto,none,f16,bf16", "\"auto\"", "gradient format on the wire (data parallel by allreduce); auto: bf16 when precision is bf16, else none"},
+    {"grad_compression", K_STR, F(grad_compression), 0, 0, "auto,none,f16,bf16,powersgd,topk", "\"auto\"", "gradients on the wire (data parallel by allreduce): none (f32), f16, bf16, powersgd (rank-r factors of each matrix, error feedback) or topk (the largest topk_fraction of each bucket as index and value, error feedback); auto: bf16 when precision is bf16, else none"},
+    {"powersgd_rank", K_INT, F(powersgd_rank), 1, 1024, NULL, "4", "grad_compression powersgd: the rank r of the factors (r x (rows + cols) floats sent per matrix instead of rows x cols)"},
+    {"compress_start_step", K_INT, F(compress_start_step), 0, 1 << 30, NULL, "10", "grad_compression powersgd or topk: optimizer steps sent uncompressed before compression starts (PyTorch's start_powerSGD_iter)"},
+    {"topk_fraction", K_NUM, F(topk_fraction), 0, 1, NULL, "0.01", "grad_compression topk: the share of each bucket's gradients sent each step, in (0, 1] (the rest waits in the error feedback)"},
     {"device", K_STR, F(device), 0, 0, NULL, "\"cpu\"", "where the model trains: cpu, cuda (the GPU of DT_LOCAL_RANK, modulo the GPUs visible) or cuda:N; emu: a test device (the cpu kernels behind memory the host cannot touch, to test the device code paths without a GPU); DT_DEVICE sets the default (a build without CUDA refuses cuda)"},
     {"tf32", K_BOOL, F(tf32), 0, 1, NULL, "false", "device cuda: f32 matrix products may use TF32 tensor cores (10-bit mantissa; off: full f32, results within f32 rounding of the cpu)"},
     {"precision", K_STR, F(precision), 0, 0, "f32,bf16", "\"f32\"", "matrix products: f32, or bf16 mixed precision (bf16 operands, f32 sums, f32 weights and optimizer state; AMX or AVX512_BF16 where the CPU has them, else emulated at f32 speed)"},
@@ -464,6 +467,9 @@ static bool ps(const dtrain_config *c) { return c->servers > 0; }
 static bool ssp(const dtrain_config *c) { return c->servers > 0 && !strcmp(c->sync, "ssp"); }
 static bool not_ps(const dtrain_config *c) { return c->servers == 0; }
 static bool allreduce_dp(const dtrain_config *c) { return c->servers == 0 && c->zero_stage == 0; }
+static bool powersgd(const dtrain_config *c) { return !strcmp(c->grad_compression, "powersgd"); }
+static bool topk(const dtrain_config *c) { return !strcmp(c->grad_compression, "topk"); }
+static bool compressor(const dtrain_config *c) { return powersgd(c) || topk(c); }
 static bool offloads(const dtrain_config *c) { return !strcmp(c->offload, "disk"); }
 static bool straggler(const dtrain_config *c) { return c->straggler_rank >= 0; }
 static bool straggler_sleeps(const dtrain_config *c) { return c->straggler_ms > 0; }
@@ -498,6 +504,9 @@ static const key_use uses[] = {
     {"memory_limit", not_ps, "servers 0 (a parameter server's workers do not plan their memory)", false},
     {"bucket_mb,grad_compression", allreduce_dp, "data parallelism by allreduce (servers 0, zero_stage 0)", false},
     {"offload_dir", offloads, "offload disk", false},
+    {"powersgd_rank", powersgd, "grad_compression powersgd", false},
+    {"topk_fraction", topk, "grad_compression topk", false},
+    {"compress_start_step", compressor, "grad_compression powersgd or topk", false},
     {"straggler_ms,straggler_prob", straggler, "straggler_rank >= 0", false},
     {"straggler_rank", straggler_sleeps, "straggler_ms > 0", false},
     {"tf32", cuda, "device cuda (elsewhere the products are f32)", false},

@@ -21,7 +21,9 @@ typedef struct {
     int64_t batch_size, steps, seed, threads, grad_accumulation, tp;
     int64_t pp, micro_batches, virtual_stages, zero_stage, tp_copies;
     char pipeline_schedule[16]; /* gpipe | 1f1b | interleaved */
-    char grad_compression[8]; /* none | f16 | bf16 ("auto" is resolved when the configuration is checked) */
+    char grad_compression[16]; /* none | f16 | bf16 | powersgd | topk ("auto" is resolved when the configuration is checked) */
+    int64_t powersgd_rank, compress_start_step;
+    double topk_fraction;
     char precision[8];        /* f32 | bf16 */
     char device[16];          /* cpu | cuda | cuda:N */
     bool tf32;                /* device cuda: TF32 f32 matrix products */
@@ -50,7 +52,7 @@ typedef struct {
      * the file or by --set: 0 no, DTRAIN_GIVEN_DEFAULT at its default value,
      * DTRAIN_GIVEN_CHANGED at another.  A checkpoint's own configuration
      * gives nothing. */
-    unsigned char given[96];
+    unsigned char given[128];
 } dtrain_config;
 enum { DTRAIN_GIVEN_DEFAULT = 1, DTRAIN_GIVEN_CHANGED = 2 };
 

@@ -26,7 +26,14 @@ void dtrain_layout_of(const dtrain_config *c, dt_layout *l)
                    : !strcmp(c->recompute, "blocks") ? DT_RECOMPUTE_BLOCKS : DT_RECOMPUTE_OFF;
     l->offload = !strcmp(c->offload, "disk") ? DT_OFFLOAD_DISK : DT_OFFLOAD_NONE;
     l->precision = !strcmp(c->precision, "bf16") ? DT_BF16 : DT_F32;
-    l->grad_wire = !strcmp(c->grad_compression, "f16") ? DT_F16 : !strcmp(c->grad_compression, "bf16") ? DT_BF16 : DT_F32;
+    l->grad_wire = !strcmp(c->grad_compression, "f16")        ? DT_F16
+                   : !strcmp(c->grad_compression, "bf16")     ? DT_BF16
+                   : !strcmp(c->grad_compression, "powersgd") ? DT_GRAD_POWERSGD
+                   : !strcmp(c->grad_compression, "topk")     ? DT_GRAD_TOPK
+                                                              : DT_F32;
+    l->powersgd_rank = (int)c->powersgd_rank;
+    l->compress_start_step = (int)c->compress_start_step;
+    l->topk_fraction = c->topk_fraction;
     l->bucket_mb = c->bucket_mb;
     snprintf(l->device, sizeof l->device, "%s", c->device);
     l->tf32 = c->tf32;

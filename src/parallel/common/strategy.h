@@ -36,6 +36,10 @@ typedef struct {
     /* One checkpoint (dt_strategy_save); NULL: the common one (run/save.c:
      * the state as it is, gathered over tp and pp onto the lead when split). */
     dt_status (*save)(dt_strategy *s, const dt__save_args *a);
+    /* After dt_strategy_create built it from a resume's step directory: the
+     * strategy's own state beyond the model and the optimizer (data
+     * parallelism's compressor); NULL: none. */
+    dt_status (*resume)(dt_strategy *s, const char *step_dir);
     /* Bytes moved so far beyond the gradients' collectives (NULL: none). */
     void (*io)(const dt_strategy *s, dt_strategy_io *out);
     void (*destroy)(dt_strategy *s);

@@ -7,7 +7,15 @@
  * bucket is one contiguous range of it and is reduced in place: no packing
  * copies.  Buckets start strictly in index order
  * (bucket b only after b-1), so every rank issues the same collectives in the
- * same order whatever order its callbacks fire in. */
+ * same order whatever order its callbacks fire in.
+ *
+ * A compressed bucket (compress.h) is a chain of collectives with compute
+ * between them (PowerSGD: P, then Q).  The chain advances at fixed points
+ * only, so that every rank issues the same collectives in the same order:
+ * starting bucket b first takes bucket b-1 past its first message when it
+ * has another (waiting for it: PowerSGD's P is small, usually landed), and
+ * the sync takes each bucket to its end in index order.  Top-k's single
+ * allgather waits for the sync like an f32 bucket. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +30,7 @@
 #include "dtrain/parallel.h"
 #include "dtrain/tensor.h"
 #include "optim/clip.h"
+#include "parallel/ddp/compress.h"
 #include "tensor/backend.h"
 
 typedef struct {
@@ -30,6 +39,7 @@ typedef struct {
     int pending;           /* not yet ready this step */
     dt_request *req;       /* in flight */
     bool started, done;
+    int msgs;              /* compressed: messages issued this step */
 } bucket;
 
 struct dt_ddp {
@@ -49,6 +59,9 @@ struct dt_ddp {
     dt_status failed; /* first error of a callback (reported at the sync, as before callbacks could return one) */
     dt_subscription ready_sub; /* to the registry's gradient-ready events */
     double async_before, exposed, last_comm, last_exposed;
+    dt__compressor *cx; /* NULL: uncompressed (or f16/bf16 on the wire) */
+    bool compressing;   /* this step: cx and compress_start steps done */
+    int64_t steps;      /* synchronised steps done */
 };
 
 static uint64_t describe(const dt_param_info *info)
@@ -189,11 +202,55 @@ static void reset_step(dt_ddp *d)
         d->buckets[b].pending = d->buckets[b].params;
         d->buckets[b].started = d->buckets[b].done = false;
         d->buckets[b].req = NULL;
+        d->buckets[b].msgs = 0;
     }
+    d->compressing = d->cx && d->steps >= d->cfg.compress_start;
     memset(d->ready, 0, (size_t)dt_params_count(d->params) * sizeof *d->ready);
     d->next_start = 0;
     d->exposed = 0;
     d->async_before = dt_comm_async_seconds(d->comm);
+}
+
+static dt_status issue(dt_ddp *d, bucket *b, const dt__cx_msg *m)
+{
+    b->msgs++;
+    if (m->gather)
+        return dt_iallgather(m->send, m->recv, m->count, DT_I32, d->comm, &b->req);
+    return dt_iallreduce(m->send, m->send, m->count, DT_F32, DT_AVG, d->comm, &b->req);
+}
+
+/* The compressed bucket's message in flight completed (or failed: s):
+ * the next one issued, or the bucket decoded and done. */
+static dt_status advance(dt_ddp *d, bucket *b, dt_status s)
+{
+    dt__cx_msg m;
+    bool more = false;
+    b->req = NULL;
+    if (s == DT_OK)
+        s = dt__compressor_next(d->cx, (int)(b - d->buckets), dt_params_device_grads(d->params), &m, &more);
+    if (s == DT_OK && more)
+        return issue(d, b, &m);
+    b->done = true;
+    return s;
+}
+
+static dt_status wait_req(dt_ddp *d, bucket *b)
+{
+    int64_t t0 = dt__now_ns();
+    dt_status s = dt_wait(b->req, NULL);
+    d->exposed += (double)(dt__now_ns() - t0) / 1e9;
+    return s;
+}
+
+static dt_status start_compressed(dt_ddp *d, bucket *b)
+{
+    bucket *prev = b > d->buckets ? b - 1 : NULL;
+    if (prev && !prev->done && prev->msgs == 1 && /* past its first message: see the top */
+        dt__compressor_messages(d->cx, (int)(prev - d->buckets)) > 1)
+        DT_CHECK(advance(d, prev, wait_req(d, prev)));
+    dt__cx_msg m;
+    DT_CHECK(dt__compressor_begin(d->cx, (int)(b - d->buckets), dt_params_device_grads(d->params), &m));
+    return issue(d, b, &m);
 }
 
 static dt_status start_bucket(dt_ddp *d, bucket *b)
@@ -208,7 +265,7 @@ static dt_status start_bucket(dt_ddp *d, bucket *b)
             info->offset < b->offset + b->count)
             dt_param_touch_all(d->params, i);
     }
-    if (dt_comm_size(d->comm) == 1) {
+    if (dt_comm_size(d->comm) == 1 && !d->compressing) {
         b->done = true;
         return DT_OK;
     }
@@ -217,6 +274,8 @@ static dt_status start_bucket(dt_ddp *d, bucket *b)
         snprintf(label, sizeof label, "bucket %d", (int)(b - d->buckets));
         dt__trace_label_next(label);
     }
+    if (d->compressing)
+        return start_compressed(d, b);
     if (d->cfg.wire == DT_F32)
         return dt_iallreduce(g, g, (size_t)b->count, DT_F32, DT_AVG, d->comm, &b->req);
     return dt_iallreduce_half(g, g, (size_t)b->count, d->cfg.wire, DT_AVG, d->comm, &b->req);
@@ -249,12 +308,21 @@ static dt_status on_grad_ready(void *user, int index)
 
 static dt_status wait_bucket(dt_ddp *d, bucket *b)
 {
-    if (b->done)
-        return DT_OK;
-    int64_t t0 = dt__now_ns();
-    dt_status s = dt_wait(b->req, NULL);
-    d->exposed += (double)(dt__now_ns() - t0) / 1e9;
-    b->req = NULL;
+    dt_status s = DT_OK;
+    while (!b->done && s == DT_OK) {
+        if (!b->req) /* its start failed (that error is reported) */
+            break;
+        if (!d->compressing) {
+            s = wait_req(d, b);
+            b->req = NULL;
+            b->done = true;
+        } else
+            s = advance(d, b, wait_req(d, b));
+    }
+    if (s != DT_OK && b->req) { /* nothing stays in flight */
+        dt_wait(b->req, NULL);
+        b->req = NULL;
+    }
     b->done = true;
     return s;
 }
@@ -275,6 +343,7 @@ static void end_step(dt_ddp *d)
 {
     d->last_comm = dt_comm_async_seconds(d->comm) - d->async_before;
     d->last_exposed = d->exposed;
+    d->steps++;
     reset_step(d);
 }
 
@@ -351,6 +420,48 @@ void dt_ddp_last_timing(const dt_ddp *d, double *comm, double *exposed)
         *exposed = d->last_exposed;
 }
 
+static dt_status make_compressor(dt_ddp *d)
+{
+    int64_t *at = malloc(2 * (size_t)(d->nbuckets ? d->nbuckets : 1) * sizeof *at);
+    if (!at)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    for (int b = 0; b < d->nbuckets; b++) {
+        at[b] = d->buckets[b].offset;
+        at[d->nbuckets + b] = d->buckets[b].count;
+    }
+    dt_status s = dt__compressor_create(&d->cfg, d->params, at, at + d->nbuckets, d->nbuckets,
+                                        dt_comm_size(d->comm), &d->cx);
+    free(at);
+    return s;
+}
+
+dt_status dt_ddp_state_save(const dt_ddp *d, const char *path)
+{
+    if (!d || !d->cx || !path)
+        return dt__fail(DT_ERR_INVALID, "dt_ddp_state_save: %s", !d ? "NULL" : !d->cx ? "no compressor" : "path NULL");
+    return dt__compressor_save(d->cx, d->steps, dt_comm_rank(d->comm), path);
+}
+
+dt_status dt_ddp_state_load(dt_ddp *d, const char *path, bool with_error)
+{
+    if (!d || !d->cx || !path)
+        return dt__fail(DT_ERR_INVALID, "dt_ddp_state_load: %s", !d ? "NULL" : !d->cx ? "no compressor" : "path NULL");
+    int64_t steps = 0;
+    DT_CHECK(dt__compressor_load(d->cx, path, dt_comm_rank(d->comm), with_error, &steps));
+    dt_ddp_set_steps(d, steps);
+    return DT_OK;
+}
+
+int64_t dt_ddp_steps(const dt_ddp *d) { return d->steps; }
+
+void dt_ddp_set_steps(dt_ddp *d, int64_t steps)
+{
+    d->steps = steps;
+    d->compressing = d->cx && d->steps >= d->cfg.compress_start; /* between steps: nothing started */
+}
+
+const float *dt_ddp_error(const dt_ddp *d) { return d && d->cx ? dt__compressor_error(d->cx) : NULL; }
+
 dt_status dt_ddp_create(dt_comm *c, dt_params *p, const dt_ddp_config *cfg, dt_ddp **out)
 {
     if (!c || !p || !out)
@@ -364,10 +475,16 @@ dt_status dt_ddp_create(dt_comm *c, dt_params *p, const dt_ddp_config *cfg, dt_d
     d->ops = dt_params_device(p);
     d->sync = true;
     d->micro_batches = 1;
-    d->cfg = cfg ? *cfg : (dt_ddp_config){0, DT_F32};
+    d->cfg = cfg ? *cfg : (dt_ddp_config){.wire = DT_F32};
     dt_status s = DT_OK;
     if (d->cfg.wire != DT_F32 && d->cfg.wire != DT_F16 && d->cfg.wire != DT_BF16)
         s = dt__fail(DT_ERR_INVALID, "data parallel: gradient wire format must be f32, f16 or bf16");
+    else if (d->cfg.compressor != DT_DDP_UNCOMPRESSED && d->cfg.wire != DT_F32)
+        s = dt__fail(DT_ERR_INVALID, "data parallel: compressor %s with wire %s: the compressors send f32 (one or "
+                     "the other)", d->cfg.compressor == DT_DDP_TOPK ? "topk" : "powersgd", dt_dtype_name(d->cfg.wire));
+    else if (d->cfg.compressor != DT_DDP_UNCOMPRESSED && !d->ops->host)
+        s = dt__fail(DT_ERR_INVALID, "data parallel: compressor %s with the gradients on %s: it compresses host "
+                     "gradients only", d->cfg.compressor == DT_DDP_TOPK ? "topk" : "powersgd", d->ops->name);
     if (s == DT_OK && d->cfg.bucket_bytes == 0)
         s = default_bucket_bytes(dt_params_numel(p), &d->cfg.bucket_bytes);
     if (s == DT_OK && dt_comm_size(c) > 1) {
@@ -379,6 +496,8 @@ dt_status dt_ddp_create(dt_comm *c, dt_params *p, const dt_ddp_config *cfg, dt_d
     }
     if (s == DT_OK)
         s = build_buckets(d);
+    if (s == DT_OK && d->cfg.compressor != DT_DDP_UNCOMPRESSED)
+        s = make_compressor(d);
     if (s != DT_OK) {
         dt_ddp_destroy(d);
         return s;
@@ -399,6 +518,7 @@ void dt_ddp_destroy(dt_ddp *d)
         return;
     drain(d, DT_OK);
     dt_params_unsubscribe(d->params, d->ready_sub);
+    dt__compressor_destroy(d->cx);
     free(d->buckets);
     free(d->bucket_of);
     free(d->ready);

@@ -80,6 +80,15 @@ static dt_status keys_agree(const dt_layout *l)
     if (l->zero_stage > 0 && l->grad_wire != DT_F32)
         return dt__fail(DT_ERR_INVALID, "key 'grad_compression' is for data parallelism (zero_stage 0): "
                         "grad_compression %s with zero_stage %d", v, l->zero_stage);
+    bool compressor = l->grad_wire == DT_GRAD_POWERSGD || l->grad_wire == DT_GRAD_TOPK;
+    if (compressor && (l->tp > 1 || l->pp > 1))
+        return dt__fail(DT_ERR_INVALID, "key 'grad_compression' = %s is built for plain data parallelism (tp 1, pp 1): "
+                        "grad_compression %s with %s %d", v, v, l->tp > 1 ? "tp" : "pp", l->tp > 1 ? l->tp : l->pp);
+    if (compressor && strcmp(l->device, "cpu"))
+        return dt__fail(DT_ERR_INVALID, "key 'grad_compression' = %s compresses host gradients: not on device %.*s", v,
+                        (int)sizeof l->device, l->device);
+    if (!(l->topk_fraction > 0 && l->topk_fraction <= 1))
+        return dt__fail(DT_ERR_INVALID, "key 'topk_fraction' = %g must be in (0, 1]", l->topk_fraction);
     long long per_step = (long long)l->micro_batches * l->grad_accumulation;
     if (l->pp > 1 && l->schedule == DT_PIPE_INTERLEAVED && per_step % l->pp)
         return dt__fail(DT_ERR_INVALID, "key 'pipeline_schedule' interleaved needs the micro-batches per step "

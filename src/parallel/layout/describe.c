@@ -66,7 +66,11 @@ const char *dt_layout_describe(const dt_layout *l, char *buf, size_t len)
     if (l->recompute != DT_RECOMPUTE_OFF)
         add(&o, ", recompute %s", recompute_name(l->recompute));
     add(&o, ", %s", l->precision == DT_BF16 ? "bf16" : "f32");
-    if (l->grad_wire != DT_F32)
+    if (l->grad_wire == DT_GRAD_POWERSGD)
+        add(&o, ", powersgd rank %d gradients", l->powersgd_rank);
+    else if (l->grad_wire == DT_GRAD_TOPK)
+        add(&o, ", top-%g gradients", l->topk_fraction);
+    else if (l->grad_wire != DT_F32)
         add(&o, ", %s gradients", dt_dtype_name(l->grad_wire) ? dt_dtype_name(l->grad_wire) : "?");
     if (l->bucket_mb > 0)
         add(&o, ", %g MiB buckets", l->bucket_mb);

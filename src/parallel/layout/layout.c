@@ -21,7 +21,7 @@ static const int schedule_values[] = {DT_PIPE_GPIPE, DT_PIPE_1F1B, DT_PIPE_INTER
 static const int recompute_values[] = {DT_RECOMPUTE_OFF, DT_RECOMPUTE_BLOCKS, DT_RECOMPUTE_ALL};
 static const int offload_values[] = {DT_OFFLOAD_NONE, DT_OFFLOAD_DISK};
 static const int precision_values[] = {DT_F32, DT_BF16};
-static const int wire_values[] = {DT_F32, DT_F16, DT_BF16};
+static const int wire_values[] = {DT_F32, DT_F16, DT_BF16, DT_GRAD_POWERSGD, DT_GRAD_TOPK};
 
 /* dt_device_open's names: cpu, emu, cuda, cuda:N. */
 static const char *device_valid(const char *s)
@@ -56,7 +56,10 @@ static const dt__layout_key table[] = {
     CHOICE("precision", precision, "f32,bf16", precision_values, "\"f32\"", "matrix products: f32, or bf16 mixed precision (bf16 operands, f32 sums, f32 weights and optimizer state; AMX or AVX512_BF16 where the CPU has them, else emulated at f32 speed)"),
     /* The trainer's "auto" (bf16 when precision is bf16, else none) depends
      * on other keys: the trainer resolves it before setting this key. */
-    CHOICE("grad_compression", grad_wire, "none,f16,bf16", wire_values, "\"none\"", "gradient format on the wire (data parallel by allreduce): none (f32), f16 or bf16"),
+    CHOICE("grad_compression", grad_wire, "none,f16,bf16,powersgd,topk", wire_values, "\"none\"", "gradients on the wire (data parallel by allreduce): none (f32), f16, bf16, powersgd (rank-r factors of each matrix, error feedback) or topk (the largest topk_fraction of each bucket as index and value, error feedback)"),
+    INT("powersgd_rank", powersgd_rank, 1, 1024, "4", "grad_compression powersgd: the rank r of the factors (r x (rows + cols) floats sent per matrix instead of rows x cols)"),
+    INT("compress_start_step", compress_start_step, 0, 1 << 30, "10", "grad_compression powersgd or topk: optimizer steps sent uncompressed before compression starts (PyTorch's start_powerSGD_iter)"),
+    {"topk_fraction", DT__LK_NUM, F(topk_fraction), 0, 1, NULL, NULL, "0.01", "grad_compression topk: the share of each bucket's gradients sent each step, in (0, 1] (the rest waits in the error feedback)", NULL},
     {"bucket_mb", DT__LK_NUM, F(bucket_mb), 0, 65536, NULL, NULL, "0", "MiB per gradient allreduce bucket (0: DT_BUCKET_MB, else min(25, gradients/8), at least 1)", NULL},
     {"device", DT__LK_STR, F(device), 0, 0, NULL, NULL, "\"cpu\"", "where the model trains: cpu, cuda (the GPU of DT_LOCAL_RANK, modulo the GPUs visible) or cuda:N; emu: a test device (the cpu kernels behind memory the host cannot touch, to test the device code paths without a GPU); DT_DEVICE sets the default (a build without CUDA refuses cuda)", device_valid},
 };
@@ -65,7 +68,7 @@ static const dt__layout_key table[] = {
 static const char *const key_names[] = {
     "dp", "tp", "pp", "zero_stage", "servers", "sync", "staleness", "micro_batches", "grad_accumulation",
     "pipeline_schedule", "virtual_stages", "sequence_parallel", "tp_copies", "recompute", "offload", "precision",
-    "grad_compression", "bucket_mb", "device", NULL,
+    "grad_compression", "powersgd_rank", "compress_start_step", "topk_fraction", "bucket_mb", "device", NULL,
 };
 _Static_assert(sizeof key_names / sizeof key_names[0] == NKEYS + 1, "key_names lists the table's keys");
 

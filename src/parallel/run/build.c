@@ -147,6 +147,18 @@ static dt_status to_device(const dt__run *r, dt_model *m, dt_optimizer *o)
     return s != DT_OK ? dt__fail(s, "device %s: %s", l->device, dt_last_error()) : DT_OK;
 }
 
+/* The layout's gradient keys as data parallelism's bucket configuration. */
+static dt_ddp_config ddp_config(const dt_layout *l)
+{
+    bool psgd = l->grad_wire == DT_GRAD_POWERSGD, topk = l->grad_wire == DT_GRAD_TOPK;
+    return (dt_ddp_config){.bucket_bytes = (size_t)(l->bucket_mb * 1048576.0),
+                           .wire = psgd || topk ? DT_F32 : l->grad_wire,
+                           .compressor = psgd ? DT_DDP_POWERSGD : topk ? DT_DDP_TOPK : DT_DDP_UNCOMPRESSED,
+                           .powersgd_rank = l->powersgd_rank,
+                           .compress_start = l->compress_start_step,
+                           .topk_fraction = l->topk_fraction};
+}
+
 /* The composition: the servers' push and pull; the pipeline's schedule with
  * its gradients synchronised over dp by allreduce or by ZeRO (pipe/dp_sync);
  * ZeRO over dp (its norm over tp too when the model is split); one process;
@@ -275,16 +287,18 @@ dt_status dt_strategy_create(const dt_layout *l, const dt_run_recipe *rc, dt_com
     dt_strategy_config sc = {.micro_batches = dt_layout_step_micro_batches(l),
                              .grad_clip = rc->grad_clip,
                              .seed = rc->seed,
-                             .ddp = {(size_t)(l->bucket_mb * 1048576.0), l->grad_wire},
+                             .ddp = ddp_config(l),
                              .tp = r->tp};
     if (l->bucket_mb > 0 && sc.ddp.bucket_bytes < sizeof(float))
         sc.ddp.bucket_bytes = sizeof(float);
     if (st == DT_OK && (st = compose(&sc, r, m, o, &s)) == DT_OK) {
         s->run = r; /* from here the strategy owns the run, the model and the optimizer */
+        if (rc->resume && s->ops->resume) /* the strategy's own state (a compressor's error feedback) */
+            st = s->ops->resume(s, rc->resume);
         if (!s->opt) /* a server's worker: its optimizer (which the servers' steps pass by) goes with the run */
             s->opt = o;
         r->recipe.resume = NULL;
-        if (l->zero_stage == 3 && l->offload == DT_OFFLOAD_DISK &&
+        if (st == DT_OK && l->zero_stage == 3 && l->offload == DT_OFFLOAD_DISK &&
             (st = dt_strategy_zero_offload(s, rc->offload_dir)) != DT_OK)
             st = dt__fail(st, "offload: %s", dt_last_error());
         if (st == DT_OK)
