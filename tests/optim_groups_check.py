@@ -21,7 +21,8 @@ lib = C.CDLL(sys.argv[1])
 class TpGroup(C.Structure):  # dt_tp_group: zeroed (size 0) means no tensor parallelism
     _fields_ = [("rank", C.c_int), ("size", C.c_int), ("user", C.c_void_p)] + \
                [(name, C.c_void_p) for name in ("allreduce_sum", "allreduce_sum_f64", "allreduce_max_f64",
-                                                "allgather", "reduce_scatter_sum")]
+                                                "allgather", "reduce_scatter_sum", "iallreduce_sum",
+                                                "iallgather", "ireduce_scatter_sum", "wait")]
 
 
 class GptConfig(C.Structure):

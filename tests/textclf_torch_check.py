@@ -35,9 +35,14 @@ class Key(C.Structure):
     _fields_ = [("seed", C.c_uint64), ("step", C.c_uint64), ("micro", C.c_uint32), ("group", C.c_uint32)]
 
 
-class Ctx(C.Structure):
+class ArenaMark(C.Structure):
+    _fields_ = [("chunk", C.c_void_p), ("used", C.c_size_t)]
+
+
+class Ctx(C.Structure):  # dt_ctx, every field in order (the library reads and copies the whole struct)
     _fields_ = [("arena", C.c_void_p), ("params", C.c_void_p), ("key", Key), ("training", C.c_bool),
-                ("saved", C.c_void_p), ("input", C.c_void_p), ("compute", C.c_int)]  # dt_ctx, in order
+                ("saved", C.c_void_p), ("input", C.c_void_p), ("compute", C.c_int), ("ops", C.c_void_p),
+                ("input_dev", C.c_void_p), ("row0", C.c_int64), ("reclaim", C.c_bool), ("keep", ArenaMark)]
 
 
 FWD = C.CFUNCTYPE(C.c_int, C.c_void_p, C.POINTER(Ctx), C.POINTER(Tensor), C.POINTER(Tensor))

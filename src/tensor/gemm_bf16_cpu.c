@@ -95,7 +95,11 @@ static void choose(void)
     cpu.chosen = best;
     /* the table's measurements are of AVX512_BF16 against oneDNN's brgemm
      * on the same instructions; AMX keeps its own kernel */
-    cpu.table = best == DT__BF16_AVX512 && dt__bf16_dnnl_built();
+    /* auto keeps the own kernel: oneDNN's products were seen to differ in
+     * their last bits from one call to the next on a loaded machine (its
+     * threads split k as they find the cores), and a run's bits must not
+     * depend on the load; DT_BF16_GEMM=onednn asks for it. */
+    cpu.table = false;
     if (!want || strcmp(want, "auto") == 0)
         return;
     cpu.table = false;
