@@ -173,12 +173,6 @@ static void part_range(int64_t begin, int64_t end, void *p)
         run_part(g, 0, g->m, lo, hi < g->n ? hi : g->n);
 }
 
-bool dt__bf16_native_slices(int64_t n, int64_t k)
-{
-    int64_t ktiles = (k + 31) / 32;
-    return ktiles > SLICE_TILES && round_up(n, BLOCK) * ktiles * 64 > PANEL_BYTES;
-}
-
 /* ---- emulated: round the operands to bf16 (as f32), then the f32 GEMM ---- */
 
 typedef struct {

@@ -32,11 +32,6 @@ const char *dt__bf16_kernel_name(dt__bf16_kernel k);
  * the permission once. */
 bool dt__bf16_kernel_available(dt__bf16_kernel k, const char **why);
 
-/* Whether the own kernels sum k in 512-deep slices, carried in a buffer
- * between them (k > 512 and op(B)'s n columns, packed, exceed a 1 MiB panel):
- * the shapes where they lose to oneDNN when A is not transposed. */
-bool dt__bf16_native_slices(int64_t n, int64_t k);
-
 /* The oneDNN path (gemm_bf16_dnnl.c): whether this build has oneDNN, and
  * the product itself, dt_sgemm_bf16_ld's contract; false (a warning once, C
  * untouched) when oneDNN refuses it, and the caller runs its own kernel. */

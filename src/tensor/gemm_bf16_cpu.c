@@ -1,11 +1,10 @@
 /* Which bf16 GEMM kernel this process runs: AMX where the CPU has it and the
  * kernel grants the tile state, else AVX512_BF16's dot products, else the
- * emulation (inputs rounded to bf16, then the f32 GEMM); and, shape by shape,
- * oneDNN's matmul where a table of measurements says it beats them.
- * DT_BF16_GEMM forces one (native: the own kernel alone); a forced kernel the
- * machine cannot run is refused with a warning, and the emulation runs
- * instead.  The choice is made once per process, and the table is a fixed
- * rule of the shape, so the same run gives the same bits every time. */
+ * emulation (inputs rounded to bf16, then the f32 GEMM).  DT_BF16_GEMM
+ * forces one (native: the own kernel; onednn: oneDNN's matmul for every
+ * product, the own kernel for what it refuses); a forced kernel the machine
+ * cannot run is refused with a warning, and the emulation runs instead.  The
+ * choice is made once per process. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -27,7 +26,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 /* Set once under `once`, read-only after. */
 static struct {
     dt__bf16_kernel chosen; /* the own kernel */
-    bool onednn_all, table; /* every shape to oneDNN (forced); auto: the table decides */
+    bool onednn_all; /* every shape to oneDNN (DT_BF16_GEMM=onednn) */
     bool amx, avx512;
     char amx_why[160];
     const char *avx512_why;
@@ -93,16 +92,13 @@ static void choose(void)
     dt__bf16_kernel best = cpu.amx ? DT__BF16_AMX : cpu.avx512 ? DT__BF16_AVX512 : DT__BF16_EMULATED;
     const char *want = dt__env_str("DT_BF16_GEMM");
     cpu.chosen = best;
-    /* the table's measurements are of AVX512_BF16 against oneDNN's brgemm
-     * on the same instructions; AMX keeps its own kernel */
     /* auto keeps the own kernel: oneDNN's products were seen to differ in
      * their last bits from one call to the next on a loaded machine (its
      * threads split k as they find the cores), and a run's bits must not
-     * depend on the load; DT_BF16_GEMM=onednn asks for it. */
-    cpu.table = false;
+     * depend on the load; DT_BF16_GEMM=onednn asks for it (docs/engine.md
+     * has the shapes where it was faster). */
     if (!want || strcmp(want, "auto") == 0)
         return;
-    cpu.table = false;
     if (strcmp(want, "native") == 0)
         return;
     for (int k = DT__BF16_EMULATED; k <= DT__BF16_ONEDNN; k++) {
@@ -144,25 +140,11 @@ const char *dt__bf16_kernel_name(dt__bf16_kernel k)
                                   : "emulated";
 }
 
-/* The table (auto, AVX512_BF16 CPUs with oneDNN): which products go to
- * oneDNN.  From bench/kernels/gemm_bf16 and CPU time per call on an AMD EPYC
- * (Zen 5, AVX512_BF16, no AMX; docs/engine.md has the figures): oneDNN's
- * brgemm, the bf16 copies of its inputs included, is 1.11-1.15x the own
- * kernel where that one slices k through a buffer with A not transposed
- * (gpt-small's fc2 forward and fc1 input gradient, k = 1536, n = 384); on
- * the other shapes it is 0.92-1.02x (the dW products, k = 2048, included),
- * and 0.7x on attention's small ones.  A rule of the shape alone: the same
- * path, and so the same bits, at every thread count. */
-static bool table_onednn(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k)
-{
-    (void)trans_b;
-    return !trans_a && (double)m * (double)n * (double)k >= (double)(1 << 22) && dt__bf16_native_slices(n, k);
-}
-
 dt__bf16_kernel dt__bf16_kernel_for(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k)
 {
     pthread_once(&once, choose);
-    if (cpu.onednn_all || (cpu.table && table_onednn(trans_a, trans_b, m, n, k)))
+    (void)trans_a, (void)trans_b, (void)m, (void)n, (void)k;
+    if (cpu.onednn_all)
         return DT__BF16_ONEDNN;
     return cpu.chosen;
 }
@@ -172,7 +154,5 @@ const char *dt_bf16_gemm_kernel(void)
     pthread_once(&once, choose);
     if (cpu.onednn_all)
         return "onednn";
-    if (cpu.table)
-        return cpu.chosen == DT__BF16_AMX ? "onednn+amx" : "onednn+avx512_bf16";
     return dt__bf16_kernel_name(cpu.chosen);
 }

@@ -97,7 +97,7 @@ void train_report_start(const train_run *t, int64_t nparams)
             dtrain_progress_line("precision: bf16 emulated: this CPU has neither AMX nor AVX512_BF16 (or the "
                                  "kernel refused them), so the matrix products round their operands to bf16 "
                                  "and run at f32 speed; weights, gradients and optimizer state stay f32\n");
-        else /* kern: one kernel, or oneDNN for some shapes and a kernel for the rest ("onednn+avx512_bf16") */
+        else /* kern: the kernel (DT_BF16_GEMM=onednn: "onednn") */
             dtrain_progress_line("precision: bf16 matrix products on %s (f32 sums); weights, gradients and "
                                  "optimizer state f32; bf16 gemm: %s\n",
                                  strstr(kern, "amx")           ? "AMX tiles"
