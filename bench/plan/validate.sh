@@ -91,7 +91,7 @@ for model in $MODELS; do
     choice_sps=""
     for l in "${rows[@]}"; do
         pred=$("$BIN/dtrain" plan --config "configs/$model.json" --set threads=1 "${EXTRA_ARGS[@]}" -n $N --layout "$l" --json 2>/dev/null |
-               python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["step_s"])' || echo "-")
+               python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["step_s"])' 2>/dev/null || echo "-")
         if [ "$pred" = "-" ]; then # dtrain plan --layout refused it (this model cannot run it: it said why)
             printf '%-10s %-48s refused by dtrain plan --layout\n' "$model" "${l:-default}"
             echo "| $model | ${l:-default} | refused | | | |" >>"$OUT"
