@@ -396,9 +396,10 @@ static void test_tp2(void)
     dt_plan_model_free(&in.model);
 }
 
-/* tp_copies (multi-copy tp) on gpt blocks: each copy's exchanges carry half the bytes with their own latency;
- * exposed is the last copy's, or what the other copy's compute (half the block's forward) cannot cover; the
- * block's output and input gradient (out_bytes each) are held once more. */
+/* tp_copies (multi-copy tp) on gpt blocks: with 2 copies the first takes 2/3 of the rows, the last 1/3, each
+ * copy's exchanges their bytes with their own latency; exposed is the last copy's, or what the first copy's
+ * compute (2/3 of the block's forward) cannot cover; the block's output and input gradient (out_bytes each)
+ * are held once more. */
 static void test_tp_copies(void)
 {
     dt_plan_inputs in;
@@ -415,12 +416,12 @@ static void test_tp_copies(void)
     dt_plan_estimate e;
     EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
     NEAR(e.compute_s, 4 * 2 * 3e-3 / 2);
-    NEAR(e.tp_s, 2 * 2 * 2 * (1e-5 + 800 * 1e-9)); /* covered: the last copy's 2 exchanges of 800 B */
+    NEAR(e.tp_s, 2 * 2 * 2 * (1e-5 + 1600 / 3.0 * 1e-9)); /* covered: the last copy's 2 exchanges of 533 B */
     NEAR(e.activation_bytes, 4 * 2 * (1000 / 2.0 + 2 * 100));
-    /* a slow link (1 MB/s): 2 copies x 2 x (1e-5 + 0.8 ms) less half the block's 2 ms forward */
+    /* a slow link (1 MB/s): 2 x (1e-5 + 1.067 ms) + 2 x (1e-5 + 0.533 ms) less 2/3 of the block's 2 ms forward */
     in.links.intra = (dt_plan_link){1e-5, 1e6};
     EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
-    NEAR(e.tp_s, 2 * 2 * (2 * 2 * (1e-5 + 800e-6) - 1e-3));
+    NEAR(e.tp_s, 2 * 2 * (2 * (1e-5 + 3200e-6 / 3) + 2 * (1e-5 + 1600e-6 / 3) - 2e-3 * 2 / 3));
     l.tp_copies = 1;
     EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
     NEAR(e.tp_s, 2 * 2 * 2 * (1e-5 + 1600e-6));

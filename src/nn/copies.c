@@ -35,6 +35,21 @@ struct dt__copies {
 };
 
 static _Thread_local copy_thread *self; /* this thread's copy, NULL elsewhere */
+static _Thread_local int64_t turn_began;  /* the timeline's span of this copy's turn */
+
+/* The timeline shows each turn a copy holds as a span "copy k" (category
+ * copy) on the copy's thread: the gaps between them are its exchanges. */
+static void turn_begin(void) { turn_began = dt__trace_begin(); }
+
+static void turn_end(int k)
+{
+    if (turn_began) {
+        char name[16];
+        snprintf(name, sizeof name, "copy %d", k);
+        dt__trace_end("copy", name, turn_began, "\"copy\":%d", k);
+    }
+    turn_began = 0;
+}
 
 bool dt__copies_inside(void) { return self != NULL; }
 
@@ -75,7 +90,9 @@ static void *copy_main(void *p)
         if (r->failed == DT_OK) {
             pthread_mutex_unlock(&r->mu);
             self = me;
+            turn_begin();
             s = r->fn(r->arg, me->k);
+            turn_end(me->k);
             self = NULL;
             pthread_mutex_lock(&r->mu);
         }
@@ -173,6 +190,7 @@ dt_status dt__copies_await(dt_status (*wait)(void *user, void *req), void *user,
     if (!me)
         return wait(user, req);
     dt__copies *r = me->r;
+    turn_end(me->k);
     pthread_mutex_lock(&r->mu);
     pass_turn(r, me->k);
     pthread_mutex_unlock(&r->mu);
@@ -183,6 +201,7 @@ dt_status dt__copies_await(dt_status (*wait)(void *user, void *req), void *user,
     bool stopped = r->failed != DT_OK;
     int who = r->failed_copy;
     pthread_mutex_unlock(&r->mu);
+    turn_begin();
     if (s != DT_OK)
         return s;
     return stopped ? dt__fail(DT_ERR_INVALID, "stopped: copy %d failed", who) : DT_OK;

@@ -84,8 +84,14 @@ dt_status dt__copies_forward(dt__copies *r, int n, dt_layer *child, dt_ctx *ctx,
     } else {
         dt_ctx sub[DT_ARENA_COMPANIONS];
         dt_tensor out[DT_ARENA_COMPANIONS];
-        for (int k = 0; k <= n; k++)
-            rs.b0[k] = B * k / n;
+        /* Copy k < n-1 takes two shares of the rows, the last copy one:
+         * the last copy's exchange is the one nothing after it in the block
+         * covers (the block ends), so the smaller it is, the less stays
+         * exposed; the others' are covered by the copies computing after
+         * them.  B >= n, so every copy gets at least one row. */
+        for (int k = 0; k < n; k++)
+            rs.b0[k] = (2 * k * B + n - 1) / (2 * n - 1); /* round(2kB / (2n - 1)) */
+        rs.b0[n] = B;
         for (int k = 0; k < n; k++) {
             if (!(rs.arena[k] = dt_arena_link(ctx->arena, k)))
                 return dt__wrap(DT_ERR_NOMEM, "%s: copies: ", child->name);

@@ -60,6 +60,7 @@ static const struct {
     {"comm", "collective", "#dc2626"},
     {"bucket", "bucket (allreduce)", "#16a34a"},
     {"pipeline", "pipeline transfer", "#06b6d4"},
+    {"copy", "tp copy's turn", "#0d9488"},
     {"optimizer", "optimizer", "#92400e"},
     {"checkpoint", "checkpoint", "#ec4899"},
     {"", "other", "#a3a3a3"},

@@ -104,15 +104,18 @@ static bool recomputed(const dt__plan_ctx *c, const dt_layout *l, const dt_plan_
 
 /* Multi-copy tensor parallelism (tp_copies c): a block's micro-batch runs as
  * c copies of its rows taking turns, each copy's exchanges travelling while
- * the next copy computes.  The exchanges of one copy carry 1/c of the bytes
- * (each its own latency); what stays exposed is at least the last copy's,
- * and otherwise what the other copies' compute, (c-1)/c of the block's,
- * cannot cover.  compute_s: the block's forward over the micro-batch (its
- * backward, longer, is covered at least as well: the forward bounds both). */
+ * the next copy computes.  The copies before the last take 2 shares of the
+ * rows, the last 1 (nn/copies_rows.c), each exchange its own latency; what
+ * stays exposed is at least the last copy's exchanges, and otherwise what
+ * the other copies' compute, (2c-2)/(2c-1) of the block's, cannot cover.
+ * compute_s: the block's forward over the micro-batch (its backward,
+ * longer, is covered at least as well: the forward bounds both). */
 static double copies_exposed_s(dt__plan_group tpg, const dt_plan_block *b, double mb, int c, double compute_s)
 {
-    double one = b->tp_collectives * dt__plan_allreduce_s(tpg, b->tp_bytes * mb / c);
-    return fmax(one, c * one - compute_s * (c - 1.0) / c);
+    double share = 1.0 / (2 * c - 1);
+    double last = b->tp_collectives * dt__plan_allreduce_s(tpg, b->tp_bytes * mb * share);
+    double other = b->tp_collectives * dt__plan_allreduce_s(tpg, b->tp_bytes * mb * 2 * share);
+    return fmax(last, (c - 1) * other + last - compute_s * (1 - share));
 }
 
 static void share_of(const dt__plan_ctx *c, const dt_layout *l, const int *bounds, int r, int dp, double mb,
