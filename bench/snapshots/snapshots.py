@@ -38,7 +38,8 @@ def job(d, sets, roots=None):
     port[0] += 1
 
     def node(i, mode="w"):
-        env = dict(ENV, DT_SNAPSHOT_ROOT=roots[i]) if roots else ENV
+        env = dict(ENV, DT_SNAPSHOT_ROOT=roots[i]) if roots else dict(ENV)
+        env["DT_RESTART_TRACE"] = f"{d}/phases"  # restart_phases.py reads it
         cmd = ["ip", "netns", "exec", NS[i], "taskset", "-c", str(i), f"{BIN}/dtrun", "--nnodes", "2",
                "--node-rank", str(i), "--master", f"{ADDR0}:{port[0]}", "--token-file", f"{d}/tok",
                "--join-timeout", "120", "--max-restarts", "1", "-n", "2", f"{BIN}/dtrain", "train", *sets,
@@ -125,6 +126,8 @@ def fault_run(d, kind, snapshots):
     at = last_step(d)
     mark = len(open(f"{d}/node0").read())
     t_kill = time.time()
+    with open(f"{d}/phases", "a") as f:
+        f.write(f"{t_kill:.6f} kill\n")
     wipe = lambda root: subprocess.run(["sh", "-c", f'rm -rf "{root}"/*/step-* "{root}"/*/.step-*'], check=True)
     if kind == "rank":
         kids = open(f"/proc/{procs[1].pid}/task/{procs[1].pid}/children").read().split()
@@ -161,11 +164,15 @@ def fault_run(d, kind, snapshots):
          "again_s": round(t_again, 2), "start_s": round(t_start if t_start is not None else t_again, 2)}
     print(f"fault {kind} snapshots={snapshots}: after step {at}, resumed at {resumed} ({r['lost']} steps lost), "
           f"training again {r['start_s']} s after the kill, its first step done {r['again_s']} s after it", flush=True)
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "restart_phases.py"),
+                    f"{d}/phases"])
     return r
 
 
+KINDS = [(k, s == "snap") for k, s in (x.split(":") for x in os.environ.get(
+    "FAULT_KINDS", "rank:snap,rank:disk,host:snap,host:disk,both:snap").split(","))]  # e.g. FAULT_KINDS=rank:snap
 for k in range(FAULT_RUNS):
-    for kind, snaps in (("rank", True), ("rank", False), ("host", True), ("host", False), ("both", True)):
+    for kind, snaps in KINDS:
         results["faults"].append(fault_run(f"{WORK}/fault-{kind}-{snaps}-{k}", kind, snaps))
 
 json.dump(results, open(f"{WORK}/snapshots.json", "w"), indent=1)

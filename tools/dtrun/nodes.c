@@ -47,13 +47,19 @@ static dt_status decide(const dtrun_opts *o, dt_store_client *store, int g, cons
     dt_status s = DT_OK;
     bool elastic = o->nnodes_min < o->nnodes;
     while (!stop_reason && joined < o->nnodes) {
+        /* The first missing node is waited for in the store (woken the
+         * moment it registers; before, a look every 0.1 s), the others
+         * only looked at: each node joins within milliseconds of the one
+         * before, or not for a while. */
+        bool looked = false;
         for (int i = 0; i < o->nnodes; i++) {
             if (nproc[i])
                 continue;
             void *v = NULL;
             size_t len = 0;
             snprintf(key, sizeof key, "dtrun/g%d/node/%d", g, i);
-            s = dt_store_get(store, key, joined ? 0 : 0.1, &v, &len);
+            s = dt_store_get(store, key, looked ? 0 : 0.25, &v, &len);
+            looked = true;
             if (s == DT_OK) {
                 int np = atoi(v);
                 nproc[i] = np > 0 ? np : 1;
@@ -79,7 +85,6 @@ static dt_status decide(const dtrun_opts *o, dt_store_client *store, int g, cons
                     g ? " the restart" : "", missing);
             last_note = now_s();
         }
-        nanosleep(&(struct timespec){0, 100000000L}, NULL);
     }
     if (stop_reason) {
         snprintf(members, 600, "stop %s", stop_reason);
@@ -96,6 +101,7 @@ static dt_status decide(const dtrun_opts *o, dt_store_client *store, int g, cons
         }
     }
 publish:
+    dt_phase_mark("dtrun node 0 decided generation %d's members", g);
     snprintf(key, sizeof key, "dtrun/g%d/members", g);
     s = dt_store_set(store, key, members, strlen(members) + 1);
 out:
@@ -149,6 +155,7 @@ dtrun_join_result dtrun_join(const dtrun_opts *o, dt_store_client *store, int g,
     snprintf(key, sizeof key, "dtrun/g%d/registered", g); /* node 0 watches this for nodes waiting to join */
     if (dt_store_add(store, key, 1, &claims) != DT_OK)
         goto lost;
+    dt_phase_mark("dtrun node %d registered for generation %d", o->node_rank, g);
     if (o->node_rank == 0 && decide(o, store, g, stop_reason) != DT_OK)
         goto lost;
     snprintf(key, sizeof key, "dtrun/g%d/members", g);

@@ -278,8 +278,11 @@ dt_status dt_strategy_create(const dt_layout *l, const dt_run_recipe *rc, dt_com
     if (st == DT_OK) /* a server's worker: the servers update, its own optimizer does nothing */
         st = l->servers > 0 ? dt_sgd_create(&(dt_sgd_config){0, 0, false}, dt_params_numel(dt_model_params(m)), &o)
                             : make_optimizer(r, m, &o);
-    if (st == DT_OK && rc->resume)
+    if (st == DT_OK && rc->resume) {
+        dt_phase_mark("rank %d run built; loading", dt_comm_rank(world));
         st = dt__run_load(r, rc->resume, m, o);
+        dt_phase_mark("rank %d loaded", dt_comm_rank(world));
+    }
     if (st == DT_OK && l->offload == DT_OFFLOAD_DISK && (st = dt_optimizer_offload(o, rc->offload_dir)) != DT_OK)
         st = dt__fail(st, "offload: %s", dt_last_error());
     if (st == DT_OK)
