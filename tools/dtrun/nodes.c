@@ -32,9 +32,12 @@ static void list_missing(const int *nproc, int n, char *buf, size_t len)
             used += (size_t)snprintf(buf + used, len - used, "%s%d", used ? ", " : "", i);
 }
 
-/* Node 0: collect the registrations of generation g and publish the decision. */
-static dt_status decide(const dtrun_opts *o, dt_store_client *store, int g, const char *stop_reason)
+/* Node 0: collect the registrations of generation g and publish the
+ * decision; *decided gets it (caller frees; NULL on failure), so that node 0
+ * need not read it back from the store (a round trip of the restart). */
+static dt_status decide(const dtrun_opts *o, dt_store_client *store, int g, const char *stop_reason, char **decided)
 {
+    *decided = NULL;
     char key[96], *members = malloc(16 * (size_t)o->nnodes + 600);
     int *nproc = calloc((size_t)o->nnodes, sizeof *nproc);
     if (!members || !nproc) {
@@ -104,6 +107,10 @@ publish:
     dt_phase_mark("dtrun node 0 decided generation %d's members", g);
     snprintf(key, sizeof key, "dtrun/g%d/members", g);
     s = dt_store_set(store, key, members, strlen(members) + 1);
+    if (s == DT_OK) {
+        *decided = members;
+        members = NULL;
+    }
 out:
     free(members);
     free(nproc);
@@ -156,18 +163,24 @@ dtrun_join_result dtrun_join(const dtrun_opts *o, dt_store_client *store, int g,
     if (dt_store_add(store, key, 1, &claims) != DT_OK)
         goto lost;
     dt_phase_mark("dtrun node %d registered for generation %d", o->node_rank, g);
-    if (o->node_rank == 0 && decide(o, store, g, stop_reason) != DT_OK)
-        goto lost;
-    snprintf(key, sizeof key, "dtrun/g%d/members", g);
     void *v = NULL;
     size_t len = 0;
+    if (o->node_rank == 0) {
+        char *decided;
+        if (decide(o, store, g, stop_reason, &decided) != DT_OK)
+            goto lost;
+        v = decided;
+        len = strlen(decided) + 1;
+    }
+    snprintf(key, sizeof key, "dtrun/g%d/members", g);
     /* Node 0 decides within its join timeout; a late node may wait for the
      * whole of the current generation, so it waits without limit. */
-    for (;;) {
-        dt_status s = dt_store_get(store, key, 1.0, &v, &len);
+    while (!v) {
+        void *got = NULL;
+        dt_status s = dt_store_get(store, key, 1.0, &got, &len);
         if (s == DT_OK)
-            break;
-        if (s != DT_ERR_TIMEOUT)
+            v = got;
+        else if (s != DT_ERR_TIMEOUT)
             goto lost;
     }
     dtrun_join_result r;
