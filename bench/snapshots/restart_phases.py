@@ -20,8 +20,8 @@ for l in open(sys.argv[1]):
         pass
 lines.sort()
 t0 = next((t for t, x in lines if x == "kill"), None) or next((t for t, x in lines if " ended (" in x), None)
-if t0 is None:
-    sys.exit(f"{sys.argv[1]}: no kill and no failure")
+if t0 is None or len(lines) < 2:
+    sys.exit(f"{sys.argv[1]}: no phases (a build without DT_RESTART_TRACE?)")
 phases = {}
 for t, x in lines:
     if t < t0 or x == "kill":

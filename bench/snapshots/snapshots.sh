@@ -20,7 +20,8 @@ FAULT_RUNS=${2:-3}
 RATE=${3:-1000mbit}
 NS=${NS:-snap}
 [ "$(id -u)" = 0 ] || { echo "needs root (network namespaces)" >&2; exit 2; }
-[ -x build/bin/dtrain ] || { echo "build first" >&2; exit 2; }
+BIN=${BIN:-$PWD/build/bin} # BIN=other/build/bin: another build's programs (a before/after comparison)
+[ -x "$BIN/dtrain" ] || { echo "build first" >&2; exit 2; }
 WORK=$(mktemp -d /tmp/dtrain-snapbench.XXXXXX)
 down() { for ns in ${NS}0 ${NS}1; do ip netns pids $ns 2>/dev/null | xargs -r kill -9 2>/dev/null || true
                                    ip netns del $ns 2>/dev/null || true; done; }
@@ -38,4 +39,4 @@ for i in 0 1; do
     tc -n ${NS}$i qdisc add dev eth0 root tbf rate "$RATE" burst "$burst" latency 50ms
 done
 echo "2 namespace hosts ${NS}0, ${NS}1 at 10.79.0.1-2, a $RATE link, TCP reno"
-python3 bench/snapshots/snapshots.py "$PWD/build/bin" "$WORK" ${NS}0 ${NS}1 10.79.0.1 "$STEP_RUNS" "$FAULT_RUNS"
+python3 bench/snapshots/snapshots.py "$BIN" "$WORK" ${NS}0 ${NS}1 10.79.0.1 "$STEP_RUNS" "$FAULT_RUNS"

@@ -111,9 +111,14 @@ int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_
     int64_t local, best, src, missing;
     int64_t disk = c->checkpoint_dir[0] ? dt_ckpt_newest(c->checkpoint_dir) : -1;
     bool usable = true;
-    if (c->zero_stage > 0 && c->tp <= 1 && c->pp <= 1 && c->servers == 0 && dt_comm_size(t->job) > 1 &&
-        dtrain_snapshot_assemble(t, root, restart, &usable) != 0)
-        return 1;
+    if (c->zero_stage > 0 && c->tp <= 1 && c->pp <= 1 && c->servers == 0 && dt_comm_size(t->job) > 1) {
+        int64_t early;
+        dt_ckpt_progress early_pr;
+        /* (layout auto chose ZeRO after the verification started: it may predate the shards put together) */
+        dtrain_snapshot_verify_take(t, &early, &early_pr);
+        if (dtrain_snapshot_assemble(t, root, restart, &usable) != 0)
+            return 1;
+    }
     if (!usable) {
         if (rank0)
             from_disk(restart, "no memory snapshot is complete (a node and its buddy node were both lost: above)",
