@@ -262,7 +262,9 @@ dt_status dt_strategy_create(const dt_layout *l, const dt_run_recipe *rc, dt_com
         return DT_OK;
     }
     if (st == DT_OK && (st = build_model(r, &m)) == DT_OK) {
+        dt_phase_mark("rank %d model built", dt_comm_rank(world));
         dt_model_init(m, rc->seed);
+        dt_phase_mark("rank %d model initialised", dt_comm_rank(world));
         if (l->precision == DT_BF16 && (st = dt_model_set_precision(m, DT_BF16)) != DT_OK)
             st = dt__fail(st, "precision: %s", dt_last_error());
     }
