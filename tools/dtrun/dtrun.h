@@ -108,7 +108,8 @@ typedef struct dtrun_end_watch dtrun_end_watch;
 dtrun_end_watch *dtrun_end_watch_start(const dtrun_opts *o, int generation);
 /* True once the key appeared. */
 bool dtrun_end_watch_seen(const dtrun_end_watch *w);
-/* Let go of it (NULL: nothing); the thread ends within half a second. */
+/* Stop and join it (NULL: nothing): at once when the key was written, else
+ * within a quarter of a second. */
 void dtrun_end_watch_stop(dtrun_end_watch *w);
 
 typedef enum { DTRUN_OK, DTRUN_FAILED, DTRUN_STOPPED, DTRUN_SIGNALLED } dtrun_outcome;

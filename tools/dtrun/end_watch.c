@@ -5,9 +5,10 @@
  * appears.  The periodic look stays, for what this cannot see (the store
  * silent, a node waiting to join an elastic job).
  *
- * The thread is detached: when the generation ends otherwise (every rank
- * exited 0) it may still be inside a wait of at most WAIT_S, and nobody
- * waits for it; the context is freed by whichever of the two lets go last. */
+ * It is joined once the generation's end is known (rounds.c): by then the
+ * key is written, except when every rank exited 0, where the join waits for
+ * the end of one wait of at most WAIT_S (joined, so that no thread is in
+ * the store client, or holds its TLS state, when dtrun exits). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,20 +16,14 @@
 
 #include "dtrun.h"
 
-#define WAIT_S 0.5 /* one wait on the key; the stop flag is looked at between waits */
+#define WAIT_S 0.25 /* one wait on the key; the stop flag is looked at between waits */
 
 struct dtrun_end_watch {
-    int refs; /* atomic: the thread's and the owner's */
+    pthread_t thread;
     int stop, seen; /* atomic */
     char host[256], token[256], key[96];
     int port;
 };
-
-static void release(dtrun_end_watch *w)
-{
-    if (__atomic_sub_fetch(&w->refs, 1, __ATOMIC_ACQ_REL) == 0)
-        free(w);
-}
 
 static void *watch_main(void *arg)
 {
@@ -52,7 +47,6 @@ static void *watch_main(void *arg)
         }
         dt_store_close(st);
     }
-    release(w);
     return NULL;
 }
 
@@ -61,18 +55,11 @@ dtrun_end_watch *dtrun_end_watch_start(const dtrun_opts *o, int generation)
     dtrun_end_watch *w = calloc(1, sizeof *w);
     if (!w)
         return NULL;
-    w->refs = 2;
     snprintf(w->host, sizeof w->host, "%s", o->master_host);
     snprintf(w->token, sizeof w->token, "%s", o->token);
     snprintf(w->key, sizeof w->key, "dtrun/g%d/why", generation);
     w->port = o->master_port;
-    pthread_t th;
-    pthread_attr_t a;
-    pthread_attr_init(&a);
-    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-    bool started = pthread_create(&th, &a, watch_main, w) == 0;
-    pthread_attr_destroy(&a);
-    if (!started) { /* the periodic look alone */
+    if (pthread_create(&w->thread, NULL, watch_main, w) != 0) { /* the periodic look alone */
         free(w);
         return NULL;
     }
@@ -89,5 +76,6 @@ void dtrun_end_watch_stop(dtrun_end_watch *w)
     if (!w)
         return;
     __atomic_store_n(&w->stop, 1, __ATOMIC_RELEASE);
-    release(w);
+    pthread_join(w->thread, NULL);
+    free(w);
 }

@@ -285,11 +285,11 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
         dt_store_set_io_timeout(*store, WATCH_IO_TIMEOUT);
         int code = run_ranks(o, &l, &w, &outcome, what, sizeof what);
         dt_store_set_io_timeout(*store, DTRUN_STORE_IO_TIMEOUT);
-        dtrun_end_watch_stop(w.ended);
-        bool lost = w.lost;
+        bool lost = w.lost; /* (w.ended is stopped once the generation's why is written: at once then) */
         dt_phase_mark("dtrun node %d generation %d over", o->node_rank, g);
         if (outcome == DTRUN_OK) {
             if (wait_success(o, *store, &l, &lost)) {
+                dtrun_end_watch_stop(w.ended);
                 dtrun_monitor_note(DTRUN_MON_FINISHED, g, "every rank exited 0");
                 return 0;
             }
@@ -299,6 +299,7 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
             snprintf(why, sizeof why, "interrupted: dtrun on node %d received a signal", o->node_rank);
             dtrun_monitor_note(DTRUN_MON_FAILED, g, why);
             end_generation(*store, g, why);
+            dtrun_end_watch_stop(w.ended);
             if (o->node_rank == 0) { /* the others learn it when they rejoin */
                 snprintf(stop, sizeof stop, "dtrun/g%d/members", g + 1);
                 dt_store_set(*store, stop, "stop interrupted on node 0", 27);
@@ -319,6 +320,7 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
             lost |= !end_generation(*store, g, "membership: a node is waiting to join");
         }
         if (lost) {
+            dtrun_end_watch_stop(w.ended);
             fprintf(stderr, "dtrun: node %d: lost the rendezvous store: %s\n", o->node_rank, dt_last_error());
             if (!restartable && outcome == DTRUN_FAILED)
                 fprintf(stderr, "dtrun: job failed: %s\n", what);
@@ -327,6 +329,7 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
             continue;
         }
         read_why(*store, g, why, sizeof why);
+        dtrun_end_watch_stop(w.ended);
         if (outcome == DTRUN_STOPPED)
             fprintf(stderr, "dtrun: node %d: stopped its ranks: %s\n", o->node_rank, why);
         if (!restartable) {
