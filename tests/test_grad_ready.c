@@ -316,6 +316,37 @@ static void test_strategies(dt_comm *world)
     }
 }
 
+/* DDP starts every rank from rank 0's values: ranks initialised with
+ * different seeds get them by a broadcast; ranks that hold them already (the
+ * same seed, a checkpoint every rank loaded) keep theirs, which the strategy
+ * no longer broadcasts. */
+static void test_ddp_start_values(dt_comm *world)
+{
+    int rank = dt_comm_rank(world);
+    for (int same_seed = 0; same_seed < 2; same_seed++) {
+        dt_model *m, *ref;
+        EXPECT_STATUS(dt_mlp_create((int64_t[]){6, 5, 3}, 3, &m), DT_OK);
+        EXPECT_STATUS(dt_mlp_create((int64_t[]){6, 5, 3}, 3, &ref), DT_OK);
+        dt_model_init(m, same_seed ? 11 : 11 + (uint64_t)rank);
+        dt_model_init(ref, 11); /* rank 0's */
+        dt_params *p = dt_model_params(m);
+        dt_optimizer *o;
+        dt_strategy *s = NULL;
+        dt_strategy_config cfg = {.micro_batches = 1, .seed = 3};
+        EXPECT_STATUS(dt_adamw_create(&(dt_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f}, dt_params_numel(p), &o), DT_OK);
+        EXPECT_STATUS(dt_strategy_ddp_create(m, o, world, &cfg, &s), DT_OK);
+        size_t bytes = (size_t)dt_params_numel(p) * sizeof(float);
+        bool equal = memcmp(dt_params_values(p), dt_params_values(dt_model_params(ref)), bytes) == 0;
+        EXPECT(equal);
+        printf("ddp start, %s seeds: rank %d holds rank 0's values: %s\n", same_seed ? "equal" : "different", rank,
+               equal ? "yes" : "NO");
+        dt_strategy_destroy(s);
+        dt_optimizer_destroy(o);
+        dt_model_destroy(m);
+        dt_model_destroy(ref);
+    }
+}
+
 int main(void)
 {
     test_two_subscribers();
@@ -323,8 +354,10 @@ int main(void)
     test_block_hooks();
     dt_comm *world = NULL;
     EXPECT_STATUS(dt_comm_init_env(&world), DT_OK);
-    if (world)
+    if (world) {
         test_strategies(world);
+        test_ddp_start_values(world);
+    }
     dt_comm_destroy(world);
     return CHECK_DONE("test_grad_ready");
 }

@@ -12,7 +12,9 @@ usage: snapshots.py BIN WORK NS0 NS1 ADDR0 STEP_RUNS FAULT_RUNS
    of rank 3, and host 1 lost whole (its dtrun and ranks killed, its memory
    wiped, a new dtrun started in its place), with snapshots every step, and
    both with the disk checkpoint alone (today: checkpoint_interval=10), and
-   a rank and its buddy lost (every snapshot wiped: the disk is used).
+   a rank and its buddy lost (every snapshot wiped: the disk is used);
+   zhost, zboth (FAULT_KINDS): the same under ZeRO-1, whose shards each host
+   keeps and copies to its buddy host; zboth wipes host 0's buddy copies.
    Steps lost = the last step logged at the fault - the step resumed;
    training again = from the kill to the first step logged after it.
 Prints a markdown table per part; writes WORK/snapshots.json.
@@ -38,7 +40,8 @@ def job(d, sets, roots=None):
     port[0] += 1
 
     def node(i, mode="w"):
-        env = dict(ENV, DT_SNAPSHOT_ROOT=roots[i]) if roots else ENV
+        env = dict(ENV, DT_SNAPSHOT_ROOT=roots[i]) if roots else dict(ENV)
+        env["DT_RESTART_TRACE"] = f"{d}/phases"  # restart_phases.py reads it
         cmd = ["ip", "netns", "exec", NS[i], "taskset", "-c", str(i), f"{BIN}/dtrun", "--nnodes", "2",
                "--node-rank", str(i), "--master", f"{ADDR0}:{port[0]}", "--token-file", f"{d}/tok",
                "--join-timeout", "120", "--max-restarts", "1", "-n", "2", f"{BIN}/dtrain", "train", *sets,
@@ -116,6 +119,10 @@ def fault_run(d, kind, snapshots):
         os.makedirs(r, exist_ok=True)
     sets = [*mini, *BASE, "--set", f"steps={FSTEPS}", "--set", f"checkpoint_dir={d}/ck"]
     sets += ["--set", "memory_checkpoint_interval=1"] if snapshots else ["--set", "checkpoint_interval=10"]
+    zero = kind.startswith("z")  # ZeRO-1: each host keeps its shards and copies them to its buddy host
+    if zero:
+        sets += ["--set", "zero_stage=1"]
+        kind = kind[1:]
     procs, node = job(d, sets, roots)
     t0 = time.time()
     while last_step(d) < KILL_AT:
@@ -125,7 +132,10 @@ def fault_run(d, kind, snapshots):
     at = last_step(d)
     mark = len(open(f"{d}/node0").read())
     t_kill = time.time()
-    wipe = lambda root: subprocess.run(["sh", "-c", f'rm -rf "{root}"/*/step-* "{root}"/*/.step-*'], check=True)
+    with open(f"{d}/phases", "a") as f:
+        f.write(f"{t_kill:.6f} kill\n")
+    wipe = lambda root, what="step-* {r}/*/.step-* {r}/*/shards-* {r}/*/buddy-*": subprocess.run(
+        ["sh", "-c", f'rm -rf "{root}"/*/' + what.format(r=f'"{root}"')], check=True)
     if kind == "rank":
         kids = open(f"/proc/{procs[1].pid}/task/{procs[1].pid}/children").read().split()
         # ip netns exec runs dtrun in place (exec), so these are its ranks
@@ -142,8 +152,8 @@ def fault_run(d, kind, snapshots):
         wipe(roots[1])
         while "dtrun: restart 1 of 1" not in open(f"{d}/node0").read():
             time.sleep(0.01)
-        if kind == "both":
-            wipe(roots[0])
+        if kind == "both":  # ZeRO: host 1's buddy (host 0) loses its copies of host 1's shards
+            wipe(roots[0], "buddy-*" if zero else "step-* {r}/*/.step-*")
         procs[1] = node(1, "a")
     t_again = t_start = None
     while time.time() - t_kill < 300:
@@ -157,15 +167,19 @@ def fault_run(d, kind, snapshots):
             break
         time.sleep(0.01)
     finish(d, procs)
-    r = {"fault": kind, "snapshots": snapshots, "at": at, "resumed": resumed, "lost": at - resumed,
+    r = {"fault": ("z" if zero else "") + kind, "snapshots": snapshots, "at": at, "resumed": resumed, "lost": at - resumed,
          "again_s": round(t_again, 2), "start_s": round(t_start if t_start is not None else t_again, 2)}
-    print(f"fault {kind} snapshots={snapshots}: after step {at}, resumed at {resumed} ({r['lost']} steps lost), "
+    print(f"fault {r['fault']} snapshots={snapshots}: after step {at}, resumed at {resumed} ({r['lost']} steps lost), "
           f"training again {r['start_s']} s after the kill, its first step done {r['again_s']} s after it", flush=True)
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "restart_phases.py"),
+                    f"{d}/phases"])
     return r
 
 
+KINDS = [(k, s == "snap") for k, s in (x.split(":") for x in os.environ.get(
+    "FAULT_KINDS", "rank:snap,rank:disk,host:snap,host:disk,both:snap").split(","))]  # e.g. FAULT_KINDS=rank:snap
 for k in range(FAULT_RUNS):
-    for kind, snaps in (("rank", True), ("rank", False), ("host", True), ("host", False), ("both", True)):
+    for kind, snaps in KINDS:
         results["faults"].append(fault_run(f"{WORK}/fault-{kind}-{snaps}-{k}", kind, snaps))
 
 json.dump(results, open(f"{WORK}/snapshots.json", "w"), indent=1)
@@ -178,8 +192,13 @@ print("\n| fault | resumed from | steps lost (each run) | fault to training agai
 print("| --- | --- | --- | --- | --- |")
 for kind, snaps, label in (("rank", True, "kill -9 of rank 3"), ("rank", False, "kill -9 of rank 3"),
                            ("host", True, "host 1 lost, replaced"), ("host", False, "host 1 lost, replaced"),
-                           ("both", True, "host 1 lost and host 0's snapshots")):
+                           ("both", True, "host 1 lost and host 0's snapshots"),
+                           ("zhost", True, "ZeRO-1: host 1 lost, replaced"),
+                           ("zboth", True, "ZeRO-1: host 1 lost and host 0's buddy copies")):
     rs = [r for r in results["faults"] if r["fault"] == kind and r["snapshots"] == snaps]
-    src = "memory snapshot" if snaps and kind != "both" else "disk (checkpoint_interval=10)" if not snaps else "disk (initial weights)"
+    if not rs:
+        continue
+    src = "memory snapshot" if snaps and "both" not in kind else "disk (checkpoint_interval=10)" if not snaps else "disk (initial weights)"
+    src += " (node 0's buddy copy of host 1's shards)" if kind == "zhost" else ""
     print(f"| {label} | {src} | {', '.join(str(r['lost']) for r in rs)} | {', '.join(str(r['start_s']) for r in rs)} "
           f"| {', '.join(str(r['again_s']) for r in rs)} |")

@@ -57,6 +57,14 @@ void dt_trace_end(const char *category, const char *name, int64_t t0, const char
  * and *out is NULL. */
 dt_status dt_read_file(const char *path, char **out, size_t *size);
 
+/* Restart phases (DT_RESTART_TRACE=FILE; docs/fault-tolerance.md "Timing a
+ * restart"): appends one line "<unix time, microseconds> <text>" to FILE in
+ * one write (O_APPEND: the lines of every process of a host interleave
+ * whole), so the phases of a restart can be timed across dtrun and the
+ * ranks (bench/snapshots/restart_phases.py sums them).  Nothing, and no
+ * system call, when the variable is unset.  Errors are ignored. */
+void dt_phase_mark(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Short constant name of a status code ("DT_ERR_PEER"). */
 const char *dt_status_name(dt_status s);
 

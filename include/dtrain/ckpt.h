@@ -346,6 +346,13 @@ typedef struct {
     bool stream_model;
 } dt_ckpt_writer_config;
 
+/* Sharded submits from now on: a shard file missing from the step's
+ * temporary directory was written on another host (memory snapshots in
+ * per-node directories, which a restart puts together): the manifest lists
+ * it with the size and CRC its rank reported.  A load still needs every
+ * file.  Off by default. */
+dt_status dt_ckpt_writer_shards_elsewhere(dt_ckpt_writer *w, bool on);
+
 /* Start the writer thread; p and o (may be NULL) are read at each submit
  * (p's values not at all with stream_model). */
 dt_status dt_ckpt_writer_start(const dt_ckpt_writer_config *cfg, dt_params *p, dt_optimizer *o,

@@ -49,6 +49,7 @@ static const dt__tunable tunables[] = {
     {"DT_RESTARTABLE", NULL, "set to 1 by dtrun when the job may restart: dtrain then also checkpoints the initial weights"},
     {"DT_SNAPSHOT_DIR", NULL, "set by dtrun when the job may restart: the directory (in /dev/shm) that dtrain's memory_checkpoint_interval snapshots go to and a restart resumes from"},
     {"DT_SNAPSHOT_ROOT", "/dev/shm", "dtrun: where it creates each job's DT_SNAPSHOT_DIR"},
+    {"DT_RESTART_TRACE", NULL, "dtrun and dtrain append a timestamped line per phase of their start and of a restart to this file (bench/snapshots/restart_phases.py sums them)"},
     {"DT_DEBUG", "warn", "log level: warn, info, trace; add coll (e.g. info,coll) to check and record collectives"},
     {"DT_TIMELINE", NULL, "set by dtrun --timeline FILE: each rank records a timeline (Chrome trace events) into FILE.rank<N>.json, which dtrun merges into FILE (docs/observability.md)"},
     {"DT_STALL_S", "60", "stall inspector: a collective still waiting after this many seconds names the ranks that have not arrived at it, checked each heartbeat (DT_HEARTBEAT_TIMEOUT/10); 0: off"},

@@ -51,6 +51,12 @@ typedef struct {
 dt_status dt__ckpt_path(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Remove a flat directory (a checkpoint holds only files); best effort. */
 void dt__ckpt_remove_dir(const char *path);
+/* dt_ckpt_save_sharded; elsewhere: a shard file missing from the temporary
+ * directory was written on another host (dt_ckpt_writer_shards_elsewhere),
+ * its size and CRC recorded as its rank reported them. */
+dt_status dt__ckpt_save_sharded(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
+                                const dt_ckpt_progress *pr, const dt_ckpt_sharding *sh,
+                                const dt_ckpt_shard_file *files, bool elsewhere, char *written, size_t written_len);
 /* fsync a directory, so that renames in it are durable; best effort. */
 void dt__ckpt_fsync_dir(const char *path);
 

@@ -27,7 +27,7 @@ void dt__ckpt_model_metadata(const dt_ckpt_meta *meta, int64_t step, char step_t
  * already in dir too, when sh), into dir. */
 static dt_status write_files(const char *dir, dt_params *p, const dt_ckpt_tensors *t,
                              const dt_ckpt_meta *meta, const dt_ckpt_progress *pr, const dt_ckpt_sharding *sh,
-                             const dt_ckpt_shard_file *shards)
+                             const dt_ckpt_shard_file *shards, bool elsewhere)
 {
     const struct {
         const char *name;
@@ -76,7 +76,9 @@ static dt_status write_files(const char *dir, dt_params *p, const dt_ckpt_tensor
             s = dt__fail(DT_ERR_INVALID, "shard %d is named %.64s, not %s", r, shards[r].name, want_name);
         if (s == DT_OK)
             s = dt__ckpt_path(path, sizeof path, "%s/%s", dir, shards[r].name);
-        if (s == DT_OK && (stat(path, &st) != 0 || (uint64_t)st.st_size != shards[r].bytes))
+        bool absent = s == DT_OK && stat(path, &st) != 0 && errno == ENOENT;
+        if (s == DT_OK && !(absent && elsewhere) &&
+            (absent || stat(path, &st) != 0 || (uint64_t)st.st_size != shards[r].bytes))
             s = dt__fail(DT_ERR_INVALID, "rank %d's shard %s is missing or not the %llu bytes it wrote", r,
                          path, (unsigned long long)shards[r].bytes);
         if (s != DT_OK) {
@@ -93,7 +95,7 @@ static dt_status write_files(const char *dir, dt_params *p, const dt_ckpt_tensor
 /* sh NULL: a fresh temporary directory; else the one the ranks wrote their shards into. */
 static dt_status save(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
                       const dt_ckpt_progress *pr, const dt_ckpt_sharding *sh,
-                      const dt_ckpt_shard_file *shards, char *written, size_t written_len)
+                      const dt_ckpt_shard_file *shards, bool elsewhere, char *written, size_t written_len)
 {
     if (!root || !p || !t || (!t->values && !sh) || !meta || !pr)
         return dt__fail(DT_ERR_INVALID, "dt_ckpt_save: root, p, t, t->values (unless sharded), meta and pr are "
@@ -113,7 +115,7 @@ static dt_status save(const char *root, dt_params *p, const dt_ckpt_tensors *t, 
         if (mkdir(tmp_dir, 0755) != 0)
             return dt__fail_errno(DT_ERR_SYSTEM, "cannot create %s", tmp_dir);
     }
-    dt_status s = write_files(tmp_dir, p, t, meta, pr, sh, shards);
+    dt_status s = write_files(tmp_dir, p, t, meta, pr, sh, shards, elsewhere);
     /* The step directory appears whole, by one rename; one already there for
      * this step (a run restarted from an earlier one) is replaced. */
     if (s == DT_OK && rename(step_dir, old_dir) != 0 && errno != ENOENT)
@@ -134,10 +136,10 @@ static dt_status save(const char *root, dt_params *p, const dt_ckpt_tensors *t, 
 /* save() as one timeline span. */
 static dt_status traced_save(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
                              const dt_ckpt_progress *pr, const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files,
-                             char *written, size_t written_len)
+                             bool elsewhere, char *written, size_t written_len)
 {
     int64_t t0 = dt__trace_begin();
-    dt_status s = save(root, p, t, meta, pr, sh, files, written, written_len);
+    dt_status s = save(root, p, t, meta, pr, sh, files, elsewhere, written, written_len);
     if (t0)
         dt__trace_end("checkpoint", "checkpoint write", t0, "\"step\":%lld,\"sharded\":%s",
                       pr ? (long long)pr->step : -1LL, sh ? "true" : "false");
@@ -147,7 +149,7 @@ static dt_status traced_save(const char *root, dt_params *p, const dt_ckpt_tenso
 dt_status dt_ckpt_save(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
                        const dt_ckpt_progress *pr, char *written, size_t written_len)
 {
-    return traced_save(root, p, t, meta, pr, NULL, NULL, written, written_len);
+    return traced_save(root, p, t, meta, pr, NULL, NULL, false, written, written_len);
 }
 
 dt_status dt_ckpt_save_sharded(const char *root, dt_params *p, const dt_ckpt_tensors *t,
@@ -155,10 +157,17 @@ dt_status dt_ckpt_save_sharded(const char *root, dt_params *p, const dt_ckpt_ten
                                const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files, char *written,
                                size_t written_len)
 {
+    return dt__ckpt_save_sharded(root, p, t, meta, pr, sh, files, false, written, written_len);
+}
+
+dt_status dt__ckpt_save_sharded(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
+                                const dt_ckpt_progress *pr, const dt_ckpt_sharding *sh,
+                                const dt_ckpt_shard_file *files, bool elsewhere, char *written, size_t written_len)
+{
     if (!sh || sh->stage < 1 || sh->stage > 3 || sh->ntensors < 1 ||
         sh->ntensors > DT__CKPT_SHARD_TENSORS_MAX || !sh->tensors || dt_ckpt_shard_numel(sh) < 0)
         return dt__fail(DT_ERR_INVALID,
                         "dt_ckpt_save_sharded: a bad sharding (stage %d, %d ranks, %d tensors)",
                         sh ? sh->stage : -1, sh ? sh->nranks : -1, sh ? sh->ntensors : -1);
-    return traced_save(root, p, t, meta, pr, sh, files, written, written_len);
+    return traced_save(root, p, t, meta, pr, sh, files, elsewhere, written, written_len);
 }

@@ -21,6 +21,7 @@ struct dt_ckpt_writer {
     dt_params *p;
     dt_optimizer *o;
     bool stream_model;     /* the caller writes model.safetensors: no values in the snapshot */
+    bool shards_elsewhere; /* other ranks' shard files may be on other hosts (set before any submit) */
     float *values, *m, *v; /* the snapshot */
     dt_ckpt_progress pr;
     /* a sharded submit's sharding and shard files (sh.nranks 0: not sharded) */
@@ -53,8 +54,8 @@ static void write_one(dt_ckpt_writer *w)
     dt_ckpt_meta meta = {w->config, w->model, w->optimizer};
     char where[DT_CKPT_PATH_MAX] = "";
     double t0 = now_s();
-    dt_status s = w->sh.nranks ? dt_ckpt_save_sharded(w->root, w->p, &snap, &meta, &w->pr, &w->sh, w->shards,
-                                                      where, sizeof where)
+    dt_status s = w->sh.nranks ? dt__ckpt_save_sharded(w->root, w->p, &snap, &meta, &w->pr, &w->sh, w->shards,
+                                                       w->shards_elsewhere, where, sizeof where)
                                : dt_ckpt_save(w->root, w->p, &snap, &meta, &w->pr, where, sizeof where);
     if (s == DT_OK) {
         dt_ckpt_prune(w->root, w->keep);
@@ -284,4 +285,14 @@ void dt_ckpt_writer_stop(dt_ckpt_writer *w)
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     writer_free(w);
+}
+
+dt_status dt_ckpt_writer_shards_elsewhere(dt_ckpt_writer *w, bool on)
+{
+    if (!w)
+        return dt__fail(DT_ERR_INVALID, "dt_ckpt_writer_shards_elsewhere: the writer is NULL");
+    pthread_mutex_lock(&w->mu);
+    w->shards_elsewhere = on;
+    pthread_mutex_unlock(&w->mu);
+    return DT_OK;
 }

@@ -122,6 +122,7 @@ static dt_status init_world(const dt__launch_env *env, dt__world *w)
             return dt__wrap(s, "the store at %s:%d (%s): ", env->master_host, env->master_port, env->master_source);
         DT_CHECK(s);
     }
+    dt_phase_mark("rank %d store connected", env->rank);
     DT_CHECK(dt__engine_create(&cfg, w->store, &w->eng));
     dt__engine_set_sig_namer(w->eng, dt__coll_sig_name);
     int64_t heartbeat;
@@ -224,11 +225,14 @@ dt_status dt_comm_init_env(dt_comm **out)
         world_release(w);
         return dt__error_restore(s, why);
     }
+    dt_phase_mark("rank %d engine up", c->rank);
     c->one_host = dt__comm_one_host(c);
     s = dt__shm_coll_setup(c);
     if (s != DT_OK)
         return setup_failed(c, s, "setting up shared-memory collectives");
+    dt_phase_mark("rank %d shm collectives set up", c->rank);
     s = dt__tune_collectives(c);
+    dt_phase_mark("rank %d collectives tuned", c->rank);
     if (s != DT_OK)
         return setup_failed(c, s, "timing the small-message algorithms at start-up");
     s = dt__hier_setup(c);

@@ -20,14 +20,17 @@
  * run changes the speed, never the bits.  docs/algorithms.md has the
  * figures that motivate it. */
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "comm/coll.h"
+#include "dtrain/store.h"
 
 enum { TUNE_PASSES = 2, TUNE_REPS = 16, TUNE_MAX_RANKS = 16, TUNE_MAX_DRAIN_CALLS = 64 };
 #define TUNE_WIN 0.9             /* the challenger must be at least 10% faster */
@@ -230,6 +233,65 @@ static dt_status tune_bruck(dt_comm *twin, dt_comm *c, float *buf)
     return DT_OK;
 }
 
+/* A job restarted by dtrun (DT_RESTART > 0) has the same ranks on the same
+ * links as its first generation: it takes that generation's verdicts from
+ * the store (dtrun's, which outlives the ranks) instead of timing again,
+ * which took 0.5 to 3.4 s of a restart on a loaded 2-core host (bench/
+ * RESULTS.md, "In-memory checkpoints").  Keyed by the world's shape; rank
+ * 0 reads the key and every rank takes its values (an allreduce of MAX over
+ * rank 0's values and the others' zeros), so all agree.  A verdict changes
+ * the speed, never the bits (above). */
+static void cache_key(const dt_comm *c, char *key, size_t len)
+{
+    snprintf(key, len, "dtrain/tune/v1/%d/%d/%d/%d", c->size, c->local_size, (int)c->one_host,
+             c->direct_bytes == SIZE_MAX);
+}
+
+static dt_status cached_verdicts(dt_comm *twin, dt_comm *c, bool *found)
+{
+    *found = false;
+    int64_t restart = 0;
+    if (!c->world->store || !dt__env_str("DT_RESTART") ||
+        dt__env_int("DT_RESTART", 0, 1LL << 30, &restart) != DT_OK || restart <= 0)
+        return DT_OK;
+    int64_t v[4] = {0, 0, 0, 0}; /* found, direct, small, bruck */
+    if (c->rank == 0) {
+        char key[96];
+        void *val = NULL;
+        size_t n = 0;
+        unsigned long long d, s, b;
+        cache_key(c, key, sizeof key);
+        if (dt_store_get(c->world->store, key, 0, &val, &n) == DT_OK && n > 0 && ((char *)val)[n - 1] == '\0' &&
+            sscanf(val, "%llu %llu %llu", &d, &s, &b) == 3 && d <= TUNE_MAX_BYTES && s <= TUNE_MAX_BYTES &&
+            b <= TUNE_MAX_BYTES) {
+            v[0] = 1, v[1] = (int64_t)d, v[2] = (int64_t)s, v[3] = (int64_t)b;
+        }
+        free(val);
+    }
+    dt__coll k;
+    DT_CHECK(dt__coll_begin_reducing(&k, twin, "allreduce (start-up: the first generation's verdicts)"));
+    DT_CHECK(dt__rd_allreduce(&k, v, 4, DT_I64, DT_MAX));
+    if (!v[0])
+        return DT_OK;
+    c->direct_tuned = (size_t)v[1];
+    c->small_tuned = (size_t)v[2];
+    c->bruck_piece = (size_t)v[3];
+    *found = true;
+    DT_INFO("restart: the small-message verdicts of the first generation (direct %zu, recursive doubling %zu, "
+            "Bruck %zu bytes), not timed again", c->direct_tuned, c->small_tuned, c->bruck_piece);
+    return DT_OK;
+}
+
+static void save_verdicts(const dt_comm *c)
+{
+    if (c->rank != 0 || !c->world->store)
+        return;
+    char key[96], val[96];
+    cache_key(c, key, sizeof key);
+    snprintf(val, sizeof val, "%zu %zu %zu", c->direct_tuned, c->small_tuned, c->bruck_piece);
+    dt_store_set(c->world->store, key, val, strlen(val) + 1); /* (best effort: a restart then times again) */
+}
+
 dt_status dt__tune_collectives(dt_comm *c)
 {
     c->direct_tuned = 0;
@@ -243,6 +305,12 @@ dt_status dt__tune_collectives(dt_comm *c)
         dt__comm_twin_done(&twin);
         return s;
     }
+    bool cached = false;
+    s = cached_verdicts(&twin, c, &cached);
+    if (s != DT_OK || cached) {
+        dt__comm_twin_done(&twin);
+        return s;
+    }
     float *buf = calloc(TUNE_MAX_BYTES / sizeof(float), sizeof(float));
     s = buf ? DT_OK : dt__fail(DT_ERR_NOMEM, "out of memory");
     if (s == DT_OK && c->direct_bytes == SIZE_MAX)
@@ -253,5 +321,7 @@ dt_status dt__tune_collectives(dt_comm *c)
         s = tune_bruck(&twin, c, buf);
     dt__comm_twin_done(&twin);
     free(buf);
+    if (s == DT_OK)
+        save_verdicts(c);
     return s;
 }

@@ -99,6 +99,7 @@ static dt_status connect_lower(dt__engine *e, const dt__engine_config *cfg, dt_s
     peer *p = &e->peers[r];
     snprintf(p->name, sizeof p->name, "rank %d (%s)", r, addr);
     int fd;
+    dt_phase_mark("rank %d has rank %d's address", e->rank, r);
     /* A handshake that fails (the listener busy with its own connects, or
      * dropping us among strangers) is tried again until the job's deadline;
      * a wrong token is final. */
@@ -171,6 +172,7 @@ static dt_status connect_all(dt__engine *e, const dt__engine_config *cfg, dt_sto
     if (!hosts)
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     dt_status s = build_mesh(e, cfg, store, hosts, deadline);
+    dt_phase_mark("rank %d tcp mesh up", e->rank);
     for (int r = 0; s == DT_OK && cfg->transport == DT__TRANSPORT_SHM && r < e->size; r++)
         if (!hosts[r][0] || strcmp(hosts[r], hosts[e->rank]) != 0)
             s = dt__fail(DT_ERR_INVALID, "DT_TRANSPORT=shm, but %s is on another host or uses DT_TRANSPORT=tcp",

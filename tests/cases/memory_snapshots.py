@@ -20,6 +20,10 @@ LAYOUT nodes: two dtrun nodes on localhost, 2 ranks each, each with a
 snapshot root of its own (two hosts' memories); FAULT host: node 1 killed
 whole and replaced by a fresh one (its ranks get the snapshot copied from
 rank 0); both: node 0's snapshots wiped too (the disk checkpoint resumed).
+LAYOUT nodeszero: the same under ZeRO-1, whose shard files each node keeps
+in its own memory and copies to its buddy node: host: node 1's shards are
+taken from node 0's buddy copy; both: node 0's buddy copies wiped too (node
+1 and its buddy lost): the disk checkpoint resumed, and the log says why.
 Every faulted run's final weights must equal those of an uninterrupted run
 without snapshots to the bit.  Prints, per case, the steps lost and the time
 from the kill to the first step after the restart.
@@ -139,7 +143,7 @@ def free_port():
         return so.getsockname()[1]
 
 
-def run_nodes(d, fault=None, layout=()):
+def run_nodes(d, fault=None, layout=(), zero=False):
     """Two dtrun nodes on localhost, 2 ranks each, each node with a snapshot
     root of its own (two hosts' memories).  fault "host": node 1 (its dtrun
     and ranks) killed with -9 after step KILL_AT, its memory wiped, and a
@@ -183,14 +187,15 @@ def run_nodes(d, fault=None, layout=()):
             except OSError:
                 pass
         n1.wait()
-        wipe = lambda root: subprocess.run(["sh", "-c", f'rm -rf "{root}"/*/step-* "{root}"/*/.step-*'], check=True)
+        wipe = lambda root, what="step-* \"{root}\"/*/.step-* \"{root}\"/*/shards-* \"{root}\"/*/buddy-*": \
+            subprocess.run(["sh", "-c", f'rm -rf "{root}"/*/' + what.format(root=root)], check=True)
         wipe(roots[1])  # its memory is gone with it
         while "dtrun: restart 1 of 1" not in open(f"{d}/log").read():  # (a dtrun joining before would join
             if time.time() - t_kill > 60:                                # generation 0, which node 1 had joined)
                 fail(f"{d}: node 0 did not restart the job\n{open(f'{d}/log').read()[-3000:]}")
             time.sleep(0.01)
         if fault == "both":  # node 0's ranks have stopped: no snapshot write is in flight
-            wipe(roots[0])
+            wipe(roots[0], "buddy-*" if zero else "step-* \"{root}\"/*/.step-*")  # ZeRO: node 0's buddy copies
         n1 = node(1, "a")  # the replacement host
         while time.time() - t_kill < 60:
             text = open(f"{d}/log").read()
@@ -223,21 +228,33 @@ for case in CASES:
             run_nodes(f"{WORK}/{layout}-ref", None, sets)
             refs[layout] = weights(f"{WORK}/{layout}-ref")
         d = f"{WORK}/{layout}-{fault}"
-        r = run_nodes(d, fault, sets)
+        r = run_nodes(d, fault, sets, layout == "nodeszero")
         if "resumed" not in r:
             fail(f"{d}: no step after the restart within 60 s\n{open(f'{d}/log').read()[-3000:]}")
         if weights(d) != refs[layout]:
             fail(f"{d}: the final weights differ from the uninterrupted run's")
+        zero = layout == "nodeszero"
         if fault == "host":
             expect(d, r"restart 1: resuming from the memory snapshot of step \d+ .*; copied from rank 0 to the "
                       r"nodes that had none")
-            if r["resumed"] < r["at"] - 1 or not r["from"].startswith(f"{d}/mem0/dtrain-"):
+            if zero:  # node 1's shards from node 0's buddy copy
+                expect(d, r"restart 1: the memory snapshot of step \d+ put together from the shards of 2 ranks held "
+                          r"on other nodes")
+            # ZeRO: the buddy copy of the step logged last may still have been on its way at the kill
+            if r["resumed"] < r["at"] - 1 - zero or not r["from"].startswith(f"{d}/mem0/dtrain-"):
                 fail(f"{d}: resumed at step {r['resumed']} from {r['from']} (step {r['at']} was done at the kill)")
+        elif zero:
+            expect(d, r"restart 1: the memory snapshot of step \d+ lacks rank [23]'s shard: neither its node \(1\) nor "
+                      r"its buddy node \(0\) has a copy \(both lost\)")
+            expect(d, r"restart 1: no memory snapshot is complete \(a node and its buddy node were both lost: above\); "
+                      r"resuming from the disk")
+            if r["resumed"] != 0 or not r["from"].startswith(f"{d}/ck/"):
+                fail(f"{d}: resumed at step {r['resumed']} from {r['from']}; expected the disk's step 0")
         else:
             expect(d, r"restart 1: no memory snapshot is left \(lost or damaged\); resuming from the disk")
             if r["resumed"] != 0 or not r["from"].startswith(f"{d}/ck/"):
                 fail(f"{d}: resumed at step {r['resumed']} from {r['from']}; expected the disk's step 0")
-        print(f"2 nodes {fault}: node 1 killed after step {r['at']} (its memory wiped{', and node 0' if fault == 'both' else ''}) "
+        print(f"2 nodes{' ZeRO-1' if zero else ''} {fault}: node 1 killed after step {r['at']} (its memory wiped{', and node 0' if fault == 'both' else ''}) "
               f"and replaced: resumed at step {r['resumed']} from {'the memory snapshot' if fault == 'host' else 'disk'}, "
               f"training again {r['train_again_s']:.2f} s after the kill; final weights equal the uninterrupted run's",
               flush=True)

@@ -16,8 +16,21 @@
 # the snapshots of this test alone (in memory, as dtrun's default), so that their removal is checked
 export DT_SNAPSHOT_ROOT=$(mktemp -d /dev/shm/dtrain-test.XXXXXX)
 trap 'rm -rf "$WORK" "$DT_SNAPSHOT_ROOT"' EXIT
-cases="ddp:kill ddp:crc ddp:lost zero:kill tp:kill pp:kill ps:kill nodes:host nodes:both"
-[ "${QUICK:-${DT_TEST_QUICK:-0}}" = 1 ] && cases="ddp:kill ddp:crc ddp:lost zero:kill nodes:host"
+cases="ddp:kill ddp:crc ddp:lost zero:kill tp:kill pp:kill ps:kill nodes:host nodes:both nodeszero:host nodeszero:both"
+[ "${QUICK:-${DT_TEST_QUICK:-0}}" = 1 ] && cases="ddp:kill ddp:crc ddp:lost zero:kill nodes:host nodeszero:host"
 python3 "$(dirname "$0")/memory_snapshots.py" "$BIN" "$WORK" $cases || exit 1
 left=$(ls -A "$DT_SNAPSHOT_ROOT")
 [ -z "$left" ] || fail "dtrun left its snapshot directory behind: $left"
+# A dtrun killed with -9 leaves its snapshot directory: the next dtrun under the same parent removes it once
+# every dtrun that marked it is gone (its pid dead on this host and pid namespace), and leaves a live one's.
+me="$(cat /proc/sys/kernel/random/boot_id) $(stat -Lc %i /proc/self/ns/pid)"
+dead=$(sh -c 'echo $$')
+mkdir -p "$DT_SNAPSHOT_ROOT/dtrain-00000000000dead0/step-00000001" "$DT_SNAPSHOT_ROOT/dtrain-000000000000a11e"
+echo "$me" >"$DT_SNAPSHOT_ROOT/dtrain-00000000000dead0/.dtrun-$dead"
+echo "$me" >"$DT_SNAPSHOT_ROOT/dtrain-000000000000a11e/.dtrun-$$"
+"$BIN/dtrun" --max-restarts 1 -n 1 true >"$WORK/abandoned.log" 2>&1 || fail "dtrun -n 1 true failed: $(cat "$WORK/abandoned.log")"
+[ ! -e "$DT_SNAPSHOT_ROOT/dtrain-00000000000dead0" ] || fail "the directory of a dead dtrun ($dead) was not removed"
+expect_grep "$WORK/abandoned.log" "removed $DT_SNAPSHOT_ROOT/dtrain-00000000000dead0, the memory snapshots of a job whose dtrun was killed"
+[ -e "$DT_SNAPSHOT_ROOT/dtrain-000000000000a11e" ] || fail "the directory of a live dtrun ($$) was removed"
+rm -rf "$DT_SNAPSHOT_ROOT/dtrain-000000000000a11e"
+echo "a dead dtrun's snapshot directory removed by the next dtrun, a live one's kept"

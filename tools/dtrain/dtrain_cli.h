@@ -96,6 +96,9 @@ dt_status dtrain_checkpoint_writer_start(const dtrain_config *c, dt_params *p, d
 
 /* A progress line on stdout, prefixed with a UTC timestamp (milliseconds). */
 void dtrain_progress_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A restart phase mark (DT_RESTART_TRACE, dt_phase_mark) naming this rank
+ * and generation: "rank R gen G WHAT". */
+void dtrain_phase(const char *what);
 
 /* "512MiB", "1.5GiB", "2GB", "1000000" (bytes) into *bytes (memory.c). */
 dt_status dtrain_parse_bytes(const char *text, double *bytes);

@@ -165,6 +165,7 @@ static void use_fastest_blas(char **argv)
 
 int main(int argc, char **argv)
 {
+    dtrain_phase("started");
     dtrain_memory_start();
     use_fastest_blas(argv);
     if (argc < 2)

@@ -3,6 +3,7 @@
  * lines are: "2026-01-31T12:34:56.789Z step 100/500 | loss ...". */
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "dtrain_cli.h"
@@ -23,4 +24,10 @@ void dtrain_progress_line(const char *fmt, ...)
     va_end(ap);
     fputs(line, stdout); /* one write per line: lines of two threads do not mix */
     fflush(stdout);
+}
+
+void dtrain_phase(const char *what)
+{
+    const char *r = getenv("DT_RANK"), *g = getenv("DT_RESTART");
+    dt_phase_mark("rank %s gen %s %s", r && *r ? r : "0", g && *g ? g : "0", what);
 }

@@ -81,7 +81,7 @@ static bool node_newest(train_run *t, const char *root, int64_t *local, dt_ckpt_
         seen[i] = -2; /* (MAX keeps each node's verifier's value) */
     char dir[2048];
     dtrain_config saved;
-    if (verifier) {
+    if (verifier && !dtrain_snapshot_verify_take(t, &seen[node], pr)) { /* (not verified while joining) */
         seen[node] = -1;
         if (dt_ckpt_newest(root) >= 0 &&
             dtrain_checkpoint_open(root, t->d.train_samples, dir, sizeof dir, &saved, pr) == DT_OK)
@@ -109,6 +109,22 @@ int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_
     dtrain_config saved;
     dt_ckpt_progress pr = {0};
     int64_t local, best, src, missing;
+    int64_t disk = c->checkpoint_dir[0] ? dt_ckpt_newest(c->checkpoint_dir) : -1;
+    bool usable = true;
+    if (c->zero_stage > 0 && c->tp <= 1 && c->pp <= 1 && c->servers == 0 && dt_comm_size(t->job) > 1) {
+        int64_t early;
+        dt_ckpt_progress early_pr;
+        /* (layout auto chose ZeRO after the verification started: it may predate the shards put together) */
+        dtrain_snapshot_verify_take(t, &early, &early_pr);
+        if (dtrain_snapshot_assemble(t, root, restart, &usable) != 0)
+            return 1;
+    }
+    if (!usable) {
+        if (rank0)
+            from_disk(restart, "no memory snapshot is complete (a node and its buddy node were both lost: above)",
+                      disk);
+        return 0;
+    }
     if (!node_newest(t, root, &local, &pr))
         return 1;
     if (local >= 0 && dt_ckpt_step_dir(root, local, mine, sizeof mine) != DT_OK)
@@ -116,7 +132,6 @@ int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_
     best = local;
     if (!agree(t, &best, DT_MAX))
         return 1;
-    int64_t disk = c->checkpoint_dir[0] ? dt_ckpt_newest(c->checkpoint_dir) : -1;
     if (best < 0 || best < disk) {
         if (rank0)
             from_disk(restart, best < 0 ? "no memory snapshot is left (lost or damaged)"
@@ -184,10 +199,12 @@ int dtrain_snapshot_start(train_run *t)
     if (!root)
         return 0;
     const dt_layout *l = dt_strategy_layout(t->s);
+    bool ring = false;
     if (l->zero_stage > 0 && l->tp == 1 && l->pp == 1 && t->nranks > 1) {
-        /* ZeRO's snapshots are shard files that every rank writes into the
-         * lead's step directory: they need one directory that all see (one
-         * host, or hosts sharing /dev/shm).  The lead leaves a mark in it. */
+        /* ZeRO's snapshots are shard files that every rank writes into its
+         * directory: the lead's step directory when all see one (one host, or
+         * hosts sharing /dev/shm), else each node its own, copied to a buddy
+         * node (snapshot_ring.c).  The lead leaves a mark in its directory. */
         char mark[1200];
         snprintf(mark, sizeof mark, "%s/.lead-here", root);
         FILE *f = t->lead ? fopen(mark, "w") : NULL;
@@ -197,17 +214,26 @@ int dtrain_snapshot_start(train_run *t)
         if (dt_allreduce(&seen, &seen, 1, DT_I64, DT_SUM, t->world) != DT_OK) /* the mark is made */
             goto failed;
         FILE *g = fopen(mark, "r");
-        seen = g != NULL;
+        int64_t here = g != NULL;
         if (g)
             fclose(g);
+        seen = here;
         if (dt_allreduce(&seen, &seen, 1, DT_I64, DT_MIN, t->world) != DT_OK)
             goto failed;
         if (!seen) {
-            if (t->lead)
-                fprintf(stderr, "dtrain: warning: memory_checkpoint_interval: ZeRO's shard files need one snapshot "
-                                "directory that every rank sees (the ranks on one host); these ranks' hosts "
-                                "have their own, so no memory snapshots are taken (restarts use checkpoint_dir)\n");
-            return 0;
+            snprintf(t->snap_dir, sizeof t->snap_dir, "%s", root);
+            int r = dtrain_snapshot_ring_start(t, here != 0);
+            if (r == 1)
+                return 1;
+            if (r == 2) {
+                t->snap_dir[0] = '\0';
+                if (t->lead)
+                    fprintf(stderr, "dtrain: warning: memory_checkpoint_interval: ZeRO's shard files in snapshot "
+                                    "directories of their own per node need nodes with equal numbers of ranks; "
+                                    "no memory snapshots are taken (restarts use checkpoint_dir)\n");
+                return 0;
+            }
+            ring = true;
         }
     }
     snprintf(t->snap_dir, sizeof t->snap_dir, "%s", root);
@@ -229,6 +255,8 @@ int dtrain_snapshot_start(train_run *t)
                                 .user = t,
                                 .stream_model = stream};
     dt_status s = config_text && model_text ? dt_ckpt_writer_start(&wc, wp, wo, &t->snap_writer) : DT_ERR_NOMEM;
+    if (s == DT_OK && ring) /* the other nodes' shards are in their own directories */
+        s = dt_ckpt_writer_shards_elsewhere(t->snap_writer, true);
     if (s != DT_OK)
         fprintf(stderr, "dtrain: memory snapshots into %s: %s\n", root,
                 config_text && model_text ? dt_last_error() : "out of memory");
@@ -247,12 +275,15 @@ int dtrain_snapshot_after_step(train_run *t, double *stall)
     if (!t->snap_dir[0] || t->pr.step % k != 0)
         return 0;
     bool dropped = false;
+    if (dtrain_snapshot_ring_before(t, t->pr.step, stall) != 0)
+        return 1;
     if (dt_strategy_sync(t->s) != DT_OK || /* ZeRO's gathers of the updated parameters */
         dt_strategy_save(t->s, t->snap_writer, t->snap_dir, &t->pr, "", stall, &dropped) != DT_OK) {
         fprintf(stderr, "dtrain: rank %d: memory snapshot at step %lld: %s\n", t->rank, (long long)t->pr.step,
                 dt_last_error());
         return 1;
     }
+    dtrain_snapshot_ring_after(t, t->pr.step);
     t->snap_stall_s += *stall;
     if (dropped && !t->snap_dropped++) /* this snapshot is lost; the previous one stays */
         fprintf(stderr, "dtrain: memory snapshot: %s (later failures of memory snapshots are not printed)\n",
@@ -262,6 +293,7 @@ int dtrain_snapshot_after_step(train_run *t, double *stall)
 
 void dtrain_snapshot_stop(train_run *t)
 {
+    dtrain_snapshot_ring_stop(t);
     if (!t->snap_writer)
         return;
     dt_ckpt_writer_stop(t->snap_writer);

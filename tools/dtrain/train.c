@@ -215,6 +215,8 @@ static int train_loop(train_run *t)
         t->pr.optimizer_steps = dt_optimizer_steps(dt_strategy_optimizer(t->s));
         if (log_now)
             log_step(t, &w, loss, lr, st.grad_norm);
+        if (step == t->first_step)
+            dtrain_phase("first step done");
         bool stop = false;
         int r = after_step(t, &w, &last_ckpt, &stop);
         if (r > 0)

@@ -8,6 +8,9 @@
 #include "data_source.h"
 #include "dtrain_cli.h"
 
+typedef struct snapshot_verify snapshot_verify;
+typedef struct snapshot_ring snapshot_ring;
+
 typedef struct {
     const dtrain_config *c;
     const char *resume;
@@ -26,6 +29,8 @@ typedef struct {
     char snap_dir[1024];         /* DT_SNAPSHOT_DIR when memory_checkpoint_interval is on ("": off) */
     char snap_resume[2048];      /* a restart's memory snapshot to resume from */
     dt_ckpt_progress snap_pr;    /* and its progress (verified once per node) */
+    snapshot_verify *snap_verify; /* that verification, running while the rank joins (snapshot_verify.c) */
+    snapshot_ring *snap_ring;     /* ZeRO's shards copied to the buddy node (snapshot_ring.c; NULL: none) */
     int snap_dropped, snap_write_failures; /* failed snapshots (the first is printed) */
     int64_t snap_writes;                   /* written; their time on the training thread and behind it */
     double snap_stall_s, snap_write_s;
@@ -73,5 +78,31 @@ int dtrain_snapshot_after_step(train_run *t, double *stall);
  * on stderr; every rank returns 2); 1 when the job cannot go on. */
 int dtrain_snapshot_copy(dt_comm *comm, int src, const char *dir, bool need, const char *dest);
 void dtrain_snapshot_stop(train_run *t);
+/* Before joining, on a restart's node verifier: verify the newest memory
+ * snapshot of this node on a thread (nothing when not a restart, not the
+ * verifier, or the thread cannot start). */
+void dtrain_snapshot_verify_start(train_run *t, const dtrain_config *c);
+/* Its result (joined): true with *step (-1: none verified) and, when one
+ * was, *pr; false when no verification ran (then verify inline). */
+bool dtrain_snapshot_verify_take(train_run *t, int64_t *step, dt_ckpt_progress *pr);
+/* ZeRO without tp/pp on nodes with snapshot directories of their own
+ * (snapshot_ring.c): start the buddy ring, collective over t->world;
+ * lead_dir: this rank's directory is the lead's.  0 (t->snap_ring set), 1
+ * when the job cannot go on, 2 when the nodes are not equal (no ring). */
+int dtrain_snapshot_ring_start(train_run *t, bool lead_dir);
+/* Around each snapshot's dt_strategy_save: before, the previous copy ends
+ * (the wait added to *stall) and a rank outside the lead's directory gets
+ * the step's temporary directory (0, or 1 printed); after, its shard moves
+ * to shards-N/ and the copy to the buddy starts in the background. */
+int dtrain_snapshot_ring_before(train_run *t, int64_t step, double *stall);
+void dtrain_snapshot_ring_after(train_run *t, int64_t step);
+/* The copy in flight ends; the ring is freed (nothing when none). */
+void dtrain_snapshot_ring_stop(train_run *t);
+/* A restart under ZeRO without tp/pp on several nodes (snapshot_assemble.c,
+ * collective over the job): the newest snapshot of rank 0 whose every shard
+ * file some node holds (its own or its buddy's copy) gets the files its
+ * directory lacks.  *usable false when none could be (a node and its buddy
+ * both lost; printed).  0, or 1 when the job cannot go on. */
+int dtrain_snapshot_assemble(train_run *t, const char *root, const char *restart, bool *usable);
 
 #endif

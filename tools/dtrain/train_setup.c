@@ -114,6 +114,7 @@ static int build(train_run *t, dtrain_config *c, char *step_dir, size_t len)
     }
     if (dtrain_snapshot_choose(t, c, t->snap_resume, sizeof t->snap_resume) != 0)
         return 1;
+    dtrain_phase("snapshot chosen");
     if (t->snap_resume[0]) /* a restart: the memory snapshot is newer than the disk's checkpoint */
         t->resume = t->snap_resume;
     if (t->resume) { /* every rank reads the checkpoint: it must be on a path they all see */
@@ -139,6 +140,7 @@ static int build(train_run *t, dtrain_config *c, char *step_dir, size_t len)
         fprintf(stderr, "dtrain: rank %d: %s\n", job_rank, dt_last_error());
     if (st != DT_OK)
         return st == DT_ERR_INVALID ? 2 : 1;
+    dtrain_phase("run built and loaded");
     return 0;
 }
 
@@ -166,11 +168,14 @@ int train_setup(train_run *t, dtrain_config *c, const char *resume)
     t->resume = resume;
     if (data_open(c, &t->d) != DT_OK) /* a configuration error: data_path, vocab */
         return 2;
+    dtrain_phase("data opened");
+    dtrain_snapshot_verify_start(t, c); /* while this rank joins */
     if (dt_comm_init_env(&t->job) != DT_OK) {
         fprintf(stderr, "dtrain: cannot join the job: %s\n", dt_last_error());
         t->job = NULL;
         return 1;
     }
+    dtrain_phase("joined the job");
     if (!strcmp(c->layout, "auto")) {
         int code = dtrain_plan_auto(c, t->job, &t->predicted_step_s);
         if (code != 0)
@@ -248,6 +253,7 @@ int train_setup(train_run *t, dtrain_config *c, const char *resume)
         fprintf(stderr, "dtrain: %s\n", dt_last_error());
         return 1;
     }
+    dtrain_phase("set up");
     return 0;
 }
 
@@ -265,6 +271,9 @@ int train_checkpoint(train_run *t, const char *label, double *stall)
 
 int train_teardown(train_run *t, int code)
 {
+    int64_t unused_step;
+    dt_ckpt_progress unused_pr;
+    dtrain_snapshot_verify_take(t, &unused_step, &unused_pr); /* set-up failed before it was taken */
     dt_straggler_destroy(t->strag);
     dt_prefetch_stop(t->pf);
     dtrain_snapshot_stop(t); /* a snapshot in flight completes */

@@ -97,6 +97,20 @@ int dtrun_cpu_block(const dtrun_opts *o, int local, cpu_set_t *out);
 /* Called about every 200 ms while ranks run: true stops them (SIGTERM, then
  * SIGKILL), e.g. because another node failed. */
 typedef bool (*dtrun_stop_hook)(void *arg);
+/* Wake dtrun_supervise's loop from another thread: it calls its hook at
+ * once instead of at the hook's next period. */
+void dtrun_supervise_wake(void);
+
+/* A thread that waits on dtrun/g<generation>/why (written by the node that
+ * ends the generation) and wakes the supervision when it appears
+ * (end_watch.c).  NULL when it cannot start (the periodic look remains). */
+typedef struct dtrun_end_watch dtrun_end_watch;
+dtrun_end_watch *dtrun_end_watch_start(const dtrun_opts *o, int generation);
+/* True once the key appeared. */
+bool dtrun_end_watch_seen(const dtrun_end_watch *w);
+/* Stop and join it (NULL: nothing): at once when the key was written, else
+ * within a quarter of a second. */
+void dtrun_end_watch_stop(dtrun_end_watch *w);
 
 typedef enum { DTRUN_OK, DTRUN_FAILED, DTRUN_STOPPED, DTRUN_SIGNALLED } dtrun_outcome;
 

@@ -32,9 +32,12 @@ static void list_missing(const int *nproc, int n, char *buf, size_t len)
             used += (size_t)snprintf(buf + used, len - used, "%s%d", used ? ", " : "", i);
 }
 
-/* Node 0: collect the registrations of generation g and publish the decision. */
-static dt_status decide(const dtrun_opts *o, dt_store_client *store, int g, const char *stop_reason)
+/* Node 0: collect the registrations of generation g and publish the
+ * decision; *decided gets it (caller frees; NULL on failure), so that node 0
+ * need not read it back from the store (a round trip of the restart). */
+static dt_status decide(const dtrun_opts *o, dt_store_client *store, int g, const char *stop_reason, char **decided)
 {
+    *decided = NULL;
     char key[96], *members = malloc(16 * (size_t)o->nnodes + 600);
     int *nproc = calloc((size_t)o->nnodes, sizeof *nproc);
     if (!members || !nproc) {
@@ -47,13 +50,19 @@ static dt_status decide(const dtrun_opts *o, dt_store_client *store, int g, cons
     dt_status s = DT_OK;
     bool elastic = o->nnodes_min < o->nnodes;
     while (!stop_reason && joined < o->nnodes) {
+        /* The first missing node is waited for in the store (woken the
+         * moment it registers; before, a look every 0.1 s), the others
+         * only looked at: each node joins within milliseconds of the one
+         * before, or not for a while. */
+        bool looked = false;
         for (int i = 0; i < o->nnodes; i++) {
             if (nproc[i])
                 continue;
             void *v = NULL;
             size_t len = 0;
             snprintf(key, sizeof key, "dtrun/g%d/node/%d", g, i);
-            s = dt_store_get(store, key, joined ? 0 : 0.1, &v, &len);
+            s = dt_store_get(store, key, looked ? 0 : 0.25, &v, &len);
+            looked = true;
             if (s == DT_OK) {
                 int np = atoi(v);
                 nproc[i] = np > 0 ? np : 1;
@@ -79,7 +88,6 @@ static dt_status decide(const dtrun_opts *o, dt_store_client *store, int g, cons
                     g ? " the restart" : "", missing);
             last_note = now_s();
         }
-        nanosleep(&(struct timespec){0, 100000000L}, NULL);
     }
     if (stop_reason) {
         snprintf(members, 600, "stop %s", stop_reason);
@@ -96,8 +104,13 @@ static dt_status decide(const dtrun_opts *o, dt_store_client *store, int g, cons
         }
     }
 publish:
+    dt_phase_mark("dtrun node 0 decided generation %d's members", g);
     snprintf(key, sizeof key, "dtrun/g%d/members", g);
     s = dt_store_set(store, key, members, strlen(members) + 1);
+    if (s == DT_OK) {
+        *decided = members;
+        members = NULL;
+    }
 out:
     free(members);
     free(nproc);
@@ -149,18 +162,25 @@ dtrun_join_result dtrun_join(const dtrun_opts *o, dt_store_client *store, int g,
     snprintf(key, sizeof key, "dtrun/g%d/registered", g); /* node 0 watches this for nodes waiting to join */
     if (dt_store_add(store, key, 1, &claims) != DT_OK)
         goto lost;
-    if (o->node_rank == 0 && decide(o, store, g, stop_reason) != DT_OK)
-        goto lost;
-    snprintf(key, sizeof key, "dtrun/g%d/members", g);
+    dt_phase_mark("dtrun node %d registered for generation %d", o->node_rank, g);
     void *v = NULL;
     size_t len = 0;
+    if (o->node_rank == 0) {
+        char *decided;
+        if (decide(o, store, g, stop_reason, &decided) != DT_OK)
+            goto lost;
+        v = decided;
+        len = strlen(decided) + 1;
+    }
+    snprintf(key, sizeof key, "dtrun/g%d/members", g);
     /* Node 0 decides within its join timeout; a late node may wait for the
      * whole of the current generation, so it waits without limit. */
-    for (;;) {
-        dt_status s = dt_store_get(store, key, 1.0, &v, &len);
+    while (!v) {
+        void *got = NULL;
+        dt_status s = dt_store_get(store, key, 1.0, &got, &len);
         if (s == DT_OK)
-            break;
-        if (s != DT_ERR_TIMEOUT)
+            v = got;
+        else if (s != DT_ERR_TIMEOUT)
             goto lost;
     }
     dtrun_join_result r;

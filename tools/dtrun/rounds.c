@@ -74,6 +74,8 @@ typedef struct {
     const dtrun_layout *layout;
     bool lost, scale_up;
     double last_answer, silence_limit;
+    dtrun_end_watch *ended; /* wakes us when another node ends the generation */
+    double next_look;       /* the periodic look at the store */
 } watch_ctx;
 
 /* How long the store may be silent while ranks run before this node gives
@@ -129,6 +131,11 @@ static bool watch(void *arg)
     bool ok = true;
     int g = w->layout->generation;
     double now = now_s();
+    if (dtrun_end_watch_seen(w->ended))
+        return true;
+    if (now < w->next_look)
+        return false;
+    w->next_look = now + 0.2;
     /* Each look waits at most a second (WATCH_IO_TIMEOUT), so the ranks stay
      * supervised; the store is given up only after silence_limit without an
      * answer (a cut-off node used to wait a fixed 10 s per request, after its
@@ -262,10 +269,13 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
             fprintf(stderr, "dtrun: node %d: %s; joining the next one\n", o->node_rank, why);
             continue;
         }
+        dt_phase_mark("dtrun node %d joined generation %d", o->node_rank, g);
         if (g > 0 && o->node_rank == 0)
             fprintf(stderr, "dtrun: generation %d: %d node%s, %d ranks\n", g, l.nodes, l.nodes > 1 ? "s" : "",
                     l.world_size);
-        watch_ctx w = {o, store, &l, false, false, now_s(), store_silence_limit()};
+        watch_ctx w = {o, store, &l, false, false, now_s(), store_silence_limit(), NULL, now_s() + 0.2};
+        if (l.nodes > 1)
+            w.ended = dtrun_end_watch_start(o, g);
         dtrun_outcome outcome;
         char what[512];
         char gen_what[64];
@@ -275,9 +285,11 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
         dt_store_set_io_timeout(*store, WATCH_IO_TIMEOUT);
         int code = run_ranks(o, &l, &w, &outcome, what, sizeof what);
         dt_store_set_io_timeout(*store, DTRUN_STORE_IO_TIMEOUT);
-        bool lost = w.lost;
+        bool lost = w.lost; /* (w.ended is stopped once the generation's why is written: at once then) */
+        dt_phase_mark("dtrun node %d generation %d over", o->node_rank, g);
         if (outcome == DTRUN_OK) {
             if (wait_success(o, *store, &l, &lost)) {
+                dtrun_end_watch_stop(w.ended);
                 dtrun_monitor_note(DTRUN_MON_FINISHED, g, "every rank exited 0");
                 return 0;
             }
@@ -287,6 +299,7 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
             snprintf(why, sizeof why, "interrupted: dtrun on node %d received a signal", o->node_rank);
             dtrun_monitor_note(DTRUN_MON_FAILED, g, why);
             end_generation(*store, g, why);
+            dtrun_end_watch_stop(w.ended);
             if (o->node_rank == 0) { /* the others learn it when they rejoin */
                 snprintf(stop, sizeof stop, "dtrun/g%d/members", g + 1);
                 dt_store_set(*store, stop, "stop interrupted on node 0", 27);
@@ -307,6 +320,7 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
             lost |= !end_generation(*store, g, "membership: a node is waiting to join");
         }
         if (lost) {
+            dtrun_end_watch_stop(w.ended);
             fprintf(stderr, "dtrun: node %d: lost the rendezvous store: %s\n", o->node_rank, dt_last_error());
             if (!restartable && outcome == DTRUN_FAILED)
                 fprintf(stderr, "dtrun: job failed: %s\n", what);
@@ -315,6 +329,7 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
             continue;
         }
         read_why(*store, g, why, sizeof why);
+        dtrun_end_watch_stop(w.ended);
         if (outcome == DTRUN_STOPPED)
             fprintf(stderr, "dtrun: node %d: stopped its ranks: %s\n", o->node_rank, why);
         if (!restartable) {
@@ -335,8 +350,10 @@ int dtrun_run(const dtrun_opts *o, dt_store_client **store)
                 snprintf(stop, sizeof stop, "%s; no restart left (--max-restarts %d)", why, o->max_restarts);
                 stop_reason = stop;
                 dtrun_monitor_note(DTRUN_MON_FAILED, g, stop);
-            } else if (!strncmp(why, "failure", 7))
+            } else if (!strncmp(why, "failure", 7)) {
                 fprintf(stderr, "dtrun: restart %d of %d: %s\n", failures, o->max_restarts, why);
+                dt_phase_mark("dtrun node 0 restart %d decided", failures);
+            }
             else
                 fprintf(stderr, "dtrun: restarting: %s\n", why);
             if (!stop_reason)

@@ -8,8 +8,16 @@
  * The name carries a random id that node 0 draws and publishes in the store
  * (dtrun/snapshot_id), so that every node of one job names the same
  * directory (nodes that share a /dev/shm, like namespace hosts, share it)
- * and no job ever sees another's (a dtrun killed with -9 leaves its
- * directory behind; it is never read again). */
+ * and no job ever sees another's.
+ *
+ * A dtrun killed with -9 cannot remove its directory, and no later job
+ * reads it (its id is new).  So each dtrun leaves a mark of itself in the
+ * directory it uses, .dtrun-<pid> holding its host's boot id and its pid
+ * namespace, and a dtrun starting a job removes the directories under the
+ * same parent whose every mark names a process of this host and pid
+ * namespace that no longer exists (kill(pid, 0)).  A directory without a
+ * mark, or with one from another host (a shared parent) or namespace, is
+ * left alone. */
 #define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <ftw.h>
@@ -17,6 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,6 +39,77 @@ static int remove_one(const char *path, const struct stat *st, int flag, struct 
     (void)st, (void)flag, (void)ftw;
     remove(path);
     return 0;
+}
+
+/* "<boot id> <pid namespace inode>": what makes a pid mean this process. */
+static void whoami(char *out, size_t len)
+{
+    char boot[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (!fgets(boot, sizeof boot, f))
+            boot[0] = '\0';
+        fclose(f);
+    }
+    boot[strcspn(boot, "\n")] = '\0';
+    struct stat ns = {0};
+    stat("/proc/self/ns/pid", &ns);
+    snprintf(out, len, "%s %llu", boot[0] ? boot : "?", (unsigned long long)ns.st_ino);
+}
+
+/* True when dir has marks and every one names a dead process of this host
+ * and pid namespace (me: whoami's text). */
+static bool owners_gone(const char *dir, const char *me)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return false;
+    int marks = 0, alive = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && !alive) {
+        if (strncmp(e->d_name, ".dtrun-", 7) != 0)
+            continue;
+        marks++;
+        char path[1400], who[128] = "";
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f) {
+            if (!fgets(who, sizeof who, f))
+                who[0] = '\0';
+            fclose(f);
+        }
+        who[strcspn(who, "\n")] = '\0';
+        long pid = atol(e->d_name + 7);
+        /* another host's or namespace's mark, or a live process: not ours to judge, or in use */
+        if (strcmp(who, me) != 0 || pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            alive++;
+    }
+    closedir(d);
+    return marks > 0 && !alive;
+}
+
+/* Remove parent's snapshot directories left by dtruns killed with -9 (not
+ * `keep`, this job's). */
+static void remove_abandoned(int node, const char *parent, const char *keep, const char *me)
+{
+    DIR *d = opendir(parent);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, "dtrain-", 7) != 0 || n != 7 + 16 || strspn(e->d_name + 7, "0123456789abcdef") != 16 ||
+            !strcmp(e->d_name + 7, keep))
+            continue;
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/%s", parent, e->d_name);
+        if (owners_gone(dir, me)) {
+            nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+            fprintf(stderr, "dtrun: node %d: removed %s, the memory snapshots of a job whose dtrun was killed\n",
+                    node, dir);
+        }
+    }
+    closedir(d);
 }
 
 int dtrun_snapshots_open(dtrun_opts *o, dt_store_client *store)
@@ -65,10 +146,21 @@ int dtrun_snapshots_open(dtrun_opts *o, dt_store_client *store)
     const char *parent = getenv("DT_SNAPSHOT_ROOT");
     parent = parent && *parent ? parent : "/dev/shm";
     snprintf(o->snapshot_dir, sizeof o->snapshot_dir, "%s/dtrain-%s", parent, id);
+    char me[128];
+    whoami(me, sizeof me);
+    remove_abandoned(o->node_rank, parent, id, me);
     if (mkdir(o->snapshot_dir, 0700) != 0 && errno != EEXIST) { /* EEXIST: another node of this job on this host */
         fprintf(stderr, "dtrun: node %d: warning: cannot create %s for memory snapshots (%s); the ranks take "
                         "none\n", o->node_rank, o->snapshot_dir, strerror(errno));
         o->snapshot_dir[0] = '\0';
+        return 0;
+    }
+    char mark[1200];
+    snprintf(mark, sizeof mark, "%s/.dtrun-%ld", o->snapshot_dir, (long)getpid());
+    FILE *f = fopen(mark, "w");
+    if (f) {
+        fprintf(f, "%s\n", me);
+        fclose(f);
     }
     return 0;
 }

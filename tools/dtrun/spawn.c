@@ -142,5 +142,6 @@ dt_status dtrun_spawn(const dtrun_opts *o, const dtrun_layout *l, dtrun_child *k
         k->pid = pid;
         (*started)++;
     }
+    dt_phase_mark("dtrun node %d started generation %d's ranks", o->node_rank, l->generation);
     return DT_OK;
 }

@@ -166,6 +166,12 @@ static void signal_all(dtrun_child *kids, int n, int sig)
         }
 }
 
+void dtrun_supervise_wake(void)
+{
+    if (wake_pipe[1] >= 0)
+        (void)!write(wake_pipe[1], "", 1);
+}
+
 static void install_handlers(void)
 {
     if (pipe2(wake_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
@@ -184,10 +190,8 @@ static void install_handlers(void)
 int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_hook hook, void *arg,
                     dtrun_outcome *outcome, char *what_out, size_t what_len)
 {
-    (void)o;
     install_handlers();
     bool stopped = false;
-    double next_look = now_s() + 0.2;
     struct pollfd *pfds = calloc((size_t)(2 * n + 1), sizeof *pfds);
     int living = n, failed = -1, forwarded = 0, code = 0, suspect = -1;
     double kill_at = 0, exited_at = 0, suspect_at = 0;
@@ -241,6 +245,8 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_ho
                 pump(&kids[i], false);
                 pump(&kids[i], true);
                 bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+                if (!ok)
+                    dt_phase_mark("dtrun node %d rank %d ended (wait status %d)", o->node_rank, kids[i].rank, status);
                 if (!ok && (culprit < 0 || blame(&kids[i]) > blame(&kids[culprit])))
                     culprit = i;
             }
@@ -258,12 +264,13 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_ho
             char what[256];
             describe(&kids[suspect], what, sizeof what);
             fprintf(stderr, "dtrun: %s; stopping the other ranks\n", what);
+            dt_phase_mark("dtrun node %d failure named; stopping the other ranks", o->node_rank);
             signal_all(kids, n, SIGTERM);
             kill_at = now_s() + KILL_AFTER;
         }
-        if (hook && !stopped && failed < 0 && !forwarded && living > 0 && now_s() >= next_look) {
-            next_look = now_s() + 0.2;
+        if (hook && !stopped && failed < 0 && !forwarded && living > 0) {
             if (hook(arg)) { /* another node ended this generation */
+                dt_phase_mark("dtrun node %d saw the generation end; stopping its ranks", o->node_rank);
                 stopped = true;
                 signal_all(kids, n, SIGTERM);
                 kill_at = now_s() + KILL_AFTER;
@@ -273,8 +280,10 @@ int dtrun_supervise(const dtrun_opts *o, dtrun_child *kids, int n, dtrun_stop_ho
             signal_all(kids, n, SIGKILL);
             kill_at = now_s() + 3600;
         }
-        if (living == 0 && exited_at == 0)
+        if (living == 0 && exited_at == 0) {
             exited_at = now_s();
+            dt_phase_mark("dtrun node %d every rank exited", o->node_rank);
+        }
     }
     /* A grandchild may hold a pipe open; stop reading after the grace period. */
     for (int i = 0; i < n; i++) {
