@@ -355,7 +355,7 @@ static dt_status run(dt__conv_dnnl *c, conv_entry *e, const char *name, const ch
                      const conv_arg *a, int n)
 {
     dt_status status = DT_OK;
-    dnnl_exec_arg_t args[4];
+    dnnl_exec_arg_t args[4] = {0};
     for (int i = 0; i < n; i++) {
         conv_port *port = a[i].port >= 0 ? &e->port[a[i].port] : NULL;
         dnnl_memory_t user = e->mem[a[i].role];
