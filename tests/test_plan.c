@@ -35,7 +35,7 @@ static void small_model(dt_plan_inputs *in, int n, int64_t params)
     in->model.tokens_per_sample = 1;
     in->model.optimizer_s_per_param = 1e-9;
     in->model.optimizer_state_floats = 2;
-    in->links = (dt_plan_links){{1e-5, 1e9}, {1e-4, 1e8}, 2};
+    in->links = (dt_plan_links){{1e-5, 1e9}, {1e-4, 1e8}, 2, 0};
     in->world = 1;
     in->batch_size = 4;
 }
@@ -527,6 +527,77 @@ static void test_shared_cores(void)
     dt_plan_model_free(&in.model);
 }
 
+/* Hosts that are network namespaces of one machine (links.ranks_per_machine): 4 hosts of 1 rank on 2 cores
+ * take turns as 4 ranks of one host would, while their collectives stay inter-host; without it each has a
+ * core of its own. */
+static void test_machine_hosts(void)
+{
+    dt_plan_inputs in;
+    small_model(&in, 4, 1000);
+    in.model.threads = 1;
+    in.world = 4;
+    in.links.ranks_per_node = 1;
+    in.cores_per_node = 2;
+    dt_layout l;
+    dt_layout_default(&l);
+    dt_plan_estimate own, shared, host;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &own), DT_OK); /* 1 rank per host, 2 cores: a core each */
+    in.links.ranks_per_machine = 4;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &shared), DT_OK);
+    NEAR(shared.compute_s, 2 * own.compute_s); /* dp 4: always busy, 4 ranks / 2 cores */
+    NEAR(shared.dp_s, own.dp_s);               /* the same inter-host allreduce */
+    /* a pipeline over the 4 hosts: the same turns as 4 ranks of one host, across the slower link */
+    l.pp = 4;
+    l.micro_batches = 4;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &shared), DT_OK);
+    in.links.ranks_per_machine = 0;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &own), DT_OK);
+    in.links.ranks_per_node = 4;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &host), DT_OK);
+    NEAR(shared.compute_s + shared.bubble_s, host.compute_s + host.bubble_s);
+    EXPECT(shared.compute_s + shared.bubble_s > own.compute_s + own.bubble_s + 1e-3);
+    EXPECT(shared.pp_s > host.pp_s);
+    /* tp across the hosts: its collectives are waits on the link, not stretched by the turns on the cores
+     * (measured: tp=4 on 4 namespace hosts of 2 cores 0.416 s/step, 0.416 predicted so, 0.674 stretched) */
+    dt_layout_default(&l);
+    l.tp = 2;
+    in.links.ranks_per_node = 1;
+    in.links.ranks_per_machine = 0;
+    in.model.blocks[0].tp_splittable = in.model.blocks[1].tp_splittable = 1;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &own), DT_OK);
+    in.links.ranks_per_machine = 4;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &shared), DT_OK);
+    EXPECT(own.tp_s > 0);
+    NEAR(shared.tp_s, own.tp_s);
+    NEAR(shared.compute_s, 2 * own.compute_s);
+    /* on one host the same collectives are shared-memory copies, work of the cores: stretched */
+    in.links.ranks_per_node = 4;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &own), DT_OK);
+    in.cores_per_node = 0;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &host), DT_OK);
+    NEAR(own.tp_s, 2 * host.tp_s);
+    in.cores_per_node = 2;
+    /* a links file can say so, and not less than a host's ranks */
+    char path[] = "/tmp/dtrain-plan-links.XXXXXX";
+    int fd = mkstemp(path);
+    EXPECT(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs("{\"intra\": {\"latency_us\": 2, \"bandwidth_GBps\": 5}, \"inter\": {\"latency_us\": 20, "
+          "\"bandwidth_GBps\": 0.1}, \"ranks_per_node\": 1, \"ranks_per_machine\": 4}", f);
+    fclose(f);
+    dt_plan_links links;
+    EXPECT_STATUS(dt_plan_links_read(path, &links), DT_OK);
+    EXPECT(links.ranks_per_node == 1 && links.ranks_per_machine == 4);
+    f = fopen(path, "w");
+    fputs("{\"intra\": {\"latency_us\": 2, \"bandwidth_GBps\": 5}, \"inter\": {\"latency_us\": 20, "
+          "\"bandwidth_GBps\": 0.1}, \"ranks_per_node\": 2, \"ranks_per_machine\": 1}", f);
+    fclose(f);
+    EXPECT_STATUS(dt_plan_links_read(path, &links), DT_ERR_INVALID);
+    EXPECT(strstr(dt_last_error(), "ranks_per_machine 1") != NULL);
+    remove(path);
+    dt_plan_model_free(&in.model);
+}
+
 /* The profile's sharing probe on a small model: 2 ranks at once, its figures present and sane (their values
  * are this machine's). */
 static void test_sharing_probe(void)
@@ -562,6 +633,7 @@ int main(int argc, char **argv)
     test_tp2();
     test_tp_copies();
     test_shared_cores();
+    test_machine_hosts();
     test_sharing_probe();
     test_refusals();
     test_search_small();

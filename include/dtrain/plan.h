@@ -85,6 +85,10 @@ typedef struct {
     dt_plan_link intra; /* between ranks of one host (shared memory) */
     dt_plan_link inter; /* between hosts */
     int ranks_per_node; /* ranks on one host (the world fills hosts in rank order) */
+    /* Ranks that take turns on one machine's cores: 0 (or ranks_per_node) when every host is a machine of its
+     * own; more when several hosts are one machine (network namespaces or containers of one box: the same
+     * boot id), whose ranks then share dt_plan_inputs.cores_per_node cores across the hosts. */
+    int ranks_per_machine;
 } dt_plan_links;
 
 typedef struct {
@@ -100,8 +104,9 @@ typedef struct {
     int64_t global_batch;
     double compute_efficiency;   /* projections: the fraction of flops_per_s the blocks reach (0: 1) */
     double memory_bandwidth_Bps; /* projections: device memory bandwidth, for the optimizer's time (0: unknown) */
-    /* The cores a host's ranks share (0: unknown, every rank has its own).  When links.ranks_per_node x
-     * model.threads exceeds them, the ranks take turns: docs/planner.md, "Ranks sharing cores". */
+    /* The cores a host's ranks share, or a machine's when links.ranks_per_machine says several hosts are one
+     * machine (0: unknown, every rank has its own).  When those ranks x model.threads exceed them, the ranks
+     * take turns: docs/planner.md, "Ranks sharing cores". */
     int cores_per_node;
 } dt_plan_inputs;
 
@@ -126,9 +131,10 @@ dt_status dt_plan_model_write(const char *path, const dt_plan_model *m);
 void dt_plan_model_free(dt_plan_model *m);
 
 /* Links from a JSON file {"intra": {"latency_us": .., "bandwidth_GBps": ..}, "inter": {...},
- * "ranks_per_node": N}, or measured over `c` (collective: ping-pong and a
+ * "ranks_per_node": N, optionally "ranks_per_machine": M}, or measured over `c` (collective: ping-pong and a
  * streaming exchange between rank pairs on one host and across hosts, when
- * there are such pairs; the classes it cannot measure keep their defaults). */
+ * there are such pairs; the classes it cannot measure keep their defaults;
+ * ranks_per_machine: the ranks whose boot id is rank 0's). */
 dt_status dt_plan_links_read(const char *path, dt_plan_links *out);
 dt_status dt_plan_links_probe(dt_comm *c, dt_plan_links *out);
 

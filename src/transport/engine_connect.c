@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/boot_id.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/status.h"
@@ -35,14 +36,8 @@ static void host_id(int transport, char *out, size_t len)
         snprintf(out, len, "-");
         return;
     }
-    char boot[64] = "";
-    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
-    if (f) {
-        if (!fgets(boot, sizeof boot, f))
-            boot[0] = '\0';
-        fclose(f);
-        boot[strcspn(boot, "\n")] = '\0';
-    }
+    char boot[64];
+    dt__boot_id(boot, sizeof boot);
     if (!boot[0])
         gethostname(boot, sizeof boot - 1);
     struct stat net = {0}, mnt = {0};

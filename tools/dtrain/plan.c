@@ -23,6 +23,9 @@ static const char plan_usage[] =
     "  -s, --set KEY=VALUE    override one key of it (repeatable)\n"
     "  -n, --ranks N          ranks of the job (>= 1)\n"
     "      --nodes K          hosts (default 1; the ranks fill them in order)\n"
+    "      --machines M       the K hosts are network namespaces or containers of M\n"
+    "                         machines like this one (default: each host a machine):\n"
+    "                         a machine's ranks take turns on its cores\n"
     "      --memory-limit M   bytes per rank for model states and activations (\"2GiB\";\n"
     "                         default: the configuration's memory_limit, else this\n"
     "                         cgroup's limit shared by a host's ranks, else none)\n"
@@ -141,10 +144,11 @@ static bool positive(const char *text, const char *what, long long *out)
 
 int dtrain_plan(int argc, char **argv)
 {
-    enum { NODES = 1000, MEMORY, LINKS, HARDWARE, MODEL, BATCH, TOP, JSON, FRESH, LAYOUT };
+    enum { NODES = 1000, MACHINES, MEMORY, LINKS, HARDWARE, MODEL, BATCH, TOP, JSON, FRESH, LAYOUT };
     static const struct option longopts[] = {
         {"config", required_argument, 0, 'c'},   {"set", required_argument, 0, 's'},
         {"ranks", required_argument, 0, 'n'},    {"nodes", required_argument, 0, NODES},
+        {"machines", required_argument, 0, MACHINES},
         {"memory-limit", required_argument, 0, MEMORY}, {"links", required_argument, 0, LINKS},
         {"hardware", required_argument, 0, HARDWARE}, {"model", required_argument, 0, MODEL},
         {"batch", required_argument, 0, BATCH},  {"top", required_argument, 0, TOP},
@@ -154,7 +158,7 @@ int dtrain_plan(int argc, char **argv)
     const char *config = NULL, *memory = NULL, *links = NULL, *hardware = NULL, *model = NULL, *one = NULL;
     char **sets = calloc((size_t)argc + 1, sizeof *sets);
     int nsets = 0, opt, code = -1;
-    long long ranks = 0, nodes = 1, batch = 1, top = 5;
+    long long ranks = 0, nodes = 1, machines = 0, batch = 1, top = 5;
     bool json = false, fresh = false;
     optind = 1;
     opterr = 0;
@@ -164,6 +168,7 @@ int dtrain_plan(int argc, char **argv)
         case 's': sets[nsets++] = optarg; break;
         case 'n': code = positive(optarg, "-n", &ranks) ? -1 : 2; break;
         case NODES: code = positive(optarg, "--nodes", &nodes) ? -1 : 2; break;
+        case MACHINES: code = positive(optarg, "--machines", &machines) ? -1 : 2; break;
         case MEMORY: memory = optarg; break;
         case LINKS: links = optarg; break;
         case HARDWARE: hardware = optarg; break;
@@ -198,6 +203,13 @@ int dtrain_plan(int argc, char **argv)
         fprintf(stderr, "dtrain plan: -n %lld ranks do not fill --nodes %lld hosts equally\n", ranks, nodes);
         code = 2;
     }
+    if (code < 0 && machines && (nodes % machines || hardware)) {
+        fprintf(stderr, hardware ? "dtrain plan: --machines describes hosts of this machine, not a --hardware "
+                                   "projection\n"
+                                 : "dtrain plan: --nodes %lld hosts do not fill --machines %lld equally\n",
+                nodes, machines);
+        code = 2;
+    }
     if (code >= 0) {
         free(sets);
         return code;
@@ -228,6 +240,10 @@ int dtrain_plan(int argc, char **argv)
         } else
             in.links.ranks_per_node = rpn;
     }
+    if (machines)
+        in.links.ranks_per_machine = (int)(ranks / machines);
+    /* the ranks that share this machine's cores: one host's, or one machine's of several namespace hosts */
+    int sharing = in.links.ranks_per_machine > rpn ? in.links.ranks_per_machine : nodes == 1 ? rpn : 0;
     if (code < 0 && hardware) {
         in.world = (int)ranks;
         in.links.ranks_per_node = rpn;
@@ -243,14 +259,15 @@ int dtrain_plan(int argc, char **argv)
         int threads = (int)c.threads;
         if (!threads) { /* the job's: this host's cores shared by its ranks */
             long cores = dt_cores_available();
-            threads = cores / rpn > 0 ? (int)(cores / rpn) : 1;
+            int on = sharing > rpn ? sharing : rpn;
+            threads = cores / on > 0 ? (int)(cores / on) : 1;
         }
         /* a job on this host: how its ranks share the cores measured and modelled (several hosts: the hosts are
          * others, their cores unknown) */
         if (dt_set_threads(threads) != DT_OK ||
-            dtrain_plan_profile(&c, nodes == 1 ? rpn : 1, fresh, json, &in.model) != DT_OK)
+            dtrain_plan_profile(&c, sharing ? sharing : 1, fresh, json, &in.model) != DT_OK)
             code = 2;
-        else if (nodes == 1)
+        else if (sharing)
             dtrain_plan_share_cores(&in, json);
     }
     if (code >= 0) {

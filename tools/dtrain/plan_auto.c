@@ -35,7 +35,8 @@ static bool choose(const dtrain_config *c, const dt_plan_links *links, int world
          * does not count (code and libraries, shared-memory segments, the arenas' pages beyond the activations
          * it predicts: measured 178 MiB for a 146 MiB prediction, dtrun, files in tmpfs) */
         limit = limit / links->ranks_per_node * 0.7;
-    if (dtrain_plan_profile(c, links->ranks_per_node, false, false, &in.model) != DT_OK)
+    int sharing = links->ranks_per_machine > links->ranks_per_node ? links->ranks_per_machine : links->ranks_per_node;
+    if (dtrain_plan_profile(c, sharing, false, false, &in.model) != DT_OK)
         return false;
     dtrain_plan_share_cores(&in, false);
     dtrain_plan_inputs_of(c, world, limit, &in);
@@ -100,10 +101,13 @@ int dtrain_plan_auto(dtrain_config *c, dt_comm *job, double *predicted)
     apply_layout(c, &l);
     *predicted = head[1];
     if (rank == 0) {
+        char machine[96] = ""; /* namespace hosts of one machine: their ranks share its cores */
+        if (links.ranks_per_machine > links.ranks_per_node)
+            snprintf(machine, sizeof machine, ", %d sharing this machine's cores", links.ranks_per_machine);
         dtrain_progress_line("layout auto: links measured: one host %.1f us, %.2f GB/s; across hosts %.1f us, %.3f GB/s "
-                             "per rank (%d rank%s per host)\n", links.intra.latency_s * 1e6, links.intra.bandwidth_Bps / 1e9,
+                             "per rank (%d rank%s per host%s)\n", links.intra.latency_s * 1e6, links.intra.bandwidth_Bps / 1e9,
                              links.inter.latency_s * 1e6, links.inter.bandwidth_Bps / 1e9, links.ranks_per_node,
-                             links.ranks_per_node == 1 ? "" : "s");
+                             links.ranks_per_node == 1 ? "" : "s", machine);
         char sets[512], desc[256];
         dt_layout words = l;
         words.dp = 0; /* the trainer has no dp key */

@@ -128,13 +128,15 @@ void dtrain_plan_share_cores(dt_plan_inputs *in, bool quiet)
 {
     const dt_plan_model *m = &in->model;
     long cores = dt_cores_available();
-    int rpn = in->links.ranks_per_node;
+    int rpn = in->links.ranks_per_node, rpm = in->links.ranks_per_machine;
+    bool machine = rpm > rpn; /* several hosts on this machine's cores */
+    rpn = machine ? rpm : rpn;
     in->cores_per_node = cores > 0 ? (int)cores : 0;
     if (quiet || cores <= 0)
         return;
     if ((double)rpn * m->threads > (double)cores)
-        dtrain_progress_line("plan: %d ranks x %d thread%s share this host's %ld cores: they take turns\n", rpn,
-                             m->threads, m->threads == 1 ? "" : "s", cores);
+        dtrain_progress_line("plan: %d ranks x %d thread%s share this %s's %ld cores: they take turns\n", rpn,
+                             m->threads, m->threads == 1 ? "" : "s", machine ? "machine" : "host", cores);
     if (m->shared_ranks == rpn)
         dtrain_progress_line("plan: %d ranks at once measured here: compute x %.3f, a barrier of 2 ranks %.2f ms, of "
                              "%d %.2f ms\n", rpn, m->contention, m->sync_s[0] * 1e3, rpn, sync_all(m, rpn) * 1e3);

@@ -190,13 +190,21 @@ static double in_flight(const dt_layout *l, int r, int m)
  * once it ends. */
 static double exposed(double total, double tail, double window) { return fmax(total - tail - window, 0) + tail; }
 
+/* The ranks that take turns on one machine's cores: a host's, or every
+ * host's of one machine (network namespaces of one box). */
+static int sharing_ranks(const dt_plan_inputs *in)
+{
+    int R = in->links.ranks_per_node, M = in->links.ranks_per_machine;
+    return M > R ? M : R;
+}
+
 /* The seconds a barrier among a group of t ranks costs on this host
  * (dt_plan_model.sync_s, measured for the host's ranks; 0 otherwise): the
  * largest group measured (non-zero) of at most t ranks. */
 static double sync_cost(const dt_plan_inputs *in, int t)
 {
     const dt_plan_model *mo = &in->model;
-    if (t < 2 || mo->shared_ranks != in->links.ranks_per_node)
+    if (t < 2 || mo->shared_ranks != sharing_ranks(in))
         return 0;
     int k = 0;
     while (k + 1 < 6 && (2 << (k + 1)) <= t && mo->sync_s[k + 1] > 0)
@@ -206,47 +214,58 @@ static double sync_cost(const dt_plan_inputs *in, int t)
 
 /* One virtual stage's seconds of one core per micro-batch when its rank
  * shares the host's cores: forward, and backward with its recompute; the
- * compute times kappa.  *colls: its tp collectives per micro-batch. */
-static void part_times(const dt__plan_ctx *c, const dt_layout *l, int lo, int hi, double mb, double kappa,
-                       double *fwd, double *bwd, double *colls)
+ * compute times kappa.  *colls: its tp collectives per micro-batch.  The
+ * tp collectives are work of the cores when the group is on one host
+ * (shared memory); across hosts (wire) they are waits on the link that
+ * take no core: *waits, per micro-batch, apart from fwd and bwd. */
+static void part_times(const dt__plan_ctx *c, const dt_layout *l, int lo, int hi, double mb, double kappa, bool wire,
+                       double *fwd, double *bwd, double *colls, double *waits)
 {
     const dt_plan_model *m = &c->in->model;
     int t = l->tp;
     dt__plan_group tpg = {&c->in->links, t, 1};
-    *fwd = *bwd = *colls = 0;
+    *fwd = *bwd = *colls = *waits = 0;
     for (int i = lo; i < hi; i++) {
         const dt_plan_block *b = &m->blocks[i];
         bool split = b->tp_splittable && t > 1, re = recomputed(c, l, b);
         double d = split ? t : 1;
         double coll = split ? b->tp_collectives * dt__plan_allreduce_s(tpg, b->tp_bytes * mb) : 0;
         *colls += split ? b->tp_collectives * (2 + re) : 0;
+        if (wire) {
+            *waits += coll * (2 + re);
+            coll = 0;
+        }
         double f = kappa * (mb * b->fwd_s + b->fwd_fixed_s) / d, bw = kappa * (mb * b->bwd_s + b->bwd_fixed_s) / d;
         *fwd += f + coll;
         *bwd += bw + coll + (re ? f + coll : 0);
     }
 }
 
-/* When the host's ranks share cores (in->cores_per_node > 0 and the
- * host's ranks x threads above it, or a contention measured for them):
+/* When the machine's ranks share cores (in->cores_per_node > 0 and the
+ * machine's ranks x threads above it, or a contention measured for them):
  * the pipelined part simulated with processor sharing (share.c), its
  * parts scaled by g = the slowest pipeline rank's time running over its
  * work alone, the bubble what is left of the span; the optimizer, which
  * every rank runs at once, x kappa x max(1, ranks x threads / cores); each
- * tp collective of the slowest rank + the barrier's measured cost.
+ * tp collective of the slowest rank + the barrier's measured cost.  A tp
+ * group across hosts (namespace hosts of one machine) waits on the wire,
+ * which is not stretched: while a rank waits, the others have the cores.
  * Without sharing nothing changes and g = 1. */
 static dt_status shared_cores(const dt__plan_ctx *c, const dt_layout *l, const int *bounds, int worst_r, double mb,
                               int m, dt_plan_estimate *e, double *g)
 {
     const dt_plan_inputs *in = c->in;
     const dt_plan_model *mo = &in->model;
-    int R = in->links.ranks_per_node, thr = mo->threads > 0 ? mo->threads : 1, p = l->pp, v = dt_layout_chunks(l);
+    int R = sharing_ranks(in), thr = mo->threads > 0 ? mo->threads : 1, p = l->pp, v = dt_layout_chunks(l);
     double cores = in->cores_per_node, over = cores > 0 ? (double)R * thr / cores : 0;
     double kappa = mo->shared_ranks == R && mo->contention > 0 ? mo->contention : 1;
     double sync = sync_cost(in, l->tp);
     *g = 1;
     if (!(cores > 0) || (over <= 1 && kappa == 1 && sync == 0) || l->servers > 0)
         return DT_OK;
-    double alone = e->compute_s + e->tp_s + e->recompute_s; /* the slowest rank's, one core its own */
+    bool wire = l->tp > 1 && l->tp > in->links.ranks_per_node; /* the tp group's collectives cross hosts */
+    /* the slowest rank's work of the cores, one core its own */
+    double alone = e->compute_s + (wire ? 0 : e->tp_s) + e->recompute_s;
     double *fwd = malloc((size_t)(2 * p * v) * sizeof *fwd), *busy = malloc((size_t)p * sizeof *busy);
     if (!fwd || !busy) {
         free(fwd);
@@ -255,8 +274,8 @@ static dt_status shared_cores(const dt__plan_ctx *c, const dt_layout *l, const i
     }
     double *bwd = fwd + p * v, span = 0, colls = 0;
     for (int k = 0; k < p * v; k++) {
-        double n;
-        part_times(c, l, bounds[k], bounds[k + 1], mb, kappa, &fwd[k], &bwd[k], &n);
+        double n, waits;
+        part_times(c, l, bounds[k], bounds[k + 1], mb, kappa, wire, &fwd[k], &bwd[k], &n, &waits);
         colls += k % p == worst_r ? n : 0;
     }
     dt__plan_share sh = {l->schedule, p, v, m, fwd, bwd, fmax(over, 1) * cores / p, cores};
@@ -271,7 +290,7 @@ static dt_status shared_cores(const dt__plan_ctx *c, const dt_layout *l, const i
     if (st == DT_OK && alone > 0) {
         *g = busy[worst_r] / alone;
         e->compute_s *= *g;
-        e->tp_s *= *g;
+        e->tp_s *= wire ? 1 : *g;
         e->recompute_s *= *g;
         e->bubble_s = fmax(span - busy[worst_r], 0);
         e->optimizer_s *= kappa * fmax(over, 1);

@@ -187,6 +187,15 @@ dt_status dt__plan_links_from(const cJSON *root, const char *path, const char *r
     if (rpn < 1 || rpn > 1 << 20 || rpn != (int)rpn)
         return dt__fail(DT_ERR_INVALID, "%s: %s %g (a whole number, at least 1)", path, rpn_key, rpn);
     l.ranks_per_node = (int)rpn;
+    l.ranks_per_machine = 0;
+    if (cJSON_GetObjectItemCaseSensitive(root, "ranks_per_machine")) {
+        double rpm = 0;
+        DT_CHECK(number(root, "ranks_per_machine", path, &rpm));
+        if (rpm < rpn || rpm > 1 << 20 || rpm != (int)rpm)
+            return dt__fail(DT_ERR_INVALID, "%s: ranks_per_machine %g (a whole number, at least %s %g)", path, rpm,
+                            rpn_key, rpn);
+        l.ranks_per_machine = (int)rpm;
+    }
     *out = l;
     return DT_OK;
 }

@@ -6,11 +6,15 @@
  * divided by the ranks of a host, which share its link).  A host is the
  * ranks that share rank - local rank (launchers fill hosts in rank order).
  * A class with no such pair keeps its default; rank 0's figures are
- * broadcast, so every rank returns the same links. */
+ * broadcast, so every rank returns the same links.  The ranks whose boot
+ * id is rank 0's share its machine's cores, whatever host they are in
+ * (network namespaces of one box): ranks_per_machine. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/boot_id.h"
 #include "base/clock.h"
+#include "base/hash.h"
 #include "base/status.h"
 #include "dtrain/plan.h"
 
@@ -76,15 +80,25 @@ dt_status dt_plan_links_probe(dt_comm *c, dt_plan_links *out)
     if (out->ranks_per_node < 1)
         out->ranks_per_node = 1;
     int32_t mine = me - dt_comm_local_rank(c), *host = malloc((size_t)n * sizeof *host);
-    char *buf = calloc(1, BIG);
-    dt_status s = host && buf ? dt_allgather(&mine, host, 1, DT_I32, c) : dt__fail(DT_ERR_NOMEM, "out of memory");
+    int64_t *machine = malloc((size_t)n * sizeof *machine), boot_hash;
+    char *buf = calloc(1, BIG), boot[64];
+    dt__boot_id(boot, sizeof boot);
+    boot_hash = boot[0] ? (int64_t)(dt__fnv1a64(DT_FNV64_SEED, boot, strlen(boot)) >> 1) : -1 - me; /* unknown: its own */
+    dt_status s = host && machine && buf ? dt_allgather(&mine, host, 1, DT_I32, c)
+                                         : dt__fail(DT_ERR_NOMEM, "out of memory");
+    if (s == DT_OK)
+        s = dt_allgather(&boot_hash, machine, 1, DT_I64, c);
     int intra = -1, inter = -1;
+    out->ranks_per_machine = 1;
     for (int r = 1; s == DT_OK && r < n; r++) {
         if (host[r] == host[0] && intra < 0)
             intra = r;
         if (host[r] != host[0] && inter < 0)
             inter = r;
+        out->ranks_per_machine += machine[r] == machine[0];
     }
+    if (out->ranks_per_machine < out->ranks_per_node)
+        out->ranks_per_machine = out->ranks_per_node;
     /* [intra latency, bandwidth, inter latency, bandwidth], rank 0's, to every rank */
     double fig[4] = {out->intra.latency_s, out->intra.bandwidth_Bps, out->inter.latency_s, out->inter.bandwidth_Bps};
     if (s == DT_OK && intra > 0)
@@ -107,5 +121,6 @@ dt_status dt_plan_links_probe(dt_comm *c, dt_plan_links *out)
     }
     free(buf);
     free(host);
+    free(machine);
     return s != DT_OK ? dt__fail(s, "plan links probe: %s", dt_last_error()) : DT_OK;
 }
