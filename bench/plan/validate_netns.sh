@@ -13,6 +13,8 @@
 #
 #   bench/plan/validate_netns.sh [STEPS=8] [RATE=1000mbit] [HOSTS=2] [MODEL=gpt-mini]
 #
+# RATE "none" leaves the links unshaped.  LAYOUTS='...;...' (semicolons
+# between layouts, "default" for the default) replaces the list.
 # NETNS_PREFIX (default pl) names the namespaces; EXTRA (default
 # batch_size=8) is more --set words for every run.
 set -euo pipefail
@@ -42,7 +44,10 @@ head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/tok"
 CFG=(--config "configs/$MODEL.json" --set threads=1)
 for w in ${EXTRA-batch_size=8}; do CFG+=(--set "$w"); done
 RUN=("${CFG[@]}" --set log_interval=1 --set eval_interval=0 --set eval_batches=1 --set steps=$((WARM + STEPS)))
-if [ "$HOSTS" = 2 ]; then
+if [ -n "${LAYOUTS:-}" ]; then
+    IFS=';' read -r -a LAYOUTS <<<"$LAYOUTS"
+    for i in "${!LAYOUTS[@]}"; do [ "${LAYOUTS[$i]}" = default ] && LAYOUTS[$i]=""; done
+elif [ "$HOSTS" = 2 ]; then
     LAYOUTS=("" "zero_stage=1" "zero_stage=3" "tp=2" "pp=2 micro_batches=4" "pp=2 micro_batches=4 pipeline_schedule=gpipe"
              "micro_batches=4")
 else
@@ -74,7 +79,9 @@ print(f"{statistics.median(d):.4f}")
 PY
 }
 
-scripts/netns-cluster.sh up "$HOSTS" --rate "$RATE" >/dev/null
+shape=(--rate "$RATE")
+[ "$RATE" = none ] && shape=() # the veth links unshaped
+scripts/netns-cluster.sh up "$HOSTS" "${shape[@]}" >/dev/null
 echo "machine: $CORES cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg); $MODEL on $HOSTS namespace hosts at $RATE"
 across "$WORK/auto" --set layout=auto || { cat "$WORK/auto"; exit 1; }
 grep -h "layout auto" "$WORK/auto" | sed 's/^\[0\] [^ ]* //'
