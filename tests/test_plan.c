@@ -35,7 +35,7 @@ static void small_model(dt_plan_inputs *in, int n, int64_t params)
     in->model.tokens_per_sample = 1;
     in->model.optimizer_s_per_param = 1e-9;
     in->model.optimizer_state_floats = 2;
-    in->links = (dt_plan_links){{1e-5, 1e9}, {1e-4, 1e8}, 2, 0};
+    in->links = (dt_plan_links){{1e-5, 1e9}, {1e-4, 1e8}, 2, 0, 0};
     in->world = 1;
     in->batch_size = 4;
 }
@@ -577,6 +577,28 @@ static void test_machine_hosts(void)
     EXPECT_STATUS(dt_plan_layout(&in, &l, &host), DT_OK);
     NEAR(own.tp_s, 2 * host.tp_s);
     in.cores_per_node = 2;
+    /* the dp traffic's CPU across hosts (both ends' TCP work): with every core computing it lengthens the step
+     * unless the ranks wait longer on the wire; on one host (shared memory) or with a core to spare, free */
+    dt_layout_default(&l);
+    in.links.ranks_per_node = 1;
+    in.links.ranks_per_machine = 4;
+    in.links.inter = (dt_plan_link){1e-12, 1e15}; /* the wire's time nil: the CPU's shows */
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &own), DT_OK);
+    in.links.inter_cpu_s_per_byte = 2e-9;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &shared), DT_OK);
+    /* DDP f32: each rank sends 2 x 3/4 x 4 x 4 blocks x 1000 params = 24000 bytes; 4 ranks x that x 2 ns / 2 cores */
+    NEAR(shared.dp_s, 2 * 0.75 * 4 * 4000 * 4 * 2e-9 / 2);
+    NEAR(shared.step_s - shared.dp_s, own.step_s - own.dp_s);
+    in.cores_per_node = 8; /* cores to spare */
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &shared), DT_OK);
+    NEAR(shared.dp_s, own.dp_s);
+    in.cores_per_node = 2;
+    in.links.ranks_per_node = 4; /* one host: shared memory */
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &shared), DT_OK);
+    in.links.inter_cpu_s_per_byte = 0;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &host), DT_OK);
+    NEAR(shared.dp_s, host.dp_s);
+    in.links.inter = (dt_plan_link){1e-4, 1e8};
     /* a links file can say so, and not less than a host's ranks */
     char path[] = "/tmp/dtrain-plan-links.XXXXXX";
     int fd = mkstemp(path);

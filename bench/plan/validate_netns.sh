@@ -92,8 +92,11 @@ t = open(sys.argv[1]).read()
 m = re.search(r"one host ([0-9.]+) us, ([0-9.]+) GB/s; across hosts ([0-9.]+) us, ([0-9.]+) GB/s", t)
 a, b, c, d = map(float, m.groups())
 machine = re.search(r"([0-9]+) sharing this machine's cores", t)
+cpu = re.search(r"([0-9.]+) ns of CPU per byte", t)
 links = {"intra": {"latency_us": a, "bandwidth_GBps": b}, "inter": {"latency_us": c, "bandwidth_GBps": d},
          "ranks_per_node": 1}
+if cpu:
+    links["inter_cpu_ns_per_byte"] = float(cpu.group(1))
 if machine:
     links["ranks_per_machine"] = int(machine.group(1))
 print(json.dumps(links))

@@ -89,6 +89,10 @@ typedef struct {
      * own; more when several hosts are one machine (network namespaces or containers of one box: the same
      * boot id), whose ranks then share dt_plan_inputs.cores_per_node cores across the hosts. */
     int ranks_per_machine;
+    /* CPU seconds a byte sent between hosts costs, the sending and the receiving end together (the TCP
+     * stack's copies and protocol work; 0: not known, taken as free).  When every core of a machine computes,
+     * the data-parallel traffic's share of it lengthens the step (docs/planner.md, "Ranks sharing cores"). */
+    double inter_cpu_s_per_byte;
 } dt_plan_links;
 
 typedef struct {

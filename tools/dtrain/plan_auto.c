@@ -105,8 +105,9 @@ int dtrain_plan_auto(dtrain_config *c, dt_comm *job, double *predicted)
         if (links.ranks_per_machine > links.ranks_per_node)
             snprintf(machine, sizeof machine, ", %d sharing this machine's cores", links.ranks_per_machine);
         dtrain_progress_line("layout auto: links measured: one host %.1f us, %.2f GB/s; across hosts %.1f us, %.3f GB/s "
-                             "per rank (%d rank%s per host%s)\n", links.intra.latency_s * 1e6, links.intra.bandwidth_Bps / 1e9,
-                             links.inter.latency_s * 1e6, links.inter.bandwidth_Bps / 1e9, links.ranks_per_node,
+                             "per rank, %.2f ns of CPU per byte (%d rank%s per host%s)\n", links.intra.latency_s * 1e6,
+                             links.intra.bandwidth_Bps / 1e9, links.inter.latency_s * 1e6,
+                             links.inter.bandwidth_Bps / 1e9, links.inter_cpu_s_per_byte * 1e9, links.ranks_per_node,
                              links.ranks_per_node == 1 ? "" : "s", machine);
         char sets[512], desc[256];
         dt_layout words = l;

@@ -302,6 +302,29 @@ static dt_status shared_cores(const dt__plan_ctx *c, const dt_layout *l, const i
     return st;
 }
 
+/* The seconds of every core of the machine that the data-parallel traffic's
+ * CPU takes per step (links.inter_cpu_s_per_byte: the TCP work of both ends
+ * of each byte sent between hosts), when the dp group crosses hosts and the
+ * machine's ranks keep all of its cores computing; 0 otherwise (a core to
+ * spare does the work beside the compute).  Bytes each rank sends: a ring's
+ * (n - 1) / n of each buffer, twice for an allreduce; ZeRO reduce-scatters
+ * the gradients (stage 2 without a pipeline: every micro-batch) and gathers
+ * f32 parameters (stage 3: twice, every micro-batch). */
+static double dp_traffic_cpu(const dt_plan_inputs *in, const dt_layout *l, int dp, int m, double params)
+{
+    int share = sharing_ranks(in), thr = in->model.threads > 0 ? in->model.threads : 1;
+    double cpu = in->links.inter_cpu_s_per_byte, cores = in->cores_per_node;
+    if (dp < 2 || l->servers > 0 || !(cpu > 0) || !(cores > 0) || (double)share * thr < cores)
+        return 0;
+    if ((double)l->tp * l->pp * (dp - 1) < in->links.ranks_per_node) /* the group within a host: shared memory */
+        return 0;
+    double ring = (dp - 1.0) / dp, grads = (l->grad_wire == DT_F32 ? 4 : 2) * params, full = 4 * params;
+    double sent = l->zero_stage == 0   ? 2 * ring * grads
+                  : l->zero_stage <= 2 ? ring * (grads * (l->zero_stage == 2 && l->pp == 1 ? m : 1) + full)
+                                       : m * ring * (2 * full + grads);
+    return sent * share * cpu / cores;
+}
+
 dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimate *out)
 {
     const dt_plan_inputs *in = c->in;
@@ -421,6 +444,8 @@ dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimat
          * prefetched; gradients reduce-scattered as each backward ends. */
         e.dp_s = m * (exposed(s.ag_sum, s.ag_first, first_fwd) + exposed(s.ag_sum + s.rs_sum, s.rs_first, last_bwd));
     }
+    /* the traffic's CPU lengthens the step unless the ranks wait on the wire anyway (cores idle meanwhile) */
+    e.dp_s = fmax(e.dp_s, dp_traffic_cpu(in, l, dp, m, s.params));
     e.step_s = e.compute_s + e.bubble_s + e.tp_s + e.pp_s + e.dp_s + e.ps_s + e.recompute_s + e.optimizer_s;
     e.params_bytes = mem.params;
     e.grads_bytes = mem.grads;

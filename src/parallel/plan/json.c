@@ -196,6 +196,14 @@ dt_status dt__plan_links_from(const cJSON *root, const char *path, const char *r
                             rpn_key, rpn);
         l.ranks_per_machine = (int)rpm;
     }
+    l.inter_cpu_s_per_byte = 0;
+    if (cJSON_GetObjectItemCaseSensitive(root, "inter_cpu_ns_per_byte")) {
+        double ns = 0;
+        DT_CHECK(number(root, "inter_cpu_ns_per_byte", path, &ns));
+        if (!(ns >= 0 && ns < 1e6))
+            return dt__fail(DT_ERR_INVALID, "%s: inter_cpu_ns_per_byte %g (0 or more, below 1e6)", path, ns);
+        l.inter_cpu_s_per_byte = ns * 1e-9;
+    }
     *out = l;
     return DT_OK;
 }

@@ -8,9 +8,12 @@
  * A class with no such pair keeps its default; rank 0's figures are
  * broadcast, so every rank returns the same links.  The ranks whose boot
  * id is rank 0's share its machine's cores, whatever host they are in
- * (network namespaces of one box): ranks_per_machine. */
+ * (network namespaces of one box): ranks_per_machine.  The bulk exchange
+ * across hosts also reads both processes' CPU time: what a byte sent
+ * between hosts costs the cores (inter_cpu_s_per_byte). */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/boot_id.h"
 #include "base/clock.h"
@@ -53,8 +56,17 @@ static dt_status round_trips(dt_comm *c, int peer, bool initiator, char *buf, si
     return s;
 }
 
-/* Latency and bandwidth between ranks a (< b) and b; the figures land on a. */
-static dt_status measure_pair(dt_comm *c, int a, int b, char *buf, dt_plan_link *out)
+static double process_cpu_s(void)
+{
+    struct timespec t;
+    return clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) ? 0 : (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Latency and bandwidth between ranks a (< b) and b; the figures land on a.
+ * cpu (NULL: not measured): the CPU seconds per byte sent, both processes'
+ * CPU time (their threads', the kernel's TCP work done on their behalf
+ * included) over the bulk exchange. */
+static dt_status measure_pair(dt_comm *c, int a, int b, char *buf, dt_plan_link *out, double *cpu)
 {
     int me = dt_comm_rank(c);
     if (me != a && me != b)
@@ -62,7 +74,17 @@ static dt_status measure_pair(dt_comm *c, int a, int b, char *buf, dt_plan_link 
     int peer = me == a ? b : a;
     double small = 0, big = 0;
     DT_CHECK(round_trips(c, peer, me == a, buf, 8, WARM, PINGS, &small));
+    double t0 = process_cpu_s();
     DT_CHECK(round_trips(c, peer, me == a, buf, BIG, 1, BIG_REPEATS, &big));
+    double used = process_cpu_s() - t0;
+    if (cpu && me == b)
+        DT_CHECK(dt_send(&used, 1, DT_F64, a, TAG, c));
+    if (cpu && me == a) {
+        double theirs = 0;
+        DT_CHECK(dt_recv(&theirs, 1, DT_F64, b, TAG, c, NULL));
+        /* (1 + BIG_REPEATS) round trips, BIG bytes each way in each */
+        *cpu = (used + theirs) / (2.0 * BIG * (1 + BIG_REPEATS));
+    }
     if (me == a) {
         double latency = small / 2, one_way = big / 2 - latency;
         out->latency_s = latency;
@@ -100,11 +122,12 @@ dt_status dt_plan_links_probe(dt_comm *c, dt_plan_links *out)
     if (out->ranks_per_machine < out->ranks_per_node)
         out->ranks_per_machine = out->ranks_per_node;
     /* [intra latency, bandwidth, inter latency, bandwidth], rank 0's, to every rank */
-    double fig[4] = {out->intra.latency_s, out->intra.bandwidth_Bps, out->inter.latency_s, out->inter.bandwidth_Bps};
+    double fig[5] = {out->intra.latency_s, out->intra.bandwidth_Bps, out->inter.latency_s, out->inter.bandwidth_Bps,
+                     0};
     if (s == DT_OK && intra > 0)
-        s = measure_pair(c, 0, intra, buf, &out->intra);
+        s = measure_pair(c, 0, intra, buf, &out->intra, NULL);
     if (s == DT_OK && inter > 0)
-        s = measure_pair(c, 0, inter, buf, &out->inter);
+        s = measure_pair(c, 0, inter, buf, &out->inter, &out->inter_cpu_s_per_byte);
     /* one pair alone has the host's link to itself; the planner's inter class is what each rank gets while
      * all of its host's ranks send at once (the link shared) */
     if (s == DT_OK && me == 0 && inter > 0)
@@ -112,12 +135,14 @@ dt_status dt_plan_links_probe(dt_comm *c, dt_plan_links *out)
     if (s == DT_OK && me == 0) {
         fig[0] = out->intra.latency_s, fig[1] = out->intra.bandwidth_Bps;
         fig[2] = out->inter.latency_s, fig[3] = out->inter.bandwidth_Bps;
+        fig[4] = out->inter_cpu_s_per_byte;
     }
     if (s == DT_OK)
-        s = dt_broadcast(fig, 4, DT_F64, 0, c);
+        s = dt_broadcast(fig, 5, DT_F64, 0, c);
     if (s == DT_OK) {
         out->intra = (dt_plan_link){fig[0], fig[1]};
         out->inter = (dt_plan_link){fig[2], fig[3]};
+        out->inter_cpu_s_per_byte = fig[4];
     }
     free(buf);
     free(host);
