@@ -74,10 +74,12 @@ static void test_dp2(void)
     dt_plan_estimate e;
     EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
     /* 4 buckets: 3 of 1 MiB and the rest, each (<= 2 MiB on one host) halving-doubling over 2 ranks:
-     * 2 log2(2) a + 2 N (1/2) b.  All but the last overlap the last backward (4 samples x 2 x 2 ms). */
+     * 2 log2(2) a + 2 N (1/2) b.  The buckets fill as the blocks' backwards end (4 samples x 2 ms each):
+     * the second block's 2 MB fill one at 8 ms, reduced while the first block's backward runs; the first
+     * block's end at 16 ms fills two more and leaves the rest: those three after the backward. */
     double a = 1e-5, b = 1e-9, G = 4e6, last = G - 3 * 1048576.0;
-    double full = 3 * (2 * a + 1048576.0 * b), tail = 2 * a + last * b, window = 4 * 2 * 2e-3;
-    NEAR(e.dp_s, fmax(full - window, 0) + tail);
+    double full = 2 * a + 1048576.0 * b, tail = 2 * a + last * b;
+    NEAR(e.dp_s, 2 * full + tail);
     NEAR(e.step_s, e.compute_s + e.dp_s + e.optimizer_s);
     EXPECT_EQ(e.layout.dp, 2);
     NEAR(e.samples_per_s, 8 / e.step_s); /* 2 replicas of 4 samples */
@@ -527,6 +529,27 @@ static void test_shared_cores(void)
     dt_plan_model_free(&in.model);
 }
 
+/* ZeRO-1's transfers on a slow link, one at a time: 4 blocks of 1000 parameters on dp 2 across hosts, each
+ * block's reduce-scatter and allgather 20 ms (2000 bytes each way at 100 kB/s), its backward 8 ms and forward
+ * 4 ms (4 samples).  The reduce-scatters start as the blocks' backwards end (8, 16, 24, 32 ms) and end at
+ * 8 + 4 x 20 = 88 ms: 56 ms after the backward (the sums alone said 80 - 32 = 48); the forwards wait for their
+ * gathers, the last ends at 4 x 20 + 4 = 84 ms, 68 ms after its 16 ms of compute (the sums: 80 - 16 = 64). */
+static void test_zero_streams(void)
+{
+    dt_plan_inputs in;
+    small_model(&in, 4, 1000);
+    in.world = 2;
+    in.links.ranks_per_node = 1;
+    in.links.inter = (dt_plan_link){1e-12, 1e5};
+    dt_layout l;
+    dt_layout_default(&l);
+    l.zero_stage = 1;
+    dt_plan_estimate e;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+    NEAR(e.dp_s, 56e-3 + 68e-3 - e.optimizer_s);
+    dt_plan_model_free(&in.model);
+}
+
 /* Hosts that are network namespaces of one machine (links.ranks_per_machine): 4 hosts of 1 rank on 2 cores
  * take turns as 4 ranks of one host would, while their collectives stay inter-host; without it each has a
  * core of its own. */
@@ -656,6 +679,7 @@ int main(int argc, char **argv)
     test_tp_copies();
     test_shared_cores();
     test_machine_hosts();
+    test_zero_streams();
     test_sharing_probe();
     test_refusals();
     test_search_small();

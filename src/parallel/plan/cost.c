@@ -169,6 +169,69 @@ static void share_of(const dt__plan_ctx *c, const dt_layout *l, const int *bound
         }
 }
 
+/* ZeRO 1/2's exposed transfers on pipeline rank r, the link taking one
+ * transfer at a time (the strategy's collectives run in order on their
+ * communicator): each block's reduce-scatter can start once its backward
+ * is done, the blocks' backwards in reverse order (*rs: how long the last
+ * one ends after the backward); each block's allgather, all started at the
+ * update in forward order, must land before its forward (*ag: how much the
+ * forward is held up).  A block's compute is x g (cores shared).  Against
+ * the sums alone this sees that the first reduce-scatter waits for the last
+ * block's backward and the last forward for every gather before it. */
+static void zero_streams(const dt__plan_ctx *c, const dt_layout *l, const int *bounds, int r, int dp, double mb,
+                         double g, double *rs, double *ag)
+{
+    const dt_plan_model *m = &c->in->model;
+    int p = l->pp, t = l->tp, v = dt_layout_chunks(l);
+    dt__plan_group dpg = {&c->in->links, dp, t * p};
+    double now = 0, link = 0; /* the backward: the blocks in reverse */
+    for (int ch = v - 1; ch >= 0; ch--)
+        for (int i = bounds[ch * p + r + 1] - 1; i >= bounds[ch * p + r]; i--) {
+            const dt_plan_block *b = &m->blocks[i];
+            double d = b->tp_splittable && t > 1 ? t : 1, u = ceil(ceil((double)b->params / d) / dp);
+            double re = recomputed(c, l, b) ? mb * b->fwd_s + b->fwd_fixed_s : 0;
+            now += g * (mb * b->bwd_s + b->bwd_fixed_s + re) / d;
+            link = fmax(link, now) + dt__plan_reduce_scatter_s(dpg, 4 * u * dp);
+        }
+    *rs = fmax(link - now, 0);
+    double fwd = 0, gathered = 0, alone = 0; /* the forward: each block after its gather */
+    for (int ch = 0; ch < v; ch++)
+        for (int i = bounds[ch * p + r]; i < bounds[ch * p + r + 1]; i++) {
+            const dt_plan_block *b = &m->blocks[i];
+            double d = b->tp_splittable && t > 1 ? t : 1, u = ceil(ceil((double)b->params / d) / dp);
+            double f = g * (mb * b->fwd_s + b->fwd_fixed_s) / d;
+            gathered += dt__plan_allgather_s(dpg, 4 * u * dp);
+            fwd = fmax(fwd, gathered) + f;
+            alone += f;
+        }
+    *ag = fmax(fwd - alone, 0);
+}
+
+/* DDP's exposed allreduces on pipeline rank r: the buckets (`bucket` bytes
+ * of gradients at `wire` bytes each) fill as the blocks' backwards end, in
+ * reverse, each reduced once full (the last once the backward ends), one at
+ * a time on the link; how long the last ends after the backward. */
+static double ddp_stream(const dt__plan_ctx *c, const dt_layout *l, const int *bounds, int r, int dp, double mb,
+                         double g, double wire, double bucket)
+{
+    const dt_plan_model *m = &c->in->model;
+    int p = l->pp, t = l->tp, v = dt_layout_chunks(l);
+    dt__plan_group dpg = {&c->in->links, dp, t * p};
+    double now = 0, link = 0, filled = 0;
+    for (int ch = v - 1; ch >= 0; ch--)
+        for (int i = bounds[ch * p + r + 1] - 1; i >= bounds[ch * p + r]; i--) {
+            const dt_plan_block *b = &m->blocks[i];
+            double d = b->tp_splittable && t > 1 ? t : 1;
+            double re = recomputed(c, l, b) ? mb * b->fwd_s + b->fwd_fixed_s : 0;
+            now += g * (mb * b->bwd_s + b->bwd_fixed_s + re) / d;
+            for (filled += wire * ceil((double)b->params / d); filled >= bucket; filled -= bucket)
+                link = fmax(link, now) + dt__plan_allreduce_s(dpg, bucket);
+        }
+    if (filled > 0)
+        link = fmax(link, now) + dt__plan_allreduce_s(dpg, filled);
+    return fmax(link - now, 0);
+}
+
 /* Micro-batches whose activations a pipeline rank holds at once. */
 static double in_flight(const dt_layout *l, int r, int m)
 {
@@ -428,17 +491,21 @@ dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimat
         double wire = l->grad_wire == DT_F32 ? 4 : 2, G = wire * s.params;
         double bucket = l->bucket_mb > 0 ? l->bucket_mb * MIB : fmax(MIB, fmin(25 * MIB, G / 8));
         double nb = ceil(G / bucket), lastb = G - (nb - 1) * bucket;
-        dt__plan_group g = {&in->links, dp, t * p};
-        double tail = dt__plan_allreduce_s(g, lastb);
-        e.dp_s = exposed((nb - 1) * dt__plan_allreduce_s(g, bucket) + tail, tail, last_bwd);
+        dt__plan_group dpg = {&in->links, dp, t * p};
+        double tail = dt__plan_allreduce_s(dpg, lastb);
+        e.dp_s = p > 1 ? exposed((nb - 1) * dt__plan_allreduce_s(dpg, bucket) + tail, tail, last_bwd)
+                       : ddp_stream(c, l, bounds, worst_r, dp, mb, g, wire, bucket);
     } else if (dp > 1 && l->zero_stage <= 2) {
         /* ZeRO 1/2: each unit reduce-scattered as its backward ends (stage 2: every micro-batch; a pipeline:
          * after its schedule, nothing hidden); the updated slices allgathered during the update and the next
-         * forward. */
-        double rs = p > 1 ? s.rs_sum : exposed(s.rs_sum, s.rs_first, last_bwd);
+         * forward (zero_streams; the update's time counts as overlap). */
+        double rs, ag;
+        zero_streams(c, l, bounds, worst_r, dp, mb, g, &rs, &ag);
+        if (p > 1)
+            rs = s.rs_sum;
         if (l->zero_stage == 2 && p == 1)
             rs *= m;
-        e.dp_s = rs + exposed(s.ag_sum, s.ag_first, e.optimizer_s + first_fwd);
+        e.dp_s = rs + fmax(ag - e.optimizer_s, fmin(ag, s.ag_first));
     } else if (dp > 1) {
         /* ZeRO-3: every block gathered before its forward and again before its backward, the next one
          * prefetched; gradients reduce-scattered as each backward ends. */
