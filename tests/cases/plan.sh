@@ -8,7 +8,9 @@
 # chosen layout and the prediction, the end line the measured step time
 # beside it, and their ratio is not absurd (within [0.2, 5]: the machine is
 # noisy, the ratio is recorded in the log).  Bad arguments are named: -n 0,
-# an unknown --model, a missing --links file, --hardware without --model;
+# an unknown --model, a missing --links file, --hardware without --model,
+# --machines that do not divide --nodes or with --hardware; 2 namespace
+# hosts of a 1-core machine (`--machines 1`) take turns on its core;
 # tp=4 with 6 heads is refused by --layout and never printed by the search.
 . "$(dirname "$0")/lib.sh"
 export XDG_CACHE_HOME="$WORK/cache"
@@ -99,5 +101,20 @@ h6=(--config configs/gpt-mini.json --set layers=2 --set dim=96 --set heads=6 --s
 bad "tp 4: does not divide heads \(6\)" "${h6[@]}" -n 4 --layout tp=4
 "$BIN/dtrain" plan "${h6[@]}" -n 4 --top 50 >"$WORK/h6" 2>&1 || { cat "$WORK/h6"; fail "plan with 6 heads failed"; }
 expect_no_grep "$WORK/h6" "^    --set .*tp=4"
+bad "--nodes 4 hosts do not fill --machines 3" "${small[@]}" -n 4 --nodes 4 --machines 3
+bad "--machines describes hosts of this machine" -n 8 --nodes 2 --machines 1 --hardware bench/plan/hardware/a100-dgx.json \
+    --model gpt3-1.3b
+# hosts that are namespaces of one machine (forced to 1 core): their 2 ranks take turns on it, so the default
+# layout's compute doubles against 2 machines' (a core each)
+compute() { python3 -c 'import json,sys; print(json.load(sys.stdin)["compute_s"])'; }
+one=$(taskset -c 0 "$BIN/dtrain" plan "${small[@]}" -n 2 --nodes 2 --layout "zero_stage=0" --json | compute)
+shared=$(taskset -c 0 "$BIN/dtrain" plan "${small[@]}" -n 2 --nodes 2 --machines 1 --layout "zero_stage=0" --json | compute)
+taskset -c 0 "$BIN/dtrain" plan "${small[@]}" -n 2 --nodes 2 --machines 1 --top 1 >"$WORK/machine" 2>&1 ||
+    { cat "$WORK/machine"; fail "plan --machines 1 failed"; }
+expect_grep "$WORK/machine" "plan: 2 ranks x 1 thread share this machine's 1 cores: they take turns"
+python3 -c "import sys; a, b = float('$one'), float('$shared'); sys.exit(0 if 1.8 < b / a < 4 else 1)" ||
+    fail "2 namespace hosts on 1 core: compute $shared s against $one s on 2 machines (expected 2x, more with the contention measured)"
+echo "2 hosts on 1 core: compute $shared s, on 2 machines $one s"
 "$BIN/dtrain" plan --help | grep -q -- "--memory-limit" || fail "dtrain plan --help does not list --memory-limit"
+"$BIN/dtrain" plan --help | grep -q -- "--machines" || fail "dtrain plan --help does not list --machines"
 echo "ok"
