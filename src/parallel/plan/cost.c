@@ -280,14 +280,14 @@ static double sync_cost(const dt_plan_inputs *in, int t)
  * compute times kappa.  *colls: its tp collectives per micro-batch.  The
  * tp collectives are work of the cores when the group is on one host
  * (shared memory); across hosts (wire) they are waits on the link that
- * take no core: *waits, per micro-batch, apart from fwd and bwd. */
+ * take no core: *fwait and *bwait, per micro-batch, apart from fwd and bwd. */
 static void part_times(const dt__plan_ctx *c, const dt_layout *l, int lo, int hi, double mb, double kappa, bool wire,
-                       double *fwd, double *bwd, double *colls, double *waits)
+                       double *fwd, double *bwd, double *colls, double *fwait, double *bwait)
 {
     const dt_plan_model *m = &c->in->model;
     int t = l->tp;
     dt__plan_group tpg = {&c->in->links, t, 1};
-    *fwd = *bwd = *colls = *waits = 0;
+    *fwd = *bwd = *colls = *fwait = *bwait = 0;
     for (int i = lo; i < hi; i++) {
         const dt_plan_block *b = &m->blocks[i];
         bool split = b->tp_splittable && t > 1, re = recomputed(c, l, b);
@@ -295,7 +295,8 @@ static void part_times(const dt__plan_ctx *c, const dt_layout *l, int lo, int hi
         double coll = split ? b->tp_collectives * dt__plan_allreduce_s(tpg, b->tp_bytes * mb) : 0;
         *colls += split ? b->tp_collectives * (2 + re) : 0;
         if (wire) {
-            *waits += coll * (2 + re);
+            *fwait += coll;
+            *bwait += coll * (1 + re);
             coll = 0;
         }
         double f = kappa * (mb * b->fwd_s + b->fwd_fixed_s) / d, bw = kappa * (mb * b->bwd_s + b->bwd_fixed_s) / d;
@@ -312,7 +313,8 @@ static void part_times(const dt__plan_ctx *c, const dt_layout *l, int lo, int hi
  * every rank runs at once, x kappa x max(1, ranks x threads / cores); each
  * tp collective of the slowest rank + the barrier's measured cost.  A tp
  * group across hosts (namespace hosts of one machine) waits on the wire,
- * which is not stretched: while a rank waits, the others have the cores.
+ * which is not stretched: while a rank waits, the others have the cores
+ * (the simulation holds each action's output back by its waits).
  * Without sharing nothing changes and g = 1. */
 static dt_status shared_cores(const dt__plan_ctx *c, const dt_layout *l, const int *bounds, int worst_r, double mb,
                               int m, dt_plan_estimate *e, double *g)
@@ -329,33 +331,35 @@ static dt_status shared_cores(const dt__plan_ctx *c, const dt_layout *l, const i
     bool wire = l->tp > 1 && l->tp > in->links.ranks_per_node; /* the tp group's collectives cross hosts */
     /* the slowest rank's work of the cores, one core its own */
     double alone = e->compute_s + (wire ? 0 : e->tp_s) + e->recompute_s;
-    double *fwd = malloc((size_t)(2 * p * v) * sizeof *fwd), *busy = malloc((size_t)p * sizeof *busy);
+    double *fwd = malloc((size_t)(4 * p * v) * sizeof *fwd), *busy = malloc((size_t)p * sizeof *busy);
     if (!fwd || !busy) {
         free(fwd);
         free(busy);
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     }
-    double *bwd = fwd + p * v, span = 0, colls = 0;
+    double *bwd = fwd + p * v, *fwait = bwd + p * v, *bwait = fwait + p * v, span = 0, colls = 0, waits = 0;
     for (int k = 0; k < p * v; k++) {
-        double n, waits;
-        part_times(c, l, bounds[k], bounds[k + 1], mb, kappa, wire, &fwd[k], &bwd[k], &n, &waits);
+        double n;
+        part_times(c, l, bounds[k], bounds[k + 1], mb, kappa, wire, &fwd[k], &bwd[k], &n, &fwait[k], &bwait[k]);
         colls += k % p == worst_r ? n : 0;
+        waits += k % p == worst_r ? m * (fwait[k] + bwait[k]) : 0;
     }
-    dt__plan_share sh = {l->schedule, p, v, m, fwd, bwd, fmax(over, 1) * cores / p, cores};
+    dt__plan_share sh = {l->schedule, p, v, m, fwd, bwd, fmax(over, 1) * cores / p, cores,
+                         wire ? fwait : NULL, wire ? bwait : NULL};
     dt_status st = over > 1 ? dt__plan_shared_span(&sh, &span, busy) : DT_OK;
     if (st == DT_OK && over <= 1) { /* a core each: the parts as they are, kappa and the barriers added */
         double w = 0;
         for (int k = worst_r; k < p * v; k += p)
             w += m * (fwd[k] + bwd[k]);
         busy[worst_r] = w;
-        span = w + e->bubble_s / fmax(alone, 1e-300) * w;
+        span = w + e->bubble_s / fmax(alone, 1e-300) * w + waits;
     }
     if (st == DT_OK && alone > 0) {
         *g = busy[worst_r] / alone;
         e->compute_s *= *g;
         e->tp_s *= wire ? 1 : *g;
         e->recompute_s *= *g;
-        e->bubble_s = fmax(span - busy[worst_r], 0);
+        e->bubble_s = fmax(span - busy[worst_r] - waits, 0);
         e->optimizer_s *= kappa * fmax(over, 1);
         /* the barriers' wall time, measured among the sharing ranks: not stretched again */
         e->tp_s += m * colls * sync;

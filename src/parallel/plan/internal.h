@@ -51,14 +51,17 @@ dt_status dt__plan_measure_sharing(const dt_model_desc *d, int block, int in_ndi
  * pipeline rank r's chunk c (virtual stage c p + r) takes fwd[c p + r] and
  * bwd[c p + r] seconds of one core per micro-batch; each pipeline rank
  * stands for `copies` threads of the host computing alike (its tp group
- * and data-parallel replicas there, times the threads of each).  *span:
- * the time from the first forward to the last backward; busy[r] (p
- * entries): the time rank r spent running.  DT_ERR_NOMEM. */
+ * and data-parallel replicas there, times the threads of each).  fwait,
+ * bwait (NULL: none): seconds each such action then waits without a core
+ * (collectives on the wire).  *span: the time from the first forward to
+ * the last backward; busy[r] (p entries): the time rank r spent running.
+ * DT_ERR_NOMEM. */
 typedef struct {
     dt_pipe_schedule schedule;
     int p, v, m;
     const double *fwd, *bwd;
     double copies, cores;
+    const double *fwait, *bwait;
 } dt__plan_share;
 dt_status dt__plan_shared_span(const dt__plan_share *sh, double *span, double *busy);
 
