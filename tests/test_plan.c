@@ -547,6 +547,14 @@ static void test_zero_streams(void)
     dt_plan_estimate e;
     EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
     NEAR(e.dp_s, 56e-3 + 68e-3 - e.optimizer_s);
+    /* ZeRO-3: the forward's gathers one block ahead (block k + 1's started as block k's forward begins: the
+     * forwards start at 20, 40, 60, 80 ms and end at 84), the last block's gather again at 84, then in the
+     * backward the block before's gather as each backward begins and each block's reduce-scatter as it ends,
+     * in that order on the link: the backwards start at 104, 124, 164, 204 ms, the last reduce-scatter ends
+     * at 244 ms, 196 ms after the 48 ms of compute */
+    l.zero_stage = 3;
+    EXPECT_STATUS(dt_plan_layout(&in, &l, &e), DT_OK);
+    NEAR(e.dp_s, 196e-3);
     dt_plan_model_free(&in.model);
 }
 

@@ -207,6 +207,59 @@ static void zero_streams(const dt__plan_ctx *c, const dt_layout *l, const int *b
     *ag = fmax(fwd - alone, 0);
 }
 
+/* ZeRO-3's exposed transfers per micro-batch on pipeline rank r, the link
+ * taking one collective at a time in the order the strategy starts them:
+ * the forward gathers each block's parameters, the next block's gather
+ * started as a block's forward begins (the first's before the forward);
+ * the backward gathers them again, the block before's started as a block's
+ * backward begins (the last block's as the forward ends), and
+ * reduce-scatters each block's gradients as its backward ends.  The
+ * exposed time: how much later the backward's last transfer ends than the
+ * compute alone.  A block's compute is x g (cores shared). */
+static double zero3_stream(const dt__plan_ctx *c, const dt_layout *l, const int *bounds, int r, int dp, double mb,
+                           double g)
+{
+    const dt_plan_model *m = &c->in->model;
+    int p = l->pp, t = l->tp, lo = bounds[r], hi = bounds[r + 1];
+    dt__plan_group dpg = {&c->in->links, dp, t * p};
+    double link = 0, fend = 0, alone = 0, next = 0; /* next: the gather in flight for the block about to run */
+    for (int i = lo; i < hi; i++) { /* the forward */
+        const dt_plan_block *b = &m->blocks[i];
+        double d = b->tp_splittable && t > 1 ? t : 1, u = ceil(ceil((double)b->params / d) / dp);
+        double gend = i == lo ? (link = dt__plan_allgather_s(dpg, 4 * u * dp)) : next;
+        double start = fmax(fend, gend);
+        if (i + 1 < hi) {
+            const dt_plan_block *nb = &m->blocks[i + 1];
+            double nd = nb->tp_splittable && t > 1 ? t : 1, nu = ceil(ceil((double)nb->params / nd) / dp);
+            next = link = fmax(link, start) + dt__plan_allgather_s(dpg, 4 * nu * dp);
+        }
+        double f = g * (mb * b->fwd_s + b->fwd_fixed_s) / d;
+        fend = start + f;
+        alone += f;
+    }
+    double bend = fend;
+    {
+        const dt_plan_block *b = &m->blocks[hi - 1];
+        double d = b->tp_splittable && t > 1 ? t : 1, u = ceil(ceil((double)b->params / d) / dp);
+        next = link = fmax(link, fend) + dt__plan_allgather_s(dpg, 4 * u * dp);
+    }
+    for (int i = hi - 1; i >= lo; i--) { /* the backward */
+        const dt_plan_block *b = &m->blocks[i];
+        double d = b->tp_splittable && t > 1 ? t : 1, u = ceil(ceil((double)b->params / d) / dp);
+        double start = fmax(bend, next);
+        if (i > lo) {
+            const dt_plan_block *pb = &m->blocks[i - 1];
+            double pd = pb->tp_splittable && t > 1 ? t : 1, pu = ceil(ceil((double)pb->params / pd) / dp);
+            next = link = fmax(link, start) + dt__plan_allgather_s(dpg, 4 * pu * dp);
+        }
+        double re = recomputed(c, l, b) ? mb * b->fwd_s + b->fwd_fixed_s : 0, w = g * (mb * b->bwd_s + b->bwd_fixed_s + re) / d;
+        bend = start + w;
+        alone += w;
+        link = fmax(link, bend) + dt__plan_reduce_scatter_s(dpg, 4 * u * dp);
+    }
+    return fmax(fmax(link, bend) - alone, 0);
+}
+
 /* DDP's exposed allreduces on pipeline rank r: the buckets (`bucket` bytes
  * of gradients at `wire` bytes each) fill as the blocks' backwards end, in
  * reverse, each reduced once full (the last once the backward ends), one at
@@ -512,8 +565,10 @@ dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimat
         e.dp_s = rs + fmax(ag - e.optimizer_s, fmin(ag, s.ag_first));
     } else if (dp > 1) {
         /* ZeRO-3: every block gathered before its forward and again before its backward, the next one
-         * prefetched; gradients reduce-scattered as each backward ends. */
-        e.dp_s = m * (exposed(s.ag_sum, s.ag_first, first_fwd) + exposed(s.ag_sum + s.rs_sum, s.rs_first, last_bwd));
+         * prefetched; gradients reduce-scattered as each backward ends (zero3_stream; a pipeline: the sums). */
+        e.dp_s = m * (p > 1 || v > 1 ? exposed(s.ag_sum, s.ag_first, first_fwd) +
+                                           exposed(s.ag_sum + s.rs_sum, s.rs_first, last_bwd)
+                                     : zero3_stream(c, l, bounds, worst_r, dp, mb, g));
     }
     /* the traffic's CPU lengthens the step unless the ranks wait on the wire anyway (cores idle meanwhile) */
     e.dp_s = fmax(e.dp_s, dp_traffic_cpu(in, l, dp, m, s.params));
