@@ -536,7 +536,7 @@ dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimat
     /* a host's ranks sharing its cores: the compute's parts stretched by g (1 when they do not) */
     double g = 1;
     DT_CHECK(shared_cores(c, l, bounds, worst_r, mb, m, &e, &g));
-    double last_bwd = g * mb * (s.bwd + s.recompute), first_fwd = g * mb * s.fwd;
+    double last_bwd = g * mb * (s.bwd + s.recompute), first_fwd = g * mb * s.fwd, wire_s = 0; /* the dp transfers' time */
     if (l->servers > 0) {
         /* Each worker pushes its gradients and pulls the parameters (f32); a server's link carries every
          * worker's share of its range.  The servers' update runs in between. */
@@ -550,6 +550,7 @@ dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimat
         double nb = ceil(G / bucket), lastb = G - (nb - 1) * bucket;
         dt__plan_group dpg = {&in->links, dp, t * p};
         double tail = dt__plan_allreduce_s(dpg, lastb);
+        wire_s = (nb - 1) * dt__plan_allreduce_s(dpg, bucket) + tail;
         e.dp_s = p > 1 ? exposed((nb - 1) * dt__plan_allreduce_s(dpg, bucket) + tail, tail, last_bwd)
                        : ddp_stream(c, l, bounds, worst_r, dp, mb, g, wire, bucket);
     } else if (dp > 1 && l->zero_stage <= 2) {
@@ -563,15 +564,19 @@ dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimat
         if (l->zero_stage == 2 && p == 1)
             rs *= m;
         e.dp_s = rs + fmax(ag - e.optimizer_s, fmin(ag, s.ag_first));
+        wire_s = s.rs_sum * (l->zero_stage == 2 && p == 1 ? m : 1) + s.ag_sum;
     } else if (dp > 1) {
         /* ZeRO-3: every block gathered before its forward and again before its backward, the next one
          * prefetched; gradients reduce-scattered as each backward ends (zero3_stream; a pipeline: the sums). */
+        wire_s = m * (2 * s.ag_sum + s.rs_sum);
         e.dp_s = m * (p > 1 || v > 1 ? exposed(s.ag_sum, s.ag_first, first_fwd) +
                                            exposed(s.ag_sum + s.rs_sum, s.rs_first, last_bwd)
                                      : zero3_stream(c, l, bounds, worst_r, dp, mb, g));
     }
-    /* the traffic's CPU lengthens the step unless the ranks wait on the wire anyway (cores idle meanwhile) */
-    e.dp_s = fmax(e.dp_s, dp_traffic_cpu(in, l, dp, m, s.params));
+    /* the traffic's CPU lengthens the step while the transfers overlap compute; during the exposed waits the
+     * cores are idle and absorb it */
+    if (wire_s > 0)
+        e.dp_s += dp_traffic_cpu(in, l, dp, m, s.params) * fmax(0, 1 - e.dp_s / wire_s);
     e.step_s = e.compute_s + e.bubble_s + e.tp_s + e.pp_s + e.dp_s + e.ps_s + e.recompute_s + e.optimizer_s;
     e.params_bytes = mem.params;
     e.grads_bytes = mem.grads;
