@@ -224,7 +224,8 @@ static void test_orthogonalise(void)
                 double *dot = malloc((size_t)r * sizeof *dot);
                 for (int64_t i = 0; i < n; i++)
                     p[i] = dt_rng_normal(&x);
-                for (int64_t j = 0; special && j < rows[b]; j++) { /* a zero column, a dependent one, an inf */
+                /* special: a zero column, a dependent one, an inf */
+                for (int64_t j = 0; special && j < rows[b]; j++) {
                     if (r > 1)
                         p[j * r + 1] = 0;
                     if (r > 2)
@@ -239,8 +240,8 @@ static void test_orthogonalise(void)
                 for (int64_t i = 0; i < n; i++)
                     differ += memcmp(&p[i], &q[i], sizeof *p) != 0 && !(isnan(p[i]) && isnan(q[i]));
                 if (differ)
-                    printf("orthogonalise %lld x %d (special %d): %lld of %lld differ\n", (long long)rows[b], r,
-                           special, (long long)differ, (long long)n);
+                    printf("orthogonalise %lld x %d (special %d): %lld of %lld differ\n", (long long)rows[b],
+                           r, special, (long long)differ, (long long)n);
                 EXPECT(differ == 0);
                 checked++;
                 free(p);
@@ -310,8 +311,8 @@ static void test_fast_matches_reference(dt_comm *c, int psgd_rank)
         worst = fmax(worst, d / big);
         worst_err = fmax(worst_err, d_err / big_err);
     }
-    printf("powersgd r%d fast against reference, 6 steps: gradients within %.2e, error within %.2e of the largest "
-           "magnitude (tolerance 1e-5)\n", psgd_rank, worst, worst_err);
+    printf("powersgd r%d fast against reference, 6 steps: gradients within %.2e, error within %.2e of the "
+           "largest magnitude (tolerance 1e-5)\n", psgd_rank, worst, worst_err);
     EXPECT(worst < 1e-5);
     EXPECT(worst_err < 1e-5);
     dt_ddp_destroy(ref);

@@ -4,7 +4,8 @@
  * (PowerSGD: error add, P = M Q, Gram-Schmidt, Q = M^T P, P Q^T, error
  * update; the buckets as the trainer cuts them).
  *
- *     powersgd_compute [STEPS=30] [RANK=32] [DIM=256] [LAYERS=4] [COMPRESSOR=powersgd|topk|none|ab] [THREADS=1]
+ *     powersgd_compute [STEPS=30] [RANK=32] [DIM=256] [LAYERS=4] [COMPRESSOR=powersgd|topk|none|ab]
+ * [THREADS=1]
  *
  * Prints the median and the minimum ms per step (wall, and the calling
  * thread's CPU time) of STEPS after 3 warm-up steps.  "ab": PowerSGD with
@@ -39,8 +40,10 @@ static double median(double *t, int n)
 
 static dt_status make(dt_comm *c, dt_params *p, const char *kind, int rank, const char *kernels, dt_ddp **d)
 {
-    dt_ddp_config cfg = {.wire = DT_F32, .powersgd_rank = rank, .topk_fraction = 0.3,
-                         .compressor = !strcmp(kind, "topk") ? DT_DDP_TOPK
+    dt_ddp_config cfg = {.wire = DT_F32,
+                         .powersgd_rank = rank,
+                         .topk_fraction = 0.3,
+                         .compressor = !strcmp(kind, "topk")   ? DT_DDP_TOPK
                                        : !strcmp(kind, "none") ? DT_DDP_UNCOMPRESSED
                                                                : DT_DDP_POWERSGD};
     if (kernels)
@@ -98,8 +101,8 @@ int main(int argc, char **argv)
     double med[4];
     for (int k = 0; k < 2 * nd; k++)
         med[k] = median(t + k * steps, steps) * 1e3;
-    printf("gpt dim %lld layers %lld (%lld parameters, %d buckets), rank %d, %d threads, %d steps:\n", (long long)dim,
-           (long long)layers, (long long)n, dt_ddp_buckets(d[0]), rank, threads, steps);
+    printf("gpt dim %lld layers %lld (%lld parameters, %d buckets), rank %d, %d threads, %d steps:\n",
+           (long long)dim, (long long)layers, (long long)n, dt_ddp_buckets(d[0]), rank, threads, steps);
     for (int k = 0; k < nd; k++)
         printf("  %-18s median %.2f ms wall, %.2f ms cpu per step\n",
                ab ? (k ? "powersgd fast" : "powersgd reference") : kind, med[2 * k], med[2 * k + 1]);

@@ -19,14 +19,20 @@
 
 #include "tensor/threads.h"
 
-/* Floats of M per block (128 KiB: several blocks fit Zen's and Intel's L2):
- * the rows of a block, a multiple of 16 (whole micro-kernel tiles), depend
- * only on the shape. */
-#define BLOCK_FLOATS 32768
+/* Floats of M per block: 64 KiB for the products with r columns (M Q and
+ * M^T P: the block and its product stay in L2 beside the packed factor),
+ * 256 KiB for P Q^T (each block repacks Q^T: fewer, larger ones).  Measured
+ * on Zen 5 for gpt-mini's shapes (256 x 1024, 1024 x 256, 768 x 256, r 32):
+ * 16 Ki floats beat 32 Ki-256 Ki by 10-30% for the first two, 64 Ki beat
+ * 16 Ki by 10-25% for the third, and the whole matrix was the slowest for
+ * all three.  The rows of a block, a multiple of 16 (whole micro-kernel
+ * tiles), depend only on the shape. */
+#define BLOCK_FLOATS 16384
+#define DECODE_BLOCK_FLOATS 65536
 
-static int64_t block_rows(int64_t rows, int64_t cols)
+static int64_t block_rows(int64_t rows, int64_t cols, int64_t floats)
 {
-    int64_t b = (BLOCK_FLOATS / cols) & ~(int64_t)15;
+    int64_t b = (floats / cols) & ~(int64_t)15;
     if (b < 16)
         b = 16;
     return b < rows ? b : rows;
@@ -49,44 +55,58 @@ static void encode_range(int64_t b0, int64_t b1, void *arg)
         const float *restrict e = j->ce + i0 * j->cols;
         for (int64_t i = 0; i < n * j->cols; i++)
             g[i] += e[i];
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, j->r, (int)j->cols, 1.0f, g, (int)j->cols,
-                    j->q, j->r, 0.0f, j->pw + i0 * j->r, j->r);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, j->r, (int)j->cols, 1.0f, g,
+                    (int)j->cols, j->q, j->r, 0.0f, j->pw + i0 * j->r, j->r);
     }
 }
 
 void dt__psgd_encode(float *g, const float *e, int64_t rows, int64_t cols, int r, const float *q, float *p)
 {
-    job j = {.g = g, .ce = e, .q = q, .pw = p, .rows = rows, .cols = cols, .block = block_rows(rows, cols), .r = r};
+    job j = {.g = g,
+             .ce = e,
+             .q = q,
+             .pw = p,
+             .rows = rows,
+             .cols = cols,
+             .block = block_rows(rows, cols, BLOCK_FLOATS),
+             .r = r};
     dt__parallel_for((rows + j.block - 1) / j.block, 1, encode_range, &j);
 }
 
 /* The Gram-Schmidt's two passes for column i over the later columns
- * [lo, hi): their dots with column i (scaled already), in double, row by
- * row; then their updates, and column i + 1's squared norm when it is in
- * the range (the next step's normalisation). */
-static void dots_range(const float *p, int64_t rows, int r, int i, int lo, int hi, double *dot)
+ * [lo, hi): their dots with column i, in double, row by row; then their
+ * updates, and column i + 1's squared norm when it is in the range (the
+ * next step's normalisation).  Column i is read times s (its 1 / norm in
+ * the first pair of passes, then 1: x * 1 is x), and the first update pass
+ * stores it so (`store`): no pass of its own for the scaling.  The dots use
+ * fma: a float times a float is exact in double, so fma(a, x, acc) rounds
+ * as acc + a * x does. */
+static void dots_range(const float *p, int64_t rows, int r, int i, float s, int lo, int hi, double *dot)
 {
     for (int l = lo; l < hi; l++)
         dot[l] = 0;
     for (int64_t j = 0; j < rows; j++) {
         const float *restrict row = p + j * r;
-        double a = row[i];
+        double a = row[i] * s;
         for (int l = lo; l < hi; l++)
-            dot[l] += a * row[l];
+            dot[l] = fma(a, row[l], dot[l]);
     }
 }
 
-static double update_range(float *p, int64_t rows, int r, int i, int lo, int hi, const double *dot)
+static double update_range(float *p, int64_t rows, int r, int i, float s, bool store, int lo, int hi,
+                           const double *dot)
 {
     double ss = 0;
     bool next = i + 1 >= lo && i + 1 < hi;
     for (int64_t j = 0; j < rows; j++) {
         float *restrict row = p + j * r;
-        float a = row[i];
+        float a = row[i] * s;
         for (int l = lo; l < hi; l++)
             row[l] -= (float)dot[l] * a;
         if (next)
             ss += (double)row[i + 1] * row[i + 1];
+        if (store)
+            row[i] = a;
     }
     return ss;
 }
@@ -95,42 +115,48 @@ static double update_range(float *p, int64_t rows, int r, int i, int lo, int hi,
  * registers.  It may reach back to columns <= i: their dots are computed
  * and not used, and the update leaves them as they are (a select, not a
  * subtraction of 0, so that even an inf or NaN in column i changes nothing
- * there). */
+ * there; column i itself is then stored after the window). */
 #define W 32
 
-static void dots_window(const float *p, int64_t rows, int r, int i, int l0, double *dot)
+static void dots_window(const float *p, int64_t rows, int r, int i, float s, int l0, double *dot)
 {
     double acc[W] = {0};
     for (int64_t j = 0; j < rows; j++) {
         const float *restrict row = p + j * r + l0;
-        double a = p[j * r + i];
+        double a = p[j * r + i] * s;
         for (int t = 0; t < W; t++)
-            acc[t] += a * row[t];
+            acc[t] = fma(a, row[t], acc[t]);
     }
     for (int t = 0; t < W; t++)
         if (l0 + t > i)
             dot[l0 + t] = acc[t];
 }
 
-static double update_window(float *p, int64_t rows, int r, int i, int l0, const double *dot)
+static double update_window(float *p, int64_t rows, int r, int i, float s, bool store, int l0,
+                            const double *dot)
 {
     float c[W];
     int from = i + 1 - l0; /* the window's first column to update */
     for (int t = 0; t < W; t++)
         c[t] = t < from ? 0.0f : (float)dot[l0 + t];
     double ss = 0;
-    bool next = i + 1 >= l0 && i + 1 < l0 + W;
+    int t1 = i + 1 - l0; /* column i + 1, when in the window */
+    bool next = t1 >= 0 && t1 < W;
     for (int64_t j = 0; j < rows; j++) {
         float *restrict row = p + j * r + l0;
-        float a = p[j * r + i];
+        float a = p[j * r + i] * s;
+        /* column i + 1's new value, as the loop computes it, read before
+         * the loop's wide store (not through it: a stalled forward) */
+        float nv = next ? row[t1] - c[t1] * a : 0.0f;
         for (int t = 0; t < W; t++) {
             float v = row[t] - c[t] * a;
             row[t] = t < from ? row[t] : v;
         }
-        if (next)
-            ss += (double)p[j * r + i + 1] * p[j * r + i + 1];
+        ss += (double)nv * nv;
+        if (store)
+            p[j * r + i] = a;
     }
-    return ss;
+    return next ? ss : 0;
 }
 
 void dt__psgd_orthogonalise(float *p, int64_t rows, int r, double *dot)
@@ -139,19 +165,19 @@ void dt__psgd_orthogonalise(float *p, int64_t rows, int r, double *dot)
     for (int64_t j = 0; j < rows; j++)
         ss += (double)p[j * r] * p[j * r];
     for (int i = 0; i < r; i++) {
-        float inv = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.0f;
-        for (int64_t j = 0; j < rows; j++) /* a pass of its own: no narrow store under the wide loads */
-            p[j * r + i] *= inv;
+        float inv = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.0f, s = inv;
         ss = 0;
         int hi = r; /* windows [hi - W, hi) from the right, then what is left of (i, hi) */
-        for (; hi - W >= 0 && hi > i + 1; hi -= W) {
-            dots_window(p, rows, r, i, hi - W, dot);
-            ss += update_window(p, rows, r, i, hi - W, dot);
+        for (; hi - W >= 0 && hi > i + 1; hi -= W, s = 1.0f) {
+            dots_window(p, rows, r, i, s, hi - W, dot);
+            ss += update_window(p, rows, r, i, s, hi == r, hi - W, dot);
         }
         if (hi > i + 1) {
-            dots_range(p, rows, r, i, i + 1, hi, dot);
-            ss += update_range(p, rows, r, i, i + 1, hi, dot);
-        }
+            dots_range(p, rows, r, i, s, i + 1, hi, dot);
+            ss += update_range(p, rows, r, i, s, hi == r, i + 1, hi, dot);
+        } else if (hi == r) /* the last column: no later ones to pass over */
+            for (int64_t j = 0; j < rows; j++)
+                p[j * r + i] *= inv;
     }
 }
 
@@ -167,7 +193,13 @@ static void project_range(int64_t b0, int64_t b1, void *arg)
 
 void dt__psgd_project(const float *g, int64_t rows, int64_t cols, int r, const float *p, float *q)
 {
-    job j = {.g = (float *)g, .p = p, .pw = q, .rows = rows, .cols = cols, .block = block_rows(cols, rows), .r = r};
+    job j = {.g = (float *)g,
+             .p = p,
+             .pw = q,
+             .rows = rows,
+             .cols = cols,
+             .block = block_rows(cols, rows, BLOCK_FLOATS),
+             .r = r};
     dt__parallel_for((cols + j.block - 1) / j.block, 1, project_range, &j);
 }
 
@@ -177,8 +209,8 @@ static void decode_range(int64_t b0, int64_t b1, void *arg)
     for (int64_t b = b0; b < b1; b++) {
         int64_t i0 = b * j->block, n = (i0 + j->block < j->rows ? j->block : j->rows - i0);
         float *restrict g = j->g + i0 * j->cols, *restrict e = j->e + i0 * j->cols;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)j->cols, j->r, 1.0f, j->p + i0 * j->r,
-                    j->r, j->q, j->r, 0.0f, e, (int)j->cols);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)j->cols, j->r, 1.0f,
+                    j->p + i0 * j->r, j->r, j->q, j->r, 0.0f, e, (int)j->cols);
         for (int64_t i = 0; i < n * j->cols; i++) {
             float approx = e[i];
             e[i] = g[i] - approx;
@@ -189,6 +221,13 @@ static void decode_range(int64_t b0, int64_t b1, void *arg)
 
 void dt__psgd_decode(float *g, float *e, int64_t rows, int64_t cols, int r, const float *p, const float *q)
 {
-    job j = {.g = g, .e = e, .p = p, .q = q, .rows = rows, .cols = cols, .block = block_rows(rows, cols), .r = r};
+    job j = {.g = g,
+             .e = e,
+             .p = p,
+             .q = q,
+             .rows = rows,
+             .cols = cols,
+             .block = block_rows(rows, cols, DECODE_BLOCK_FLOATS),
+             .r = r};
     dt__parallel_for((rows + j.block - 1) / j.block, 1, decode_range, &j);
 }
