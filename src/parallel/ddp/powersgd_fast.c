@@ -5,11 +5,14 @@
  * gradients: bench/ddp/powersgd_compute.c under perf): the Gram-Schmidt
  * about a third, walking P a column at a time (a stride of r floats, one
  * cache line per element) with a serial chain of double adds; the error
- * passes (M = G + E, then E = M - M', G = M') a fifth, scalar and over
- * memory the products had already left cache for; the products themselves
- * a third.  Here the Gram-Schmidt walks P's rows (contiguous, r-wide
- * vectors of independent sums), the error passes are vectorised and run on
- * a block of rows while the block's product is still in cache. */
+ * passes (M = G + E, then E = M - M', G = M') a quarter, scalar and over
+ * memory the products had already left cache for; the products the rest,
+ * a quarter of it OpenBLAS packing its operands.  Here the Gram-Schmidt
+ * walks P's rows (contiguous, r-wide vectors of independent sums), the
+ * error passes are vectorised and run on a block of rows while the
+ * block's product is still in cache, and the blocks are small enough for
+ * OpenBLAS's small-matrix kernels (no packing).  Together 0.60 of the
+ * reference's time (bench/RESULTS.md). */
 #include "parallel/ddp/powersgd_fast.h"
 
 #include <cblas.h>
@@ -20,8 +23,9 @@
 #include "tensor/threads.h"
 
 /* Floats of M per block: 64 KiB for the products with r columns (M Q and
- * M^T P: the block and its product stay in L2 beside the packed factor),
- * 256 KiB for P Q^T (each block repacks Q^T: fewer, larger ones).  Measured
+ * M^T P: the block stays in L1/L2, and OpenBLAS takes its small-matrix
+ * kernels, which do not pack), 256 KiB for P Q^T (each block repacks Q^T:
+ * fewer, larger ones).  Measured
  * on Zen 5 for gpt-mini's shapes (256 x 1024, 1024 x 256, 768 x 256, r 32):
  * 16 Ki floats beat 32 Ki-256 Ki by 10-30% for the first two, 64 Ki beat
  * 16 Ki by 10-25% for the third, and the whole matrix was the slowest for
