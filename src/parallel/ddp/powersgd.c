@@ -13,14 +13,22 @@
  * Bytes per matrix: r (rows + cols) floats instead of rows x cols.  Every
  * rank gets the same P and Q bits from the allreduces and computes M' from
  * them alone, so every rank's M' is the same.  Q starts from a normal draw
- * keyed by the parameter's index, the same on every rank. */
+ * keyed by the parameter's index, the same on every rank.
+ *
+ * The per-matrix compute has two forms (DT_POWERSGD_KERNELS): the fast one
+ * (powersgd_fast.c: blocked products on the compute threads, fused and
+ * vectorised error passes, Gram-Schmidt by rows, its matrices in parallel)
+ * and the reference below, which it equals to f32 rounding. */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "base/status.h"
 #include "parallel/ddp/compress.h"
+#include "parallel/ddp/powersgd_fast.h"
+#include "tensor/threads.h"
 
 typedef struct {
     int64_t off;        /* in the flat buffer */
@@ -41,6 +49,8 @@ struct dt__cx_impl {
     int64_t p_floats, u_floats, q_floats;
     float *pbuf; /* the matrices' P, then the uncompressed tensors */
     float *q;    /* persistent: the matrices' Q */
+    double *dot; /* the fast Gram-Schmidt's scratch, r per matrix */
+    bool fast;   /* powersgd_fast.c's kernels (else the reference's) */
     int phase;
 };
 
@@ -67,6 +77,10 @@ static dt_status create(dt__compressor *c, int b, int64_t offset, int64_t count,
     }
     *out = k;
     k->r = c->cfg.powersgd_rank;
+    const char *kernels = dt__env_str("DT_POWERSGD_KERNELS");
+    if (kernels && strcmp(kernels, "fast") && strcmp(kernels, "reference"))
+        return dt__fail(DT_ERR_INVALID, "DT_POWERSGD_KERNELS='%s': expected fast or reference", kernels);
+    k->fast = !kernels || !strcmp(kernels, "fast");
     for (int i = 0; i < n; i++) {
         const dt_param_info *info = dt_params_info(c->p, i);
         if (info->offset < offset || info->offset >= offset + count)
@@ -83,7 +97,8 @@ static dt_status create(dt__compressor *c, int b, int64_t offset, int64_t count,
     }
     k->pbuf = malloc((size_t)(k->p_floats + k->u_floats + 1) * sizeof(float));
     k->q = malloc((size_t)(k->q_floats + 1) * sizeof(float));
-    if (!k->pbuf || !k->q)
+    k->dot = malloc((size_t)(k->nm * k->r + 1) * sizeof(double));
+    if (!k->pbuf || !k->q || !k->dot)
         return dt__fail(DT_ERR_NOMEM, "powersgd: out of memory for %lld + %lld floats", (long long)k->p_floats,
                         (long long)k->q_floats);
     for (int j = 0; j < k->nm; j++) { /* the same draw on every rank */
@@ -96,8 +111,9 @@ static dt_status create(dt__compressor *c, int b, int64_t offset, int64_t count,
 }
 
 /* Columns of the rows x r row-major P made orthonormal, one after the other
- * (sums in double, a fixed order).  A zero column stays zero. */
-static void orthogonalise(float *p, int64_t rows, int r)
+ * (sums in double, a fixed order).  A zero column stays zero.  The
+ * reference (powersgd_fast.h). */
+void dt__psgd_orthogonalise_ref(float *p, int64_t rows, int r)
 {
     for (int i = 0; i < r; i++) {
         double ss = 0;
@@ -116,6 +132,14 @@ static void orthogonalise(float *p, int64_t rows, int r)
     }
 }
 
+/* The fast Gram-Schmidt of matrices [b, e) of the bucket, one per thread. */
+static void orthogonalise_range(int64_t b, int64_t e, void *arg)
+{
+    dt__cx_impl *k = arg;
+    for (int64_t j = b; j < e; j++)
+        dt__psgd_orthogonalise(k->pbuf + k->m[j].p_at, k->m[j].rows, k->r, k->dot + j * k->r);
+}
+
 /* M = G + e into G; P = M Q; the uncompressed tensors after the P's. */
 static dt_status begin(dt__compressor *c, dt__cx_impl *k, float *g, dt__cx_msg *msg)
 {
@@ -123,6 +147,10 @@ static dt_status begin(dt__compressor *c, dt__cx_impl *k, float *g, dt__cx_msg *
     for (int j = 0; j < k->nm; j++) {
         const matrix *m = &k->m[j];
         float *mg = g + m->off, *me = e + m->off;
+        if (k->fast) {
+            dt__psgd_encode(mg, me, m->rows, m->cols, k->r, k->q + m->q_at, k->pbuf + m->p_at);
+            continue;
+        }
         for (int64_t i = 0; i < m->rows * m->cols; i++)
             mg[i] += me[i];
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)m->rows, k->r, (int)m->cols, 1.0f, mg,
@@ -142,10 +170,16 @@ static dt_status next(dt__compressor *c, dt__cx_impl *k, float *g, dt__cx_msg *m
         const float *u = k->pbuf + k->p_floats;
         for (int j = 0; j < k->nu; u += k->u[j].n, j++)
             memcpy(g + k->u[j].off, u, (size_t)k->u[j].n * sizeof *u);
+        if (k->fast)
+            dt__parallel_for(k->nm, 1, orthogonalise_range, k);
         for (int j = 0; j < k->nm; j++) {
             const matrix *m = &k->m[j];
             float *p = k->pbuf + m->p_at;
-            orthogonalise(p, m->rows, k->r);
+            if (k->fast) {
+                dt__psgd_project(g + m->off, m->rows, m->cols, k->r, p, k->q + m->q_at);
+                continue;
+            }
+            dt__psgd_orthogonalise_ref(p, m->rows, k->r);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)m->cols, k->r, (int)m->rows, 1.0f,
                         g + m->off, (int)m->cols, p, k->r, 0.0f, k->q + m->q_at, k->r);
         }
@@ -160,6 +194,10 @@ static dt_status next(dt__compressor *c, dt__cx_impl *k, float *g, dt__cx_msg *m
     for (int j = 0; j < k->nm; j++) {
         const matrix *m = &k->m[j];
         float *mg = g + m->off, *me = c->error + m->off;
+        if (k->fast) {
+            dt__psgd_decode(mg, me, m->rows, m->cols, k->r, k->pbuf + m->p_at, k->q + m->q_at);
+            continue;
+        }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)m->rows, (int)m->cols, k->r, 1.0f,
                     k->pbuf + m->p_at, k->r, k->q + m->q_at, k->r, 0.0f, me, (int)m->cols);
         for (int64_t i = 0; i < m->rows * m->cols; i++) {
@@ -187,6 +225,7 @@ static void destroy(dt__cx_impl *k)
     free(k->u);
     free(k->pbuf);
     free(k->q);
+    free(k->dot);
     free(k);
 }
 
