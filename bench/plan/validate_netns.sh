@@ -105,14 +105,18 @@ if machine:
     links["ranks_per_machine"] = int(machine.group(1))
 print(json.dumps(links))
 PY
-pred=() best=() worst=()
+pred=() best=() worst=() refused=()
 for i in "${!LAYOUTS[@]}"; do
-    pred[$i]=$($BIN/dtrain plan "${CFG[@]}" -n $HOSTS --nodes $HOSTS --machines 1 --links "$WORK/links.json" \
-               --layout "${LAYOUTS[$i]}" --json 2>/dev/null |
-               python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["step_s"])' || echo "-")
+    if $BIN/dtrain plan "${CFG[@]}" -n $HOSTS --nodes $HOSTS --machines 1 --links "$WORK/links.json" \
+        --layout "${LAYOUTS[$i]}" --json >"$WORK/pred" 2>"$WORK/why"; then
+        pred[$i]=$(python3 -c 'import json,sys; print("%.4f" % json.load(sys.stdin)["step_s"])' <"$WORK/pred")
+    else # a layout this model cannot run (tp=4 with 6 heads): said, not measured
+        pred[$i]=- refused[$i]=$(sed 's/^dtrain plan: --layout [^:]*: //' "$WORK/why" | head -n 1)
+    fi
 done
 for ((round = 1; round <= ROUNDS; round++)); do
     for i in "${!LAYOUTS[@]}"; do
+        [ -n "${refused[$i]:-}" ] && continue
         args=()
         for w in ${LAYOUTS[$i]}; do args+=(--set "$w"); done
         if across "$WORK/r" "${args[@]}"; then
@@ -128,6 +132,7 @@ echo "| layout ($MODEL, $RATE, $HOSTS hosts) | predicted s/step | measured s/ste
 echo "| --- | ---: | ---: | ---: | ---: |"
 for i in "${!LAYOUTS[@]}"; do
     l=${LAYOUTS[$i]} p=${pred[$i]} m=${best[$i]:-failed}
+    [ -n "${refused[$i]:-}" ] && m="refused: ${refused[$i]}"
     err=$(awk -v p="$p" -v m="$m" 'BEGIN { if (p + 0 > 0 && m + 0 > 0) printf "%+.0f%%", 100 * (m / p - 1); else print "-" }')
     echo "| ${l:-default} | $p | $m | ${worst[$i]:--} | $err |"
 done
