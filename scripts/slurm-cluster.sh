@@ -140,8 +140,8 @@ $CTL_IP ctl" i
         echo "AuthType=auth/munge"
         echo "CredType=cred/munge"
         # cred_expire is also how long a requeued job waits before it may start
-        # again (default 120 s); 20 s keeps the tests short.
-        echo "AuthInfo=socket=$dir/munge.sock,cred_expire=20"
+        # again (default 120 s); 10 s keeps the tests short.
+        echo "AuthInfo=socket=$dir/munge.sock,cred_expire=10"
         echo "StateSaveLocation=$dir/state"
         echo "SlurmdSpoolDir=$dir/spool/%n"
         echo "SlurmctldPidFile=$dir/slurmctld.pid"
@@ -160,8 +160,18 @@ $CTL_IP ctl" i
         echo "SelectType=select/cons_tres"
         echo "SelectTypeParameters=CR_CPU"
         echo "SchedulerType=sched/backfill"
+        # A requeued job becomes eligible when its begin time passes, and then
+        # waits for a scheduling pass: backfill's every 30 s by default, the
+        # main scheduler's every 60 s (a requeue took 37-39 s where 21 s were
+        # due).  Every second on this small cluster.
+        echo "SchedulerParameters=bf_interval=1"
         # A node that stops answering is DOWN after 10 s; one that comes back is usable again.
+        # slurmctld pings a silent node every SlurmdTimeout/3 s, but each ping of a dead
+        # one retries its connection for MessageTimeout (default 10 s), and only the
+        # next ping marks it DOWN: 27-30 s from a kill with the default, 12 s with 4.
+        # 5 s is still ample for an RPC between namespaces of one machine.
         echo "SlurmdTimeout=10"
+        echo "MessageTimeout=5"
         echo "ReturnToService=2"
         echo "JobRequeue=0"
         echo "KillWait=5"

@@ -46,10 +46,12 @@ dt_status dt_store_connect(const char *host, int port, const char *token, double
     /* A server that dropped or turned this connection away (too many clients,
      * strangers crowding it) may take the next one: try again until the
      * deadline, and report what the server last said.  A wrong token or a
-     * stranger's greeting is final. */
+     * stranger's greeting is final.  An attempt keeps 100 ms after the
+     * pause: one begun at the deadline times out before the server can
+     * answer, and its timeout would hide what the server said. */
     dt_status s;
     while ((s = connect_once(c, host, port, token, deadline_ns)) != DT_OK) {
-        if (s == DT_ERR_AUTH || s == DT_ERR_PROTOCOL || dt__now_ns() + 100000000 >= deadline_ns)
+        if (s == DT_ERR_AUTH || s == DT_ERR_PROTOCOL || dt__now_ns() + 200000000 >= deadline_ns)
             break;
         struct timespec pause = {0, 100000000};
         nanosleep(&pause, NULL);
