@@ -199,12 +199,20 @@ int dtrain_snapshot_start(train_run *t)
     if (!root)
         return 0;
     const dt_layout *l = dt_strategy_layout(t->s);
-    bool ring = false;
-    if (l->zero_stage > 0 && l->tp == 1 && l->pp == 1 && t->nranks > 1) {
+    bool ring = false, own = false;
+    bool zero = l->zero_stage > 0 && l->tp == 1 && l->pp == 1 && t->nranks > 1;
+    bool replicated = dt_strategy_state_replicated(t->s) && t->nranks > 1;
+    if (zero || replicated) {
         /* ZeRO's snapshots are shard files that every rank writes into its
          * directory: the lead's step directory when all see one (one host, or
          * hosts sharing /dev/shm), else each node its own, copied to a buddy
-         * node (snapshot_ring.c).  The lead leaves a mark in its directory. */
+         * node (snapshot_ring.c).  The lead leaves a mark in its directory.
+         * Replicated state (data parallelism) is whole on every rank: a
+         * node with a directory of its own has its first rank write the
+         * same snapshot there, so that a restart after a rank's death finds
+         * it on every node and copies nothing (37 MiB of gpt-mini over the
+         * link: 0.3 to 0.5 s of the restart); only a replaced node needs a
+         * copy then. */
         char mark[1200];
         snprintf(mark, sizeof mark, "%s/.lead-here", root);
         FILE *f = t->lead ? fopen(mark, "w") : NULL;
@@ -220,7 +228,10 @@ int dtrain_snapshot_start(train_run *t)
         seen = here;
         if (dt_allreduce(&seen, &seen, 1, DT_I64, DT_MIN, t->world) != DT_OK)
             goto failed;
-        if (!seen) {
+        if (!seen && replicated) {
+            const char *lr = getenv("DT_LOCAL_RANK");
+            own = !here && (!(lr && *lr) || atoi(lr) == 0);
+        } else if (!seen) {
             snprintf(t->snap_dir, sizeof t->snap_dir, "%s", root);
             int r = dtrain_snapshot_ring_start(t, here != 0);
             if (r == 1)
@@ -237,7 +248,7 @@ int dtrain_snapshot_start(train_run *t)
         }
     }
     snprintf(t->snap_dir, sizeof t->snap_dir, "%s", root);
-    if (!t->lead)
+    if (!t->lead && !own)
         return 0;
     cJSON *config = dtrain_config_to_json(c), *model = dtrain_model_config_json(c);
     char *config_text = cJSON_PrintUnformatted(config), *model_text = cJSON_PrintUnformatted(model);
@@ -298,7 +309,7 @@ void dtrain_snapshot_stop(train_run *t)
         return;
     dt_ckpt_writer_stop(t->snap_writer);
     t->snap_writer = NULL;
-    if (t->snap_writes > 0) /* what they cost: the copy that held the step up, the write behind it */
+    if (t->snap_writes > 0 && t->lead) /* what they cost: the copy that held the step up, the write behind it */
         dtrain_progress_line("memory snapshots: %lld written into %s, each %.1f ms on the training thread (the copy) "
                              "and %.1f ms in the background (the write)\n", (long long)t->snap_writes, t->snap_dir,
                              1e3 * t->snap_stall_s / (double)t->snap_writes,
