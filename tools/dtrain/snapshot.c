@@ -43,6 +43,7 @@ static void report(void *user, const dt_ckpt_report *r)
         fprintf(stderr, "dtrain: memory snapshot at step %lld failed: %s; training continues%s (later failures "
                         "of memory snapshots are not printed)\n", (long long)r->step, r->error,
                 r->kept_step >= 0 ? ", the previous snapshot is kept" : "");
+    dtrain_snapshot_term_written(); /* a SIGTERM that waited for this write acts now */
 }
 
 /* Every rank's allreduce of one value; false (printed) when the job cannot go on. */
@@ -268,6 +269,8 @@ int dtrain_snapshot_start(train_run *t)
     dt_status s = config_text && model_text ? dt_ckpt_writer_start(&wc, wp, wo, &t->snap_writer) : DT_ERR_NOMEM;
     if (s == DT_OK && ring) /* the other nodes' shards are in their own directories */
         s = dt_ckpt_writer_shards_elsewhere(t->snap_writer, true);
+    if (s == DT_OK)
+        dtrain_snapshot_term_install();
     if (s != DT_OK)
         fprintf(stderr, "dtrain: memory snapshots into %s: %s\n", root,
                 config_text && model_text ? dt_last_error() : "out of memory");
@@ -288,8 +291,12 @@ int dtrain_snapshot_after_step(train_run *t, double *stall)
     bool dropped = false;
     if (dtrain_snapshot_ring_before(t, t->pr.step, stall) != 0)
         return 1;
-    if (dt_strategy_sync(t->s) != DT_OK || /* ZeRO's gathers of the updated parameters */
-        dt_strategy_save(t->s, t->snap_writer, t->snap_dir, &t->pr, "", stall, &dropped) != DT_OK) {
+    dt_status st = dt_strategy_sync(t->s); /* ZeRO's gathers of the updated parameters */
+    if (st == DT_OK)
+        st = dt_strategy_save(t->s, t->snap_writer, t->snap_dir, &t->pr, "", stall, &dropped);
+    if (t->snap_writer && st == DT_OK && !dropped) /* submitted: a SIGTERM now waits for its write */
+        dtrain_snapshot_term_submitted();
+    if (st != DT_OK) {
         fprintf(stderr, "dtrain: rank %d: memory snapshot at step %lld: %s\n", t->rank, (long long)t->pr.step,
                 dt_last_error());
         return 1;
