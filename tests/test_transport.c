@@ -396,6 +396,91 @@ static void test_engine_garbage(void)
     dt_store_server_stop(srv);
 }
 
+/* ---- a new rank connects to all its lower ranks at once ---- */
+
+typedef struct {
+    int port;
+    dt_status create;
+    char message[1024];
+} rank2_args;
+
+static void *rank2_main(void *arg)
+{
+    rank2_args *a = arg;
+    dt_store_client *store;
+    dt__engine *e;
+    if ((a->create = dt_store_connect("127.0.0.1", a->port, TOKEN, 5, &store)) != DT_OK)
+        return NULL;
+    dt__engine_config cfg = {.rank = 2, .size = 3, .token = TOKEN, .key_prefix = "together", .timeout_s = 20};
+    a->create = dt__engine_create(&cfg, store, &e);
+    snprintf(a->message, sizeof a->message, "%s", dt_last_error());
+    if (a->create == DT_OK)
+        dt__engine_destroy(e);
+    dt_store_close(store);
+    return NULL;
+}
+
+/* Acceptor side of one job-token handshake, by hand: true when the
+ * connector proved the token as rank 2. */
+static bool handshake_rank2(int fd)
+{
+    uint8_t challenge[DT_AUTH_CHALLENGE_LEN], response[DT_AUTH_RESPONSE_LEN], proof[DT_AUTH_PROOF_LEN];
+    int64_t info = -1;
+    int64_t deadline = dt__deadline_after(5);
+    return dt__auth_challenge(challenge) == DT_OK &&
+           dt__sock_send_all(fd, challenge, sizeof challenge, deadline, "rank 2") == DT_OK &&
+           dt__sock_recv_all(fd, response, sizeof response, deadline, "rank 2") == DT_OK &&
+           dt__auth_check(TOKEN, "dtrain-peer:together", challenge, response, "rank 2", proof, &info) == DT_OK &&
+           info == 2 && dt__sock_send_all(fd, proof, sizeof proof, deadline, "rank 2") == DT_OK;
+}
+
+/* Rank 2 of 3 against hand-driven ranks 0 and 1 that answer no handshake
+ * until rank 2's connections to both have arrived: a rank that waited for
+ * rank 0's handshake before connecting to rank 1 (the mesh's order before)
+ * never gets there, and the listeners give up after 5 s; one that issues
+ * every connect first forms the mesh. */
+static void test_engine_connects_together(void)
+{
+    dt_store_server *srv;
+    EXPECT_STATUS(dt_store_server_start("127.0.0.1", 0, TOKEN, &srv), DT_OK);
+    rank2_args a = {.port = dt_store_server_port(srv)};
+    dt_store_client *store;
+    EXPECT_STATUS(dt_store_connect("127.0.0.1", a.port, TOKEN, 5, &store), DT_OK);
+    int lfd[2], port[2];
+    for (int r = 0; r < 2; r++) {
+        EXPECT_STATUS(dt__sock_listen("127.0.0.1", 0, &lfd[r], &port[r]), DT_OK);
+        char key[64], addr[64];
+        snprintf(key, sizeof key, "together/addr/%d", r);
+        snprintf(addr, sizeof addr, "127.0.0.1:%d -", port[r]);
+        EXPECT_STATUS(dt_store_set(store, key, addr, strlen(addr) + 1), DT_OK);
+    }
+    pthread_t th;
+    pthread_create(&th, NULL, rank2_main, &a);
+    int fd[2] = {-1, -1};
+    int64_t give_up = dt__deadline_after(5);
+    while ((fd[0] < 0 || fd[1] < 0) && dt__now_ns() < give_up) { /* both arrived, none answered */
+        for (int r = 0; r < 2; r++)
+            if (fd[r] < 0)
+                dt__sock_accept(lfd[r], &fd[r], NULL, 0);
+        usleep(1000);
+    }
+    EXPECT(fd[0] >= 0 && fd[1] >= 0);
+    for (int r = 0; r < 2; r++) {
+        if (fd[r] >= 0)
+            EXPECT(handshake_rank2(fd[r]));
+        close(lfd[r]);
+    }
+    for (int r = 0; r < 2; r++)
+        if (fd[r] >= 0)
+            close(fd[r]); /* rank 2's engine sees both links end: its destroy returns */
+    pthread_join(th, NULL);
+    EXPECT_STATUS(a.create, DT_OK);
+    if (a.create != DT_OK)
+        fprintf(stderr, "rank 2: %s\n", a.message);
+    dt_store_close(store);
+    dt_store_server_stop(srv);
+}
+
 /* The shared-memory ring: wrap-around, partial writes, dropping reads, the
  * sleep/wake hand-shake, the process_vm_readv copy and a stale name. */
 static void test_shm_ring(void)
@@ -568,5 +653,6 @@ int main(void)
     test_store();
     test_engine_garbage();
     test_engine_batched_frames();
+    test_engine_connects_together();
     return CHECK_DONE("test_transport");
 }

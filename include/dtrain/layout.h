@@ -223,11 +223,18 @@ bool dt_strategy_lead(const dt_strategy *s);
 /* The whole model's parameter count (every stage's, every shard whole, a
  * tied copy once).  Collective over the pipeline group. */
 int64_t dt_strategy_whole_parameters(dt_strategy *s);
-/* On the lead: the registry and optimizer a checkpoint writer saves (the
- * whole model's, gathered at each save, for a mesh or a parameter server;
- * the live ones otherwise; *optimizer NULL for ZeRO, whose state goes to
- * shard files) and whether it streams model.safetensors itself (ZeRO-3).
- * Elsewhere all NULL. */
+/* True where every rank holds the whole state, the same bits (data
+ * parallelism without ZeRO, one process): there any rank may keep a
+ * checkpoint of its own (dtrain's memory snapshots, one per host), so
+ * dt_strategy_checkpoint_state and dt_strategy_save serve every rank as
+ * they serve the lead.  False for ZeRO, a tp/pp mesh and the servers. */
+bool dt_strategy_state_replicated(const dt_strategy *s);
+/* On the lead (on every rank where dt_strategy_state_replicated): the
+ * registry and optimizer a checkpoint writer saves (the whole model's,
+ * gathered at each save, for a mesh or a parameter server; the live ones
+ * otherwise; *optimizer NULL for ZeRO, whose state goes to shard files)
+ * and whether it streams model.safetensors itself (ZeRO-3).  Elsewhere all
+ * NULL. */
 void dt_strategy_checkpoint_state(dt_strategy *s, dt_params **params, dt_optimizer **optimizer, bool *stream_model);
 
 /* Bytes a strategy moved so far besides its gradient collectives: a
@@ -242,7 +249,9 @@ void dt_strategy_io_bytes(const dt_strategy *s, dt_strategy_io *out);
 
 /* One checkpoint at progress pr, collective over the strategy's ranks: each
  * holds its part; the lead hands the whole state to w (started with
- * dt_strategy_checkpoint_state's registry and optimizer, into dir).  ZeRO's
+ * dt_strategy_checkpoint_state's registry and optimizer, into dir), and so
+ * does any other rank that passes a writer where the state is replicated
+ * (elsewhere another rank's w is not used).  ZeRO's
  * ranks write their shard files into dir.  *dropped (with the reason in
  * dt_last_error) when this checkpoint could not be written but training can
  * go on; an error status when the job cannot.  *stall: the time the writer

@@ -6,7 +6,12 @@
  * early arrivals, so the order cannot deadlock.  Every link is authenticated
  * with the job token; the connector's rank is covered by the MAC.  The
  * listener handshakes every arrival at once (engine_accept.c); a connector
- * whose handshake fails tries again until the job's deadline. */
+ * whose handshake fails tries again until the job's deadline.
+ *
+ * A rank issues its connects to all lower ranks before it waits for any
+ * handshake, then finishes them in order: each lower rank answers once it
+ * has finished its own connects, and those answers come in side by side, so
+ * the mesh takes the slowest lower rank's time, not the sum of them. */
 #include <errno.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -68,11 +73,25 @@ static dt_status peer_address(dt_store_client *store, const dt__engine_config *c
     return DT_OK;
 }
 
-/* One attempt at a link to lower rank r at host:port. */
-static dt_status connect_once(dt__engine *e, const dt__engine_config *cfg, const char *label, peer *p,
-                              const char *host, int port, int64_t deadline, int *fd)
+/* A link to a lower rank under way: where it listens and the connect issued
+ * for it before any handshake is awaited (-1: none, or taken). */
+typedef struct {
+    char host[64];
+    int port, fd;
+} dial;
+
+/* One attempt at a link to lower rank r at host:port (d's early connect
+ * first, when there is one). */
+static dt_status connect_once(dt__engine *e, const dt__engine_config *cfg, const char *label, peer *p, dial *d,
+                              int64_t deadline, int *fd)
 {
-    dt_status s = dt__sock_connect(host, port, deadline, fd);
+    dt_status s;
+    *fd = d->fd;
+    d->fd = -1;
+    if (*fd < 0 || !dt__sock_connect_wait(*fd, deadline)) /* (a failed early one is tried again here) */
+        s = dt__sock_connect(d->host, d->port, deadline, fd);
+    else
+        s = DT_OK;
     if (s != DT_OK)
         return dt__wrap(s, "connecting to %s: ", p->name);
     s = dt__sock_tune(*fd, cfg->sock_buffer, cfg->tcp_congestion);
@@ -84,22 +103,29 @@ static dt_status connect_once(dt__engine *e, const dt__engine_config *cfg, const
     return s;
 }
 
-static dt_status connect_lower(dt__engine *e, const dt__engine_config *cfg, dt_store_client *store,
-                               const char *label, int r, int64_t deadline, char *peer_host)
+/* Look up lower rank r's address and start connecting to it. */
+static dt_status dial_lower(dt__engine *e, const dt__engine_config *cfg, dt_store_client *store, int r,
+                            int64_t deadline, char *peer_host, dial *d)
 {
-    char addr[80], host[64];
-    int port;
+    char addr[80];
     DT_CHECK(peer_address(store, cfg, r, deadline, addr, sizeof addr, peer_host));
-    DT_CHECK(dt__parse_hostport(addr, host, sizeof host, &port));
-    peer *p = &e->peers[r];
-    snprintf(p->name, sizeof p->name, "rank %d (%s)", r, addr);
-    int fd;
+    DT_CHECK(dt__parse_hostport(addr, d->host, sizeof d->host, &d->port));
+    snprintf(e->peers[r].name, sizeof e->peers[r].name, "rank %d (%s)", r, addr);
     dt_phase_mark("rank %d has rank %d's address", e->rank, r);
+    d->fd = dt__sock_connect_start(d->host, d->port);
+    return DT_OK;
+}
+
+static dt_status connect_lower(dt__engine *e, const dt__engine_config *cfg, const char *label, int r,
+                               int64_t deadline, dial *d)
+{
+    peer *p = &e->peers[r];
+    int fd;
     /* A handshake that fails (the listener busy with its own connects, or
      * dropping us among strangers) is tried again until the job's deadline;
      * a wrong token is final. */
     dt_status s;
-    while ((s = connect_once(e, cfg, label, p, host, port, deadline, &fd)) != DT_OK) {
+    while ((s = connect_once(e, cfg, label, p, d, deadline, &fd)) != DT_OK) {
         if (s == DT_ERR_AUTH || dt__now_ns() + 100000000 >= deadline)
             return s;
         DT_INFO("connecting to %s: %s; trying again", p->name, dt_last_error());
@@ -107,6 +133,27 @@ static dt_status connect_lower(dt__engine *e, const dt__engine_config *cfg, dt_s
         poll(&none, 0, 100);
     }
     return dt__chan_tcp_open(fd, &p->ch);
+}
+
+/* Every lower rank's connect issued, then each one's handshake. */
+static dt_status connect_lowers(dt__engine *e, const dt__engine_config *cfg, dt_store_client *store,
+                                const char *label, char (*hosts)[128], int64_t deadline)
+{
+    dial *d = calloc((size_t)e->rank, sizeof *d);
+    if (!d)
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    for (int r = 0; r < e->rank; r++)
+        d[r].fd = -1;
+    dt_status s = DT_OK;
+    for (int r = 0; s == DT_OK && r < e->rank; r++)
+        s = dial_lower(e, cfg, store, r, deadline, hosts[r], &d[r]);
+    for (int r = 0; s == DT_OK && r < e->rank; r++)
+        s = connect_lower(e, cfg, label, r, deadline, &d[r]);
+    for (int r = 0; r < e->rank; r++)
+        if (d[r].fd >= 0)
+            close(d[r].fd);
+    free(d);
+    return s;
 }
 
 typedef struct {
@@ -150,8 +197,8 @@ static dt_status build_mesh(dt__engine *e, const dt__engine_config *cfg, dt_stor
     if (strcmp(hosts[e->rank], "-") == 0)
         hosts[e->rank][0] = '\0';
     dt_status s = dt_store_set(store, key, addr, strlen(addr) + 1);
-    for (int r = 0; s == DT_OK && r < e->rank; r++)
-        s = connect_lower(e, cfg, store, label, r, deadline, hosts[r]);
+    if (s == DT_OK)
+        s = connect_lowers(e, cfg, store, label, hosts, deadline);
     joining j = {.e = e, .cfg = cfg, .store = store, .deadline = deadline, .hosts = hosts};
     if (s == DT_OK)
         s = dt__engine_accept_peers(e, cfg, label, lfd, deadline, joined, &j);

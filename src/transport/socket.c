@@ -144,35 +144,41 @@ dt_status dt__sock_listen(const char *bind_ip, int port, int *fd_out, int *port_
     return DT_OK;
 }
 
-/* Every dtrain connection carries small requests answered at once (the
- * store's header, key and value; the handshakes), each sent in a few
- * writes: with Nagle's algorithm the second write waits for the first's
- * ACK, which the peer delays by 40 ms (it waits for the rest before it
- * answers), so each store request took 40-90 ms on localhost and a
- * `dtrun -n 2 true` 0.5 s.  So TCP_NODELAY from the first byte. */
+/* Every TCP socket of dtrain speaks request and reply (the store, the
+ * job-token handshakes) or streams with TCP_NODELAY (dt__sock_tune): Nagle's
+ * algorithm would hold the second small send of a message (the store sends
+ * a header, then the key) until the first is acknowledged, which the other
+ * side delays by 40 ms while it waits for the rest: 40 to 80 ms per store
+ * request, most of a restart's store round trips. */
 static void no_delay(int fd)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-/* One nonblocking connect attempt bounded by the deadline; 1 = retry later. */
-static int connect_once(const struct sockaddr_in *sa, int64_t deadline_ns, int *fd_out)
+/* A connect issued without waiting: 0 connected, 2 under way (*fd_out
+ * set), 1 = retry later, -1 = an error (errno). */
+static int connect_start(const struct sockaddr_in *sa, int *fd_out)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return -1;
     no_delay(fd);
-    if (connect(fd, (const struct sockaddr *)sa, sizeof *sa) == 0) {
-        *fd_out = fd;
+    *fd_out = fd;
+    if (connect(fd, (const struct sockaddr *)sa, sizeof *sa) == 0)
         return 0;
-    }
-    if (errno != EINPROGRESS) {
-        int e = errno;
-        close(fd);
-        errno = e;
-        return (e == ECONNREFUSED || e == ENETUNREACH || e == EHOSTUNREACH || e == EAGAIN) ? 1 : -1;
-    }
+    if (errno == EINPROGRESS)
+        return 2;
+    int e = errno;
+    close(fd);
+    errno = e;
+    return (e == ECONNREFUSED || e == ENETUNREACH || e == EHOSTUNREACH || e == EAGAIN) ? 1 : -1;
+}
+
+/* Wait for connect_start's connect under way on fd; on failure fd is
+ * closed.  0 connected, 1 = retry later, -1 = an error (errno). */
+static int connect_finish(int fd, int64_t deadline_ns)
+{
     struct pollfd p = {.fd = fd, .events = POLLOUT};
     int rc;
     do
@@ -191,8 +197,29 @@ static int connect_once(const struct sockaddr_in *sa, int64_t deadline_ns, int *
         errno = err;
         return (err == ECONNREFUSED || err == ENETUNREACH || err == EHOSTUNREACH || err == ETIMEDOUT) ? 1 : -1;
     }
-    *fd_out = fd;
     return 0;
+}
+
+/* One nonblocking connect attempt bounded by the deadline; 1 = retry later. */
+static int connect_once(const struct sockaddr_in *sa, int64_t deadline_ns, int *fd_out)
+{
+    int rc = connect_start(sa, fd_out);
+    return rc == 2 ? connect_finish(*fd_out, deadline_ns) : rc;
+}
+
+int dt__sock_connect_start(const char *host, int port)
+{
+    struct sockaddr_in sa;
+    int fd = -1;
+    if (resolve(host, port, &sa) != DT_OK)
+        return -1;
+    int rc = connect_start(&sa, &fd);
+    return rc == 0 || rc == 2 ? fd : -1;
+}
+
+bool dt__sock_connect_wait(int fd, int64_t deadline_ns)
+{
+    return connect_finish(fd, deadline_ns) == 0;
 }
 
 dt_status dt__sock_connect(const char *host, int port, int64_t deadline_ns, int *fd_out)
@@ -228,12 +255,12 @@ dt_status dt__sock_accept(int listen_fd, int *fd_out, char *peer, size_t peerlen
             return DT_OK;
         return dt__fail_errno(DT_ERR_SYSTEM, "accept");
     }
+    no_delay(fd);
     if (peer) {
         char ip[INET_ADDRSTRLEN] = "?";
         inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof ip);
         snprintf(peer, peerlen, "%s:%d", ip, ntohs(sa.sin_port));
     }
-    no_delay(fd);
     *fd_out = fd;
     return DT_OK;
 }

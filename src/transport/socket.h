@@ -16,8 +16,14 @@ dt_status dt__parse_hostport(const char *text, char *host, size_t hostlen, int *
  * nonblocking socket and the port actually bound. */
 dt_status dt__sock_listen(const char *bind_ip, int port, int *fd_out, int *port_out);
 /* Connect, retrying refused/unreachable until the deadline (the other side may
- * not listen yet).  Returns a nonblocking socket. */
+ * not listen yet).  Returns a nonblocking socket with TCP_NODELAY set (as
+ * dt__sock_accept's). */
 dt_status dt__sock_connect(const char *host, int port, int64_t deadline_ns, int *fd_out);
+/* Many connects at once: start one without waiting (the socket, or -1
+ * where it failed at once), then wait for it; false: it failed and fd is
+ * closed (dt__sock_connect then retries it and reports what it meets). */
+int dt__sock_connect_start(const char *host, int port);
+bool dt__sock_connect_wait(int fd, int64_t deadline_ns);
 /* Accept one pending connection (nonblocking); *fd_out = -1 when none. */
 dt_status dt__sock_accept(int listen_fd, int *fd_out, char *peer, size_t peerlen);
 

@@ -19,7 +19,9 @@ which is the rank killed).  FAULT:
 LAYOUT nodes: two dtrun nodes on localhost, 2 ranks each, each with a
 snapshot root of its own (two hosts' memories); FAULT host: node 1 killed
 whole and replaced by a fresh one (its ranks get the snapshot copied from
-rank 0); both: node 0's snapshots wiped too (the disk checkpoint resumed).
+rank 0); both: node 0's snapshots wiped too (the disk checkpoint resumed);
+kill: kill -9 of rank 3 (on node 1), which must have kept snapshots of the
+replicated state in its own root (nothing to copy at the restart).
 LAYOUT nodeszero: the same under ZeRO-1, whose shard files each node keeps
 in its own memory and copies to its buddy node: host: node 1's shards are
 taken from node 0's buddy copy; both: node 0's buddy copies wiped too (node
@@ -28,7 +30,7 @@ Every faulted run's final weights must equal those of an uninterrupted run
 without snapshots to the bit.  Prints, per case, the steps lost and the time
 from the kill to the first step after the restart.
 """
-import hashlib, os, re, signal, subprocess, sys, time
+import glob, hashlib, os, re, signal, subprocess, sys, time
 
 BIN, WORK, CASES = sys.argv[1], sys.argv[2], sys.argv[3:]
 STEPS, KILL_AT = 24, 13
@@ -180,23 +182,31 @@ def run_nodes(d, fault=None, layout=(), zero=False):
         r["disk_done"] = max(done, default=0)
         t_kill = time.time()
         ranks = open(f"/proc/{n1.pid}/task/{n1.pid}/children").read().split()
-        n1.kill()  # the host is gone: its dtrun and its ranks
+        if fault == "kill":  # one rank of node 1: data parallelism's state is in node 1's own memory too
+            r["own"] = sorted(glob.glob(f"{roots[1]}/*/step-*"))
+            os.kill(int(ranks[-1]), signal.SIGKILL)
+            ranks = []
+        else:
+            n1.kill()  # the host is gone: its dtrun and its ranks
         for p in ranks:
             try:
                 os.kill(int(p), signal.SIGKILL)
             except OSError:
                 pass
-        n1.wait()
+        if fault != "kill":
+            n1.wait()
         wipe = lambda root, what="step-* \"{root}\"/*/.step-* \"{root}\"/*/shards-* \"{root}\"/*/buddy-*": \
             subprocess.run(["sh", "-c", f'rm -rf "{root}"/*/' + what.format(root=root)], check=True)
-        wipe(roots[1])  # its memory is gone with it
+        if fault != "kill":
+            wipe(roots[1])  # its memory is gone with it
         while "dtrun: restart 1 of 1" not in open(f"{d}/log").read():  # (a dtrun joining before would join
             if time.time() - t_kill > 60:                                # generation 0, which node 1 had joined)
                 fail(f"{d}: node 0 did not restart the job\n{open(f'{d}/log').read()[-3000:]}")
             time.sleep(0.01)
         if fault == "both":  # node 0's ranks have stopped: no snapshot write is in flight
             wipe(roots[0], "buddy-*" if zero else "step-* \"{root}\"/*/.step-*")  # ZeRO: node 0's buddy copies
-        n1 = node(1, "a")  # the replacement host
+        if fault != "kill":
+            n1 = node(1, "a")  # the replacement host
         while time.time() - t_kill < 60:
             text = open(f"{d}/log").read()
             m = re.search(r"resumed from (\S+) at step (\d+)", text)
@@ -234,6 +244,18 @@ for case in CASES:
         if weights(d) != refs[layout]:
             fail(f"{d}: the final weights differ from the uninterrupted run's")
         zero = layout == "nodeszero"
+        if fault == "kill":  # node 1 kept snapshots of its own: nothing to copy unless its newest was behind node 0's
+            if not r["own"]:
+                fail(f"{d}: node 1's snapshot root {d}/mem1 held no snapshot of its own at the kill")
+            expect(d, r"restart 1: resuming from the memory snapshot of step \d+ ")
+            if r["resumed"] < r["at"] - 1:
+                fail(f"{d}: resumed at step {r['resumed']} (step {r['at']} was done at the kill)")
+            copied = re.search(r"restart 1: resuming from the memory snapshot.*; copied from rank", open(f"{d}/log").read())
+            print(f"2 nodes: rank 3 killed after step {r['at']}: resumed at step {r['resumed']} from the memory "
+                  f"snapshot, {'copied to node 1 (its newest was behind)' if copied else 'each node its own (no copy)'}, "
+                  f"training again {r['train_again_s']:.2f} s after the kill; final weights equal the uninterrupted "
+                  f"run's", flush=True)
+            continue
         if fault == "host":
             expect(d, r"restart 1: resuming from the memory snapshot of step \d+ .*; copied from rank 0 to the "
                       r"nodes that had none")

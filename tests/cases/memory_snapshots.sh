@@ -8,7 +8,8 @@
 # dtrun nodes on localhost with a snapshot root each (two hosts' memories):
 # node 1 killed whole (dtrun and ranks), its memory wiped and a new node 1
 # started: its ranks get the snapshot copied from rank 0; with node 0's
-# snapshots wiped too, the disk checkpoint is resumed.  Every
+# snapshots wiped too, the disk checkpoint is resumed; one rank of node 1
+# killed: node 1 kept the data-parallel snapshots in its own memory too.  Every
 # run's final weights equal an uninterrupted run's to the bit, and dtrun
 # removes its snapshot directory at the end.  DT_TEST_QUICK: DDP, ZeRO, a host
 # replaced.
@@ -16,8 +17,8 @@
 # the snapshots of this test alone (in memory, as dtrun's default), so that their removal is checked
 export DT_SNAPSHOT_ROOT=$(mktemp -d /dev/shm/dtrain-test.XXXXXX)
 trap 'rm -rf "$WORK" "$DT_SNAPSHOT_ROOT"' EXIT
-cases="ddp:kill ddp:crc ddp:lost zero:kill tp:kill pp:kill ps:kill nodes:host nodes:both nodeszero:host nodeszero:both"
-[ "${QUICK:-${DT_TEST_QUICK:-0}}" = 1 ] && cases="ddp:kill ddp:crc ddp:lost zero:kill nodes:host nodeszero:host"
+cases="ddp:kill ddp:crc ddp:lost zero:kill tp:kill pp:kill ps:kill nodes:kill nodes:host nodes:both nodeszero:host nodeszero:both"
+[ "${QUICK:-${DT_TEST_QUICK:-0}}" = 1 ] && cases="ddp:kill ddp:crc ddp:lost zero:kill nodes:kill nodes:host nodeszero:host"
 python3 "$(dirname "$0")/memory_snapshots.py" "$BIN" "$WORK" $cases || exit 1
 left=$(ls -A "$DT_SNAPSHOT_ROOT")
 [ -z "$left" ] || fail "dtrun left its snapshot directory behind: $left"

@@ -30,6 +30,7 @@ static void *verify_main(void *arg)
     if (dt_ckpt_newest(v->root) >= 0 &&
         dtrain_checkpoint_open(v->root, v->train_samples, dir, sizeof dir, &saved, &v->pr) == DT_OK)
         v->step = v->pr.step;
+    dtrain_phase("snapshot verified (its thread)");
     return NULL;
 }
 

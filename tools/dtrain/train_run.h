@@ -98,6 +98,12 @@ int dtrain_snapshot_ring_before(train_run *t, int64_t step, double *stall);
 void dtrain_snapshot_ring_after(train_run *t, int64_t step);
 /* The copy in flight ends; the ring is freed (nothing when none). */
 void dtrain_snapshot_ring_stop(train_run *t);
+/* SIGTERM during a snapshot's write waits for the write (snapshot_term.c):
+ * install the handler once the writer runs; count each submit after it
+ * and each write (its report), in either order. */
+void dtrain_snapshot_term_install(void);
+void dtrain_snapshot_term_submitted(void);
+void dtrain_snapshot_term_written(void);
 /* A restart under ZeRO without tp/pp on several nodes (snapshot_assemble.c,
  * collective over the job): the newest snapshot of rank 0 whose every shard
  * file some node holds (its own or its buddy's copy) gets the files its

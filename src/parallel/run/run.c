@@ -31,6 +31,14 @@ bool dt_strategy_lead(const dt_strategy *s)
            (!r->pp || dt_comm_rank(r->pp) == 0);
 }
 
+bool dt_strategy_state_replicated(const dt_strategy *s)
+{
+    if (!s || !s->run)
+        return false;
+    const dt__run *r = s->run;
+    return !r->server && !r->whole && !r->mesh && r->layout.servers == 0 && r->layout.zero_stage == 0;
+}
+
 void dt_strategy_groups(const dt_strategy *s, dt_comm **dp, dt_comm **tp, dt_comm **pp)
 {
     const dt__run *r = s ? s->run : NULL;
@@ -73,7 +81,7 @@ void dt_strategy_checkpoint_state(dt_strategy *s, dt_params **params, dt_optimiz
     *params = NULL;
     *optimizer = NULL;
     *stream_model = false;
-    if (!dt_strategy_lead(s))
+    if (!dt_strategy_lead(s) && !dt_strategy_state_replicated(s))
         return;
     const dt__run *r = s->run;
     if (r->whole) { /* a mesh's or a server's: gathered into at each save */

@@ -40,7 +40,8 @@ dt_status dt_strategy_save(dt_strategy *s, dt_ckpt_writer *w, const char *dir, c
                         : !s->run ? "the strategy was not built by dt_strategy_create" : "progress or dir is NULL");
     if (s->run->server)
         return dt__fail(DT_ERR_INVALID, "strategy_save: a parameter server's rank saves nothing (worker 0 does)");
-    dt__save_args a = {dt_strategy_lead(s) ? w : NULL, dir, pr, label ? label : "", stall, dropped};
+    dt__save_args a = {dt_strategy_lead(s) || dt_strategy_state_replicated(s) ? w : NULL, dir, pr, label ? label : "",
+                       stall, dropped};
     /* a mesh's checkpoint is always the unsplit gather (ZeRO inside it included); otherwise the strategy's */
     return s->ops->save && !s->run->mesh ? s->ops->save(s, &a) : dt__save_common(s, &a);
 }
