@@ -5,8 +5,10 @@
 # and no segment left in /dev/shm afterwards.
 . "$(dirname "$0")/lib.sh"
 # Segments left behind: new since the start and their creator (the pid in
-# the name) gone.  Counting them all would see other jobs' come and go.
-segments() { ls /dev/shm 2>/dev/null | grep '^dtrain-' | sort || true; }
+# the name) gone.  Counting them all would see other jobs' come and go; only
+# the transport's names (dtrain-PID-..., dtrain-arena-PID-...) count, not
+# another test's directory there (memory snapshots' dtrain-test.XXXXXX).
+segments() { ls /dev/shm 2>/dev/null | grep -E '^dtrain-(arena-)?[0-9]+-' | sort || true; }
 segments >"$WORK/shm.before"
 
 # auto: every pair on this host uses shared memory
