@@ -23,6 +23,9 @@ import json, os, re, signal, statistics, subprocess, sys, time
 
 BIN, WORK, NS, ADDR0 = sys.argv[1], sys.argv[2], sys.argv[3:5], sys.argv[5]
 STEP_RUNS, FAULT_RUNS = int(sys.argv[6]), int(sys.argv[7])
+# SNAP_EVERY=k: the step time with a snapshot every k steps (memory_checkpoint_interval=k): the mean of
+# 4k steps after the first 3, since a median would leave out the steps that take one
+SNAP_EVERY = int(os.environ.get("SNAP_EVERY", "1"))
 BASE = ["--set", "threads=1", "--set", "log_interval=1", "--set", "eval_interval=0", "--set", "eval_batches=1",
         "--set", "warmup_steps=2"]
 # (smaller batches than the configs' 16, so that the runs fit the time; the snapshot's share of a step is then larger)
@@ -88,19 +91,21 @@ for name, (cfg, steps) in MODELS.items() if STEP_RUNS > 0 else ():
     per = {"off": [], "on": []}
     rss = {"off": [], "on": []}
     size = 0
+    if SNAP_EVERY > 1:
+        steps = 3 + 4 * SNAP_EVERY
     for k in range(STEP_RUNS):
         for mode in ("off", "on"):
             d = f"{WORK}/{name}-{mode}-{k}"
             sets = [*cfg, *BASE, "--set", f"steps={steps}", "--set", f"checkpoint_dir={d}/ck"]
             if mode == "on":
-                sets += ["--set", "memory_checkpoint_interval=1"]
+                sets += ["--set", f"memory_checkpoint_interval={SNAP_EVERY}"]
             procs, _ = job(d, sets)
             finish(d, procs)
-            per[mode].append(statistics.median(step_times(d)))
+            per[mode].append((statistics.mean if SNAP_EVERY > 1 else statistics.median)(step_times(d)))
             rss[mode].append(peak_rss(d))
             size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(f"{d}/ck/step-{steps:08d}")
                        for f in fs)
-            print(f"{name} {mode} run {k}: median step {per[mode][-1]:.3f} s, peak RSS rank 0 {rss[mode][-1]:.0f} MiB",
+            print(f"{name} {mode} run {k}: {'mean' if SNAP_EVERY > 1 else 'median'} step {per[mode][-1]:.3f} s, peak RSS rank 0 {rss[mode][-1]:.0f} MiB",
                   flush=True)
     off, on = statistics.median(per["off"]), statistics.median(per["on"])
     ratios = [b / a for a, b in zip(per["off"], per["on"])]

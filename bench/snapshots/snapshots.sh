@@ -6,6 +6,8 @@
 #   bench/snapshots/snapshots.sh [STEP_RUNS=5] [FAULT_RUNS=3] [RATE=1000mbit]
 #
 # FAULT_KINDS=rank:snap,host:snap (default: every kind) picks the faults;
+# SNAP_EVERY=k times the steps with a snapshot every k steps (the mean of
+# 4k steps: a median would leave the snapshot steps out);
 # NS=name names the namespaces name0, name1 (default snap).  Each fault run
 # prints the phases of its restart (restart_phases.py, from DT_RESTART_TRACE).
 #
