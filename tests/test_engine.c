@@ -632,6 +632,66 @@ static void test_gelu_golden(void)
     dt_layer_destroy(l);
 }
 
+/* GELU in bf16 training (src/tensor/cpu_gelu_bf16.c): its own tanh,
+ * recomputed in the backward, so it keeps n floats fewer than the f32
+ * layer; y and dx within the bound of tanh's absolute error (1.2e-7 against
+ * tanhf) of the f32 layer's, and bitwise the same at 1 and 2 threads (an odd
+ * n, so the threads' chunks end inside a vector). */
+static void test_gelu_bf16(void)
+{
+    const double dt_max = 1.5e-7, K = 0.7978845608028654, C = 0.044715;
+    int64_t n = 100003;
+    float *x = malloc((size_t)n * sizeof *x), *dy = malloc((size_t)n * sizeof *dy), *out[2][2];
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = i % 101 == 0 ? 1e-20f * (float)(i % 3) : -12.0f + 24.0f * (float)i / (float)n;
+        dy[i] = 1.0f + 0.25f * (float)(i % 5);
+    }
+    dt_layer *l;
+    dt_gelu_create("g", &l);
+    dt_arena *a;
+    dt_arena_create(&a);
+    int64_t bytes[2] = {0, 0};
+    for (int run = 0; run < 3; run++) { /* f32 at 2 threads, bf16 at 1, bf16 at 2 */
+        EXPECT_STATUS(dt_set_threads(run == 1 ? 1 : 2), DT_OK);
+        dt_arena_reset(a);
+        dt_ctx ctx = {.arena = a, .training = true, .compute = run ? DT_BF16 : DT_F32};
+        dt_tensor xt = dt_tensor_view(x, 1, (int64_t[]){n}), y, dyt = xt, dx = {0};
+        dyt.data = dy;
+        EXPECT_STATUS(l->ops->forward(l, &ctx, &xt, &y), DT_OK);
+        if (run < 2)
+            bytes[run] = (int64_t)dt_arena_bytes_in_use(a);
+        EXPECT_STATUS(l->ops->backward(l, &ctx, &dyt, &dx, true), DT_OK);
+        float *keep = malloc((size_t)(2 * n) * sizeof *keep);
+        memcpy(keep, y.data, (size_t)n * sizeof *keep);
+        memcpy(keep + n, dx.data, (size_t)n * sizeof *keep);
+        if (run < 2) {
+            out[run][0] = keep;
+            out[run][1] = keep + n;
+        } else {
+            EXPECT(memcmp(keep, out[1][0], (size_t)(2 * n) * sizeof *keep) == 0);
+            free(keep);
+        }
+    }
+    EXPECT(bytes[0] - bytes[1] >= n * (int64_t)sizeof(float));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double xi = x[i], du = K * (1 + 3 * C * xi * xi);
+        /* tanh's error, that of rounding 1 + t, then a few roundings of the result */
+        double ty = 0.5 * fabs(xi) * (dt_max + 1.2e-7) + 2.4e-7 * fabs(out[0][0][i]);
+        double tdx = (0.5 + fabs(xi) * du) * (dt_max + 1.2e-7) * dy[i] + 4.8e-7 * fabs(out[0][1][i]);
+        if (fabs(out[1][0][i] - out[0][0][i]) > ty || fabs(out[1][1][i] - out[0][1][i]) > tdx) {
+            if (bad++ < 3)
+                fprintf(stderr, "gelu bf16: x %.9g: y %.9g (f32 %.9g), dx %.9g (f32 %.9g)\n", xi, out[1][0][i],
+                        out[0][0][i], out[1][1][i], out[0][1][i]);
+        }
+    }
+    EXPECT_EQ(bad, 0);
+    free(out[0][0]), free(out[1][0]);
+    free(x), free(dy);
+    dt_arena_destroy(a);
+    dt_layer_destroy(l);
+}
+
 static void test_arena_and_threads(void)
 {
     dt_arena *a;
@@ -1141,6 +1201,7 @@ int main(void)
     test_gpt();
     test_optim();
     test_gelu_golden();
+    test_gelu_bf16();
     test_arena_and_threads();
     test_half_storage();
     test_row_kernels();

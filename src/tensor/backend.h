@@ -24,8 +24,8 @@
  *   (operands rounded to bf16, products summed in f32).
  *
  * What a third backend needs: every entry below (none is optional but
- * gemm_bias and gemm_grad_bias, which NULL replaces with the entries they
- * fuse), its
+ * gemm_bias, gemm_grad_bias and the bf16 GELU, which NULL replaces with the
+ * entries they stand for), its
  * memory reachable by `upload`/`download`, and a row in dt_device_open. */
 #ifndef DT_TENSOR_BACKEND_H
 #define DT_TENSOR_BACKEND_H
@@ -122,6 +122,11 @@ typedef struct dt_compute_ops {
     /* GELU, tanh approximation; t keeps tanh(sqrt(2/pi)(x + 0.044715 x^3)) for the backward. */
     void (*gelu_fwd)(float *y, float *t, const float *x, int64_t n);
     void (*gelu_bwd)(float *dx, const float *dy, const float *x, const float *t, int64_t n);
+    /* Optional, for bf16 training (NULL, or false: the two above): GELU with
+     * nothing kept but x, tanh recomputed in the backward, within 2e-7 of
+     * the f32 entries' tanh (the next product rounds to bf16 anyway). */
+    bool (*gelu_fwd_bf16)(float *y, const float *x, int64_t n);
+    bool (*gelu_bwd_bf16)(float *dx, const float *dy, const float *x, int64_t n);
     void (*relu_fwd)(float *y, const float *x, int64_t n); /* y may be x (in place) */
     void (*relu_bwd)(float *dx, const float *dy, const float *x, int64_t n);
     /* Dropout's keyed mask: element i (of a [.., slice] view of a tensor whose
