@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "dtrain/dtrain.h"
+#include "tensor/cpu_kernels.h"
 
 #define EXPECT_NEAR(got, want, tol)                                                                     \
     do {                                                                                                \
@@ -692,6 +693,37 @@ static void test_gelu_bf16(void)
     dt_layer_destroy(l);
 }
 
+/* Attention's softmax in bf16 training (cpu_attention.c, AVX-512): on
+ * scores the bf16 products give exactly (small whole numbers), the kept
+ * probabilities are within 2 ulp-scale errors of the f32 softmax's, zero
+ * above the diagonal, and bitwise the same at 1 and 2 threads. */
+static void test_softmax_bf16(void)
+{
+    int64_t B = 2, T = 70, H = 3, hd = 8, D = H * hd, np = B * H * T * T;
+    float *qkv = malloc((size_t)(B * T * 3 * D) * sizeof *qkv), *out = malloc((size_t)(B * T * D) * sizeof *out);
+    float *p[3];
+    for (int64_t i = 0; i < B * T * 3 * D; i++)
+        qkv[i] = (float)((i * 7919) % 9) - 4.0f; /* whole: every product and sum exact in f32 and bf16 */
+    for (int r = 0; r < 3; r++) { /* f32, bf16 at 1 thread, bf16 at 2 */
+        EXPECT_STATUS(dt_set_threads(r == 1 ? 1 : 2), DT_OK);
+        p[r] = malloc((size_t)np * sizeof *p[r]);
+        dt__cpu_attn_fwd(r ? DT_BF16 : DT_F32, out, p[r], qkv, B, T, H, hd);
+    }
+    EXPECT(memcmp(p[1], p[2], (size_t)np * sizeof(float)) == 0);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < np; i++) {
+        int64_t row = i / T % T, col = i % T;
+        bool ok = col > row ? p[1][i] == 0.0f : fabs(p[1][i] - p[0][i]) <= 4e-7 * p[0][i] + 1e-30;
+        if (!ok && bad++ < 3)
+            fprintf(stderr, "softmax bf16: P[%lld] (row %lld, col %lld) %.9g, f32 %.9g\n", (long long)i,
+                    (long long)row, (long long)col, p[1][i], p[0][i]);
+    }
+    EXPECT_EQ(bad, 0);
+    for (int r = 0; r < 3; r++)
+        free(p[r]);
+    free(qkv), free(out);
+}
+
 static void test_arena_and_threads(void)
 {
     dt_arena *a;
@@ -1202,6 +1234,7 @@ int main(void)
     test_optim();
     test_gelu_golden();
     test_gelu_bf16();
+    test_softmax_bf16();
     test_arena_and_threads();
     test_half_storage();
     test_row_kernels();
