@@ -83,5 +83,12 @@ void dt__residual_add(const dt_ctx *ctx, const dt_tensor *a, const dt_tensor *b,
  * dt_sequential_append sets it on a ReLU right after a linear or conv2d (whose
  * outputs nobody keeps). */
 void dt__relu_set_in_place(dt_layer *l);
+/* A GELU (other layers: nothing) whose output is read by the next layer's
+ * forward and backward alone, both over before this backward: the backward
+ * writes its input gradient over that output, which lies where the
+ * sequence's reclaim would otherwise copy the gradient down to (the same
+ * bits, one [rows, 4 dim] copy less per GPT block).  dt_sequential_append
+ * sets it on a GELU followed by a linear. */
+void dt__gelu_set_grad_over_output(dt_layer *l);
 
 #endif
