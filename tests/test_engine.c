@@ -177,6 +177,18 @@ static void test_layers(void)
     EXPECT_STATUS(dt_dropout_create("drop", 0.3f, &l), DT_OK);
     fd_layer("dropout", p, l, 2, (int64_t[]){4, 5}, 20, 0, 0);
 
+    /* a GELU followed by a linear writes its input gradient over its output */
+    dt_params_create(&p);
+    EXPECT_STATUS(dt_sequential_create("mlp", &l), DT_OK);
+    dt_layer *part;
+    EXPECT_STATUS(dt_linear_create(p, "fc1", 4, 6, true, &part), DT_OK);
+    EXPECT_STATUS(dt_sequential_append(l, part), DT_OK);
+    EXPECT_STATUS(dt_gelu_create("gelu", &part), DT_OK);
+    EXPECT_STATUS(dt_sequential_append(l, part), DT_OK);
+    EXPECT_STATUS(dt_linear_create(p, "fc2", 6, 3, true, &part), DT_OK);
+    EXPECT_STATUS(dt_sequential_append(l, part), DT_OK);
+    fd_layer("linear-gelu-linear", p, l, 2, (int64_t[]){5, 4}, 15, 0, 0);
+
     /* bad arguments are refused with the layer named */
     dt_params_create(&p);
     EXPECT_STATUS(dt_linear_create(p, "bad", 0, 3, true, &l), DT_ERR_INVALID);
@@ -724,6 +736,51 @@ static void test_softmax_bf16(void)
     free(qkv), free(out);
 }
 
+/* The GELU's input gradient over its dead output: in [linear, gelu,
+ * linear] the backward allocates fc2's input gradient on top of the
+ * forward's activations and nothing more of that size (the GELU writes over
+ * its own output), so the arena's peak is the forward's plus one [rows, 64]
+ * tensor (and small records), not two. */
+static void test_gelu_grad_over_output(void)
+{
+    int64_t rows = 256, hidden = 64;
+    dt_params *p;
+    dt_layer *seq, *part;
+    dt_params_create(&p);
+    EXPECT_STATUS(dt_sequential_create("mlp", &seq), DT_OK);
+    EXPECT_STATUS(dt_linear_create(p, "fc1", 8, hidden, true, &part), DT_OK);
+    EXPECT_STATUS(dt_sequential_append(seq, part), DT_OK);
+    EXPECT_STATUS(dt_gelu_create("gelu", &part), DT_OK);
+    EXPECT_STATUS(dt_sequential_append(seq, part), DT_OK);
+    EXPECT_STATUS(dt_linear_create(p, "fc2", hidden, 8, true, &part), DT_OK);
+    EXPECT_STATUS(dt_sequential_append(seq, part), DT_OK);
+    EXPECT_STATUS(dt_params_finalize(p), DT_OK);
+    seq->ops->init(seq, p, 3);
+    float *x = calloc((size_t)(rows * 8), sizeof *x), *dyv = calloc((size_t)(rows * 8), sizeof *dyv);
+    for (int64_t i = 0; i < rows * 8; i++)
+        x[i] = (float)(i % 13) * 0.1f - 0.6f, dyv[i] = 0.01f * (float)(i % 7);
+    dt_arena *a;
+    dt_arena_create(&a);
+    dt_ctx ctx = {.arena = a, .params = p, .training = true};
+    dt_tensor xt = dt_tensor_view(x, 2, (int64_t[]){rows, 8}), y, dy, dx = {0};
+    EXPECT_STATUS(seq->ops->forward(seq, &ctx, &xt, &y), DT_OK);
+    size_t after_forward = dt_arena_bytes_in_use(a);
+    dt_arena_reset_peak(a);
+    dy = y;
+    dy.data = dyv;
+    EXPECT_STATUS(seq->ops->backward(seq, &ctx, &dy, &dx, true), DT_OK);
+    size_t grad = (size_t)(rows * hidden) * sizeof(float);
+    size_t peak = dt_arena_peak_bytes(a);
+    if (peak >= after_forward + grad + grad / 2)
+        fprintf(stderr, "gelu grad over output: backward peak %zu bytes, forward %zu, one gradient %zu\n", peak,
+                after_forward, grad);
+    EXPECT(peak < after_forward + grad + grad / 2);
+    free(x), free(dyv);
+    dt_arena_destroy(a);
+    dt_layer_destroy(seq);
+    dt_params_destroy(p);
+}
+
 static void test_arena_and_threads(void)
 {
     dt_arena *a;
@@ -1235,6 +1292,7 @@ int main(void)
     test_gelu_golden();
     test_gelu_bf16();
     test_softmax_bf16();
+    test_gelu_grad_over_output();
     test_arena_and_threads();
     test_half_storage();
     test_row_kernels();
