@@ -11,6 +11,7 @@
 
 #include "check.h"
 #include "dtrain/dtrain.h"
+#include "tensor/cpu_kernels.h"
 
 #define EXPECT_NEAR(got, want, tol)                                                                     \
     do {                                                                                                \
@@ -175,6 +176,18 @@ static void test_layers(void)
     dt_params_create(&p);
     EXPECT_STATUS(dt_dropout_create("drop", 0.3f, &l), DT_OK);
     fd_layer("dropout", p, l, 2, (int64_t[]){4, 5}, 20, 0, 0);
+
+    /* a GELU followed by a linear writes its input gradient over its output */
+    dt_params_create(&p);
+    EXPECT_STATUS(dt_sequential_create("mlp", &l), DT_OK);
+    dt_layer *part;
+    EXPECT_STATUS(dt_linear_create(p, "fc1", 4, 6, true, &part), DT_OK);
+    EXPECT_STATUS(dt_sequential_append(l, part), DT_OK);
+    EXPECT_STATUS(dt_gelu_create("gelu", &part), DT_OK);
+    EXPECT_STATUS(dt_sequential_append(l, part), DT_OK);
+    EXPECT_STATUS(dt_linear_create(p, "fc2", 6, 3, true, &part), DT_OK);
+    EXPECT_STATUS(dt_sequential_append(l, part), DT_OK);
+    fd_layer("linear-gelu-linear", p, l, 2, (int64_t[]){5, 4}, 15, 0, 0);
 
     /* bad arguments are refused with the layer named */
     dt_params_create(&p);
@@ -630,6 +643,142 @@ static void test_gelu_golden(void)
         EXPECT_NEAR(y.data[i], want[i], 1e-6);
     dt_arena_destroy(a);
     dt_layer_destroy(l);
+}
+
+/* GELU in bf16 training (src/tensor/cpu_gelu_bf16.c): its own tanh,
+ * recomputed in the backward, so it keeps n floats fewer than the f32
+ * layer; y and dx within the bound of tanh's absolute error (1.2e-7 against
+ * tanhf) of the f32 layer's, and bitwise the same at 1 and 2 threads (an odd
+ * n, so the threads' chunks end inside a vector). */
+static void test_gelu_bf16(void)
+{
+    const double dt_max = 1.5e-7, K = 0.7978845608028654, C = 0.044715;
+    int64_t n = 100003;
+    float *x = malloc((size_t)n * sizeof *x), *dy = malloc((size_t)n * sizeof *dy), *out[2][2];
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = i % 101 == 0 ? 1e-20f * (float)(i % 3) : -12.0f + 24.0f * (float)i / (float)n;
+        dy[i] = 1.0f + 0.25f * (float)(i % 5);
+    }
+    dt_layer *l;
+    dt_gelu_create("g", &l);
+    dt_arena *a;
+    dt_arena_create(&a);
+    int64_t bytes[2] = {0, 0};
+    for (int run = 0; run < 3; run++) { /* f32 at 2 threads, bf16 at 1, bf16 at 2 */
+        EXPECT_STATUS(dt_set_threads(run == 1 ? 1 : 2), DT_OK);
+        dt_arena_reset(a);
+        dt_ctx ctx = {.arena = a, .training = true, .compute = run ? DT_BF16 : DT_F32};
+        dt_tensor xt = dt_tensor_view(x, 1, (int64_t[]){n}), y, dyt = xt, dx = {0};
+        dyt.data = dy;
+        EXPECT_STATUS(l->ops->forward(l, &ctx, &xt, &y), DT_OK);
+        if (run < 2)
+            bytes[run] = (int64_t)dt_arena_bytes_in_use(a);
+        EXPECT_STATUS(l->ops->backward(l, &ctx, &dyt, &dx, true), DT_OK);
+        float *keep = malloc((size_t)(2 * n) * sizeof *keep);
+        memcpy(keep, y.data, (size_t)n * sizeof *keep);
+        memcpy(keep + n, dx.data, (size_t)n * sizeof *keep);
+        if (run < 2) {
+            out[run][0] = keep;
+            out[run][1] = keep + n;
+        } else {
+            EXPECT(memcmp(keep, out[1][0], (size_t)(2 * n) * sizeof *keep) == 0);
+            free(keep);
+        }
+    }
+    EXPECT(bytes[0] - bytes[1] >= n * (int64_t)sizeof(float));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double xi = x[i], du = K * (1 + 3 * C * xi * xi);
+        /* tanh's error, that of rounding 1 + t, then a few roundings of the result */
+        double ty = 0.5 * fabs(xi) * (dt_max + 1.2e-7) + 2.4e-7 * fabs(out[0][0][i]);
+        double tdx = (0.5 + fabs(xi) * du) * (dt_max + 1.2e-7) * dy[i] + 4.8e-7 * fabs(out[0][1][i]);
+        if (fabs(out[1][0][i] - out[0][0][i]) > ty || fabs(out[1][1][i] - out[0][1][i]) > tdx) {
+            if (bad++ < 3)
+                fprintf(stderr, "gelu bf16: x %.9g: y %.9g (f32 %.9g), dx %.9g (f32 %.9g)\n", xi, out[1][0][i],
+                        out[0][0][i], out[1][1][i], out[0][1][i]);
+        }
+    }
+    EXPECT_EQ(bad, 0);
+    free(out[0][0]), free(out[1][0]);
+    free(x), free(dy);
+    dt_arena_destroy(a);
+    dt_layer_destroy(l);
+}
+
+/* Attention's softmax in bf16 training (cpu_attention.c, AVX-512): on
+ * scores the bf16 products give exactly (small whole numbers), the kept
+ * probabilities are within 2 ulp-scale errors of the f32 softmax's, zero
+ * above the diagonal, and bitwise the same at 1 and 2 threads. */
+static void test_softmax_bf16(void)
+{
+    int64_t B = 2, T = 70, H = 3, hd = 8, D = H * hd, np = B * H * T * T;
+    float *qkv = malloc((size_t)(B * T * 3 * D) * sizeof *qkv), *out = malloc((size_t)(B * T * D) * sizeof *out);
+    float *p[3];
+    for (int64_t i = 0; i < B * T * 3 * D; i++)
+        qkv[i] = (float)((i * 7919) % 9) - 4.0f; /* whole: every product and sum exact in f32 and bf16 */
+    for (int r = 0; r < 3; r++) { /* f32, bf16 at 1 thread, bf16 at 2 */
+        EXPECT_STATUS(dt_set_threads(r == 1 ? 1 : 2), DT_OK);
+        p[r] = malloc((size_t)np * sizeof *p[r]);
+        dt__cpu_attn_fwd(r ? DT_BF16 : DT_F32, out, p[r], qkv, B, T, H, hd);
+    }
+    EXPECT(memcmp(p[1], p[2], (size_t)np * sizeof(float)) == 0);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < np; i++) {
+        int64_t row = i / T % T, col = i % T;
+        bool ok = col > row ? p[1][i] == 0.0f : fabs(p[1][i] - p[0][i]) <= 4e-7 * p[0][i] + 1e-30;
+        if (!ok && bad++ < 3)
+            fprintf(stderr, "softmax bf16: P[%lld] (row %lld, col %lld) %.9g, f32 %.9g\n", (long long)i,
+                    (long long)row, (long long)col, p[1][i], p[0][i]);
+    }
+    EXPECT_EQ(bad, 0);
+    for (int r = 0; r < 3; r++)
+        free(p[r]);
+    free(qkv), free(out);
+}
+
+/* The GELU's input gradient over its dead output: in [linear, gelu,
+ * linear] the backward allocates fc2's input gradient on top of the
+ * forward's activations and nothing more of that size (the GELU writes over
+ * its own output), so the arena's peak is the forward's plus one [rows, 64]
+ * tensor (and small records), not two. */
+static void test_gelu_grad_over_output(void)
+{
+    int64_t rows = 256, hidden = 64;
+    dt_params *p;
+    dt_layer *seq, *part;
+    dt_params_create(&p);
+    EXPECT_STATUS(dt_sequential_create("mlp", &seq), DT_OK);
+    EXPECT_STATUS(dt_linear_create(p, "fc1", 8, hidden, true, &part), DT_OK);
+    EXPECT_STATUS(dt_sequential_append(seq, part), DT_OK);
+    EXPECT_STATUS(dt_gelu_create("gelu", &part), DT_OK);
+    EXPECT_STATUS(dt_sequential_append(seq, part), DT_OK);
+    EXPECT_STATUS(dt_linear_create(p, "fc2", hidden, 8, true, &part), DT_OK);
+    EXPECT_STATUS(dt_sequential_append(seq, part), DT_OK);
+    EXPECT_STATUS(dt_params_finalize(p), DT_OK);
+    seq->ops->init(seq, p, 3);
+    float *x = calloc((size_t)(rows * 8), sizeof *x), *dyv = calloc((size_t)(rows * 8), sizeof *dyv);
+    for (int64_t i = 0; i < rows * 8; i++)
+        x[i] = (float)(i % 13) * 0.1f - 0.6f, dyv[i] = 0.01f * (float)(i % 7);
+    dt_arena *a;
+    dt_arena_create(&a);
+    dt_ctx ctx = {.arena = a, .params = p, .training = true};
+    dt_tensor xt = dt_tensor_view(x, 2, (int64_t[]){rows, 8}), y, dy, dx = {0};
+    EXPECT_STATUS(seq->ops->forward(seq, &ctx, &xt, &y), DT_OK);
+    size_t after_forward = dt_arena_bytes_in_use(a);
+    dt_arena_reset_peak(a);
+    dy = y;
+    dy.data = dyv;
+    EXPECT_STATUS(seq->ops->backward(seq, &ctx, &dy, &dx, true), DT_OK);
+    size_t grad = (size_t)(rows * hidden) * sizeof(float);
+    size_t peak = dt_arena_peak_bytes(a);
+    if (peak >= after_forward + grad + grad / 2)
+        fprintf(stderr, "gelu grad over output: backward peak %zu bytes, forward %zu, one gradient %zu\n", peak,
+                after_forward, grad);
+    EXPECT(peak < after_forward + grad + grad / 2);
+    free(x), free(dyv);
+    dt_arena_destroy(a);
+    dt_layer_destroy(seq);
+    dt_params_destroy(p);
 }
 
 static void test_arena_and_threads(void)
@@ -1141,6 +1290,9 @@ int main(void)
     test_gpt();
     test_optim();
     test_gelu_golden();
+    test_gelu_bf16();
+    test_softmax_bf16();
+    test_gelu_grad_over_output();
     test_arena_and_threads();
     test_half_storage();
     test_row_kernels();

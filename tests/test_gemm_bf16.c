@@ -160,6 +160,93 @@ static void test_repeatable(int ta, int64_t m, int64_t n)
     free(a), free(b);
 }
 
+/* dt__sgemm_bf16_bias: the bits of the bias in C's rows, then the product
+ * with alpha 1 and beta 1 (whole and edge blocks, k in slices, n in panels),
+ * at 1 and 2 threads; the other kernels decline (false, C untouched). */
+static void test_bias(void)
+{
+    static const int64_t shapes[][4] = {{0, 64, 96, 384}, {0, 70, 45, 200},   {0, 33, 1100, 600},
+                                        {1, 96, 64, 1030}, {0, 128, 32, 2100}, {1, 5, 7, 9}};
+    bool avx512 = strcmp(dt_bf16_gemm_kernel(), "avx512_bf16") == 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int ta = (int)shapes[s][0];
+        int64_t m = shapes[s][1], n = shapes[s][2], k = shapes[s][3];
+        float *a = malloc((size_t)(m * k) * sizeof *a), *b = malloc((size_t)(k * n) * sizeof *b);
+        float *bias = malloc((size_t)n * sizeof *bias), *want = malloc((size_t)(m * n) * sizeof *want);
+        float *got = malloc((size_t)(m * n) * sizeof *got);
+        for (int64_t i = 0; i < m * k; i++)
+            a[i] = uniform();
+        for (int64_t i = 0; i < k * n; i++)
+            b[i] = uniform();
+        for (int64_t j = 0; j < n; j++)
+            bias[j] = 4.0f * uniform();
+        for (int threads = 1; threads <= 2; threads++) {
+            EXPECT_STATUS(dt_set_threads(threads), DT_OK);
+            dt_rows_fill(want, bias, m, n);
+            dt_sgemm_bf16_ld(ta, 1, m, n, k, 1.0f, a, ta ? m : k, b, k, 1.0f, want, n);
+            for (int64_t i = 0; i < m * n; i++)
+                got[i] = NAN;
+            bool ran = dt__sgemm_bf16_bias(ta, 1, m, n, k, a, ta ? m : k, b, k, bias, got, n);
+            EXPECT(ran == avx512);
+            int64_t i = 0;
+            while (i < m * n && (ran ? memcmp(got + i, want + i, sizeof *got) == 0 : isnan(got[i])))
+                i++;
+            if (i < m * n)
+                fprintf(stderr, "bias %lld x %lld x %lld (ta %d, %d threads, %s): C[%lld] %.9g, fill + gemm %.9g\n",
+                        (long long)m, (long long)n, (long long)k, ta, threads, ran ? "ran" : "declined", (long long)i,
+                        got[i], want[i]);
+            EXPECT(i == m * n);
+        }
+        free(a), free(b), free(bias), free(want), free(got);
+    }
+}
+
+/* dt__sgemm_bf16_sums: dW += dY^T X and db += dY's rows summed, the bits of
+ * dt_sgemm_bf16_ld then dt_rows_sum_add, with rows or columns of C split
+ * between threads, k in several slices, edge blocks; at 1 and 2 threads. */
+static void test_grad_sums(void)
+{
+    static const int64_t shapes[][3] = {{96, 64, 2048}, {64, 200, 1030}, {70, 45, 37}, {5, 300, 700}, {300, 7, 600}};
+    bool packs = strcmp(dt_bf16_gemm_kernel(), "avx512_bf16") == 0 || strcmp(dt_bf16_gemm_kernel(), "amx") == 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        float *dy = malloc((size_t)(k * m) * sizeof *dy), *x = malloc((size_t)(k * n) * sizeof *x);
+        float *dw[2], *db[2];
+        for (int64_t i = 0; i < k * m; i++)
+            dy[i] = uniform() * (i % 7 == 0 ? 1e3f : 1.0f); /* rounding in the sums shows a changed order */
+        for (int64_t i = 0; i < k * n; i++)
+            x[i] = uniform();
+        for (int v = 0; v < 2; v++) {
+            dw[v] = malloc((size_t)(m * n) * sizeof *dw[v]);
+            db[v] = malloc((size_t)m * sizeof *db[v]);
+        }
+        for (int threads = 1; threads <= 2; threads++) {
+            EXPECT_STATUS(dt_set_threads(threads), DT_OK);
+            for (int v = 0; v < 2; v++) {
+                for (int64_t i = 0; i < m * n; i++)
+                    dw[v][i] = (float)(i % 5) * 0.25f;
+                for (int64_t i = 0; i < m; i++)
+                    db[v][i] = (float)(i % 3) * 0.5f;
+            }
+            dt_sgemm_bf16_ld(1, 0, m, n, k, 1.0f, dy, m, x, n, 1.0f, dw[0], n);
+            dt_rows_sum_add(db[0], dy, k, m);
+            bool ran = dt__sgemm_bf16_sums(m, n, k, dy, m, x, n, dw[1], n, db[1]);
+            EXPECT(ran == packs);
+            if (!ran)
+                continue;
+            bool same_w = memcmp(dw[0], dw[1], (size_t)(m * n) * sizeof(float)) == 0;
+            bool same_b = memcmp(db[0], db[1], (size_t)m * sizeof(float)) == 0;
+            if (!same_w || !same_b)
+                fprintf(stderr, "sums %lld x %lld x %lld, %d threads: dW %s, db %s\n", (long long)m, (long long)n,
+                        (long long)k, threads, same_w ? "same" : "differs", same_b ? "same" : "differs");
+            EXPECT(same_w && same_b);
+        }
+        for (int v = 0; v < 2; v++)
+            free(dw[v]), free(db[v]);
+        free(dy), free(x);
+    }
+}
+
 int main(void)
 {
     const char *want = getenv("DT_BF16_GEMM"), *kernel = dt_bf16_gemm_kernel();
@@ -192,5 +279,7 @@ int main(void)
     test_shapes();
     test_repeatable(0, 260, 200);
     test_repeatable(1, 200, 260);
+    test_bias();
+    test_grad_sums();
     return CHECK_DONE("gemm_bf16");
 }

@@ -14,11 +14,13 @@ typedef struct {
     dt_layer base;
     int gelu;
     bool in_place; /* relu: writes its output over its input (dt__relu_set_in_place) */
+    bool grad_over_output; /* gelu: the backward's dx over the forward's y (dt__gelu_set_grad_over_output) */
 } act;
 
 typedef struct {
     dt_tensor x;
-    float *tanh_u; /* gelu: tanh of the inner polynomial */
+    float *tanh_u; /* gelu: tanh of the inner polynomial (NULL: bf16, recomputed in the backward) */
+    float *y;      /* the output */
 } act_saved;
 
 static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor *y)
@@ -31,11 +33,18 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     sv->x = *x; /* in place: x's memory holds the output, positive exactly where x was */
     *y = *x;
     y->data = A->in_place ? x->data : dt_arena_alloc(ctx->arena, n);
-    sv->tanh_u = A->gelu ? dt_arena_alloc(ctx->arena, n) : NULL;
-    if (!y->data || (A->gelu && !sv->tanh_u))
+    if (!y->data)
+        return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
+    sv->y = y->data;
+    const dt_compute_ops *ops = dt__ops(ctx);
+    sv->tanh_u = NULL; /* bf16: the backward recomputes tanh */
+    if (A->gelu && ctx->compute == DT_BF16 && ops->gelu_fwd_bf16 && ops->gelu_bwd_bf16 &&
+        ops->gelu_fwd_bf16(y->data, x->data, n))
+        return DT_OK;
+    if (A->gelu && !(sv->tanh_u = dt_arena_alloc(ctx->arena, n)))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     if (A->gelu)
-        dt__ops(ctx)->gelu_fwd(y->data, sv->tanh_u, x->data, n);
+        ops->gelu_fwd(y->data, sv->tanh_u, x->data, n);
     else
         dt__ops(ctx)->relu_fwd(y->data, x->data, n);
     return DT_OK;
@@ -51,10 +60,14 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
         return DT_OK;
     int64_t n = dt_tensor_numel(&sv->x);
     *dx = sv->x;
-    if (!(dx->data = dt_arena_alloc(ctx->arena, n)))
+    if (!(dx->data = A->grad_over_output ? sv->y : dt_arena_alloc(ctx->arena, n)))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-    if (A->gelu)
+    if (A->gelu && !sv->tanh_u) {
+        if (!dt__ops(ctx)->gelu_bwd_bf16(dx->data, dy->data, sv->x.data, n))
+            return dt__fail(DT_ERR_INVALID, "%s: the bf16 GELU ran forward but not backward", l->name);
+    } else if (A->gelu) {
         dt__ops(ctx)->gelu_bwd(dx->data, dy->data, sv->x.data, sv->tanh_u, n);
+    }
     else
         dt__ops(ctx)->relu_bwd(dx->data, dy->data, sv->x.data, n);
     return DT_OK;
@@ -88,6 +101,12 @@ void dt__relu_set_in_place(dt_layer *l)
         ((act *)l)->in_place = true;
 }
 dt_status dt_gelu_create(const char *name, dt_layer **l) { return create(name, 1, l); }
+
+void dt__gelu_set_grad_over_output(dt_layer *l)
+{
+    if (l && l->ops == &gelu_ops)
+        ((act *)l)->grad_over_output = true;
+}
 
 void dt_residual_add(const dt_tensor *a, const dt_tensor *b, dt_tensor *y)
 {

@@ -34,6 +34,36 @@ static inline void dt__gemm_packed(const dt_ctx *ctx, int trans_a, int trans_b, 
     dt__gemm(ctx, trans_a, trans_b, m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
 }
 
+/* C[m, n] (packed) = bias added to every row of op(A) op(B), A and B
+ * packed: the backend's gemm_bias where it has one (the bits of the fill
+ * and product below), else the bias in C's rows, then the product. */
+static inline void dt__gemm_bias_packed(const dt_ctx *ctx, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
+                                        const float *a, const float *b, const float *bias, float *c)
+{
+    const dt_compute_ops *ops = dt__ops(ctx);
+    if (ops->gemm_bias) {
+        ops->gemm_bias(ctx->compute, trans_a, trans_b, m, n, k, a, trans_a ? m : k, b, trans_b ? k : n, bias, c);
+        return;
+    }
+    ops->rows_fill(c, bias, m, n);
+    dt__gemm_packed(ctx, trans_a, trans_b, m, n, k, 1.0f, a, b, 1.0f, c);
+}
+
+/* A linear layer's parameter gradients from dy [k, m] and its input x
+ * [k, n]: dw[m, n] += dy^T x, db[m] += dy's rows summed: the backend's
+ * gemm_grad_bias where it has one (the same bits), else the two. */
+static inline void dt__gemm_grad_bias(const dt_ctx *ctx, int64_t m, int64_t n, int64_t k, const float *dy,
+                                      const float *x, float *dw, float *db)
+{
+    const dt_compute_ops *ops = dt__ops(ctx);
+    if (ops->gemm_grad_bias) {
+        ops->gemm_grad_bias(ctx->compute, m, n, k, dy, x, dw, db);
+        return;
+    }
+    dt__gemm_packed(ctx, 1, 0, m, n, k, 1.0f, dy, x, 1.0f, dw);
+    ops->rows_sum_add(db, dy, k, m);
+}
+
 /* Layers with no device kernels yet (conv2d, max pooling, EmbeddingBag)
  * run on the cpu only: DT_ERR_INVALID naming the layer on another device. */
 static inline dt_status dt__cpu_only(const dt_ctx *ctx, const dt_layer *l)
@@ -53,5 +83,12 @@ void dt__residual_add(const dt_ctx *ctx, const dt_tensor *a, const dt_tensor *b,
  * dt_sequential_append sets it on a ReLU right after a linear or conv2d (whose
  * outputs nobody keeps). */
 void dt__relu_set_in_place(dt_layer *l);
+/* A GELU (other layers: nothing) whose output is read by the next layer's
+ * forward and backward alone, both over before this backward: the backward
+ * writes its input gradient over that output, which lies where the
+ * sequence's reclaim would otherwise copy the gradient down to (the same
+ * bits, one [rows, 4 dim] copy less per GPT block).  dt_sequential_append
+ * sets it on a GELU followed by a linear. */
+void dt__gelu_set_grad_over_output(dt_layer *l);
 
 #endif

@@ -34,10 +34,10 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
     if (!(y->data = dt_arena_alloc(ctx->arena, n * L->out)))
         return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
     const float *W = dt_param_value(ctx->params, L->w);
-    if (L->b >= 0) {
-        dt__ops(ctx)->rows_fill(y->data, dt_param_value(ctx->params, L->b), n, L->out);
-    }
-    dt__gemm_packed(ctx, 0, 1, n, L->out, L->in, 1.0f, x->data, W, L->b >= 0 ? 1.0f : 0.0f, y->data);
+    if (L->b >= 0)
+        dt__gemm_bias_packed(ctx, 0, 1, n, L->out, L->in, x->data, W, dt_param_value(ctx->params, L->b), y->data);
+    else
+        dt__gemm_packed(ctx, 0, 1, n, L->out, L->in, 1.0f, x->data, W, 0.0f, y->data);
     return DT_OK;
 }
 
@@ -49,12 +49,14 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
         return DT_ERR_INVALID;
     int64_t n = rows(x, L->in);
     /* dW[out, in] += dy^T x ; db += column sums of dy */
-    dt__gemm_packed(ctx, 1, 0, L->out, L->in, n, 1.0f, dy->data, x->data, 1.0f, dt_param_grad(ctx->params, L->w));
+    float *dW = dt_param_grad(ctx->params, L->w);
+    if (L->b >= 0)
+        dt__gemm_grad_bias(ctx, L->out, L->in, n, dy->data, x->data, dW, dt_param_grad(ctx->params, L->b));
+    else
+        dt__gemm_packed(ctx, 1, 0, L->out, L->in, n, 1.0f, dy->data, x->data, 1.0f, dW);
     dt_params_grad_ready(ctx->params, L->w);
-    if (L->b >= 0) {
-        dt__ops(ctx)->rows_sum_add(dt_param_grad(ctx->params, L->b), dy->data, n, L->out);
+    if (L->b >= 0)
         dt_params_grad_ready(ctx->params, L->b);
-    }
     if (need_dx) {
         *dx = *x;
         if (!(dx->data = dt_arena_alloc(ctx->arena, n * L->in)))

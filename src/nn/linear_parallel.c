@@ -126,13 +126,13 @@ static dt_status forward(dt_layer *l, dt_ctx *ctx, const dt_tensor *x, dt_tensor
         int64_t n = dt_tensor_numel(y) / L->out_l;
         if (!(y->data = dt_arena_alloc(ctx->arena, n * L->out_l)))
             return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-        if (bias)
-            dt__ops(ctx)->rows_fill(y->data, bias, n, L->out_l);
         dt_arena_mark mark = dt_arena_get_mark(ctx->arena);
         dt_status st = DT_OK;
         const float *in = L->sp ? gather_whole(L, ctx, x, L->in_l, &st) : x->data;
-        if (in)
-            dt__gemm_packed(ctx, 0, 1, n, L->out_l, L->in_l, 1.0f, in, W, bias ? 1.0f : 0.0f, y->data);
+        if (in && bias)
+            dt__gemm_bias_packed(ctx, 0, 1, n, L->out_l, L->in_l, in, W, bias, y->data);
+        else if (in)
+            dt__gemm_packed(ctx, 0, 1, n, L->out_l, L->in_l, 1.0f, in, W, 0.0f, y->data);
         dt_arena_rewind(ctx->arena, mark);
         return st;
     }

@@ -289,6 +289,9 @@ dt_status dt_sequential_append(dt_layer *seq, dt_layer *l)
      * backward reads their input): a ReLU there can overwrite it */
     if (S->n > 0 && (!strcmp(S->items[S->n - 1]->ops->kind, "linear") || !strcmp(S->items[S->n - 1]->ops->kind, "conv2d")))
         dt__relu_set_in_place(l);
+    /* a linear reads its input in its forward and its backward (dW) only */
+    if (S->n > 0 && !strcmp(l->ops->kind, "linear"))
+        dt__gelu_set_grad_over_output(S->items[S->n - 1]);
     S->items[S->n++] = l;
     return DT_OK;
 }

@@ -23,7 +23,9 @@
  * - `compute` is the precision of a matrix product: DT_F32, or DT_BF16
  *   (operands rounded to bf16, products summed in f32).
  *
- * What a third backend needs: every entry below (none is optional), its
+ * What a third backend needs: every entry below (none is optional but
+ * gemm_bias, gemm_grad_bias and the bf16 GELU, which NULL replaces with the
+ * entries they stand for), its
  * memory reachable by `upload`/`download`, and a row in dt_device_open. */
 #ifndef DT_TENSOR_BACKEND_H
 #define DT_TENSOR_BACKEND_H
@@ -79,6 +81,16 @@ typedef struct dt_compute_ops {
      * stored); beta = 0 ignores C's old contents. */
     void (*gemm)(dt_dtype compute, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+    /* Optional (NULL: the caller runs rows_fill, then gemm with alpha 1 and
+     * beta 1, which this must equal bitwise): C[m, n] (packed) = bias[n]
+     * added to every row of op(A) op(B) (a linear layer's forward). */
+    void (*gemm_bias)(dt_dtype compute, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a,
+                      int64_t lda, const float *b, int64_t ldb, const float *bias, float *c);
+    /* Optional (NULL: gemm, then rows_sum_add, which this must equal
+     * bitwise): a linear layer's gradients from dy [k, m] and x [k, n]
+     * (packed): dw[m, n] += dy^T x, db[m] += sum over the k rows of dy. */
+    void (*gemm_grad_bias)(dt_dtype compute, int64_t m, int64_t n, int64_t k, const float *dy, const float *x,
+                           float *dw, float *db);
 
     /* ---- vectors ---- */
     void (*axpy)(float *y, float alpha, const float *x, int64_t n);      /* y += alpha x */
@@ -110,6 +122,11 @@ typedef struct dt_compute_ops {
     /* GELU, tanh approximation; t keeps tanh(sqrt(2/pi)(x + 0.044715 x^3)) for the backward. */
     void (*gelu_fwd)(float *y, float *t, const float *x, int64_t n);
     void (*gelu_bwd)(float *dx, const float *dy, const float *x, const float *t, int64_t n);
+    /* Optional, for bf16 training (NULL, or false: the two above): GELU with
+     * nothing kept but x, tanh recomputed in the backward, within 2e-7 of
+     * the f32 entries' tanh (the next product rounds to bf16 anyway). */
+    bool (*gelu_fwd_bf16)(float *y, const float *x, int64_t n);
+    bool (*gelu_bwd_bf16)(float *dx, const float *dy, const float *x, int64_t n);
     void (*relu_fwd)(float *y, const float *x, int64_t n); /* y may be x (in place) */
     void (*relu_bwd)(float *dx, const float *dy, const float *x, int64_t n);
     /* Dropout's keyed mask: element i (of a [.., slice] view of a tensor whose

@@ -3,9 +3,11 @@
  * formed in `saved` [B, H, T, T] and kept for the backward, which uses
  * `scratch` [B, H, T, T] for dP. */
 #include <math.h>
+#include <stdbool.h>
 
 #include "dtrain/tensor.h"
 #include "tensor/cpu_kernels.h"
+#include "tensor/exp_avx512.h"
 #include "tensor/threads.h"
 
 /* Causal attention skips the products above the diagonal: rows are taken in
@@ -17,6 +19,7 @@
  * of them, each head's small products running single-threaded. */
 typedef struct {
     dt_dtype compute;
+    bool fast_softmax; /* bf16 on AVX-512: softmax_causal_bf16 */
     int64_t T, H, hd;
     const float *qkv;
     float *p;            /* [B, H, T, T] */
@@ -54,6 +57,43 @@ static void softmax_causal(float *P, int64_t T, int64_t i0, int64_t i1)
     }
 }
 
+#if defined(__x86_64__)
+/* The same for bf16 training on AVX-512: exp from exp_avx512.h (within 2
+ * ulp of expf), the sum in f32 lanes added in a fixed order; a row is one
+ * thread's, so its bits do not depend on the thread count.  The products
+ * around it round P and the scores to bf16 anyway. */
+static __attribute__((target("avx512f"))) void softmax_causal_bf16(float *P, int64_t T, int64_t i0, int64_t i1)
+{
+    for (int64_t i = i0; i < i1; i++) {
+        float *row = P + i * T;
+        int64_t len = i + 1;
+        __m512 mx = _mm512_set1_ps(row[0]);
+        for (int64_t j = 0; j < len; j += 16) {
+            __mmask16 m = len - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (len - j)) - 1);
+            mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, row + j));
+        }
+        __m512 top = _mm512_set1_ps(_mm512_reduce_max_ps(mx)), sum = _mm512_setzero_ps();
+        for (int64_t j = 0; j < len; j += 16) {
+            __mmask16 m = len - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (len - j)) - 1);
+            __m512 e = _mm512_maskz_mov_ps(m, dt__exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + j), top)));
+            _mm512_mask_storeu_ps(row + j, m, e);
+            sum = _mm512_add_ps(sum, e);
+        }
+        __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+        for (int64_t j = 0; j < T; j += 16) { /* the causal mask's zeros past i */
+            __mmask16 m = T - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (T - j)) - 1);
+            __mmask16 live = j >= len ? 0 : len - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (len - j)) - 1);
+            _mm512_mask_storeu_ps(row + j, m, _mm512_maskz_mul_ps(live, _mm512_maskz_loadu_ps(live, row + j), inv));
+        }
+    }
+}
+
+static bool avx512(void) { return __builtin_cpu_supports("avx512f"); }
+#else
+static void softmax_causal_bf16(float *P, int64_t T, int64_t i0, int64_t i1) { softmax_causal(P, T, i0, i1); }
+static bool avx512(void) { return false; }
+#endif
+
 static void forward_heads(int64_t begin, int64_t end, void *arg)
 {
     heads_args *a = arg;
@@ -66,7 +106,10 @@ static void forward_heads(int64_t begin, int64_t end, void *arg)
         for (int64_t i0 = 0; i0 < T; i0 += CAUSAL_ROWS) {
             int64_t rows = T - i0 < CAUSAL_ROWS ? T - i0 : CAUSAL_ROWS, keys = i0 + rows;
             gemm(a->compute, 0, 1, rows, keys, hd, scale, q + i0 * ld, ld, k, ld, 0.0f, P + i0 * T, T);
-            softmax_causal(P, T, i0, i0 + rows);
+            if (a->fast_softmax)
+                softmax_causal_bf16(P, T, i0, i0 + rows);
+            else
+                softmax_causal(P, T, i0, i0 + rows);
             /* O = P V, written straight into its columns of merged */
             gemm(a->compute, 0, 0, rows, hd, keys, 1.0f, P + i0 * T, T, v, ld, 0.0f, o + i0 * D, D);
         }
@@ -122,7 +165,8 @@ int64_t dt__cpu_attn_scratch_floats(int64_t B, int64_t H, int64_t T, int64_t hd)
 void dt__cpu_attn_fwd(dt_dtype compute, float *out, float *saved, const float *qkv, int64_t B, int64_t T, int64_t H,
                       int64_t hd)
 {
-    heads_args a = {.compute = compute, .T = T, .H = H, .hd = hd, .qkv = qkv, .p = saved, .merged = out};
+    heads_args a = {.compute = compute, .fast_softmax = compute == DT_BF16 && avx512(), .T = T, .H = H, .hd = hd,
+                    .qkv = qkv, .p = saved, .merged = out};
     dt__parallel_for(B * H, 1, forward_heads, &a);
 }
 

@@ -15,6 +15,10 @@ void dt__cpu_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, con
                            const float *w, int64_t rows, int64_t cols);
 void dt__cpu_gelu_fwd(float *y, float *t, const float *x, int64_t n);
 void dt__cpu_gelu_bwd(float *dx, const float *dy, const float *x, const float *t, int64_t n);
+/* GELU for bf16 training (cpu_gelu_bf16.c): tanh recomputed in the backward
+ * from an own exp, nothing kept but x; false where the CPU lacks AVX-512. */
+bool dt__cpu_gelu_fwd_bf16(float *y, const float *x, int64_t n);
+bool dt__cpu_gelu_bwd_bf16(float *dx, const float *dy, const float *x, int64_t n);
 void dt__cpu_relu_fwd(float *y, const float *x, int64_t n);
 void dt__cpu_relu_bwd(float *dx, const float *dy, const float *x, int64_t n);
 void dt__cpu_dropout_fwd(float *y, float *mask, const float *x, int64_t n, uint64_t stream, float prob, float keep,

@@ -10,6 +10,7 @@
 #include "base/status.h"
 #include "tensor/backend.h"
 #include "tensor/cpu_kernels.h"
+#include "tensor/gemm_bf16.h"
 
 #define ALIGN 256
 
@@ -92,6 +93,28 @@ static void cpu_gemm(dt_dtype compute, int ta, int tb, int64_t m, int64_t n, int
         dt_sgemm_ld(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+/* The bf16 kernel starts its sums from the bias (no pass that fills C);
+ * elsewhere the fill and the product, as the layers did. */
+static void cpu_gemm_bias(dt_dtype compute, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a,
+                          int64_t lda, const float *b, int64_t ldb, const float *bias, float *c)
+{
+    if (compute == DT_BF16 && dt__sgemm_bf16_bias(ta, tb, m, n, k, a, lda, b, ldb, bias, c, n))
+        return;
+    dt_rows_fill(c, bias, m, n);
+    cpu_gemm(compute, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 1.0f, c, n);
+}
+
+/* The bf16 kernels sum db while they pack dy; elsewhere the product, then
+ * the sums, as the layers did. */
+static void cpu_gemm_grad_bias(dt_dtype compute, int64_t m, int64_t n, int64_t k, const float *dy, const float *x,
+                               float *dw, float *db)
+{
+    if (compute == DT_BF16 && dt__sgemm_bf16_sums(m, n, k, dy, m, x, n, dw, n, db))
+        return;
+    cpu_gemm(compute, 1, 0, m, n, k, 1.0f, dy, m, x, n, 1.0f, dw, n);
+    dt_rows_sum_add(db, dy, k, m);
+}
+
 static void cpu_rows_add(float *y, const float *row, int64_t rows, int64_t cols)
 {
     for (int64_t r = 0; r < rows; r++)
@@ -121,6 +144,8 @@ const dt_compute_ops dt__cpu_ops = {
     .host_alloc = cpu_host_alloc,
     .host_free = free,
     .gemm = cpu_gemm,
+    .gemm_bias = cpu_gemm_bias,
+    .gemm_grad_bias = cpu_gemm_grad_bias,
     .axpy = dt_vec_axpy,
     .add = dt_vec_add,
     .mul = dt__cpu_mul,
@@ -135,6 +160,8 @@ const dt_compute_ops dt__cpu_ops = {
     .layernorm_bwd = dt__cpu_layernorm_bwd,
     .gelu_fwd = dt__cpu_gelu_fwd,
     .gelu_bwd = dt__cpu_gelu_bwd,
+    .gelu_fwd_bf16 = dt__cpu_gelu_fwd_bf16,
+    .gelu_bwd_bf16 = dt__cpu_gelu_bwd_bf16,
     .relu_fwd = dt__cpu_relu_fwd,
     .relu_bwd = dt__cpu_relu_bwd,
     .dropout_fwd = dt__cpu_dropout_fwd,

@@ -60,6 +60,17 @@ static void emu_gemm(dt_dtype c, int ta, int tb, int64_t m, int64_t n, int64_t k
     dt__cpu_ops.gemm(c, ta, tb, m, n, k, alpha, F(a), lda, F(b), ldb, beta, F(cc), ldc);
 }
 
+static void emu_gemm_bias(dt_dtype c, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                          const float *b, int64_t ldb, const float *bias, float *cc)
+{
+    dt__cpu_ops.gemm_bias(c, ta, tb, m, n, k, F(a), lda, F(b), ldb, F(bias), F(cc));
+}
+static void emu_gemm_grad_bias(dt_dtype c, int64_t m, int64_t n, int64_t k, const float *dy, const float *x, float *dw,
+                               float *db)
+{
+    dt__cpu_ops.gemm_grad_bias(c, m, n, k, F(dy), F(x), F(dw), F(db));
+}
+
 static void emu_axpy(float *y, float al, const float *x, int64_t n) { dt__cpu_ops.axpy(F(y), al, F(x), n); }
 static void emu_add(float *y, const float *a, const float *b, int64_t n) { dt__cpu_ops.add(F(y), F(a), F(b), n); }
 static void emu_mul(float *y, const float *a, const float *b, int64_t n) { dt__cpu_ops.mul(F(y), F(a), F(b), n); }
@@ -90,6 +101,11 @@ static void emu_gelu_fwd(float *y, float *t, const float *x, int64_t n) { dt__cp
 static void emu_gelu_bwd(float *dx, const float *dy, const float *x, const float *t, int64_t n)
 {
     dt__cpu_ops.gelu_bwd(F(dx), F(dy), F(x), F(t), n);
+}
+static bool emu_gelu_fwd_bf16(float *y, const float *x, int64_t n) { return dt__cpu_ops.gelu_fwd_bf16(F(y), F(x), n); }
+static bool emu_gelu_bwd_bf16(float *dx, const float *dy, const float *x, int64_t n)
+{
+    return dt__cpu_ops.gelu_bwd_bf16(F(dx), F(dy), F(x), n);
 }
 static void emu_relu_fwd(float *y, const float *x, int64_t n) { dt__cpu_ops.relu_fwd(F(y), F(x), n); }
 static void emu_relu_bwd(float *dx, const float *dy, const float *x, int64_t n) { dt__cpu_ops.relu_bwd(F(dx), F(dy), F(x), n); }
@@ -148,6 +164,8 @@ const dt_compute_ops dt__emu_ops = {
     .host_alloc = malloc,
     .host_free = free,
     .gemm = emu_gemm,
+    .gemm_bias = emu_gemm_bias,
+    .gemm_grad_bias = emu_gemm_grad_bias,
     .axpy = emu_axpy,
     .add = emu_add,
     .mul = emu_mul,
@@ -162,6 +180,8 @@ const dt_compute_ops dt__emu_ops = {
     .layernorm_bwd = emu_ln_bwd,
     .gelu_fwd = emu_gelu_fwd,
     .gelu_bwd = emu_gelu_bwd,
+    .gelu_fwd_bf16 = emu_gelu_fwd_bf16,
+    .gelu_bwd_bf16 = emu_gelu_bwd_bf16,
     .relu_fwd = emu_relu_fwd,
     .relu_bwd = emu_relu_bwd,
     .dropout_fwd = emu_dropout,

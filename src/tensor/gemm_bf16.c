@@ -45,6 +45,8 @@ typedef struct {
     int64_t m, n, k, ldc;
     float alpha, beta;
     float *c;
+    const float *bias; /* dt__sgemm_bf16_bias: C's old value is this row, repeated (alpha 1, beta 1) */
+    float *a_sums;     /* dt__sgemm_bf16_sums: op(A)'s rows summed over k into it, while A is packed */
     dt__bf16_block_fn block;
     bool amx, split_rows;
 } job;
@@ -61,19 +63,21 @@ static bool in_place(const job *g, int rows, int64_t cols)
 #if defined(__x86_64__)
 /* C rows [i, i + rows), columns [j, j + cols) (cols <= 32) = alpha * sums +
  * beta * C (C not read when beta is 0, so NaN garbage there does not leak
- * in); sums is a 32 x 32 block, row stride sums_ld. */
+ * in; with a bias, the bias row stands for every row of C); sums is a
+ * 32 x 32 block, row stride sums_ld. */
 __attribute__((target("avx512f"))) static void write_c(const job *g, int64_t i, int rows, int64_t j, int64_t cols,
                                                        const float *sums, int64_t sums_ld)
 {
     __m512 alpha = _mm512_set1_ps(g->alpha), beta = _mm512_set1_ps(g->beta);
     for (int r = 0; r < rows; r++) {
         float *c = g->c + (i + r) * g->ldc + j;
+        const float *old = g->bias ? g->bias + j : c;
         for (int64_t x = 0; x < cols; x += 16) {
             int64_t left = cols - x;
             __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
             __m512 v = _mm512_mul_ps(alpha, _mm512_loadu_ps(sums + r * sums_ld + x));
             if (g->beta != 0.0f)
-                v = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m, c + x), v);
+                v = _mm512_fmadd_ps(beta, _mm512_maskz_loadu_ps(m, old + x), v);
             _mm512_mask_storeu_ps(c + x, m, v);
         }
     }
@@ -134,7 +138,8 @@ static void run_part(const job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j
                 const uint16_t *ablock = apack + (ib % ablocks) * tiles * 1024;
                 if (jc == j0 && ib % (ROWS_MAX / BLOCK) == 0) /* A's rows packed once per depth of k */
                     dt__bf16_pack_a(&a, ic, (int)(i1 - ic < ROWS_MAX ? i1 - ic : ROWS_MAX), kcount, tiles,
-                                    apack + (ib % ablocks) * tiles * 1024);
+                                    apack + (ib % ablocks) * tiles * 1024,
+                                    g->a_sums && j0 == 0 ? g->a_sums + ic : NULL); /* one part per row sums */
                 for (int64_t st = 0; st < tiles; st += SLICE_TILES) { /* the A block's slice stays in L1 */
                     int64_t ts = tiles - st < SLICE_TILES ? tiles - st : SLICE_TILES;
                     bool first = kt + st == 0, last = kt + st + ts == ktiles;
@@ -144,7 +149,12 @@ static void run_part(const job *g, int64_t i0, int64_t i1, int64_t j0, int64_t j
                         float *cb = g->c + ic * g->ldc + jc + nb * BLOCK;
                         if (in_place(g, rows, left)) {
                             const float *in = !first ? cb : g->beta == 1.0f ? cb : NULL;
-                            g->block(ablock + st * 1024, b0, b1, ts, in, g->ldc, cb, g->ldc);
+                            int64_t in_ld = g->ldc;
+                            if (first && g->bias) { /* the sums start from the bias: every row the same */
+                                in = g->bias + jc + nb * BLOCK;
+                                in_ld = 0;
+                            }
+                            g->block(ablock + st * 1024, b0, b1, ts, in, in_ld, cb, g->ldc);
                             continue;
                         }
                         float *s = sums + (keep ? (ic - i0) * sums_ld + (jc - j0) : 0) + nb * BLOCK;
@@ -214,6 +224,21 @@ static void emulated(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, 
     free(ra);
 }
 
+/* The threads take parts of C (row or column blocks). */
+static void run(job *g)
+{
+    int threads = dt_get_threads();
+    /* A part must be worth waking a thread: about 10 us of the kernel's work
+     * (AMX does 2^24 multiply-adds in that time, AVX512_BF16 2^20). */
+    double work = (double)g->m * (double)g->n * (double)g->k, enough = g->amx ? (double)(1 << 24) : (double)(1 << 20);
+    int64_t units = ((g->split_rows ? g->m : g->n) + BLOCK - 1) / BLOCK;
+    if (threads <= 1 || dt__in_parallel() || work < enough || units < 2) {
+        part_range(0, units, g);
+        return;
+    }
+    dt__parallel_for(units, 1, part_range, g);
+}
+
 void dt_sgemm_bf16_ld(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                       int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
@@ -243,14 +268,51 @@ void dt_sgemm_bf16_ld(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
              .block = kernel == DT__BF16_AMX ? dt__bf16_block_amx : dt__bf16_block_avx512,
              .amx = kernel == DT__BF16_AMX,
              .split_rows = m >= n};
-    int threads = dt_get_threads();
-    /* A part must be worth waking a thread: about 10 us of the kernel's work
-     * (AMX does 2^24 multiply-adds in that time, AVX512_BF16 2^20). */
-    double work = (double)m * (double)n * (double)k, enough = g.amx ? (double)(1 << 24) : (double)(1 << 20);
-    int64_t units = ((g.split_rows ? m : n) + BLOCK - 1) / BLOCK;
-    if (threads <= 1 || dt__in_parallel() || work < enough || units < 2) {
-        part_range(0, units, &g);
-        return;
-    }
-    dt__parallel_for(units, 1, part_range, &g);
+    run(&g);
+}
+
+bool dt__sgemm_bf16_bias(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                         const float *b, int64_t ldb, const float *bias, float *c, int64_t ldc)
+{
+    /* AVX512_BF16 only: its block kernel reads a start row of stride 0 (the
+     * AMX kernel's tile loads are left as they are) */
+    if (m <= 0 || n <= 0 || k <= 0 || dt__bf16_kernel_for(trans_a, trans_b, m, n, k) != DT__BF16_AVX512)
+        return false;
+    job g = {.a = {a, lda, trans_a},
+             .b = {b, ldb, trans_b},
+             .m = m,
+             .n = n,
+             .k = k,
+             .ldc = ldc,
+             .alpha = 1.0f,
+             .beta = 1.0f,
+             .c = c,
+             .bias = bias,
+             .block = dt__bf16_block_avx512,
+             .split_rows = m >= n};
+    run(&g);
+    return true;
+}
+
+bool dt__sgemm_bf16_sums(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                         float *c, int64_t ldc, float *sums)
+{
+    dt__bf16_kernel kernel = dt__bf16_kernel_for(1, 0, m, n, k);
+    if (m <= 0 || n <= 0 || k <= 0 || (kernel != DT__BF16_AVX512 && kernel != DT__BF16_AMX))
+        return false;
+    job g = {.a = {a, lda, 1},
+             .b = {b, ldb, 0},
+             .m = m,
+             .n = n,
+             .k = k,
+             .ldc = ldc,
+             .alpha = 1.0f,
+             .beta = 1.0f,
+             .c = c,
+             .a_sums = sums,
+             .block = kernel == DT__BF16_AMX ? dt__bf16_block_amx : dt__bf16_block_avx512,
+             .amx = kernel == DT__BF16_AMX,
+             .split_rows = m >= n};
+    run(&g);
+    return true;
 }

@@ -39,6 +39,22 @@ bool dt__bf16_dnnl_built(void);
 bool dt__bf16_dnnl_gemm(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                         int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 
+/* C = bias + op(A) op(B), bias a row of n values standing for every row of
+ * C: the bits of filling C's rows with the bias, then dt_sgemm_bf16_ld with
+ * alpha 1 and beta 1, without that pass over C (the forward of a linear
+ * layer).  Only on the AVX512_BF16 kernel; false (C untouched) elsewhere,
+ * and the caller fills and runs dt_sgemm_bf16_ld. */
+bool dt__sgemm_bf16_bias(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                         const float *b, int64_t ldb, const float *bias, float *c, int64_t ldc);
+
+/* C += A^T B (A stored k-major: a[k * lda + i]) and sums[i] += A^T's row
+ * i summed over k, in f32, k after k (dt_rows_sum_add's order and bits), as
+ * A is packed: a linear layer's weight and bias gradients, without the pass
+ * over A that the bias gradient took.  On the AVX512_BF16 and AMX kernels;
+ * false (C and sums untouched) elsewhere. */
+bool dt__sgemm_bf16_sums(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                         float *c, int64_t ldc, float *sums);
+
 /* One operand as stored: element (r, c) of op(X) is x[r * ld + c], or
  * x[c * ld + r] when trans. */
 typedef struct {
@@ -49,8 +65,11 @@ typedef struct {
 
 /* Pack rows [i0, i0 + rows) (rows <= 128) and k [0, kcount) (ktiles
  * tiles) of op(A) into ceil(rows / 32) consecutive 32-row blocks of ktiles
- * k-tiles each (the rest zero). */
-void dt__bf16_pack_a(const dt__bf16_operand *a, int64_t i0, int rows, int64_t kcount, int64_t ktiles, uint16_t *out);
+ * k-tiles each (the rest zero).  sums (NULL: none; a transposed A only):
+ * sums[r] += op(A)[i0 + r][k] in f32 for k = 0, 1, .. in turn (the f32
+ * values, not the rounded ones). */
+void dt__bf16_pack_a(const dt__bf16_operand *a, int64_t i0, int rows, int64_t kcount, int64_t ktiles, uint16_t *out,
+                     float *sums);
 /* Pack columns [j0, j0 + cols) and k [0, kcount) (ktiles tiles) of
  * op(B) into ntiles 16-column groups (ntiles even, ntiles * 16 >= cols). */
 void dt__bf16_pack_b(const dt__bf16_operand *b, int64_t j0, int64_t cols, int64_t ntiles, int64_t kcount,

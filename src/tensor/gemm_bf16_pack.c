@@ -79,7 +79,7 @@ static inline const float *at(const dt__bf16_operand *o, int64_t r, int64_t c)
 }
 
 void TARGET dt__bf16_pack_a(const dt__bf16_operand *a, int64_t i0, int rows, int64_t kcount, int64_t ktiles,
-                            uint16_t *out)
+                            uint16_t *out, float *sums)
 {
     int64_t blocks = (rows + 31) / 32;
     if (!a->trans) { /* row i's k values are contiguous: tile rows, read row by row */
@@ -95,11 +95,19 @@ void TARGET dt__bf16_pack_a(const dt__bf16_operand *a, int64_t i0, int rows, int
     }
     /* stored k-major: the k-pairs of 16 rows are 16 tile columns, read
      * k-row by k-row then transposed; the 16-row groups inner, so that each
-     * k-row is read in one run of up to `rows` values */
+     * k-row is read in one run of up to `rows` values.  The row sums add the
+     * f32 values one k after the other, as the k-rows come. */
     for (int64_t kt = 0; kt < ktiles; kt++)
         for (int g = 0; g < blocks * 2; g++) {
             int64_t n = rows - g * 16;
             __m512i v[16];
+            if (sums && n > 0 && kt * 32 < kcount) {
+                __mmask16 m = first(n);
+                __m512 acc = _mm512_maskz_loadu_ps(m, sums + g * 16);
+                for (int64_t k = kt * 32; k < kcount && k < kt * 32 + 32; k++)
+                    acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps(m, at(a, i0 + g * 16, k)));
+                _mm512_mask_storeu_ps(sums + g * 16, m, acc);
+            }
             for (int p = 0; p < 16; p++) {
                 int64_t k = kt * 32 + 2 * p;
                 if (n > 0 && k + 33 < kcount) { /* the next k-tile's rows: short runs, the prefetchers lag */
@@ -147,9 +155,10 @@ void TARGET dt__bf16_pack_b(const dt__bf16_operand *b, int64_t j0, int64_t cols,
         }
 }
 #else
-void dt__bf16_pack_a(const dt__bf16_operand *a, int64_t i0, int rows, int64_t kcount, int64_t ktiles, uint16_t *out)
+void dt__bf16_pack_a(const dt__bf16_operand *a, int64_t i0, int rows, int64_t kcount, int64_t ktiles, uint16_t *out,
+                     float *sums)
 {
-    (void)a, (void)i0, (void)rows, (void)kcount, (void)ktiles, (void)out; /* never chosen */
+    (void)a, (void)i0, (void)rows, (void)kcount, (void)ktiles, (void)out, (void)sums; /* never chosen */
 }
 void dt__bf16_pack_b(const dt__bf16_operand *b, int64_t j0, int64_t cols, int64_t ntiles, int64_t kcount,
                      int64_t ktiles, uint16_t *out)
