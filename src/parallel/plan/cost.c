@@ -169,38 +169,55 @@ static void share_of(const dt__plan_ctx *c, const dt_layout *l, const int *bound
         }
 }
 
+/* The streams below play one pipeline rank's blocks one by one; a block's
+ * pieces: its tp divisor, its compute at mb samples x g (cores shared:
+ * forward; backward with its recompute) and its ZeRO unit, the block's
+ * parameters on this rank padded to dp (bytes of f32). */
+static double tp_div(const dt_layout *l, const dt_plan_block *b) { return b->tp_splittable && l->tp > 1 ? l->tp : 1; }
+
+static double block_fwd_s(const dt_layout *l, const dt_plan_block *b, double mb, double g)
+{
+    return g * (mb * b->fwd_s + b->fwd_fixed_s) / tp_div(l, b);
+}
+
+static double block_bwd_s(const dt__plan_ctx *c, const dt_layout *l, const dt_plan_block *b, double mb, double g)
+{
+    double re = recomputed(c, l, b) ? mb * b->fwd_s + b->fwd_fixed_s : 0;
+    return g * (mb * b->bwd_s + b->bwd_fixed_s + re) / tp_div(l, b);
+}
+
+static double unit_bytes(const dt_layout *l, const dt_plan_block *b, int dp)
+{
+    return 4 * ceil(ceil((double)b->params / tp_div(l, b)) / dp) * dp;
+}
+
 /* ZeRO 1/2's exposed transfers on pipeline rank r, the link taking one
  * transfer at a time (the strategy's collectives run in order on their
  * communicator): each block's reduce-scatter can start once its backward
  * is done, the blocks' backwards in reverse order (*rs: how long the last
  * one ends after the backward); each block's allgather, all started at the
  * update in forward order, must land before its forward (*ag: how much the
- * forward is held up).  A block's compute is x g (cores shared).  Against
- * the sums alone this sees that the first reduce-scatter waits for the last
- * block's backward and the last forward for every gather before it. */
+ * forward is held up).  Against the sums alone this sees that the first
+ * reduce-scatter waits for the last block's backward and the last forward
+ * for every gather before it. */
 static void zero_streams(const dt__plan_ctx *c, const dt_layout *l, const int *bounds, int r, int dp, double mb,
                          double g, double *rs, double *ag)
 {
     const dt_plan_model *m = &c->in->model;
-    int p = l->pp, t = l->tp, v = dt_layout_chunks(l);
-    dt__plan_group dpg = {&c->in->links, dp, t * p};
+    int p = l->pp, v = dt_layout_chunks(l);
+    dt__plan_group dpg = {&c->in->links, dp, l->tp * p};
     double now = 0, link = 0; /* the backward: the blocks in reverse */
     for (int ch = v - 1; ch >= 0; ch--)
         for (int i = bounds[ch * p + r + 1] - 1; i >= bounds[ch * p + r]; i--) {
-            const dt_plan_block *b = &m->blocks[i];
-            double d = b->tp_splittable && t > 1 ? t : 1, u = ceil(ceil((double)b->params / d) / dp);
-            double re = recomputed(c, l, b) ? mb * b->fwd_s + b->fwd_fixed_s : 0;
-            now += g * (mb * b->bwd_s + b->bwd_fixed_s + re) / d;
-            link = fmax(link, now) + dt__plan_reduce_scatter_s(dpg, 4 * u * dp);
+            now += block_bwd_s(c, l, &m->blocks[i], mb, g);
+            link = fmax(link, now) + dt__plan_reduce_scatter_s(dpg, unit_bytes(l, &m->blocks[i], dp));
         }
     *rs = fmax(link - now, 0);
     double fwd = 0, gathered = 0, alone = 0; /* the forward: each block after its gather */
     for (int ch = 0; ch < v; ch++)
         for (int i = bounds[ch * p + r]; i < bounds[ch * p + r + 1]; i++) {
-            const dt_plan_block *b = &m->blocks[i];
-            double d = b->tp_splittable && t > 1 ? t : 1, u = ceil(ceil((double)b->params / d) / dp);
-            double f = g * (mb * b->fwd_s + b->fwd_fixed_s) / d;
-            gathered += dt__plan_allgather_s(dpg, 4 * u * dp);
+            double f = block_fwd_s(l, &m->blocks[i], mb, g);
+            gathered += dt__plan_allgather_s(dpg, unit_bytes(l, &m->blocks[i], dp));
             fwd = fmax(fwd, gathered) + f;
             alone += f;
         }
@@ -215,49 +232,32 @@ static void zero_streams(const dt__plan_ctx *c, const dt_layout *l, const int *b
  * backward begins (the last block's as the forward ends), and
  * reduce-scatters each block's gradients as its backward ends.  The
  * exposed time: how much later the backward's last transfer ends than the
- * compute alone.  A block's compute is x g (cores shared). */
+ * compute alone. */
 static double zero3_stream(const dt__plan_ctx *c, const dt_layout *l, const int *bounds, int r, int dp, double mb,
                            double g)
 {
-    const dt_plan_model *m = &c->in->model;
-    int p = l->pp, t = l->tp, lo = bounds[r], hi = bounds[r + 1];
-    dt__plan_group dpg = {&c->in->links, dp, t * p};
-    double link = 0, fend = 0, alone = 0, next = 0; /* next: the gather in flight for the block about to run */
+    const dt_plan_block *blk = c->in->model.blocks;
+    int lo = bounds[r], hi = bounds[r + 1];
+    dt__plan_group dpg = {&c->in->links, dp, l->tp * l->pp};
+    /* link: when the link is free; next: when the gather of the block about to run lands */
+    double link = dt__plan_allgather_s(dpg, unit_bytes(l, &blk[lo], dp)), next = link, end = 0, alone = 0;
     for (int i = lo; i < hi; i++) { /* the forward */
-        const dt_plan_block *b = &m->blocks[i];
-        double d = b->tp_splittable && t > 1 ? t : 1, u = ceil(ceil((double)b->params / d) / dp);
-        double gend = i == lo ? (link = dt__plan_allgather_s(dpg, 4 * u * dp)) : next;
-        double start = fmax(fend, gend);
-        if (i + 1 < hi) {
-            const dt_plan_block *nb = &m->blocks[i + 1];
-            double nd = nb->tp_splittable && t > 1 ? t : 1, nu = ceil(ceil((double)nb->params / nd) / dp);
-            next = link = fmax(link, start) + dt__plan_allgather_s(dpg, 4 * nu * dp);
-        }
-        double f = g * (mb * b->fwd_s + b->fwd_fixed_s) / d;
-        fend = start + f;
+        double start = fmax(end, next), f = block_fwd_s(l, &blk[i], mb, g);
+        if (i + 1 < hi)
+            next = link = fmax(link, start) + dt__plan_allgather_s(dpg, unit_bytes(l, &blk[i + 1], dp));
+        end = start + f;
         alone += f;
     }
-    double bend = fend;
-    {
-        const dt_plan_block *b = &m->blocks[hi - 1];
-        double d = b->tp_splittable && t > 1 ? t : 1, u = ceil(ceil((double)b->params / d) / dp);
-        next = link = fmax(link, fend) + dt__plan_allgather_s(dpg, 4 * u * dp);
-    }
+    next = link = fmax(link, end) + dt__plan_allgather_s(dpg, unit_bytes(l, &blk[hi - 1], dp));
     for (int i = hi - 1; i >= lo; i--) { /* the backward */
-        const dt_plan_block *b = &m->blocks[i];
-        double d = b->tp_splittable && t > 1 ? t : 1, u = ceil(ceil((double)b->params / d) / dp);
-        double start = fmax(bend, next);
-        if (i > lo) {
-            const dt_plan_block *pb = &m->blocks[i - 1];
-            double pd = pb->tp_splittable && t > 1 ? t : 1, pu = ceil(ceil((double)pb->params / pd) / dp);
-            next = link = fmax(link, start) + dt__plan_allgather_s(dpg, 4 * pu * dp);
-        }
-        double re = recomputed(c, l, b) ? mb * b->fwd_s + b->fwd_fixed_s : 0, w = g * (mb * b->bwd_s + b->bwd_fixed_s + re) / d;
-        bend = start + w;
+        double start = fmax(end, next), w = block_bwd_s(c, l, &blk[i], mb, g);
+        if (i > lo)
+            next = link = fmax(link, start) + dt__plan_allgather_s(dpg, unit_bytes(l, &blk[i - 1], dp));
+        end = start + w;
         alone += w;
-        link = fmax(link, bend) + dt__plan_reduce_scatter_s(dpg, 4 * u * dp);
+        link = fmax(link, end) + dt__plan_reduce_scatter_s(dpg, unit_bytes(l, &blk[i], dp));
     }
-    return fmax(fmax(link, bend) - alone, 0);
+    return fmax(fmax(link, end) - alone, 0);
 }
 
 /* DDP's exposed allreduces on pipeline rank r: the buckets (`bucket` bytes
@@ -268,16 +268,14 @@ static double ddp_stream(const dt__plan_ctx *c, const dt_layout *l, const int *b
                          double g, double wire, double bucket)
 {
     const dt_plan_model *m = &c->in->model;
-    int p = l->pp, t = l->tp, v = dt_layout_chunks(l);
-    dt__plan_group dpg = {&c->in->links, dp, t * p};
+    int p = l->pp, v = dt_layout_chunks(l);
+    dt__plan_group dpg = {&c->in->links, dp, l->tp * p};
     double now = 0, link = 0, filled = 0;
     for (int ch = v - 1; ch >= 0; ch--)
         for (int i = bounds[ch * p + r + 1] - 1; i >= bounds[ch * p + r]; i--) {
             const dt_plan_block *b = &m->blocks[i];
-            double d = b->tp_splittable && t > 1 ? t : 1;
-            double re = recomputed(c, l, b) ? mb * b->fwd_s + b->fwd_fixed_s : 0;
-            now += g * (mb * b->bwd_s + b->bwd_fixed_s + re) / d;
-            for (filled += wire * ceil((double)b->params / d); filled >= bucket; filled -= bucket)
+            now += block_bwd_s(c, l, b, mb, g);
+            for (filled += wire * ceil((double)b->params / tp_div(l, b)); filled >= bucket; filled -= bucket)
                 link = fmax(link, now) + dt__plan_allreduce_s(dpg, bucket);
         }
     if (filled > 0)
