@@ -378,7 +378,7 @@ print(f"dtrain {name}: {tps:.0f} tokens/s (median of {len(rates)} windows), MFU 
       f"({m.get('achieved_tflops', 0):.1f} TFLOP/s, peak {m.get('peak_tflops') or 'unknown'}), final loss {rows[-1]['loss']:.4f}")
 PY
 }
-GPT2_DT="--set layers=12 --set dim=768 --set heads=12 --set context=1024 --set vocab=50304 --set batch_size=8 --set steps=25"
+GPT2_DT="--config configs/gpt-small.json --set layers=12 --set dim=768 --set heads=12 --set context=1024 --set vocab=50304 --set batch_size=8 --set steps=25"
 export GPT2_DT
 s_dtrain_bench() {
     local small="--config configs/gpt-small.json --set steps=40"

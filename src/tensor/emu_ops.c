@@ -10,6 +10,7 @@
  * x86-64 and AArch64 (48-bit user addresses) only; elsewhere dt_device_open
  * refuses it. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/devmem.h"
@@ -20,7 +21,19 @@
 
 #define TAG (1ULL << 62)
 
-static void *untag(const void *p) { return p ? (void *)((uintptr_t)p & ~(uintptr_t)TAG) : NULL; }
+/* A device entry handed host memory is a bug a GPU reports (an invalid
+ * argument, or a fault in a kernel): the emu device stops on it too. */
+static void *untag(const void *p)
+{
+    if (!p)
+        return NULL;
+    if (!((uintptr_t)p & (uintptr_t)TAG)) {
+        fprintf(stderr, "emu device: a device entry was handed host memory (%p); on a GPU this is an invalid "
+                        "argument or a fault\n", p);
+        abort();
+    }
+    return (void *)((uintptr_t)p & ~(uintptr_t)TAG);
+}
 static void *tag(void *p) { return p ? (void *)((uintptr_t)p | (uintptr_t)TAG) : NULL; }
 #define F(p) ((float *)untag(p))
 

@@ -84,7 +84,19 @@ static void prepare(bufs *b, size_t count, dt_dtype t, unsigned salt)
 static bool holds_input(bufs *b, const void *d)
 {
     cuda_or_die(cudaMemcpy(b->h_out, d, b->bytes, cudaMemcpyDeviceToHost), "download");
-    return memcmp(b->h_out, b->h_in, b->bytes) == 0;
+    if (memcmp(b->h_out, b->h_in, b->bytes) == 0)
+        return true;
+    /* where: the first differing byte, and how many differ (a stale buffer,
+     * the 0xA5 fill, or a partial write read differently) */
+    size_t first = b->bytes, ndiff = 0;
+    for (size_t i = 0; i < b->bytes; i++)
+        if (b->h_out[i] != b->h_in[i]) {
+            first = i < first ? i : first;
+            ndiff++;
+        }
+    printf("  mismatch: %zu of %zu bytes differ, the first at byte %zu (got 0x%02x, expected 0x%02x)\n", ndiff,
+           b->bytes, first, b->h_out[first], b->h_in[first]);
+    return false;
 }
 
 static void run_size(dt_comm *w, bufs *b, size_t count, dt_dtype t)

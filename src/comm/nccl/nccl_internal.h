@@ -26,6 +26,7 @@ typedef struct {
     ncclComm_t comm;
     cudaStream_t stream; /* every call of this communicator runs on it */
     cudaEvent_t done;    /* recorded after a blocking call, polled by its wait */
+    cudaEvent_t ready;   /* the fence before each call: the legacy default stream's work so far */
     float *flag;         /* one device float: barrier's allreduce */
     int device;          /* the CUDA device of the communicator (and its buffers) */
     pthread_mutex_t self_mu; /* guards the self messages */
@@ -44,8 +45,13 @@ static inline dt__nccl_comm *dt__nccl_of(const dt_comm *c) { return (dt__nccl_co
  * library's text; DT_OK on success. */
 dt_status dt__nccl_cuda_error(cudaError_t e, const char *op);
 dt_status dt__nccl_error(ncclResult_t r, const char *op, const dt_comm *c);
-/* Before a call on c: c is usable (not aborted, world alive) and its device
- * is this thread's current one. */
+/* Before a call on c: c is usable (not aborted, world alive), its device
+ * is this thread's current one, and c's stream waits for the work queued
+ * before the call on the legacy default stream, which includes every
+ * blocking stream's (the engine's compute stream is one): a buffer the
+ * caller filled by a kernel or an asynchronous copy is read only after it
+ * is written.  Work on a non-blocking stream of the caller's is not
+ * covered: synchronise it before the call. */
 dt_status dt__nccl_begin(dt_comm *c, const char *op);
 /* After NCCL calls on c that returned `r`: wait while NCCL still sets them
  * up (ncclInProgress), up to c's deadline; abort on a timeout or an error. */

@@ -65,7 +65,14 @@ dt_status dt__nccl_begin(dt_comm *c, const char *op)
         return dt__fail(n->broken_status, "%s: this communicator was aborted after an earlier failure: %s", op,
                         n->why);
     /* The current device is per thread: a progress thread runs calls too. */
-    return dt__nccl_cuda_error(cudaSetDevice(n->device), op);
+    DT_CHECK(dt__nccl_cuda_error(cudaSetDevice(n->device), op));
+    /* c's stream is non-blocking: without this fence NCCL could read a send
+     * buffer before the caller's upload or kernel wrote it (seen on an H200:
+     * a cudaMemset and a pageable cudaMemcpy still in flight). */
+    dt_status s = dt__nccl_cuda_error(cudaEventRecord(n->ready, cudaStreamLegacy), op);
+    if (s == DT_OK)
+        s = dt__nccl_cuda_error(cudaStreamWaitEvent(n->stream, n->ready, 0), op);
+    return s == DT_OK ? s : dt__nccl_break(c, s);
 }
 
 void dt__nccl_pause(int64_t spins)

@@ -39,6 +39,8 @@ static void release(dt__nccl_comm *n)
         cudaStreamDestroy(n->stream);
     if (n->done)
         cudaEventDestroy(n->done);
+    if (n->ready)
+        cudaEventDestroy(n->ready);
     cudaFree(n->flag);
     pthread_mutex_destroy(&n->self_mu);
     free(n);
@@ -58,6 +60,8 @@ static dt_status make_impl(dt_comm *c, int device, const char *op)
         s = dt__nccl_cuda_error(cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking), op);
     if (s == DT_OK)
         s = dt__nccl_cuda_error(cudaEventCreateWithFlags(&n->done, cudaEventDisableTiming), op);
+    if (s == DT_OK)
+        s = dt__nccl_cuda_error(cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming), op);
     if (s == DT_OK)
         s = dt__nccl_cuda_error(cudaMalloc((void **)&n->flag, sizeof *n->flag), op);
     if (s == DT_OK)

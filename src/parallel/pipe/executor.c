@@ -45,13 +45,15 @@ static void format_shape(const dt_tensor *t, char *buf, size_t len)
 
 /* ---- arenas: a pool, one per micro-batch in flight ---- */
 
-static dt_status arena_take(pipe_state *P, dt_arena **out)
+/* A new arena is on the model's device: the activations, the received
+ * inputs and gradients live where the layers read them. */
+static dt_status arena_take(pipe_state *P, const dt_model *m, dt_arena **out)
 {
     if (P->npool > 0) {
         *out = P->pool[--P->npool];
         return DT_OK;
     }
-    return dt_arena_create(out);
+    return dt_arena_create_on(dt_model_device(m), out);
 }
 
 static dt_status arena_give(pipe_state *P, dt_arena *a)
@@ -111,7 +113,7 @@ static dt_status slot_open(pipe_state *P, dt_strategy *s, int64_t step, int micr
     pipe_slot *sl = slot_of(P, micro, chunk);
     if (sl->live)
         return DT_OK;
-    DT_CHECK(arena_take(P, &sl->arena));
+    DT_CHECK(arena_take(P, s->model, &sl->arena));
     sl->live = true;
     sl->ctx = (dt_ctx){.arena = sl->arena,
                        .key = {s->cfg.seed, (uint64_t)step, (uint32_t)micro, s->key_group},
