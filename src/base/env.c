@@ -32,6 +32,7 @@ static const dt__tunable tunables[] = {
     {"DT_SHM_RING", NULL, "bytes of each direction's shared-memory ring, a power of two (default: 1 MiB, less when many ranks share a host, so that a host's rings take at most 64 MiB of /dev/shm)"},
     {"DT_SHM_COPY_MIN", NULL, "shared-memory messages of at least this many bytes are copied once, from the sender's memory (0: never; default: 262144 when the host's ranks outnumber its cores, else 0); reducing collectives always use the ring"},
     {"DT_SHM_COLL", "auto", "collectives of ranks that all share one host run through a shared arena instead of messages: auto or off"},
+    {"DT_DEVICE_IPC", "auto", "device buffers of a communicator whose ranks share one host: auto (read from each other's memory by CUDA IPC where the device has it, cuda; staged through host memory otherwise), 1 (the emu device too), 0 (always staged); docs/gpu.md"},
     {"DT_SHM_COLL_SLOT", "524288", "bytes per rank and round of the shared-memory collectives' arena, a multiple of 4096 (the arena takes 2 x ranks x this of /dev/shm)"},
     {"DT_SHM_SPIN_US", "50", "microseconds a rank polls its shared-memory rings before sleeping"},
     {"DT_POOL_SPIN_US", "100", "microseconds an idle compute thread keeps looking for the next parallel section (yielding its core) before sleeping; 0 when the host's ranks x threads outnumber its cores"},

@@ -5,6 +5,7 @@
 #include "base/trace.h"
 #include "comm/backend.h"
 #include "comm/coll.h"
+#include "comm/ipc.h"
 #include "comm/comm_internal.h"
 #include "comm/stage.h"
 #include "comm/stall.h"
@@ -41,6 +42,9 @@ static dt_status leave(dt_comm *c, const char *op, size_t bytes, int64_t t0, dt_
  * they go through stage.h, which stages, refuses or passes them by the
  * backend; otherwise the backend's entry at once. */
 #define DEV(c, entry, ...) (dt__devmem_active() ? dt__stage_##entry(__VA_ARGS__) : (c)->backend->entry(__VA_ARGS__))
+/* The same for the four that ranks of one host may run by IPC (ipc.h),
+ * which stage where it does not apply. */
+#define DEVIPC(c, entry, ...) (dt__devmem_active() ? dt__ipc_##entry(__VA_ARGS__) : (c)->backend->entry(__VA_ARGS__))
 
 #define TRACED(c, op, bytes, call) \
     do { \
@@ -58,7 +62,7 @@ dt_status dt_barrier(dt_comm *c)
 dt_status dt_broadcast(void *buf, size_t count, dt_dtype t, int root, dt_comm *c)
 {
     REFUSE_NULL(c, "broadcast");
-    TRACED(c, "broadcast", count * dt_dtype_size(t), DEV(c, broadcast, buf, count, t, root, c));
+    TRACED(c, "broadcast", count * dt_dtype_size(t), DEVIPC(c, broadcast, buf, count, t, root, c));
 }
 
 dt_status dt_reduce(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, int root, dt_comm *c)
@@ -70,21 +74,21 @@ dt_status dt_reduce(const void *send, void *recv, size_t count, dt_dtype t, dt_r
 dt_status dt_allreduce(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, dt_comm *c)
 {
     REFUSE_NULL(c, "allreduce");
-    TRACED(c, "allreduce", count * dt_dtype_size(t), DEV(c, allreduce, send, recv, count, t, op, c));
+    TRACED(c, "allreduce", count * dt_dtype_size(t), DEVIPC(c, allreduce, send, recv, count, t, op, c));
 }
 
 dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op, dt_comm *c)
 {
     REFUSE_NULL(c, "reduce_scatter");
     TRACED(c, "reduce_scatter", recvcount * dt_dtype_size(t) * (size_t)c->size,
-           DEV(c, reduce_scatter, send, recv, recvcount, t, op, c));
+           DEVIPC(c, reduce_scatter, send, recv, recvcount, t, op, c));
 }
 
 dt_status dt_allgather(const void *send, void *recv, size_t sendcount, dt_dtype t, dt_comm *c)
 {
     REFUSE_NULL(c, "allgather");
     TRACED(c, "allgather", sendcount * dt_dtype_size(t) * (size_t)c->size,
-           DEV(c, allgather, send, recv, sendcount, t, c));
+           DEVIPC(c, allgather, send, recv, sendcount, t, c));
 }
 
 dt_status dt_gather(const void *send, void *recv, size_t sendcount, dt_dtype t, int root, dt_comm *c)

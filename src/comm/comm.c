@@ -14,6 +14,7 @@
 #include "comm/colltrace.h"
 #include "comm/stall.h"
 #include "comm/comm_internal.h"
+#include "comm/ipc.h"
 #include "comm/stage.h"
 #include "comm/launch_env.h"
 #include "dtrain/store.h"
@@ -289,6 +290,7 @@ void dt__comm_twin(const dt_comm *c, uint32_t id, dt_comm *twin)
     memset(twin->scratch, 0, sizeof twin->scratch);
     memset(twin->scratch_size, 0, sizeof twin->scratch_size);
     twin->stage = NULL;
+    twin->ipc = NULL; /* a twin runs host buffers only: no IPC state to free */
 }
 
 void dt__comm_twin_done(dt_comm *twin)
@@ -328,6 +330,7 @@ dt_status dt_comm_destroy(dt_comm *c)
         s = dt__engine_destroy(w->eng);
         w->engine_closed = true;
     }
+    dt__ipc_comm_free(c, c->id == WORLD_COMM_ID);
     free(c->scratch[0]);
     free(c->scratch[1]);
     dt__stage_free(c);

@@ -66,6 +66,7 @@ struct dt_comm {
     uint64_t p2p_seq;
     char tag[32];       /* dt_comm_set_tag: recorded with collectives under DT_DEBUG=coll */
     void *stall_slot;   /* its record in the stall inspector (stall.c), set at its first collective */
+    struct dt__ipcstate *ipc; /* device buffers read by IPC (ipc.c): its stream, temporary; NULL until used */
     double timeout_s;
     dt__algo algo;
     size_t segment_bytes; /* ring pipeline segment */

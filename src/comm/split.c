@@ -59,6 +59,7 @@ static dt_status make_child(dt_comm *c, const int32_t *pairs, int color, dt_comm
     sub->stall_slot = NULL; /* its own id: its own record (stall.c) */
     memset(sub->scratch, 0, sizeof sub->scratch);
     sub->stage = NULL; /* its own staging buffer (stage.c) */
+    sub->ipc = NULL;   /* its own stream and temporary (ipc.c) */
     sub->local = sub->cross = NULL; /* its own hierarchy, if any: dt__hier_setup */
     sub->members = NULL;
     sub->nhosts = 0;

@@ -66,6 +66,10 @@ bool dt__cuda_tf32(void);
  * NULL in a build without CUDA. */
 struct dt__devmem;
 const struct dt__devmem *dt__cuda_devmem(void);
+/* Its IPC entries (base/devmem_ipc.h, src/cuda/ipc.cu: CUDA IPC, a stream per
+ * communicator, the rank-order reduce kernel); NULL without CUDA. */
+struct dt__devmem_ipc;
+const struct dt__devmem_ipc *dt__cuda_ipc(void);
 
 /* ---- for the kernel files ---- */
 

@@ -9,6 +9,7 @@
 
 const dt_compute_ops *dt__cuda_ops(void) { return NULL; }
 const struct dt__devmem *dt__cuda_devmem(void) { return NULL; }
+const struct dt__devmem_ipc *dt__cuda_ipc(void) { return NULL; }
 
 dt_status dt__cuda_init(int device)
 {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/devmem.h"
+#include "base/devmem_ipc.h"
 #include "base/status.h"
 #include "cuda/cuda.h"
 #include "tensor/backend.h"
@@ -39,6 +40,7 @@ dt_status dt_device_open(const char *spec, const dt_device **out)
     if (!strcmp(spec, "emu")) {
 #if defined(__x86_64__) || defined(__aarch64__)
         DT_CHECK(dt__devmem_register(&dt__emu_devmem)); /* communication learns its buffers here */
+        dt__devmem_ipc_register(&dt__emu_devmem, &dt__emu_ipc); /* used under DT_DEVICE_IPC=1 */
         *out = &dt__emu_ops;
         return DT_OK;
 #else
@@ -55,6 +57,8 @@ dt_status dt_device_open(const char *spec, const dt_device **out)
         return dt__fail(DT_ERR_INVALID, "device %s: this dtrain was built without CUDA (configure with -DDT_CUDA=ON "
                                         "and the CUDA toolkit installed)", spec);
     DT_CHECK(dt__devmem_register(dt__cuda_devmem()));
+    if (dt__cuda_ipc())
+        dt__devmem_ipc_register(dt__cuda_devmem(), dt__cuda_ipc());
     *out = ops;
     return DT_OK;
 }
