@@ -29,7 +29,8 @@
  *    dst[i] = fold of srcs[0..n) in order with dt__reduce's combine
  *    (base/redop.h, the lower rank the left operand), where acc true makes
  *    dst itself the first operand (a fold longer than one launch takes);
- *    finish > 0 then applies dt__reduce_finish(dst, count, t, op, finish).
+ *    finish (0 or the number of ranks, at least 2) then applies
+ *    dt__reduce_finish(dst, count, t, op, finish): DT_AVG's division.
  *    The bits are dt__reduce's: f16/bf16 round after each combine, NaNs
  *    canonical, DT_AVG divides once.
  *  - wait(stream): the stream's work is done; a failure of any of it is

@@ -218,7 +218,7 @@ static dt_status emu_reduce(void *stream, void *dst, const void *const *srcs, in
         memmove(d, plain(srcs[i++]), count * dt_dtype_size(t));
     for (; i < n; i++)
         dt__reduce(d, d, plain(srcs[i]), count, t, op);
-    if (finish > 0)
+    if (finish > 1)
         dt__reduce_finish(d, count, t, op, finish);
     return DT_OK;
 }
