@@ -19,8 +19,10 @@
 #   build                    cmake configure + build -j 16 (build-gpu) 60 / 240
 #   gpu_kernels              every table entry, cuda against cpu       10 / 120
 #   coll-device              coll_check --device cuda on 2, 3, 4 ranks
-#                            sharing the GPU (staged through pinned host
-#                            memory), bitwise the host run's hashes    20 /  90
+#                            sharing the GPU, staged through pinned host
+#                            memory (DT_DEVICE_IPC=0) and by CUDA IPC
+#                            (DT_DEVICE_IPC=1, the path counted), each
+#                            bitwise the host run's hashes             30 / 120
 #   nccl_world1              DT_BACKEND=nccl at world size 1: every
 #                            collective on device buffers, refusals     5 /  60
 #   trajectory               tests/gpu/trajectory.sh: gpt-mini 50 steps
@@ -159,22 +161,36 @@ s_gpu_kernels() {
 # Every buffer of every collective and point-to-point call in device memory
 # (coll_check --device cuda), ranks sharing the one GPU through dtrain's own
 # transports; each world's output (checks and hashes of inexact f32
-# reductions) must equal the host-buffer run's.
+# reductions) must equal the host-buffer run's, twice: staged through
+# pinned host memory (DT_DEVICE_IPC=0), and with allreduce, reduce_scatter,
+# allgather and broadcast reading the peers' buffers by CUDA IPC
+# (DT_DEVICE_IPC=1: a rank that cannot warns why; coll_check counts the
+# collectives that took the path, which must be some).
 s_coll_device() {
     need_bin coll_check
     need_bin dtrun
-    local n rc=0 d
+    local n rc=0 d k
     d=$(mktemp -d)
     for n in 2 3 4; do
         "$BIN/dtrun" -n "$n" "$BIN/coll_check" --quick --big 65536 --hashes >"$d/host$n" 2>&1 || {
             cat "$d/host$n"; echo "FAIL: coll_check on $n ranks, host buffers"; rc=1; continue; }
-        "$BIN/dtrun" -n "$n" "$BIN/coll_check" --quick --big 65536 --hashes --device cuda >"$d/cuda$n" 2>&1 || {
-            tail -n 20 "$d/cuda$n"; echo "FAIL: coll_check on $n ranks, cuda buffers"; rc=1; continue; }
-        if diff "$d/host$n" "$d/cuda$n"; then
-            echo "world $n: $(grep -o 'coll_check: .*' "$d/cuda$n"), the host run's bits"
-        else
-            echo "FAIL: coll_check on $n ranks: cuda buffers gave other bits than host ones"; rc=1
-        fi
+        for k in 0 1; do
+            DT_DEVICE_IPC=$k "$BIN/dtrun" -n "$n" "$BIN/coll_check" --quick --big 65536 --hashes --device cuda \
+                >"$d/cuda$n-$k" 2>&1 || {
+                tail -n 20 "$d/cuda$n-$k"; echo "FAIL: coll_check on $n ranks, cuda buffers, DT_DEVICE_IPC=$k"
+                rc=1; continue; }
+            local how="staged" taken
+            taken=$(grep -o '[0-9]* collectives by device IPC' "$d/cuda$n-$k" | grep -o '^[0-9]*')
+            [ "$k" = 1 ] && how="by CUDA IPC (${taken:-?} collectives on rank 0)"
+            if [ "$k" = 1 ] && [ "${taken:-0}" = 0 ]; then
+                grep -i "staged through host" "$d/cuda$n-$k" | head -n 3
+                echo "FAIL: coll_check on $n ranks: DT_DEVICE_IPC=1 took no collective by IPC"; rc=1
+            elif diff "$d/host$n" <(grep -v "by device IPC" "$d/cuda$n-$k"); then
+                echo "world $n: $(grep -o 'coll_check: world.*' "$d/cuda$n-$k"), $how, the host run's bits"
+            else
+                echo "FAIL: coll_check on $n ranks: cuda buffers ($how) gave other bits than host ones"; rc=1
+            fi
+        done
     done
     return "$rc"
 }
@@ -460,7 +476,7 @@ main() {
         echo "programs: $BIN"
     fi
     step gpu_kernels 120 s_gpu_kernels
-    step coll-device 90 s_coll_device
+    step coll-device 120 s_coll_device
     step nccl_world1 60 s_nccl_world1
     step trajectory 150 s_trajectory
     step strategies 150 s_strategies

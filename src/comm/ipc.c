@@ -56,16 +56,15 @@ uint64_t dt__ipc_calls(void) { return (uint64_t)atomic_load(&calls); }
 
 /* The resolver of the call's buffers when every one is device memory of
  * one device with IPC entries that DT_DEVICE_IPC allows; else NULL. */
-static const dt__devmem *ipc_device(const call_t *k, const dt__devmem_ipc **ipc, dt_status *err)
+static const dt__devmem *ipc_device(const call_t *k, const dt__devmem_ipc **ipc, int *mode, dt_status *err)
 {
     *err = DT_OK;
-    int mode;
-    if ((*err = dt__device_ipc_mode(&mode)) != DT_OK || mode == 0)
+    if ((*err = dt__device_ipc_mode(mode)) != DT_OK || *mode == 0)
         return NULL;
     const dt__devmem *m = dt__devmem_of(k->out);
     if (!m || (k->in && dt__devmem_of(k->in) != m))
         return NULL;
-    if (mode < 0 && !strcmp(m->name, "emu")) /* emu exports only under DT_DEVICE_IPC=1 */
+    if (*mode < 0 && !strcmp(m->name, "emu")) /* emu exports only under DT_DEVICE_IPC=1 */
         return NULL;
     *ipc = dt__devmem_ipc_of(m);
     return *ipc ? m : NULL;
@@ -74,12 +73,12 @@ static const dt__devmem *ipc_device(const call_t *k, const dt__devmem_ipc **ipc,
 /* Whether k takes the IPC path on c (the same answer on every rank of a
  * matching call: see ipc.h). */
 static bool eligible(dt_comm *c, const call_t *k, dt__coll_kind ck, size_t total, const dt__devmem_ipc **ipc,
-                     dt_status *err)
+                     int *mode, dt_status *err)
 {
     *err = DT_OK;
     if (c->backend != &dt__native_backend || c->size < 2 || k->bytes == 0 || !c->arena)
         return false;
-    if (!ipc_device(k, ipc, err))
+    if (!ipc_device(k, ipc, mode, err))
         return false;
     dt__alg a = dt__coll_pick(c, ck, total);
     dt__coll_last_alg = -1;
@@ -195,7 +194,8 @@ static dt_status run(dt_comm *c, const call_t *k, dt__coll_kind ck, size_t total
     *taken = false;
     const dt__devmem_ipc *ipc = NULL;
     dt_status err;
-    if (!eligible(c, k, ck, total, &ipc, &err))
+    int mode;
+    if (!eligible(c, k, ck, total, &ipc, &mode, &err))
         return err;
     dt__coll co;
     DT_CHECK(dt__coll_begin(&co, c, k->name));
@@ -210,8 +210,9 @@ static dt_status run(dt_comm *c, const call_t *k, dt__coll_kind ck, size_t total
     if (s == DT_OK && k->in)
         s = ipc->export_ptr(k->in, k->in_bytes, &mine.h, &mine.off);
     if (s != DT_OK) {
-        if (!st->told)
-            DT_INFO("%s: device buffers staged through host memory: %s", k->name, dt_last_error());
+        if (!st->told) /* a warning where DT_DEVICE_IPC=1 asked for the path */
+            dt__log(mode == 1 ? DT_LOG_WARN : DT_LOG_INFO, "%s: device buffers staged through host memory: %s",
+                    k->name, dt_last_error());
         st->told = true;
         mine.state = 0;
     }
@@ -251,7 +252,8 @@ static dt_status run(dt_comm *c, const call_t *k, dt__coll_kind ck, size_t total
         void *base = NULL;
         if (dt__ipc_cache_get(ipc, &recs[j].h, c->id, &base, &slot[j]) != DT_OK) {
             if (!st->told)
-                DT_INFO("%s: device buffers staged through host memory: opening rank %d's: %s", k->name, j,
+                dt__log(mode == 1 ? DT_LOG_WARN : DT_LOG_INFO,
+                        "%s: device buffers staged through host memory: opening rank %d's: %s", k->name, j,
                         dt_last_error());
             st->told = true;
             ok = 0;
