@@ -216,8 +216,9 @@ s_trajectory() {
 }
 
 # The strategies on the GPU (issue 46, item 3): two ranks sharing the one
-# GPU, through dtrain's native backend (device buffers staged through pinned
-# host memory; NCCL refuses two ranks on one GPU), each run against one
+# GPU, through dtrain's native backend (device buffers by CUDA IPC, the
+# default on one host, or staged through pinned host memory; NCCL refuses
+# two ranks on one GPU), each run against one
 # rank on the same global batch: the losses of every step within 1e-5
 # relative (f32; the order of the sums differs).  DDP: 2 x batch 4 against
 # batch 8; tp=2 and pp=2 (1f1b, 4 micro-batches) keep the batch whole: 2

@@ -30,7 +30,8 @@ struct dt__ipcstate {
     void *stream;
     void *tmp;
     size_t tmp_size;
-    bool told; /* the fallback was logged once */
+    bool told;      /* the fallback was logged once */
+    bool announced; /* the path's first use was logged */
 };
 
 typedef enum { K_ALLREDUCE, K_REDUCE_SCATTER, K_ALLGATHER, K_BROADCAST } kind_t;
@@ -306,8 +307,13 @@ static dt_status run(dt_comm *c, const call_t *k, dt__coll_kind ck, size_t total
         if (s != DT_OK)
             s = dt__wrap(s, "%s: copying the result to the receive buffer: ", k->name);
     }
-    if (s == DT_OK)
+    if (s == DT_OK) {
         atomic_fetch_add(&calls, 1);
+        if (!st->announced)
+            DT_INFO("%s: device buffers read by IPC between the %d ranks of this host (communicator %u)", k->name,
+                    n, c->id);
+        st->announced = true;
+    }
 out:
     for (int j = 0; slot && j < n; j++)
         dt__ipc_cache_put(slot[j]);

@@ -4,8 +4,9 @@
  * GPU process; several ranks on one host share GPUs by DT_LOCAL_RANK
  * (dt_device_open).  Several ranks: the line also says which communication
  * backend carries the device's buffers, and why.  The trainer leaves
- * DT_BACKEND alone: the native backend (the default) stages device buffers
- * through host memory, and works when ranks share a GPU; NCCL, which
+ * DT_BACKEND alone: the native backend (the default) reads device buffers
+ * between the ranks of one host by IPC and stages them through host memory
+ * otherwise, and works when ranks share a GPU; NCCL, which
  * refuses two ranks on one GPU, is chosen by DT_BACKEND=nccl (docs/gpu.md). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,18 +14,32 @@
 
 #include "dtrain_cli.h"
 
+/* Whether the native backend reads device buffers between the ranks of one
+ * host by IPC (DT_DEVICE_IPC, src/comm/ipc.h): cuda unless 0, emu when 1. */
+static bool ipc_on(const char *device)
+{
+    const char *v = getenv("DT_DEVICE_IPC");
+    if (v && !strcmp(v, "0"))
+        return false;
+    if (!strcmp(device, "emu"))
+        return v && !strcmp(v, "1");
+    return !strncmp(device, "cuda", 4);
+}
+
 /* "" for one rank; else "; communication: ..." naming the backend and why. */
-static void backend_note(char *buf, size_t n)
+static void backend_note(const char *device, char *buf, size_t n)
 {
     const char *world = getenv("DT_WORLD_SIZE"), *local = getenv("DT_LOCAL_WORLD_SIZE"), *b = getenv("DT_BACKEND");
     buf[0] = 0;
     if (!world || atoi(world) <= 1)
         return;
+    bool one_host = local && atoi(local) == atoi(world);
     if (b && strcmp(b, "native"))
         snprintf(buf, n, "; communication: the %s backend (DT_BACKEND=%s)", b, b);
     else
-        snprintf(buf, n, "; communication: the native backend, device buffers staged through host memory (%s rank%s "
+        snprintf(buf, n, "; communication: the native backend, device buffers %s (%s rank%s "
                  "on this host%s; DT_BACKEND=nccl when every rank has a GPU of its own)",
+                 one_host && ipc_on(device) ? "read by IPC between this host's ranks" : "staged through host memory",
                  local ? local : "?", local && atoi(local) == 1 ? "" : "s",
                  local && atoi(local) > 1 ? " may share a GPU" : "");
 }
@@ -34,7 +49,7 @@ void dtrain_device_line(const dtrain_config *c)
     const dt_device *dev = NULL;
     char what[384] = "", comm[256];
     size_t total = 0, free_b = 0;
-    backend_note(comm, sizeof comm);
+    backend_note(c->device, comm, sizeof comm);
     if (dt_device_open(c->device, &dev) != DT_OK || dt_device_describe(dev, what, sizeof what) != DT_OK)
         snprintf(what, sizeof what, "%s", c->device);
     else if (dt_device_memory(dev, &total, &free_b, NULL) == DT_OK) /* what the run starts with */
