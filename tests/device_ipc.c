@@ -7,12 +7,14 @@
  *    call taken by IPC and each peer buffer opened once (the cache), then a
  *    buffer freed and a new one allocated is opened afresh and read right;
  *    with DT_DEVICE_IPC=0 no call taken by IPC and the same results.
+ *  mismatch: rank 0's allreduce has one element more: every rank fails
+ *    naming the mismatch.
  *  dead DIR: the last rank SIGKILLs itself before an allreduce; every other
  *    rank's allreduce on device buffers fails (DT_ERR_PEER or
  *    DT_ERR_TIMEOUT) naming it; DIR/result.R holds status, message and the
  *    seconds it took.
  *
- * usage: device_ipc reuse | device_ipc dead DIR   (exit 0 when it behaved) */
+ * usage: device_ipc reuse | device_ipc mismatch | device_ipc dead DIR   (exit 0 when it behaved) */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,10 +227,26 @@ static int dead(const char *dir)
     return s == DT_OK ? 1 : 0;
 }
 
+/* Rank 0 calls allreduce with one element more than the others: every
+ * rank's call fails naming the mismatch, as on the host path. */
+static int mismatch(void)
+{
+    float h[N + 1] = {0};
+    float *d = up(h, sizeof h), *e = dv->alloc(sizeof h);
+    /* Past start-up first; a rank slow to leave the barrier may see the
+     * others' failure there, which names the mismatch too. */
+    dt_status s = dt_barrier(world);
+    if (s == DT_OK)
+        s = dt_allreduce(d, e, rank == 0 ? N + 1 : N, DT_F32, DT_SUM, world);
+    int ok = s != DT_OK && strstr(dt_last_error(), "mismatch") != NULL;
+    printf("device_ipc mismatch: rank %d: %s: %s\n", rank, ok ? "ok" : "FAIL", s == DT_OK ? "no error" : dt_last_error());
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
-    if (argc < 2 || (strcmp(argv[1], "reuse") && (strcmp(argv[1], "dead") || argc != 3))) {
-        fprintf(stderr, "usage: device_ipc reuse | device_ipc dead DIR\n");
+    if (argc < 2 || (strcmp(argv[1], "reuse") && strcmp(argv[1], "mismatch") && (strcmp(argv[1], "dead") || argc != 3))) {
+        fprintf(stderr, "usage: device_ipc reuse | device_ipc mismatch | device_ipc dead DIR\n");
         return 2;
     }
     if (dt_device_open("emu", &dv) != DT_OK) {
@@ -238,6 +256,8 @@ int main(int argc, char **argv)
     CALL(dt_comm_init_env(&world));
     rank = dt_comm_rank(world);
     size = dt_comm_size(world);
+    if (!strcmp(argv[1], "mismatch"))
+        return mismatch();
     int rc = !strcmp(argv[1], "reuse") ? reuse() : dead(argv[2]);
     if (strcmp(argv[1], "dead"))
         CALL(dt_comm_destroy(world));

@@ -11,8 +11,9 @@
 # where the ranks read each other's emu buffers through memfd mappings,
 # equals the host run byte for byte too and says it took the path;
 # device_ipc: the same buffers again and again (each peer buffer opened
-# once), with DT_DEVICE_IPC=0 nothing by IPC, and a rank killed before an
-# IPC allreduce reported by the others as DT_ERR_PEER naming it.
+# once), with DT_DEVICE_IPC=0 nothing by IPC, mismatched counts named on
+# every rank, and a rank killed before an IPC allreduce reported by the
+# others as DT_ERR_PEER naming it.
 . "$(dirname "$0")/lib.sh"
 big=4096; [ "${QUICK:-${DT_TEST_QUICK:-0}}" = 1 ] && big=1024
 for n in 2 3 4; do
@@ -22,6 +23,7 @@ for n in 2 3 4; do
     par "$WORK/reuse$n" env DT_DEVICE_IPC=1 "$BIN/dtrun" -n $n "$BIN/device_ipc" reuse
 done
 par "$WORK/reuse-off" env DT_DEVICE_IPC=0 "$BIN/dtrun" -n 3 "$BIN/device_ipc" reuse
+par "$WORK/mismatch" env DT_DEVICE_IPC=1 DT_TIMEOUT=30 "$BIN/dtrun" -n 3 "$BIN/device_ipc" mismatch
 mkdir -p "$WORK/dead"
 par "$WORK/dead.out" env DT_DEVICE_IPC=1 DT_TIMEOUT=30 "$BIN/dtrun" -n 3 "$BIN/device_ipc" dead "$WORK/dead"
 par "$WORK/staged" "$BIN/dtrun" -n 3 "$BIN/device_refused" staged
@@ -43,6 +45,8 @@ for n in 2 3 4; do
 done
 par_ok "$WORK/reuse-off" || { cat "$WORK/reuse-off"; fail "device_ipc reuse under DT_DEVICE_IPC=0"; }
 expect_grep "$WORK/reuse-off" "device_ipc reuse: 3 ranks, staged, 0 collectives by IPC on rank 0, 0 failures"
+[ "$(grep -c "device_ipc mismatch: rank [0-9]: ok: .*collective mismatch: rank . calls allreduce(100[34] x f32, sum) but rank" "$WORK/mismatch")" = 3 ] ||
+    { cat "$WORK/mismatch"; fail "device_ipc mismatch: not every rank named the mismatch"; }
 expect_grep "$WORK/dead.out" "rank 2 \(pid [0-9]+\) was killed by signal 9"
 for r in 0 1; do
     f="$WORK/dead/result.$r"
