@@ -5,7 +5,8 @@
  *    f32 sum, i32 max, bf16 avg), reduce_scatter (both), allgather (both)
  *    and broadcast, ITERS times: every result exact; with IPC on, every
  *    call taken by IPC and each peer buffer opened once (the cache), then a
- *    buffer freed and a new one allocated is opened afresh and read right;
+ *    buffer freed and a new one allocated is opened afresh and read right,
+ *    and a buffer one rank cannot export makes every rank stage that call;
  *    with DT_DEVICE_IPC=0 no call taken by IPC and the same results.
  *  mismatch: rank 0's allreduce has one element more: every rank fails
  *    naming the mismatch.
@@ -16,6 +17,7 @@
  *
  * usage: device_ipc reuse | device_ipc mismatch | device_ipc dead DIR   (exit 0 when it behaved) */
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,6 +187,34 @@ static int reuse(void)
         failures++;
     }
     other_types();
+    /* Rank 1's buffer not exportable (emu memory from outside its shared
+     * heap): every rank learns it in round 1 and stages, results right. */
+    if (on) {
+        uint64_t before = dt__ipc_calls();
+        float h[N], want[N];
+        for (size_t i = 0; i < N; i++) {
+            h[i] = val(rank, i);
+            want[i] = 0;
+            for (int r = 0; r < size; r++)
+                want[i] += val(r, i);
+        }
+        void *odd = NULL;
+        if (rank == 1) {
+            odd = (void *)((uintptr_t)dt__cpu_ops.alloc(sizeof h) | (1ull << 62)); /* the emu tag */
+            CALL(dt_device_upload(dv, odd, h, sizeof h));
+        }
+        float *src = rank == 1 ? odd : up(h, sizeof h);
+        CALL(dt_allreduce(src, d_out, N, DT_F32, DT_SUM, world));
+        expect_f32("allreduce, one rank not exportable", d_out, want, N);
+        if (dt__ipc_calls() != before) {
+            fprintf(stderr, "FAIL rank %d: a call with a buffer rank 1 cannot export went by IPC\n", rank);
+            failures++;
+        }
+        if (rank == 1)
+            dt__cpu_ops.free((void *)((uintptr_t)odd & ~(1ull << 62)));
+        else
+            dv->free(src);
+    }
     dv->free(d_in);
     dv->free(d_out);
     dv->free(d_all);
@@ -211,11 +241,19 @@ static int dead(const char *dir)
     signal(SIGTERM, SIG_IGN); /* report our own error before dtrun's SIGKILL (as fault_peer) */
     float *d = up(h, sizeof h), *e = dv->alloc(sizeof h);
     CALL(dt_allreduce(d, e, N, DT_F32, DT_SUM, world)); /* all alive: by IPC */
-    CALL(dt_barrier(world));
-    if (rank == size - 1)
-        raise(SIGKILL);
+    /* The victim gives the others time to leave the barrier and enter the
+     * allreduce (one slow to leave it sees the death there, which is
+     * recorded the same way). */
     double t0 = now();
-    dt_status s = dt_allreduce(d, e, N, DT_F32, DT_SUM, world);
+    dt_status s = dt_barrier(world);
+    if (rank == size - 1) {
+        usleep(300 * 1000);
+        raise(SIGKILL);
+    }
+    if (s == DT_OK) {
+        t0 = now();
+        s = dt_allreduce(d, e, N, DT_F32, DT_SUM, world);
+    }
     char path[512];
     snprintf(path, sizeof path, "%s/result.%d", dir, rank);
     FILE *f = fopen(path, "w");
