@@ -201,21 +201,26 @@ static dt_status run(dt_comm *c, const call_t *k, dt__coll_kind ck, size_t total
     dt__coll co;
     DT_CHECK(dt__coll_begin(&co, c, k->name));
     DT_CHECK(dt__coll_trace(&co, k->count, k->t, (int)k->op, k->root));
-    struct dt__ipcstate *st = NULL;
-    DT_CHECK(state_of(c, ipc, &st));
     int n = c->size, me = c->rank;
 
-    /* Round 1: my input is complete; its handle to every peer. */
+    /* Round 1: my input is complete; its handle to every peer.  Whatever
+     * fails here makes this rank say "stage", never leave the protocol
+     * (its peers would meet their deadline instead). */
+    struct dt__ipcstate *st = NULL;
     rec_t mine = {REC_MAGIC, 1, 0, {{0}, 0}};
-    dt_status s = ipc->ready();
+    dt_status s = state_of(c, ipc, &st);
+    if (s == DT_OK)
+        s = ipc->ready();
     if (s == DT_OK && k->in)
         s = ipc->export_ptr(k->in, k->in_bytes, &mine.h, &mine.off);
     if (s != DT_OK) {
-        if (!st->told) /* a warning where DT_DEVICE_IPC=1 asked for the path */
+        if (!st || !st->told) /* a warning where DT_DEVICE_IPC=1 asked for the path */
             dt__log(mode == 1 ? DT_LOG_WARN : DT_LOG_INFO, "%s: device buffers staged through host memory: %s",
                     k->name, dt_last_error());
-        st->told = true;
+        if (st)
+            st->told = true;
         mine.state = 0;
+        s = DT_OK;
     }
     rec_t *recs = calloc((size_t)n, sizeof *recs);
     void **ptr = calloc((size_t)n, sizeof *ptr);
