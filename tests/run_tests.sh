@@ -165,6 +165,8 @@ run "collectives/tiny-segments" 200 env DT_SHM_COLL=off DT_RING_SEGMENT=1024 DT_
 run "collectives/concurrent-communicators" 300 tests/cases/comm_concurrency.sh
 # Every buffer in (emu) device memory, staged through the host: the host run's bits.
 run "collectives/device-buffers-emu" 200 tests/cases/coll_device.sh
+# A communicator for device buffers beside the job's (emu; NCCL's on a GPU).
+run "collectives/device-companion-emu" 200 tests/cases/device_comm.sh
 # The MPI backend under mpirun (skipped with the reason where OpenMPI or this
 # build's MPI backend is absent; make test installs it: scripts/setup.sh).
 for n in 2 3 4; do

@@ -51,6 +51,9 @@ dt_status dt_device_open(const char *spec, const dt_device **out);
 const char *dt_device_name(const dt_device *d);
 /* True for the host (its memory is plain pointers). */
 bool dt_device_is_host(const dt_device *d);
+/* Devices of a kind this process can use: the GPUs visible for "cuda" (0
+ * in a build without CUDA, or without a GPU); 1 for "cpu" and "emu". */
+int dt_device_count(const char *kind);
 /* One line naming the hardware: "NVIDIA H200, 139.8 GiB, sm_90, ..." or the CPU's BLAS kernels. */
 dt_status dt_device_describe(const dt_device *d, char *buf, size_t n);
 /* Wait for the device's queued work; the first error of an asynchronous kernel. */

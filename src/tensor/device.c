@@ -63,6 +63,13 @@ const char *dt_device_name(const dt_device *d) { return d ? d->name : "cpu"; }
 
 bool dt_device_is_host(const dt_device *d) { return !d || d->host; }
 
+int dt_device_count(const char *kind)
+{
+    if (kind && !strncmp(kind, "cuda", 4))
+        return dt__cuda_device_count();
+    return 1;
+}
+
 dt_status dt_device_describe(const dt_device *d, char *buf, size_t n)
 {
     if (!buf || n == 0)
