@@ -22,7 +22,7 @@ cmake --build "$build" -j "$(nproc)" -- --no-print-directory >/dev/null
 grep -q 'DT_CUDA_BUILT:INTERNAL=ON' "$build/CMakeCache.txt" || { echo "gpu-bundle: the CUDA backend was not built" >&2; exit 1; }
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
-progs="dtrain dtrun coll_check gpu_kernels nccl_world1"
+progs="dtrain dtrun coll_check gpu_kernels nccl_world1 nccl_attach"
 for p in $build/bin/gpu_*; do progs="$progs $(basename "$p")"; done
 for p in $(echo $progs | tr ' ' '\n' | sort -u); do
     [ -x "$build/bin/$p" ] && cp "$build/bin/$p" "$out/bin/"

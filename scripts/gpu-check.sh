@@ -22,7 +22,9 @@
 #                            sharing the GPU (staged through pinned host
 #                            memory), bitwise the host run's hashes    20 /  90
 #   nccl_world1              DT_BACKEND=nccl at world size 1: every
-#                            collective on device buffers, refusals     5 /  60
+#                            collective on device buffers, refusals;
+#                            nccl_attach: NCCL as a native communicator's
+#                            companion for device buffers               8 /  60
 #   trajectory               tests/gpu/trajectory.sh: gpt-mini 50 steps
 #                            GPU vs CPU (f32, bf16) and checkpoints
 #                            GPU -> CPU -> GPU                         40 / 150
@@ -190,7 +192,11 @@ s_nccl_world1() {
         echo "nccl_world1 skipped on a GPU machine: it could not use the GPU"
         exit 1
     fi
-    return "$rc"
+    [ "$rc" = 0 ] || return "$rc"
+    # NCCL as the companion of a native communicator for device buffers
+    # (dt_comm_attach_device: what dtrain attaches when every rank has a GPU)
+    need_bin nccl_attach
+    "$BIN/nccl_attach"
 }
 
 s_trajectory() {
