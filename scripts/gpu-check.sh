@@ -39,6 +39,9 @@
 #   torch-gpt-small-f32, torch-gpt-small-bf16   eager                  10 /  60 each
 #   dtrain-bench             dtrain's rows: GPT-2 124M bf16 and f32,
 #                            gpt-small f32 and bf16 (device=cuda)       90 / 240
+#   kernel-profile           DT_KERNEL_PROFILE=1: dtrain's GPT-2 124M
+#                            bf16 step, entry by entry (the costliest
+#                            kinds with their TFLOP/s)                 20 /  90
 #   memcheck                 compute-sanitizer memcheck, gpu_kernels
 #                            --quick                                   60 / 150
 # About 7 minutes expected.  GPU_CHECK_BUDGET (default 450 s) bounds the
@@ -399,6 +402,20 @@ s_dtrain_bench() {
     return $rc
 }
 
+# Where dtrain's GPT-2 step goes: every entry of the cuda table timed
+# between device waits (src/tensor/profile.c), 6 steps.
+s_kernel_profile() {
+    need_bin dtrain
+    local text="$OUT/bench-text.txt" args=${GPT2_DT/--set steps=25/--set steps=6}
+    [ -s "$text" ] || cat README.md docs/*.md >"$text"
+    # shellcheck disable=SC2086 # args: an argument list on purpose
+    DT_KERNEL_PROFILE=1 "$BIN/dtrain" train --set model=gpt --set data=text --set data_path="$text" \
+        --set optimizer=adamw --set eval_interval=0 --set eval_batches=1 --set log_interval=1 --set device=cuda \
+        $args --set precision=bf16 >"$OUT/steps/kernel-profile.out" 2>&1 ||
+        { tail -n 20 "$OUT/steps/kernel-profile.out"; return 1; }
+    sed -n '/^kernel profile/,$p' "$OUT/steps/kernel-profile.out"
+}
+
 s_memcheck() {
     need_bin gpu_kernels
     local cs
@@ -412,7 +429,7 @@ s_memcheck() {
     return "$rc"
 }
 
-export -f s_env s_build need_bin s_gpu_kernels s_coll_device s_nccl_world1 s_trajectory s_strategies s_attention torch_row gpt_small dtrain_row s_dtrain_bench s_memcheck
+export -f s_env s_build need_bin s_gpu_kernels s_coll_device s_nccl_world1 s_trajectory s_strategies s_attention torch_row gpt_small dtrain_row s_dtrain_bench s_kernel_profile s_memcheck
 
 # ---- the runner ----
 
@@ -471,6 +488,7 @@ main() {
     step trajectory 150 s_trajectory
     step strategies 150 s_strategies
     step dtrain-bench 240 s_dtrain_bench
+    step kernel-profile 90 s_kernel_profile
     local small
     small=$(gpt_small)
     # shellcheck disable=SC2086 # GPT2 and small: argument lists on purpose

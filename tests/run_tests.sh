@@ -101,6 +101,7 @@ run engine/dtrain-recompute-bitwise 200 tests/cases/dtrain_recompute.sh
 run engine/memory-accounting 200 tests/cases/memory_accounting.sh
 run engine/dtrain-bf16-convergence 300 tests/cases/dtrain_bf16.sh
 run engine/device-emu-equals-cpu 300 tests/cases/device_emu.sh
+run engine/kernel-profile-emu 120 tests/cases/kernel_profile.sh
 run engine/device-strategies-emu-equals-cpu 240 tests/cases/device_strategies.sh
 run engine/dtrain-messages-threads 200 tests/cases/dtrain_messages.sh
 run engine/dtrain-blas-reexec 120 tests/cases/blas_reexec.sh

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dtrain/base.h"
 
@@ -66,6 +67,11 @@ dt_status dt_device_memory(const dt_device *d, size_t *total, size_t *free_bytes
 /* cuda: let f32 matrix products use TF32 tensor cores (off by default:
  * f32 results then agree with the cpu to f32 rounding).  No-op on cpu. */
 dt_status dt_device_set_tf32(const dt_device *d, bool on);
+/* With DT_KERNEL_PROFILE=1 a device's entries (emu, cuda) are each timed
+ * between waits for the device: print the `top` (0: all) costliest kinds of
+ * call (a matrix product's precision and shape with its TFLOP/s) to f.
+ * False when nothing was profiled. */
+bool dt_device_profile_print(FILE *f, int top);
 /* Copies between host memory and the device's (plain memcpy on cpu). */
 dt_status dt_device_upload(const dt_device *d, void *dst, const void *host_src, size_t bytes);
 dt_status dt_device_download(const dt_device *d, void *host_dst, const void *src, size_t bytes);

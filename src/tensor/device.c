@@ -8,6 +8,7 @@
 #include "base/devmem.h"
 #include "base/status.h"
 #include "cuda/cuda.h"
+#include "tensor/profile.h"
 #include "tensor/backend.h"
 
 /* "cuda" alone picks GPU DT_LOCAL_RANK modulo the GPUs visible (one GPU per
@@ -39,7 +40,7 @@ dt_status dt_device_open(const char *spec, const dt_device **out)
     if (!strcmp(spec, "emu")) {
 #if defined(__x86_64__) || defined(__aarch64__)
         DT_CHECK(dt__devmem_register(&dt__emu_devmem)); /* communication learns its buffers here */
-        *out = &dt__emu_ops;
+        *out = dt__profile_on() ? dt__profile_wrap(&dt__emu_ops) : &dt__emu_ops;
         return DT_OK;
 #else
         return dt__fail(DT_ERR_INVALID, "device emu: needs 48-bit user addresses (x86-64, AArch64)");
@@ -55,7 +56,7 @@ dt_status dt_device_open(const char *spec, const dt_device **out)
         return dt__fail(DT_ERR_INVALID, "device %s: this dtrain was built without CUDA (configure with -DDT_CUDA=ON "
                                         "and the CUDA toolkit installed)", spec);
     DT_CHECK(dt__devmem_register(dt__cuda_devmem()));
-    *out = ops;
+    *out = dt__profile_on() ? dt__profile_wrap(ops) : ops;
     return DT_OK;
 }
 
@@ -74,7 +75,7 @@ dt_status dt_device_describe(const dt_device *d, char *buf, size_t n)
 {
     if (!buf || n == 0)
         return dt__fail(DT_ERR_INVALID, "device_describe: no buffer");
-    if (d == &dt__emu_ops) {
+    if (dt__profile_inner(d) == &dt__emu_ops) {
         snprintf(buf, n, "emu: the cpu kernels behind memory the host cannot touch (a test device)");
         return DT_OK;
     }
@@ -102,7 +103,7 @@ dt_status dt_device_memory(const dt_device *d, size_t *total, size_t *free_bytes
 
 dt_status dt_device_set_tf32(const dt_device *d, bool on)
 {
-    if (!dt_device_is_host(d) && d != &dt__emu_ops)
+    if (!dt_device_is_host(d) && dt__profile_inner(d) != &dt__emu_ops)
         dt__cuda_set_tf32(on);
     return DT_OK;
 }

@@ -101,4 +101,5 @@ void dtrain_device_end_line(const dtrain_config *c)
     printf("device memory: at most %.1f MiB allocated at once on %s (the allocator's peak: weights, gradients, "
            "optimizer state, activations, batches), %.1f GiB free of %.1f GiB at the end\n",
            (double)peak / 1048576.0, c->device, (double)free_b / 1073741824.0, (double)total / 1073741824.0);
+    dt_device_profile_print(stdout, 30); /* DT_KERNEL_PROFILE=1 */
 }
