@@ -6,7 +6,7 @@
 # nonblocking and point to point follow their buffers; splits carry a
 # companion of the same members); coll_check with every buffer on the
 # device and a native companion gives the host run's bits; the trainer with
-# DT_DEVICE_BACKEND=native (data parallel, ZeRO-2, tp=2, pp=2) gives the cpu
+# DT_DEVICE_BACKEND=native (data parallel, ZeRO-2, ZeRO-3, tp=2, pp=2) gives the cpu
 # run's losses bit for bit and names the companion on its start line, and
 # refuses an unknown DT_DEVICE_BACKEND by name.
 . "$(dirname "$0")/lib.sh"
@@ -35,6 +35,8 @@ run ddp-cpu auto cpu
 run ddp-emu native emu
 run zero2-cpu auto cpu --set zero_stage=2
 run zero2-emu native emu --set zero_stage=2
+run zero3-cpu auto cpu --set zero_stage=3
+run zero3-emu native emu --set zero_stage=3
 run tp-cpu auto cpu --set tp=2
 run tp-emu native emu --set tp=2
 run pp-cpu auto cpu --set pp=2 --set pipeline_schedule=1f1b --set micro_batches=2
@@ -49,7 +51,7 @@ for l in open(sys.argv[1]):
     d = json.loads(l)
     print(d.get("step"), d.get("loss"), d.get("grad_norm"), d.get("eval_loss"))' "$1"
 }
-for k in ddp zero2 tp pp; do
+for k in ddp zero2 zero3 tp pp; do
     [ "$(grep -c '"loss"' "$WORK/$k-emu.jsonl")" -ge 4 ] || fail "$k: fewer than 4 rows in $k-emu.jsonl"
     cmp <(rows "$WORK/$k-cpu.jsonl") <(rows "$WORK/$k-emu.jsonl") ||
         fail "$k: emu with a native companion differs from the cpu run"
