@@ -110,6 +110,10 @@ s_build() {
     local bundle="$ROOT/.gpu/bin"
     # A bundle built beside (scripts/gpu-bundle.sh) saves the minutes of a
     # build on the GPU machine; GPU_CHECK_BUILD_HERE=1 builds here anyway.
+    # the bundle's libraries travel compressed (scripts/gpu-bundle.sh)
+    if [ -f "$ROOT/.gpu/lib.tgz" ] && [ ! -d "$ROOT/.gpu/lib" ]; then
+        tar xzf "$ROOT/.gpu/lib.tgz" -C "$ROOT/.gpu" || echo "could not unpack .gpu/lib.tgz"
+    fi
     if [ -x "$bundle/gpu_kernels" ] && [ "${GPU_CHECK_BUILD_HERE:-0}" != 1 ]; then
         echo "$bundle" >"$OUT/bin-dir"
         echo "prebuilt bundle .gpu/ (scripts/gpu-bundle.sh) of commit $(head -n 1 "$ROOT/.gpu/GIT_COMMIT" 2>/dev/null)"
