@@ -101,6 +101,7 @@ run engine/dtrain-recompute-bitwise 200 tests/cases/dtrain_recompute.sh
 run engine/memory-accounting 200 tests/cases/memory_accounting.sh
 run engine/dtrain-bf16-convergence 300 tests/cases/dtrain_bf16.sh
 run engine/device-emu-equals-cpu 300 tests/cases/device_emu.sh
+run engine/kernel-profile-emu 120 tests/cases/kernel_profile.sh
 run engine/device-strategies-emu-equals-cpu 240 tests/cases/device_strategies.sh
 run engine/dtrain-messages-threads 200 tests/cases/dtrain_messages.sh
 run engine/dtrain-blas-reexec 120 tests/cases/blas_reexec.sh
@@ -165,6 +166,8 @@ run "collectives/tiny-segments" 200 env DT_SHM_COLL=off DT_RING_SEGMENT=1024 DT_
 run "collectives/concurrent-communicators" 300 tests/cases/comm_concurrency.sh
 # Every buffer in (emu) device memory, staged through the host: the host run's bits.
 run "collectives/device-buffers-emu" 200 tests/cases/coll_device.sh
+# A communicator for device buffers beside the job's (emu; NCCL's on a GPU).
+run "collectives/device-companion-emu" 200 tests/cases/device_comm.sh
 # The MPI backend under mpirun (skipped with the reason where OpenMPI or this
 # build's MPI backend is absent; make test installs it: scripts/setup.sh).
 for n in 2 3 4; do

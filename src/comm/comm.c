@@ -264,6 +264,8 @@ dt_status dt_comm_abort(dt_comm *c, const char *reason)
         return dt__fail(DT_ERR_INVALID, "dt_comm_abort: communicator is NULL");
     if (c->world->engine_closed)
         return dt__fail(DT_ERR_ABORTED, "aborted: %s", reason ? reason : "");
+    if (c->device_comm && c->device_comm->backend->abort) /* NCCL's kernels end too */
+        c->device_comm->backend->abort(c->device_comm, reason);
     if (c->backend->abort)
         return c->backend->abort(c, reason);
     /* No waiting for queued collectives: they fail at once with the abort. */
@@ -290,6 +292,7 @@ void dt__comm_twin(const dt_comm *c, uint32_t id, dt_comm *twin)
     memset(twin->scratch, 0, sizeof twin->scratch);
     memset(twin->scratch_size, 0, sizeof twin->scratch_size);
     twin->stage = NULL;
+    twin->device_comm = NULL; /* internal collectives carry host buffers */
     twin->ipc = NULL; /* a twin runs host buffers only: no IPC state to free */
 }
 
@@ -316,6 +319,11 @@ dt_status dt_comm_destroy(dt_comm *c)
     dt__world *w = c->world;
     dt_status s = DT_OK;
     dt__progress_stop(c); /* what it queued runs first: it uses c */
+    dt_status s_dev = DT_OK;
+    if (c->device_comm) { /* its companion first: it shares c's world and connections */
+        s_dev = dt_comm_destroy(c->device_comm);
+        c->device_comm = NULL;
+    }
     dt__hier_destroy(c);
     dt__shm_coll_destroy(c);
     if (c->backend && c->backend->comm_free) {
@@ -337,7 +345,7 @@ dt_status dt_comm_destroy(dt_comm *c)
     free(c->ranks);
     free(c);
     world_release(w);
-    return s;
+    return s != DT_OK ? s : s_dev;
 }
 
 dt_status dt__comm_usable(dt_comm *c, const char *op)
