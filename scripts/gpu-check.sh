@@ -32,8 +32,9 @@
 #                            GPU -> CPU -> GPU                         40 / 150
 #   strategies               2 ranks sharing the GPU (native backend):
 #                            DDP, tp=2, pp=2 1f1b, ZeRO-2, ZeRO-3 each
-#                            against one rank (1e-5 relative), a rank
-#                            killed by SIGKILL mid-step reported       55 / 150
+#                            against one rank (1e-5 relative), staged;
+#                            DDP and ZeRO-3 again by CUDA IPC; a rank
+#                            killed by SIGKILL mid-step reported       65 / 150
 #   attention-playground     dev/cuda/attention_bench.cu: checks, times 30 / 120
 #   torch-gpt2-124m-bf16     PyTorch, eager, foreach + fused AdamW     15 /  90
 #   torch-gpt2-124m-f32      eager, TF32 off                           25 / 120
@@ -257,7 +258,7 @@ s_strategies() {
     two() { # NAME SETS...: two ranks on the GPU, the native backend
         local name=$1
         shift
-        DT_BACKEND=native "$BIN/dtrun" -n 2 "$BIN/dtrain" train "${gpt[@]}" --set steps=8 "$@" \
+        DT_BACKEND=native DT_DEVICE_IPC=${IPC:-0} "$BIN/dtrun" -n 2 "$BIN/dtrain" train "${gpt[@]}" --set steps=8 "$@" \
             --set metrics_file="$d/$name.jsonl" >"$d/$name.out" 2>&1 ||
             { tail -n 8 "$d/$name.out"; echo "FAIL: $name (2 ranks) failed"; return 1; }
     }
@@ -282,6 +283,10 @@ PY
     { two pp --set batch_size=4 --set pp=2 --set pipeline_schedule=1f1b --set micro_batches=4 && close pp ref4; } || rc=1
     { two zero2 --set batch_size=4 --set zero_stage=2 && close zero2 ref8; } || rc=1
     { two zero3 --set batch_size=4 --set zero_stage=3 && close zero3 ref8; } || rc=1
+    # the above staged through host memory (DT_DEVICE_IPC=0: the path that
+    # ran here first); data parallel and ZeRO-3 again by CUDA IPC
+    { IPC=1 two ddp-ipc --set batch_size=4 && close ddp-ipc ref8; } || rc=1
+    { IPC=1 two zero3-ipc --set batch_size=4 --set zero_stage=3 && close zero3-ipc ref8; } || rc=1
     grep -h "communication:" "$d/ddp.out" | head -n 1
     # a rank killed mid-step: the other reports it itself within the timeout.
     # The two ranks are started by hand (the environment contract), not by
