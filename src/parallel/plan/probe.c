@@ -10,7 +10,9 @@
  * id is rank 0's share its machine's cores, whatever host they are in
  * (network namespaces of one box): ranks_per_machine.  The bulk exchange
  * across hosts also reads both processes' CPU time: what a byte sent
- * between hosts costs the cores (inter_cpu_s_per_byte). */
+ * between hosts costs the cores (inter_cpu_s_per_byte), each process's
+ * least over one round trip, so that other work on the machine does not
+ * count. */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -29,37 +31,47 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static double process_cpu_s(void)
+{
+    struct timespec t;
+    return clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) ? 0 : (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 /* Round trips of `bytes` between this rank and peer, `n` timed after `warm`:
- * the median round trip (the initiator's figure; the echoing side returns 0). */
+ * the median round trip (the initiator's figure; the echoing side returns 0);
+ * cpu (NULL: not read): this process's least CPU time over one timed round
+ * trip (other work on the machine only ever adds to it). */
 static dt_status round_trips(dt_comm *c, int peer, bool initiator, char *buf, size_t bytes, int warm, int n,
-                             double *rtt)
+                             double *rtt, double *cpu)
 {
     double *t = malloc((size_t)n * sizeof *t);
     if (!t)
         return dt__fail(DT_ERR_NOMEM, "out of memory");
     dt_status s = DT_OK;
+    double least = -1;
     for (int i = -warm; s == DT_OK && i < n; i++) {
         int64_t t0 = dt__now_ns();
+        double c0 = cpu ? process_cpu_s() : 0;
         if (initiator) {
             if ((s = dt_send(buf, bytes, DT_U8, peer, TAG, c)) == DT_OK)
                 s = dt_recv(buf, bytes, DT_U8, peer, TAG, c, NULL);
         } else if ((s = dt_recv(buf, bytes, DT_U8, peer, TAG, c, NULL)) == DT_OK)
             s = dt_send(buf, bytes, DT_U8, peer, TAG, c);
-        if (i >= 0)
+        if (i >= 0) {
             t[i] = (double)(dt__now_ns() - t0) * 1e-9;
+            double used = cpu ? process_cpu_s() - c0 : 0;
+            if (cpu && (least < 0 || used < least))
+                least = used;
+        }
     }
     if (s == DT_OK) {
         qsort(t, (size_t)n, sizeof *t, cmp_double);
         *rtt = initiator ? t[n / 2] : 0;
+        if (cpu)
+            *cpu = least > 0 ? least : 0;
     }
     free(t);
     return s;
-}
-
-static double process_cpu_s(void)
-{
-    struct timespec t;
-    return clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) ? 0 : (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 /* Latency and bandwidth between ranks a (< b) and b; the figures land on a.
@@ -73,17 +85,16 @@ static dt_status measure_pair(dt_comm *c, int a, int b, char *buf, dt_plan_link 
         return DT_OK;
     int peer = me == a ? b : a;
     double small = 0, big = 0;
-    DT_CHECK(round_trips(c, peer, me == a, buf, 8, WARM, PINGS, &small));
-    double t0 = process_cpu_s();
-    DT_CHECK(round_trips(c, peer, me == a, buf, BIG, 1, BIG_REPEATS, &big));
-    double used = process_cpu_s() - t0;
+    DT_CHECK(round_trips(c, peer, me == a, buf, 8, WARM, PINGS, &small, NULL));
+    double used = 0; /* the least over one round trip: BIG bytes each way */
+    DT_CHECK(round_trips(c, peer, me == a, buf, BIG, 1, BIG_REPEATS, &big, cpu ? &used : NULL));
     if (cpu && me == b)
         DT_CHECK(dt_send(&used, 1, DT_F64, a, TAG, c));
     if (cpu && me == a) {
         double theirs = 0;
         DT_CHECK(dt_recv(&theirs, 1, DT_F64, b, TAG, c, NULL));
-        /* (1 + BIG_REPEATS) round trips, BIG bytes each way in each */
-        *cpu = (used + theirs) / (2.0 * BIG * (1 + BIG_REPEATS));
+        /* one round trip: BIG bytes each way */
+        *cpu = (used + theirs) / (2.0 * BIG);
     }
     if (me == a) {
         double latency = small / 2, one_way = big / 2 - latency;
