@@ -97,6 +97,7 @@ struct dt_comm {
     /* Host staging of device buffers (stage.c), grown as needed; NULL until
      * a collective is called with one. */
     struct dt__stagebuf *stage;
+    size_t stage_chunk; /* bytes per chunk of that staging (DT_STAGE_CHUNK) */
 };
 
 /* Whether all of c's members reach each other through shared memory: the

@@ -7,21 +7,33 @@
 # inexact f32 reductions equal the host run's bit for bit.  Then
 # device_refused: the native backend stages the same calls, and the MPI
 # backend (when built, under mpirun) refuses them naming the buffer.
+# The emu runs repeat with small forced chunks (DT_STAGE_CHUNK) so that the
+# chunked staging of broadcast and allgather runs there: 100 bytes (25 f32,
+# 12 f64: many chunks, a partial last one) and 2000 bytes (counts 1000 and
+# 4096: 2 to 9 chunks; u8 1000: one chunk, staged whole); the emu device
+# copies at the wait, so a chunk used before its copy gives other bits.
 . "$(dirname "$0")/lib.sh"
 big=4096; [ "${QUICK:-${DT_TEST_QUICK:-0}}" = 1 ] && big=1024
 for n in 2 3 4; do
     par "$WORK/host$n" "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big $big --hashes
     par "$WORK/emu$n" "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big $big --hashes --device emu
+    for ch in 100 2000; do
+        par "$WORK/emuc$ch-$n" env DT_STAGE_CHUNK=$ch "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big $big --hashes --device emu
+    done
 done
 par "$WORK/staged" "$BIN/dtrun" -n 3 "$BIN/device_refused" staged
 par_wait
 for n in 2 3 4; do
-    for k in host emu; do
+    for k in host emu emuc100- emuc2000-; do
         par_ok "$WORK/$k$n" || { cat "$WORK/$k$n"; fail "coll_check on $n ranks ($k buffers)"; }
         expect_grep "$WORK/$k$n" "coll_check: world $n: [0-9]+ checks, 0 mismatches"
     done
     expect_grep "$WORK/emu$n" "hash count $big"
     diff "$WORK/host$n" "$WORK/emu$n" || fail "coll_check on $n ranks: device buffers gave other bits than host ones"
+    for ch in 100 2000; do
+        diff "$WORK/host$n" "$WORK/emuc$ch-$n" ||
+            fail "coll_check on $n ranks: device buffers in chunks of DT_STAGE_CHUNK=$ch bytes gave other bits than host ones"
+    done
 done
 par_ok "$WORK/staged" || { cat "$WORK/staged"; fail "device_refused staged (native backend)"; }
 cache="$BIN/../CMakeCache.txt"
@@ -34,4 +46,4 @@ if command -v mpirun >/dev/null && grep -q "^DT_MPI_BUILT:INTERNAL=ON" "$cache" 
 else
     echo "DT_BACKEND=mpi part skipped: no mpirun or no MPI backend in this build"
 fi
-echo "ok: device buffers (emu) on 2, 3, 4 ranks equal host buffers bitwise; MPI refuses them by name"
+echo "ok: device buffers (emu, whole and in chunks of 100 and 2000 bytes) on 2, 3, 4 ranks equal host buffers bitwise; MPI refuses them by name"
