@@ -128,6 +128,7 @@ struct dt_request {
     size_t elem; /* bytes per element, to report counts */
     dt__job *job; /* a nonblocking collective; NULL for point to point */
     struct dt__p2pstage *stage; /* a device buffer's host copy (stage.c), else NULL */
+    struct dt__p2pchunks *chunks; /* a message in chunks (p2p_chunk.h), else NULL */
     dt__req req;
 };
 

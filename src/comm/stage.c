@@ -12,7 +12,10 @@
 
 #include "base/devmem.h"
 #include "base/status.h"
+#include "base/clock.h"
 #include "comm/backend.h"
+#include "comm/p2p_chunk.h"
+#include "transport/frame.h"
 #include "comm/stage.h"
 
 /* Byte counts past this are refused by the backend (comm.h: 2^56); they are
@@ -472,6 +475,51 @@ static void p2p_free(struct dt__p2pstage *st)
     free(st);
 }
 
+/* A send of a device buffer of at least two chunks, as a chunked message
+ * (p2p_chunk.h): chunk j goes to the transport as soon as the device has
+ * copied it, while the device copies the next ones; the call returns with
+ * every chunk posted, as a whole send returns with its message posted. */
+static dt_status chunked_isend(const void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c,
+                               const dt__devmem *mem, size_t per, dt_request **req)
+{
+    size_t es = dt_dtype_size(t), cb = per * es, len = count * es, frames = len / cb;
+    struct dt__p2pstage *st = p2p_new(mem, len, NULL, es);
+    if (!st)
+        return dt__fail(DT_ERR_NOMEM, "send: cannot allocate %zu bytes of host memory to stage a %s buffer", len,
+                        mem->name);
+    char *host = st->host;
+    const char *dev = buf;
+#define PIECE(j) ((j) * cb < len ? (len - (j) * cb < cb ? len - (j) * cb : cb) : 0)
+    tickets q = {.mem = mem};
+    for (size_t j = 0; j <= frames && j < QAHEAD; j++)
+        tk_begin(&q, j, true, host + j * cb, dev + j * cb, PIECE(j));
+    dt_status s = DT_OK;
+    for (size_t j = 0; j <= frames && s == DT_OK; j++) {
+        s = tk_wait_upto(&q, j);
+        if (s != DT_OK) {
+            s = dt__wrap(s, "send: copying the buffer from %s: ", mem->name);
+            break;
+        }
+        if (j + QAHEAD <= frames)
+            tk_begin(&q, j + QAHEAD, true, host + (j + QAHEAD) * cb, dev + (j + QAHEAD) * cb, PIECE(j + QAHEAD));
+        s = j == 0 ? dt__p2p_isend_chunked(host, len, cb, t, peer, tag, c, req)
+                   : dt__p2p_send_more(*req, j, host + j * cb);
+    }
+#undef PIECE
+    dt_status d = tk_drain(&q);
+    if (s == DT_OK && d != DT_OK)
+        s = dt__wrap(d, "send: copying the buffer from %s: ", mem->name);
+    if (s != DT_OK) {
+        if (*req) /* the chunks posted read st's memory: let them go (the receiver meets its deadline) */
+            (void)c->backend->wait(*req, NULL);
+        *req = NULL;
+        p2p_free(st);
+        return s;
+    }
+    (*req)->stage = st;
+    return DT_OK;
+}
+
 dt_status dt__stage_isend(const void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c,
                           dt_request **req)
 {
@@ -480,6 +528,11 @@ dt_status dt__stage_isend(const void *buf, size_t count, dt_dtype t, int peer, i
     DT_CHECK(p2p_kind(c, "send", buf, bytes, &mem));
     if (!mem)
         return c->backend->isend(buf, count, t, peer, tag, c, req);
+    size_t per = 0, n = bytes <= DT_FRAME_MAX_PAYLOAD && peer >= 0 && peer < c->size && tag >= 0 && tag <= DT_TAG_MAX
+                            ? chunks_of(c, count, t, &per)
+                            : 0;
+    if (n)
+        return chunked_isend(buf, count, t, peer, tag, c, mem, per, req);
     struct dt__p2pstage *st = p2p_new(mem, bytes, NULL, dt_dtype_size(t));
     if (!st)
         return dt__fail(DT_ERR_NOMEM, "send: cannot allocate %zu bytes of host memory to stage a %s buffer", bytes,
@@ -531,9 +584,41 @@ static dt_status p2p_done(struct dt__p2pstage *st, dt_status s, size_t got, size
     return s;
 }
 
+/* A receive into a device buffer: each piece of the message (p2p_chunk.h;
+ * one for a plain message) is copied to the device as it arrives, while the
+ * transport receives the next. */
+static dt_status recv_pieces(dt_request *r, struct dt__p2pstage *st, size_t *received)
+{
+    int64_t deadline = dt__deadline_after(r->comm->timeout_s);
+    tickets q = {.mem = st->mem};
+    dt_status s = DT_OK;
+    bool more = true;
+    for (size_t id = 0; more; id++) {
+        bool got;
+        size_t off, len;
+        s = dt__p2p_recv_next(r, true, deadline, &got, &off, &len, &more);
+        if (s != DT_OK || !got || r->req.status != DT_OK)
+            break; /* the end of r reports it */
+        tk_begin(&q, id, false, (char *)st->dev + off, (char *)st->host + off, len);
+    }
+    dt_status d = tk_drain(&q);
+    size_t got = 0;
+    dt_status w = r->comm->backend->wait(r, &got); /* the message is complete: the count, and frees r */
+    p2p_free(st);
+    if (s == DT_OK)
+        s = w;
+    if (s == DT_OK && d != DT_OK)
+        s = dt__wrap(d, "recv: copying the message to %s: ", q.mem->name);
+    if (received && s == DT_OK)
+        *received = got;
+    return s;
+}
+
 dt_status dt__stage_wait(dt_request *r, size_t *received)
 {
     struct dt__p2pstage *st = r->stage;
+    if (st->dev && r->comm->backend->device_buffers == DT__DEVBUF_STAGE)
+        return recv_pieces(r, st, received);
     size_t got = 0;
     dt_status s = r->comm->backend->wait(r, &got); /* frees r */
     return p2p_done(st, s, got, received);

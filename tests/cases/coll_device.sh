@@ -17,20 +17,20 @@ big=4096; [ "${QUICK:-${DT_TEST_QUICK:-0}}" = 1 ] && big=1024
 for n in 2 3 4; do
     par "$WORK/host$n" "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big $big --hashes
     par "$WORK/emu$n" "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big $big --hashes --device emu
-    for ch in 100 2000; do
+    for ch in 92 100 1996; do
         par "$WORK/emuc$ch-$n" env DT_STAGE_CHUNK=$ch "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big $big --hashes --device emu
     done
 done
 par "$WORK/staged" "$BIN/dtrun" -n 3 "$BIN/device_refused" staged
 par_wait
 for n in 2 3 4; do
-    for k in host emu emuc100- emuc2000-; do
+    for k in host emu emuc92- emuc100- emuc1996-; do
         par_ok "$WORK/$k$n" || { cat "$WORK/$k$n"; fail "coll_check on $n ranks ($k buffers)"; }
         expect_grep "$WORK/$k$n" "coll_check: world $n: [0-9]+ checks, 0 mismatches"
     done
     expect_grep "$WORK/emu$n" "hash count $big"
     diff "$WORK/host$n" "$WORK/emu$n" || fail "coll_check on $n ranks: device buffers gave other bits than host ones"
-    for ch in 100 2000; do
+    for ch in 92 100 1996; do
         diff "$WORK/host$n" "$WORK/emuc$ch-$n" ||
             fail "coll_check on $n ranks: device buffers in chunks of DT_STAGE_CHUNK=$ch bytes gave other bits than host ones"
     done
