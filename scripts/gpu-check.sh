@@ -20,7 +20,8 @@
 #   gpu_kernels              every table entry, cuda against cpu       10 / 120
 #   coll-device              coll_check --device cuda on 2, 3, 4 ranks
 #                            sharing the GPU (staged through pinned host
-#                            memory), bitwise the host run's hashes    20 /  90
+#                            memory; 2 ranks again in small chunks),
+#                            bitwise the host run's hashes             25 /  90
 #   nccl_world1              DT_BACKEND=nccl at world size 1: every
 #                            collective on device buffers, refusals     5 /  60
 #   trajectory               tests/gpu/trajectory.sh: gpt-mini 50 steps
@@ -176,6 +177,17 @@ s_coll_device() {
             echo "FAIL: coll_check on $n ranks: cuda buffers gave other bits than host ones"; rc=1
         fi
     done
+    # The chunked staging (docs/gpu.md: the copy stream's asynchronous
+    # copies) on buffers of this size: chunks of 499 floats, 2 ranks.
+    if [ -f "$d/host2" ]; then
+        DT_STAGE_CHUNK=1996 "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 65536 --hashes --device cuda \
+            >"$d/chunk2" 2>&1 || { tail -n 20 "$d/chunk2"; echo "FAIL: coll_check, cuda buffers in chunks"; rc=1; }
+        if [ -s "$d/chunk2" ] && diff "$d/host2" "$d/chunk2" >/dev/null; then
+            echo "world 2, DT_STAGE_CHUNK=1996: the host run's bits"
+        else
+            echo "FAIL: coll_check on 2 ranks: cuda buffers in chunks of 1996 bytes gave other bits than host ones"; rc=1
+        fi
+    fi
     return "$rc"
 }
 

@@ -177,6 +177,8 @@ dt_status dt__p2p_recv_next(dt_request *r, bool block, int64_t deadline_ns, bool
     return DT_OK;
 }
 
+size_t dt__p2p_recv_taken(const dt_request *r) { return r->chunks && !r->chunks->send ? r->chunks->total : 0; }
+
 dt_status dt__p2p_rest(dt_request *r, bool block, int64_t deadline_ns, bool *done)
 {
     struct dt__p2pchunks *ch = r->chunks;

@@ -63,6 +63,9 @@ size_t dt__p2p_send_total(const dt_request *r);
  * with *more false, its status in r's (dt__p2p_done reports it). */
 dt_status dt__p2p_recv_next(dt_request *r, bool block, int64_t deadline_ns, bool *got, size_t *off, size_t *len,
                             bool *more);
+/* Bytes of a receive's message already taken as pieces (a dt_test that
+ * saw part of a chunked message): the next piece starts there. */
+size_t dt__p2p_recv_taken(const dt_request *r);
 /* After r's frame 0 is done: complete the rest of its message (block), or
  * look whether it is complete (!block).  *done: r is ready for its end
  * (a receive's count is the message's, the first failure is r's status). */

@@ -593,7 +593,9 @@ static dt_status recv_pieces(dt_request *r, struct dt__p2pstage *st, size_t *rec
     tickets q = {.mem = st->mem};
     dt_status s = DT_OK;
     bool more = true;
-    for (size_t id = 0; more; id++) {
+    size_t taken = dt__p2p_recv_taken(r); /* pieces a dt_test took already */
+    tk_begin(&q, 0, false, st->dev, st->host, taken);
+    for (size_t id = 1; more; id++) {
         bool got;
         size_t off, len;
         s = dt__p2p_recv_next(r, true, deadline, &got, &off, &len, &more);

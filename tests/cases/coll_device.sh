@@ -8,10 +8,13 @@
 # device_refused: the native backend stages the same calls, and the MPI
 # backend (when built, under mpirun) refuses them naming the buffer.
 # The emu runs repeat with small forced chunks (DT_STAGE_CHUNK) so that the
-# chunked staging of broadcast and allgather runs there: 100 bytes (25 f32,
-# 12 f64: many chunks, a partial last one) and 2000 bytes (counts 1000 and
-# 4096: 2 to 9 chunks; u8 1000: one chunk, staged whole); the emu device
-# copies at the wait, so a chunk used before its copy gives other bits.
+# chunked staging (broadcast, allgather, point to point) runs there: 92
+# bytes (23 f32, 11 f64: many chunks, a partial last one), 100 (25 f32:
+# counts 1000 in whole chunks, the empty last frame of a message) and 1996
+# (499 f32: 3 to 9 chunks; u8 1000: one chunk, staged whole).  92 and 1996
+# are no multiple of the inputs' periods (5, 17), so a chunk put in the
+# wrong place shows; the emu device copies at the wait, so a chunk used
+# before its copy is done shows too.
 . "$(dirname "$0")/lib.sh"
 big=4096; [ "${QUICK:-${DT_TEST_QUICK:-0}}" = 1 ] && big=1024
 for n in 2 3 4; do
@@ -46,4 +49,4 @@ if command -v mpirun >/dev/null && grep -q "^DT_MPI_BUILT:INTERNAL=ON" "$cache" 
 else
     echo "DT_BACKEND=mpi part skipped: no mpirun or no MPI backend in this build"
 fi
-echo "ok: device buffers (emu, whole and in chunks of 100 and 2000 bytes) on 2, 3, 4 ranks equal host buffers bitwise; MPI refuses them by name"
+echo "ok: device buffers (emu, whole and in chunks of 92, 100 and 1996 bytes) on 2, 3, 4 ranks equal host buffers bitwise; MPI refuses them by name"
