@@ -1,8 +1,10 @@
 /* Device buffers through host memory (stage.h).  A call's device buffers
  * are staged whole (copy in, the host collective, copy out), except the
- * large ones of broadcast and allgather, which go chunk by chunk (below,
- * "chunked staging"): the host collective runs once per chunk while the
- * device copies the next chunks in or the previous ones out.  Reductions
+ * large ones of broadcast, allgather and point-to-point sends, which go
+ * chunk by chunk (below, "chunked staging"; a send as a chunked message,
+ * p2p_chunk.h): the host collective runs, or the chunk is posted, once per
+ * chunk while the device copies the next chunks in or the previous ones
+ * out; a device receive copies each piece of its message as it arrives.  Reductions
  * stay whole: their host algorithms split a buffer by its length (ring
  * segments, halving-doubling halves), so per-chunk calls would add the
  * ranks' values in another order and change the bits (docs/gpu.md). */

@@ -11,8 +11,10 @@
  *    of broadcast and allgather go chunk by chunk (DT_STAGE_CHUNK), the
  *    device copying the next chunk while the transport moves this one;
  *    reductions stay whole (stage.c says why).  Point to point: a host
- *    copy per request, filled before the send, copied out when the receive
- *    completes (dt_wait, dt_test, dt_waitany).
+ *    copy per request, filled before the send (a large one as a chunked
+ *    message, each chunk sent once copied: p2p_chunk.h), copied out when
+ *    the receive completes (dt_test, dt_waitany) or piece by piece as it
+ *    arrives (dt_wait).
  *  - REFUSE (MPI): DT_ERR_INVALID naming the buffer and the backend.
  *  - PASS (NCCL): the call as it came.
  * Without a device buffer every entry is the backend's call. */
