@@ -6,11 +6,12 @@
 # libraries they need that are not part of the CUDA toolkit or glibc.
 #
 # Usage: scripts/gpu-bundle.sh [DIR]     (default: .gpu, ignored by git)
+# DIR/bin: the programs; DIR/lib.tgz: their libraries, compressed.
 # Portable code (DT_NATIVE=OFF: no -march=native), no oneDNN (conv2d is not
 # on the GPU path), CUDA code for sm_90 (H100, H200).
 set -euo pipefail
 if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
-    sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
     exit 0
 fi
 cd "$(dirname "$0")/.."
@@ -22,7 +23,7 @@ cmake --build "$build" -j "$(nproc)" -- --no-print-directory >/dev/null
 grep -q 'DT_CUDA_BUILT:INTERNAL=ON' "$build/CMakeCache.txt" || { echo "gpu-bundle: the CUDA backend was not built" >&2; exit 1; }
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
-progs="dtrain dtrun coll_check gpu_kernels nccl_world1"
+progs="dtrain dtrun coll_check gpu_kernels nccl_world1 nccl_attach"
 for p in $build/bin/gpu_*; do progs="$progs $(basename "$p")"; done
 for p in $(echo $progs | tr ' ' '\n' | sort -u); do
     [ -x "$build/bin/$p" ] && cp "$build/bin/$p" "$out/bin/"
@@ -36,6 +37,9 @@ for p in "$out"/bin/*; do ldd "$p"; done | awk '/=> \//{print $3}' | sort -u | w
     esac
 done
 strip --strip-debug "$out"/bin/* 2>/dev/null || true
+# The libraries travel compressed (OpenBLAS alone is 36 MB; what the device
+# tool carries is at most 64 MiB with the tree): gpu-check.sh unpacks them.
+tar czf "$out/lib.tgz" -C "$out" lib && rm -rf "$out/lib"
 git rev-parse HEAD > "$out/GIT_COMMIT" 2>/dev/null || true
 git status --porcelain | grep -q . && echo "dirty" >> "$out/GIT_COMMIT" || true
 du -sh "$out"

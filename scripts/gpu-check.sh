@@ -19,18 +19,23 @@
 #   build                    cmake configure + build -j 16 (build-gpu) 60 / 240
 #   gpu_kernels              every table entry, cuda against cpu       10 / 120
 #   coll-device              coll_check --device cuda on 2, 3, 4 ranks
-#                            sharing the GPU (staged through pinned host
-#                            memory; 2 ranks again in small chunks),
-#                            bitwise the host run's hashes             25 /  90
+#                            sharing the GPU, staged through pinned host
+#                            memory (DT_DEVICE_IPC=0; 2 ranks again in
+#                            small chunks) and by CUDA IPC
+#                            (DT_DEVICE_IPC=1, the path counted), each
+#                            bitwise the host run's hashes             35 / 120
 #   nccl_world1              DT_BACKEND=nccl at world size 1: every
-#                            collective on device buffers, refusals     5 /  60
+#                            collective on device buffers, refusals;
+#                            nccl_attach: NCCL as a native communicator's
+#                            companion for device buffers               8 /  60
 #   trajectory               tests/gpu/trajectory.sh: gpt-mini 50 steps
 #                            GPU vs CPU (f32, bf16) and checkpoints
 #                            GPU -> CPU -> GPU                         40 / 150
 #   strategies               2 ranks sharing the GPU (native backend):
-#                            DDP, tp=2, pp=2 1f1b, ZeRO-2 each against
-#                            one rank (1e-5 relative), ZeRO-3 refused,
-#                            a rank killed by SIGKILL mid-step reported 45 / 150
+#                            DDP, tp=2, pp=2 1f1b, ZeRO-2, ZeRO-3 each
+#                            against one rank (1e-5 relative), staged;
+#                            DDP and ZeRO-3 again by CUDA IPC; a rank
+#                            killed by SIGKILL mid-step reported       65 / 150
 #   attention-playground     dev/cuda/attention_bench.cu: checks, times 30 / 120
 #   torch-gpt2-124m-bf16     PyTorch, eager, foreach + fused AdamW     15 /  90
 #   torch-gpt2-124m-f32      eager, TF32 off                           25 / 120
@@ -38,6 +43,9 @@
 #   torch-gpt-small-f32, torch-gpt-small-bf16   eager                  10 /  60 each
 #   dtrain-bench             dtrain's rows: GPT-2 124M bf16 and f32,
 #                            gpt-small f32 and bf16 (device=cuda)       90 / 240
+#   kernel-profile           DT_KERNEL_PROFILE=1: dtrain's GPT-2 124M
+#                            bf16 step, entry by entry (the costliest
+#                            kinds with their TFLOP/s)                 20 /  90
 #   memcheck                 compute-sanitizer memcheck, gpu_kernels
 #                            --quick                                   60 / 150
 # About 7 minutes expected.  GPU_CHECK_BUDGET (default 450 s) bounds the
@@ -106,6 +114,10 @@ s_build() {
     local bundle="$ROOT/.gpu/bin"
     # A bundle built beside (scripts/gpu-bundle.sh) saves the minutes of a
     # build on the GPU machine; GPU_CHECK_BUILD_HERE=1 builds here anyway.
+    # the bundle's libraries travel compressed (scripts/gpu-bundle.sh)
+    if [ -f "$ROOT/.gpu/lib.tgz" ] && [ ! -d "$ROOT/.gpu/lib" ]; then
+        tar xzf "$ROOT/.gpu/lib.tgz" -C "$ROOT/.gpu" || echo "could not unpack .gpu/lib.tgz"
+    fi
     if [ -x "$bundle/gpu_kernels" ] && [ "${GPU_CHECK_BUILD_HERE:-0}" != 1 ]; then
         echo "$bundle" >"$OUT/bin-dir"
         echo "prebuilt bundle .gpu/ (scripts/gpu-bundle.sh) of commit $(head -n 1 "$ROOT/.gpu/GIT_COMMIT" 2>/dev/null)"
@@ -160,29 +172,43 @@ s_gpu_kernels() {
 # Every buffer of every collective and point-to-point call in device memory
 # (coll_check --device cuda), ranks sharing the one GPU through dtrain's own
 # transports; each world's output (checks and hashes of inexact f32
-# reductions) must equal the host-buffer run's.
+# reductions) must equal the host-buffer run's, twice: staged through
+# pinned host memory (DT_DEVICE_IPC=0), and with allreduce, reduce_scatter,
+# allgather and broadcast reading the peers' buffers by CUDA IPC
+# (DT_DEVICE_IPC=1: a rank that cannot warns why; coll_check counts the
+# collectives that took the path, which must be some).
 s_coll_device() {
     need_bin coll_check
     need_bin dtrun
-    local n rc=0 d
+    local n rc=0 d k
     d=$(mktemp -d)
     for n in 2 3 4; do
         "$BIN/dtrun" -n "$n" "$BIN/coll_check" --quick --big 65536 --hashes >"$d/host$n" 2>&1 || {
             cat "$d/host$n"; echo "FAIL: coll_check on $n ranks, host buffers"; rc=1; continue; }
-        "$BIN/dtrun" -n "$n" "$BIN/coll_check" --quick --big 65536 --hashes --device cuda >"$d/cuda$n" 2>&1 || {
-            tail -n 20 "$d/cuda$n"; echo "FAIL: coll_check on $n ranks, cuda buffers"; rc=1; continue; }
-        if diff "$d/host$n" "$d/cuda$n"; then
-            echo "world $n: $(grep -o 'coll_check: .*' "$d/cuda$n"), the host run's bits"
-        else
-            echo "FAIL: coll_check on $n ranks: cuda buffers gave other bits than host ones"; rc=1
-        fi
+        for k in 0 1; do
+            DT_DEVICE_IPC=$k "$BIN/dtrun" -n "$n" "$BIN/coll_check" --quick --big 65536 --hashes --device cuda \
+                >"$d/cuda$n-$k" 2>&1 || {
+                tail -n 20 "$d/cuda$n-$k"; echo "FAIL: coll_check on $n ranks, cuda buffers, DT_DEVICE_IPC=$k"
+                rc=1; continue; }
+            local how="staged" taken
+            taken=$(grep -o '[0-9]* collectives by device IPC' "$d/cuda$n-$k" | grep -o '^[0-9]*')
+            [ "$k" = 1 ] && how="by CUDA IPC (${taken:-?} collectives on rank 0)"
+            if [ "$k" = 1 ] && [ "${taken:-0}" = 0 ]; then
+                grep -i "staged through host" "$d/cuda$n-$k" | head -n 3
+                echo "FAIL: coll_check on $n ranks: DT_DEVICE_IPC=1 took no collective by IPC"; rc=1
+            elif diff "$d/host$n" <(grep -v "by device IPC" "$d/cuda$n-$k"); then
+                echo "world $n: $(grep -o 'coll_check: world.*' "$d/cuda$n-$k"), $how, the host run's bits"
+            else
+                echo "FAIL: coll_check on $n ranks: cuda buffers ($how) gave other bits than host ones"; rc=1
+            fi
+        done
     done
     # The chunked staging (docs/gpu.md: the copy stream's asynchronous
     # copies) on buffers of this size: chunks of 499 floats, 2 ranks.
     if [ -f "$d/host2" ]; then
-        DT_STAGE_CHUNK=1996 "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 65536 --hashes --device cuda \
+        DT_DEVICE_IPC=0 DT_STAGE_CHUNK=1996 "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 65536 --hashes --device cuda \
             >"$d/chunk2" 2>&1 || { tail -n 20 "$d/chunk2"; echo "FAIL: coll_check, cuda buffers in chunks"; rc=1; }
-        if [ -s "$d/chunk2" ] && diff "$d/host2" "$d/chunk2" >/dev/null; then
+        if [ -s "$d/chunk2" ] && diff "$d/host2" <(grep -v "by device IPC" "$d/chunk2") >/dev/null; then
             echo "world 2, DT_STAGE_CHUNK=1996: the host run's bits"
         else
             echo "FAIL: coll_check on 2 ranks: cuda buffers in chunks of 1996 bytes gave other bits than host ones"; rc=1
@@ -202,7 +228,11 @@ s_nccl_world1() {
         echo "nccl_world1 skipped on a GPU machine: it could not use the GPU"
         exit 1
     fi
-    return "$rc"
+    [ "$rc" = 0 ] || return "$rc"
+    # NCCL as the companion of a native communicator for device buffers
+    # (dt_comm_attach_device: what dtrain attaches when every rank has a GPU)
+    need_bin nccl_attach
+    "$BIN/nccl_attach"
 }
 
 s_trajectory() {
@@ -212,13 +242,14 @@ s_trajectory() {
 }
 
 # The strategies on the GPU (issue 46, item 3): two ranks sharing the one
-# GPU, through dtrain's native backend (device buffers staged through pinned
-# host memory; NCCL refuses two ranks on one GPU), each run against one
+# GPU, through dtrain's native backend (device buffers by CUDA IPC, the
+# default on one host, or staged through pinned host memory; NCCL refuses
+# two ranks on one GPU), each run against one
 # rank on the same global batch: the losses of every step within 1e-5
 # relative (f32; the order of the sums differs).  DDP: 2 x batch 4 against
 # batch 8; tp=2 and pp=2 (1f1b, 4 micro-batches) keep the batch whole: 2
-# ranks at batch 4 against one at 4; ZeRO-2 as DDP.  ZeRO-3 on a device is
-# not built: its refusal is checked instead.  Then a rank killed with
+# ranks at batch 4 against one at 4; ZeRO-2 and ZeRO-3 as DDP (ZeRO-3's
+# shard, gathers and update on the GPU).  Then a rank killed with
 # SIGKILL mid-step (two ranks started by hand): rank 0 must fail by itself
 # within 45 s (DT_TIMEOUT 20), naming rank 1.  GPU_CHECK_STRATEGY_DEVICE=emu runs the same logic on the
 # emu device (no GPU; a dry run of this step).
@@ -239,7 +270,7 @@ s_strategies() {
     two() { # NAME SETS...: two ranks on the GPU, the native backend
         local name=$1
         shift
-        DT_BACKEND=native "$BIN/dtrun" -n 2 "$BIN/dtrain" train "${gpt[@]}" --set steps=8 "$@" \
+        DT_BACKEND=native DT_DEVICE_IPC=${IPC:-0} "$BIN/dtrun" -n 2 "$BIN/dtrain" train "${gpt[@]}" --set steps=8 "$@" \
             --set metrics_file="$d/$name.jsonl" >"$d/$name.out" 2>&1 ||
             { tail -n 8 "$d/$name.out"; echo "FAIL: $name (2 ranks) failed"; return 1; }
     }
@@ -263,14 +294,12 @@ PY
     { two tp --set batch_size=4 --set tp=2 && close tp ref4; } || rc=1
     { two pp --set batch_size=4 --set pp=2 --set pipeline_schedule=1f1b --set micro_batches=4 && close pp ref4; } || rc=1
     { two zero2 --set batch_size=4 --set zero_stage=2 && close zero2 ref8; } || rc=1
+    { two zero3 --set batch_size=4 --set zero_stage=3 && close zero3 ref8; } || rc=1
+    # the above staged through host memory (DT_DEVICE_IPC=0: the path that
+    # ran here first); data parallel and ZeRO-3 again by CUDA IPC
+    { IPC=1 two ddp-ipc --set batch_size=4 && close ddp-ipc ref8; } || rc=1
+    { IPC=1 two zero3-ipc --set batch_size=4 --set zero_stage=3 && close zero3-ipc ref8; } || rc=1
     grep -h "communication:" "$d/ddp.out" | head -n 1
-    if two zero3 --set batch_size=4 --set zero_stage=3 >/dev/null; then
-        echo "FAIL: zero_stage 3 on $dev ran (it is not built on a device)"; rc=1
-    elif grep -q "with zero_stage 3: .*not built yet" "$d/zero3.out"; then
-        echo "zero_stage 3 on $dev: refused by name"
-    else
-        tail -n 3 "$d/zero3.out"; echo "FAIL: zero_stage 3 on $dev failed, but not with its refusal"; rc=1
-    fi
     # a rank killed mid-step: the other reports it itself within the timeout.
     # The two ranks are started by hand (the environment contract), not by
     # dtrun, which would stop rank 0 as soon as rank 1 dies.
@@ -405,6 +434,20 @@ s_dtrain_bench() {
     return $rc
 }
 
+# Where dtrain's GPT-2 step goes: every entry of the cuda table timed
+# between device waits (src/tensor/profile.c), 6 steps.
+s_kernel_profile() {
+    need_bin dtrain
+    local text="$OUT/bench-text.txt" args=${GPT2_DT/--set steps=25/--set steps=6}
+    [ -s "$text" ] || cat README.md docs/*.md >"$text"
+    # shellcheck disable=SC2086 # args: an argument list on purpose
+    DT_KERNEL_PROFILE=1 "$BIN/dtrain" train --set model=gpt --set data=text --set data_path="$text" \
+        --set optimizer=adamw --set eval_interval=0 --set eval_batches=1 --set log_interval=1 --set device=cuda \
+        $args --set precision=bf16 >"$OUT/steps/kernel-profile.out" 2>&1 ||
+        { tail -n 20 "$OUT/steps/kernel-profile.out"; return 1; }
+    sed -n '/^kernel profile/,$p' "$OUT/steps/kernel-profile.out"
+}
+
 s_memcheck() {
     need_bin gpu_kernels
     local cs
@@ -418,7 +461,7 @@ s_memcheck() {
     return "$rc"
 }
 
-export -f s_env s_build need_bin s_gpu_kernels s_coll_device s_nccl_world1 s_trajectory s_strategies s_attention torch_row gpt_small dtrain_row s_dtrain_bench s_memcheck
+export -f s_env s_build need_bin s_gpu_kernels s_coll_device s_nccl_world1 s_trajectory s_strategies s_attention torch_row gpt_small dtrain_row s_dtrain_bench s_kernel_profile s_memcheck
 
 # ---- the runner ----
 
@@ -472,11 +515,12 @@ main() {
         echo "programs: $BIN"
     fi
     step gpu_kernels 120 s_gpu_kernels
-    step coll-device 90 s_coll_device
+    step coll-device 120 s_coll_device
     step nccl_world1 60 s_nccl_world1
     step trajectory 150 s_trajectory
     step strategies 150 s_strategies
     step dtrain-bench 240 s_dtrain_bench
+    step kernel-profile 90 s_kernel_profile
     local small
     small=$(gpt_small)
     # shellcheck disable=SC2086 # GPT2 and small: argument lists on purpose

@@ -6,8 +6,12 @@
  *
  * With --device emu|cuda every buffer of every call is a device copy
  * (coll_device.h): the staging of device buffers gives the same bits.
+ * With --attach native|nccl the world gets a communicator of that backend
+ * for its device buffers (dt_comm_attach_device) before anything else: every
+ * call with a device buffer runs there, and the splits carry theirs.
  *
- * usage: coll_check [--quick] [--big N] [--hashes] [--device emu|cuda]   (exit 0 when everything matched) */
+ * usage: coll_check [--quick] [--big N] [--hashes] [--device emu|cuda] [--attach native|nccl]
+ * (exit 0 when everything matched) */
 #include <inttypes.h>
 #include <math.h>
 #include <stdbool.h>
@@ -20,6 +24,7 @@
 #include "base/redop.h"
 #include "dtrain/dtrain.h"
 #include "coll_device.h"
+#include "comm/ipc.h"
 
 static dt_comm *world;
 static int failures, checks;
@@ -858,6 +863,7 @@ static void run_suite(dt_comm *c, const size_t *counts, int ncounts, int quick)
 int main(int argc, char **argv)
 {
     int quick = 0;
+    const char *attach = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = 1;
@@ -872,12 +878,17 @@ int main(int argc, char **argv)
             }
             if (dt_device_is_host(dv))
                 dv = NULL;
+        } else if (!strcmp(argv[i], "--attach") && i + 1 < argc) {
+            attach = argv[++i];
         } else {
-            fprintf(stderr, "usage: coll_check [--quick] [--big COUNT] [--hashes] [--device emu|cuda]\n");
+            fprintf(stderr, "usage: coll_check [--quick] [--big COUNT] [--hashes] [--device emu|cuda] "
+                            "[--attach native|nccl]\n");
             return 2;
         }
     }
     CALL(dt_comm_init_env(&world));
+    if (attach)
+        CALL(dt_comm_attach_device(world, attach));
     int rank = dt_comm_rank(world), size = dt_comm_size(world);
     size_t counts[] = {0, 1, 7, 1000, big_count};
     check_nan(world);
@@ -947,6 +958,12 @@ int main(int argc, char **argv)
     CALL(dt_allreduce(totals, sums, 2, DT_I32, DT_SUM, world));
     if (rank == 0)
         printf("coll_check: world %d: %d checks, %d mismatches\n", size, sums[1], sums[0]);
+    /* Which path device buffers took, where DT_DEVICE_IPC is set (stderr:
+     * the host run's stdout stays comparable): the collectives run by IPC
+     * and the peer buffers opened. */
+    if (dv && rank == 0 && getenv("DT_DEVICE_IPC"))
+        fprintf(stderr, "coll_check: rank 0: %llu collectives by device IPC, %llu peer buffers opened\n",
+                (unsigned long long)dt__ipc_calls(), (unsigned long long)dt__ipc_opens());
     CALL(dt_comm_destroy(world));
     return sums[0] == 0 ? 0 : 1;
 }

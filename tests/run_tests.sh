@@ -101,6 +101,7 @@ run engine/dtrain-recompute-bitwise 200 tests/cases/dtrain_recompute.sh
 run engine/memory-accounting 200 tests/cases/memory_accounting.sh
 run engine/dtrain-bf16-convergence 300 tests/cases/dtrain_bf16.sh
 run engine/device-emu-equals-cpu 300 tests/cases/device_emu.sh
+run engine/kernel-profile-emu 120 tests/cases/kernel_profile.sh
 run engine/device-strategies-emu-equals-cpu 240 tests/cases/device_strategies.sh
 run engine/dtrain-messages-threads 200 tests/cases/dtrain_messages.sh
 run engine/dtrain-blas-reexec 120 tests/cases/blas_reexec.sh
@@ -170,6 +171,8 @@ run "collectives/device-buffers-emu" 200 tests/cases/coll_device.sh
 for ch in 92 100; do
     run "p2p/device-chunks-$ch" 60 env DT_STAGE_CHUNK=$ch "$BIN/dtrun" -n 2 "$BIN/p2p_chunks"
 done
+# A communicator for device buffers beside the job's (emu; NCCL's on a GPU).
+run "collectives/device-companion-emu" 200 tests/cases/device_comm.sh
 # The MPI backend under mpirun (skipped with the reason where OpenMPI or this
 # build's MPI backend is absent; make test installs it: scripts/setup.sh).
 for n in 2 3 4; do

@@ -736,6 +736,45 @@ static void test_softmax_bf16(void)
     free(qkv), free(out);
 }
 
+/* Attention's backward in bf16 training (cpu_attention.c, AVX-512: dS
+ * with the dot in f32 lanes): the input gradient within bf16 rounding of
+ * the f32 backward's (3% of the largest magnitude of its part: dQ, dK or
+ * dV), and bitwise the same at 1 and 2 threads. */
+static void test_attention_bwd_bf16(void)
+{
+    int64_t B = 2, T = 70, H = 3, hd = 8, D = H * hd, np = B * H * T * T, nq = B * T * 3 * D;
+    float *qkv = malloc((size_t)nq * sizeof *qkv), *out = malloc((size_t)(B * T * D) * sizeof *out);
+    float *dout = malloc((size_t)(B * T * D) * sizeof *dout), *p = malloc((size_t)np * sizeof *p);
+    float *scratch = malloc((size_t)np * sizeof *scratch), *dq[3];
+    for (int64_t i = 0; i < nq; i++)
+        qkv[i] = (float)((i * 7919) % 97) / 48.0f - 1.0f;
+    for (int64_t i = 0; i < B * T * D; i++)
+        dout[i] = (float)((i * 104729) % 89) / 44.0f - 1.0f;
+    for (int r = 0; r < 3; r++) { /* f32, bf16 at 1 thread, bf16 at 2 */
+        EXPECT_STATUS(dt_set_threads(r == 1 ? 1 : 2), DT_OK);
+        dt_dtype c = r ? DT_BF16 : DT_F32;
+        dq[r] = malloc((size_t)nq * sizeof *dq[r]);
+        dt__cpu_attn_fwd(c, out, p, qkv, B, T, H, hd);
+        dt__cpu_attn_bwd(c, dq[r], scratch, dout, qkv, out, p, B, T, H, hd);
+    }
+    EXPECT(memcmp(dq[1], dq[2], (size_t)nq * sizeof(float)) == 0);
+    double top[3] = {0, 0, 0}; /* the largest dQ, dK and dV */
+    for (int64_t i = 0; i < nq; i++)
+        top[i % (3 * D) / D] = fmax(top[i % (3 * D) / D], fabs(dq[0][i]));
+    int64_t bad = 0;
+    for (int64_t i = 0; i < nq; i++) {
+        double t = top[i % (3 * D) / D];
+        if (!(fabs(dq[1][i] - dq[0][i]) <= 0.03 * t) && bad++ < 3)
+            fprintf(stderr, "attention backward bf16: dqkv[%lld] %.9g, f32 %.9g (largest of its part %.3g)\n",
+                    (long long)i, dq[1][i], dq[0][i], t);
+    }
+    EXPECT(top[0] > 0.01 && top[1] > 0.01 && top[2] > 0.01);
+    EXPECT_EQ(bad, 0);
+    for (int r = 0; r < 3; r++)
+        free(dq[r]);
+    free(qkv), free(out), free(dout), free(p), free(scratch);
+}
+
 /* The GELU's input gradient over its dead output: in [linear, gelu,
  * linear] the backward allocates fc2's input gradient on top of the
  * forward's activations and nothing more of that size (the GELU writes over
@@ -1292,6 +1331,7 @@ int main(void)
     test_gelu_golden();
     test_gelu_bf16();
     test_softmax_bf16();
+    test_attention_bwd_bf16();
     test_gelu_grad_over_output();
     test_arena_and_threads();
     test_half_storage();

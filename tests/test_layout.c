@@ -439,11 +439,11 @@ static void test_check(void)
             "grad_accumulation = 3) to be a multiple of pp = 2", "(micro_batches 3, grad_accumulation 1)");
     with(&l, "pp=4 pipeline_schedule=interleaved micro_batches=3 grad_accumulation=2");
     refused(&l, 0, "(micro_batches x grad_accumulation = 6) to be a multiple of pp = 4", NULL);
-    /* on a device: data parallel, zero_stage 1 and 2, tp and pp train (accepted below); the rest is refused */
+    /* on a device: data parallel, zero_stage 1 to 3, tp and pp train (accepted below); the rest is refused */
     with(&l, "device=cuda tp=2 sequence_parallel=true");
     refused(&l, 0, "key 'device' = \"cuda\" with sequence_parallel true: ", "not built yet");
-    with(&l, "device=emu zero_stage=3");
-    refused(&l, 0, "key 'device' = \"emu\" with zero_stage 3: ", NULL);
+    with(&l, "device=emu zero_stage=3 recompute=blocks"); /* zero_stage 3 is built; recompute with it is not */
+    refused(&l, 0, "key 'device' = \"emu\" with recompute blocks: ", "(on a device: data parallel, zero_stage 1 to 3, tp and pp)");
     with(&l, "device=cuda servers=1");
     refused(&l, 0, "key 'device' = \"cuda\" with servers 1: ", NULL);
     with(&l, "device=cuda offload=disk");
@@ -495,6 +495,8 @@ static void test_check(void)
     accepted("tp=2 pp=2", 8, 2);
     accepted("device=emu tp=2 pp=2 zero_stage=2", 8, 2); /* the strategies on a device (issue 46) */
     accepted("device=cuda zero_stage=1", 4, 4);
+    accepted("device=emu zero_stage=3", 2, 2);
+    accepted("device=cuda zero_stage=3 grad_accumulation=2", 4, 4);
     accepted("dp=2 tp=2 pp=2", 8, 2);
     accepted("servers=2", 6, 4);
     accepted("servers=2 dp=4 sync=ssp staleness=0", 6, 4);

@@ -54,6 +54,7 @@
 #ifndef DTRAIN_COMM_H
 #define DTRAIN_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "dtrain/base.h"
@@ -123,6 +124,23 @@ dt_status dt_comm_set_tag(dt_comm *c, const char *tag);
  * `reason`), then fail locally.  Returns DT_ERR_ABORTED.  The caller decides
  * whether to exit; the communicator must still be destroyed. */
 dt_status dt_comm_abort(dt_comm *c, const char *reason);
+
+/* Give c a communicator of its own for device buffers (docs/gpu.md):
+ * `backend` "nccl" (an NCCL communicator over c's members, its unique id
+ * broadcast over c; a build with NCCL and one GPU per rank on each host) or
+ * "native" (a second native communicator: device buffers staged through
+ * host memory apart from c's host traffic; what tests use without a GPU).
+ * From then on each call on c (collective, nonblocking or point to point)
+ * whose buffer is device memory runs on it, host buffers stay on c, and
+ * every split of c splits it too, so the children carry theirs.  Collective
+ * over c, once, before c is split; DT_ERR_INVALID for an unknown backend,
+ * a second attachment or a build without it. */
+dt_status dt_comm_attach_device(dt_comm *c, const char *backend);
+/* Whether this build has the backend `name` ("native", "mpi", "nccl"). */
+bool dt_comm_backend_built(const char *name);
+/* The name of the backend carrying c's device buffers: the attached one's,
+ * or c's own ("native", "mpi", "nccl"). */
+const char *dt_comm_device_backend(const dt_comm *c);
 
 /* Free a communicator.  For the world communicator this waits until every
  * rank has destroyed it too (so no message is lost), then closes all

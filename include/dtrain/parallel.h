@@ -243,12 +243,15 @@ dt_status dt_zero_check_sharding(const struct dt_ckpt_manifest *man, dt_model *m
 /* A ZeRO-3 strategy's shard of the values (the master copy its optimizer
  * updates, dt_zero_shard_numel elements: see dt_zero_shard_take for the
  * layout) and its length; NULL for stages 1 and 2, which update their
- * slices in the registry's whole values, and for another strategy. */
+ * slices in the registry's whole values, and for another strategy.  On a
+ * device (dt_model_to_device) the shard is the device's memory: read it
+ * with dt_strategy_zero_shard_read. */
 float *dt_strategy_zero_shard(dt_strategy *s, int64_t *numel);
 /* Elements [offset, offset + n) of a ZeRO-3 strategy's shard of the values
- * into out; with the shard on disk (dt_strategy_zero_offload) read straight
- * from the file, the rest staying there (a checkpoint written piece by
- * piece).  Refused for stages 1 and 2 and another strategy. */
+ * into out (host memory); with the shard on disk (dt_strategy_zero_offload)
+ * read straight from the file, the rest staying there (a checkpoint written
+ * piece by piece); on a device, that range downloaded.  Refused for stages
+ * 1 and 2 and another strategy. */
 dt_status dt_strategy_zero_shard_read(dt_strategy *s, int64_t offset, int64_t n, float *out);
 /* ZeRO-3's parameter shard kept in a file in dir (NULL or "": /var/tmp),
  * unlinked at once, instead of memory (ZeRO-Infinity's parameter offload
@@ -258,8 +261,8 @@ dt_status dt_strategy_zero_shard_read(dt_strategy *s, int64_t offset, int64_t n,
  * written while the optimizer computes (dt_optimizer_offload does the same
  * for the optimizer state).  dt_strategy_zero_shard then returns a copy
  * read from the file, valid until the next step.  Stages 1 and 2, which
- * hold the whole parameters, are refused.  Results are bitwise those
- * without. */
+ * hold the whole parameters, are refused, and so is a shard on a device.
+ * Results are bitwise those without. */
 dt_status dt_strategy_zero_offload(dt_strategy *s, const char *dir);
 /* Bytes the parameter offload read and wrote so far (0 without it). */
 void dt_strategy_zero_offload_io(const dt_strategy *s, uint64_t *read, uint64_t *written);

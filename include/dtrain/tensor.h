@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dtrain/base.h"
 
@@ -51,6 +52,9 @@ dt_status dt_device_open(const char *spec, const dt_device **out);
 const char *dt_device_name(const dt_device *d);
 /* True for the host (its memory is plain pointers). */
 bool dt_device_is_host(const dt_device *d);
+/* Devices of a kind this process can use: the GPUs visible for "cuda" (0
+ * in a build without CUDA, or without a GPU); 1 for "cpu" and "emu". */
+int dt_device_count(const char *kind);
 /* One line naming the hardware: "NVIDIA H200, 139.8 GiB, sm_90, ..." or the CPU's BLAS kernels. */
 dt_status dt_device_describe(const dt_device *d, char *buf, size_t n);
 /* Wait for the device's queued work; the first error of an asynchronous kernel. */
@@ -63,6 +67,11 @@ dt_status dt_device_memory(const dt_device *d, size_t *total, size_t *free_bytes
 /* cuda: let f32 matrix products use TF32 tensor cores (off by default:
  * f32 results then agree with the cpu to f32 rounding).  No-op on cpu. */
 dt_status dt_device_set_tf32(const dt_device *d, bool on);
+/* With DT_KERNEL_PROFILE=1 a device's entries (emu, cuda) are each timed
+ * between waits for the device: print the `top` (0: all) costliest kinds of
+ * call (a matrix product's precision and shape with its TFLOP/s) to f.
+ * False when nothing was profiled. */
+bool dt_device_profile_print(FILE *f, int top);
 /* Copies between host memory and the device's (plain memcpy on cpu). */
 dt_status dt_device_upload(const dt_device *d, void *dst, const void *host_src, size_t bytes);
 dt_status dt_device_download(const dt_device *d, void *host_dst, const void *src, size_t bytes);

@@ -5,6 +5,7 @@
 #include "base/trace.h"
 #include "comm/backend.h"
 #include "comm/coll.h"
+#include "comm/ipc.h"
 #include "comm/comm_internal.h"
 #include "comm/stage.h"
 #include "comm/stall.h"
@@ -41,6 +42,19 @@ static dt_status leave(dt_comm *c, const char *op, size_t bytes, int64_t t0, dt_
  * they go through stage.h, which stages, refuses or passes them by the
  * backend; otherwise the backend's entry at once. */
 #define DEV(c, entry, ...) (dt__devmem_active() ? dt__stage_##entry(__VA_ARGS__) : (c)->backend->entry(__VA_ARGS__))
+/* The same for the four that ranks of one host may run by IPC (ipc.h),
+ * which stage where it does not apply. */
+#define DEVIPC(c, entry, ...) (dt__devmem_active() ? dt__ipc_##entry(__VA_ARGS__) : (c)->backend->entry(__VA_ARGS__))
+
+/* A call whose buffer is device memory on a communicator with a companion
+ * for device buffers (device_comm.c) runs on the companion instead: the
+ * public call again, so its checks, trace and backend are the companion's. */
+#define ROUTE(c, a, b, call) \
+    do { \
+        dt_comm *d_ = dt__comm_device_route(c, a, b); \
+        if (d_) \
+            return call; \
+    } while (0)
 
 #define TRACED(c, op, bytes, call) \
     do { \
@@ -58,38 +72,44 @@ dt_status dt_barrier(dt_comm *c)
 dt_status dt_broadcast(void *buf, size_t count, dt_dtype t, int root, dt_comm *c)
 {
     REFUSE_NULL(c, "broadcast");
-    TRACED(c, "broadcast", count * dt_dtype_size(t), DEV(c, broadcast, buf, count, t, root, c));
+    ROUTE(c, buf, NULL, dt_broadcast(buf, count, t, root, d_));
+    TRACED(c, "broadcast", count * dt_dtype_size(t), DEVIPC(c, broadcast, buf, count, t, root, c));
 }
 
 dt_status dt_reduce(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, int root, dt_comm *c)
 {
     REFUSE_NULL(c, "reduce");
+    ROUTE(c, send, recv, dt_reduce(send, recv, count, t, op, root, d_));
     TRACED(c, "reduce", count * dt_dtype_size(t), DEV(c, reduce, send, recv, count, t, op, root, c));
 }
 
 dt_status dt_allreduce(const void *send, void *recv, size_t count, dt_dtype t, dt_redop op, dt_comm *c)
 {
     REFUSE_NULL(c, "allreduce");
-    TRACED(c, "allreduce", count * dt_dtype_size(t), DEV(c, allreduce, send, recv, count, t, op, c));
+    ROUTE(c, send, recv, dt_allreduce(send, recv, count, t, op, d_));
+    TRACED(c, "allreduce", count * dt_dtype_size(t), DEVIPC(c, allreduce, send, recv, count, t, op, c));
 }
 
 dt_status dt_reduce_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t, dt_redop op, dt_comm *c)
 {
     REFUSE_NULL(c, "reduce_scatter");
+    ROUTE(c, send, recv, dt_reduce_scatter(send, recv, recvcount, t, op, d_));
     TRACED(c, "reduce_scatter", recvcount * dt_dtype_size(t) * (size_t)c->size,
-           DEV(c, reduce_scatter, send, recv, recvcount, t, op, c));
+           DEVIPC(c, reduce_scatter, send, recv, recvcount, t, op, c));
 }
 
 dt_status dt_allgather(const void *send, void *recv, size_t sendcount, dt_dtype t, dt_comm *c)
 {
     REFUSE_NULL(c, "allgather");
+    ROUTE(c, send, recv, dt_allgather(send, recv, sendcount, t, d_));
     TRACED(c, "allgather", sendcount * dt_dtype_size(t) * (size_t)c->size,
-           DEV(c, allgather, send, recv, sendcount, t, c));
+           DEVIPC(c, allgather, send, recv, sendcount, t, c));
 }
 
 dt_status dt_gather(const void *send, void *recv, size_t sendcount, dt_dtype t, int root, dt_comm *c)
 {
     REFUSE_NULL(c, "gather");
+    ROUTE(c, send, recv, dt_gather(send, recv, sendcount, t, root, d_));
     TRACED(c, "gather", sendcount * dt_dtype_size(t) * (size_t)c->size,
            DEV(c, gather, send, recv, sendcount, t, root, c));
 }
@@ -97,6 +117,7 @@ dt_status dt_gather(const void *send, void *recv, size_t sendcount, dt_dtype t, 
 dt_status dt_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t, int root, dt_comm *c)
 {
     REFUSE_NULL(c, "scatter");
+    ROUTE(c, send, recv, dt_scatter(send, recv, recvcount, t, root, d_));
     TRACED(c, "scatter", recvcount * dt_dtype_size(t) * (size_t)c->size,
            DEV(c, scatter, send, recv, recvcount, t, root, c));
 }
@@ -104,12 +125,14 @@ dt_status dt_scatter(const void *send, void *recv, size_t recvcount, dt_dtype t,
 dt_status dt_alltoall(const void *send, void *recv, size_t count, dt_dtype t, dt_comm *c)
 {
     REFUSE_NULL(c, "alltoall");
+    ROUTE(c, send, recv, dt_alltoall(send, recv, count, t, d_));
     TRACED(c, "alltoall", count * dt_dtype_size(t) * (size_t)c->size, DEV(c, alltoall, send, recv, count, t, c));
 }
 
 dt_status dt_allreduce_half(const float *send, float *recv, size_t count, dt_dtype wire, dt_redop op, dt_comm *c)
 {
     REFUSE_NULL(c, "allreduce_half");
+    ROUTE(c, send, recv, dt_allreduce_half(send, recv, count, wire, op, d_));
     TRACED(c, "allreduce_half", count * sizeof(float), DEV(c, allreduce_half, send, recv, count, wire, op, c));
 }
 
@@ -119,6 +142,7 @@ dt_status dt_isend(const void *buf, size_t count, dt_dtype t, int peer, int tag,
         return dt__fail(DT_ERR_INVALID, "isend: request pointer (req) is NULL");
     *req = NULL;
     REFUSE_NULL(c, "send");
+    ROUTE(c, buf, NULL, dt_isend(buf, count, t, peer, tag, d_, req));
     return DEV(c, isend, buf, count, t, peer, tag, c, req);
 }
 
@@ -128,6 +152,7 @@ dt_status dt_irecv(void *buf, size_t count, dt_dtype t, int peer, int tag, dt_co
         return dt__fail(DT_ERR_INVALID, "irecv: request pointer (req) is NULL");
     *req = NULL;
     REFUSE_NULL(c, "recv");
+    ROUTE(c, buf, NULL, dt_irecv(buf, count, t, peer, tag, d_, req));
     return DEV(c, irecv, buf, count, t, peer, tag, c, req);
 }
 

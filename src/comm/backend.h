@@ -103,6 +103,9 @@ extern const dt__backend dt__mpi_backend;
 /* The NCCL backend (src/comm/nccl/, DT_BACKEND=nccl): one NCCL communicator
  * and one CUDA stream per dt_comm, device buffers only. */
 extern const dt__backend dt__nccl_backend;
+/* An NCCL communicator over host's members, with id `id`
+ * (dt_comm_attach_device).  Collective over host. */
+dt_status dt__nccl_comm_over(dt_comm *host, uint32_t id, dt_comm **out);
 #endif
 
 /* The table named by DT_BACKEND ("native", the default, "mpi" in a build

@@ -14,6 +14,7 @@
 #include "comm/colltrace.h"
 #include "comm/stall.h"
 #include "comm/comm_internal.h"
+#include "comm/ipc.h"
 #include "comm/stage.h"
 #include "comm/launch_env.h"
 #include "dtrain/store.h"
@@ -265,6 +266,8 @@ dt_status dt_comm_abort(dt_comm *c, const char *reason)
         return dt__fail(DT_ERR_INVALID, "dt_comm_abort: communicator is NULL");
     if (c->world->engine_closed)
         return dt__fail(DT_ERR_ABORTED, "aborted: %s", reason ? reason : "");
+    if (c->device_comm && c->device_comm->backend->abort) /* NCCL's kernels end too */
+        c->device_comm->backend->abort(c->device_comm, reason);
     if (c->backend->abort)
         return c->backend->abort(c, reason);
     /* No waiting for queued collectives: they fail at once with the abort. */
@@ -291,6 +294,8 @@ void dt__comm_twin(const dt_comm *c, uint32_t id, dt_comm *twin)
     memset(twin->scratch, 0, sizeof twin->scratch);
     memset(twin->scratch_size, 0, sizeof twin->scratch_size);
     twin->stage = NULL;
+    twin->device_comm = NULL; /* internal collectives carry host buffers */
+    twin->ipc = NULL; /* a twin runs host buffers only: no IPC state to free */
 }
 
 void dt__comm_twin_done(dt_comm *twin)
@@ -316,6 +321,11 @@ dt_status dt_comm_destroy(dt_comm *c)
     dt__world *w = c->world;
     dt_status s = DT_OK;
     dt__progress_stop(c); /* what it queued runs first: it uses c */
+    dt_status s_dev = DT_OK;
+    if (c->device_comm) { /* its companion first: it shares c's world and connections */
+        s_dev = dt_comm_destroy(c->device_comm);
+        c->device_comm = NULL;
+    }
     dt__hier_destroy(c);
     dt__shm_coll_destroy(c);
     if (c->backend && c->backend->comm_free) {
@@ -330,13 +340,14 @@ dt_status dt_comm_destroy(dt_comm *c)
         s = dt__engine_destroy(w->eng);
         w->engine_closed = true;
     }
+    dt__ipc_comm_free(c, c->id == WORLD_COMM_ID);
     free(c->scratch[0]);
     free(c->scratch[1]);
     dt__stage_free(c);
     free(c->ranks);
     free(c);
     world_release(w);
-    return s;
+    return s != DT_OK ? s : s_dev;
 }
 
 dt_status dt__comm_usable(dt_comm *c, const char *op)

@@ -66,6 +66,7 @@ struct dt_comm {
     uint64_t p2p_seq;
     char tag[32];       /* dt_comm_set_tag: recorded with collectives under DT_DEBUG=coll */
     void *stall_slot;   /* its record in the stall inspector (stall.c), set at its first collective */
+    struct dt__ipcstate *ipc; /* device buffers read by IPC (ipc.c): its stream, temporary; NULL until used */
     double timeout_s;
     dt__algo algo;
     size_t segment_bytes; /* ring pipeline segment */
@@ -98,6 +99,10 @@ struct dt_comm {
      * a collective is called with one. */
     struct dt__stagebuf *stage;
     size_t stage_chunk; /* bytes per chunk of that staging (DT_STAGE_CHUNK) */
+    /* The communicator that carries c's device buffers, with c's members in
+     * c's order (dt_comm_attach_device, device_comm.c); NULL: c's own
+     * backend takes them (staged, refused or passed: backend.h). */
+    dt_comm *device_comm;
 };
 
 /* Whether all of c's members reach each other through shared memory: the
@@ -145,6 +150,14 @@ void dt__progress_drain_all(dt__world *w);
 /* Wait for / test a collective request (frees it when done). */
 dt_status dt__job_wait(dt_request *r);
 dt_status dt__job_test(dt_request *r, int *done);
+
+/* c->device_comm when it is set and a or b (either may be NULL) is device
+ * memory (base/devmem.h); NULL: the call stays on c. */
+dt_comm *dt__comm_device_route(const dt_comm *c, const void *a, const void *b);
+/* The device communicator of a new child of `parent` (split with the same
+ * colour and key: collective over parent->device_comm, so every member of
+ * parent calls it, DT_UNDEFINED ones too); child NULL for those. */
+dt_status dt__device_comm_split(dt_comm *parent, int color, int key, dt_comm *child);
 
 /* Tags of collective messages: bit 30 set, the low bits a sub-tag. */
 #define DT__TAG_COLL 0x40000000

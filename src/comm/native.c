@@ -69,3 +69,18 @@ const dt__backend *dt__backend_from_env(void)
 #endif
     return NULL;
 }
+
+bool dt_comm_backend_built(const char *name)
+{
+    if (!name)
+        return false;
+#ifdef DT_HAVE_MPI
+    if (!strcmp(name, "mpi"))
+        return true;
+#endif
+#ifdef DT_HAVE_NCCL
+    if (!strcmp(name, "nccl"))
+        return true;
+#endif
+    return !strcmp(name, "native");
+}

@@ -263,6 +263,9 @@ dt_status dt__job_test(dt_request *r, int *done)
 dt_status dt_iallreduce(const void *send, void *recv, size_t count, dt_dtype dtype, dt_redop op, dt_comm *c,
                         dt_request **req)
 {
+    dt_comm *d = dt__comm_device_route(c, send, recv); /* device_comm.c */
+    if (d)
+        return dt_iallreduce(send, recv, count, dtype, op, d, req);
     dt__job j = {.kind = JOB_ALLREDUCE, .comm = c, .send = send, .recv = recv, .count = count, .dtype = dtype, .op = op};
     return submit(&j, "iallreduce", req);
 }
@@ -270,6 +273,9 @@ dt_status dt_iallreduce(const void *send, void *recv, size_t count, dt_dtype dty
 dt_status dt_iallreduce_half(const float *send, float *recv, size_t count, dt_dtype wire, dt_redop op, dt_comm *c,
                              dt_request **req)
 {
+    dt_comm *d = dt__comm_device_route(c, send, recv);
+    if (d)
+        return dt_iallreduce_half(send, recv, count, wire, op, d, req);
     dt__job j = {.kind = JOB_ALLREDUCE_HALF, .comm = c, .send = send, .recv = recv, .count = count,
                  .dtype = DT_F32, .wire = wire, .op = op};
     return submit(&j, "iallreduce_half", req);
@@ -277,12 +283,18 @@ dt_status dt_iallreduce_half(const float *send, float *recv, size_t count, dt_dt
 
 dt_status dt_ibroadcast(void *buf, size_t count, dt_dtype dtype, int root, dt_comm *c, dt_request **req)
 {
+    dt_comm *d = dt__comm_device_route(c, buf, NULL);
+    if (d)
+        return dt_ibroadcast(buf, count, dtype, root, d, req);
     dt__job j = {.kind = JOB_BROADCAST, .comm = c, .recv = buf, .count = count, .dtype = dtype, .root = root};
     return submit(&j, "ibroadcast", req);
 }
 
 dt_status dt_iallgather(const void *send, void *recv, size_t sendcount, dt_dtype dtype, dt_comm *c, dt_request **req)
 {
+    dt_comm *d = dt__comm_device_route(c, send, recv);
+    if (d)
+        return dt_iallgather(send, recv, sendcount, dtype, d, req);
     dt__job j = {.kind = JOB_ALLGATHER, .comm = c, .send = send, .recv = recv, .count = sendcount, .dtype = dtype};
     return submit(&j, "iallgather", req);
 }
@@ -290,6 +302,9 @@ dt_status dt_iallgather(const void *send, void *recv, size_t sendcount, dt_dtype
 dt_status dt_ireduce_scatter(const void *send, void *recv, size_t recvcount, dt_dtype dtype, dt_redop op, dt_comm *c,
                              dt_request **req)
 {
+    dt_comm *d = dt__comm_device_route(c, send, recv);
+    if (d)
+        return dt_ireduce_scatter(send, recv, recvcount, dtype, op, d, req);
     dt__job j = {.kind = JOB_REDUCE_SCATTER, .comm = c, .send = send, .recv = recv, .count = recvcount,
                  .dtype = dtype, .op = op};
     return submit(&j, "ireduce_scatter", req);

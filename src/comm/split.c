@@ -59,6 +59,8 @@ static dt_status make_child(dt_comm *c, const int32_t *pairs, int color, dt_comm
     sub->stall_slot = NULL; /* its own id: its own record (stall.c) */
     memset(sub->scratch, 0, sizeof sub->scratch);
     sub->stage = NULL; /* its own staging buffer (stage.c) */
+    sub->device_comm = NULL; /* its own, split from the parent's: dt__device_comm_split */
+    sub->ipc = NULL;   /* its own stream and temporary (ipc.c) */
     sub->local = sub->cross = NULL; /* its own hierarchy, if any: dt__hier_setup */
     sub->members = NULL;
     sub->nhosts = 0;
@@ -104,6 +106,11 @@ dt_status dt__comm_split(dt_comm *c, int color, int key, bool hier, dt_comm **ou
      * members agree on one_host, so they all take part or none does. */
     if (s == DT_OK && *out && hier && !(*out)->one_host)
         s = dt__hier_setup(*out);
+    /* A user's split (hier) of a communicator with a companion for device
+     * buffers splits the companion alike; the hierarchy's own parts carry
+     * host buffers only. */
+    if (s == DT_OK && hier)
+        s = dt__device_comm_split(c, color, key, *out);
     if (s != DT_OK && *out) {
         char why[DT__ERROR_LEN];
         dt__error_save(why);

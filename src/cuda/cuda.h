@@ -66,6 +66,10 @@ bool dt__cuda_tf32(void);
  * NULL in a build without CUDA. */
 struct dt__devmem;
 const struct dt__devmem *dt__cuda_devmem(void);
+/* Its IPC entries (base/devmem_ipc.h, src/cuda/ipc.cu: CUDA IPC, a stream per
+ * communicator, the rank-order reduce kernel); NULL without CUDA. */
+struct dt__devmem_ipc;
+const struct dt__devmem_ipc *dt__cuda_ipc(void);
 
 /* ---- for the kernel files ---- */
 
@@ -73,6 +77,8 @@ const struct dt__devmem *dt__cuda_devmem(void);
 bool dt__cuda_enter(void);
 /* The device's multiprocessor count (132 on an H100 SXM), for grid sizes. */
 int dt__cuda_sm_count(void);
+/* GPUs visible to this process (0 when none is, or without a driver). */
+int dt__cuda_device_count(void);
 /* The cuBLASLt handle (a cublasLtHandle_t) and its workspace, to be used on
  * the compute stream only (the workspace is shared by every matmul queued
  * there, which the stream's order makes safe). */

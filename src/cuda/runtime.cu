@@ -226,6 +226,16 @@ size_t dt__cuda_free_bytes(void)
 void dt__cuda_set_tf32(bool on) { __atomic_store_n(&tf32, on, __ATOMIC_RELAXED); }
 bool dt__cuda_tf32(void) { return __atomic_load_n(&tf32, __ATOMIC_RELAXED); }
 int dt__cuda_sm_count(void) { return sm_count; }
+
+int dt__cuda_device_count(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return count;
+}
 void *dt__cuda_lt(void) { return (void *)lt; }
 
 void *dt__cuda_workspace(size_t *bytes)

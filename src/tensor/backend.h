@@ -196,6 +196,14 @@ extern const dt_compute_ops dt__emu_ops;
  * dt_device_open("emu"). */
 struct dt__devmem;
 extern const struct dt__devmem dt__emu_devmem;
+/* Its IPC entries (base/devmem_ipc.h, emu_ipc.c), and the shared heap its
+ * allocations come from under DT_DEVICE_IPC=1: alloc returns NULL when the
+ * heap is off or full (plain memory then); free says whether p was the
+ * heap's (untagged pointers). */
+struct dt__devmem_ipc;
+extern const struct dt__devmem_ipc dt__emu_ipc;
+void *dt__emu_heap_alloc(size_t bytes);
+bool dt__emu_heap_free(void *p);
 const dt_compute_ops *dt__cuda_ops(void);
 
 /* Shared by the cpu and emu tables (cpu_ops.c): the host's memory, and the

@@ -9,6 +9,7 @@
 
 const dt_compute_ops *dt__cuda_ops(void) { return NULL; }
 const struct dt__devmem *dt__cuda_devmem(void) { return NULL; }
+const struct dt__devmem_ipc *dt__cuda_ipc(void) { return NULL; }
 
 dt_status dt__cuda_init(int device)
 {
@@ -25,6 +26,7 @@ dt_status dt__cuda_describe(char *buf, size_t n)
 
 void *dt__cuda_stream(void) { return NULL; }
 size_t dt__cuda_free_bytes(void) { return 0; }
+int dt__cuda_device_count(void) { return 0; }
 void dt__cuda_set_tf32(bool on) { (void)on; }
 bool dt__cuda_tf32(void) { return false; }
 dt_status dt__cuda_take_error(void) { return DT_OK; }

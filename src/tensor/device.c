@@ -6,8 +6,10 @@
 #include <string.h>
 
 #include "base/devmem.h"
+#include "base/devmem_ipc.h"
 #include "base/status.h"
 #include "cuda/cuda.h"
+#include "tensor/profile.h"
 #include "tensor/backend.h"
 
 /* "cuda" alone picks GPU DT_LOCAL_RANK modulo the GPUs visible (one GPU per
@@ -39,7 +41,8 @@ dt_status dt_device_open(const char *spec, const dt_device **out)
     if (!strcmp(spec, "emu")) {
 #if defined(__x86_64__) || defined(__aarch64__)
         DT_CHECK(dt__devmem_register(&dt__emu_devmem)); /* communication learns its buffers here */
-        *out = &dt__emu_ops;
+        dt__devmem_ipc_register(&dt__emu_devmem, &dt__emu_ipc); /* used under DT_DEVICE_IPC=1 */
+        *out = dt__profile_on() ? dt__profile_wrap(&dt__emu_ops) : &dt__emu_ops;
         return DT_OK;
 #else
         return dt__fail(DT_ERR_INVALID, "device emu: needs 48-bit user addresses (x86-64, AArch64)");
@@ -55,7 +58,9 @@ dt_status dt_device_open(const char *spec, const dt_device **out)
         return dt__fail(DT_ERR_INVALID, "device %s: this dtrain was built without CUDA (configure with -DDT_CUDA=ON "
                                         "and the CUDA toolkit installed)", spec);
     DT_CHECK(dt__devmem_register(dt__cuda_devmem()));
-    *out = ops;
+    if (dt__cuda_ipc())
+        dt__devmem_ipc_register(dt__cuda_devmem(), dt__cuda_ipc());
+    *out = dt__profile_on() ? dt__profile_wrap(ops) : ops;
     return DT_OK;
 }
 
@@ -63,11 +68,18 @@ const char *dt_device_name(const dt_device *d) { return d ? d->name : "cpu"; }
 
 bool dt_device_is_host(const dt_device *d) { return !d || d->host; }
 
+int dt_device_count(const char *kind)
+{
+    if (kind && !strncmp(kind, "cuda", 4))
+        return dt__cuda_device_count();
+    return 1;
+}
+
 dt_status dt_device_describe(const dt_device *d, char *buf, size_t n)
 {
     if (!buf || n == 0)
         return dt__fail(DT_ERR_INVALID, "device_describe: no buffer");
-    if (d == &dt__emu_ops) {
+    if (dt__profile_inner(d) == &dt__emu_ops) {
         snprintf(buf, n, "emu: the cpu kernels behind memory the host cannot touch (a test device)");
         return DT_OK;
     }
@@ -95,7 +107,7 @@ dt_status dt_device_memory(const dt_device *d, size_t *total, size_t *free_bytes
 
 dt_status dt_device_set_tf32(const dt_device *d, bool on)
 {
-    if (!dt_device_is_host(d) && d != &dt__emu_ops)
+    if (!dt_device_is_host(d) && dt__profile_inner(d) != &dt__emu_ops)
         dt__cuda_set_tf32(on);
     return DT_OK;
 }

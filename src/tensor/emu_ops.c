@@ -42,14 +42,16 @@ static _Thread_local int64_t uploads; /* dt__emu_uploads_on_this_thread */
 
 static void *emu_alloc(size_t bytes)
 {
-    void *p = tag(dt__cpu_ops.alloc(bytes));
+    void *h = dt__emu_heap_alloc(bytes); /* exportable (DT_DEVICE_IPC=1, emu_ipc.c), else NULL */
+    void *p = tag(h ? h : dt__cpu_ops.alloc(bytes));
     dt__memtrack_add(&held, p, bytes);
     return p;
 }
 static void emu_free(void *p)
 {
     dt__memtrack_remove(&held, p);
-    dt__cpu_ops.free(untag(p));
+    if (p && !dt__emu_heap_free(untag(p)))
+        dt__cpu_ops.free(untag(p));
 }
 static size_t emu_mem_peak(void) { return dt__memtrack_peak(&held); }
 static dt_status emu_upload(void *dst, const void *src, size_t n)

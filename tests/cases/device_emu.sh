@@ -76,8 +76,8 @@ expect_grep "$WORK/gen-emu.err" "device: emu"
 cmp -s "$WORK/gen-cpu" "$WORK/gen-emu" || fail "generate on emu differs from the cpu's"
 echo "eval and generate on emu: the cpu's output"
 # refusals, each naming the key and why
-"$BIN/dtrain" train "${gpt[@]}" --set device=emu --set zero_stage=3 >"$WORK/r1" 2>&1 && fail "zero_stage 3 on a device ran"
-expect_grep "$WORK/r1" "device.*not built yet"
+"$BIN/dtrain" train "${gpt[@]}" --set device=emu --set offload=disk >"$WORK/r1" 2>&1 && fail "offload on a device ran"
+expect_grep "$WORK/r1" "key 'device' = \"emu\" with offload disk: .*not built yet"
 "$BIN/dtrain" train "${gpt[@]}" --set device=tpu >"$WORK/r2" 2>&1 && fail "device tpu ran"
 expect_grep "$WORK/r2" "device.*must be cpu, cuda, cuda:N or emu"
 # (2 ranks on a device train now: tests/cases/device_strategies.sh; what is not built is refused by its key)

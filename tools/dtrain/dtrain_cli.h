@@ -167,6 +167,11 @@ dt_status dtrain_build_model(const dtrain_config *c, dt_model **m);
 /* device != cpu: the start line's device part (the lead's; the run moved
  * the model and the optimizer there). */
 void dtrain_device_line(const dtrain_config *c);
+/* device != cpu and several ranks: attach what carries the device's
+ * buffers to job (DT_DEVICE_BACKEND; nccl_asked: DT_BACKEND=nccl was set,
+ * the job joining on the native backend), before any split.  0, or the
+ * exit code (the error printed). */
+int dtrain_device_comm(const dtrain_config *c, dt_comm *job, bool nccl_asked);
 /* The end of a run on a device: the device allocator's peak and the memory left (nothing on the cpu). */
 void dtrain_device_end_line(const dtrain_config *c);
 /* The configuration's layout keys as the library's layout, and its model

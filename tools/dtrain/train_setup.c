@@ -166,6 +166,14 @@ int train_setup(train_run *t, dtrain_config *c, const char *resume)
     char step_dir[2048];
     t->c = c;
     t->resume = resume;
+    /* DT_BACKEND=nccl names NCCL for the device's buffers: the job joins on
+     * the native backend, which carries its host traffic (NCCL refuses host
+     * buffers), and NCCL is attached once it is up (dtrain_device_comm).
+     * Set before any thread starts. */
+    const char *backend = getenv("DT_BACKEND");
+    bool nccl_asked = backend && !strcmp(backend, "nccl");
+    if (nccl_asked)
+        setenv("DT_BACKEND", "native", 1);
     if (data_open(c, &t->d) != DT_OK) /* a configuration error: data_path, vocab */
         return 2;
     dtrain_phase("data opened");
@@ -176,6 +184,9 @@ int train_setup(train_run *t, dtrain_config *c, const char *resume)
         return 1;
     }
     dtrain_phase("joined the job");
+    int dcode = dtrain_device_comm(c, t->job, nccl_asked);
+    if (dcode != 0)
+        return dcode;
     if (!strcmp(c->layout, "auto")) {
         int code = dtrain_plan_auto(c, t->job, &t->predicted_step_s);
         if (code != 0)

@@ -250,6 +250,84 @@ static dt_status split(dt_comm *c, int color, int key, dt_comm **out)
     return DT_OK;
 }
 
+/* An NCCL communicator over host's members (dt_comm_attach_device): the
+ * unique id made by host's rank 0 and broadcast over host itself (no store:
+ * the host communicator is up), one GPU per rank on each host. */
+dt_status dt__nccl_comm_over(dt_comm *host, uint32_t id, dt_comm **out)
+{
+    const char *op = "attaching NCCL for device buffers";
+    *out = NULL;
+    dt__launch_env env = {.rank = host->rank, .size = host->size, .local_rank = host->local_rank,
+                          .local_size = host->local_size};
+    int device = 0;
+    /* Every rank learns whether every rank found its GPU, so none is left
+     * waiting in ncclCommInitRank for one that gave up. */
+    dt_status s = pick_device(&env, &device);
+    char why[DT__ERROR_LEN];
+    dt__error_save(why);
+    int32_t ok = s == DT_OK, all = 0;
+    DT_CHECK(dt_allreduce(&ok, &all, 1, DT_I32, DT_MIN, host));
+    if (s != DT_OK)
+        return dt__error_restore(s, why);
+    if (!all)
+        return dt__fail(DT_ERR_INVALID, "%s: another rank found no GPU of its own (its own error says why)", op);
+    DT_CHECK(dt__nccl_cuda_error(cudaSetDevice(device), op));
+    ncclUniqueId uid;
+    memset(&uid, 0, sizeof uid);
+    int32_t made = 1;
+    if (host->rank == 0 && (s = dt__nccl_error(ncclGetUniqueId(&uid), "ncclGetUniqueId", NULL)) != DT_OK)
+        made = 0;
+    dt__error_save(why);
+    DT_CHECK(dt_broadcast(&made, 1, DT_I32, 0, host));
+    if (!made)
+        return host->rank == 0 ? dt__error_restore(s, why)
+                               : dt__fail(DT_ERR_PEER, "%s: rank 0 could not make NCCL's unique id", op);
+    DT_CHECK(dt_broadcast(&uid, sizeof uid, DT_U8, 0, host));
+    dt_comm *d = calloc(1, sizeof *d);
+    if (!d || !(d->ranks = malloc((size_t)host->size * sizeof *d->ranks))) {
+        free(d);
+        return dt__fail(DT_ERR_NOMEM, "out of memory");
+    }
+    d->world = host->world;
+    d->backend = &dt__nccl_backend;
+    d->rank = host->rank;
+    d->size = host->size;
+    d->local_rank = host->local_rank;
+    d->local_size = host->local_size;
+    d->one_host = host->one_host;
+    d->timeout_s = host->timeout_s;
+    d->algo = host->algo;
+    d->id = id;
+    memcpy(d->ranks, host->ranks, (size_t)host->size * sizeof *d->ranks);
+    s = make_impl(d, device, op);
+    if (s == DT_OK) {
+        dt__nccl_comm *n = dt__nccl_of(d);
+        ncclConfig_t cfg = nonblocking_config();
+        int64_t deadline = dt__deadline_after(host->timeout_s);
+        ncclResult_t r = ncclCommInitRankConfig(&n->comm, host->size, uid, host->rank, &cfg);
+        s = n->comm ? dt__nccl_settle(d, r, "ncclCommInitRank", deadline)
+                    : dt__nccl_error(r == ncclSuccess ? ncclInternalError : r, "ncclCommInitRank", d);
+        if (s != DT_OK) {
+            dt__error_save(why);
+            if (n->comm && !n->broken)
+                ncclCommAbort(n->comm);
+            release(n);
+            d->impl = NULL;
+            dt__error_restore(s, why);
+        }
+    }
+    if (s != DT_OK) {
+        free(d->ranks);
+        free(d);
+        return s;
+    }
+    __atomic_add_fetch(&host->world->refs, 1, __ATOMIC_ACQ_REL);
+    DT_INFO("device buffers over NCCL: rank %d of %d on GPU %d (NCCL %d.%d.%d)", d->rank, d->size, device,
+            NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+    *out = d;
+    return DT_OK;
+}
+
 static dt_status comm_free(dt_comm *c, bool world)
 {
     dt__nccl_comm *n = dt__nccl_of(c);

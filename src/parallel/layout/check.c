@@ -33,7 +33,6 @@ static const char *device_conflict(const dt_layout *l, int *value)
         int value;
     } uses[] = {{"sequence_parallel", l->sequence_parallel},
                 {"tp_copies", l->tp_copies > 1 ? l->tp_copies : 0},
-                {"zero_stage", l->zero_stage == 3 ? 3 : 0},
                 {"servers", l->servers},
                 {"offload", l->offload != DT_OFFLOAD_NONE},
                 {"recompute", l->recompute != DT_RECOMPUTE_OFF}};
@@ -53,8 +52,8 @@ static dt_status keys_agree(const dt_layout *l)
     if (key) {
         dt_layout_get(l, key, v, sizeof v);
         return dt__fail(DT_ERR_INVALID, "key 'device' = \"%s\" with %s %s: training on a device with "
-                        "sequence_parallel, tp_copies, zero_stage 3, servers, offload or recompute is not built yet (on a device: "
-                        "data parallel, zero_stage 1 and 2, tp and pp)",
+                        "sequence_parallel, tp_copies, servers, offload or recompute is not built yet (on a device: "
+                        "data parallel, zero_stage 1 to 3, tp and pp)",
                         l->device, key, v);
     }
     if (l->sequence_parallel && l->tp < 2)

@@ -142,14 +142,16 @@ dt_status dt__zero_save(dt_strategy *s, const dt__save_args *a)
     dt_model *m = s->model;
     dt_optimizer *o = s->opt;
     const dt_ckpt_progress *pr = a->pr;
-    if (!dt_device_is_host(dt_model_device(m)) && a->w) { /* stages 1, 2 on a device: the host's copy of the values */
+    int N = dt_comm_size(dp), rank = dt_comm_rank(dp), stage = s->run->layout.zero_stage;
+    /* stages 1, 2 on a device: the host's copy of the values (stage 3 reads
+     * its shard piece by piece through the device's download) */
+    if (!dt_device_is_host(dt_model_device(m)) && a->w && stage < 3) {
         dt_status d = dt_strategy_sync(s);
         if (d == DT_OK)
             d = dt_params_download(dt_model_params(m));
         if (d != DT_OK)
             return dt__fail(d, "checkpoint at step %lld: %s", (long long)pr->step, dt_last_error());
     }
-    int N = dt_comm_size(dp), rank = dt_comm_rank(dp), stage = s->run->layout.zero_stage;
     int nstate = dt_optimizer_state_count(o); /* read piece by piece below: an offloaded state stays on disk */
     const char *names[3];
     dt_ckpt_sharding sh;

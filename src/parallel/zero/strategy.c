@@ -43,12 +43,15 @@
  * sum cannot follow the reduce-scatter); stage 2 is then stage 1 (the
  * whole gradients held through the schedule).
  *
- * On a device (stages 1 and 2): the registry's flat buffers are the
- * device's (dt_params_device_values/grads), the pools and the shard's
- * gradients are device memory, and every copy, sum and scale goes through
- * the device's entries (Z->ops); the collectives take the device pointers
- * (the communicator stages them).  Stage 3 keeps its host-side shard and
- * gathers and is refused on a device. */
+ * On a device: the registry's flat buffers are the device's
+ * (dt_params_device_values/grads), the pools and the shard (stage 3's
+ * values too) are device memory, and every copy, sum and scale goes through
+ * the device's entries (Z->ops), the update through the device's optimizer;
+ * the collectives take the device pointers (the communicator stages them).
+ * Stage 3's gathered units come from a pool of the device's buffers
+ * (val_pool): a device's free may wait for the device (cudaFree does), which
+ * a gather per block and pass must not.  Checkpoints read the shard through
+ * the device's download (dt_strategy_zero_shard_read). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +104,9 @@ typedef struct {
     /* The gradient buffers of every unit and micro-batch (grads, sending:
      * slice x ranks; summed: slice), taken and given back, allocated once. */
     dt__buf_pool grad_pool, sum_pool;
+    /* stage 3 on a device: the gathered units' buffers (slice x ranks), the
+     * largest unit's size; on the host they are malloc'd per gather */
+    dt__buf_pool val_pool;
     dt__ready_groups ready; /* units by parameter: a unit's gradients are final when its group is */
     dt_subscription hook_sub, ready_sub;
     int inflight[MAX_REDUCES], ninflight; /* units whose reduce-scatter is in flight, oldest first */
@@ -240,15 +246,44 @@ static dt_status regather_start(dt_strategy *s, zero *Z, int u)
 
 /* ---- stage 3: gathering a unit's parameters ---- */
 
+/* A buffer for unit u's gathered values: malloc'd on the host (counted as
+ * held), from val_pool on a device (the pool counts itself). */
+static dt_status values_take(zero *Z, int u)
+{
+    const dt__zero_unit *U = &Z->L.unit[u];
+    unit_state *us = &Z->u[u];
+    if (!Z->ops->host) {
+        dt_status st = dt__pool_take(&Z->val_pool, U->slice * Z->N, false, &us->values);
+        return st == DT_OK ? st : dt__wrap(st, "zero: gathering block %d's parameters: ", U->block);
+    }
+    if (!(us->values = malloc((size_t)(U->slice * Z->N) * sizeof(float))))
+        return dt__fail(DT_ERR_NOMEM, "zero: out of memory gathering block %d's parameters", U->block);
+    held(Z, U->slice * Z->N);
+    return DT_OK;
+}
+
+/* Give unit u's gathered buffer back (none held: nothing); its gather must have landed. */
+static void values_give(zero *Z, int u)
+{
+    unit_state *us = &Z->u[u];
+    if (!us->values)
+        return;
+    if (!Z->ops->host)
+        dt__pool_give(&Z->val_pool, us->values);
+    else {
+        held(Z, -Z->L.unit[u].slice * Z->N);
+        free(us->values);
+    }
+    us->values = NULL;
+}
+
 static dt_status gather_start(zero *Z, int u)
 {
     unit_state *us = &Z->u[u];
     if (us->values || us->gather)
         return DT_OK;
     const dt__zero_unit *U = &Z->L.unit[u];
-    if (!(us->values = malloc((size_t)(U->slice * Z->N) * sizeof(float))))
-        return dt__fail(DT_ERR_NOMEM, "zero: out of memory gathering block %d's parameters", U->block);
-    held(Z, U->slice * Z->N);
+    DT_CHECK(values_take(Z, u));
     dt_status s;
     if (Z->values_off) { /* this rank's slice from the file into its place, gathered in place */
         float *mine = us->values + (int64_t)Z->r * U->slice;
@@ -257,11 +292,8 @@ static dt_status gather_start(zero *Z, int u)
             s = dt_iallgather(us->values, us->values, (size_t)U->slice, DT_F32, Z->dp, &us->gather);
     } else
         s = dt_iallgather(Z->values + U->shard_offset, us->values, (size_t)U->slice, DT_F32, Z->dp, &us->gather);
-    if (s != DT_OK) {
-        free(us->values);
-        us->values = NULL;
-        held(Z, -U->slice * Z->N);
-    }
+    if (s != DT_OK)
+        values_give(Z, u);
     return s;
 }
 
@@ -279,10 +311,7 @@ static dt_status release_values(dt_strategy *s, zero *Z, int u)
         st = dt_wait(us->gather, NULL);
         us->gather = NULL;
     }
-    if (us->values)
-        held(Z, -Z->L.unit[u].slice * Z->N);
-    free(us->values);
-    us->values = NULL;
+    values_give(Z, u);
     bind_unit(s, Z, u);
     return st;
 }
@@ -624,10 +653,10 @@ static dt_status zero_update(dt_strategy *s, float lr, float max_norm, float *no
     float clip = dt__clip_coefficient(total, max_norm); /* torch's clip_grad_norm_ */
     if (Z->stage == 3) {
         if (clip != 1.0f)
-            dt_vec_scale(Z->grads, clip, Z->L.shard_numel);
+            Z->ops->scale(Z->grads, clip, Z->L.shard_numel);
         DT_CHECK(Z->values_off ? update_offloaded(s, Z, lr)
                                : dt_optimizer_step(s->opt, Z->values, Z->grads, Z->L.shard_numel, lr));
-        dt_vec_zero(Z->grads, Z->L.shard_numel);
+        DT_CHECK(Z->ops->zero(Z->grads, (size_t)Z->L.shard_numel * sizeof(float)));
         end_timing(Z);
         return prefetch(s, Z, 0); /* the next forward's first block */
     }
@@ -660,7 +689,7 @@ static void zero_destroy(dt_strategy *s)
         for (int u = 0; u < Z->L.nunits; u++) {
             if (Z->u[u].gather)
                 dt_wait(Z->u[u].gather, NULL);
-            free(Z->u[u].values);
+            values_give(Z, u);
             Z->ops->free(Z->u[u].staging);
         }
     }
@@ -670,6 +699,7 @@ static void zero_destroy(dt_strategy *s)
     }
     dt__pool_free(&Z->grad_pool);
     dt__pool_free(&Z->sum_pool);
+    dt__pool_free(&Z->val_pool);
     dt__ready_groups_free(&Z->ready);
     if (Z->dp)
         dt_comm_destroy(Z->dp);
@@ -677,11 +707,13 @@ static void zero_destroy(dt_strategy *s)
     free(Z->weight);
     free(Z->view);
     free(Z->u);
-    free(Z->values);
-    if (Z->ops && !Z->ops->host)
+    if (Z->ops && !Z->ops->host) {
+        Z->ops->free(Z->values);
         Z->ops->free(Z->grads);
-    else
+    } else {
+        free(Z->values);
         free(Z->grads);
+    }
     dt__zero_layout_free(&Z->L);
     free(Z);
 }
@@ -715,6 +747,8 @@ static dt_status reserve_pools(dt_strategy *s, zero *Z)
     }
     free(bound);
     bool backward = Z->stage >= 2;
+    if (Z->stage == 3 && !Z->ops->host) /* the gathered units: what a pass holds at once, settled in the first step */
+        DT_CHECK(dt__pool_reserve(&Z->val_pool, Z->L.max_padded, 0));
     DT_CHECK(dt__pool_reserve(&Z->grad_pool, Z->L.max_padded, backward ? most + MAX_REDUCES : 0));
     return dt__pool_reserve(&Z->sum_pool, max_slice, backward ? MAX_REDUCES : 0);
 }
@@ -722,7 +756,7 @@ static dt_status reserve_pools(dt_strategy *s, zero *Z)
 static size_t zero_memory(const dt_strategy *s, size_t *buffers)
 {
     const zero *Z = s->impl;
-    *buffers = Z->held_peak + Z->grad_pool.bytes + Z->sum_pool.bytes;
+    *buffers = Z->held_peak + Z->grad_pool.bytes + Z->sum_pool.bytes + Z->val_pool.bytes;
     return Z->shard + *buffers;
 }
 
@@ -782,6 +816,8 @@ dt_status dt_strategy_zero_shard_read(dt_strategy *s, int64_t offset, int64_t n,
         return DT_OK;
     if (!from) /* on disk: the range alone (the update flushed what it wrote) */
         return dt__offload_read_range(Z->values_off, 0, offset, n, out);
+    if (!Z->ops->host) /* the device's shard: the range alone comes down */
+        return Z->ops->download(out, from + offset, (size_t)n * sizeof *out);
     memcpy(out, from + offset, (size_t)n * sizeof *out);
     return DT_OK;
 }
@@ -796,6 +832,9 @@ dt_status dt_strategy_zero_offload(dt_strategy *s, const char *dir)
                                         "parameter shard can live on disk", Z->stage);
     if (Z->values_off)
         return DT_OK;
+    if (!Z->ops->host)
+        return dt__fail(DT_ERR_INVALID, "zero_offload: the parameter shard is in %s's memory: offload to disk is not "
+                        "built on a device", Z->ops->name);
     DT_CHECK(dt__offload_open(dir, "ZeRO-3 parameter offload", 1, Z->L.shard_numel, Z->values, &Z->values_off));
     free(Z->values);
     Z->values = NULL;
@@ -826,6 +865,21 @@ static float *alloc_zeroed(const dt_compute_ops *dev, int64_t n)
     return p;
 }
 
+/* Stage 3: this rank's slice of every unit of the whole values (the
+ * registry's flat buffer, on the device where the model is) into the
+ * shard, whose padding alloc_zeroed cleared (dt_zero_shard_take's layout,
+ * copied by the device's entry). */
+static dt_status take_shard(zero *Z, const float *whole)
+{
+    for (int u = 0; u < Z->L.nunits; u++) {
+        int64_t lo, n = own_part(Z, u, &lo);
+        const dt__zero_unit *U = &Z->L.unit[u];
+        if (n > 0)
+            DT_CHECK(Z->ops->copy(Z->values + U->shard_offset, whole + U->flat_offset + lo, (size_t)n * sizeof(float)));
+    }
+    return DT_OK;
+}
+
 dt_status dt__strategy_zero_make(dt_model *m, dt_optimizer *o, dt_comm *c, int stage, const dt_strategy_config *cfg,
                                  dt_comm *stages, bool deferred, dt_strategy **out)
 {
@@ -842,9 +896,6 @@ dt_status dt__strategy_zero_make(dt_model *m, dt_optimizer *o, dt_comm *c, int s
     if (!dt_params_device_values(p) || !dt_params_device_grads(p))
         return dt__fail(DT_ERR_INVALID, "strategy zero: the model must hold its whole parameters and gradients "
                                         "(dt_model_instantiate) when the strategy starts");
-    if (stage == 3 && !dev->host)
-        return dt__fail(DT_ERR_INVALID, "strategy zero: zero_stage 3 on %s is not built yet (its shard and gathers "
-                        "are host memory): use 1 or 2 on a device", dev->name);
     if (!dev->host && o && dt_optimizer_device(o) != dev)
         return dt__fail(DT_ERR_INVALID, "strategy zero: the parameters are on %s, the optimizer on %s "
                         "(dt_optimizer_set_device)", dev->name, dt_optimizer_device(o)->name);
@@ -857,7 +908,7 @@ dt_status dt__strategy_zero_make(dt_model *m, dt_optimizer *o, dt_comm *c, int s
     stage = deferred && stage == 2 ? 1 : stage;
     Z->stage = stage;
     Z->ops = dev;
-    Z->grad_pool.ops = Z->sum_pool.ops = dev;
+    Z->grad_pool.ops = Z->sum_pool.ops = Z->val_pool.ops = dev;
     Z->N = dt_comm_size(c);
     Z->r = dt_comm_rank(c);
     Z->tp = tp;
@@ -869,7 +920,7 @@ dt_status dt__strategy_zero_make(dt_model *m, dt_optimizer *o, dt_comm *c, int s
     if (st == DT_OK)
         st = dt__zero_layout_make(m, Z->N, Z->r, &Z->L);
     int64_t S = Z->L.shard_numel;
-    if (st == DT_OK && ((stage == 3 && !(Z->values = calloc((size_t)(S ? S : 1), sizeof(float)))) ||
+    if (st == DT_OK && ((stage == 3 && !(Z->values = alloc_zeroed(dev, S))) ||
                         (stage >= 2 && !(Z->grads = alloc_zeroed(dev, S))) ||
                         !(Z->u = calloc((size_t)(Z->L.nunits ? Z->L.nunits : 1), sizeof *Z->u))))
         st = dt__fail(DT_ERR_NOMEM, "out of memory for the ZeRO shard (%lld elements)", (long long)S);
@@ -879,7 +930,7 @@ dt_status dt__strategy_zero_make(dt_model *m, dt_optimizer *o, dt_comm *c, int s
     if (st == DT_OK) /* a communicator of its own: the caller's calls on c do not wait behind its gathers */
         st = dt_comm_split(c, 0, Z->r, &Z->dp);
     if (st == DT_OK && stage == 3)
-        st = dt_zero_shard_take(m, Z->N, Z->r, dt_params_values(p), Z->values);
+        st = take_shard(Z, dt_params_device_values(p));
     if (st == DT_OK) {
         Z->async_before = dt_comm_async_seconds(Z->dp);
         if (stage >= 2)
