@@ -51,7 +51,7 @@ for n in 2 3 4; do
             fail "coll_check on $n ranks: device buffers ($k) gave other bits than host ones"
     done
     for ch in 92 100 1996; do
-        diff "$WORK/host$n" "$WORK/emuc$ch-$n" ||
+        diff "$WORK/host$n" <(grep -v "by device IPC" "$WORK/emuc$ch-$n") ||
             fail "coll_check on $n ranks: device buffers in chunks of DT_STAGE_CHUNK=$ch bytes gave other bits than host ones"
     done
     par_ok "$WORK/reuse$n" || { cat "$WORK/reuse$n"; fail "device_ipc reuse on $n ranks"; }
