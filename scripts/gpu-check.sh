@@ -20,9 +20,10 @@
 #   gpu_kernels              every table entry, cuda against cpu       10 / 120
 #   coll-device              coll_check --device cuda on 2, 3, 4 ranks
 #                            sharing the GPU, staged through pinned host
-#                            memory (DT_DEVICE_IPC=0) and by CUDA IPC
+#                            memory (DT_DEVICE_IPC=0; 2 ranks again in
+#                            small chunks) and by CUDA IPC
 #                            (DT_DEVICE_IPC=1, the path counted), each
-#                            bitwise the host run's hashes             30 / 120
+#                            bitwise the host run's hashes             35 / 120
 #   nccl_world1              DT_BACKEND=nccl at world size 1: every
 #                            collective on device buffers, refusals;
 #                            nccl_attach: NCCL as a native communicator's
@@ -202,6 +203,17 @@ s_coll_device() {
             fi
         done
     done
+    # The chunked staging (docs/gpu.md: the copy stream's asynchronous
+    # copies) on buffers of this size: chunks of 499 floats, 2 ranks.
+    if [ -f "$d/host2" ]; then
+        DT_DEVICE_IPC=0 DT_STAGE_CHUNK=1996 "$BIN/dtrun" -n 2 "$BIN/coll_check" --quick --big 65536 --hashes --device cuda \
+            >"$d/chunk2" 2>&1 || { tail -n 20 "$d/chunk2"; echo "FAIL: coll_check, cuda buffers in chunks"; rc=1; }
+        if [ -s "$d/chunk2" ] && diff "$d/host2" <(grep -v "by device IPC" "$d/chunk2") >/dev/null; then
+            echo "world 2, DT_STAGE_CHUNK=1996: the host run's bits"
+        else
+            echo "FAIL: coll_check on 2 ranks: cuda buffers in chunks of 1996 bytes gave other bits than host ones"; rc=1
+        fi
+    fi
     return "$rc"
 }
 

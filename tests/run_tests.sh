@@ -166,6 +166,11 @@ run "collectives/tiny-segments" 200 env DT_SHM_COLL=off DT_RING_SEGMENT=1024 DT_
 run "collectives/concurrent-communicators" 300 tests/cases/comm_concurrency.sh
 # Every buffer in (emu) device memory, staged through the host: the host run's bits.
 run "collectives/device-buffers-emu" 200 tests/cases/coll_device.sh
+# Point-to-point messages of device buffers in chunks of 92 and 100 bytes:
+# every way of receiving one (comm/p2p_chunk.h).
+for ch in 92 100; do
+    run "p2p/device-chunks-$ch" 60 env DT_STAGE_CHUNK=$ch "$BIN/dtrun" -n 2 "$BIN/p2p_chunks"
+done
 # A communicator for device buffers beside the job's (emu; NCCL's on a GPU).
 run "collectives/device-companion-emu" 200 tests/cases/device_comm.sh
 # The MPI backend under mpirun (skipped with the reason where OpenMPI or this

@@ -6,6 +6,7 @@
 #include "check.h"
 #include "comm/coll.h"
 #include "comm/comm_internal.h"
+#include "comm/stage.h"
 
 /* A communicator of `size` ranks in world w with nothing forced and nothing
  * measured. */
@@ -187,8 +188,28 @@ static void test_overrides(void)
     EXPECT_EQ(dt__coll_pick(&c, DT__COLL_BROADCAST, 8), DT__ALG_RING);
 }
 
+/* The chunking of staged device buffers (comm/stage.c): whole elements
+ * per chunk, at least one; staged whole below two chunks; the last chunk
+ * the remainder. */
+static void test_stage_chunking(void)
+{
+    EXPECT_EQ(dt__stage_chunk_elems(2097152, 4), 524288);
+    EXPECT_EQ(dt__stage_chunk_elems(100, 4), 25);
+    EXPECT_EQ(dt__stage_chunk_elems(100, 8), 12); /* rounded down to whole elements */
+    EXPECT_EQ(dt__stage_chunk_elems(3, 8), 1);    /* at least one */
+    EXPECT_EQ(dt__stage_nchunks(0, 25), 0);
+    EXPECT_EQ(dt__stage_nchunks(25, 25), 0);      /* one chunk: whole */
+    EXPECT_EQ(dt__stage_nchunks(49, 25), 0);      /* one and a part: whole */
+    EXPECT_EQ(dt__stage_nchunks(50, 25), 2);
+    EXPECT_EQ(dt__stage_nchunks(51, 25), 3);      /* a partial last chunk */
+    EXPECT_EQ(dt__stage_nchunks(1000, 25), 40);
+    EXPECT_EQ(dt__stage_nchunks(4096, 25), 164);
+    EXPECT_EQ(dt__stage_nchunks((size_t)1 << 40, 1), (size_t)1 << 40);
+}
+
 int main(void)
 {
+    test_stage_chunking();
     test_cross_host_broadcast();
     test_cross_host_reduce_scatter();
     test_alltoall();

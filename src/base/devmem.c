@@ -17,6 +17,9 @@ dt_status dt__devmem_register(const dt__devmem *r)
 {
     if (!r || !r->owns || !r->to_host || !r->to_device)
         return dt__fail(DT_ERR_INVALID, "devmem_register: incomplete resolver");
+    if (!r->to_host_async != !r->wait || !r->to_device_async != !r->wait)
+        return dt__fail(DT_ERR_INVALID, "devmem_register: %s has some of the asynchronous copies, not all three",
+                        r->name);
     dt_status s = DT_OK;
     pthread_mutex_lock(&reg_mu);
     int n = atomic_load(&nkinds);
@@ -64,4 +67,23 @@ void dt__devmem_host_free(const dt__devmem *r, void *p)
         r->host_free(p);
     else
         free(p);
+}
+
+dt_status dt__devmem_copy_begin(const dt__devmem *r, bool to_host, void *dst, const void *src, size_t bytes,
+                                void **ticket)
+{
+    *ticket = NULL;
+    if (bytes == 0)
+        return DT_OK;
+    if (!r->wait)
+        return to_host ? r->to_host(dst, src, bytes) : r->to_device(dst, src, bytes);
+    dt_status s = to_host ? r->to_host_async(dst, src, bytes, ticket) : r->to_device_async(dst, src, bytes, ticket);
+    if (s != DT_OK)
+        *ticket = NULL;
+    return s;
+}
+
+dt_status dt__devmem_copy_wait(const dt__devmem *r, void *ticket)
+{
+    return ticket ? r->wait(ticket) : DT_OK;
 }

@@ -20,6 +20,7 @@ static const dt__tunable tunables[] = {
     {"DT_TIMEOUT", "600", "seconds any blocking call may wait before DT_ERR_TIMEOUT"},
     {"DT_HEARTBEAT_TIMEOUT", "30", "seconds without a heartbeat (through the store), or without an answer from the store, after which a rank waiting on a peer declares it stopped, frozen or cut off; 0: off"},
     {"DT_ALGO", "auto", "force a collective algorithm: auto, ring (alltoall: pairwise), rd (recursive doubling / trees; alltoall: all at once), rhd (recursive halving-doubling; alltoall: Bruck's exchange), direct (allreduce: every rank to every rank), shm (all ranks on one host: through one shared arena)"},
+    {"DT_STAGE_CHUNK", "2097152", "bytes per chunk when a device buffer of at least two chunks is staged through host memory (broadcast, allgather, point-to-point sends): the copy of one chunk overlaps the transport's work on another; must be the same on every rank (collectives)"},
     {"DT_RING_SEGMENT", "262144", "bytes per pipelined segment of the ring algorithms"},
     {"DT_DIRECT_MSG", NULL, "allreduce up to this many bytes uses the direct algorithm, every rank sending to every rank (default: measured at start-up for 3 to 16 ranks, else 0)"},
     {"DT_SMALL_MSG", NULL, "messages up to this many bytes use recursive doubling / trees (default: 65536 when all ranks share memory, else 16384; across hosts allgather 131072, broadcast 128 and reduce_scatter 128 (2048 when the ranks are not a power of two), and allreduce measures 16384 down to 512 at start-up)"},

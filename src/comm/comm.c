@@ -57,6 +57,8 @@ static dt_status read_tunables(dt_comm *c)
     if (v % 4096)
         return dt__fail(DT_ERR_INVALID, "DT_SHM_COLL_SLOT=%lld: expected a multiple of 4096", (long long)v);
     c->shm_coll_slot = (size_t)v;
+    DT_CHECK(dt__env_int("DT_STAGE_CHUNK", 1, 1LL << 30, &v));
+    c->stage_chunk = (size_t)v;
     return DT_OK;
 }
 

@@ -98,6 +98,7 @@ struct dt_comm {
     /* Host staging of device buffers (stage.c), grown as needed; NULL until
      * a collective is called with one. */
     struct dt__stagebuf *stage;
+    size_t stage_chunk; /* bytes per chunk of that staging (DT_STAGE_CHUNK) */
     /* The communicator that carries c's device buffers, with c's members in
      * c's order (dt_comm_attach_device, device_comm.c); NULL: c's own
      * backend takes them (staged, refused or passed: backend.h). */
@@ -132,6 +133,7 @@ struct dt_request {
     size_t elem; /* bytes per element, to report counts */
     dt__job *job; /* a nonblocking collective; NULL for point to point */
     struct dt__p2pstage *stage; /* a device buffer's host copy (stage.c), else NULL */
+    struct dt__p2pchunks *chunks; /* a message in chunks (p2p_chunk.h), else NULL */
     dt__req req;
 };
 

@@ -1,13 +1,16 @@
-/* Point-to-point operations on a communicator. */
+/* Point-to-point operations on a communicator.  A message may come in
+ * chunks (p2p_chunk.h): every receive takes one, and a request completes
+ * when its whole message has. */
 #include <stdlib.h>
 
 #include "base/clock.h"
 #include "base/status.h"
 #include "comm/coll.h"
+#include "comm/p2p_chunk.h"
 #include "transport/frame.h"
 
-static dt_status post(dt_comm *c, bool is_send, void *buf, size_t count, dt_dtype t, int peer, int tag,
-                      dt_request **out)
+dt_status dt__p2p_post(dt_comm *c, bool is_send, void *buf, size_t count, dt_dtype t, int peer, int tag,
+                       uint64_t seq, dt_request **out)
 {
     const char *op = is_send ? "send" : "recv";
     if (!out)
@@ -32,8 +35,7 @@ static dt_status post(dt_comm *c, bool is_send, void *buf, size_t count, dt_dtyp
     r->comm = c;
     r->elem = es;
     dt__engine *e = c->world->eng;
-    dt_status s = is_send ? dt__engine_isend(e, &r->req, c->ranks[peer], c->id, tag, ++c->p2p_seq, 0, buf,
-                                             count * es, true)
+    dt_status s = is_send ? dt__engine_isend(e, &r->req, c->ranks[peer], c->id, tag, seq, 0, buf, count * es, true)
                           : dt__engine_irecv(e, &r->req, c->ranks[peer], c->id, tag, 0, 0, true, buf, count * es);
     if (s != DT_OK) {
         free(r);
@@ -45,16 +47,18 @@ static dt_status post(dt_comm *c, bool is_send, void *buf, size_t count, dt_dtyp
 
 dt_status dt__native_isend(const void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, dt_request **req)
 {
-    return post(c, true, (void *)buf, count, t, peer, tag, req);
+    return dt__p2p_post(c, true, (void *)buf, count, t, peer, tag, dt__p2p_next_seq(c), req);
 }
 
 dt_status dt__native_irecv(void *buf, size_t count, dt_dtype t, int peer, int tag, dt_comm *c, dt_request **req)
 {
-    return post(c, false, buf, count, t, peer, tag, req);
+    return dt__p2p_post(c, false, buf, count, t, peer, tag, 0, req);
 }
 
 static dt_status finish(dt_request *r, size_t *received)
 {
+    size_t sent = dt__p2p_send_frames(r) ? dt__p2p_send_total(r) : r->req.len;
+    dt__p2p_chunks_free(r);
     dt_status s = r->req.status;
     dt_comm *c = r->comm;
     if (s != DT_OK && !c->world->engine_closed && dt__engine_status(c->world->eng) != DT_OK)
@@ -67,23 +71,38 @@ static dt_status finish(dt_request *r, size_t *received)
                      "receive from rank %d: the message has %zu bytes, not a whole number of the receiver's "
                      "%zu-byte elements (its buffer holds %zu bytes); sender and receiver disagree on the dtype",
                      r->req.peer, r->req.received, r->elem, r->req.len);
-    if (received && s == DT_OK)
-        *received = (r->req.kind == DT_REQ_RECV ? r->req.received : r->req.len) / r->elem;
+    if (received && s == DT_OK) /* a chunked send's length is its first chunk's: the whole from its state */
+        *received = (r->req.kind == DT_REQ_RECV ? r->req.received : sent) / r->elem;
     free(r);
+    return s;
+}
+
+/* Frame 0 of r is done: the rest of a chunked message, up to deadline_ns. */
+static dt_status rest(dt_request *r, int64_t deadline_ns)
+{
+    if (r->comm->world->engine_closed)
+        return DT_OK;
+    bool done;
+    dt_status s = dt__p2p_rest(r, true, deadline_ns, &done);
+    if (s != DT_OK) {
+        dt__p2p_chunks_free(r);
+        free(r);
+    }
     return s;
 }
 
 dt_status dt__native_wait(dt_request *r, size_t *received)
 {
+    dt_comm *c = r->comm;
+    int64_t deadline = dt__deadline_after(c->timeout_s);
     if (!dt__req_done(&r->req)) {
-        dt_comm *c = r->comm;
         if (c->world->engine_closed) {
             free(r);
             return dt__fail(DT_ERR_INVALID, "dt_wait: the communicator was destroyed");
         }
-        int64_t deadline = dt__deadline_after(c->timeout_s);
         dt__engine_wait(c->world->eng, &r->req, deadline);
     }
+    DT_CHECK(rest(r, deadline));
     return finish(r, received);
 }
 
@@ -114,6 +133,7 @@ dt_status dt__native_waitany(dt_request **reqs, int n, int *index, size_t *recei
     *index = (int)which;
     dt_request *r = reqs[which];
     reqs[which] = NULL;
+    DT_CHECK(rest(r, dt__deadline_after(timeout))); /* the rest of a chunked message: it is on its way */
     return finish(r, received);
 }
 
@@ -132,6 +152,12 @@ dt_status dt__native_test(dt_request *r, int *done, size_t *received)
         dt__engine_progress(r->comm->world->eng, 0);
     if (!dt__req_done(&r->req) && !r->comm->world->engine_closed)
         return DT_OK;
+    if (!r->comm->world->engine_closed) {
+        bool all;
+        dt_status s = dt__p2p_rest(r, false, 0, &all);
+        if (s != DT_OK || !all)
+            return s; /* r stays */
+    }
     *done = 1;
     return finish(r, received);
 }

@@ -7,9 +7,14 @@
  *    memory (a grow-only buffer per communicator, page-locked for cuda),
  *    runs the backend's host collective on the host copies, and copies the
  *    results back; the bits are the host collective's, and its mismatch
- *    checks, deadlines and failures are unchanged.  Point to point: a host
- *    copy per request, filled before the send, copied out when the receive
- *    completes (dt_wait, dt_test, dt_waitany).
+ *    checks, deadlines and failures are unchanged.  Large device buffers
+ *    of broadcast and allgather go chunk by chunk (DT_STAGE_CHUNK), the
+ *    device copying the next chunk while the transport moves this one;
+ *    reductions stay whole (stage.c says why).  Point to point: a host
+ *    copy per request, filled before the send (a large one as a chunked
+ *    message, each chunk sent once copied: p2p_chunk.h), copied out when
+ *    the receive completes (dt_test, dt_waitany) or piece by piece as it
+ *    arrives (dt_wait).
  *  - REFUSE (MPI): DT_ERR_INVALID naming the buffer and the backend.
  *  - PASS (NCCL): the call as it came.
  * Without a device buffer every entry is the backend's call. */
@@ -41,6 +46,12 @@ dt_status dt__stage_test(dt_request *r, int *done, size_t *received);
 dt_status dt__stage_cancel(dt_request *r);
 /* dt_waitany when some request carries a host copy. */
 dt_status dt__stage_waitany(dt_request **reqs, int n, int *index, size_t *received);
+/* The chunking of large device buffers (stage.c, "chunked staging"):
+ * elements per chunk of chunk_bytes (DT_STAGE_CHUNK), at least one; and
+ * the number of chunks of `count` elements, 0 when fewer than two whole
+ * chunks fit (the buffer is staged whole), the last chunk the remainder. */
+size_t dt__stage_chunk_elems(size_t chunk_bytes, size_t elem);
+size_t dt__stage_nchunks(size_t count, size_t chunk_elems);
 /* Release c's staging buffer (dt_comm_destroy). */
 void dt__stage_free(dt_comm *c);
 

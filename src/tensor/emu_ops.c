@@ -213,9 +213,49 @@ const dt_compute_ops dt__emu_ops = {
  * staging memory is plain host memory. */
 static bool emu_owns(const void *p) { return ((uintptr_t)p & (uintptr_t)TAG) != 0; }
 
+/* Asynchronous copies that copy at the wait, the latest moment a device
+ * may: a caller that reads a download's host bytes, or changes an upload's
+ * source, before waiting gets wrong bits, and one that never waits leaks
+ * the ticket (the sanitizer build reports it). */
+typedef struct {
+    bool to_host;
+    void *dst;
+    const void *src;
+    size_t bytes;
+} emu_ticket;
+
+static dt_status emu_copy_later(bool to_host, void *dst, const void *src, size_t bytes, void **ticket)
+{
+    (void)(to_host ? untag(src) : untag(dst)); /* host memory as the device side stops here, as at once */
+    emu_ticket *t = malloc(sizeof *t);
+    if (!t)
+        return dt__fail(DT_ERR_NOMEM, "emu device: out of memory for a copy's ticket");
+    *t = (emu_ticket){to_host, dst, src, bytes};
+    *ticket = t;
+    return DT_OK;
+}
+static dt_status emu_download_async(void *dst, const void *src, size_t n, void **ticket)
+{
+    return emu_copy_later(true, dst, src, n, ticket);
+}
+static dt_status emu_upload_async_t(void *dst, const void *src, size_t n, void **ticket)
+{
+    return emu_copy_later(false, dst, src, n, ticket);
+}
+static dt_status emu_wait(void *ticket)
+{
+    emu_ticket *t = ticket;
+    dt_status s = t->to_host ? emu_download(t->dst, t->src, t->bytes) : emu_upload(t->dst, t->src, t->bytes);
+    free(t);
+    return s;
+}
+
 const dt__devmem dt__emu_devmem = {
     .name = "emu",
     .owns = emu_owns,
     .to_host = emu_download,
     .to_device = emu_upload,
+    .to_host_async = emu_download_async,
+    .to_device_async = emu_upload_async_t,
+    .wait = emu_wait,
 };

@@ -36,7 +36,7 @@ typedef struct dt__req {
     int kind, state, peer;
     uint32_t comm_id;
     int32_t tag;
-    uint64_t seq;
+    uint64_t seq;    /* recv with any_seq: once done, the matched message's (its low 32 bits) */
     uint64_t sig;    /* the collective call's signature (frame.h); 0: none, no check */
     bool any_seq;
     uint8_t *buf;

@@ -25,6 +25,8 @@ static size_t stream_len(const dt__frame *f) { return f->type == DT_FRAME_DATA_R
 static void finish_recv(dt__req *r, const dt__frame *f)
 {
     r->received = (size_t)f->len;
+    if (r->any_seq)
+        r->seq = f->seq; /* which message matched (comm/p2p_chunk.c reads it) */
     dt__req_complete(r, f->len > r->len ? DT_ERR_TRUNCATE : DT_OK);
 }
 

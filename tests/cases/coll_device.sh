@@ -7,6 +7,14 @@
 # inexact f32 reductions equal the host run's bit for bit.  Then
 # device_refused: the native backend stages the same calls, and the MPI
 # backend (when built, under mpirun) refuses them naming the buffer.
+# The emu runs repeat with small forced chunks (DT_STAGE_CHUNK) so that the
+# chunked staging (broadcast, allgather, point to point) runs there: 92
+# bytes (23 f32, 11 f64: many chunks, a partial last one), 100 (25 f32:
+# counts 1000 in whole chunks, the empty last frame of a message) and 1996
+# (499 f32: 3 to 9 chunks; u8 1000: one chunk, staged whole).  92 and 1996
+# are no multiple of the inputs' periods (5, 17), so a chunk put in the
+# wrong place shows; the emu device copies at the wait, so a chunk used
+# before its copy is done shows too.
 # The IPC path (src/comm/ipc.h): the same coll_check with DT_DEVICE_IPC=1,
 # where the ranks read each other's emu buffers through memfd mappings,
 # equals the host run byte for byte too and says it took the path;
@@ -19,6 +27,9 @@ big=4096; [ "${QUICK:-${DT_TEST_QUICK:-0}}" = 1 ] && big=1024
 for n in 2 3 4; do
     par "$WORK/host$n" "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big $big --hashes
     par "$WORK/emu$n" "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big $big --hashes --device emu
+    for ch in 92 100 1996; do
+        par "$WORK/emuc$ch-$n" env DT_DEVICE_IPC=0 DT_STAGE_CHUNK=$ch "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big $big --hashes --device emu
+    done
     par "$WORK/ipc$n" env DT_DEVICE_IPC=1 "$BIN/dtrun" -n $n "$BIN/coll_check" --quick --big $big --hashes --device emu
     par "$WORK/reuse$n" env DT_DEVICE_IPC=1 "$BIN/dtrun" -n $n "$BIN/device_ipc" reuse
 done
@@ -29,7 +40,7 @@ par "$WORK/dead.out" env DT_DEVICE_IPC=1 DT_TIMEOUT=30 "$BIN/dtrun" -n 3 "$BIN/d
 par "$WORK/staged" "$BIN/dtrun" -n 3 "$BIN/device_refused" staged
 par_wait
 for n in 2 3 4; do
-    for k in host emu ipc; do
+    for k in host emu emuc92- emuc100- emuc1996- ipc; do
         par_ok "$WORK/$k$n" || { cat "$WORK/$k$n"; fail "coll_check on $n ranks ($k buffers)"; }
         expect_grep "$WORK/$k$n" "coll_check: world $n: [0-9]+ checks, 0 mismatches"
     done
@@ -38,6 +49,10 @@ for n in 2 3 4; do
     for k in emu ipc; do
         diff "$WORK/host$n" <(grep -v "by device IPC" "$WORK/$k$n") ||
             fail "coll_check on $n ranks: device buffers ($k) gave other bits than host ones"
+    done
+    for ch in 92 100 1996; do
+        diff "$WORK/host$n" <(grep -v "by device IPC" "$WORK/emuc$ch-$n") ||
+            fail "coll_check on $n ranks: device buffers in chunks of DT_STAGE_CHUNK=$ch bytes gave other bits than host ones"
     done
     par_ok "$WORK/reuse$n" || { cat "$WORK/reuse$n"; fail "device_ipc reuse on $n ranks"; }
     expect_grep "$WORK/reuse$n" "device_ipc reuse: $n ranks, IPC, [1-9][0-9]* collectives by IPC on rank 0, 0 failures"
@@ -66,4 +81,4 @@ if command -v mpirun >/dev/null && grep -q "^DT_MPI_BUILT:INTERNAL=ON" "$cache" 
 else
     echo "DT_BACKEND=mpi part skipped: no mpirun or no MPI backend in this build"
 fi
-echo "ok: device buffers (emu) on 2, 3, 4 ranks, staged and by IPC, equal host buffers bitwise; IPC cached, off, dead peer; MPI refuses them by name"
+echo "ok: device buffers (emu) on 2, 3, 4 ranks, staged (whole and in chunks of 92, 100 and 1996 bytes) and by IPC, equal host buffers bitwise; IPC cached, off, dead peer; MPI refuses them by name"
