@@ -256,26 +256,39 @@ __device__ static double comb_f64(double a, double b, int op)
     }
 }
 
+/* avg's division as the host's: a NaN divided keeps its payload, quieted
+ * (x86's), where the GPU's division returns its own NaN (0x7fffffff: seen
+ * on an H200 as bf16 7fff against the host's 7fc0). */
+__device__ static float div_f32(float a, int n)
+{
+    float r = __fdiv_rn(a, (float)n);
+    return r != r ? __uint_as_float(__float_as_uint(a) | 0x400000u) : r;
+}
+
 /* Each storage type: combine two stored values, divide one by n (avg). */
 struct F32 {
     typedef float S;
     __device__ static S comb(S a, S b, int op) { return comb_f32(a, b, op); }
-    __device__ static S div(S a, int n) { return __fdiv_rn(a, (float)n); }
+    __device__ static S div(S a, int n) { return div_f32(a, n); }
 };
 struct F64 {
     typedef double S;
     __device__ static S comb(S a, S b, int op) { return comb_f64(a, b, op); }
-    __device__ static S div(S a, int n) { return __ddiv_rn(a, (double)n); }
+    __device__ static S div(S a, int n)
+    {
+        double r = __ddiv_rn(a, (double)n);
+        return r != r ? __longlong_as_double(__double_as_longlong(a) | 0x8000000000000ll) : r;
+    }
 };
 struct F16 {
     typedef uint16_t S;
     __device__ static S comb(S a, S b, int op) { return f32_to_f16(comb_f32(f16_to_f32(a), f16_to_f32(b), op)); }
-    __device__ static S div(S a, int n) { return f32_to_f16(__fdiv_rn(f16_to_f32(a), (float)n)); }
+    __device__ static S div(S a, int n) { return f32_to_f16(div_f32(f16_to_f32(a), n)); }
 };
 struct BF16 {
     typedef uint16_t S;
     __device__ static S comb(S a, S b, int op) { return f32_to_bf16(comb_f32(bf16_to_f32(a), bf16_to_f32(b), op)); }
-    __device__ static S div(S a, int n) { return f32_to_bf16(__fdiv_rn(bf16_to_f32(a), (float)n)); }
+    __device__ static S div(S a, int n) { return f32_to_bf16(div_f32(bf16_to_f32(a), n)); }
 };
 /* Integers wrap (two's complement, through the unsigned type); min and max
  * compare signed; avg truncates toward zero, as C's division. */

@@ -23,7 +23,7 @@
 #define MAX_KEYS 512
 
 typedef struct {
-    char key[80];
+    char key[112];
     int64_t calls;
     int64_t ns;
     double flops; /* 0: not a matrix product */
@@ -74,11 +74,17 @@ static void end(int64_t t0, const char *key, double flops)
 
 static const char *prec(dt_dtype c) { return c == DT_BF16 ? "bf16" : "f32"; }
 
+/* A product's key: precision, transposes, shape, and where its output is
+ * not 256-byte aligned, its alignment (cuBLASLt picks kernels by it). */
 static void gemm_key(char *k, size_t n, const char *what, dt_dtype c, int ta, int tb, int64_t m, int64_t nn,
-                     int64_t kk)
+                     int64_t kk, const void *out)
 {
-    snprintf(k, n, "%s %s %c%c m=%lld n=%lld k=%lld", what, prec(c), ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m,
-             (long long)nn, (long long)kk);
+    uintptr_t low = (uintptr_t)out & 255u;
+    char al[24] = "";
+    if (low)
+        snprintf(al, sizeof al, " (C %u-byte aligned)", (unsigned)(low & (~low + 1)));
+    snprintf(k, n, "%s %s %c%c m=%lld n=%lld k=%lld%s", what, prec(c), ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m,
+             (long long)nn, (long long)kk, al);
 }
 
 /* ---- the wrappers: the inner entry, timed ---- */
@@ -110,23 +116,23 @@ static dt_status w_zero(void *d, size_t b)
 static void w_gemm(dt_dtype c, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
                    int64_t lda, const float *b, int64_t ldb, float beta, float *cc, int64_t ldc)
 {
-    char key[80];
-    gemm_key(key, sizeof key, "gemm", c, ta, tb, m, n, k);
+    char key[112];
+    gemm_key(key, sizeof key, "gemm", c, ta, tb, m, n, k, cc);
     TIMED(key, 2.0 * (double)m * (double)n * (double)k,
           inner->gemm(c, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, cc, ldc));
 }
 static void w_gemm_bias(dt_dtype c, int ta, int tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                         const float *b, int64_t ldb, const float *bias, float *cc)
 {
-    char key[80];
-    gemm_key(key, sizeof key, "gemm+bias", c, ta, tb, m, n, k);
+    char key[112];
+    gemm_key(key, sizeof key, "gemm+bias", c, ta, tb, m, n, k, cc);
     TIMED(key, 2.0 * (double)m * (double)n * (double)k, inner->gemm_bias(c, ta, tb, m, n, k, a, lda, b, ldb, bias, cc));
 }
 static void w_gemm_grad_bias(dt_dtype c, int64_t m, int64_t n, int64_t k, const float *dy, const float *x, float *dw,
                              float *db)
 {
-    char key[80];
-    gemm_key(key, sizeof key, "gemm dW+db", c, 1, 0, m, n, k);
+    char key[112];
+    gemm_key(key, sizeof key, "gemm dW+db", c, 1, 0, m, n, k, dw);
     TIMED(key, 2.0 * (double)m * (double)n * (double)k, inner->gemm_grad_bias(c, m, n, k, dy, x, dw, db));
 }
 static void w_axpy(float *y, float alpha, const float *x, int64_t n) { TIMED("axpy", 0, inner->axpy(y, alpha, x, n)); }

@@ -18,6 +18,16 @@
 #include "comm/coll.h"
 #include "comm/nccl/nccl_internal.h"
 
+/* NCCL's reduction op for a call on c.  At world size 1 an average is the
+ * input itself: NCCL's one-rank kernel for it (PreMulSum) leaves the tail
+ * of some counts unwritten (65537 f64 on an H200: the last element; its
+ * blocks take nElts / blocks rounded down to 16 bytes each), where its sum
+ * is a plain copy. */
+static ncclRedOp_t op_for(dt_redop op, const dt_comm *c)
+{
+    return op == DT_AVG && c->size == 1 ? ncclSum : dt__nccl_op(op);
+}
+
 static dt_status check_root(const char *op, int root, const dt_comm *c)
 {
     if (root < 0 || root >= c->size)
@@ -108,7 +118,7 @@ dt_status dt__nccl_reduce(const void *send, void *recv, size_t count, dt_dtype t
     dt__nccl_type(t, &nt);
     int64_t deadline = dt__deadline_after(c->timeout_s);
     /* recv is ignored off the root, where it may be NULL: NCCL gets send there. */
-    return close_call(c, ncclReduce(send, root_here ? recv : (void *)send, count, nt, dt__nccl_op(op), root,
+    return close_call(c, ncclReduce(send, root_here ? recv : (void *)send, count, nt, op_for(op, c), root,
                                     n->comm, n->stream),
                       "reduce", deadline);
 }
@@ -126,7 +136,7 @@ dt_status dt__nccl_allreduce(const void *send, void *recv, size_t count, dt_dtyp
     ncclDataType_t nt;
     dt__nccl_type(t, &nt);
     int64_t deadline = dt__deadline_after(c->timeout_s);
-    return close_call(c, ncclAllReduce(send, recv, count, nt, dt__nccl_op(op), n->comm, n->stream), "allreduce",
+    return close_call(c, ncclAllReduce(send, recv, count, nt, op_for(op, c), n->comm, n->stream), "allreduce",
                       deadline);
 }
 
@@ -150,7 +160,7 @@ dt_status dt__nccl_reduce_scatter(const void *send, void *recv, size_t recvcount
     /* dtrain's in place leaves the result at the start of recv; NCCL's at
      * this rank's block: run NCCL's, then move the block. */
     char *out = in_place ? (char *)recv + (size_t)c->rank * block : recv;
-    ncclResult_t r = ncclReduceScatter(send, out, recvcount, nt, dt__nccl_op(op), n->comm, n->stream);
+    ncclResult_t r = ncclReduceScatter(send, out, recvcount, nt, op_for(op, c), n->comm, n->stream);
     DT_CHECK(dt__nccl_settle(c, r, name, deadline));
     DT_CHECK(copy(c, recv, out, block, name));
     return dt__nccl_finish(c, name, deadline);
