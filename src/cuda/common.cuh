@@ -154,4 +154,16 @@ template <typename T> __device__ inline T dt__block_max(T v, T *shared)
     return most;
 }
 
+/* f32 -> bf16 with the cpu's bits (dt_f32_to_bf16, src/base/dtype.c): round
+ * to nearest even; a NaN stays a NaN (made quiet) instead of rounding into
+ * infinity.  The matrix products' operands (convert.cu) and the IPC
+ * reductions (ipc.cu) round with it. */
+__device__ static inline uint16_t dt__dev_f32_to_bf16(float f)
+{
+    uint32_t x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
 #endif

@@ -7,14 +7,6 @@
 #include "cuda/common.cuh"
 #include "cuda/ops.h"
 
-__device__ static inline uint16_t to_bf16(float f)
-{
-    uint32_t x = __float_as_uint(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40u);
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
 /* One block per row (grid-stride over rows), threads along the row: reads
  * and writes coalesce whatever the row stride. */
 __global__ static void to_bf16_rows(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t ld)
@@ -23,7 +15,7 @@ __global__ static void to_bf16_rows(uint16_t *dst, const float *src, int64_t row
         const float *s = src + r * ld;
         uint16_t *d = dst + r * cols;
         for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-            d[j] = to_bf16(s[j]);
+            d[j] = dt__dev_f32_to_bf16(s[j]);
     }
 }
 

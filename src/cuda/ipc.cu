@@ -221,14 +221,6 @@ __device__ static uint16_t f32_to_f16(float f)
 
 __device__ static float bf16_to_f32(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
 
-__device__ static uint16_t f32_to_bf16(float f)
-{
-    uint32_t x = __float_as_uint(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40u);
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
 /* base/redop.c's float combine: a the lower rank's. */
 __device__ static float comb_f32(float a, float b, int op)
 {
@@ -287,8 +279,11 @@ struct F16 {
 };
 struct BF16 {
     typedef uint16_t S;
-    __device__ static S comb(S a, S b, int op) { return f32_to_bf16(comb_f32(bf16_to_f32(a), bf16_to_f32(b), op)); }
-    __device__ static S div(S a, int n) { return f32_to_bf16(div_f32(bf16_to_f32(a), n)); }
+    __device__ static S comb(S a, S b, int op)
+    {
+        return dt__dev_f32_to_bf16(comb_f32(bf16_to_f32(a), bf16_to_f32(b), op));
+    }
+    __device__ static S div(S a, int n) { return dt__dev_f32_to_bf16(div_f32(bf16_to_f32(a), n)); }
 };
 /* Integers wrap (two's complement, through the unsigned type); min and max
  * compare signed; avg truncates toward zero, as C's division. */
