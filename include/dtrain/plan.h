@@ -169,6 +169,7 @@ typedef struct {
     double params_bytes, grads_bytes, optimizer_bytes, buffers_bytes, activation_bytes;
     double samples_per_s; /* the global batch / step_s */
     double mfu;           /* model FLOPs utilisation (0 when flops_per_s is unknown) */
+    double core_share;    /* compute_s over its time with a core per thread (> 1: the host's ranks take turns) */
     bool fits;            /* memory_bytes <= the limit (or no limit) */
 } dt_plan_estimate;
 

@@ -534,6 +534,7 @@ dt_status dt__plan_estimate(dt__plan_ctx *c, const dt_layout *l, dt_plan_estimat
     /* a host's ranks sharing its cores: the compute's parts stretched by g (1 when they do not) */
     double g = 1;
     DT_CHECK(shared_cores(c, l, bounds, worst_r, mb, m, &e, &g));
+    e.core_share = g;
     double last_bwd = g * mb * (s.bwd + s.recompute), first_fwd = g * mb * s.fwd, wire_s = 0; /* the dp transfers' time */
     if (l->servers > 0) {
         /* Each worker pushes its gradients and pulls the parameters (f32); a server's link carries every

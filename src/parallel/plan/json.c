@@ -237,7 +237,8 @@ char *dt_plan_estimate_json(const dt_plan_estimate *e)
              {"optimizer_s", e->optimizer_s}, {"memory_bytes", e->memory_bytes}, {"params_bytes", e->params_bytes},
              {"grads_bytes", e->grads_bytes}, {"optimizer_bytes", e->optimizer_bytes},
              {"buffers_bytes", e->buffers_bytes}, {"activation_bytes", e->activation_bytes},
-             {"samples_per_s", e->samples_per_s}, {"mfu", e->mfu}};
+             {"samples_per_s", e->samples_per_s}, {"mfu", e->mfu},
+             {"core_share", e->core_share}};
     for (size_t i = 0; ok && i < sizeof f / sizeof *f; i++)
         ok = cJSON_AddNumberToObject(root, f[i].key, f[i].v) != NULL;
     ok = ok && cJSON_AddBoolToObject(root, "fits", e->fits);
