@@ -41,11 +41,13 @@
 #   torch-gpt2-124m-f32      eager, TF32 off                           25 / 120
 #   torch-gpt2-124m-bf16-compile  torch.compile (~1 min compiling)     90 / 240
 #   torch-gpt-small-f32, torch-gpt-small-bf16   eager                  10 /  60 each
-#   dtrain-bench             dtrain's rows: GPT-2 124M bf16 and f32,
-#                            gpt-small f32 and bf16 (device=cuda)       90 / 240
+#   dtrain-bench             dtrain's rows: GPT-2 124M bf16 (and again
+#                            with DT_GEMM_TUNE=8) and f32, gpt-small
+#                            f32 and bf16 (device=cuda)                110 / 240
 #   kernel-profile           DT_KERNEL_PROFILE=1: dtrain's GPT-2 124M
 #                            bf16 step, entry by entry (the costliest
-#                            kinds with their TFLOP/s)                 20 /  90
+#                            kinds with their TFLOP/s), and its
+#                            products with DT_GEMM_TUNE=8              35 /  90
 #   memcheck                 compute-sanitizer memcheck, gpu_kernels
 #                            --quick                                   60 / 150
 # About 7 minutes expected.  GPU_CHECK_BUDGET (default 450 s) bounds the
@@ -166,6 +168,9 @@ s_gpu_kernels() {
     "$BIN/gpu_kernels"
     local rc=$?
     [ "$rc" = 77 ] && { echo "gpu_kernels skipped on a GPU machine: it could not use the GPU"; exit 1; }
+    # the products again with the algorithms chosen by timing (gemm_tune.cu): the same bounds
+    echo "gpu_kernels --quick with DT_GEMM_TUNE=8:"
+    DT_GEMM_TUNE=8 "$BIN/gpu_kernels" --quick || rc=1
     return "$rc"
 }
 
@@ -427,6 +432,7 @@ s_dtrain_bench() {
     # shellcheck disable=SC2086 # argument lists on purpose
     {
         dtrain_row gpt2-124m-bf16 $GPT2_DT --set precision=bf16 || rc=1
+        DT_GEMM_TUNE=8 dtrain_row gpt2-124m-bf16-tuned $GPT2_DT --set precision=bf16 || rc=1
         dtrain_row gpt2-124m-f32 $GPT2_DT --set precision=f32 || rc=1
         dtrain_row gpt-small-f32 $small --set precision=f32 || rc=1
         dtrain_row gpt-small-bf16 $small --set precision=bf16 || rc=1
@@ -446,6 +452,14 @@ s_kernel_profile() {
         $args --set precision=bf16 >"$OUT/steps/kernel-profile.out" 2>&1 ||
         { tail -n 20 "$OUT/steps/kernel-profile.out"; return 1; }
     sed -n '/^kernel profile/,$p' "$OUT/steps/kernel-profile.out"
+    # the products' rates with cuBLASLt's algorithms chosen by timing
+    # shellcheck disable=SC2086
+    DT_GEMM_TUNE=8 DT_KERNEL_PROFILE=1 "$BIN/dtrain" train --set model=gpt --set data=text --set data_path="$text" \
+        --set optimizer=adamw --set eval_interval=0 --set eval_batches=1 --set log_interval=1 --set device=cuda \
+        $args --set precision=bf16 >"$OUT/steps/kernel-profile-tuned.out" 2>&1 ||
+        { tail -n 20 "$OUT/steps/kernel-profile-tuned.out"; return 1; }
+    echo "with DT_GEMM_TUNE=8:"
+    sed -n '/^kernel profile/,$p' "$OUT/steps/kernel-profile-tuned.out" | grep -E 'gemm|^kernel profile'
 }
 
 s_memcheck() {

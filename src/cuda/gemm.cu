@@ -14,15 +14,18 @@
  * blocks differently): results agree to rounding, |error| <= about
  * k * 2^-24 * sum_i |a_i b_i| for f32 (TF32 operands: 2^-11 relative each).
  *
- * A descriptor set and the heuristic's algorithm are cached per shape,
- * strides and pointer alignment: a training step repeats the same few
- * dozen products, and the heuristic query costs tens of microseconds. */
+ * A descriptor set and its algorithm are cached per shape, strides and
+ * pointer alignment: a training step repeats the same few dozen products,
+ * and the heuristic query costs tens of microseconds.  The algorithm is the
+ * heuristic's first, or with DT_GEMM_TUNE=N the fastest of its first N,
+ * timed when the shape is first seen (gemm_tune.cu). */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <string.h>
 
 #include "cuda/common.cuh"
+#include "cuda/gemm_tune.h"
 #include "cuda/ops.h"
 
 /* All int64_t: compared with memcmp, so no padding. */
@@ -68,7 +71,8 @@ static void drop(plan *p)
     p->used = false;
 }
 
-static bool build(plan *p, const plan_key *k)
+/* The plan for k, its algorithm timed on call's operands (call's desc and layouts are filled here). */
+static bool build(plan *p, const plan_key *k, dt__gemm_call *call)
 {
     memset(p, 0, sizeof *p);
     p->key = *k;
@@ -107,10 +111,11 @@ static bool build(plan *p, const plan_key *k)
                                                               sizeof al_c)) &&
          DT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_c,
                                                               sizeof al_c));
-    cublasLtMatmulHeuristicResult_t result;
+    cublasLtMatmulHeuristicResult_t result[DT_GEMM_TUNE_MAX];
     int found = 0;
     ok = ok && DT_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)dt__cuda_lt(), p->desc, p->la, p->lb,
-                                                              p->lc, p->lc, pref, 1, &result, &found));
+                                                              p->lc, p->lc, pref, dt__gemm_tune_candidates(), result,
+                                                              &found));
     if (ok && found == 0) {
         DT_CUDA_RECORD(DT_ERR_INVALID,
                        "cuBLASLt has no algorithm for %s %lldx%lldx%lld (trans %d%d, ld %lld/%lld/%lld, alignment "
@@ -132,12 +137,13 @@ static bool build(plan *p, const plan_key *k)
         cublasLtMatmulDescDestroy(p->desc);
         return false;
     }
-    p->algo = result.algo;
+    call->desc = p->desc, call->la = p->la, call->lb = p->lb, call->lc = p->lc;
+    p->algo = result[dt__gemm_tune(call, result, found)].algo;
     p->used = true;
     return true;
 }
 
-static plan *find(const plan_key *k)
+static plan *find(const plan_key *k, dt__gemm_call *call)
 {
     for (int i = 0; i < PLANS; i++)
         if (plans[i].used && memcmp(&plans[i].key, k, sizeof *k) == 0)
@@ -145,7 +151,7 @@ static plan *find(const plan_key *k)
     plan *p = &plans[next_victim];
     next_victim = (next_victim + 1) % PLANS;
     drop(p);
-    return build(p, k) ? p : NULL;
+    return build(p, k, call) ? p : NULL;
 }
 
 /* bf16 scratch of at least `bytes`, grown only (shapes repeat every step). */
@@ -207,7 +213,9 @@ static void product(dt_dtype compute, int trans_a, int trans_b, int64_t m, int64
     key.trans_b = trans_b != 0;
     key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldc = ldc;
     key.align_a = alignment(pa), key.align_b = alignment(pb), key.align_c = alignment(c);
-    plan *p = find(&key);
+    dt__gemm_call call = {};
+    call.pa = pa, call.pb = pb, call.alpha = alpha, call.beta = beta, call.c_bytes = (size_t)(m * ldc) * sizeof(float);
+    plan *p = find(&key, &call);
     if (!p)
         return;
     size_t ws_bytes = 0;
