@@ -181,7 +181,9 @@ s_gpu_kernels() {
 # pinned host memory (DT_DEVICE_IPC=0), and with allreduce, reduce_scatter,
 # allgather and broadcast reading the peers' buffers by CUDA IPC
 # (DT_DEVICE_IPC=1: a rank that cannot warns why; coll_check counts the
-# collectives that took the path, which must be some).
+# collectives that took the path, which must be some).  The warning for a
+# small buffer inside another's driver mapping (src/cuda/ipc.cu: staged by
+# design) is the one the diff leaves out.
 s_coll_device() {
     need_bin coll_check
     need_bin dtrun
@@ -201,7 +203,7 @@ s_coll_device() {
             if [ "$k" = 1 ] && [ "${taken:-0}" = 0 ]; then
                 grep -i "staged through host" "$d/cuda$n-$k" | head -n 3
                 echo "FAIL: coll_check on $n ranks: DT_DEVICE_IPC=1 took no collective by IPC"; rc=1
-            elif diff "$d/host$n" <(grep -v "by device IPC" "$d/cuda$n-$k"); then
+            elif diff "$d/host$n" <(grep -v -e "by device IPC" -e "shares the driver's mapping" "$d/cuda$n-$k"); then
                 echo "world $n: $(grep -o 'coll_check: world.*' "$d/cuda$n-$k"), $how, the host run's bits"
             else
                 echo "FAIL: coll_check on $n ranks: cuda buffers ($how) gave other bits than host ones"; rc=1

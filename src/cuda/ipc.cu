@@ -19,10 +19,12 @@
  * The driver entry points come through cudaGetDriverEntryPointByVersion, so
  * the library still needs no libcuda at link time.
  *
- * Only compiled so far: nothing of this has run on a GPU (docs/gpu.md). */
+ * Ran on an H200 (bench/gpu/logs/, docs/gpu.md), except the refusal of an
+ * allocation inside another's mapping, written after the last GPU run. */
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -81,6 +83,20 @@ static dt_status cuda_export(const void *p, size_t bytes, dt__ipc_handle *h, uin
     uint64_t at = (uint64_t)((uintptr_t)p - (uintptr_t)base);
     if (bytes > size || at > size - bytes)
         return not_exportable(p, "the buffer runs past its allocation");
+    /* The driver serves small cudaMallocs from a shared mapping, and a
+     * peer's cudaIpcOpenMemHandle maps the whole of it: opening a second
+     * allocation of one mapping fails ("resource already mapped").  So only
+     * the allocation at a mapping's start is exported; the rest stage. */
+    unsigned long long mbase = 0;
+    if (get_attr && get_attr(&mbase, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, base) == CUDA_SUCCESS && mbase &&
+        mbase != (unsigned long long)base) {
+        char why[160];
+        snprintf(why, sizeof why,
+                 "its %zu-byte allocation shares the driver's mapping at 0x%llx with one before it (CUDA IPC opens a "
+                 "mapping once per process)",
+                 size, mbase);
+        return not_exportable(p, why);
+    }
     key_t_ k;
     memset(&k, 0, sizeof k);
     cudaError_t e = cudaIpcGetMemHandle(&k.mh, (void *)base);
