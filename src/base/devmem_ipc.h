@@ -13,8 +13,8 @@
  * each communicator's calls on one thread at a time):
  *  - export_ptr(p, bytes, h, off): a handle of the allocation holding
  *    [p, p+bytes) and p's offset in it.  The same allocation gives the same
- *    handle bytes every time, and no later allocation gives them again (the
- *    open cache is keyed by them).  DT_ERR_INVALID when p's memory cannot be
+ *    handle bytes every time, and no later allocation gives the same place
+ *    and gen again (the open cache is keyed by them).  DT_ERR_INVALID when p's memory cannot be
  *    exported (then every rank stages that call).
  *  - open(h, base): map a peer's allocation into this process; *base is
  *    its first byte here (device memory of the same kind).  close(h, base)
@@ -49,15 +49,19 @@
 extern "C" {
 #endif
 
-/* An allocation's handle: `key` names what the device maps (a
- * cudaIpcMemHandle_t with the allocation's base and size; the emu device's
- * pid, fd, offset and size), `gen` which allocation holds it now (cuda: the
- * driver's buffer id, never reused in a process).  A handle whose key is
- * cached under another gen is a freed allocation's: the cache closes that
- * mapping before opening the new one (CUDA refuses a handle mapped twice). */
+/* An allocation's handle: `key` what the device opens (a cudaIpcMemHandle_t
+ * with the allocation's base and size; the emu device's pid, fd, offset and
+ * size), `place` where the allocation sits in its exporter (cuda: pid,
+ * device, base; emu: pid, fd, offset, size), `gen` which allocation holds
+ * that place now (cuda: the driver's buffer id, never reused in a process).
+ * The open cache keys by place: a handle whose place is cached under
+ * another gen is a freed allocation's successor, so the cache closes the
+ * old mapping before opening the new one (CUDA refuses to map one
+ * allocation twice). */
 #define DT__IPC_KEY_BYTES 96
 typedef struct {
     uint8_t key[DT__IPC_KEY_BYTES];
+    uint64_t place[4];
     uint64_t gen;
 } dt__ipc_handle;
 

@@ -207,7 +207,7 @@ static dt_status run(dt_comm *c, const call_t *k, dt__coll_kind ck, size_t total
      * fails here makes this rank say "stage", never leave the protocol
      * (its peers would meet their deadline instead). */
     struct dt__ipcstate *st = NULL;
-    rec_t mine = {REC_MAGIC, 1, 0, {{0}, 0}};
+    rec_t mine = {REC_MAGIC, 1, 0, {{0}, {0}, 0}};
     dt_status s = state_of(c, ipc, &st);
     if (s == DT_OK)
         s = ipc->ready();

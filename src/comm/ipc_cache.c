@@ -49,13 +49,14 @@ dt_status dt__ipc_cache_get(const dt__devmem_ipc *ipc, const dt__ipc_handle *h, 
             free_slot = free_slot < 0 ? i : free_slot;
             continue;
         }
-        if (e->ipc == ipc && !memcmp(e->h.key, h->key, sizeof h->key)) {
+        if (e->ipc == ipc && !memcmp(e->h.place, h->place, sizeof h->place)) {
             if (e->h.gen == h->gen) {
                 hit = i;
                 break;
             }
-            /* The same key under another allocation: the old one was freed
-             * by its owner, and its mapping must go before the new open. */
+            /* The same place under another allocation: the old one was
+             * freed by its owner, and its mapping must go before the new
+             * open. */
             if (e->pins) {
                 s = dt__fail(DT_ERR_INTERNAL, "ipc: a peer's device allocation was replaced while a call "
                                               "still reads it");

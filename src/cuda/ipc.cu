@@ -113,6 +113,7 @@ static dt_status cuda_export(const void *p, size_t bytes, dt__ipc_handle *h, uin
         return not_exportable(p, "no buffer id from the driver");
     memset(h, 0, sizeof *h);
     memcpy(h->key, &k, sizeof k);
+    h->place[0] = (uint64_t)k.pid, h->place[1] = (uint64_t)k.device, h->place[2] = k.base;
     h->gen = id;
     *off = at;
     return DT_OK;

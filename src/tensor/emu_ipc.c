@@ -158,6 +158,8 @@ static dt_status emu_export(const void *p, size_t bytes, dt__ipc_handle *h, uint
         emu_handle e = {MAGIC, (int32_t)getpid(), heap.fd, 0, a->start, a->len};
         memset(h, 0, sizeof *h);
         memcpy(h->key, &e, sizeof e);
+        /* gen 0: a later allocation of the same pages maps the same memfd range, so a cached mapping serves it */
+        h->place[0] = (uint64_t)e.pid, h->place[1] = (uint64_t)e.fd, h->place[2] = e.start, h->place[3] = e.len;
         *off = at;
     }
     pthread_mutex_unlock(&heap.mu);
