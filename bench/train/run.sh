@@ -9,7 +9,9 @@
 # --set precision=bf16 (tried with a 1-step run), gpt-mini and gpt-small in
 # bf16 against PyTorch's torch.autocast("cpu", dtype=torch.bfloat16).  ROWS
 # keeps the rows whose label ("gpt-mini 1 f32", "mlp 2 f32", "gpt-small 2
-# bf16") matches an extended regex, e.g. ROWS='mlp|cnn'.
+# bf16") matches an extended regex, e.g. ROWS='mlp|cnn'; the section's other
+# rows stay, marked with the date (and CPU, when another) they were measured
+# (bench/train/merge_rows.py).
 #
 # Fairness:
 # - Kernels: dtrain picks its OpenBLAS kernels itself (it re-executes with
@@ -209,6 +211,8 @@ section="## Training throughput: dtrain vs PyTorch"
     fi
     [ -z "$bf16_note" ] || echo "$bf16_note"
 } >"$WORK/section.md"
+# a ROWS-filtered run keeps the rows it did not measure (each marked with its date)
+[ "$ROWS" = . ] || [ ! -f "$RESULTS" ] || python3 bench/train/merge_rows.py "$RESULTS" "$WORK/section.md" "$section"
 cat "$WORK/section.md"
 
 python3 bench/update_results.py "$RESULTS" "$WORK/section.md" "$section"
