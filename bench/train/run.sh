@@ -210,6 +210,8 @@ section="## Training throughput: dtrain vs PyTorch"
         echo "OpenBLAS's own pick, $core, is what both ran: dtrain had nothing to change."
     fi
     [ -z "$bf16_note" ] || echo "$bf16_note"
+    echo "A row marked \"(measured DATE on CPU)\" is an earlier run's on that CPU (bench/train/merge_rows.py), its"
+    echo "shares of that CPU's peak; AMX marks bf16 rows whose products ran on AMX tiles."
 } >"$WORK/section.md"
 # a ROWS-filtered run keeps the rows it did not measure (each marked with its date)
 [ "$ROWS" = . ] || [ ! -f "$RESULTS" ] || python3 bench/train/merge_rows.py "$RESULTS" "$WORK/section.md" "$section"
