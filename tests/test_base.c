@@ -217,6 +217,12 @@ static void test_env_check(void)
     EXPECT_STATUS(dt_env_check(), DT_ERR_INVALID);
     EXPECT_CONTAINS(dt_last_error(), "DT_RESTART: 'abc'");
     unsetenv("DT_RESTART");
+    setenv("DT_GEMM_TUNE", "17", 1); /* the cuda products' candidates: 1..16 */
+    EXPECT_STATUS(dt_env_check(), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "DT_GEMM_TUNE");
+    setenv("DT_GEMM_TUNE", "8", 1);
+    EXPECT_STATUS(dt_env_check(), DT_OK);
+    unsetenv("DT_GEMM_TUNE");
     EXPECT_STATUS(dt_env_check(), DT_OK);
     int declared = 0;
     for (const dt__tunable *t = dt__tunables(); t->name; t++)

@@ -27,6 +27,7 @@ static const dt__tunable tunables[] = {
     {"DT_RING_MSG", NULL, "above this many bytes the ring; between DT_SMALL_MSG and this, recursive halving-doubling where it exists (default: 2097152 when all ranks share memory, else 262144, or 65536 up to 4 ranks where some rank's TCP connections run bbr)"},
     {"DT_BACKEND", "native", "what runs the communicators' operations: native (dtrain's algorithms over TCP and shared memory), mpi (the job's MPI, ranks started by mpirun) or nccl (NCCL on device buffers, one rank per GPU; docs/launching.md)"},
     {"DT_DEVICE_BACKEND", "auto", "dtrain with a device and several ranks: what carries the device's buffers: auto (NCCL when this build has it and every rank has a GPU of its own, else the job's communicator, staging them through host memory), nccl (required), native (a second native communicator, staged: for tests) or none (the job's communicator); DT_BACKEND=nccl in dtrain means nccl here, the job itself joining on the native backend"},
+    {"DT_GEMM_TUNE", "1", "cuda: how many of cuBLASLt's candidate algorithms to time per matrix-product shape, keeping the fastest (2..16); 1: the heuristic's first, untimed, the same in every process (docs/gpu.md)"},
     {"DT_KERNEL_PROFILE", "0", "1: time each entry of a device's compute table (emu, cuda) between waits for the device, and print the costliest at the end of dtrain train (docs/gpu.md); slows the run"},
     {"DT_HIER", "auto", "hierarchical collectives when several hosts each run the same number (>1) of ranks: auto or off"},
     {"DT_SOCKET_BUFFER", "4194304", "SO_SNDBUF/SO_RCVBUF bytes of peer connections"},
@@ -120,7 +121,7 @@ dt_status dt_env_check(void)
         int64_t min, max;
     } ints[] = {{"DT_THREADS", 0, 256}, {"DT_RESTART", 0, 1LL << 30}, {"DT_LOCAL_WORLD_SIZE", 1, 1 << 16},
                    {"DT_PS_SERVERS", 0, 1 << 20}, {"DT_POOL_SPIN_US", 0, 1000000}, {"DT_BLAS_REEXEC", 0, 1},
-                   {"DT_BLAS_REEXEC_FORCE", 0, 1}};
+                   {"DT_BLAS_REEXEC_FORCE", 0, 1}, {"DT_GEMM_TUNE", 1, 16}};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
         if (dt__env_str(ints[i].name) && dt__env_int(ints[i].name, ints[i].min, ints[i].max, &v) != DT_OK)
             return DT_ERR_INVALID;

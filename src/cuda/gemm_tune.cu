@@ -14,21 +14,26 @@
  * (the heuristic's first, untimed, the same in every process). */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
-#include <stdlib.h>
+#include <stdint.h>
 
 #include "cuda/common.cuh"
 #include "cuda/gemm_tune.h"
+
+extern "C" {
+#include "base/env.h" /* C headers without their own extern "C" */
+#include "base/log.h"
+}
 
 int dt__gemm_tune_candidates(void)
 {
     static int n = -1;
     if (n < 0) {
-        const char *e = getenv("DT_GEMM_TUNE");
-        char *end = NULL;
-        long v = e && *e ? strtol(e, &end, 10) : 1;
-        n = e && *e && (*end || v < 0) ? 1 : (int)(v > DT_GEMM_TUNE_MAX ? DT_GEMM_TUNE_MAX : v);
-        if (n < 1)
-            n = 1;
+        int64_t v = 1;
+        if (dt__env_int("DT_GEMM_TUNE", 1, DT_GEMM_TUNE_MAX, &v) != DT_OK) {
+            DT_WARN("%s; the heuristic's first algorithm is taken untimed", dt_last_error());
+            v = 1;
+        }
+        n = (int)v;
     }
     return n;
 }
