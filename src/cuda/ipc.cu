@@ -273,6 +273,11 @@ __device__ static float div_f32(float a, int n)
     float r = __fdiv_rn(a, (float)n);
     return r != r ? __uint_as_float(__float_as_uint(a) | 0x400000u) : r;
 }
+__device__ static double div_f64(double a, int n)
+{
+    double r = __ddiv_rn(a, (double)n);
+    return r != r ? __longlong_as_double(__double_as_longlong(a) | 0x8000000000000ll) : r;
+}
 
 /* Each storage type: combine two stored values, divide one by n (avg). */
 struct F32 {
@@ -283,11 +288,7 @@ struct F32 {
 struct F64 {
     typedef double S;
     __device__ static S comb(S a, S b, int op) { return comb_f64(a, b, op); }
-    __device__ static S div(S a, int n)
-    {
-        double r = __ddiv_rn(a, (double)n);
-        return r != r ? __longlong_as_double(__double_as_longlong(a) | 0x8000000000000ll) : r;
-    }
+    __device__ static S div(S a, int n) { return div_f64(a, n); }
 };
 struct F16 {
     typedef uint16_t S;

@@ -83,10 +83,11 @@ dt_status dt_arena_create_on(const dt_device *d, dt_arena **out)
     return DT_OK;
 }
 
-/* A device's arena hands out 256-byte aligned blocks: cuBLASLt's fast
- * kernels want operands aligned so (one matrix product of GPT-2's step ran
- * at 36 TFLOP/s on an H200 where its neighbours ran at 150-330, a likely
- * cause).  The host's stays at 64 (a cache line). */
+/* A device's arena hands out 256-byte aligned blocks: cuBLASLt's
+ * heuristic assumes operands aligned so and offers fewer kernels otherwise
+ * (this did not speed up the slow QKV product of GPT-2's step on the H200,
+ * bench/gpu/logs/2026-11-28-b2b12d0).  The host's stays at 64 (a cache
+ * line). */
 static size_t align_of(const dt_arena *a) { return a->ops ? 256 : ALIGN; }
 
 float *dt_arena_alloc(dt_arena *a, int64_t count)
