@@ -76,8 +76,10 @@ static inline void *dt__scratch_get(dt__scratch *s, size_t bytes, const char *wh
 
 /* Column sums in two deterministic passes (rows.cu, layernorm.cu): chunks
  * of DT__CHUNK_ROWS rows or more (at most DT__CHUNKS of them), each summed
- * in row order in f32 by one thread per column; then each column adds its
- * chunks in order, in double, to the destination.  The chunking depends on
+ * in row order in f32 by one thread per column; then each column's chunks
+ * are summed in double by DT__SUM_WAYS threads, each every DT__SUM_WAYS-th
+ * chunk in order, and the parts combined in a fixed order and added to the
+ * destination (dt__dev_chunks_sum).  The chunking depends on
  * `rows` only, so the bits repeat.  Against the cpu's one running f32 sum:
  * |error| <= (chunk - 1) 2^-24 sum|x| + tiny, where the cpu's bound is
  * (rows - 1) 2^-24 sum|x|. */
@@ -88,6 +90,36 @@ static inline int64_t dt__chunk_rows(int64_t rows)
 {
     int64_t c = (rows + DT__CHUNKS - 1) / DT__CHUNKS;
     return c < DT__CHUNK_ROWS ? DT__CHUNK_ROWS : c;
+}
+
+/* Pass 2's blocks: DT__SUM_COLS columns x DT__SUM_WAYS threads a column
+ * (one thread per column, all chunks in a chain, was 20-60 us for 768
+ * columns on an H200: latency-bound on 768 threads). */
+#define DT__SUM_COLS 32
+#define DT__SUM_WAYS 8
+
+/* Column j's chunks part[c * cols + j] summed in double, in thread row
+ * threadIdx.y == 0 (others get 0); every thread of the block must call it.
+ * shared: DT__SUM_WAYS * DT__SUM_COLS doubles. */
+__device__ inline double dt__dev_chunks_sum(const float *part, int64_t chunks, int64_t cols, int64_t j, double *shared)
+{
+    double s = 0;
+    if (j < cols)
+        for (int64_t c = threadIdx.y; c < chunks; c += DT__SUM_WAYS)
+            s += part[c * cols + j];
+    shared[threadIdx.y * DT__SUM_COLS + threadIdx.x] = s;
+    __syncthreads();
+    double t = 0;
+    if (threadIdx.y == 0)
+        for (int w = 0; w < DT__SUM_WAYS; w++)
+            t += shared[w * DT__SUM_COLS + threadIdx.x];
+    __syncthreads(); /* shared is reused by the next call */
+    return t;
+}
+
+static inline unsigned dt__sum_blocks(int64_t cols)
+{
+    return (unsigned)((cols + DT__SUM_COLS - 1) / DT__SUM_COLS);
 }
 
 #define DT__FULL_MASK 0xffffffffu

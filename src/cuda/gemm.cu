@@ -28,6 +28,10 @@
 #include "cuda/gemm_tune.h"
 #include "cuda/ops.h"
 
+extern "C" {
+#include "base/log.h"
+}
+
 /* All int64_t: compared with memcmp, so no padding. */
 typedef struct {
     int64_t bf16, tf32, trans_a, trans_b, m, n, k, lda, ldb, ldc, align_a, align_b, align_c;
@@ -138,8 +142,14 @@ static bool build(plan *p, const plan_key *k, dt__gemm_call *call)
         return false;
     }
     call->desc = p->desc, call->la = p->la, call->lb = p->lb, call->lc = p->lc;
-    p->algo = result[dt__gemm_tune(call, result, found)].algo;
+    int chosen = dt__gemm_tune(call, result, found);
+    p->algo = result[chosen].algo;
     p->used = true;
+    /* once per shape in a steady run: a line repeating means the plan cache thrashes */
+    DT_INFO("cuBLASLt plan: %s %c%c m=%lld n=%lld k=%lld ld %lld/%lld/%lld alignment %lld/%lld/%lld: candidate %d of %d",
+            k->bf16 ? "bf16" : k->tf32 ? "tf32" : "f32", k->trans_a ? 'T' : 'N', k->trans_b ? 'T' : 'N',
+            (long long)k->m, (long long)k->n, (long long)k->k, (long long)k->lda, (long long)k->ldb,
+            (long long)k->ldc, (long long)k->align_a, (long long)k->align_b, (long long)k->align_c, chosen + 1, found);
     return true;
 }
 

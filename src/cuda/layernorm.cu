@@ -104,20 +104,18 @@ __global__ static void dwdb_chunks(float *part_w, float *part_b, const float *dy
     part_b[blockIdx.y * cols + j] = sb;
 }
 
-/* Pass 2: dw[j] += its chunks in order, in double; db likewise. */
+/* Pass 2: dw[j] += its chunks, in double (common.cuh); db likewise. */
 __global__ static void dwdb_add(float *dw, float *db, const float *part_w, const float *part_b, int64_t chunks,
                                 int64_t cols)
 {
-    int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (j >= cols)
-        return;
-    double sw = dw[j], sb = db[j];
-    for (int64_t c = 0; c < chunks; c++) {
-        sw += part_w[c * cols + j];
-        sb += part_b[c * cols + j];
+    __shared__ double shared[DT__SUM_WAYS * DT__SUM_COLS];
+    int64_t j = blockIdx.x * (int64_t)DT__SUM_COLS + threadIdx.x;
+    double sw = dt__dev_chunks_sum(part_w, chunks, cols, j, shared);
+    double sb = dt__dev_chunks_sum(part_b, chunks, cols, j, shared);
+    if (threadIdx.y == 0 && j < cols) {
+        dw[j] = (float)((double)dw[j] + sw);
+        db[j] = (float)((double)db[j] + sb);
     }
-    dw[j] = (float)sw;
-    db[j] = (float)sb;
 }
 
 static dt__scratch partials = DT__SCRATCH_INIT;
@@ -133,7 +131,7 @@ static void param_grads(float *dw, float *db, const float *dy, const float *xhat
         dwdb_chunks<<<dim3(col_blocks, (unsigned)chunks), COL_THREADS, 0, dt__stream()>>>(part, part_b, dy, xhat,
                                                                                           rows, cols, chunk);
         if (DT_CUDA_LAUNCHED()) {
-            dwdb_add<<<col_blocks, COL_THREADS, 0, dt__stream()>>>(dw, db, part, part_b, chunks, cols);
+            dwdb_add<<<dt__sum_blocks(cols), dim3(DT__SUM_COLS, DT__SUM_WAYS), 0, dt__stream()>>>(dw, db, part, part_b, chunks, cols);
             DT_CUDA_LAUNCHED();
         }
     }

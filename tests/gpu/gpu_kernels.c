@@ -550,9 +550,10 @@ int main(int argc, char **argv)
 
     const struct {
         int64_t m, n, k, pad;
-    } gs[] = {{1, 1, 1, 0},      {67, 33, 129, 3},  {5, 1, 300, 1},      {1, 77, 31, 0},
-              {128, 256, 64, 0}, {257, 65, 513, 5}, {2048, 2304, 768, 0}};
-    for (int s = 0; s < (quick ? 5 : 7); s++)
+    } gs[] = {{1, 1, 1, 0},      {67, 33, 129, 3},  {96, 64, 132, 4},  {5, 1, 300, 1},
+              {1, 77, 31, 0},    {128, 256, 64, 0}, {257, 65, 513, 5}, {2048, 2304, 768, 0}};
+    /* pad 4: strided rows of whole 16-byte groups (the bf16 conversion's vector path); 3, 5: its fallback */
+    for (int s = 0; s < (quick ? 6 : 8); s++)
         for (int t = 0; t < 4; t++) {
             test_gemm(DT_F32, t >> 1, t & 1, gs[s].m, gs[s].n, gs[s].k, 1.0f, 0.0f, gs[s].pad);
             test_gemm(DT_F32, t >> 1, t & 1, gs[s].m, gs[s].n, gs[s].k, 0.7f, -1.3f, gs[s].pad);
@@ -567,6 +568,8 @@ int main(int argc, char **argv)
     test_rows(1, 1, 1);
     test_rows(37, 67, 5);
     test_rows(130, 33, 1000);
+    test_rows(3, 100003, 2);  /* rows_add: blocks along the columns */
+    test_rows(8, 786433, 2);  /* ... and a grid-stride over them (GPT-2's position add is 8 x 786432) */
     if (!quick)
         test_rows(4096, 768, 3); /* ~1365 rows per id: scatter_add's long sums */
 
