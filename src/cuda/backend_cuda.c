@@ -30,6 +30,7 @@ static const dt_compute_ops cuda_ops = {
     .host_free = dt__cuda_host_free,
 
     .gemm = dt__cuda_gemm,
+    .linear_grads = dt__cuda_linear_grads,
 
     .axpy = dt__cuda_axpy,
     .add = dt__cuda_add,

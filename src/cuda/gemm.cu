@@ -196,29 +196,30 @@ __global__ static void scale_c(float *c, int64_t m, int64_t n, int64_t ldc, floa
             c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
 }
 
-static void product(dt_dtype compute, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+/* The bf16 image of src (rows x cols, row stride ld), packed, at dst. */
+static void to_bf16_packed(char *dst, const float *src, int64_t rows, int64_t cols, int64_t ld)
 {
-    const void *pa = a, *pb = b;
+    dt__cuda_to_bf16((uint16_t *)dst, src, rows, cols, ld);
+}
+
+/* Bytes of a packed bf16 image of rows x cols in the scratch: whole 256-byte
+ * blocks, so that every operand after it starts 256-byte aligned (the plans'
+ * keys, and so the algorithms and bits, then do not depend on which entry
+ * packed them). */
+static size_t bf16_bytes(int64_t rows, int64_t cols)
+{
+    return ((size_t)(rows * cols) * 2 + 255) / 256 * 256;
+}
+
+/* C = alpha op(A) op(B) + beta C on operands as stored on the device: bf16
+ * (packed by the caller) when bf16, else f32. */
+static void matmul(bool bf16, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha, const void *pa,
+                   int64_t lda, const void *pb, int64_t ldb, float beta, float *c, int64_t ldc)
+{
     plan_key key;
     memset(&key, 0, sizeof key);
-    key.bf16 = compute == DT_BF16;
-    key.tf32 = !key.bf16 && dt__cuda_tf32();
-    if (key.bf16) {
-        /* op(A)'s storage is ra x ca (row stride lda), op(B)'s rb x cb; packed
-         * copies have row strides ca and cb */
-        int64_t ra = trans_a ? k : m, ca = trans_a ? m : k, rb = trans_b ? n : k, cb = trans_b ? k : n;
-        size_t a_bytes = ((size_t)(ra * ca) * 2 + 255) / 256 * 256, b_bytes = (size_t)(rb * cb) * 2;
-        char *s = (char *)scratch_for(a_bytes + b_bytes);
-        if (!s)
-            return;
-        dt__cuda_to_bf16((uint16_t *)s, a, ra, ca, lda);
-        dt__cuda_to_bf16((uint16_t *)(s + a_bytes), b, rb, cb, ldb);
-        pa = s;
-        pb = s + a_bytes;
-        lda = ca;
-        ldb = cb;
-    }
+    key.bf16 = bf16;
+    key.tf32 = !bf16 && dt__cuda_tf32();
     key.trans_a = trans_a != 0;
     key.trans_b = trans_b != 0;
     key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb, key.ldc = ldc;
@@ -232,6 +233,25 @@ static void product(dt_dtype compute, int trans_a, int trans_b, int64_t m, int64
     void *ws = dt__cuda_workspace(&ws_bytes);
     DT_CUBLAS_CHECK(cublasLtMatmul((cublasLtHandle_t)dt__cuda_lt(), p->desc, &alpha, pb, p->la, pa, p->lb, &beta, c,
                                    p->lc, c, p->lc, &p->algo, ws, ws_bytes, dt__stream()));
+}
+
+static void product(dt_dtype compute, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    if (compute != DT_BF16) {
+        matmul(false, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    /* op(A)'s storage is ra x ca (row stride lda), op(B)'s rb x cb; packed
+     * copies have row strides ca and cb */
+    int64_t ra = trans_a ? k : m, ca = trans_a ? m : k, rb = trans_b ? n : k, cb = trans_b ? k : n;
+    size_t a_bytes = bf16_bytes(ra, ca);
+    char *s = (char *)scratch_for(a_bytes + bf16_bytes(rb, cb));
+    if (!s)
+        return;
+    to_bf16_packed(s, a, ra, ca, lda);
+    to_bf16_packed(s + a_bytes, b, rb, cb, ldb);
+    matmul(true, trans_a, trans_b, m, n, k, alpha, s, ca, s + a_bytes, cb, beta, c, ldc);
 }
 
 void dt__cuda_gemm(dt_dtype compute, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -252,4 +272,39 @@ void dt__cuda_gemm(dt_dtype compute, int trans_a, int trans_b, int64_t m, int64_
     pthread_mutex_lock(&lock);
     product(compute, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     pthread_mutex_unlock(&lock);
+}
+
+/* A linear layer's backward products (backend.h's linear_grads).  bf16: dy
+ * is converted once for both products (the fallback, two gemm calls,
+ * converts it twice: on GPT-2 the lm head's dy alone is 8192 x 50304), and
+ * the packed images sit at 256-byte boundaries as in product(), so the
+ * plans, algorithms and bits are the fallback's. */
+void dt__cuda_linear_grads(dt_dtype compute, int64_t m, int64_t n, int64_t k, const float *dy, const float *x,
+                           const float *w, float *dw, float *db, float *dx)
+{
+    if (m <= 0 || n <= 0 || k <= 0 || compute != DT_BF16) { /* nothing to share: the fallback's calls */
+        dt__cuda_gemm(compute, 1, 0, m, n, k, 1.0f, dy, m, x, n, 1.0f, dw, n);
+        if (db)
+            dt__cuda_rows_sum_add(db, dy, k, m);
+        if (dx)
+            dt__cuda_gemm(compute, 0, 0, k, n, m, 1.0f, dy, m, w, n, 0.0f, dx, n);
+        return;
+    }
+    if (!dt__cuda_enter())
+        return;
+    size_t dy_bytes = bf16_bytes(k, m), x_bytes = bf16_bytes(k, n);
+    pthread_mutex_lock(&lock);
+    char *s = (char *)scratch_for(dy_bytes + x_bytes + (dx ? bf16_bytes(m, n) : 0));
+    if (s) {
+        to_bf16_packed(s, dy, k, m, m);
+        to_bf16_packed(s + dy_bytes, x, k, n, n);
+        matmul(true, 1, 0, m, n, k, 1.0f, s, m, s + dy_bytes, n, 1.0f, dw, n); /* dw += dy^T x */
+        if (dx) {
+            to_bf16_packed(s + dy_bytes + x_bytes, w, m, n, n);
+            matmul(true, 0, 0, k, n, m, 1.0f, s, m, s + dy_bytes + x_bytes, n, 0.0f, dx, n); /* dx = dy w */
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    if (s && db)
+        dt__cuda_rows_sum_add(db, dy, k, m);
 }

@@ -41,6 +41,9 @@ void dt__cuda_host_free(void *p);
 /* gemm.cu */
 void dt__cuda_gemm(dt_dtype compute, int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
+/* backend.h's linear_grads: dy converted to bf16 once for both products. */
+void dt__cuda_linear_grads(dt_dtype compute, int64_t m, int64_t n, int64_t k, const float *dy, const float *x,
+                           const float *w, float *dw, float *db, float *dx);
 
 /* vector.cu */
 void dt__cuda_axpy(float *y, float alpha, const float *x, int64_t n);

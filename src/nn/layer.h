@@ -64,6 +64,18 @@ static inline void dt__gemm_grad_bias(const dt_ctx *ctx, int64_t m, int64_t n, i
     ops->rows_sum_add(db, dy, k, m);
 }
 
+/* A linear layer's backward products from dy [k, m], x [k, n], w [m, n]:
+ * dw += dy^T x, db += dy's rows summed (db NULL: none), dx = dy w (dx
+ * NULL: none).  For backends with linear_grads (one conversion of dy);
+ * the others' layers call dt__gemm_grad_bias and dt__gemm_packed
+ * themselves, dw first, so that it can be handed on before dx is
+ * computed. */
+static inline void dt__linear_grads(const dt_ctx *ctx, int64_t m, int64_t n, int64_t k, const float *dy,
+                                    const float *x, const float *w, float *dw, float *db, float *dx)
+{
+    dt__ops(ctx)->linear_grads(ctx->compute, m, n, k, dy, x, w, dw, db, dx);
+}
+
 /* Layers with no device kernels yet (conv2d, max pooling, EmbeddingBag)
  * run on the cpu only: DT_ERR_INVALID naming the layer on another device. */
 static inline dt_status dt__cpu_only(const dt_ctx *ctx, const dt_layer *l)

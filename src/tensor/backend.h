@@ -91,6 +91,14 @@ typedef struct dt_compute_ops {
      * (packed): dw[m, n] += dy^T x, db[m] += sum over the k rows of dy. */
     void (*gemm_grad_bias)(dt_dtype compute, int64_t m, int64_t n, int64_t k, const float *dy, const float *x,
                            float *dw, float *db);
+    /* Optional (NULL: the layer runs gemm_grad_bias or gemm for dw, then
+     * gemm for dx, which this must equal bitwise): a linear layer's
+     * backward products from dy [k, m], x [k, n] and w [m, n] (packed):
+     * dw[m, n] += dy^T x; db[m] += dy's rows summed (db NULL: no bias);
+     * dx[k, n] = dy w (dx NULL: not wanted).  Lets a backend that converts
+     * operands (cuda's bf16) convert dy once for both products. */
+    void (*linear_grads)(dt_dtype compute, int64_t m, int64_t n, int64_t k, const float *dy, const float *x,
+                         const float *w, float *dw, float *db, float *dx);
 
     /* ---- vectors ---- */
     void (*axpy)(float *y, float alpha, const float *x, int64_t n);      /* y += alpha x */

@@ -86,6 +86,19 @@ static void emu_gemm_grad_bias(dt_dtype c, int64_t m, int64_t n, int64_t k, cons
     dt__cpu_ops.gemm_grad_bias(c, m, n, k, F(dy), F(x), F(dw), F(db));
 }
 
+/* The fallback's calls (backend.h), so that the layers' linear_grads path
+ * is checked against the cpu without a GPU. */
+static void emu_linear_grads(dt_dtype c, int64_t m, int64_t n, int64_t k, const float *dy, const float *x,
+                             const float *w, float *dw, float *db, float *dx)
+{
+    if (db)
+        dt__cpu_ops.gemm_grad_bias(c, m, n, k, F(dy), F(x), F(dw), F(db));
+    else
+        dt__cpu_ops.gemm(c, 1, 0, m, n, k, 1.0f, F(dy), m, F(x), n, 1.0f, F(dw), n);
+    if (dx)
+        dt__cpu_ops.gemm(c, 0, 0, k, n, m, 1.0f, F(dy), m, F(w), n, 0.0f, F(dx), n);
+}
+
 static void emu_axpy(float *y, float al, const float *x, int64_t n) { dt__cpu_ops.axpy(F(y), al, F(x), n); }
 static void emu_add(float *y, const float *a, const float *b, int64_t n) { dt__cpu_ops.add(F(y), F(a), F(b), n); }
 static void emu_mul(float *y, const float *a, const float *b, int64_t n) { dt__cpu_ops.mul(F(y), F(a), F(b), n); }
@@ -181,6 +194,7 @@ const dt_compute_ops dt__emu_ops = {
     .gemm = emu_gemm,
     .gemm_bias = emu_gemm_bias,
     .gemm_grad_bias = emu_gemm_grad_bias,
+    .linear_grads = emu_linear_grads,
     .axpy = emu_axpy,
     .add = emu_add,
     .mul = emu_mul,

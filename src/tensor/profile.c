@@ -135,6 +135,14 @@ static void w_gemm_grad_bias(dt_dtype c, int64_t m, int64_t n, int64_t k, const 
     gemm_key(key, sizeof key, "gemm dW+db", c, 1, 0, m, n, k, dw);
     TIMED(key, 2.0 * (double)m * (double)n * (double)k, inner->gemm_grad_bias(c, m, n, k, dy, x, dw, db));
 }
+static void w_linear_grads(dt_dtype c, int64_t m, int64_t n, int64_t k, const float *dy, const float *x,
+                           const float *w, float *dw, float *db, float *dx)
+{
+    char key[112];
+    gemm_key(key, sizeof key, dx ? "linear dW+dx" : "linear dW", c, 1, 0, m, n, k, dw);
+    TIMED(key, (dx ? 4.0 : 2.0) * (double)m * (double)n * (double)k,
+          inner->linear_grads(c, m, n, k, dy, x, w, dw, db, dx));
+}
 static void w_axpy(float *y, float alpha, const float *x, int64_t n) { TIMED("axpy", 0, inner->axpy(y, alpha, x, n)); }
 static void w_add(float *y, const float *a, const float *b, int64_t n) { TIMED("add", 0, inner->add(y, a, b, n)); }
 static void w_mul(float *y, const float *a, const float *b, int64_t n) { TIMED("mul", 0, inner->mul(y, a, b, n)); }
@@ -267,6 +275,7 @@ const dt_compute_ops *dt__profile_wrap(const dt_compute_ops *ops)
         WRAP(gemm);
         WRAP(gemm_bias);
         WRAP(gemm_grad_bias);
+        WRAP(linear_grads);
         WRAP(axpy);
         WRAP(add);
         WRAP(mul);

@@ -12,7 +12,7 @@ DT_KERNEL_PROFILE=1 "$BIN/dtrain" train "${gpt[@]}" --set precision=bf16 --set m
 "$BIN/dtrain" train "${gpt[@]}" --set precision=bf16 --set metrics_file="$WORK/q.jsonl" >"$WORK/q" 2>&1 ||
     { cat "$WORK/q"; fail "the unprofiled run failed"; }
 expect_grep "$WORK/p" "kernel profile \(DT_KERNEL_PROFILE=1, emu"
-for e in "gemm\+bias bf16 NT m=128 n=64 k=64" "gemm dW\+db bf16" "attention fwd bf16 B=4 T=32 H=4 hd=16" \
+for e in "gemm\+bias bf16 NT m=128 n=64 k=64" "linear dW\+dx bf16 TN" "attention fwd bf16 B=4 T=32 H=4 hd=16" \
          "attention bwd bf16" "layernorm_fwd" "adamw" "softmax cross-entropy"; do
     expect_grep "$WORK/p" "$e"
 done

@@ -320,6 +320,48 @@ static void test_vectors(int64_t n)
     done("axpy, add, mul, scale (in place), sumsq n=%lld", (long long)n);
 }
 
+/* linear_grads against the two gemm calls it replaces, on the GPU (the
+ * same bits: dy is converted once instead of twice) and against the cpu. */
+static void test_linear_grads(dt_dtype dt, int64_t m, int64_t n, int64_t k, bool bias, bool want_dx)
+{
+    if (!gpu->linear_grads) {
+        fail_at("the cuda table has no linear_grads");
+        done("linear_grads");
+        return;
+    }
+    float *dy = hnormal(k * m, 0, 1), *x = hnormal(k * n, 0, 1), *w = hnormal(m * n, 0, 1),
+          *dw = hnormal(m * n, 0, 1), *db = hnormal(m, 0, 1), *dx = hnormal(k * n, 0, 1);
+    float *gdy = up(dy, k * m), *gx = up(x, k * n), *gw = up(w, m * n);
+    float *gdw = up(dw, m * n), *gdb = up(db, m), *gdx = gnew(k * n);
+    float *fdw = up(dw, m * n), *fdb = up(db, m), *fdx = gnew(k * n);
+    gpu->linear_grads(dt, m, n, k, gdy, gx, gw, gdw, bias ? gdb : NULL, want_dx ? gdx : NULL);
+    gpu->gemm(dt, 1, 0, m, n, k, 1.0f, gdy, m, gx, n, 1.0f, fdw, n);
+    if (bias)
+        gpu->rows_sum_add(fdb, gdy, k, m);
+    if (want_dx)
+        gpu->gemm(dt, 0, 0, k, n, m, 1.0f, gdy, m, gw, n, 0.0f, fdx, n);
+    float *hf = hmalloc((size_t)(k * n > m * n ? k * n : m * n) * sizeof *hf);
+    if (gpu->download(hf, fdw, (size_t)(m * n) * sizeof *hf) != DT_OK)
+        fail_at("download: %s", dt_last_error());
+    cmp_dev("dw (against the gemm calls)", gdw, hf, m * n, BITS);
+    if (bias && gpu->download(hf, fdb, (size_t)m * sizeof *hf) == DT_OK)
+        cmp_dev("db (against rows_sum_add)", gdb, hf, m, BITS);
+    if (want_dx && gpu->download(hf, fdx, (size_t)(k * n) * sizeof *hf) == DT_OK)
+        cmp_dev("dx (against the gemm call)", gdx, hf, k * n, BITS);
+    cpu->gemm(dt, 1, 0, m, n, k, 1.0f, dy, m, x, n, 1.0f, dw, n);
+    cmp_dev("dw", gdw, dw, m * n, dt == DT_BF16 ? 4 * TOL_BF16 : TOL_LONG);
+    if (bias) {
+        cpu->rows_sum_add(db, dy, k, m);
+        cmp_dev("db", gdb, db, m, k > 256 ? TOL_LONG : TOL_F32);
+    }
+    if (want_dx) {
+        cpu->gemm(dt, 0, 0, k, n, m, 1.0f, dy, m, w, n, 0.0f, dx, n);
+        cmp_dev("dx", gdx, dx, k * n, dt == DT_BF16 ? 4 * TOL_BF16 : TOL_LONG);
+    }
+    done("linear_grads %s m=%lld n=%lld k=%lld%s%s", dt == DT_BF16 ? "bf16" : "f32", (long long)m, (long long)n,
+         (long long)k, bias ? " +db" : "", want_dx ? " +dx" : "");
+}
+
 /* ---- rows ---- */
 
 static void test_rows(int64_t rows, int64_t cols, int64_t table_rows)
@@ -565,6 +607,13 @@ int main(int argc, char **argv)
     for (int i = 0; i < (quick ? 3 : 4); i++)
         test_vectors(vn[i]);
 
+    test_linear_grads(DT_BF16, 1, 1, 1, true, true);
+    test_linear_grads(DT_BF16, 67, 33, 129, true, true); /* odd sizes: the conversion's fallback */
+    test_linear_grads(DT_BF16, 96, 64, 300, false, true);
+    test_linear_grads(DT_BF16, 96, 64, 300, true, false);
+    test_linear_grads(DT_F32, 67, 33, 129, true, true);
+    if (!quick)
+        test_linear_grads(DT_BF16, 2304, 768, 2048, true, true); /* GPT-2's QKV, 2 of 8 sequences */
     test_rows(1, 1, 1);
     test_rows(37, 67, 5);
     test_rows(130, 33, 1000);
