@@ -48,6 +48,11 @@
 #                            bf16 step, entry by entry (the costliest
 #                            kinds with their TFLOP/s), and its
 #                            products with DT_GEMM_TUNE=8              35 /  90
+#   kernel-ncu               Nsight Compute (when ncu is there): every
+#                            kernel of one GPT-2 bf16 step with its
+#                            time (scripts/ncu-step-table.py); skipped
+#                            with the reason where ncu cannot read the
+#                            GPU                                       35 /  90
 #   memcheck                 compute-sanitizer memcheck, gpu_kernels
 #                            --quick                                   60 / 150
 # About 7 minutes expected.  GPU_CHECK_BUDGET (default 450 s) bounds the
@@ -442,6 +447,29 @@ s_dtrain_bench() {
     return $rc
 }
 
+# Every kernel of one GPT-2 bf16 step, timed by Nsight Compute (kernels
+# serialised; one metric, so no replays): the reference for where the step
+# goes (the kernel profile above once put 8 ms of host time on the QKV
+# product's entry, whose kernels took 0.1 ms).
+s_kernel_ncu() {
+    need_bin dtrain
+    local ncu text="$OUT/bench-text.txt" args=${GPT2_DT/--set steps=25/--set steps=3}
+    ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+    [ -n "$ncu" ] || { echo "SKIP: no ncu (Nsight Compute) here"; return 77; }
+    [ -s "$text" ] || cat README.md docs/*.md >"$text"
+    # shellcheck disable=SC2086 # args: an argument list on purpose
+    "$ncu" --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv \
+        --log-file "$OUT/steps/kernel-ncu.csv" "$BIN/dtrain" train --set model=gpt --set data=text \
+        --set data_path="$text" --set optimizer=adamw --set eval_interval=0 --set log_interval=1 --set device=cuda \
+        $args --set precision=bf16 >"$OUT/steps/kernel-ncu.out" 2>&1 ||
+        { tail -n 20 "$OUT/steps/kernel-ncu.out"; return 1; }
+    if ! grep -q gpu__time_duration "$OUT/steps/kernel-ncu.csv"; then
+        echo "SKIP: ncu read no kernel times here: $(grep -m 1 -i 'error' "$OUT/steps/kernel-ncu.csv" "$OUT/steps/kernel-ncu.out")"
+        return 77
+    fi
+    python3 "$ROOT/scripts/ncu-step-table.py" "$OUT/steps/kernel-ncu.csv"
+}
+
 # Where dtrain's GPT-2 step goes: every entry of the cuda table timed
 # between device waits (src/tensor/profile.c), 6 steps.
 s_kernel_profile() {
@@ -477,7 +505,7 @@ s_memcheck() {
     return "$rc"
 }
 
-export -f s_env s_build need_bin s_gpu_kernels s_coll_device s_nccl_world1 s_trajectory s_strategies s_attention torch_row gpt_small dtrain_row s_dtrain_bench s_kernel_profile s_memcheck
+export -f s_env s_build need_bin s_gpu_kernels s_coll_device s_nccl_world1 s_trajectory s_strategies s_attention torch_row gpt_small dtrain_row s_dtrain_bench s_kernel_profile s_kernel_ncu s_memcheck
 
 # ---- the runner ----
 
@@ -537,6 +565,7 @@ main() {
     step strategies 150 s_strategies
     step dtrain-bench 240 s_dtrain_bench
     step kernel-profile 90 s_kernel_profile
+    step kernel-ncu 90 s_kernel_ncu
     local small
     small=$(gpt_small)
     # shellcheck disable=SC2086 # GPT2 and small: argument lists on purpose
