@@ -53,6 +53,12 @@
 #                            time (scripts/ncu-step-table.py); skipped
 #                            with the reason where ncu cannot read the
 #                            GPU                                       35 /  90
+#   comm-bench               issue 46's figures: dtbench allreduce over
+#                            device buffers, 2 ranks sharing the GPU, by
+#                            CUDA IPC and staged; PyTorch gloo on CUDA
+#                            tensors and the GPU's copy bandwidth
+#                            (bench/gpu/torch_allreduce.py); gpt-small
+#                            f32 data parallel on 2 ranks against 1      60 / 150
 #   memcheck                 compute-sanitizer memcheck, gpu_kernels
 #                            --quick                                   60 / 150
 # About 7 minutes expected.  GPU_CHECK_BUDGET (default 450 s) bounds the
@@ -381,12 +387,14 @@ export GPT2
 # (AdamW, weight decay 0.1 on the matrices, clipping at 1.0), on text made of
 # the repository's docs.  Each row's figure is the median tokens/s of the
 # logging windows after the first (warm-up); OUT/dtrain-NAME.json.
-dtrain_row() { # NAME CONFIG-SETS...
+dtrain_row() { # NAME CONFIG-SETS... (DTRAIN_RANKS=N: N ranks under dtrun)
     local name=$1 text="$OUT/bench-text.txt"
     shift
     need_bin dtrain
     [ -s "$text" ] || cat README.md docs/*.md >"$text"
-    "$BIN/dtrain" train --set model=gpt --set data=text --set data_path="$text" --set optimizer=adamw \
+    local launch=()
+    [ "${DTRAIN_RANKS:-1}" -gt 1 ] && launch=("$BIN/dtrun" -n "$DTRAIN_RANKS" --no-prefix)
+    "${launch[@]}" "$BIN/dtrain" train --set model=gpt --set data=text --set data_path="$text" --set optimizer=adamw \
         --set lr=0.0006 --set weight_decay=0.1 --set grad_clip=1.0 --set warmup_steps=5 --set eval_interval=0 \
         --set eval_batches=1 --set log_interval=5 --set device=cuda --set metrics_file="$OUT/dtrain-$name.jsonl" "$@" \
         >"$OUT/steps/dtrain-$name.out" 2>&1
@@ -444,6 +452,36 @@ s_dtrain_bench() {
         dtrain_row gpt-small-f32 $small --set precision=f32 || rc=1
         dtrain_row gpt-small-bf16 $small --set precision=bf16 || rc=1
     }
+    return $rc
+}
+
+# Communication over device buffers between 2 ranks sharing the GPU
+# (issue 46): allreduce bus bandwidth by CUDA IPC and staged through host
+# memory, PyTorch's gloo on CUDA tensors beside it (NCCL refuses two ranks on
+# one GPU) with the GPU's copy bandwidth as the ceiling, and gpt-small data
+# parallel on 2 ranks against 1 (the same batch per rank).
+s_comm_bench() {
+    need_bin dtrun
+    need_bin dtbench
+    need_bin dtrain
+    # GPU_CHECK_STRATEGY_DEVICE=emu: the same without a GPU (a dry run of the step, no figures)
+    local ipc rc=0 dev=${GPU_CHECK_STRATEGY_DEVICE:-cuda}
+    for ipc in 1 0; do
+        echo "dtbench allreduce, 2 ranks sharing the GPU, device buffers, DT_DEVICE_IPC=$ipc:"
+        DT_DEVICE_IPC=$ipc "$BIN/dtrun" -n 2 --no-prefix "$BIN/dtbench" allreduce -b 1M -e 256M -f 4 -n 10 -w 3 \
+            --device "$dev" || rc=1
+    done
+    python3 "$ROOT/bench/gpu/torch_allreduce.py" --ranks 2 --min 1M --max 256M --factor 4 \
+        --device "$([ "$dev" = cuda ] && echo cuda || echo cpu)" || rc=1
+    local small=(--config configs/gpt-small.json --set steps=40 --set precision=f32 --set device="$dev")
+    dtrain_row gpt-small-f32-1rank "${small[@]}" || rc=1
+    DTRAIN_RANKS=2 dtrain_row gpt-small-f32-2ranks "${small[@]}" || rc=1
+    python3 - "$OUT/dtrain-gpt-small-f32-1rank.json" "$OUT/dtrain-gpt-small-f32-2ranks.json" <<'PY' || rc=1
+import json, sys
+one, two = (json.load(open(p))["tokens_per_s"] for p in sys.argv[1:3])
+print(f"gpt-small f32 data parallel on one GPU: 1 rank {one:.0f} tokens/s, 2 ranks {two:.0f} "
+      f"({two / one:.2f}x; the same batch per rank)")
+PY
     return $rc
 }
 
@@ -505,7 +543,7 @@ s_memcheck() {
     return "$rc"
 }
 
-export -f s_env s_build need_bin s_gpu_kernels s_coll_device s_nccl_world1 s_trajectory s_strategies s_attention torch_row gpt_small dtrain_row s_dtrain_bench s_kernel_profile s_kernel_ncu s_memcheck
+export -f s_env s_build need_bin s_gpu_kernels s_coll_device s_nccl_world1 s_trajectory s_strategies s_attention torch_row gpt_small dtrain_row s_dtrain_bench s_kernel_profile s_kernel_ncu s_comm_bench s_memcheck
 
 # ---- the runner ----
 
@@ -566,6 +604,7 @@ main() {
     step dtrain-bench 240 s_dtrain_bench
     step kernel-profile 90 s_kernel_profile
     step kernel-ncu 90 s_kernel_ncu
+    step comm-bench 150 s_comm_bench
     local small
     small=$(gpt_small)
     # shellcheck disable=SC2086 # GPT2 and small: argument lists on purpose

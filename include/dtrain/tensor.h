@@ -72,6 +72,13 @@ dt_status dt_device_set_tf32(const dt_device *d, bool on);
  * call (a matrix product's precision and shape with its TFLOP/s) to f.
  * False when nothing was profiled. */
 bool dt_device_profile_print(FILE *f, int top);
+/* `bytes` of the device's memory (NULL device: the host's), 256-byte
+ * aligned: what the communication calls take as device buffers.  NULL with
+ * the error set, naming the bytes asked for and the memory free, when out
+ * of it.  dt_device_free(d, NULL) is a no-op; it waits for queued work
+ * using the buffer. */
+void *dt_device_alloc(const dt_device *d, size_t bytes);
+void dt_device_free(const dt_device *d, void *p);
 /* Copies between host memory and the device's (plain memcpy on cpu). */
 dt_status dt_device_upload(const dt_device *d, void *dst, const void *host_src, size_t bytes);
 dt_status dt_device_download(const dt_device *d, void *host_dst, const void *src, size_t bytes);

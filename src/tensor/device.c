@@ -112,6 +112,16 @@ dt_status dt_device_set_tf32(const dt_device *d, bool on)
     return DT_OK;
 }
 
+void *dt_device_alloc(const dt_device *d, size_t bytes)
+{
+    return (d ? d : &dt__cpu_ops)->alloc(bytes);
+}
+
+void dt_device_free(const dt_device *d, void *p)
+{
+    (d ? d : &dt__cpu_ops)->free(p);
+}
+
 dt_status dt_device_upload(const dt_device *d, void *dst, const void *host_src, size_t bytes)
 {
     return (d ? d : &dt__cpu_ops)->upload(dst, host_src, bytes);

@@ -3,7 +3,8 @@
 # dtbench's errors name the bad argument (no stray ''); under
 # `dtrun --no-prefix` its rows are bare and in nccl-tests' layout: size count
 # type redop root, then time algbw busbw #wrong out of place and in place,
-# and the run ends with "# Avg bus bandwidth : X", their mean.
+# and the run ends with "# Avg bus bandwidth : X", their mean; the same with
+# --device emu (buffers in device memory, staged or by IPC).
 . "$(dirname "$0")/lib.sh"
 version=$(sed -n 's/^project(dtrain VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
 [ -n "$version" ] || fail "no version in CMakeLists.txt's project()"
@@ -24,6 +25,8 @@ bad "invalid option '--bogus'" --bogus allreduce
 bad "missing the value of option '-b'" allreduce -b
 bad "missing OP" 
 bad "smallest size \(-b\) is larger than the largest \(-e\)" allreduce -b 1M -e 8
+"$BIN/dtrun" -n 1 "$BIN/dtbench" allreduce --device nonsense >"$WORK/out" 2>&1 && fail "dtbench --device nonsense ran"
+expect_grep "$WORK/out" "dtbench: --device nonsense: .*nonsense"
 
 # The ops' jobs run 3 at a time (lib.sh's par; nothing here checks a time
 # beyond "more than 0"), stdout and stderr apart.
@@ -32,16 +35,30 @@ for op in $ops; do
     par "$WORK/$op.all" sh -c '"$1" -n 3 --no-prefix "$2" "$3" -b 8 -e 96K -f 32 -n 2 -w 1 -r 1 >"$4" 2>"$4.err"' \
         sh "$BIN/dtrun" "$BIN/dtbench" $op "$WORK/$op"
 done
+# --device emu: the buffers in the test device's memory (the host cannot
+# dereference it), staged, and by IPC where DT_DEVICE_IPC=1 takes it: the
+# same layout, every result checked.
+devops="allreduce reduce_scatter allgather alltoall broadcast sendrecv"
+for op in $devops; do
+    ipc=$([ "$op" = allreduce ] || [ "$op" = allgather ] && echo 1 || echo 0)
+    par "$WORK/dev-$op.all" sh -c 'DT_DEVICE_IPC=$5 "$1" -n 3 --no-prefix "$2" "$3" -b 8 -e 96K -f 32 -n 2 -w 1 -r 1 --device emu >"$4" 2>"$4.err"' \
+        sh "$BIN/dtrun" "$BIN/dtbench" $op "$WORK/dev-$op" "$ipc"
+done
 # --json carries the in-place figures too.
 par "$WORK/json.all" sh -c '"$1" -n 2 --no-prefix "$2" allgather -b 64 -e 64 -n 2 -w 0 --json >"$3"' sh "$BIN/dtrun" "$BIN/dtbench" "$WORK/json"
 par_wait
-for op in $ops; do
-    par_ok "$WORK/$op.all" || { cat "$WORK/$op" "$WORK/$op.err"; fail "dtbench $op failed"; }
+for op in $devops; do
+    par_ok "$WORK/dev-$op.all" || { cat "$WORK/dev-$op" "$WORK/dev-$op.err"; fail "dtbench $op --device emu failed"; }
+    expect_grep "$WORK/dev-$op" "^# dtbench .* buffers emu$"
+    cp "$WORK/dev-$op" "$WORK/$op.dev" # checked with the host runs below
+done
+for op in $ops $(for o in $devops; do echo "$o.dev"; done); do
+    [ -f "$WORK/$op.all" ] && { par_ok "$WORK/$op.all" || { cat "$WORK/$op" "$WORK/$op.err"; fail "dtbench $op failed"; }; }
     expect_no_grep "$WORK/$op" '^\['
     expect_grep "$WORK/$op" "^# +out-of-place +in-place"
     expect_grep "$WORK/$op" "^# +size +count +type +redop +root +time +algbw +busbw +#wrong +time +algbw +busbw +#wrong +iters"
     # The rows and the last line, read as an nccl-tests parser would.
-    python3 - "$WORK/$op" "$op" <<'PY' || { cat "$WORK/$op"; fail "dtbench $op: rows not in nccl-tests' layout"; }
+    python3 - "$WORK/$op" "${op%.dev}" <<'PY' || { cat "$WORK/$op"; fail "dtbench $op: rows not in nccl-tests' layout"; }
 import re, sys
 lines = open(sys.argv[1]).read().splitlines()
 op = sys.argv[2]

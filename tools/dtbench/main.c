@@ -30,6 +30,9 @@ static const char usage[] =
     "  -t, --mintime S    time each size for at least S seconds: while the calls so\n"
     "                     far took less, as many more as they say fill it (default 0)\n"
     "  -c, --check 0|1    verify results (default 1)\n"
+    "      --device D     buffers in device D's memory: cuda, cuda:N, emu (the test\n"
+    "                     device) or cpu (default: host memory); each call waits\n"
+    "                     for the device, and the check copies the result back\n"
     "      --json         one JSON object per size instead of the table\n"
     "  -h, --help         this help\n"
     "      --version      print the version\n"
@@ -57,6 +60,7 @@ typedef struct {
     double factor;
     dt_dtype dtype;
     dt_redop redop;
+    const char *device; /* --device; NULL: host buffers */
 } options;
 
 /* Exit 2 with "dtbench: MSG 'ARG'", or just MSG when there is no ARG. */
@@ -116,7 +120,7 @@ static void parse(int argc, char **argv, options *o)
         {"minbytes", 1, 0, 'b'}, {"maxbytes", 1, 0, 'e'}, {"stepfactor", 1, 0, 'f'}, {"dtype", 1, 0, 'd'},
         {"op", 1, 0, 'o'},       {"root", 1, 0, 'r'},     {"iters", 1, 0, 'n'},      {"warmup", 1, 0, 'w'},
         {"check", 1, 0, 'c'},    {"json", 0, 0, 'j'},     {"help", 0, 0, 'h'},       {"mintime", 1, 0, 't'},
-        {"version", 0, 0, 'V'},  {0, 0, 0, 0}};
+        {"version", 0, 0, 'V'},  {"device", 1, 0, 'D'},   {0, 0, 0, 0}};
     int c;
     char *end;
     opterr = 0; /* the messages below name the option themselves */
@@ -147,6 +151,7 @@ static void parse(int argc, char **argv, options *o)
             break;
         case 'c': o->check = parse_int(optarg, 0, 1); break;
         case 'j': o->json = 1; break;
+        case 'D': o->device = optarg; break;
         case 'h': fputs(usage, stdout); exit(0);
         case 'V': printf("dtbench %s\n", DTRAIN_VERSION); exit(0);
         case ':': bad("missing the value of option", refused_option(argv)); break;
@@ -280,6 +285,9 @@ typedef struct {
     int rank, size;
     size_t es, count; /* count: elements per rank's block (see usage) */
     uint8_t *send, *recv, *want;
+    const dt_device *dev; /* --device: the calls take dsend and drecv, copies of send and recv */
+    uint8_t *dsend, *drecv;
+    size_t cap_bytes; /* of each buffer */
     int inplace; /* send == recv, the input where each collective takes it from (dtrain/comm.h) */
 } bench;
 
@@ -292,23 +300,24 @@ static dt_status run_once(bench *b)
     const options *o = b->o;
     dt_comm *c = b->c;
     size_t n = b->count;
-    const uint8_t *send = b->inplace ? b->recv : b->send;
+    uint8_t *out = b->dev ? b->drecv : b->recv, *in = b->dev ? b->dsend : b->send;
+    const uint8_t *send = b->inplace ? out : in;
     switch (o->op) {
-    case ALLREDUCE: return dt_allreduce(send, b->recv, n, o->dtype, o->redop, c);
-    case BROADCAST: return dt_broadcast(b->recv, n, o->dtype, o->root, c);
-    case REDUCE: return dt_reduce(send, b->recv, n, o->dtype, o->redop, o->root, c);
-    case REDUCE_SCATTER: return dt_reduce_scatter(send, b->recv, n, o->dtype, o->redop, c);
-    case ALLGATHER: return dt_allgather(send, b->recv, n, o->dtype, c);
-    case GATHER: return dt_gather(send, b->recv, n, o->dtype, o->root, c);
-    case SCATTER: return dt_scatter(send, b->recv, n, o->dtype, o->root, c);
-    case ALLTOALL: return dt_alltoall(send, b->recv, n, o->dtype, c);
+    case ALLREDUCE: return dt_allreduce(send, out, n, o->dtype, o->redop, c);
+    case BROADCAST: return dt_broadcast(out, n, o->dtype, o->root, c);
+    case REDUCE: return dt_reduce(send, out, n, o->dtype, o->redop, o->root, c);
+    case REDUCE_SCATTER: return dt_reduce_scatter(send, out, n, o->dtype, o->redop, c);
+    case ALLGATHER: return dt_allgather(send, out, n, o->dtype, c);
+    case GATHER: return dt_gather(send, out, n, o->dtype, o->root, c);
+    case SCATTER: return dt_scatter(send, out, n, o->dtype, o->root, c);
+    case ALLTOALL: return dt_alltoall(send, out, n, o->dtype, c);
     case BARRIER: return dt_barrier(c);
     case SENDRECV: {
         dt_request *rq[2];
         int right = (b->rank + 1) % b->size, left = (b->rank - 1 + b->size) % b->size;
-        dt_status s = dt_irecv(b->recv, n, o->dtype, left, 1, c, &rq[0]);
+        dt_status s = dt_irecv(out, n, o->dtype, left, 1, c, &rq[0]);
         if (s == DT_OK)
-            s = dt_isend(b->send, n, o->dtype, right, 1, c, &rq[1]);
+            s = dt_isend(in, n, o->dtype, right, 1, c, &rq[1]);
         if (s == DT_OK)
             s = dt_wait(rq[1], NULL);
         if (s == DT_OK)
@@ -317,6 +326,25 @@ static dt_status run_once(bench *b)
     }
     }
     return DT_ERR_INVALID;
+}
+
+/* --device: the host buffers' first `bytes` to the device's copies (the
+ * calls' inputs and, in place, recv's old contents), or recv back. */
+static dt_status to_device(bench *b, size_t bytes)
+{
+    if (!b->dev)
+        return DT_OK;
+    dt_status s = dt_device_upload(b->dev, b->dsend, b->send, bytes);
+    return s == DT_OK ? dt_device_upload(b->dev, b->drecv, b->recv, bytes) : s;
+}
+static dt_status from_device(bench *b)
+{
+    return b->dev ? dt_device_download(b->dev, b->recv, b->drecv, b->cap_bytes) : DT_OK;
+}
+/* Every call's device work done before the clock is read. */
+static dt_status settle(bench *b)
+{
+    return b->dev ? dt_device_sync(b->dev) : DT_OK;
 }
 
 /* Fill inputs, run once, compare; returns wrong elements on this rank.  In
@@ -381,7 +409,7 @@ static size_t verify(bench *b)
         break;
     default: break;
     }
-    if (run_once(b) != DT_OK)
+    if (to_device(b, b->cap_bytes) != DT_OK || run_once(b) != DT_OK || settle(b) != DT_OK || from_device(b) != DT_OK)
         return (size_t)-1;
     return count_wrong(check_at, b->want, check_n, es);
 }
@@ -429,6 +457,8 @@ static int time_column(bench *b, int grow, int *iters, column *out)
         for (int i = 0; i < batch; i++)
             if (run_once(b) != DT_OK)
                 return fail(c, op_names[o->op]);
+        if (settle(b) != DT_OK)
+            return fail(c, "waiting for the device");
         elapsed += now_s() - t0;
         done += batch;
         batch = 0;
@@ -477,6 +507,18 @@ int main(int argc, char **argv)
     b.want = malloc(cap * b.es);
     if (!b.send || !b.recv || !b.want)
         return fail(c, "out of memory for the buffers");
+    b.cap_bytes = cap * b.es;
+    if (o.device) {
+        if (dt_device_open(o.device, &b.dev) != DT_OK) {
+            fprintf(stderr, "dtbench: --device %s: %s\n", o.device, dt_last_error());
+            dt_comm_destroy(c);
+            return 2;
+        }
+        b.dsend = dt_device_alloc(b.dev, b.cap_bytes);
+        b.drecv = b.dsend ? dt_device_alloc(b.dev, b.cap_bytes) : NULL;
+        if (!b.drecv)
+            return fail(c, "device memory for the buffers");
+    }
     if (b.rank == 0 && !o.json) {
         /* nccl-tests' layout: size count type redop root, then time algbw
          * busbw #wrong out of place and in place; iters is dtbench's own. */
@@ -484,9 +526,10 @@ int main(int argc, char **argv)
         char timed[64] = "";
         if (o.mintime > 0)
             snprintf(timed, sizeof timed, " (more to last %g s)", o.mintime);
-        printf("# dtbench %s %s: %d ranks, dtype %s, redop %s, %d iterations%s after %d warm-up, algorithm %s\n",
+        printf("# dtbench %s %s: %d ranks, dtype %s, redop %s, %d iterations%s after %d warm-up, algorithm %s, "
+               "buffers %s\n",
                DTRAIN_VERSION, op_names[o.op], b.size, dt_dtype_name(o.dtype), dt_redop_name(o.redop), o.iters,
-               timed, o.warmup, algo ? algo : "auto");
+               timed, o.warmup, algo ? algo : "auto", o.device ? o.device : "host");
         printf("#%12s %13s %6s %6s %5s %38s %38s\n", "", "", "", "", "", "out-of-place                 ",
                "in-place                 ");
         printf("#%12s %13s %6s %6s %5s %10s %9s %9s %7s %10s %9s %9s %7s %8s\n", "size", "count", "type", "redop",
@@ -503,6 +546,8 @@ int main(int argc, char **argv)
     memset(b.send, 1, cap * b.es);
     memset(b.recv, 1, cap * b.es);
     memset(b.want, 0, cap * b.es);
+    if (to_device(&b, b.cap_bytes) != DT_OK)
+        return fail(c, "copying the buffers to the device");
     if (dt_barrier(c) != DT_OK)
         return fail(c, "barrier");
     size_t total_wrong = 0;
@@ -516,6 +561,8 @@ int main(int argc, char **argv)
             bytes = b.count = 0;
         memset(b.send, 1, bytes + b.es);
         memset(b.recv, 1, bytes + b.es);
+        if (to_device(&b, bytes + b.es) != DT_OK)
+            return fail(c, "copying the buffers to the device");
         b.inplace = 0;
         for (int i = 0; i < o.warmup; i++)
             if (run_once(&b) != DT_OK)
@@ -544,6 +591,7 @@ int main(int argc, char **argv)
             if (o.json) {
                 cJSON *j = cJSON_CreateObject();
                 cJSON_AddStringToObject(j, "op", op_names[o.op]);
+                cJSON_AddStringToObject(j, "buffers", o.device ? o.device : "host");
                 cJSON_AddNumberToObject(j, "ranks", b.size);
                 cJSON_AddNumberToObject(j, "size", (double)bytes);
                 cJSON_AddNumberToObject(j, "count", (double)b.count);
@@ -588,6 +636,8 @@ int main(int argc, char **argv)
     free(b.send);
     free(b.recv);
     free(b.want);
+    dt_device_free(b.dev, b.dsend);
+    dt_device_free(b.dev, b.drecv);
     if (dt_comm_destroy(c) != DT_OK)
         return fail(c, "destroy");
     return total_wrong ? 3 : 0;
