@@ -3,7 +3,8 @@
  * past torn and temporary directories, a corrupt manifest or file refused
  * naming it (and dt_ckpt_find falling back past it), the range checks, keep
  * K, clear, the background writer's reports, failures and flush, sharded
- * checkpoints, and model.safetensors written range by range (ZeRO-3's). */
+ * checkpoints, model.safetensors written range by range (ZeRO-3's), and
+ * the files of pruned in-memory checkpoints reused on tmpfs. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -744,6 +745,60 @@ static void test_shard_pieces(void)
     free(arrays[1]);
 }
 
+/* On tmpfs (/dev/shm: memory snapshots), keep K moves a pruned step's
+ * files to ROOT/.spare and the next save writes over them (the same inode,
+ * its pages reused), cut to the new size: a smaller model over a larger
+ * spare loads to the bit.  Elsewhere nothing is kept. */
+static void test_spares_on_tmpfs(void)
+{
+    char shm[256], spare[600], file[DT_CKPT_PATH_MAX + 32];
+    snprintf(shm, sizeof shm, "/dev/shm/dtrain-test-spares.XXXXXX");
+    if (!mkdtemp(shm)) {
+        printf("  (no /dev/shm here: the spare files are not checked)\n");
+        return;
+    }
+    dt_optimizer *big_o, *o;
+    dt_params *big = make_params(50, &big_o, 3.0f), *p = make_params(3, &o, 1.0f);
+    dt_ckpt_tensors tb = dt_ckpt_tensors_live(big, big_o), t = dt_ckpt_tensors_live(p, o);
+    dt_ckpt_progress pr1 = progress(1), pr2 = progress(2), pr3 = progress(3);
+    EXPECT_STATUS(dt_ckpt_save(shm, big, &tb, &meta, &pr1, NULL, 0), DT_OK);
+    EXPECT_STATUS(dt_ckpt_save(shm, big, &tb, &meta, &pr2, NULL, 0), DT_OK);
+    EXPECT_STATUS(dt_ckpt_prune(shm, 1), DT_OK); /* step 1's files become spares */
+    snprintf(spare, sizeof spare, "%s/.spare/model.safetensors", shm);
+    struct stat st_spare, st_new;
+    EXPECT(stat(spare, &st_spare) == 0);
+    char written[DT_CKPT_PATH_MAX];
+    EXPECT_STATUS(dt_ckpt_save(shm, p, &t, &meta, &pr3, written, sizeof written), DT_OK);
+    snprintf(file, sizeof file, "%s/model.safetensors", written);
+    EXPECT(stat(file, &st_new) == 0 && st_new.st_ino == st_spare.st_ino); /* the spare, reused */
+    EXPECT(st_new.st_size < st_spare.st_size);                            /* and cut to the new size */
+    EXPECT(access(spare, F_OK) != 0);
+    dt_optimizer *o2;
+    dt_params *p2 = make_params(3, &o2, 9.0f);
+    EXPECT_STATUS(dt_ckpt_load(written, p2, o2), DT_OK); /* every file's CRC and size checked */
+    EXPECT(memcmp(dt_params_values(p2), dt_params_values(p), (size_t)dt_params_numel(p) * sizeof(float)) == 0);
+    int64_t c1, c2;
+    const float *m1 = dt_optimizer_state(o, &c1), *m2 = dt_optimizer_state(o2, &c2);
+    EXPECT(c1 == c2 && memcmp(m1, m2, (size_t)c1 * sizeof(float)) == 0);
+    /* not on tmpfs: pruning removes, no spare directory */
+    EXPECT_STATUS(dt_ckpt_save(root, p, &t, &meta, &pr1, NULL, 0), DT_OK);
+    EXPECT_STATUS(dt_ckpt_save(root, p, &t, &meta, &pr2, NULL, 0), DT_OK);
+    EXPECT_STATUS(dt_ckpt_save(root, p, &t, &meta, &pr3, NULL, 0), DT_OK);
+    EXPECT_STATUS(dt_ckpt_prune(root, 1), DT_OK);
+    snprintf(spare, sizeof spare, "%s/.spare", root);
+    EXPECT(access(spare, F_OK) != 0 || strncmp(root, "/dev/shm", 8) == 0);
+    dt_optimizer_destroy(o2);
+    dt_params_destroy(p2);
+    dt_optimizer_destroy(o);
+    dt_params_destroy(p);
+    dt_optimizer_destroy(big_o);
+    dt_params_destroy(big);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", shm);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", shm);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "%s/dtrain-test-ckpt.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -760,6 +815,7 @@ int main(void)
     test_sharded();
     test_model_streamed();
     test_shard_pieces();
+    test_spares_on_tmpfs();
     if (!check_failures) {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

@@ -32,13 +32,35 @@ dt_status dt_atomic_write(const char *path, const void *bytes, size_t len)
     return dt__ckpt_atomic_write_parts(path, &bytes, &len, 1);
 }
 
+/* ROOT/.spare/NAME renamed to tmp, for path ROOT/DIR/NAME (ckpt_internal.h);
+ * false when there is none. */
+static bool take_spare(const char *path, const char *tmp)
+{
+    const char *name = strrchr(path, '/'), *dir_end = name;
+    if (!name || name == path)
+        return false;
+    const char *root_end = dir_end - 1;
+    while (root_end > path && *root_end != '/')
+        root_end--;
+    if (*root_end != '/')
+        return false;
+    char spare[DT_CKPT_PATH_MAX + 64];
+    if (snprintf(spare, sizeof spare, "%.*s/" DT__CKPT_SPARE "/%s", (int)(root_end - path), path, name + 1) >=
+        (int)sizeof spare)
+        return false;
+    return rename(spare, tmp) == 0;
+}
+
 dt_status dt__atomic_open(dt__atomic_file *f, const char *path)
 {
     f->fd = -1;
+    f->written = 0;
     if (snprintf(f->path, sizeof f->path, "%s", path) >= (int)sizeof f->path ||
         snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof f->tmp)
         return dt__fail(DT_ERR_INVALID, "path too long: %s", path);
-    if ((f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
+    /* a reused file is written over from its start and cut to size at the commit */
+    int trunc = take_spare(path, f->tmp) ? 0 : O_TRUNC;
+    if ((f->fd = open(f->tmp, O_WRONLY | O_CREAT | trunc | O_CLOEXEC, 0644)) < 0)
         return dt__fail_errno(DT_ERR_SYSTEM, "cannot create %s", f->tmp);
     return DT_OK;
 }
@@ -65,11 +87,17 @@ dt_status dt__atomic_append(dt__atomic_file *f, const void *bytes, size_t len)
         }
         done += (size_t)n;
     }
+    f->written += len;
     return DT_OK;
 }
 
 dt_status dt__atomic_commit(dt__atomic_file *f)
 {
+    if (ftruncate(f->fd, (off_t)f->written) != 0) {
+        dt_status s = dt__fail_errno(DT_ERR_SYSTEM, "cannot set the size of %s", f->tmp);
+        dt__atomic_abandon(f);
+        return s;
+    }
     if (fsync(f->fd) != 0) {
         dt_status s = dt__fail_errno(DT_ERR_SYSTEM, "cannot fsync %s", f->tmp);
         dt__atomic_abandon(f);

@@ -89,8 +89,19 @@ dt_status dt__ckpt_tmp_dir(const char *root, int64_t step, char *out, size_t len
  * abandon too (no-op after either). */
 typedef struct {
     int fd;
+    uint64_t written; /* bytes appended: the file's size at the commit (a reused file may be longer) */
     char path[DT_CKPT_PATH_MAX], tmp[DT_CKPT_PATH_MAX + 32];
 } dt__atomic_file;
+/* Files of pruned checkpoints kept for reuse under ROOT/.spare/NAME, on
+ * tmpfs only (in-memory checkpoints, issue 49): a tmpfs file's pages are
+ * allocated as it is written and freed when it is truncated or unlinked,
+ * and that took about 40% of a memory snapshot's background time.
+ * dt_ckpt_prune moves a pruned directory's files there; dt__atomic_open
+ * takes ROOT/.spare/NAME for a file ROOT/DIR/NAME when it is there and
+ * writes over its pages; the commit truncates it to what was written. */
+#define DT__CKPT_SPARE ".spare"
+/* True when dir is on tmpfs (memory): no read-back, files recycled. */
+bool dt__ckpt_in_memory(const char *dir);
 dt_status dt__atomic_open(dt__atomic_file *f, const char *path);
 dt_status dt__atomic_append(dt__atomic_file *f, const void *bytes, size_t len);
 dt_status dt__atomic_commit(dt__atomic_file *f);

@@ -27,7 +27,7 @@ void dt__ckpt_model_metadata(const dt_ckpt_meta *meta, int64_t step, char step_t
 /* Whether dir is in memory (tmpfs: the in-memory snapshots under
  * /dev/shm): there a file read back is the very pages just written, so the
  * CRC taken while writing them stands for it. */
-static bool in_memory(const char *dir)
+bool dt__ckpt_in_memory(const char *dir)
 {
     struct statfs fs;
     return statfs(dir, &fs) == 0 && fs.f_type == 0x01021994; /* TMPFS_MAGIC */
@@ -62,7 +62,7 @@ static dt_status write_files(const char *dir, dt_params *p, const dt_ckpt_tensor
             return dt__wrap(s, "checkpoint not written: ");
         }
     }
-    bool memory = in_memory(dir);
+    bool memory = dt__ckpt_in_memory(dir);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         if (!want[i].data)
             continue;

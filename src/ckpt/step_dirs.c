@@ -209,15 +209,40 @@ dt_status dt_ckpt_clear(const char *root)
     return s;
 }
 
+/* A pruned in-memory checkpoint's files into ROOT/.spare for reuse
+ * (ckpt_internal.h), each replacing a spare of its name; what cannot be
+ * moved is removed with the directory. */
+static void keep_spares(const char *root, const char *dir)
+{
+    char spare_dir[DT_CKPT_PATH_MAX + 16];
+    if (snprintf(spare_dir, sizeof spare_dir, "%s/" DT__CKPT_SPARE, root) >= (int)sizeof spare_dir ||
+        (mkdir(spare_dir, 0755) != 0 && errno != EEXIST))
+        return;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    char from[DT_CKPT_PATH_MAX + 256], to[DT_CKPT_PATH_MAX + 272];
+    while ((e = readdir(d)))
+        if (e->d_type == DT_REG && snprintf(from, sizeof from, "%s/%s", dir, e->d_name) < (int)sizeof from &&
+            snprintf(to, sizeof to, "%s/%s", spare_dir, e->d_name) < (int)sizeof to)
+            (void)rename(from, to);
+    closedir(d);
+}
+
 dt_status dt_ckpt_prune(const char *root, int keep)
 {
     int64_t *steps;
     int n;
     DT_CHECK(dt_ckpt_list(root, &steps, &n));
+    bool memory = n > keep && keep > 0 && dt__ckpt_in_memory(root);
     for (int i = keep; keep > 0 && i < n; i++) {
         char dir[DT_CKPT_PATH_MAX];
-        if (dt_ckpt_step_dir(root, steps[i], dir, sizeof dir) == DT_OK)
+        if (dt_ckpt_step_dir(root, steps[i], dir, sizeof dir) == DT_OK) {
+            if (memory)
+                keep_spares(root, dir);
             dt__ckpt_remove_dir(dir);
+        }
     }
     free(steps);
     return DT_OK;
