@@ -94,8 +94,8 @@ typedef struct {
 } dt__atomic_file;
 /* Files of pruned checkpoints kept for reuse under ROOT/.spare/NAME, on
  * tmpfs only (in-memory checkpoints, issue 49): a tmpfs file's pages are
- * allocated as it is written and freed when it is truncated or unlinked,
- * and that took about 40% of a memory snapshot's background time.
+ * allocated as it is written and freed when it is truncated or unlinked
+ * (reusing them took a gpt-mini snapshot's write from 37 to 29 ms).
  * dt_ckpt_prune moves a pruned directory's files there; dt__atomic_open
  * takes ROOT/.spare/NAME for a file ROOT/DIR/NAME when it is there and
  * writes over its pages; the commit truncates it to what was written. */
