@@ -350,12 +350,7 @@ static dt_status head_backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt
     if (g) {
         float *dwte = dt_param_grad(ctx->params, H->wte);
         const float *wte = dt_param_value(ctx->params, H->wte);
-        if (dt__ops(ctx)->linear_grads) { /* one conversion of the logits' gradient for both products */
-            dt__linear_grads(ctx, H->vocab, H->dim, n, dy->data, in, wte, dwte, NULL, g);
-        } else {
-            dt__gemm_packed(ctx, 1, 0, H->vocab, H->dim, n, 1.0f, dy->data, in, 1.0f, dwte);
-            dt__gemm_packed(ctx, 0, 0, n, H->dim, H->vocab, 1.0f, dy->data, wte, 0.0f, g);
-        }
+        dt__linear_grads(ctx, H->vocab, H->dim, n, dy->data, in, wte, dwte, NULL, g, NULL); /* (wte: the embedding hands it on) */
         if (H->sp) { /* summed and split into this rank's slice of the positions */
             float *scratch = dt_arena_alloc(ctx->arena, n * H->dim);
             st = scratch ? dt__sp_reduce_scatter(&H->tp, g, dh.data, scratch, h->shape[0], h->shape[1], H->dim)

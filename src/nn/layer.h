@@ -66,14 +66,30 @@ static inline void dt__gemm_grad_bias(const dt_ctx *ctx, int64_t m, int64_t n, i
 
 /* A linear layer's backward products from dy [k, m], x [k, n], w [m, n]:
  * dw += dy^T x, db += dy's rows summed (db NULL: none), dx = dy w (dx
- * NULL: none).  For backends with linear_grads (one conversion of dy);
- * the others' layers call dt__gemm_grad_bias and dt__gemm_packed
- * themselves, dw first, so that it can be handed on before dx is
- * computed. */
+ * NULL: none).  The backend's linear_grads when it has one (one
+ * conversion of dy); otherwise the products one by one, dw first.
+ * ready: {the parameter of dw, that of db or -1}, handed on
+ * (dt_params_grad_ready) as soon as they are complete, before dx is
+ * computed when the products run one by one, so that data parallelism
+ * starts sending them; NULL: the caller hands them on. */
 static inline void dt__linear_grads(const dt_ctx *ctx, int64_t m, int64_t n, int64_t k, const float *dy,
-                                    const float *x, const float *w, float *dw, float *db, float *dx)
+                                    const float *x, const float *w, float *dw, float *db, float *dx,
+                                    const int *ready)
 {
-    dt__ops(ctx)->linear_grads(ctx->compute, m, n, k, dy, x, w, dw, db, dx);
+    const dt_compute_ops *ops = dt__ops(ctx);
+    if (ops->linear_grads)
+        ops->linear_grads(ctx->compute, m, n, k, dy, x, w, dw, db, dx);
+    else if (db)
+        dt__gemm_grad_bias(ctx, m, n, k, dy, x, dw, db);
+    else
+        dt__gemm_packed(ctx, 1, 0, m, n, k, 1.0f, dy, x, 1.0f, dw);
+    if (ready) {
+        dt_params_grad_ready(ctx->params, ready[0]);
+        if (ready[1] >= 0)
+            dt_params_grad_ready(ctx->params, ready[1]);
+    }
+    if (!ops->linear_grads && dx)
+        dt__gemm_packed(ctx, 0, 0, k, n, m, 1.0f, dy, w, 0.0f, dx);
 }
 
 /* Layers with no device kernels yet (conv2d, max pooling, EmbeddingBag)

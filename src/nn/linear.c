@@ -49,33 +49,14 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
         return DT_ERR_INVALID;
     int64_t n = rows(x, L->in);
     /* dW[out, in] += dy^T x ; db += column sums of dy */
-    float *dW = dt_param_grad(ctx->params, L->w);
-    if (dt__ops(ctx)->linear_grads) { /* the backend's one call for the products */
-        if (need_dx) {
-            *dx = *x;
-            if (!(dx->data = dt_arena_alloc(ctx->arena, n * L->in)))
-                return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-        }
-        dt__linear_grads(ctx, L->out, L->in, n, dy->data, x->data, dt_param_value(ctx->params, L->w), dW,
-                         L->b >= 0 ? dt_param_grad(ctx->params, L->b) : NULL, need_dx ? dx->data : NULL);
-        dt_params_grad_ready(ctx->params, L->w);
-        if (L->b >= 0)
-            dt_params_grad_ready(ctx->params, L->b);
-        return DT_OK;
-    }
-    if (L->b >= 0)
-        dt__gemm_grad_bias(ctx, L->out, L->in, n, dy->data, x->data, dW, dt_param_grad(ctx->params, L->b));
-    else
-        dt__gemm_packed(ctx, 1, 0, L->out, L->in, n, 1.0f, dy->data, x->data, 1.0f, dW);
-    dt_params_grad_ready(ctx->params, L->w);
-    if (L->b >= 0)
-        dt_params_grad_ready(ctx->params, L->b);
     if (need_dx) {
         *dx = *x;
         if (!(dx->data = dt_arena_alloc(ctx->arena, n * L->in)))
             return dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
-        dt__gemm_packed(ctx, 0, 0, n, L->in, L->out, 1.0f, dy->data, dt_param_value(ctx->params, L->w), 0.0f, dx->data);
     }
+    dt__linear_grads(ctx, L->out, L->in, n, dy->data, x->data, dt_param_value(ctx->params, L->w),
+                     dt_param_grad(ctx->params, L->w), L->b >= 0 ? dt_param_grad(ctx->params, L->b) : NULL,
+                     need_dx ? dx->data : NULL, (const int[]){L->w, L->b});
     return DT_OK;
 }
 

@@ -194,11 +194,8 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
     if (L->split == DT_TP_ROW) {
         const float *g = L->sp ? gather_whole(L, ctx, dy, L->out_l, &st) : dy->data; /* the whole output gradient */
         int64_t n = rows(x, L->in_l);
-        if (g) {
-            dt__gemm_packed(ctx, 1, 0, L->out_l, L->in_l, n, 1.0f, g, x->data, 1.0f, dW);
-            if (want_dx)
-                dt__gemm_packed(ctx, 0, 0, n, L->in_l, L->out_l, 1.0f, g, W, 0.0f, dx->data);
-        }
+        if (g)
+            dt__linear_grads(ctx, L->out_l, L->in_l, n, g, x->data, W, dW, NULL, want_dx ? dx->data : NULL, NULL);
     } else {
         const float *in = L->sp ? gather_whole(L, ctx, x, L->in_l, &st) : x->data; /* the whole input again */
         int64_t n = rows(dy, L->out_l);
@@ -206,8 +203,7 @@ static dt_status backward(dt_layer *l, dt_ctx *ctx, const dt_tensor *dy, dt_tens
         if (in && !g)
             st = dt__fail(DT_ERR_NOMEM, "%s: out of activation memory", l->name);
         if (g) {
-            dt__gemm_packed(ctx, 1, 0, L->out_l, L->in_l, n, 1.0f, dy->data, in, 1.0f, dW);
-            dt__gemm_packed(ctx, 0, 0, n, L->in_l, L->out_l, 1.0f, dy->data, W, 0.0f, g);
+            dt__linear_grads(ctx, L->out_l, L->in_l, n, dy->data, in, W, dW, NULL, g, NULL);
             st = L->sp ? scatter_sum(L, ctx, g, dx->data, x->shape[0], x->shape[1], L->in_l)
                        : allreduce(L, g, n * L->in_l, "backward");
         }
