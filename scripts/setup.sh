@@ -43,6 +43,7 @@ BUILD_PACKAGES=(
     libcjson-dev:pc:libcjson          # dtbench --json, configs, manifests
     libopenblas-dev:pc:openblas       # GEMM (cblas_sgemm)
     zlib1g-dev:pc:zlib                # .gz datasets, checkpoint CRC-32
+    libisal-dev:pc:libisal            # ISA-L: fast checkpoint CRC-32 (optional: without it zlib computes them)
     libdnnl-dev:h:dnnl.h              # oneDNN: conv2d's kernels (optional: without it conv2d uses im2col + OpenBLAS)
 )
 TEST_PACKAGES=(

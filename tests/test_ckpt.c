@@ -4,7 +4,8 @@
  * naming it (and dt_ckpt_find falling back past it), the range checks, keep
  * K, clear, the background writer's reports, failures and flush, sharded
  * checkpoints, model.safetensors written range by range (ZeRO-3's), and
- * the files of pruned in-memory checkpoints reused on tmpfs. */
+ * the files of pruned in-memory checkpoints reused on tmpfs, and the CRC-32
+ * by ISA-L equal to zlib's. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "ckpt/ckpt_internal.h"
 #include "dtrain/ckpt.h"
 
 static char root[256];
@@ -799,6 +801,42 @@ static void test_spares_on_tmpfs(void)
         fprintf(stderr, "could not remove %s\n", shm);
 }
 
+/* ISA-L's CRC-32 gives zlib's values: the check value, every length 0-300
+ * at every alignment 0-15, and a 3 MiB buffer split into uneven chained
+ * pieces (checkpoints chain the header and the data). */
+static void test_crc32_isal_equals_zlib(void)
+{
+    EXPECT(dt__crc32_zlib(0, "123456789", 9) == 0xCBF43926u);
+    EXPECT(dt__crc32(0, "123456789", 9) == 0xCBF43926u);
+    size_t n = (size_t)3 << 20;
+    unsigned char *buf = malloc(n);
+    EXPECT(buf != NULL);
+    if (!buf)
+        return;
+    uint32_t x = 12345;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (unsigned char)((x = x * 1664525u + 1013904223u) >> 24);
+    uint32_t got;
+    if (!dt__crc32_isal(0, buf, 1, &got)) {
+        printf("  (built without ISA-L: zlib computes the CRC-32s; scripts/setup.sh installs libisal-dev)\n");
+        free(buf);
+        return;
+    }
+    int bad = 0;
+    for (size_t align = 0; align < 16; align++)
+        for (size_t len = 0; len <= 300; len++) {
+            dt__crc32_isal(0x5a5a5a5au, buf + align, len, &got);
+            bad += got != dt__crc32_zlib(0x5a5a5a5au, buf + align, len);
+        }
+    EXPECT(bad == 0);
+    uint32_t whole = dt__crc32_zlib(0, buf, n), chained = 0;
+    for (size_t at = 0, piece = 1; at < n; at += piece, piece = piece * 7 + 3)
+        chained = dt__crc32(chained, buf + at, piece < n - at ? piece : n - at);
+    EXPECT(chained == whole);
+    EXPECT(dt__crc32_isal(0, buf, n, &got) && got == whole);
+    free(buf);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "%s/dtrain-test-ckpt.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -816,6 +854,7 @@ int main(void)
     test_model_streamed();
     test_shard_pieces();
     test_spares_on_tmpfs();
+    test_crc32_isal_equals_zlib();
     if (!check_failures) {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

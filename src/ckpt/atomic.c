@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include "base/status.h"
 #include "ckpt/ckpt_internal.h"
@@ -129,18 +128,18 @@ dt_status dt_file_crc32(const char *path, uint32_t *crc, uint64_t *size)
     if (!f)
         return dt__fail_errno(DT_ERR_INVALID, "cannot open %s", path);
     unsigned char buf[1 << 16];
-    uLong c = crc32(0L, Z_NULL, 0);
+    uint32_t c = 0;
     uint64_t total = 0;
     size_t n;
     while ((n = fread(buf, 1, sizeof buf, f)) > 0) {
-        c = crc32(c, buf, (uInt)n);
+        c = dt__crc32(c, buf, n);
         total += n;
     }
     int err = ferror(f);
     fclose(f);
     if (err)
         return dt__fail(DT_ERR_INVALID, "cannot read %s", path);
-    *crc = (uint32_t)c;
+    *crc = c;
     if (size)
         *size = total;
     return DT_OK;

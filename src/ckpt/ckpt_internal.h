@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dtrain/ckpt.h"
@@ -60,7 +61,14 @@ dt_status dt__ckpt_save_sharded(const char *root, dt_params *p, const dt_ckpt_te
 /* fsync a directory, so that renames in it are durable; best effort. */
 void dt__ckpt_fsync_dir(const char *path);
 
-/* CRC-32 (zlib) of the manifest's canonical text: cJSON's compact print of
+/* CRC-32 as zlib's crc32() computes it, continuing crc (0 to start): by
+ * ISA-L when the build found it, else by zlib (crc32.c).  The two named
+ * forms exist so a test can hold them equal; _isal is false when absent. */
+uint32_t dt__crc32(uint32_t crc, const void *data, size_t len);
+uint32_t dt__crc32_zlib(uint32_t crc, const void *data, size_t len);
+bool dt__crc32_isal(uint32_t crc, const void *data, size_t len, uint32_t *out);
+
+/* CRC-32 of the manifest's canonical text: cJSON's compact print of
  * it without the manifest_crc32 member.  false when out of memory. */
 bool dt__ckpt_manifest_crc(cJSON *m, uint32_t *crc);
 /* Write dir/manifest.json (atomically) for the files, meta and pr, with

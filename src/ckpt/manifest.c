@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
 #include "base/status.h"
 #include "ckpt/ckpt_internal.h"
@@ -21,7 +20,7 @@ bool dt__ckpt_manifest_crc(cJSON *m, uint32_t *crc)
         cJSON_AddItemToObject(m, "manifest_crc32", saved);
     if (!text)
         return false;
-    *crc = (uint32_t)crc32(crc32(0L, Z_NULL, 0), (const Bytef *)text, (uInt)strlen(text));
+    *crc = dt__crc32(0, text, strlen(text));
     free(text);
     return true;
 }

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <zlib.h>
 
 #include "base/status.h"
 #include "ckpt/ckpt_internal.h"
@@ -61,7 +60,7 @@ dt_status dt_safetensors_write(const char *path, dt_params *p, const float *data
     /* the header, then the data where it lies (little-endian hosts: f32 bytes as they are): no copy of it */
     s = dt__ckpt_atomic_write_parts(path, (const void *const[]){header, data}, (const size_t[]){hlen, dlen}, 2);
     if (s == DT_OK && crc)
-        *crc = (uint32_t)crc32_z(crc32_z(crc32(0L, Z_NULL, 0), header, hlen), (const Bytef *)data, dlen);
+        *crc = dt__crc32(dt__crc32(0, header, hlen), data, dlen);
     free(header);
     return s;
 }
