@@ -1317,8 +1317,40 @@ static void test_ddp_buckets(void)
     dt_params_destroy(p);
 }
 
+/* The OPENBLAS_CORETYPE dtrain asks for, on every pair of OpenBLAS's pick
+ * and CPU features (forced here: the test does not depend on this CPU). */
+static void test_blas_core_choice(void)
+{
+    static const struct {
+        const char *core;
+        bool avx512, avx2;
+        const char *want;
+    } cases[] = {
+        {"Haswell", true, true, "SKYLAKEX"},   /* AMD Zen 4/5 under OpenBLAS 0.3.21 */
+        {"Zen", true, true, "SKYLAKEX"},
+        {"Prescott", true, true, "SKYLAKEX"},  /* an Intel model it does not know (Emerald Rapids) */
+        {"Prescott", false, true, "HASWELL"},  /* the same on an AVX2 CPU */
+        {"Sandybridge", false, true, "HASWELL"},
+        {"Prescott", false, false, NULL},      /* what the CPU has */
+        {"SkylakeX", true, true, NULL},
+        {"Cooperlake", true, true, NULL},
+        {"SapphireRapids", true, true, NULL},
+        {"Haswell", false, true, NULL},
+        {"Zen", false, true, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const char *got = dt__blas_core_for(cases[i].core, cases[i].avx512, cases[i].avx2);
+        bool ok = got == cases[i].want || (got && cases[i].want && !strcmp(got, cases[i].want));
+        if (!ok)
+            printf("  core %s avx512 %d avx2 %d: got %s, want %s\n", cases[i].core, cases[i].avx512, cases[i].avx2,
+                   got ? got : "NULL", cases[i].want ? cases[i].want : "NULL");
+        EXPECT(ok);
+    }
+}
+
 int main(void)
 {
+    test_blas_core_choice();
     test_layers();
     test_loss();
     test_mlp();

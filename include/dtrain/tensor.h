@@ -150,10 +150,13 @@ int dt_local_ranks(void);
 dt_status dt_threads_default(int *n, const char **source);
 
 /* OpenBLAS 0.3.21 takes AMD Zen 4 for Haswell and runs AVX2 kernels (1.7x
- * slower on gpt-mini here).  It chooses its kernels when it is loaded, from
- * OPENBLAS_CORETYPE.  This returns the value to set before the process starts
- * ("SKYLAKEX" on a CPU with AVX-512 F/BW/DQ/VL while OpenBLAS picked Haswell
- * or Zen kernels), or NULL when there is nothing to gain, OPENBLAS_CORETYPE
+ * slower on gpt-mini), and a CPU model it does not know (Intel Emerald
+ * Rapids, model 207) for Prescott: SSE3 kernels, 4.9x slower.  It chooses
+ * its kernels when it is loaded, from OPENBLAS_CORETYPE.  This returns the
+ * value to set before the process starts ("SKYLAKEX" on a CPU with AVX-512
+ * F/BW/DQ/VL while OpenBLAS picked kernels without AVX-512; "HASWELL" on a
+ * CPU with AVX2 and FMA while it picked kernels without them), or NULL when
+ * there is nothing to gain, OPENBLAS_CORETYPE
  * is set (the user's choice, whatever it names, stands) or DT_BLAS_REEXEC is
  * 0.  DT_BLAS_REEXEC_FORCE=1 (tests) returns the core OpenBLAS picked where
  * it would otherwise return NULL: the same kernels, through the same path. */

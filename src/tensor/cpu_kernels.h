@@ -36,4 +36,8 @@ void dt__cpu_adamw(float *p, const float *g, float *m, float *v, int64_t n, floa
 void dt__cpu_sgd(float *p, const float *g, float *buf, int64_t n, float lr, float weight_decay, float momentum,
                  bool nesterov, bool first);
 
+/* dt_blas_coretype_hint's choice from what OpenBLAS picked (its core name)
+ * and what the CPU has: the OPENBLAS_CORETYPE to run, or NULL. */
+const char *dt__blas_core_for(const char *core, bool avx512, bool avx2_fma);
+
 #endif

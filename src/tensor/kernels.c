@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "dtrain/tensor.h"
+#include "tensor/cpu_kernels.h"
 #include "tensor/threads.h"
 
 #define GRAIN 32768 /* elements per chunk below which threading costs more than it saves */
@@ -35,17 +36,34 @@ const char *dt_blas_coretype_hint(void)
     const char *core = openblas_get_corename();
     if (!core)
         return NULL;
-    if (!strcmp(core, "Haswell") || !strcmp(core, "Zen")) {
+    bool avx512 = false, avx2 = false;
 #if defined(__x86_64__)
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-            return "SKYLAKEX";
+    __builtin_cpu_init(); /* (libgcc's checks include the OS saving the registers: XCR0) */
+    avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
-    }
+    const char *better = dt__blas_core_for(core, avx512, avx2);
+    if (better)
+        return better;
     /* Tests take the re-execution path on every machine: with the core
      * OpenBLAS picked itself, so the kernels, and the results, are the same. */
     return force && !strcmp(force, "1") ? core : NULL;
+}
+
+const char *dt__blas_core_for(const char *core, bool avx512, bool avx2_fma)
+{
+    static const char *const with_avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+    static const char *const with_avx2[] = {"Haswell", "Zen"};
+    for (size_t i = 0; i < sizeof with_avx512 / sizeof *with_avx512; i++)
+        if (!strcmp(core, with_avx512[i]))
+            return NULL;
+    if (avx512)
+        return "SKYLAKEX";
+    for (size_t i = 0; i < sizeof with_avx2 / sizeof *with_avx2; i++)
+        if (!strcmp(core, with_avx2[i]))
+            return NULL;
+    return avx2_fma ? "HASWELL" : NULL; /* (older cores: what OpenBLAS picked is what the CPU has) */
 }
 
 typedef struct {
