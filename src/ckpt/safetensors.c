@@ -57,10 +57,25 @@ dt_status dt_safetensors_write(const char *path, dt_params *p, const float *data
     dt_status s = dt__safetensors_header(p, metadata, &header, &hlen);
     if (s != DT_OK)
         return dt__wrap(s, "%s: ", path);
-    /* the header, then the data where it lies (little-endian hosts: f32 bytes as they are): no copy of it */
-    s = dt__ckpt_atomic_write_parts(path, (const void *const[]){header, data}, (const size_t[]){hlen, dlen}, 2);
+    /* the header, then the data where it lies (little-endian hosts: f32 bytes
+     * as they are): no copy of it.  Written a piece at a time, each piece's
+     * CRC taken while the write has just brought it into the cache: one pass
+     * over the data from memory, not two (a memory snapshot every step). */
+    enum { PIECE = 512 << 10 };
+    dt__atomic_file f;
+    uint32_t c = dt__crc32(0, header, hlen);
+    s = dt__atomic_open(&f, path);
+    if (s == DT_OK)
+        s = dt__atomic_append(&f, header, hlen);
+    for (size_t at = 0; s == DT_OK && at < dlen; at += PIECE) {
+        size_t n = dlen - at < PIECE ? dlen - at : PIECE;
+        s = dt__atomic_append(&f, (const char *)data + at, n);
+        c = dt__crc32(c, (const char *)data + at, n);
+    }
+    if (s == DT_OK)
+        s = dt__atomic_commit(&f);
     if (s == DT_OK && crc)
-        *crc = dt__crc32(dt__crc32(0, header, hlen), data, dlen);
+        *crc = c;
     free(header);
     return s;
 }
