@@ -4,7 +4,8 @@
  * naming it (and dt_ckpt_find falling back past it), the range checks, keep
  * K, clear, the background writer's reports, failures and flush, sharded
  * checkpoints, model.safetensors written range by range (ZeRO-3's), and
- * the files of pruned in-memory checkpoints reused on tmpfs, and the CRC-32
+ * the files of pruned in-memory checkpoints reused on tmpfs, the writer's
+ * copy straight into mapped files there (and its fall-back), and the CRC-32
  * by ISA-L equal to zlib's. */
 #include <dirent.h>
 #include <fcntl.h>
@@ -801,6 +802,105 @@ static void test_spares_on_tmpfs(void)
         fprintf(stderr, "could not remove %s\n", shm);
 }
 
+static ino_t inode_of(const char *dir, const char *name)
+{
+    char file[DT_CKPT_PATH_MAX + 64];
+    struct stat st;
+    snprintf(file, sizeof file, "%s/%s", dir, name);
+    return stat(file, &st) == 0 ? st.st_ino : 0;
+}
+
+/* The background writer on tmpfs copies into the next snapshot's mapped
+ * files (ROOT/.staging): every step written loads to the bit (each file's
+ * CRC and size checked), the header padded to its reserve; a pruned step's
+ * files come back as a later step's (the same inodes); stop removes the
+ * staging.  With ROOT/.staging taken by a regular file the staging fails
+ * and the writer copies through the heap, the snapshots as good. */
+static void test_writer_staged(void)
+{
+    char shm[256], dir[DT_CKPT_PATH_MAX], staging[300];
+    snprintf(shm, sizeof shm, "/dev/shm/dtrain-test-staged.XXXXXX");
+    if (!mkdtemp(shm)) {
+        printf("  (no /dev/shm here: the staged writer is not checked)\n");
+        return;
+    }
+    snprintf(staging, sizeof staging, "%s/.staging", shm);
+    for (int blocked = 0; blocked <= 1; blocked++) {
+        if (blocked) { /* a file where the staging directory goes */
+            FILE *f = fopen(staging, "w");
+            EXPECT(f != NULL);
+            if (f)
+                fclose(f);
+        }
+        dt_optimizer *o;
+        dt_params *p = make_params(40, &o, 1.0f);
+        reports r = {0};
+        dt_ckpt_writer_config cfg = {shm, 2, meta, -1, NULL, on_report, &r, false};
+        dt_ckpt_writer *w;
+        EXPECT_STATUS(dt_ckpt_writer_start(&cfg, p, o, &w), DT_OK);
+        struct stat st;
+        EXPECT(stat(staging, &st) == 0 && S_ISDIR(st.st_mode) == !blocked);
+        int64_t n = dt_params_numel(p), count;
+        float *state = dt_optimizer_state(o, &count);
+        ino_t first = 0, later = 0;
+        for (int64_t step = 1; step <= 6; step++) {
+            for (int64_t i = 0; i < n; i++)
+                dt_params_values(p)[i] = (float)step * 10.0f + (float)i;
+            for (int64_t i = 0; i < count; i++)
+                state[i] = -(float)step - (float)i;
+            dt_ckpt_progress pr = progress(step);
+            EXPECT_STATUS(dt_ckpt_writer_submit(w, &pr, NULL, NULL), DT_OK);
+            EXPECT_STATUS(dt_ckpt_writer_flush(w), DT_OK);
+            EXPECT_STATUS(dt_ckpt_step_dir(shm, step, dir, sizeof dir), DT_OK);
+            if (step == 1)
+                first = inode_of(dir, "optim_v.safetensors");
+            else if (inode_of(dir, "optim_v.safetensors") == first)
+                later = step;
+            dt_optimizer *o2;
+            dt_params *p2 = make_params(40, &o2, 0.0f);
+            EXPECT_STATUS(dt_ckpt_load(dir, p2, o2), DT_OK); /* sizes and CRCs checked */
+            int64_t c2;
+            const float *s2 = dt_optimizer_state(o2, &c2);
+            EXPECT(memcmp(dt_params_values(p2), dt_params_values(p), (size_t)n * sizeof(float)) == 0);
+            EXPECT(c2 == count && memcmp(s2, state, (size_t)count * sizeof(float)) == 0);
+            dt_optimizer_destroy(o2);
+            dt_params_destroy(p2);
+        }
+        EXPECT_EQ(r.failures, 0);
+        EXPECT_EQ(r.reports, 6);
+        if (!blocked) { /* step 1's files, pruned after step 3, came back for step 4 */
+            EXPECT_EQ(later, 4);
+            FILE *f = fopen(strcat(dir, "/model.safetensors"), "rb");
+            unsigned char head[8];
+            EXPECT(f && fread(head, 1, 8, f) == 8);
+            uint64_t hlen = 0;
+            for (int i = 0; i < 8; i++)
+                hlen |= (uint64_t)head[i] << (8 * i);
+            char *json = malloc(hlen + 1);
+            EXPECT(json && fread(json, 1, hlen, f) == hlen);
+            if (json) { /* the reserve is the longest step's: spaces after the JSON */
+                json[hlen] = '\0';
+                EXPECT(hlen % 8 == 0 && json[hlen - 1] == ' ' && strstr(json, "\"step\":\"6\""));
+            }
+            free(json);
+            if (f)
+                fclose(f);
+        }
+        dt_ckpt_writer_stop(w);
+        EXPECT((access(staging, F_OK) != 0) == !blocked); /* removed (the blocking file stays) */
+        dt_optimizer_destroy(o);
+        dt_params_destroy(p);
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'/step-* '%s'/.spare '%s'/.staging", shm, shm, shm);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not clear %s\n", shm);
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", shm);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", shm);
+}
+
 /* ISA-L's CRC-32 gives zlib's values: the check value, every length 0-300
  * at every alignment 0-15, and a 3 MiB buffer split into uneven chained
  * pieces (checkpoints chain the header and the data). */
@@ -855,6 +955,7 @@ int main(void)
     test_shard_pieces();
     test_spares_on_tmpfs();
     test_crc32_isal_equals_zlib();
+    test_writer_staged();
     if (!check_failures) {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

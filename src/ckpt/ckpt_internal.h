@@ -83,8 +83,11 @@ dt_status dt__ckpt_manifest_read(const char *step_dir, bool check_files, dt_ckpt
 
 /* The safetensors header of p's flat layout (one F32 tensor per parameter at
  * its flat offset x 4) with the metadata (key, value, ..., NULL): the
- * 8-byte length and the JSON padded to a multiple of 8; caller frees. */
-dt_status dt__safetensors_header(dt_params *p, const char *const *metadata, unsigned char **out, size_t *len);
+ * 8-byte length and the JSON padded with spaces to a multiple of 8, and to
+ * at_least bytes in all when that is larger (a multiple of 8; 0: none);
+ * caller frees. */
+dt_status dt__safetensors_header(dt_params *p, const char *const *metadata, size_t at_least, unsigned char **out,
+                                 size_t *len);
 /* model.safetensors' __metadata__ for meta and step (format, producer,
  * dtrain_version, model, step; NULL-terminated), step's text in step_text. */
 void dt__ckpt_model_metadata(const dt_ckpt_meta *meta, int64_t step, char step_text[32], const char *out[12]);
@@ -114,6 +117,38 @@ dt_status dt__atomic_open(dt__atomic_file *f, const char *path);
 dt_status dt__atomic_append(dt__atomic_file *f, const void *bytes, size_t len);
 dt_status dt__atomic_commit(dt__atomic_file *f);
 void dt__atomic_abandon(dt__atomic_file *f);
+
+/* A memory checkpoint's tensor files (slots 0-2: the model, the first and
+ * the second moment; want[] says which), staged in ROOT/.staging, sized,
+ * allocated (a pruned snapshot's spares taken first) and mapped, so the
+ * state is copied straight into them (dt__ckpt_staging_data: a slot's
+ * data, NULL when absent; the header's bytes reserved before it).  _files:
+ * the names present, in slot order.  Seal writes the header of a step into
+ * each, padded to the reserve, and fills files[] (name, size, CRC-32) in
+ * slot order; release unmaps and closes; a sealed staging is moved into a
+ * step by dt__ckpt_save_staged.  Close releases and removes the files.  For tmpfs roots only: there the copy
+ * into the pages is the write (the writer keeps it off disks, where a
+ * mapped file's pages would be flushed at the kernel's pace). */
+typedef struct {
+    bool present[3]; /* files staged (by slot) */
+    int fd[3];
+    unsigned char *map[3];
+    size_t head, len; /* the header bytes reserved; each file's bytes */
+    char dir[DT_CKPT_PATH_MAX];
+} dt__ckpt_staging;
+dt_status dt__ckpt_staging_open(dt__ckpt_staging *st, const char *root, dt_params *p, const dt_ckpt_meta *meta,
+                                const bool want[3]);
+float *dt__ckpt_staging_data(const dt__ckpt_staging *st, int slot);
+int dt__ckpt_staging_files(const dt__ckpt_staging *st, const char *names[3]);
+dt_status dt__ckpt_staging_seal(dt__ckpt_staging *st, dt_params *p, const dt_ckpt_meta *meta, int64_t step,
+                                dt__ckpt_file *files);
+void dt__ckpt_staging_release(dt__ckpt_staging *st);
+void dt__ckpt_staging_close(dt__ckpt_staging *st);
+/* dt_ckpt_save of a sealed and released staging: its files moved into the
+ * step's directory, with the sizes and CRCs files[] holds. */
+dt_status dt__ckpt_save_staged(const char *root, dt_params *p, const dt_ckpt_meta *meta, const dt_ckpt_progress *pr,
+                               const dt__ckpt_staging *st, const dt__ckpt_file *files, char *written,
+                               size_t written_len);
 
 /* Atomically replace `path` with the n parts one after the other. */
 dt_status dt__ckpt_atomic_write_parts(const char *path, const void *const *parts, const size_t *lens, int n);

@@ -69,7 +69,7 @@ dt_status dt_ckpt_model_open(const char *root, int64_t step, dt_params *p, const
     if (s == DT_OK)
         s = dt__ckpt_path(f->tmp, sizeof f->tmp, "%s.tmp.%d", f->path, (int)getpid());
     if (s == DT_OK)
-        s = dt__safetensors_header(p, metadata, &header, &hlen);
+        s = dt__safetensors_header(p, metadata, 0, &header, &hlen);
     if (s == DT_OK && (f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) < 0)
         s = dt__fail_errno(DT_ERR_SYSTEM, "cannot create %s", f->tmp);
     f->data_at = hlen;

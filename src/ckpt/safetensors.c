@@ -10,7 +10,8 @@
 
 #define MAX_HEADER (100u << 20)
 
-dt_status dt__safetensors_header(dt_params *p, const char *const *metadata, unsigned char **out, size_t *len)
+dt_status dt__safetensors_header(dt_params *p, const char *const *metadata, size_t at_least, unsigned char **out,
+                                 size_t *len)
 {
     cJSON *root = cJSON_CreateObject();
     if (!root)
@@ -34,6 +35,8 @@ dt_status dt__safetensors_header(dt_params *p, const char *const *metadata, unsi
     char *json = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     size_t hlen = json ? strlen(json) : 0, padded = (hlen + 7) / 8 * 8;
+    if (at_least > 8 && (at_least - 8) % 8 == 0 && at_least - 8 > padded)
+        padded = at_least - 8;
     unsigned char *buf = json ? malloc(8 + padded) : NULL;
     if (!buf) {
         free(json);
@@ -54,7 +57,7 @@ dt_status dt_safetensors_write(const char *path, dt_params *p, const float *data
 {
     unsigned char *header;
     size_t hlen, dlen = (size_t)dt_params_numel(p) * 4;
-    dt_status s = dt__safetensors_header(p, metadata, &header, &hlen);
+    dt_status s = dt__safetensors_header(p, metadata, 0, &header, &hlen);
     if (s != DT_OK)
         return dt__wrap(s, "%s: ", path);
     /* the header, then the data where it lies (little-endian hosts: f32 bytes

@@ -107,12 +107,32 @@ static dt_status write_files(const char *dir, dt_params *p, const dt_ckpt_tensor
     return s;
 }
 
-/* sh NULL: a fresh temporary directory; else the one the ranks wrote their shards into. */
+/* A sealed staging's files moved into dir, then the manifest. */
+static dt_status move_staged(const char *dir, const dt__ckpt_staging *st, const dt__ckpt_file *files,
+                             const dt_ckpt_meta *meta, const dt_ckpt_progress *pr)
+{
+    const char *names[3];
+    int n = dt__ckpt_staging_files(st, names);
+    for (int i = 0; i < n; i++) {
+        char from[DT_CKPT_PATH_MAX + 64], to[DT_CKPT_PATH_MAX + 64];
+        snprintf(from, sizeof from, "%s/%s", st->dir, names[i]);
+        snprintf(to, sizeof to, "%s/%s", dir, names[i]);
+        if (rename(from, to) != 0)
+            return dt__fail_errno(DT_ERR_SYSTEM, "checkpoint not written: cannot move %s to %s", from, to);
+    }
+    return dt__ckpt_manifest_write(dir, files, n, meta, pr, NULL);
+}
+
+/* sh NULL: a fresh temporary directory; else the one the ranks wrote their
+ * shards into.  staged (t NULL): a sealed staging's files, moved in. */
 static dt_status save(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
                       const dt_ckpt_progress *pr, const dt_ckpt_sharding *sh,
-                      const dt_ckpt_shard_file *shards, bool elsewhere, char *written, size_t written_len)
+                      const dt_ckpt_shard_file *shards, bool elsewhere, const dt__ckpt_staging *staged,
+                      const dt__ckpt_file *staged_files, char *written, size_t written_len)
 {
-    if (!root || !p || !t || (!t->values && !sh) || !meta || !pr)
+    if (staged && (t || sh || !staged_files))
+        return dt__fail(DT_ERR_INVALID, "checkpoint not written: a staging is saved alone");
+    if (!root || !p || (!staged && (!t || (!t->values && !sh))) || !meta || !pr)
         return dt__fail(DT_ERR_INVALID, "dt_ckpt_save: root, p, t, t->values (unless sharded), meta and pr are "
                                         "required");
     if (sh && (t->m || t->v || !shards || sh->nranks < 1))
@@ -130,7 +150,8 @@ static dt_status save(const char *root, dt_params *p, const dt_ckpt_tensors *t, 
         if (mkdir(tmp_dir, 0755) != 0)
             return dt__fail_errno(DT_ERR_SYSTEM, "cannot create %s", tmp_dir);
     }
-    dt_status s = write_files(tmp_dir, p, t, meta, pr, sh, shards, elsewhere);
+    dt_status s = staged ? move_staged(tmp_dir, staged, staged_files, meta, pr)
+                         : write_files(tmp_dir, p, t, meta, pr, sh, shards, elsewhere);
     /* The step directory appears whole, by one rename; one already there for
      * this step (a run restarted from an earlier one) is replaced. */
     if (s == DT_OK && rename(step_dir, old_dir) != 0 && errno != ENOENT)
@@ -151,10 +172,11 @@ static dt_status save(const char *root, dt_params *p, const dt_ckpt_tensors *t, 
 /* save() as one timeline span. */
 static dt_status traced_save(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
                              const dt_ckpt_progress *pr, const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files,
-                             bool elsewhere, char *written, size_t written_len)
+                             bool elsewhere, const dt__ckpt_staging *staged, const dt__ckpt_file *staged_files,
+                             char *written, size_t written_len)
 {
     int64_t t0 = dt__trace_begin();
-    dt_status s = save(root, p, t, meta, pr, sh, files, elsewhere, written, written_len);
+    dt_status s = save(root, p, t, meta, pr, sh, files, elsewhere, staged, staged_files, written, written_len);
     if (t0)
         dt__trace_end("checkpoint", "checkpoint write", t0, "\"step\":%lld,\"sharded\":%s",
                       pr ? (long long)pr->step : -1LL, sh ? "true" : "false");
@@ -164,7 +186,14 @@ static dt_status traced_save(const char *root, dt_params *p, const dt_ckpt_tenso
 dt_status dt_ckpt_save(const char *root, dt_params *p, const dt_ckpt_tensors *t, const dt_ckpt_meta *meta,
                        const dt_ckpt_progress *pr, char *written, size_t written_len)
 {
-    return traced_save(root, p, t, meta, pr, NULL, NULL, false, written, written_len);
+    return traced_save(root, p, t, meta, pr, NULL, NULL, false, NULL, NULL, written, written_len);
+}
+
+dt_status dt__ckpt_save_staged(const char *root, dt_params *p, const dt_ckpt_meta *meta, const dt_ckpt_progress *pr,
+                               const dt__ckpt_staging *st, const dt__ckpt_file *files, char *written,
+                               size_t written_len)
+{
+    return traced_save(root, p, NULL, meta, pr, NULL, NULL, false, st, files, written, written_len);
 }
 
 dt_status dt_ckpt_save_sharded(const char *root, dt_params *p, const dt_ckpt_tensors *t,
@@ -184,5 +213,5 @@ dt_status dt__ckpt_save_sharded(const char *root, dt_params *p, const dt_ckpt_te
         return dt__fail(DT_ERR_INVALID,
                         "dt_ckpt_save_sharded: a bad sharding (stage %d, %d ranks, %d tensors)",
                         sh ? sh->stage : -1, sh ? sh->nranks : -1, sh ? sh->ntensors : -1);
-    return traced_save(root, p, t, meta, pr, sh, files, elsewhere, written, written_len);
+    return traced_save(root, p, t, meta, pr, sh, files, elsewhere, NULL, NULL, written, written_len);
 }

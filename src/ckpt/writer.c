@@ -1,7 +1,10 @@
 /* The background checkpoint writer: the training thread copies the state at
  * a step boundary (a memcpy, milliseconds) and goes on; this thread writes
  * the copy, prunes old checkpoints and reports.  One write is in flight at a
- * time: a submit while the previous one still writes waits for it. */
+ * time: a submit while the previous one still writes waits for it.  On
+ * tmpfs (memory snapshots) the copy goes straight into the next snapshot's
+ * mapped files (dt__ckpt_staging), which this thread then seals and moves
+ * into place: one copy of the state, not two. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +25,12 @@ struct dt_ckpt_writer {
     dt_optimizer *o;
     bool stream_model;     /* the caller writes model.safetensors: no values in the snapshot */
     bool shards_elsewhere; /* other ranks' shard files may be on other hosts (set before any submit) */
-    float *values, *m, *v; /* the snapshot */
+    float *values, *m, *v; /* the snapshot: the heap's or the staging's */
+    float *heap[3];        /* the heap's, allocated when first needed */
+    bool want[3];          /* the model (unless streamed), the moments the optimizer has */
+    bool try_staging;      /* tmpfs root: stage the files (until staging fails once) */
+    bool staged;           /* values, m and v point into staging */
+    dt__ckpt_staging staging;
     dt_ckpt_progress pr;
     /* a sharded submit's sharding and shard files (sh.nranks 0: not sharded) */
     dt_ckpt_sharding sh;
@@ -48,17 +56,63 @@ static double now_s(void)
 
 /* On the writer thread, with busy set: the fields it touches are the
  * submitter's only while busy and pending are both clear. */
+/* Point values, m and v at the buffers the next submit copies into: a
+ * fresh staging on tmpfs, else (or when staging fails: /dev/shm full, it
+ * says why once) the heap's.  false when out of memory. */
+static bool next_buffers(dt_ckpt_writer *w)
+{
+    dt_ckpt_meta meta = {w->config, w->model, w->optimizer};
+    w->staged = false;
+    if (w->try_staging) {
+        if (dt__ckpt_staging_open(&w->staging, w->root, w->p, &meta, w->want) == DT_OK) {
+            w->staged = true;
+            w->values = dt__ckpt_staging_data(&w->staging, 0);
+            w->m = dt__ckpt_staging_data(&w->staging, 1);
+            w->v = dt__ckpt_staging_data(&w->staging, 2);
+            return true;
+        }
+        fprintf(stderr, "dtrain: checkpoints in %s: %s; copying through the heap from now on\n", w->root,
+                dt_last_error());
+        w->try_staging = false;
+    }
+    size_t bytes = (size_t)dt_params_numel(w->p) * sizeof(float);
+    for (int i = 0; i < 3; i++)
+        if (w->want[i] && !w->heap[i] && !(w->heap[i] = malloc(bytes)))
+            return false;
+    w->values = w->heap[0];
+    w->m = w->heap[1];
+    w->v = w->heap[2];
+    return true;
+}
+
+/* A staged snapshot sealed (headers, CRCs) and moved into its step. */
+static dt_status save_staged(dt_ckpt_writer *w, const dt_ckpt_meta *meta, char *where, size_t len)
+{
+    dt__ckpt_file files[3];
+    dt_status s = dt__ckpt_staging_seal(&w->staging, w->p, meta, w->pr.step, files);
+    dt__ckpt_staging_release(&w->staging);
+    if (s == DT_OK)
+        s = dt__ckpt_save_staged(w->root, w->p, meta, &w->pr, &w->staging, files, where, len);
+    dt__ckpt_staging_close(&w->staging); /* (what was not moved) */
+    return s;
+}
+
 static void write_one(dt_ckpt_writer *w)
 {
     dt_ckpt_tensors snap = {w->values, w->m, w->v};
     dt_ckpt_meta meta = {w->config, w->model, w->optimizer};
     char where[DT_CKPT_PATH_MAX] = "";
     double t0 = now_s();
+    bool staged = w->staged && !w->sh.nranks; /* (a sharded write reads the staging like the heap) */
     dt_status s = w->sh.nranks ? dt__ckpt_save_sharded(w->root, w->p, &snap, &meta, &w->pr, &w->sh, w->shards,
                                                        w->shards_elsewhere, where, sizeof where)
+                  : staged     ? save_staged(w, &meta, where, sizeof where)
                                : dt_ckpt_save(w->root, w->p, &snap, &meta, &w->pr, where, sizeof where);
+    if (s == DT_OK)
+        dt_ckpt_prune(w->root, w->keep); /* (first: its files become the next staging's) */
+    if (staged && !next_buffers(w) && s == DT_OK)
+        s = dt__fail(DT_ERR_NOMEM, "out of memory for the next checkpoint's copy");
     if (s == DT_OK) {
-        dt_ckpt_prune(w->root, w->keep);
         w->last_good = w->pr.step;
         snprintf(w->last_good_dir, sizeof w->last_good_dir, "%s", where);
     } else {
@@ -104,9 +158,10 @@ static void writer_free(dt_ckpt_writer *w)
     free(w->config);
     free(w->model);
     free(w->optimizer);
-    free(w->values);
-    free(w->m);
-    free(w->v);
+    if (w->staged)
+        dt__ckpt_staging_close(&w->staging);
+    for (int i = 0; i < 3; i++)
+        free(w->heap[i]);
     free(w->units);
     free(w->shards);
     free(w);
@@ -140,19 +195,20 @@ dt_status dt_ckpt_writer_start(const dt_ckpt_writer_config *cfg, dt_params *p, d
         return dt__fail(DT_ERR_INVALID, "dt_ckpt_writer_start: stream_model writes sharded checkpoints: no optimizer");
     }
     w->stream_model = cfg->stream_model;
-    w->values = cfg->stream_model ? NULL : malloc(bytes);
-    w->m = live.m ? malloc(bytes) : NULL;
-    w->v = live.v ? malloc(bytes) : NULL;
+    w->p = p;
+    w->want[0] = !cfg->stream_model;
+    w->want[1] = live.m != NULL;
+    w->want[2] = live.v != NULL;
+    w->try_staging = !cfg->stream_model && dt__ckpt_in_memory(w->root);
     bool ok = copy(cfg->meta.config_json, &w->config) && copy(cfg->meta.model_json, &w->model) &&
               copy(cfg->meta.optimizer, &w->optimizer);
-    if (!ok || (!w->values && !w->stream_model) || (live.m && !w->m) || (live.v && !w->v)) {
+    if (!ok || !next_buffers(w)) {
         writer_free(w);
         return dt__fail(DT_ERR_NOMEM, "out of memory for the checkpoint snapshot (%zu bytes)", 3 * bytes);
     }
     w->keep = cfg->keep;
     w->report = cfg->report;
     w->user = cfg->user;
-    w->p = p;
     w->o = o;
     w->last_good = cfg->kept_step;
     snprintf(w->last_good_dir, sizeof w->last_good_dir, "%s", cfg->kept_dir ? cfg->kept_dir : "");
