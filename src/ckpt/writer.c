@@ -54,8 +54,6 @@ static double now_s(void)
     return (double)dt__now_ns() / 1e9;
 }
 
-/* On the writer thread, with busy set: the fields it touches are the
- * submitter's only while busy and pending are both clear. */
 /* Point values, m and v at the buffers the next submit copies into: a
  * fresh staging on tmpfs, else (or when staging fails: /dev/shm full, it
  * says why once) the heap's.  false when out of memory. */
@@ -97,6 +95,8 @@ static dt_status save_staged(dt_ckpt_writer *w, const dt_ckpt_meta *meta, char *
     return s;
 }
 
+/* On the writer thread, with busy set: the fields it touches are the
+ * submitter's only while busy and pending are both clear. */
 static void write_one(dt_ckpt_writer *w)
 {
     dt_ckpt_tensors snap = {w->values, w->m, w->v};
