@@ -125,13 +125,12 @@ void dt__atomic_abandon(dt__atomic_file *f);
  * data, NULL when absent; the header's bytes reserved before it).  _files:
  * the names present, in slot order.  Seal writes the header of a step into
  * each, padded to the reserve, and fills files[] (name, size, CRC-32) in
- * slot order; release unmaps and closes; a sealed staging is moved into a
+ * slot order; release unmaps; a sealed staging is moved into a
  * step by dt__ckpt_save_staged.  Close releases and removes the files.  For tmpfs roots only: there the copy
  * into the pages is the write (the writer keeps it off disks, where a
  * mapped file's pages would be flushed at the kernel's pace). */
 typedef struct {
     bool present[3]; /* files staged (by slot) */
-    int fd[3];
     unsigned char *map[3];
     size_t head, len; /* the header bytes reserved; each file's bytes */
     char dir[DT_CKPT_PATH_MAX];

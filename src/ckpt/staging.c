@@ -33,23 +33,21 @@ static dt_status reserved_header(dt_params *p, const dt_ckpt_meta *meta, size_t 
 /* ROOT/.spare/NAME (a pruned snapshot's file, its pages still allocated)
  * renamed to path, else path created; sized len, every page allocated now
  * (fallocate: a full /dev/shm fails here, not as a SIGBUS in the copy) and
- * mapped.  *fd and *map set on success. */
-static dt_status open_one(const char *root, const char *name, const char *path, size_t len, int *fd,
-                          unsigned char **map)
+ * mapped (the mapping outlives the descriptor).  *map set on success. */
+static dt_status open_one(const char *root, const char *name, const char *path, size_t len, unsigned char **map)
 {
     char spare[DT_CKPT_PATH_MAX + 64];
     if (snprintf(spare, sizeof spare, "%s/" DT__CKPT_SPARE "/%s", root, name) < (int)sizeof spare)
         (void)rename(spare, path);
-    *fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (*fd < 0)
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
         return dt__fail_errno(DT_ERR_SYSTEM, "cannot create %s", path);
-    int err = ftruncate(*fd, (off_t)len) != 0 ? errno : posix_fallocate(*fd, 0, (off_t)len);
-    void *m = err ? MAP_FAILED : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, *fd, 0);
+    int err = ftruncate(fd, (off_t)len) != 0 ? errno : posix_fallocate(fd, 0, (off_t)len);
+    void *m = err ? MAP_FAILED : mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+    if (m == MAP_FAILED && !err)
+        err = errno;
+    close(fd);
     if (m == MAP_FAILED) {
-        if (!err)
-            err = errno;
-        close(*fd);
-        *fd = -1;
         unlink(path);
         errno = err;
         return dt__fail_errno(DT_ERR_SYSTEM, "cannot allocate the %zu bytes of %s", len, path);
@@ -64,8 +62,6 @@ dt_status dt__ckpt_staging_open(dt__ckpt_staging *st, const char *root, dt_param
                                 const bool want[3])
 {
     memset(st, 0, sizeof *st);
-    for (int i = 0; i < 3; i++)
-        st->fd[i] = -1;
     DT_CHECK(dt__ckpt_path(st->dir, sizeof st->dir, "%s/" STAGING_DIR, root));
     if (mkdir(st->dir, 0755) != 0 && errno != EEXIST)
         return dt__fail_errno(DT_ERR_SYSTEM, "cannot create %s", st->dir);
@@ -76,7 +72,7 @@ dt_status dt__ckpt_staging_open(dt__ckpt_staging *st, const char *root, dt_param
             continue;
         char path[DT_CKPT_PATH_MAX + 64];
         snprintf(path, sizeof path, "%s/%s", st->dir, slot_names[i]);
-        dt_status s = open_one(root, slot_names[i], path, st->len, &st->fd[i], &st->map[i]);
+        dt_status s = open_one(root, slot_names[i], path, st->len, &st->map[i]);
         if (s != DT_OK) {
             dt__ckpt_staging_close(st);
             return s;
@@ -130,10 +126,7 @@ void dt__ckpt_staging_release(dt__ckpt_staging *st)
     for (int i = 0; i < 3; i++) {
         if (st->map[i])
             munmap(st->map[i], st->len);
-        if (st->fd[i] >= 0)
-            close(st->fd[i]);
         st->map[i] = NULL;
-        st->fd[i] = -1;
     }
 }
 
