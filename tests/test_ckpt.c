@@ -868,8 +868,14 @@ static void test_writer_staged(void)
         }
         EXPECT_EQ(r.failures, 0);
         EXPECT_EQ(r.reports, 6);
+        const dt__ckpt_maps *maps = dt__ckpt_writer_maps(w);
         if (!blocked) { /* step 1's files, pruned after step 3, came back for step 4 */
             EXPECT_EQ(later, 4);
+            /* mapped once: the stagings before steps 1-3 made 3 files each,
+             * those before steps 4-6 and the next one found theirs mapped */
+            EXPECT_EQ((int)maps->made, 9);
+            EXPECT_EQ((int)maps->reused, 12);
+            EXPECT_EQ(maps->n, 9);
             FILE *f = fopen(strcat(dir, "/model.safetensors"), "rb");
             unsigned char head[8];
             EXPECT(f && fread(head, 1, 8, f) == 8);
@@ -886,6 +892,8 @@ static void test_writer_staged(void)
             if (f)
                 fclose(f);
         }
+        if (blocked)
+            EXPECT_EQ((int)(maps->made + maps->reused), 0);
         dt_ckpt_writer_stop(w);
         EXPECT((access(staging, F_OK) != 0) == !blocked); /* removed (the blocking file stays) */
         dt_optimizer_destroy(o);
@@ -896,6 +904,50 @@ static void test_writer_staged(void)
             fprintf(stderr, "could not clear %s\n", shm);
     }
     char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", shm);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", shm);
+}
+
+/* Mappings of staged files whose files do not come back (removed, not
+ * pruned into .spare) are unmapped once `horizon` stagings passed them
+ * over, and a file that comes back is used through its mapping. */
+static void test_staging_maps_horizon(void)
+{
+    char shm[64], cmd[256];
+    snprintf(shm, sizeof shm, "/dev/shm/dtrain-test-maps.XXXXXX");
+    if (!mkdtemp(shm)) {
+        printf("  (no /dev/shm here: the staging's mappings are not checked)\n");
+        return;
+    }
+    dt_optimizer *o;
+    dt_params *p = make_params(40, &o, 1.0f);
+    dt__ckpt_maps maps = {.horizon = 1};
+    const bool want[3] = {true, true, false};
+    for (int round = 1; round <= 4; round++) {
+        dt__ckpt_staging st;
+        EXPECT_STATUS(dt__ckpt_staging_open(&st, shm, p, &meta, want, &maps), DT_OK);
+        dt__ckpt_staging_data(&st, 0)[0] = (float)round;
+        dt__ckpt_staging_release(&st);
+        /* round 1's files go away; round 2's come back as spares for round 3 */
+        if (round == 2)
+            snprintf(cmd, sizeof cmd, "mkdir -p '%s/.spare' && mv '%s'/.staging/* '%s/.spare/'", shm, shm, shm);
+        else
+            snprintf(cmd, sizeof cmd, "rm -f '%s'/.staging/*", shm);
+        EXPECT(system(cmd) == 0);
+        if (round == 1)
+            EXPECT(maps.made == 2 && maps.reused == 0 && maps.n == 2);
+        if (round == 2) /* round 1's, removed, still within the horizon */
+            EXPECT(maps.made == 4 && maps.n == 4);
+        if (round == 3) /* round 2's found mapped; round 1's dropped */
+            EXPECT(maps.made == 4 && maps.reused == 2 && maps.n == 2);
+        if (round == 4)
+            EXPECT(maps.made == 6 && maps.n == 4);
+    }
+    dt__ckpt_maps_clear(&maps);
+    EXPECT_EQ(maps.n, 0);
+    dt_optimizer_destroy(o);
+    dt_params_destroy(p);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", shm);
     if (system(cmd) != 0)
         fprintf(stderr, "could not remove %s\n", shm);
@@ -937,6 +989,36 @@ static void test_crc32_isal_equals_zlib(void)
     free(buf);
 }
 
+/* The copy that takes the CRC gives a plain copy's bytes and zlib's CRC
+ * (lengths across its pieces' ends), and the combine of two parts' CRCs
+ * that of the whole: a staged snapshot's file CRC is put together so. */
+static void test_crc32_copy_and_combine(void)
+{
+    size_t n = (size_t)3 << 20;
+    unsigned char *buf = malloc(n), *to = malloc(n);
+    EXPECT(buf && to);
+    if (!buf || !to) {
+        free(buf);
+        free(to);
+        return;
+    }
+    uint32_t x = 777;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (unsigned char)((x = x * 1664525u + 1013904223u) >> 24);
+    size_t lens[] = {0, 1, 7, 65535, 65536, 65537, 3 * 65536 + 5, n - 1};
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        size_t len = lens[k];
+        memset(to, 0, n);
+        uint32_t c = dt__crc32_copy(7, to, buf + 1, len);
+        EXPECT(c == dt__crc32_zlib(7, buf + 1, len) && memcmp(to, buf + 1, len) == 0 && to[len] == 0);
+    }
+    uint32_t whole = dt__crc32_zlib(0, buf, n);
+    for (size_t split = 0; split <= n; split += n / 5 + 1)
+        EXPECT(dt__crc32_combine(dt__crc32(0, buf, split), dt__crc32(0, buf + split, n - split), n - split) == whole);
+    free(to);
+    free(buf);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "%s/dtrain-test-ckpt.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -955,7 +1037,9 @@ int main(void)
     test_shard_pieces();
     test_spares_on_tmpfs();
     test_crc32_isal_equals_zlib();
+    test_crc32_copy_and_combine();
     test_writer_staged();
+    test_staging_maps_horizon();
     if (!check_failures) {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

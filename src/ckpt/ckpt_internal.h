@@ -67,6 +67,11 @@ void dt__ckpt_fsync_dir(const char *path);
 uint32_t dt__crc32(uint32_t crc, const void *data, size_t len);
 uint32_t dt__crc32_zlib(uint32_t crc, const void *data, size_t len);
 bool dt__crc32_isal(uint32_t crc, const void *data, size_t len, uint32_t *out);
+/* memcpy(dst, src, len) that returns dt__crc32(crc, dst, len), the CRC of
+ * each piece taken right after its copy, while the piece is in the cache. */
+uint32_t dt__crc32_copy(uint32_t crc, void *dst, const void *src, size_t len);
+/* The CRC-32 of A then B from A's, B's and B's length (zlib's combine). */
+uint32_t dt__crc32_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
 
 /* CRC-32 of the manifest's canonical text: cJSON's compact print of
  * it without the manifest_crc32 member.  false when out of memory. */
@@ -118,29 +123,61 @@ dt_status dt__atomic_append(dt__atomic_file *f, const void *bytes, size_t len);
 dt_status dt__atomic_commit(dt__atomic_file *f);
 void dt__atomic_abandon(dt__atomic_file *f);
 
+/* The mappings of staged files, kept from one staging to the next (the
+ * writer's): a snapshot's files come back as the staging of the one keep+1
+ * snapshots later (pruned into ROOT/.spare), and a file found here (the
+ * same inode and size) is used through its mapping again: no fallocate,
+ * no mmap populating its pages, no munmap (6 of a gpt-mini snapshot's
+ * 10.5 ms).  An entry no staging used in the last `horizon` ones (its file
+ * was removed, not recycled) is unmapped; so is the least recently used
+ * one when the table is full.  The kept snapshots' pages then count in the
+ * process's RSS (RssShmem): they are in /dev/shm either way. */
+#define DT__CKPT_MAPS_MAX 24
+typedef struct {
+    uint64_t dev, ino, used; /* used: the staging (count) that last took it */
+    size_t len;
+    unsigned char *map;
+} dt__ckpt_map;
+typedef struct {
+    dt__ckpt_map e[DT__CKPT_MAPS_MAX];
+    int n;
+    int horizon;           /* stagings an unused mapping survives (at least 1) */
+    uint64_t opens;        /* stagings opened */
+    uint64_t made, reused; /* files mapped anew; files found mapped (tests, benchmarks) */
+} dt__ckpt_maps;
+/* Unmap every entry (the table stays usable). */
+void dt__ckpt_maps_clear(dt__ckpt_maps *maps);
+/* The writer's table (tests; read it with no write in flight). */
+const dt__ckpt_maps *dt__ckpt_writer_maps(dt_ckpt_writer *w);
+
 /* A memory checkpoint's tensor files (slots 0-2: the model, the first and
  * the second moment; want[] says which), staged in ROOT/.staging, sized,
- * allocated (a pruned snapshot's spares taken first) and mapped, so the
- * state is copied straight into them (dt__ckpt_staging_data: a slot's
- * data, NULL when absent; the header's bytes reserved before it).  _files:
- * the names present, in slot order.  Seal writes the header of a step into
- * each, padded to the reserve, and fills files[] (name, size, CRC-32) in
- * slot order; release unmaps; a sealed staging is moved into a
- * step by dt__ckpt_save_staged.  Close releases and removes the files.  For tmpfs roots only: there the copy
- * into the pages is the write (the writer keeps it off disks, where a
- * mapped file's pages would be flushed at the kernel's pace). */
+ * allocated (a pruned snapshot's spares taken first) and mapped (through
+ * maps when not NULL: see dt__ckpt_maps), so the state is copied straight
+ * into them (dt__ckpt_staging_data: a slot's data, NULL when absent; the
+ * header's bytes reserved before it).  _files: the names present, in slot
+ * order.  Seal writes the header of a step into each, padded to the
+ * reserve, and fills files[] (name, size, CRC-32) in slot order; data_crc
+ * (by slot; NULL: computed here) are the CRC-32s of the slots' data as
+ * copied (dt__crc32_copy).  Release gives up the mappings (unmapped unless
+ * maps keeps them); a sealed staging is moved into a step by
+ * dt__ckpt_save_staged.  Close releases and removes the files.  For tmpfs
+ * roots only: there the copy into the pages is the write (the writer
+ * keeps it off disks, where a mapped file's pages would be flushed at the
+ * kernel's pace). */
 typedef struct {
     bool present[3]; /* files staged (by slot) */
     unsigned char *map[3];
     size_t head, len; /* the header bytes reserved; each file's bytes */
+    dt__ckpt_maps *maps;
     char dir[DT_CKPT_PATH_MAX];
 } dt__ckpt_staging;
 dt_status dt__ckpt_staging_open(dt__ckpt_staging *st, const char *root, dt_params *p, const dt_ckpt_meta *meta,
-                                const bool want[3]);
+                                const bool want[3], dt__ckpt_maps *maps);
 float *dt__ckpt_staging_data(const dt__ckpt_staging *st, int slot);
 int dt__ckpt_staging_files(const dt__ckpt_staging *st, const char *names[3]);
 dt_status dt__ckpt_staging_seal(dt__ckpt_staging *st, dt_params *p, const dt_ckpt_meta *meta, int64_t step,
-                                dt__ckpt_file *files);
+                                const uint32_t *data_crc, dt__ckpt_file *files);
 void dt__ckpt_staging_release(dt__ckpt_staging *st);
 void dt__ckpt_staging_close(dt__ckpt_staging *st);
 /* dt_ckpt_save of a sealed and released staging: its files moved into the

@@ -31,6 +31,9 @@ struct dt_ckpt_writer {
     bool try_staging;      /* tmpfs root: stage the files (until staging fails once) */
     bool staged;           /* values, m and v point into staging */
     dt__ckpt_staging staging;
+    dt__ckpt_maps maps;    /* the staged files' mappings, kept for their return */
+    uint32_t data_crc[3];  /* by slot: the CRC-32s of the staged data, taken in the copy */
+    bool data_crc_taken;
     dt_ckpt_progress pr;
     /* a sharded submit's sharding and shard files (sh.nranks 0: not sharded) */
     dt_ckpt_sharding sh;
@@ -62,7 +65,7 @@ static bool next_buffers(dt_ckpt_writer *w)
     dt_ckpt_meta meta = {w->config, w->model, w->optimizer};
     w->staged = false;
     if (w->try_staging) {
-        if (dt__ckpt_staging_open(&w->staging, w->root, w->p, &meta, w->want) == DT_OK) {
+        if (dt__ckpt_staging_open(&w->staging, w->root, w->p, &meta, w->want, &w->maps) == DT_OK) {
             w->staged = true;
             w->values = dt__ckpt_staging_data(&w->staging, 0);
             w->m = dt__ckpt_staging_data(&w->staging, 1);
@@ -87,7 +90,8 @@ static bool next_buffers(dt_ckpt_writer *w)
 static dt_status save_staged(dt_ckpt_writer *w, const dt_ckpt_meta *meta, char *where, size_t len)
 {
     dt__ckpt_file files[3];
-    dt_status s = dt__ckpt_staging_seal(&w->staging, w->p, meta, w->pr.step, files);
+    dt_status s =
+        dt__ckpt_staging_seal(&w->staging, w->p, meta, w->pr.step, w->data_crc_taken ? w->data_crc : NULL, files);
     dt__ckpt_staging_release(&w->staging);
     if (s == DT_OK)
         s = dt__ckpt_save_staged(w->root, w->p, meta, &w->pr, &w->staging, files, where, len);
@@ -160,6 +164,7 @@ static void writer_free(dt_ckpt_writer *w)
     free(w->optimizer);
     if (w->staged)
         dt__ckpt_staging_close(&w->staging);
+    dt__ckpt_maps_clear(&w->maps);
     for (int i = 0; i < 3; i++)
         free(w->heap[i]);
     free(w->units);
@@ -200,6 +205,7 @@ dt_status dt_ckpt_writer_start(const dt_ckpt_writer_config *cfg, dt_params *p, d
     w->want[1] = live.m != NULL;
     w->want[2] = live.v != NULL;
     w->try_staging = !cfg->stream_model && dt__ckpt_in_memory(w->root);
+    w->maps.horizon = cfg->keep > 0 ? cfg->keep + 1 : 1; /* a kept snapshot's files return keep+1 later */
     bool ok = copy(cfg->meta.config_json, &w->config) && copy(cfg->meta.model_json, &w->model) &&
               copy(cfg->meta.optimizer, &w->optimizer);
     if (!ok || !next_buffers(w)) {
@@ -263,12 +269,16 @@ static dt_status submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const cha
     }
     dt_ckpt_tensors live = dt_ckpt_tensors_live(w->p, w->o);
     size_t bytes = (size_t)dt_params_numel(w->p) * sizeof(float);
-    if (w->values)
-        memcpy(w->values, live.values, bytes);
-    if (w->m)
-        memcpy(w->m, live.m, bytes);
-    if (w->v)
-        memcpy(w->v, live.v, bytes);
+    /* into staged files: each piece's CRC taken as it is copied, in the
+     * cache (the seal then reads nothing back) */
+    w->data_crc_taken = w->staged && !sh;
+    const float *src[3] = {live.values, live.m, live.v};
+    float *dst[3] = {w->values, w->m, w->v};
+    for (int i = 0; i < 3; i++)
+        if (dst[i] && w->data_crc_taken)
+            w->data_crc[i] = dt__crc32_copy(0, dst[i], src[i], bytes);
+        else if (dst[i])
+            memcpy(dst[i], src[i], bytes);
     w->pr = *pr;
     snprintf(w->label, sizeof w->label, "%s", label ? label : "");
     w->pending = true;
@@ -351,4 +361,9 @@ dt_status dt_ckpt_writer_shards_elsewhere(dt_ckpt_writer *w, bool on)
     w->shards_elsewhere = on;
     pthread_mutex_unlock(&w->mu);
     return DT_OK;
+}
+
+const dt__ckpt_maps *dt__ckpt_writer_maps(dt_ckpt_writer *w)
+{
+    return &w->maps;
 }
