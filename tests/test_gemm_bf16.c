@@ -261,6 +261,20 @@ int main(void)
         fprintf(stderr, "DT_BF16_GEMM=native, but the kernel is %s\n", kernel);
         return 1;
     }
+    /* auto and native run the first kernel of a fixed order this machine
+     * allows (amx, else avx512_bf16, else emulated): never a timing, and
+     * never AVX512_BF16 on a CPU with AMX, where it is slower than AMX and
+     * than f32 (issue 48) */
+    if (!want || strcmp(want, "auto") == 0 || strcmp(want, "native") == 0) {
+        dt__bf16_kernel best = dt__bf16_kernel_available(DT__BF16_AMX, NULL)      ? DT__BF16_AMX
+                               : dt__bf16_kernel_available(DT__BF16_AVX512, NULL) ? DT__BF16_AVX512
+                                                                                  : DT__BF16_EMULATED;
+        if (strcmp(kernel, dt__bf16_kernel_name(best)) != 0) {
+            fprintf(stderr, "DT_BF16_GEMM=%s runs %s, but this machine allows %s\n", want ? want : "(unset)",
+                    kernel, dt__bf16_kernel_name(best));
+            return 1;
+        }
+    }
     if (known && want && strcmp(want, "auto") != 0 && strcmp(want, "native") != 0 && strcmp(want, kernel) != 0) {
         for (int k = DT__BF16_EMULATED; k <= DT__BF16_ONEDNN; k++) {
             const char *why = NULL;

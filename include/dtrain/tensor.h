@@ -184,11 +184,10 @@ void dt_sgemm_ld(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, floa
  * ignores C's old contents (NaN included), as BLAS does.
  * Kernels (dt_bf16_gemm_kernel): AMX tiles (TDPBF16PS) where the CPU has
  * AMX-BF16 and the kernel grants the tile state, else AVX512_BF16
- * (VDPBF16PS), else emulated; on AVX512_BF16 with oneDNN in the build,
- * oneDNN's matmul primitive takes the shapes a fixed table gives it (where
- * it is faster).  Numerics: each element's sum of exact bf16 products runs
- * over k with f32 fused multiply-adds (in order on the own kernels, in
- * blocks of k on oneDNN's), so |error| <= about k * 2^-24 * sum |a_i b_i|
+ * (VDPBF16PS), else emulated; oneDNN's matmul primitive only when
+ * DT_BF16_GEMM=onednn asks for it.  Numerics: each element's sum of exact
+ * bf16 products runs over k with f32 fused multiply-adds (in order on the
+ * own kernels, in blocks of k on oneDNN's), so |error| <= about k * 2^-24 * sum |a_i b_i|
  * beyond the inputs' rounding; subnormal bf16 inputs count as zero
  * (emulated: kept).  Results are bitwise the same for any thread count (the
  * split of m and n does not change a sum's order; oneDNN's parts are fixed
@@ -197,12 +196,12 @@ void dt_sgemm_bf16_ld(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
                       int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc);
 /* The kernel dt_sgemm_bf16_ld runs on this CPU: "amx", "avx512_bf16" or
  * "emulated" (inputs rounded to bf16, then dt_sgemm_ld: same numerics, no
- * speed-up), "onednn" (oneDNN's matmul for every shape), or
- * "onednn+avx512_bf16" (oneDNN for the shapes its table names, the kernel for
- * the rest).  Chosen once per process; DT_BF16_GEMM=native (the own kernel
- * alone), onednn, amx, avx512_bf16 or emulated forces one, and a forced kernel
- * this machine or build cannot run is refused with a warning naming the
- * reason, the emulation running instead. */
+ * speed-up), or "onednn" (oneDNN's matmul for every shape,
+ * DT_BF16_GEMM=onednn).  Chosen once per process, the best this CPU allows
+ * in that order (auto, native); DT_BF16_GEMM=onednn, amx, avx512_bf16 or
+ * emulated forces one, and a forced kernel this machine or build cannot run
+ * is refused with a warning naming the reason, the emulation running
+ * instead. */
 const char *dt_bf16_gemm_kernel(void);
 void dt_vec_zero(float *x, int64_t n);
 void dt_vec_copy(float *dst, const float *src, int64_t n);

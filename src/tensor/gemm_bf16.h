@@ -23,8 +23,8 @@ typedef enum { DT__BF16_EMULATED = 0, DT__BF16_AVX512 = 1, DT__BF16_AMX = 2, DT_
  * the best the CPU and OS allow), chosen once: what every shape runs on
  * unless dt__bf16_kernel_for sends it to oneDNN. */
 dt__bf16_kernel dt__bf16_kernel_choice(void);
-/* The path of one product: oneDNN (DT_BF16_GEMM=onednn, or auto where the
- * table in gemm_bf16_cpu.c says oneDNN wins), else dt__bf16_kernel_choice(). */
+/* The path of one product: oneDNN (DT_BF16_GEMM=onednn), else
+ * dt__bf16_kernel_choice(). */
 dt__bf16_kernel dt__bf16_kernel_for(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k);
 const char *dt__bf16_kernel_name(dt__bf16_kernel k);
 /* Whether this CPU (and, for AMX, the OS; for oneDNN, the build) can run k;
