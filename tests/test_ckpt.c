@@ -353,7 +353,7 @@ static void test_writer(void)
     reports r = {0};
     char wroot[512];
     path(wroot, sizeof wroot, "bg");
-    dt_ckpt_writer_config cfg = {wroot, 2, meta, -1, NULL, on_report, &r, false};
+    dt_ckpt_writer_config cfg = {wroot, 2, meta, -1, NULL, on_report, &r, false, false};
     dt_ckpt_writer *w;
     EXPECT_STATUS(dt_ckpt_writer_start(&cfg, p, o, &w), DT_OK);
     for (int64_t step = 1; step <= 3; step++) {
@@ -599,7 +599,7 @@ static void test_model_streamed(void)
     char wroot[512];
     path(wroot, sizeof wroot, "streamed");
     reports r = {0};
-    dt_ckpt_writer_config cfg = {wroot, 0, meta, -1, NULL, on_report, &r, true};
+    dt_ckpt_writer_config cfg = {wroot, 0, meta, -1, NULL, on_report, &r, true, false};
     dt_ckpt_writer *w = NULL;
     EXPECT_STATUS(dt_ckpt_writer_start(&cfg, bare, NULL, &w), DT_OK);
     dt_ckpt_model_file *f = NULL;
@@ -816,7 +816,10 @@ static ino_t inode_of(const char *dir, const char *name)
  * files come back as a later step's (the same inodes); stop removes the
  * staging.  With ROOT/.staging taken by a regular file the staging fails
  * and the writer copies through the heap, the snapshots as good. */
-static void test_writer_staged(void)
+/* defer: the writer thread copies the state, and an optimizer step right
+ * after the submit waits for that copy (the snapshot holds the state as
+ * submitted, not as updated). */
+static void test_writer_staged(bool defer)
 {
     char shm[256], dir[DT_CKPT_PATH_MAX], staging[300];
     snprintf(shm, sizeof shm, "/dev/shm/dtrain-test-staged.XXXXXX");
@@ -835,21 +838,31 @@ static void test_writer_staged(void)
         dt_optimizer *o;
         dt_params *p = make_params(40, &o, 1.0f);
         reports r = {0};
-        dt_ckpt_writer_config cfg = {shm, 2, meta, -1, NULL, on_report, &r, false};
+        dt_ckpt_writer_config cfg = {shm, 2, meta, -1, NULL, on_report, &r, false, defer};
         dt_ckpt_writer *w;
         EXPECT_STATUS(dt_ckpt_writer_start(&cfg, p, o, &w), DT_OK);
         struct stat st;
         EXPECT(stat(staging, &st) == 0 && S_ISDIR(st.st_mode) == !blocked);
         int64_t n = dt_params_numel(p), count;
         float *state = dt_optimizer_state(o, &count);
+        float *want = malloc((size_t)(n + count) * sizeof(float)), *grad = calloc((size_t)n, sizeof(float));
+        EXPECT(want && grad);
+        if (!want || !grad)
+            return;
+        for (int64_t i = 0; i < n; i++)
+            grad[i] = 0.5f + (float)i;
         ino_t first = 0, later = 0;
         for (int64_t step = 1; step <= 6; step++) {
             for (int64_t i = 0; i < n; i++)
                 dt_params_values(p)[i] = (float)step * 10.0f + (float)i;
             for (int64_t i = 0; i < count; i++)
                 state[i] = -(float)step - (float)i;
+            memcpy(want, dt_params_values(p), (size_t)n * sizeof(float));
+            memcpy(want + n, state, (size_t)count * sizeof(float));
             dt_ckpt_progress pr = progress(step);
             EXPECT_STATUS(dt_ckpt_writer_submit(w, &pr, NULL, NULL), DT_OK);
+            if (defer) /* at once: it must wait for the writer's copy */
+                EXPECT_STATUS(dt_optimizer_step(o, dt_params_values(p), grad, n, 0.25f), DT_OK);
             EXPECT_STATUS(dt_ckpt_writer_flush(w), DT_OK);
             EXPECT_STATUS(dt_ckpt_step_dir(shm, step, dir, sizeof dir), DT_OK);
             if (step == 1)
@@ -861,11 +874,15 @@ static void test_writer_staged(void)
             EXPECT_STATUS(dt_ckpt_load(dir, p2, o2), DT_OK); /* sizes and CRCs checked */
             int64_t c2;
             const float *s2 = dt_optimizer_state(o2, &c2);
-            EXPECT(memcmp(dt_params_values(p2), dt_params_values(p), (size_t)n * sizeof(float)) == 0);
-            EXPECT(c2 == count && memcmp(s2, state, (size_t)count * sizeof(float)) == 0);
+            EXPECT(memcmp(dt_params_values(p2), want, (size_t)n * sizeof(float)) == 0);
+            EXPECT(c2 == count && memcmp(s2, want + n, (size_t)count * sizeof(float)) == 0);
+            if (defer) /* and the step did run */
+                EXPECT(memcmp(dt_params_values(p), want, (size_t)n * sizeof(float)) != 0);
             dt_optimizer_destroy(o2);
             dt_params_destroy(p2);
         }
+        free(want);
+        free(grad);
         EXPECT_EQ(r.failures, 0);
         EXPECT_EQ(r.reports, 6);
         const dt__ckpt_maps *maps = dt__ckpt_writer_maps(w);
@@ -1038,7 +1055,8 @@ int main(void)
     test_spares_on_tmpfs();
     test_crc32_isal_equals_zlib();
     test_crc32_copy_and_combine();
-    test_writer_staged();
+    test_writer_staged(false);
+    test_writer_staged(true);
     test_staging_maps_horizon();
     if (!check_failures) {
         char cmd[512];

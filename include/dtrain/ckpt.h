@@ -311,8 +311,9 @@ dt_status dt_ckpt_load(const char *step_dir, dt_params *p, dt_optimizer *o);
 
 /* ---- the background writer ----
  *
- * Submit copies the live state at a step boundary (a memcpy) and returns; a
- * thread writes the copy (dt_ckpt_save), prunes to `keep` and reports.  One
+ * Submit copies the live state at a step boundary (a memcpy) and returns
+ * (with defer_copy the writer thread copies it, below); a thread writes
+ * the copy (dt_ckpt_save), prunes to `keep` and reports.  One
  * write is in flight at a time: a submit while the previous one still writes
  * waits for it.  A failed write is reported and the previous checkpoints
  * stay. */
@@ -344,6 +345,14 @@ typedef struct {
      * writer keeps no snapshot of the values and p needs no storage
      * (ZeRO-3, whose ranks hold only shards). */
     bool stream_model;
+    /* Submit returns without copying: the writer thread copies the state
+     * while the caller goes on, and every update of o waits for that copy
+     * first (dt_optimizer_set_guard; the writer holds o's guard until it
+     * stops).  For state that only o's updates change between submits
+     * (data parallelism, one process); a caller that changes it otherwise
+     * calls dt_ckpt_writer_settle first.  Ignored without o, for sharded
+     * submits and with stream_model. */
+    bool defer_copy;
 } dt_ckpt_writer_config;
 
 /* Sharded submits from now on: a shard file missing from the step's
@@ -377,6 +386,13 @@ dt_status dt_ckpt_writer_flush(dt_ckpt_writer *w);
 int64_t dt_ckpt_writer_last_good(dt_ckpt_writer *w, char *dir, size_t len);
 /* A pending write still completes; then the thread ends (w may be NULL). */
 void dt_ckpt_writer_stop(dt_ckpt_writer *w);
+/* With defer_copy: until the last submit's state is copied (w may be NULL;
+ * returns at once when it is).  The optimizer's guard calls it. */
+void dt_ckpt_writer_settle(dt_ckpt_writer *w);
+/* Seconds the updates of o and dt_ckpt_writer_settle waited for deferred
+ * copies so far (the copies' cost to the caller; submit's *stall_s is the
+ * rest). */
+double dt_ckpt_writer_waited(dt_ckpt_writer *w);
 
 #ifdef __cplusplus
 }

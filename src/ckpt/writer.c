@@ -1,6 +1,8 @@
 /* The background checkpoint writer: the training thread copies the state at
- * a step boundary (a memcpy, milliseconds) and goes on; this thread writes
- * the copy, prunes old checkpoints and reports.  One write is in flight at a
+ * a step boundary (a memcpy, milliseconds) and goes on -- or, with
+ * defer_copy, this thread copies it while the next step computes, and the
+ * optimizer's next update waits for that copy; this thread writes the
+ * copy, prunes old checkpoints and reports.  One write is in flight at a
  * time: a submit while the previous one still writes waits for it.  On
  * tmpfs (memory snapshots) the copy goes straight into the next snapshot's
  * mapped files (dt__ckpt_staging), which this thread then seals and moves
@@ -34,6 +36,10 @@ struct dt_ckpt_writer {
     dt__ckpt_maps maps;    /* the staged files' mappings, kept for their return */
     uint32_t data_crc[3];  /* by slot: the CRC-32s of the staged data, taken in the copy */
     bool data_crc_taken;
+    bool defer;            /* the writer thread copies the state (defer_copy), o's updates wait for it */
+    bool copying;          /* a submitted state not copied yet: src still to be read */
+    dt_ckpt_tensors src;   /* the live state submitted */
+    double waited_s;       /* time updates and settles waited for copies */
     dt_ckpt_progress pr;
     /* a sharded submit's sharding and shard files (sh.nranks 0: not sharded) */
     dt_ckpt_sharding sh;
@@ -99,6 +105,40 @@ static dt_status save_staged(dt_ckpt_writer *w, const dt_ckpt_meta *meta, char *
     return s;
 }
 
+/* The submitted state (w->src) into the snapshot's buffers; into staged
+ * files (not for a sharded write) each piece's CRC is taken as it is
+ * copied, in the cache, so the seal reads nothing back. */
+static void copy_state(dt_ckpt_writer *w, bool sharded)
+{
+    size_t bytes = (size_t)dt_params_numel(w->p) * sizeof(float);
+    w->data_crc_taken = w->staged && !sharded;
+    const float *src[3] = {w->src.values, w->src.m, w->src.v};
+    float *dst[3] = {w->values, w->m, w->v};
+    for (int i = 0; i < 3; i++)
+        if (dst[i] && w->data_crc_taken)
+            w->data_crc[i] = dt__crc32_copy(0, dst[i], src[i], bytes);
+        else if (dst[i])
+            memcpy(dst[i], src[i], bytes);
+}
+
+/* Until a deferred copy is done; the time waited is counted. */
+static void settle(dt_ckpt_writer *w)
+{
+    pthread_mutex_lock(&w->mu);
+    if (w->copying) {
+        double t0 = now_s();
+        while (w->copying)
+            pthread_cond_wait(&w->cv, &w->mu);
+        w->waited_s += now_s() - t0;
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void settle_guard(void *user)
+{
+    settle(user);
+}
+
 /* On the writer thread, with busy set: the fields it touches are the
  * submitter's only while busy and pending are both clear. */
 static void write_one(dt_ckpt_writer *w)
@@ -107,6 +147,13 @@ static void write_one(dt_ckpt_writer *w)
     dt_ckpt_meta meta = {w->config, w->model, w->optimizer};
     char where[DT_CKPT_PATH_MAX] = "";
     double t0 = now_s();
+    if (w->copying) { /* deferred: the live state is ours to read until copying is cleared */
+        copy_state(w, false);
+        pthread_mutex_lock(&w->mu);
+        w->copying = false;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+    }
     bool staged = w->staged && !w->sh.nranks; /* (a sharded write reads the staging like the heap) */
     dt_status s = w->sh.nranks ? dt__ckpt_save_sharded(w->root, w->p, &snap, &meta, &w->pr, &w->sh, w->shards,
                                                        w->shards_elsewhere, where, sizeof where)
@@ -205,6 +252,7 @@ dt_status dt_ckpt_writer_start(const dt_ckpt_writer_config *cfg, dt_params *p, d
     w->want[1] = live.m != NULL;
     w->want[2] = live.v != NULL;
     w->try_staging = !cfg->stream_model && dt__ckpt_in_memory(w->root);
+    w->defer = cfg->defer_copy && o && !cfg->stream_model;
     w->maps.horizon = cfg->keep > 0 ? cfg->keep + 1 : 1; /* a kept snapshot's files return keep+1 later */
     bool ok = copy(cfg->meta.config_json, &w->config) && copy(cfg->meta.model_json, &w->model) &&
               copy(cfg->meta.optimizer, &w->optimizer);
@@ -227,6 +275,8 @@ dt_status dt_ckpt_writer_start(const dt_ckpt_writer_config *cfg, dt_params *p, d
         writer_free(w);
         return dt__fail(DT_ERR_SYSTEM, "cannot start the checkpoint writer thread: %s", strerror(rc));
     }
+    if (w->defer)
+        dt_optimizer_set_guard(o, settle_guard, w);
     *out = w;
     return DT_OK;
 }
@@ -267,18 +317,10 @@ static dt_status submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const cha
         w->sh.units = w->units;
         w->sh.tensors = w->tensor_names;
     }
-    dt_ckpt_tensors live = dt_ckpt_tensors_live(w->p, w->o);
-    size_t bytes = (size_t)dt_params_numel(w->p) * sizeof(float);
-    /* into staged files: each piece's CRC taken as it is copied, in the
-     * cache (the seal then reads nothing back) */
-    w->data_crc_taken = w->staged && !sh;
-    const float *src[3] = {live.values, live.m, live.v};
-    float *dst[3] = {w->values, w->m, w->v};
-    for (int i = 0; i < 3; i++)
-        if (dst[i] && w->data_crc_taken)
-            w->data_crc[i] = dt__crc32_copy(0, dst[i], src[i], bytes);
-        else if (dst[i])
-            memcpy(dst[i], src[i], bytes);
+    w->src = dt_ckpt_tensors_live(w->p, w->o); /* (here: an offloaded state is read on this thread) */
+    w->copying = w->defer && !sh;
+    if (!w->copying)
+        copy_state(w, sh != NULL);
     w->pr = *pr;
     snprintf(w->label, sizeof w->label, "%s", label ? label : "");
     w->pending = true;
@@ -348,6 +390,8 @@ void dt_ckpt_writer_stop(dt_ckpt_writer *w)
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
     pthread_join(w->thread, NULL); /* a pending write still completes */
+    if (w->defer)
+        dt_optimizer_set_guard(w->o, NULL, NULL);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     writer_free(w);
@@ -366,4 +410,18 @@ dt_status dt_ckpt_writer_shards_elsewhere(dt_ckpt_writer *w, bool on)
 const dt__ckpt_maps *dt__ckpt_writer_maps(dt_ckpt_writer *w)
 {
     return &w->maps;
+}
+
+void dt_ckpt_writer_settle(dt_ckpt_writer *w)
+{
+    if (w)
+        settle(w);
+}
+
+double dt_ckpt_writer_waited(dt_ckpt_writer *w)
+{
+    pthread_mutex_lock(&w->mu);
+    double s = w->waited_s;
+    pthread_mutex_unlock(&w->mu);
+    return s;
 }

@@ -38,6 +38,9 @@ struct dt_optimizer {
     const dt_compute_ops *dev;
     float *dstate;
     bool host_newer;
+    /* dt_optimizer_set_guard's: run before any update changes the state */
+    void (*guard)(void *user);
+    void *guard_user;
 };
 
 static dt_status create(kind k, int64_t numel, int64_t state_len, dt_optimizer **out)
@@ -228,6 +231,8 @@ static dt_status update_body(dt_optimizer *o, float *param, const float *grad, i
         return dt__fail(DT_ERR_INVALID, "optimizer update of [%lld, %lld) outside its %lld parameters",
                         (long long)offset, (long long)(offset + n), (long long)o->numel);
     DT_CHECK(check_lr(lr));
+    if (o->guard)
+        o->guard(o->guard_user);
     DT_CHECK(settle(o));
     bool two = o->kind == ADAMW, has = o->state_len > 0;
     if (o->dev) {
@@ -511,6 +516,8 @@ dt_status dt_optimizer_update_rows(dt_optimizer *o, float *param, const float *g
         if (rows[i] < 0 || rows[i] >= total_rows)
             return dt__fail(DT_ERR_INVALID, "optimizer update of row %lld of %lld", (long long)rows[i],
                             (long long)total_rows);
+    if (o->guard)
+        o->guard(o->guard_user);
     rows_args a = {o, param, grad, offset, row, rows, step_lr(o, lr)};
     /* scattered rows: as EmbeddingBag, a thread's share is worth a hand-off
      * from 2^18 elements on (a textclf step's ~2,400 rows of 32: inline) */
@@ -539,4 +546,10 @@ void dt_optimizer_destroy(dt_optimizer *o)
     free(o->state);
     free(o->groups);
     free(o);
+}
+
+void dt_optimizer_set_guard(dt_optimizer *o, void (*guard)(void *user), void *user)
+{
+    o->guard = guard;
+    o->guard_user = guard ? user : NULL;
 }

@@ -139,6 +139,10 @@ static int after_step(train_run *t, window *w, double *last_ckpt, bool *stop)
 {
     const dtrain_config *c = t->c;
     bool last = t->pr.step == c->steps, reached = false;
+    /* the previous snapshot's deferred copy done before a save below may
+     * write the host's state (a device's download): the optimizer's update
+     * has waited for it already, unless this step made none */
+    dt_ckpt_writer_settle(t->snap_writer);
     if (((c->eval_interval && t->pr.step % c->eval_interval == 0) || last) && evaluate(t, w, last, &reached) != 0)
         return 1;
     last |= reached;
