@@ -816,10 +816,11 @@ static ino_t inode_of(const char *dir, const char *name)
  * files come back as a later step's (the same inodes); stop removes the
  * staging.  With ROOT/.staging taken by a regular file the staging fails
  * and the writer copies through the heap, the snapshots as good. */
-/* defer: the writer thread copies the state, and an optimizer step right
+/* defer: the copier thread copies the state, and an optimizer step right
  * after the submit waits for that copy (the snapshot holds the state as
- * submitted, not as updated). */
-static void test_writer_staged(bool defer)
+ * submitted, not as updated).  rows: the parameter's size (200000: 3.2 MB
+ * arrays, pieces of 1 MiB whose CRCs are combined). */
+static void test_writer_staged(bool defer, int64_t rows)
 {
     char shm[256], dir[DT_CKPT_PATH_MAX], staging[300];
     snprintf(shm, sizeof shm, "/dev/shm/dtrain-test-staged.XXXXXX");
@@ -836,7 +837,7 @@ static void test_writer_staged(bool defer)
                 fclose(f);
         }
         dt_optimizer *o;
-        dt_params *p = make_params(40, &o, 1.0f);
+        dt_params *p = make_params(rows, &o, 1.0f);
         reports r = {0};
         dt_ckpt_writer_config cfg = {shm, 2, meta, -1, NULL, on_report, &r, false, defer};
         dt_ckpt_writer *w;
@@ -870,8 +871,11 @@ static void test_writer_staged(bool defer)
             else if (inode_of(dir, "optim_v.safetensors") == first)
                 later = step;
             dt_optimizer *o2;
-            dt_params *p2 = make_params(40, &o2, 0.0f);
-            EXPECT_STATUS(dt_ckpt_load(dir, p2, o2), DT_OK); /* sizes and CRCs checked */
+            dt_ckpt_manifest *mf;
+            EXPECT_STATUS(dt_ckpt_manifest_open(dir, &mf), DT_OK); /* every file's size and CRC-32 checked */
+            dt_ckpt_manifest_close(mf);
+            dt_params *p2 = make_params(rows, &o2, 0.0f);
+            EXPECT_STATUS(dt_ckpt_load(dir, p2, o2), DT_OK);
             int64_t c2;
             const float *s2 = dt_optimizer_state(o2, &c2);
             EXPECT(memcmp(dt_params_values(p2), want, (size_t)n * sizeof(float)) == 0);
@@ -1055,8 +1059,9 @@ int main(void)
     test_spares_on_tmpfs();
     test_crc32_isal_equals_zlib();
     test_crc32_copy_and_combine();
-    test_writer_staged(false);
-    test_writer_staged(true);
+    test_writer_staged(false, 40);
+    test_writer_staged(true, 40);
+    test_writer_staged(true, 200000);
     test_staging_maps_horizon();
     if (!check_failures) {
         char cmd[512];

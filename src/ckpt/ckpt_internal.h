@@ -73,6 +73,29 @@ uint32_t dt__crc32_copy(uint32_t crc, void *dst, const void *src, size_t len);
 /* The CRC-32 of A then B from A's, B's and B's length (zlib's combine). */
 uint32_t dt__crc32_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
 
+/* A copy of the state's arrays (slots 0-2: values, m, v; those with a
+ * destination) in numbered pieces of 1 MiB, so that several threads may
+ * take them in turn (the taking is the caller's: state_copy.c only copies).
+ * Plan: the arrays (bytes each) and whether each piece's CRC-32 is taken
+ * (right after its copy, in the cache); the plan keeps its CRC array from
+ * one use to the next.  Piece k: 0 <= k < pieces, each exactly once.
+ * Crcs: each array's CRC-32 (out[slot]) once every piece is copied. */
+typedef struct {
+    const unsigned char *src[3];
+    unsigned char *dst[3];
+    int slot[3]; /* the arrays' slots */
+    int arrays, slot_pieces, pieces;
+    size_t bytes;
+    bool crc;
+    uint32_t *piece_crc;
+    int crc_capacity;
+} dt__state_copy;
+dt_status dt__state_copy_plan(dt__state_copy *c, const float *const src[3], float *const dst[3], size_t bytes,
+                              bool crc);
+void dt__state_copy_piece(dt__state_copy *c, int k);
+void dt__state_copy_crcs(const dt__state_copy *c, uint32_t out[3]);
+void dt__state_copy_free(dt__state_copy *c);
+
 /* CRC-32 of the manifest's canonical text: cJSON's compact print of
  * it without the manifest_crc32 member.  false when out of memory. */
 bool dt__ckpt_manifest_crc(cJSON *m, uint32_t *crc);

@@ -1,8 +1,10 @@
 /* The background checkpoint writer: the training thread copies the state at
- * a step boundary (a memcpy, milliseconds) and goes on -- or, with
- * defer_copy, this thread copies it while the next step computes, and the
- * optimizer's next update waits for that copy; this thread writes the
- * copy, prunes old checkpoints and reports.  One write is in flight at a
+ * a step boundary (a memcpy, milliseconds) and goes on; this thread writes
+ * the copy, prunes old checkpoints and reports.  With defer_copy the copy
+ * is a third thread's, the copier, at the lowest priority (nice 19): it
+ * runs when the ranks' CPU would idle (waiting on the network) and the
+ * compute never waits for it -- unless the optimizer's next update comes
+ * first: that update (its guard) then copies the pieces left itself.  One write is in flight at a
  * time: a submit while the previous one still writes waits for it.  On
  * tmpfs (memory snapshots) the copy goes straight into the next snapshot's
  * mapped files (dt__ckpt_staging), which this thread then seals and moves
@@ -11,6 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/status.h"
@@ -36,10 +41,13 @@ struct dt_ckpt_writer {
     dt__ckpt_maps maps;    /* the staged files' mappings, kept for their return */
     uint32_t data_crc[3];  /* by slot: the CRC-32s of the staged data, taken in the copy */
     bool data_crc_taken;
-    bool defer;            /* the writer thread copies the state (defer_copy), o's updates wait for it */
-    bool copying;          /* a submitted state not copied yet: src still to be read */
-    dt_ckpt_tensors src;   /* the live state submitted */
-    double waited_s;       /* time updates and settles waited for copies */
+    dt__state_copy copy;   /* the submitted state's copy, in pieces */
+    bool defer;            /* defer_copy: the copier thread copies, o's updates wait for it */
+    bool copying;          /* a deferred copy not done: the live state still to be read */
+    int copy_next, copy_done; /* its pieces taken, and copied */
+    pthread_t copier;
+    bool copier_started;
+    double waited_s;       /* time updates and settles waited for copies (helping included) */
     dt_ckpt_progress pr;
     /* a sharded submit's sharding and shard files (sh.nranks 0: not sharded) */
     dt_ckpt_sharding sh;
@@ -105,33 +113,75 @@ static dt_status save_staged(dt_ckpt_writer *w, const dt_ckpt_meta *meta, char *
     return s;
 }
 
-/* The submitted state (w->src) into the snapshot's buffers; into staged
- * files (not for a sharded write) each piece's CRC is taken as it is
- * copied, in the cache, so the seal reads nothing back. */
-static void copy_state(dt_ckpt_writer *w, bool sharded)
+/* Pieces of the deferred copy in flight, taken one at a time until none
+ * is left (the mutex not held); the one that copies the last clears
+ * copying. */
+static void copy_pieces(dt_ckpt_writer *w)
 {
-    size_t bytes = (size_t)dt_params_numel(w->p) * sizeof(float);
-    w->data_crc_taken = w->staged && !sharded;
-    const float *src[3] = {w->src.values, w->src.m, w->src.v};
-    float *dst[3] = {w->values, w->m, w->v};
-    for (int i = 0; i < 3; i++)
-        if (dst[i] && w->data_crc_taken)
-            w->data_crc[i] = dt__crc32_copy(0, dst[i], src[i], bytes);
-        else if (dst[i])
-            memcpy(dst[i], src[i], bytes);
+    for (;;) {
+        pthread_mutex_lock(&w->mu);
+        if (!w->copying || w->copy_next >= w->copy.pieces) {
+            pthread_mutex_unlock(&w->mu);
+            return;
+        }
+        int k = w->copy_next++;
+        pthread_mutex_unlock(&w->mu);
+        dt__state_copy_piece(&w->copy, k);
+        pthread_mutex_lock(&w->mu);
+        if (++w->copy_done == w->copy.pieces) {
+            w->copying = false;
+            pthread_cond_broadcast(&w->cv);
+        }
+        pthread_mutex_unlock(&w->mu);
+    }
 }
 
-/* Until a deferred copy is done; the time waited is counted. */
+/* Until a deferred copy is done, copying what is left meanwhile. */
+static void help_copy(dt_ckpt_writer *w, double *waited)
+{
+    double t0 = now_s();
+    copy_pieces(w);
+    pthread_mutex_lock(&w->mu);
+    while (w->copying)
+        pthread_cond_wait(&w->cv, &w->mu);
+    if (waited)
+        *waited += now_s() - t0;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* help_copy, the time counted, when a copy is in flight. */
 static void settle(dt_ckpt_writer *w)
 {
     pthread_mutex_lock(&w->mu);
-    if (w->copying) {
-        double t0 = now_s();
-        while (w->copying)
+    bool copying = w->copying;
+    pthread_mutex_unlock(&w->mu);
+    double waited = 0;
+    if (copying)
+        help_copy(w, &waited);
+    pthread_mutex_lock(&w->mu);
+    w->waited_s += waited;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* The copier thread: the lowest priority, so it takes only CPU time the
+ * ranks leave (Linux: nice applies to the thread). */
+static void *copier_main(void *arg)
+{
+    dt__trace_thread_name("checkpoint copier");
+    dt_ckpt_writer *w = arg;
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!(w->copying && w->copy_next < w->copy.pieces) && !w->stop)
             pthread_cond_wait(&w->cv, &w->mu);
-        w->waited_s += now_s() - t0;
+        if (!(w->copying && w->copy_next < w->copy.pieces))
+            break; /* (stopping, nothing left to copy) */
+        pthread_mutex_unlock(&w->mu);
+        copy_pieces(w);
+        pthread_mutex_lock(&w->mu);
     }
     pthread_mutex_unlock(&w->mu);
+    return NULL;
 }
 
 static void settle_guard(void *user)
@@ -147,12 +197,13 @@ static void write_one(dt_ckpt_writer *w)
     dt_ckpt_meta meta = {w->config, w->model, w->optimizer};
     char where[DT_CKPT_PATH_MAX] = "";
     double t0 = now_s();
-    if (w->copying) { /* deferred: the live state is ours to read until copying is cleared */
-        copy_state(w, false);
+    if (w->defer && !w->sh.nranks) { /* the copier's (or a waiter's): this thread waits for it */
         pthread_mutex_lock(&w->mu);
-        w->copying = false;
-        pthread_cond_broadcast(&w->cv);
+        while (w->copying)
+            pthread_cond_wait(&w->cv, &w->mu);
         pthread_mutex_unlock(&w->mu);
+        if (w->data_crc_taken)
+            dt__state_copy_crcs(&w->copy, w->data_crc);
     }
     bool staged = w->staged && !w->sh.nranks; /* (a sharded write reads the staging like the heap) */
     dt_status s = w->sh.nranks ? dt__ckpt_save_sharded(w->root, w->p, &snap, &meta, &w->pr, &w->sh, w->shards,
@@ -212,6 +263,7 @@ static void writer_free(dt_ckpt_writer *w)
     if (w->staged)
         dt__ckpt_staging_close(&w->staging);
     dt__ckpt_maps_clear(&w->maps);
+    dt__state_copy_free(&w->copy);
     for (int i = 0; i < 3; i++)
         free(w->heap[i]);
     free(w->units);
@@ -275,6 +327,11 @@ dt_status dt_ckpt_writer_start(const dt_ckpt_writer_config *cfg, dt_params *p, d
         writer_free(w);
         return dt__fail(DT_ERR_SYSTEM, "cannot start the checkpoint writer thread: %s", strerror(rc));
     }
+    if (w->defer && (rc = pthread_create(&w->copier, NULL, copier_main, w)) != 0) {
+        dt_ckpt_writer_stop(w);
+        return dt__fail(DT_ERR_SYSTEM, "cannot start the checkpoint copier thread: %s", strerror(rc));
+    }
+    w->copier_started = w->defer;
     if (w->defer)
         dt_optimizer_set_guard(o, settle_guard, w);
     *out = w;
@@ -293,6 +350,7 @@ static dt_status submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const cha
                         const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files, double *stall_s)
 {
     double t0 = now_s();
+    help_copy(w, NULL); /* (the last one's, if the copier has not finished it) */
     pthread_mutex_lock(&w->mu);
     wait_idle(w);
     w->sh.nranks = 0;
@@ -317,10 +375,28 @@ static dt_status submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const cha
         w->sh.units = w->units;
         w->sh.tensors = w->tensor_names;
     }
-    w->src = dt_ckpt_tensors_live(w->p, w->o); /* (here: an offloaded state is read on this thread) */
-    w->copying = w->defer && !sh;
-    if (!w->copying)
-        copy_state(w, sh != NULL);
+    /* the live state's pointers taken here (an offloaded state is read on
+     * this thread); into staged files (not for a sharded write) each
+     * piece's CRC is taken as it is copied, so the seal reads nothing back */
+    dt_ckpt_tensors live = dt_ckpt_tensors_live(w->p, w->o);
+    const float *src[3] = {live.values, live.m, live.v};
+    float *dst[3] = {w->values, w->m, w->v};
+    w->data_crc_taken = w->staged && !sh;
+    dt_status s = dt__state_copy_plan(&w->copy, src, dst, (size_t)dt_params_numel(w->p) * sizeof(float),
+                                      w->data_crc_taken);
+    if (s != DT_OK) {
+        pthread_mutex_unlock(&w->mu);
+        return dt__wrap(s, "checkpoint at step %lld not written: ", (long long)pr->step);
+    }
+    if (w->defer && !sh) { /* the copier's, from now on */
+        w->copying = w->copy.pieces > 0;
+        w->copy_next = w->copy_done = 0;
+    } else {
+        for (int k = 0; k < w->copy.pieces; k++)
+            dt__state_copy_piece(&w->copy, k);
+        if (w->data_crc_taken)
+            dt__state_copy_crcs(&w->copy, w->data_crc);
+    }
     w->pr = *pr;
     snprintf(w->label, sizeof w->label, "%s", label ? label : "");
     w->pending = true;
@@ -362,6 +438,7 @@ dt_status dt_ckpt_writer_submit_sharded(dt_ckpt_writer *w, const dt_ckpt_progres
 
 dt_status dt_ckpt_writer_flush(dt_ckpt_writer *w)
 {
+    help_copy(w, NULL); /* (a waiter copies what the copier has not) */
     pthread_mutex_lock(&w->mu);
     wait_idle(w);
     dt_status s = w->failed;
@@ -373,6 +450,7 @@ dt_status dt_ckpt_writer_flush(dt_ckpt_writer *w)
 
 int64_t dt_ckpt_writer_last_good(dt_ckpt_writer *w, char *dir, size_t len)
 {
+    help_copy(w, NULL);
     pthread_mutex_lock(&w->mu);
     wait_idle(w);
     int64_t step = w->last_good;
@@ -389,7 +467,10 @@ void dt_ckpt_writer_stop(dt_ckpt_writer *w)
     w->stop = true;
     pthread_cond_broadcast(&w->cv);
     pthread_mutex_unlock(&w->mu);
+    help_copy(w, NULL);
     pthread_join(w->thread, NULL); /* a pending write still completes */
+    if (w->copier_started)
+        pthread_join(w->copier, NULL);
     if (w->defer)
         dt_optimizer_set_guard(w->o, NULL, NULL);
     pthread_mutex_destroy(&w->mu);
