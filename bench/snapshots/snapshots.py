@@ -77,6 +77,13 @@ def peak_rss(d):
     return float(m.group(1)) if m else float("nan")
 
 
+def snapshot_ms(d):
+    """The lead's end line: ms per snapshot on the training thread and in the background."""
+    m = re.search(r"each ([0-9.]+) ms on the training thread.* and ([0-9.]+) ms in the background",
+                  open(f"{d}/node0").read())
+    return (float(m.group(1)), float(m.group(2))) if m else (float("nan"), float("nan"))
+
+
 def last_step(d):
     try:
         return max((int(m.group(1)) for m in re.finditer(r'"step": (\d+), "loss"', open(f"{d}/metrics.jsonl").read())),
@@ -90,6 +97,7 @@ results = {"step": {}, "faults": []}
 for name, (cfg, steps) in MODELS.items() if STEP_RUNS > 0 else ():
     per = {"off": [], "on": []}
     rss = {"off": [], "on": []}
+    cost = []
     size = 0
     if SNAP_EVERY > 1:
         steps = 3 + 4 * SNAP_EVERY
@@ -105,13 +113,18 @@ for name, (cfg, steps) in MODELS.items() if STEP_RUNS > 0 else ():
             rss[mode].append(peak_rss(d))
             size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(f"{d}/ck/step-{steps:08d}")
                        for f in fs)
-            print(f"{name} {mode} run {k}: {'mean' if SNAP_EVERY > 1 else 'median'} step {per[mode][-1]:.3f} s, peak RSS rank 0 {rss[mode][-1]:.0f} MiB",
-                  flush=True)
+            if mode == "on":
+                cost.append(snapshot_ms(d))
+            print(f"{name} {mode} run {k}: {'mean' if SNAP_EVERY > 1 else 'median'} step {per[mode][-1]:.3f} s, peak RSS rank 0 {rss[mode][-1]:.0f} MiB"
+                  + (f", a snapshot {cost[-1][0]:.1f} ms on the training thread, {cost[-1][1]:.1f} ms in the background"
+                     if mode == "on" else ""), flush=True)
     off, on = statistics.median(per["off"]), statistics.median(per["on"])
     ratios = [b / a for a, b in zip(per["off"], per["on"])]
     results["step"][name] = {"off_s": off, "on_s": on, "ratio_median": statistics.median(ratios),
                              "ratios": ratios, "rss_off": statistics.median(rss["off"]),
-                             "rss_on": statistics.median(rss["on"]), "snapshot_bytes": size}
+                             "rss_on": statistics.median(rss["on"]), "snapshot_bytes": size,
+                             "thread_ms": statistics.median(c[0] for c in cost),
+                             "background_ms": statistics.median(c[1] for c in cost)}
 
 # ---- 2. faults ----
 mini, _ = MODELS["gpt-mini"]
@@ -188,11 +201,11 @@ for k in range(FAULT_RUNS):
         results["faults"].append(fault_run(f"{WORK}/fault-{kind}-{snaps}-{k}", kind, snaps))
 
 json.dump(results, open(f"{WORK}/snapshots.json", "w"), indent=1)
-print("\n| model | step, no snapshots | step, a snapshot every step | ratio (median of pairs) | rank 0 peak RSS off / on | one snapshot |")
-print("| --- | --- | --- | --- | --- | --- |")
+print("\n| model | step, no snapshots | step, a snapshot every step | ratio (median of pairs) | rank 0 peak RSS off / on | one snapshot | rank 0's snapshot: training thread / background, ms |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
 for name, s in results["step"].items():
     print(f"| {name} | {s['off_s']:.3f} s | {s['on_s']:.3f} s | {s['ratio_median']:.3f} ({', '.join(f'{x:.3f}' for x in s['ratios'])}) "
-          f"| {s['rss_off']:.0f} / {s['rss_on']:.0f} MiB | {s['snapshot_bytes'] / 2**20:.1f} MiB |")
+          f"| {s['rss_off']:.0f} / {s['rss_on']:.0f} MiB | {s['snapshot_bytes'] / 2**20:.1f} MiB | {s['thread_ms']:.1f} / {s['background_ms']:.1f} |")
 print("\n| fault | resumed from | steps lost (each run) | fault to training again, s (each run) | fault to the first step done, s |")
 print("| --- | --- | --- | --- | --- |")
 for kind, snaps, label in (("rank", True, "kill -9 of rank 3"), ("rank", False, "kill -9 of rank 3"),

@@ -10,11 +10,13 @@
  * mapped files (dt__ckpt_staging), which this thread then seals and moves
  * into place: one copy of the state, not two. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -47,6 +49,7 @@ struct dt_ckpt_writer {
     int copy_next, copy_done; /* its pieces taken, and copied */
     pthread_t copier;
     bool copier_started;
+    atomic_int hurry;      /* dt_ckpt_writer_hurry: the writer thread copies too, at its priority */
     double waited_s;       /* time updates and settles waited for copies (helping included) */
     dt_ckpt_progress pr;
     /* a sharded submit's sharding and shard files (sh.nranks 0: not sharded) */
@@ -199,8 +202,21 @@ static void write_one(dt_ckpt_writer *w)
     double t0 = now_s();
     if (w->defer && !w->sh.nranks) { /* the copier's (or a waiter's): this thread waits for it */
         pthread_mutex_lock(&w->mu);
-        while (w->copying)
-            pthread_cond_wait(&w->cv, &w->mu);
+        while (w->copying) {
+            if (atomic_load(&w->hurry)) { /* (the process is being stopped) */
+                pthread_mutex_unlock(&w->mu);
+                copy_pieces(w);
+                pthread_mutex_lock(&w->mu);
+                if (!w->copying)
+                    break;
+            }
+            struct timespec until; /* (a hurry is a flag a signal handler sets: looked at every 10 ms) */
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += 10 * 1000 * 1000;
+            until.tv_sec += until.tv_nsec / 1000000000;
+            until.tv_nsec %= 1000000000;
+            pthread_cond_timedwait(&w->cv, &w->mu, &until);
+        }
         pthread_mutex_unlock(&w->mu);
         if (w->data_crc_taken)
             dt__state_copy_crcs(&w->copy, w->data_crc);
@@ -491,6 +507,12 @@ dt_status dt_ckpt_writer_shards_elsewhere(dt_ckpt_writer *w, bool on)
 const dt__ckpt_maps *dt__ckpt_writer_maps(dt_ckpt_writer *w)
 {
     return &w->maps;
+}
+
+void dt_ckpt_writer_hurry(dt_ckpt_writer *w)
+{
+    if (w)
+        atomic_store(&w->hurry, 1);
 }
 
 void dt_ckpt_writer_settle(dt_ckpt_writer *w)
