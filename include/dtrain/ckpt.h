@@ -389,10 +389,6 @@ void dt_ckpt_writer_stop(dt_ckpt_writer *w);
 /* With defer_copy: until the last submit's state is copied (w may be NULL;
  * returns at once when it is).  The optimizer's guard calls it. */
 void dt_ckpt_writer_settle(dt_ckpt_writer *w);
-/* From now on the writer thread copies what the low-priority copier has
- * not, at its own priority (a process about to stop: its snapshot in
- * flight written at once).  Async-signal-safe (a lock-free store). */
-void dt_ckpt_writer_hurry(dt_ckpt_writer *w);
 /* Seconds the updates of o and dt_ckpt_writer_settle waited for deferred
  * copies so far (the copies' cost to the caller; submit's *stall_s is the
  * rest). */

@@ -67,14 +67,16 @@ void dt__ckpt_fsync_dir(const char *path);
 uint32_t dt__crc32(uint32_t crc, const void *data, size_t len);
 uint32_t dt__crc32_zlib(uint32_t crc, const void *data, size_t len);
 bool dt__crc32_isal(uint32_t crc, const void *data, size_t len, uint32_t *out);
-/* memcpy(dst, src, len) that returns dt__crc32(crc, dst, len), the CRC of
- * each piece taken right after its copy, while the piece is in the cache. */
-uint32_t dt__crc32_copy(uint32_t crc, void *dst, const void *src, size_t len);
 /* The CRC-32 of A then B from A's, B's and B's length (zlib's combine). */
 uint32_t dt__crc32_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b);
+/* The same in two parts, for many B of one length: op = _gen(len_b) once,
+ * then _op(crc_a, crc_b, op) for each (a multiplication, no loop over
+ * len_b's bits). */
+uint32_t dt__crc32_combine_gen(size_t len_b);
+uint32_t dt__crc32_combine_op(uint32_t crc_a, uint32_t crc_b, uint32_t op);
 
 /* A copy of the state's arrays (slots 0-2: values, m, v; those with a
- * destination) in numbered pieces of 1 MiB, so that several threads may
+ * destination) in numbered pieces of 64 KiB, so that several threads may
  * take them in turn (the taking is the caller's: state_copy.c only copies).
  * Plan: the arrays (bytes each) and whether each piece's CRC-32 is taken
  * (right after its copy, in the cache); the plan keeps its CRC array from

@@ -2,7 +2,6 @@
  * crc32_gzip_refl (Debian's libisal-dev) gives zlib's values about 6x faster
  * (37 MiB: 1.6 ms against 9.5 ms on a Xeon, bench/RESULTS.md), which matters
  * for a memory snapshot every step; zlib computes it where ISA-L is absent. */
-#include <string.h>
 #include <zlib.h>
 
 #include "ckpt/ckpt_internal.h"
@@ -41,20 +40,17 @@ uint32_t dt__crc32(uint32_t crc, const void *data, size_t len)
     return dt__crc32_isal(crc, data, len, &fast) ? fast : dt__crc32_zlib(crc, data, len);
 }
 
-uint32_t dt__crc32_copy(uint32_t crc, void *dst, const void *src, size_t len)
-{
-    /* 64 KiB: the piece just written is still in L2 when its CRC is taken,
-     * so the data comes from memory once (the copy), not twice */
-    enum { PIECE = 64 << 10 };
-    for (size_t at = 0; at < len; at += PIECE) {
-        size_t n = len - at < PIECE ? len - at : PIECE;
-        memcpy((char *)dst + at, (const char *)src + at, n);
-        crc = dt__crc32(crc, (const char *)dst + at, n);
-    }
-    return crc;
-}
-
 uint32_t dt__crc32_combine(uint32_t crc_a, uint32_t crc_b, size_t len_b)
 {
     return (uint32_t)crc32_combine(crc_a, crc_b, (z_off_t)len_b);
+}
+
+uint32_t dt__crc32_combine_gen(size_t len_b)
+{
+    return (uint32_t)crc32_combine_gen((z_off_t)len_b);
+}
+
+uint32_t dt__crc32_combine_op(uint32_t crc_a, uint32_t crc_b, uint32_t op)
+{
+    return (uint32_t)crc32_combine_op(crc_a, crc_b, op);
 }

@@ -1,6 +1,6 @@
 /* A checkpoint writer's copy of the state in pieces (ckpt_internal.h,
  * dt__state_copy): numbered so that several threads can take them in turn
- * (the writer's low-priority copier, and whoever has to wait for the copy),
+ * (the writer thread, and an update of the state that comes first),
  * each piece's CRC-32 taken right after its copy, while it is in the cache,
  * and the pieces' CRCs combined into each array's at the end. */
 #include <stdlib.h>
@@ -9,9 +9,10 @@
 #include "base/status.h"
 #include "ckpt/ckpt_internal.h"
 
-/* 1 MiB: a piece and its copy stay in L2 for the CRC; ~40 pieces per
- * array of gpt-mini, so a waiter that helps finds work to share. */
-#define PIECE ((size_t)1 << 20)
+/* 64 KiB: a piece and its copy stay in L1/L2 for the CRC, and a piece is
+ * a few microseconds of CPU: a thread that needs the copy done waits at
+ * most that long for a piece another one took. */
+#define PIECE ((size_t)64 << 10)
 
 dt_status dt__state_copy_plan(dt__state_copy *c, const float *const src[3], float *const dst[3], size_t bytes,
                               bool crc)
@@ -42,21 +43,22 @@ void dt__state_copy_piece(dt__state_copy *c, int k)
 {
     int a = k / c->slot_pieces;
     size_t at = (size_t)(k % c->slot_pieces) * PIECE, n = c->bytes - at < PIECE ? c->bytes - at : PIECE;
+    memcpy(c->dst[a] + at, c->src[a] + at, n);
     if (c->crc)
-        c->piece_crc[k] = dt__crc32_copy(0, c->dst[a] + at, c->src[a] + at, n);
-    else
-        memcpy(c->dst[a] + at, c->src[a] + at, n);
+        c->piece_crc[k] = dt__crc32(0, c->dst[a] + at, n);
 }
 
 void dt__state_copy_crcs(const dt__state_copy *c, uint32_t out[3])
 {
+    uint32_t whole = dt__crc32_combine_gen(PIECE);
     for (int a = 0; a < c->arrays; a++) {
-        uint32_t crc = 0; /* (the CRC of nothing) */
-        for (int p = 0; p < c->slot_pieces; p++) {
-            size_t at = (size_t)p * PIECE, n = c->bytes - at < PIECE ? c->bytes - at : PIECE;
-            crc = dt__crc32_combine(crc, c->piece_crc[a * c->slot_pieces + p], n);
+        const uint32_t *crc = c->piece_crc + a * c->slot_pieces;
+        uint32_t sum = c->slot_pieces ? crc[0] : 0; /* (0: the CRC of nothing) */
+        for (int p = 1; p < c->slot_pieces; p++) {
+            size_t n = c->bytes - (size_t)p * PIECE;
+            sum = n < PIECE ? dt__crc32_combine(sum, crc[p], n) : dt__crc32_combine_op(sum, crc[p], whole);
         }
-        out[c->slot[a]] = crc;
+        out[c->slot[a]] = sum;
     }
 }
 

@@ -1,23 +1,20 @@
 /* The background checkpoint writer: the training thread copies the state at
  * a step boundary (a memcpy, milliseconds) and goes on; this thread writes
  * the copy, prunes old checkpoints and reports.  With defer_copy the copy
- * is a third thread's, the copier, at the lowest priority (nice 19): it
- * runs when the ranks' CPU would idle (waiting on the network) and the
- * compute never waits for it -- unless the optimizer's next update comes
- * first: that update (its guard) then copies the pieces left itself.  One write is in flight at a
+ * is this thread's too, in pieces, while the next step computes; the
+ * optimizer's next update (its guard) takes the pieces left, if any, before
+ * it changes the state.  (Not a copier at the lowest priority, which would
+ * take only idle CPU: a stopping rank's exit then waited for its thread,
+ * which the kernel tears the address space down on, for 1.5 s behind a
+ * busy core, and an update for a piece it held.)  One write is in flight at a
  * time: a submit while the previous one still writes waits for it.  On
  * tmpfs (memory snapshots) the copy goes straight into the next snapshot's
  * mapped files (dt__ckpt_staging), which this thread then seals and moves
  * into place: one copy of the state, not two. */
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "base/clock.h"
 #include "base/status.h"
@@ -44,12 +41,9 @@ struct dt_ckpt_writer {
     uint32_t data_crc[3];  /* by slot: the CRC-32s of the staged data, taken in the copy */
     bool data_crc_taken;
     dt__state_copy copy;   /* the submitted state's copy, in pieces */
-    bool defer;            /* defer_copy: the copier thread copies, o's updates wait for it */
+    bool defer;            /* defer_copy: this thread copies, o's updates help and wait for it */
     bool copying;          /* a deferred copy not done: the live state still to be read */
     int copy_next, copy_done; /* its pieces taken, and copied */
-    pthread_t copier;
-    bool copier_started;
-    atomic_int hurry;      /* dt_ckpt_writer_hurry: the writer thread copies too, at its priority */
     double waited_s;       /* time updates and settles waited for copies (helping included) */
     dt_ckpt_progress pr;
     /* a sharded submit's sharding and shard files (sh.nranks 0: not sharded) */
@@ -166,27 +160,6 @@ static void settle(dt_ckpt_writer *w)
     pthread_mutex_unlock(&w->mu);
 }
 
-/* The copier thread: the lowest priority, so it takes only CPU time the
- * ranks leave (Linux: nice applies to the thread). */
-static void *copier_main(void *arg)
-{
-    dt__trace_thread_name("checkpoint copier");
-    dt_ckpt_writer *w = arg;
-    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 19);
-    pthread_mutex_lock(&w->mu);
-    for (;;) {
-        while (!(w->copying && w->copy_next < w->copy.pieces) && !w->stop)
-            pthread_cond_wait(&w->cv, &w->mu);
-        if (!(w->copying && w->copy_next < w->copy.pieces))
-            break; /* (stopping, nothing left to copy) */
-        pthread_mutex_unlock(&w->mu);
-        copy_pieces(w);
-        pthread_mutex_lock(&w->mu);
-    }
-    pthread_mutex_unlock(&w->mu);
-    return NULL;
-}
-
 static void settle_guard(void *user)
 {
     settle(user);
@@ -200,24 +173,8 @@ static void write_one(dt_ckpt_writer *w)
     dt_ckpt_meta meta = {w->config, w->model, w->optimizer};
     char where[DT_CKPT_PATH_MAX] = "";
     double t0 = now_s();
-    if (w->defer && !w->sh.nranks) { /* the copier's (or a waiter's): this thread waits for it */
-        pthread_mutex_lock(&w->mu);
-        while (w->copying) {
-            if (atomic_load(&w->hurry)) { /* (the process is being stopped) */
-                pthread_mutex_unlock(&w->mu);
-                copy_pieces(w);
-                pthread_mutex_lock(&w->mu);
-                if (!w->copying)
-                    break;
-            }
-            struct timespec until; /* (a hurry is a flag a signal handler sets: looked at every 10 ms) */
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_nsec += 10 * 1000 * 1000;
-            until.tv_sec += until.tv_nsec / 1000000000;
-            until.tv_nsec %= 1000000000;
-            pthread_cond_timedwait(&w->cv, &w->mu, &until);
-        }
-        pthread_mutex_unlock(&w->mu);
+    if (w->defer && !w->sh.nranks) { /* deferred: copied here (and by an update that comes first) */
+        help_copy(w, NULL);
         if (w->data_crc_taken)
             dt__state_copy_crcs(&w->copy, w->data_crc);
     }
@@ -343,11 +300,6 @@ dt_status dt_ckpt_writer_start(const dt_ckpt_writer_config *cfg, dt_params *p, d
         writer_free(w);
         return dt__fail(DT_ERR_SYSTEM, "cannot start the checkpoint writer thread: %s", strerror(rc));
     }
-    if (w->defer && (rc = pthread_create(&w->copier, NULL, copier_main, w)) != 0) {
-        dt_ckpt_writer_stop(w);
-        return dt__fail(DT_ERR_SYSTEM, "cannot start the checkpoint copier thread: %s", strerror(rc));
-    }
-    w->copier_started = w->defer;
     if (w->defer)
         dt_optimizer_set_guard(o, settle_guard, w);
     *out = w;
@@ -366,7 +318,7 @@ static dt_status submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const cha
                         const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files, double *stall_s)
 {
     double t0 = now_s();
-    help_copy(w, NULL); /* (the last one's, if the copier has not finished it) */
+    help_copy(w, NULL); /* (the last one's, if not done yet) */
     pthread_mutex_lock(&w->mu);
     wait_idle(w);
     w->sh.nranks = 0;
@@ -404,7 +356,7 @@ static dt_status submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const cha
         pthread_mutex_unlock(&w->mu);
         return dt__wrap(s, "checkpoint at step %lld not written: ", (long long)pr->step);
     }
-    if (w->defer && !sh) { /* the copier's, from now on */
+    if (w->defer && !sh) { /* the writer thread's, from now on */
         w->copying = w->copy.pieces > 0;
         w->copy_next = w->copy_done = 0;
     } else {
@@ -454,7 +406,7 @@ dt_status dt_ckpt_writer_submit_sharded(dt_ckpt_writer *w, const dt_ckpt_progres
 
 dt_status dt_ckpt_writer_flush(dt_ckpt_writer *w)
 {
-    help_copy(w, NULL); /* (a waiter copies what the copier has not) */
+    help_copy(w, NULL); /* (a waiter copies what is left) */
     pthread_mutex_lock(&w->mu);
     wait_idle(w);
     dt_status s = w->failed;
@@ -485,8 +437,6 @@ void dt_ckpt_writer_stop(dt_ckpt_writer *w)
     pthread_mutex_unlock(&w->mu);
     help_copy(w, NULL);
     pthread_join(w->thread, NULL); /* a pending write still completes */
-    if (w->copier_started)
-        pthread_join(w->copier, NULL);
     if (w->defer)
         dt_optimizer_set_guard(w->o, NULL, NULL);
     pthread_mutex_destroy(&w->mu);
@@ -507,12 +457,6 @@ dt_status dt_ckpt_writer_shards_elsewhere(dt_ckpt_writer *w, bool on)
 const dt__ckpt_maps *dt__ckpt_writer_maps(dt_ckpt_writer *w)
 {
     return &w->maps;
-}
-
-void dt_ckpt_writer_hurry(dt_ckpt_writer *w)
-{
-    if (w)
-        atomic_store(&w->hurry, 1);
 }
 
 void dt_ckpt_writer_settle(dt_ckpt_writer *w)

@@ -273,7 +273,7 @@ int dtrain_snapshot_start(train_run *t)
     if (s == DT_OK && ring) /* the other nodes' shards are in their own directories */
         s = dt_ckpt_writer_shards_elsewhere(t->snap_writer, true);
     if (s == DT_OK)
-        dtrain_snapshot_term_install(t->snap_writer);
+        dtrain_snapshot_term_install();
     if (s != DT_OK)
         fprintf(stderr, "dtrain: memory snapshots into %s: %s\n", root,
                 config_text && model_text ? dt_last_error() : "out of memory");

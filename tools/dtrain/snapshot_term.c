@@ -8,8 +8,7 @@
  * gpt-mini).  A write on tmpfs takes tens of milliseconds; the wait is
  * bounded by WAIT_MS all the same (a starved CPU took over a second: the
  * restart waited for it), after which the signal acts and the write is
- * lost as before.  The writer is hurried: a copy its low-priority copier
- * has not finished is made by the writer thread at once.  With no write in
+ * lost as before.  With no write in
  * flight the signal acts at once, as without the handler.  Lock-free
  * atomics: safe in a signal handler. */
 #include <signal.h>
@@ -22,7 +21,6 @@
 #define WAIT_MS 300 /* the longest a SIGTERM waits for a write in flight */
 
 static atomic_int in_flight, term_seen;
-static dt_ckpt_writer *writer; /* hurried on a SIGTERM: its copy in flight made at once */
 
 static void die(void)
 {
@@ -43,14 +41,12 @@ static void on_term(int sig)
         return; /* a second SIGTERM: the first one's wait is under way */
     if (atomic_load(&in_flight) <= 0)
         die();
-    dt_ckpt_writer_hurry(writer);
     struct itimerval limit = {.it_value = {0, WAIT_MS * 1000}};
     setitimer(ITIMER_REAL, &limit, NULL); /* then on_alarm */
 }
 
-void dtrain_snapshot_term_install(dt_ckpt_writer *w)
+void dtrain_snapshot_term_install(void)
 {
-    writer = w;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sigemptyset(&sa.sa_mask);

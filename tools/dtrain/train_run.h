@@ -101,7 +101,7 @@ void dtrain_snapshot_ring_stop(train_run *t);
 /* SIGTERM during a snapshot's write waits for the write (snapshot_term.c):
  * install the handler once the writer runs; count each submit after it
  * and each write (its report), in either order. */
-void dtrain_snapshot_term_install(dt_ckpt_writer *w);
+void dtrain_snapshot_term_install(void);
 void dtrain_snapshot_term_submitted(void);
 void dtrain_snapshot_term_written(void);
 /* A restart under ZeRO without tp/pp on several nodes (snapshot_assemble.c,
