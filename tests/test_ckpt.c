@@ -974,6 +974,17 @@ static void test_staging_maps_horizon(void)
         fprintf(stderr, "could not remove %s\n", shm);
 }
 
+/* n bytes of a linear congruential sequence from seed (NULL, counted as a
+ * failure, when out of memory); caller frees. */
+static unsigned char *random_bytes(size_t n, uint32_t seed)
+{
+    unsigned char *buf = malloc(n);
+    EXPECT(buf != NULL);
+    for (size_t i = 0; buf && i < n; i++)
+        buf[i] = (unsigned char)((seed = seed * 1664525u + 1013904223u) >> 24);
+    return buf;
+}
+
 /* ISA-L's CRC-32 gives zlib's values: the check value, every length 0-300
  * at every alignment 0-15, and a 3 MiB buffer split into uneven chained
  * pieces (checkpoints chain the header and the data). */
@@ -982,13 +993,9 @@ static void test_crc32_isal_equals_zlib(void)
     EXPECT(dt__crc32_zlib(0, "123456789", 9) == 0xCBF43926u);
     EXPECT(dt__crc32(0, "123456789", 9) == 0xCBF43926u);
     size_t n = (size_t)3 << 20;
-    unsigned char *buf = malloc(n);
-    EXPECT(buf != NULL);
+    unsigned char *buf = random_bytes(n, 12345);
     if (!buf)
         return;
-    uint32_t x = 12345;
-    for (size_t i = 0; i < n; i++)
-        buf[i] = (unsigned char)((x = x * 1664525u + 1013904223u) >> 24);
     uint32_t got;
     if (!dt__crc32_isal(0, buf, 1, &got)) {
         printf("  (built without ISA-L: zlib computes the CRC-32s; scripts/setup.sh installs libisal-dev)\n");
@@ -1015,13 +1022,9 @@ static void test_crc32_isal_equals_zlib(void)
 static void test_crc32_combine(void)
 {
     size_t n = (size_t)3 << 20;
-    unsigned char *buf = malloc(n);
-    EXPECT(buf != NULL);
+    unsigned char *buf = random_bytes(n, 777);
     if (!buf)
         return;
-    uint32_t x = 777;
-    for (size_t i = 0; i < n; i++)
-        buf[i] = (unsigned char)((x = x * 1664525u + 1013904223u) >> 24);
     uint32_t whole = dt__crc32_zlib(0, buf, n);
     for (size_t split = 0; split <= n; split += n / 5 + 1) {
         uint32_t a = dt__crc32(0, buf, split), b = dt__crc32(0, buf + split, n - split);
