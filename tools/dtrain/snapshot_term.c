@@ -8,9 +8,8 @@
  * gpt-mini).  A write on tmpfs takes tens of milliseconds; the wait is
  * bounded by WAIT_MS all the same (a starved CPU took over a second: the
  * restart waited for it), after which the signal acts and the write is
- * lost as before.  With no write in
- * flight the signal acts at once, as without the handler.  Lock-free
- * atomics: safe in a signal handler. */
+ * lost as before.  With no write in flight the signal acts at once, as
+ * without the handler.  Lock-free atomics: safe in a signal handler. */
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
