@@ -351,7 +351,7 @@ typedef struct {
      * stops).  For state that only o's updates change between submits
      * (data parallelism, one process); a caller that changes it otherwise
      * calls dt_ckpt_writer_settle first.  Ignored without o, for sharded
-     * submits and with stream_model. */
+     * submits and with stream_model.  One such writer per optimizer. */
     bool defer_copy;
 } dt_ckpt_writer_config;
 

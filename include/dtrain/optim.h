@@ -52,7 +52,8 @@ void dt_optimizer_end_step(dt_optimizer *o);
 /* guard(user) runs on the updating thread before every update (step,
  * range, slice, rows) changes the parameters or the state: a checkpoint
  * writer that copies them in the background waits there for its copy
- * (dt_ckpt_writer_config.defer_copy).  NULL removes it. */
+ * (dt_ckpt_writer_config.defer_copy).  One guard per optimizer: a call
+ * replaces the previous one; NULL removes it. */
 void dt_optimizer_set_guard(dt_optimizer *o, void (*guard)(void *user), void *user);
 /* The same with param and grad pointing at element `offset` itself: a slice
  * that lives elsewhere than in one array of the shard's length (ZeRO-1 and
