@@ -306,9 +306,12 @@ dt_status dt_ckpt_writer_start(const dt_ckpt_writer_config *cfg, dt_params *p, d
     return DT_OK;
 }
 
-/* With the mutex held: until no write is pending or in flight. */
-static void wait_idle(dt_ckpt_writer *w)
+/* Take the mutex once no write is pending or in flight (copying a deferred
+ * copy's pieces left meanwhile). */
+static void lock_idle(dt_ckpt_writer *w)
 {
+    help_copy(w, NULL);
+    pthread_mutex_lock(&w->mu);
     while (w->pending || w->busy)
         pthread_cond_wait(&w->cv, &w->mu);
 }
@@ -318,9 +321,7 @@ static dt_status submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const cha
                         const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files, double *stall_s)
 {
     double t0 = now_s();
-    help_copy(w, NULL); /* (the last one's, if not done yet) */
-    pthread_mutex_lock(&w->mu);
-    wait_idle(w);
+    lock_idle(w);
     w->sh.nranks = 0;
     if (sh) { /* copied: the caller's arrays need not outlive the call */
         dt_ckpt_unit *units = realloc(w->units, (size_t)(sh->nunits ? sh->nunits : 1) * sizeof *units);
@@ -406,9 +407,7 @@ dt_status dt_ckpt_writer_submit_sharded(dt_ckpt_writer *w, const dt_ckpt_progres
 
 dt_status dt_ckpt_writer_flush(dt_ckpt_writer *w)
 {
-    help_copy(w, NULL); /* (a waiter copies what is left) */
-    pthread_mutex_lock(&w->mu);
-    wait_idle(w);
+    lock_idle(w);
     dt_status s = w->failed;
     if (s != DT_OK)
         dt__fail(s, "%s", w->failed_why);
@@ -418,9 +417,7 @@ dt_status dt_ckpt_writer_flush(dt_ckpt_writer *w)
 
 int64_t dt_ckpt_writer_last_good(dt_ckpt_writer *w, char *dir, size_t len)
 {
-    help_copy(w, NULL);
-    pthread_mutex_lock(&w->mu);
-    wait_idle(w);
+    lock_idle(w);
     int64_t step = w->last_good;
     snprintf(dir, len, "%s", w->last_good_dir);
     pthread_mutex_unlock(&w->mu);
