@@ -18,6 +18,7 @@
 #include "check.h"
 #include "ckpt/ckpt_internal.h"
 #include "dtrain/ckpt.h"
+#include "dtrain/tensor.h"
 
 static char root[256];
 
@@ -930,6 +931,115 @@ static void test_writer_staged(bool defer, int64_t rows)
         fprintf(stderr, "could not remove %s\n", shm);
 }
 
+/* An armed writer (dt_ckpt_writer_arm): the update before the submit
+ * copies each 64 KiB piece it writes whole into the snapshot (the tee).
+ * The parameter of 200004 elements is 13 pieces a array (the last one
+ * short), 39 in all.  Step by step, with the snapshot checked bitwise
+ * against the state at the submit (and its CRCs by the manifest):
+ *  1. two updates cut at element 70000: every piece but piece 4 is teed
+ *     (36 of 39, one thread);
+ *  2. the same, then [1000, 1100) updated again: piece 0's teed copy is
+ *     stale and must not be used (33 of 39);
+ *  3. pieces 0-1 of the parameters updated in another buffer (a slice):
+ *     their teed copy would not be the live state's (34 of 39: the moments'
+ *     pieces 0-1 are the live ones);
+ *  4. two threads, each update cut between them (their pieces copied after);
+ *  5. not armed: nothing teed.
+ * Without staging (blocked), arming does nothing and the snapshots are
+ * the same. */
+static void test_writer_tee(void)
+{
+    char shm[256], dir[DT_CKPT_PATH_MAX], staging[300];
+    snprintf(shm, sizeof shm, "/dev/shm/dtrain-test-tee.XXXXXX");
+    if (!mkdtemp(shm)) {
+        printf("  (no /dev/shm here: the tee is not checked)\n");
+        return;
+    }
+    snprintf(staging, sizeof staging, "%s/.staging", shm);
+    for (int blocked = 0; blocked <= 1; blocked++) {
+        if (blocked) {
+            FILE *f = fopen(staging, "w");
+            EXPECT(f != NULL);
+            if (f)
+                fclose(f);
+        }
+        dt_optimizer *o;
+        dt_params *p = make_params(50000, &o, 1.0f);
+        reports r = {0};
+        dt_ckpt_writer_config cfg = {shm, 2, meta, -1, NULL, on_report, &r, false, true};
+        dt_ckpt_writer *w;
+        EXPECT_STATUS(dt_ckpt_writer_start(&cfg, p, o, &w), DT_OK);
+        int64_t n = dt_params_numel(p), count;
+        EXPECT_EQ(n, 200004);
+        float *values = dt_params_values(p), *state = dt_optimizer_state(o, &count);
+        float *want = malloc((size_t)(n + count) * sizeof(float)), *grad = malloc((size_t)n * sizeof(float)),
+              *other = malloc(2 * 16384 * sizeof(float));
+        EXPECT(want && grad && other);
+        if (!want || !grad || !other)
+            return;
+        const int teed_by_step[] = {0, 36, 33, 34, -1, 0}; /* -1: some, not all (the threads' cuts) */
+        int64_t teed_before = 0;
+        for (int64_t step = 1; step <= 5; step++) {
+            EXPECT_STATUS(dt_set_threads(step == 4 ? 2 : 1), DT_OK);
+            for (int64_t i = 0; i < n; i++)
+                grad[i] = 0.5f + (float)((i * 7 + step) % 13);
+            if (step != 5)
+                dt_ckpt_writer_arm(w);
+            EXPECT_STATUS(dt_optimizer_update_range(o, values, grad, 0, 70000, 1e-3f), DT_OK);
+            EXPECT_STATUS(dt_optimizer_update_range(o, values, grad, 70000, n - 70000, 1e-3f), DT_OK);
+            if (step == 2)
+                EXPECT_STATUS(dt_optimizer_update_range(o, values, grad, 1000, 100, 1e-3f), DT_OK);
+            if (step == 3) {
+                memcpy(other, values, 2 * 16384 * sizeof(float));
+                EXPECT_STATUS(dt_optimizer_update_slice(o, other, grad, 0, 2 * 16384, 1e-3f), DT_OK);
+            }
+            dt_optimizer_end_step(o);
+            memcpy(want, values, (size_t)n * sizeof(float));
+            memcpy(want + n, state, (size_t)count * sizeof(float));
+            dt_ckpt_progress pr = progress(step);
+            EXPECT_STATUS(dt_ckpt_writer_submit(w, &pr, NULL, NULL), DT_OK);
+            EXPECT_STATUS(dt_ckpt_writer_flush(w), DT_OK);
+            int64_t teed = (int64_t)(dt_ckpt_writer_teed(w, NULL) * 39.0 * (double)step + 0.5);
+            if (blocked)
+                EXPECT_EQ(teed, 0);
+            else if (teed_by_step[step] >= 0)
+                EXPECT_EQ(teed - teed_before, teed_by_step[step]);
+            else
+                EXPECT(teed - teed_before > 0 && teed - teed_before < 39);
+            teed_before = teed;
+            EXPECT_STATUS(dt_ckpt_step_dir(shm, step, dir, sizeof dir), DT_OK);
+            dt_ckpt_manifest *mf;
+            EXPECT_STATUS(dt_ckpt_manifest_open(dir, &mf), DT_OK); /* every file's size and CRC-32 checked */
+            dt_ckpt_manifest_close(mf);
+            dt_optimizer *o2;
+            dt_params *p2 = make_params(50000, &o2, 0.0f);
+            EXPECT_STATUS(dt_ckpt_load(dir, p2, o2), DT_OK);
+            int64_t c2;
+            const float *s2 = dt_optimizer_state(o2, &c2);
+            EXPECT(memcmp(dt_params_values(p2), want, (size_t)n * sizeof(float)) == 0);
+            EXPECT(c2 == count && memcmp(s2, want + n, (size_t)count * sizeof(float)) == 0);
+            dt_optimizer_destroy(o2);
+            dt_params_destroy(p2);
+        }
+        EXPECT_STATUS(dt_set_threads(1), DT_OK);
+        EXPECT_EQ(r.failures, 0);
+        free(want);
+        free(grad);
+        free(other);
+        dt_ckpt_writer_stop(w);
+        dt_optimizer_destroy(o);
+        dt_params_destroy(p);
+        char cmd[1024];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'/step-* '%s'/.spare '%s'/.staging", shm, shm, shm);
+        if (system(cmd) != 0)
+            fprintf(stderr, "could not clear %s\n", shm);
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", shm);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", shm);
+}
+
 /* Mappings of staged files whose files do not come back (removed, not
  * pruned into .spare) are unmapped once `horizon` stagings passed them
  * over, and a file that comes back is used through its mapping. */
@@ -1057,6 +1167,7 @@ int main(void)
     test_writer_staged(true, 40);
     test_writer_staged(true, 200000);
     test_staging_maps_horizon();
+    test_writer_tee();
     if (!check_failures) {
         char cmd[512];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);

@@ -26,6 +26,10 @@ STEP_RUNS, FAULT_RUNS = int(sys.argv[6]), int(sys.argv[7])
 # SNAP_EVERY=k: the step time with a snapshot every k steps (memory_checkpoint_interval=k): the mean of
 # 4k steps after the first 3, since a median would leave out the steps that take one
 SNAP_EVERY = int(os.environ.get("SNAP_EVERY", "1"))
+# SNAP_COPIES="update background": each round runs off, then on once per DT_SNAPSHOT_COPY value named
+# (default: auto alone), so that the copy's places are compared in the same rounds; SNAP_MODELS="gpt-small":
+# those models only (default: both)
+SNAP_COPIES = os.environ.get("SNAP_COPIES", "auto").split()
 BASE = ["--set", "threads=1", "--set", "log_interval=1", "--set", "eval_interval=0", "--set", "eval_batches=1",
         "--set", "warmup_steps=2"]
 # (smaller batches than the configs' 16, so that the runs fit the time; the snapshot's share of a step is then larger)
@@ -35,8 +39,9 @@ ENV = dict(os.environ, DT_HEARTBEAT_TIMEOUT="5", DT_TIMEOUT="120")
 port = [29600]
 
 
-def job(d, sets, roots=None):
-    """The 2 hosts' dtruns (2 ranks each); returns [node0, node1] and a starter for a replacement node 1."""
+def job(d, sets, roots=None, copy=None):
+    """The 2 hosts' dtruns (2 ranks each); returns [node0, node1] and a starter for a replacement node 1.
+    copy: DT_SNAPSHOT_COPY (None: unset)."""
     os.makedirs(d, exist_ok=True)
     open(f"{d}/tok", "w").write(f"snapbench-{os.getpid()}\n")
     os.chmod(f"{d}/tok", 0o600)
@@ -45,6 +50,8 @@ def job(d, sets, roots=None):
     def node(i, mode="w"):
         env = dict(ENV, DT_SNAPSHOT_ROOT=roots[i]) if roots else dict(ENV)
         env["DT_RESTART_TRACE"] = f"{d}/phases"  # restart_phases.py reads it
+        if copy:
+            env["DT_SNAPSHOT_COPY"] = copy
         cmd = ["ip", "netns", "exec", NS[i], "taskset", "-c", str(i), f"{BIN}/dtrun", "--nnodes", "2",
                "--node-rank", str(i), "--master", f"{ADDR0}:{port[0]}", "--token-file", f"{d}/tok",
                "--join-timeout", "120", "--max-restarts", "1", "-n", "2", f"{BIN}/dtrain", "train", *sets,
@@ -94,37 +101,41 @@ def last_step(d):
 
 results = {"step": {}, "faults": []}
 # ---- 1. step time and memory ----
-for name, (cfg, steps) in MODELS.items() if STEP_RUNS > 0 else ():
-    per = {"off": [], "on": []}
-    rss = {"off": [], "on": []}
-    cost = []
+chosen = os.environ.get("SNAP_MODELS", " ".join(MODELS)).split()
+for name, (cfg, steps) in [(m, MODELS[m]) for m in chosen] if STEP_RUNS > 0 else ():
+    modes = ["off"] + [f"on:{c}" for c in SNAP_COPIES]
+    per = {m: [] for m in modes}
+    rss = {m: [] for m in modes}
+    cost = {m: [] for m in modes}
     size = 0
     if SNAP_EVERY > 1:
         steps = 3 + 4 * SNAP_EVERY
     for k in range(STEP_RUNS):
-        for mode in ("off", "on"):
-            d = f"{WORK}/{name}-{mode}-{k}"
+        for mode in modes:
+            d = f"{WORK}/{name}-{mode.replace(':', '-')}-{k}"
             sets = [*cfg, *BASE, "--set", f"steps={steps}", "--set", f"checkpoint_dir={d}/ck"]
-            if mode == "on":
+            if mode != "off":
                 sets += ["--set", f"memory_checkpoint_interval={SNAP_EVERY}"]
-            procs, _ = job(d, sets)
+            procs, _ = job(d, sets, copy=mode[3:] or None)
             finish(d, procs)
             per[mode].append((statistics.mean if SNAP_EVERY > 1 else statistics.median)(step_times(d)))
             rss[mode].append(peak_rss(d))
             size = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(f"{d}/ck/step-{steps:08d}")
                        for f in fs)
-            if mode == "on":
-                cost.append(snapshot_ms(d))
+            if mode != "off":
+                cost[mode].append(snapshot_ms(d))
             print(f"{name} {mode} run {k}: {'mean' if SNAP_EVERY > 1 else 'median'} step {per[mode][-1]:.3f} s, peak RSS rank 0 {rss[mode][-1]:.0f} MiB"
-                  + (f", a snapshot {cost[-1][0]:.1f} ms on the training thread, {cost[-1][1]:.1f} ms in the background"
-                     if mode == "on" else ""), flush=True)
-    off, on = statistics.median(per["off"]), statistics.median(per["on"])
-    ratios = [b / a for a, b in zip(per["off"], per["on"])]
-    results["step"][name] = {"off_s": off, "on_s": on, "ratio_median": statistics.median(ratios),
-                             "ratios": ratios, "rss_off": statistics.median(rss["off"]),
-                             "rss_on": statistics.median(rss["on"]), "snapshot_bytes": size,
-                             "thread_ms": statistics.median(c[0] for c in cost),
-                             "background_ms": statistics.median(c[1] for c in cost)}
+                  + (f", a snapshot {cost[mode][-1][0]:.1f} ms on the training thread, {cost[mode][-1][1]:.1f} ms in the background"
+                     if mode != "off" else ""), flush=True)
+    for mode in modes[1:]:
+        off, on = statistics.median(per["off"]), statistics.median(per[mode])
+        ratios = [b / a for a, b in zip(per["off"], per[mode])]
+        label = name if len(modes) == 2 else f"{name}, copy {mode[3:]}"
+        results["step"][label] = {"off_s": off, "on_s": on, "ratio_median": statistics.median(ratios),
+                                  "ratios": ratios, "rss_off": statistics.median(rss["off"]),
+                                  "rss_on": statistics.median(rss[mode]), "snapshot_bytes": size,
+                                  "thread_ms": statistics.median(c[0] for c in cost[mode]),
+                                  "background_ms": statistics.median(c[1] for c in cost[mode])}
 
 # ---- 2. faults ----
 mini, _ = MODELS["gpt-mini"]

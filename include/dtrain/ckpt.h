@@ -393,6 +393,17 @@ void dt_ckpt_writer_settle(dt_ckpt_writer *w);
  * copies so far (the copies' cost to the caller; submit's *stall_s is the
  * rest). */
 double dt_ckpt_writer_waited(dt_ckpt_writer *w);
+/* With defer_copy and staged files (memory snapshots): the next submit
+ * comes right after the next optimizer update, so that update copies the
+ * state into the snapshot itself (dt_optimizer_set_tee), each 64 KiB piece
+ * right after writing it, from the cache, with its CRC; the submit's copy
+ * is then only what the update did not write whole.  The update's first
+ * guard plans the copy (it waits for the previous write); the submit ends
+ * the tee.  Without defer_copy or staging (w may be NULL), nothing. */
+void dt_ckpt_writer_arm(dt_ckpt_writer *w);
+/* The share of deferred copies' pieces the tee copied so far (0 to 1);
+ * *seconds (may be NULL): the time the tee took, its threads' together. */
+double dt_ckpt_writer_teed(dt_ckpt_writer *w, double *seconds);
 
 #ifdef __cplusplus
 }

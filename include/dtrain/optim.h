@@ -49,17 +49,31 @@ dt_status dt_optimizer_step(dt_optimizer *o, float *param, const float *grad, in
 dt_status dt_optimizer_update_range(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n,
                                     float lr);
 void dt_optimizer_end_step(dt_optimizer *o);
+/* The same with param and grad pointing at element `offset` itself: a slice
+ * that lives elsewhere than in one array of the shard's length (ZeRO-1 and
+ * -2 update their slices where they sit in the whole parameters). */
+dt_status dt_optimizer_update_slice(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n,
+                                    float lr);
 /* guard(user) runs on the updating thread before every update (step,
  * range, slice, rows) changes the parameters or the state: a checkpoint
  * writer that copies them in the background waits there for its copy
  * (dt_ckpt_writer_config.defer_copy).  One guard per optimizer: a call
  * replaces the previous one; NULL removes it. */
 void dt_optimizer_set_guard(dt_optimizer *o, void (*guard)(void *user), void *user);
-/* The same with param and grad pointing at element `offset` itself: a slice
- * that lives elsewhere than in one array of the shard's length (ZeRO-1 and
- * -2 update their slices where they sit in the whole parameters). */
-dt_status dt_optimizer_update_slice(dt_optimizer *o, float *param, const float *grad, int64_t offset, int64_t n,
-                                    float lr);
+/* A tee: tee(user, offset, n, written) runs on the updating threads (several
+ * at once) right after an update on the cpu wrote the elements [offset,
+ * offset + n) of the parameters and the state, while they are still in
+ * the cache: written[0] points at the parameters' element offset, [1] and
+ * [2] at the state's (momentum or sum, then v; NULL where the optimizer has
+ * none).  Each call lies within one piece of `grid` elements (piece i:
+ * [i grid, (i + 1) grid)), so that a whole piece comes in one call.  A call
+ * with written[0] NULL says the elements changed without their values at
+ * hand (row-sparse updates).  Updates on a device or of an offloaded state
+ * write where the tee's user did not look (their pointers tell).  A
+ * checkpoint writer copies the state into its snapshot this way
+ * (dt_ckpt_writer_arm).  One tee per optimizer; NULL removes it. */
+typedef void (*dt_optim_tee)(void *user, int64_t offset, int64_t n, const float *const written[3]);
+void dt_optimizer_set_tee(dt_optimizer *o, int64_t grid, dt_optim_tee tee, void *user);
 /* Row-sparse parameters (nn.h): the update of some rows only.  A row whose
  * gradient is zero is left exactly as it is by SGD without momentum or
  * weight decay and by Adagrad without weight decay (its sum grows by 0 and

@@ -54,6 +54,7 @@ static const dt__tunable tunables[] = {
     {"DT_PS_SERVERS", NULL, "set by dtrun --servers S: the job's last S ranks are parameter servers (dtrain's servers key, when the config gives none)"},
     {"DT_RESTARTABLE", NULL, "set to 1 by dtrun when the job may restart: dtrain then also checkpoints the initial weights"},
     {"DT_SNAPSHOT_DIR", NULL, "set by dtrun when the job may restart: the directory (in /dev/shm) that dtrain's memory_checkpoint_interval snapshots go to and a restart resumes from"},
+    {"DT_SNAPSHOT_COPY", "auto", "dtrain's memory snapshots of replicated state (DDP, one process): where the copy runs: update (the optimizer's update copies each piece it writes, from the cache: the state is read once), background (a thread copies it while the next step computes) or auto (update where the host's ranks' compute threads take every core, else background)"},
     {"DT_SNAPSHOT_ROOT", "/dev/shm", "dtrun: where it creates each job's DT_SNAPSHOT_DIR"},
     {"DT_RESTART_TRACE", NULL, "dtrun and dtrain append a timestamped line per phase of their start and of a restart to this file (bench/snapshots/restart_phases.py sums them)"},
     {"DT_DEBUG", "warn", "log level: warn, info, trace; add coll (e.g. info,coll) to check and record collectives"},

@@ -90,11 +90,24 @@ typedef struct {
     size_t bytes;
     bool crc;
     uint32_t *piece_crc;
-    int crc_capacity;
+    _Atomic unsigned char *done; /* by piece: copied by a tee since the plan */
+    int capacity;
 } dt__state_copy;
 dt_status dt__state_copy_plan(dt__state_copy *c, const float *const src[3], float *const dst[3], size_t bytes,
                               bool crc);
 void dt__state_copy_piece(dt__state_copy *c, int k);
+/* The elements [offset, offset + n) of the arrays were just written, and
+ * written[slot] holds them (an optimizer's tee, dt_optimizer_set_tee; any
+ * thread): the pieces they cover whole, at the source's own addresses, are
+ * copied now (the CRC taken) and marked done; the other pieces they touch
+ * are marked not done (their copy, if any, is stale). */
+void dt__state_copy_tee(dt__state_copy *c, int64_t offset, int64_t n, const float *const written[3]);
+/* Whether the plan reads the arrays src (by slot; those it copies). */
+bool dt__state_copy_reads(const dt__state_copy *c, const float *const src[3]);
+/* Whether piece k was copied by a tee (and needs no copy now). */
+bool dt__state_copy_done(const dt__state_copy *c, int k);
+/* The elements in a piece of each array. */
+#define DT__STATE_COPY_PIECE_FLOATS ((int64_t)16384)
 void dt__state_copy_crcs(const dt__state_copy *c, uint32_t out[3]);
 void dt__state_copy_free(dt__state_copy *c);
 

@@ -3,15 +3,20 @@
  * the copy, prunes old checkpoints and reports.  With defer_copy the copy
  * is this thread's too, in pieces, while the next step computes; the
  * optimizer's next update (its guard) takes the pieces left, if any, before
- * it changes the state.  (Not a copier at the lowest priority, which would
- * take only idle CPU: a stopping rank's exit then waited for its thread,
- * which the kernel tears the address space down on, for 1.5 s behind a
- * busy core, and an update for a piece it held.)  One write is in flight at a
- * time: a submit while the previous one still writes waits for it.  On
- * tmpfs (memory snapshots) the copy goes straight into the next snapshot's
- * mapped files (dt__ckpt_staging), which this thread then seals and moves
- * into place: one copy of the state, not two. */
+ * it changes the state.  Armed (dt_ckpt_writer_arm), the update before the
+ * submit copies each piece it writes whole as it writes it (the tee), so
+ * the state is read from memory once, by the update, and the copy after
+ * the submit is only the pieces the update cut.  (Not a copier at the
+ * lowest priority, which would take only idle CPU: a stopping rank's exit
+ * then waited for its thread, which the kernel tears the address space
+ * down on, for 1.5 s behind a busy core, and an update for a piece it
+ * held.)  One write is in flight at a time: a submit while the previous
+ * one still writes waits for it.  On tmpfs (memory snapshots) the copy goes
+ * straight into the next snapshot's mapped files (dt__ckpt_staging), which
+ * this thread then seals and moves into place: one copy of the state, not
+ * two. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,8 +48,12 @@ struct dt_ckpt_writer {
     dt__state_copy copy;   /* the submitted state's copy, in pieces */
     bool defer;            /* defer_copy: this thread copies, o's updates help and wait for it */
     bool copying;          /* a deferred copy not done: the live state still to be read */
-    int copy_next, copy_done; /* its pieces taken, and copied */
+    int copy_next, copy_done; /* its pieces taken, and copied (or done by the tee) */
+    bool arm_wanted;       /* dt_ckpt_writer_arm: the next update plans the copy and tees it */
+    bool teeing;           /* planned, and the optimizer's tee copies what its updates write */
     double waited_s;       /* time updates and settles waited for copies (helping included) */
+    int64_t teed_pieces, planned_pieces; /* deferred copies' pieces: copied by the tee, in all */
+    _Atomic uint64_t tee_ns; /* the tee's time, the updating threads' together */
     dt_ckpt_progress pr;
     /* a sharded submit's sharding and shard files (sh.nranks 0: not sharded) */
     dt_ckpt_sharding sh;
@@ -122,6 +131,10 @@ static void copy_pieces(dt_ckpt_writer *w)
             return;
         }
         int k = w->copy_next++;
+        if (dt__state_copy_done(&w->copy, k)) { /* (the tee's: counted at the submit) */
+            pthread_mutex_unlock(&w->mu);
+            continue;
+        }
         pthread_mutex_unlock(&w->mu);
         dt__state_copy_piece(&w->copy, k);
         pthread_mutex_lock(&w->mu);
@@ -146,6 +159,16 @@ static void help_copy(dt_ckpt_writer *w, double *waited)
     pthread_mutex_unlock(&w->mu);
 }
 
+/* Take the mutex once no write is pending or in flight (copying a deferred
+ * copy's pieces left meanwhile). */
+static void lock_idle(dt_ckpt_writer *w)
+{
+    help_copy(w, NULL);
+    pthread_mutex_lock(&w->mu);
+    while (w->pending || w->busy)
+        pthread_cond_wait(&w->cv, &w->mu);
+}
+
 /* help_copy, the time counted, when a copy is in flight. */
 static void settle(dt_ckpt_writer *w)
 {
@@ -160,9 +183,50 @@ static void settle(dt_ckpt_writer *w)
     pthread_mutex_unlock(&w->mu);
 }
 
+static void tee(void *user, int64_t offset, int64_t n, const float *const written[3])
+{
+    dt_ckpt_writer *w = user;
+    uint64_t t0 = dt__now_ns();
+    dt__state_copy_tee(&w->copy, offset, n, written);
+    atomic_fetch_add_explicit(&w->tee_ns, dt__now_ns() - t0, memory_order_relaxed);
+}
+
+/* The copy of the live state (src: its arrays by slot) into values, m and v. */
+static dt_status plan(dt_ckpt_writer *w, const float *const src[3], bool crc)
+{
+    float *dst[3] = {w->values, w->m, w->v};
+    w->data_crc_taken = crc;
+    return dt__state_copy_plan(&w->copy, src, dst, (size_t)dt_params_numel(w->p) * sizeof(float), crc);
+}
+
+/* The submit's copy planned before the update that writes the state, for
+ * the update's tee (the live state's arrays: the submit checks that they
+ * are still the same ones). */
+static void arm_now(dt_ckpt_writer *w)
+{
+    lock_idle(w);
+    bool on_disk = false; /* (an offloaded state would be read here, and is not where the update writes) */
+    dt_optimizer_state_floats(w->o, &on_disk);
+    dt_ckpt_tensors live = on_disk ? (dt_ckpt_tensors){0} : dt_ckpt_tensors_live(w->p, w->o);
+    const float *src[3] = {live.values, live.m, live.v};
+    if (w->arm_wanted && !w->teeing && w->staged && !on_disk && plan(w, src, true) == DT_OK) {
+        w->teeing = true;
+        dt_optimizer_set_tee(w->o, DT__STATE_COPY_PIECE_FLOATS, tee, w);
+    }
+    w->arm_wanted = false;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Before every update: the previous copy finished; the next one armed when asked. */
 static void settle_guard(void *user)
 {
-    settle(user);
+    dt_ckpt_writer *w = user;
+    settle(w);
+    pthread_mutex_lock(&w->mu);
+    bool arm = w->arm_wanted;
+    pthread_mutex_unlock(&w->mu);
+    if (arm)
+        arm_now(w);
 }
 
 /* On the writer thread, with busy set: the fields it touches are the
@@ -306,16 +370,6 @@ dt_status dt_ckpt_writer_start(const dt_ckpt_writer_config *cfg, dt_params *p, d
     return DT_OK;
 }
 
-/* Take the mutex once no write is pending or in flight (copying a deferred
- * copy's pieces left meanwhile). */
-static void lock_idle(dt_ckpt_writer *w)
-{
-    help_copy(w, NULL);
-    pthread_mutex_lock(&w->mu);
-    while (w->pending || w->busy)
-        pthread_cond_wait(&w->cv, &w->mu);
-}
-
 /* submit's work; sh NULL: not sharded. */
 static dt_status submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const char *label,
                         const dt_ckpt_sharding *sh, const dt_ckpt_shard_file *files, double *stall_s)
@@ -346,20 +400,27 @@ static dt_status submit(dt_ckpt_writer *w, const dt_ckpt_progress *pr, const cha
     }
     /* the live state's pointers taken here (an offloaded state is read on
      * this thread); into staged files (not for a sharded write) each
-     * piece's CRC is taken as it is copied, so the seal reads nothing back */
+     * piece's CRC is taken as it is copied, so the seal reads nothing back.
+     * Armed (dt_ckpt_writer_arm), the plan was made before the update, and
+     * its tee has copied the pieces the update wrote whole. */
     dt_ckpt_tensors live = dt_ckpt_tensors_live(w->p, w->o);
     const float *src[3] = {live.values, live.m, live.v};
-    float *dst[3] = {w->values, w->m, w->v};
-    w->data_crc_taken = w->staged && !sh;
-    dt_status s = dt__state_copy_plan(&w->copy, src, dst, (size_t)dt_params_numel(w->p) * sizeof(float),
-                                      w->data_crc_taken);
+    bool teed = w->teeing && !sh && dt__state_copy_reads(&w->copy, src); /* (an offloaded state moves) */
+    if (w->teeing)
+        dt_optimizer_set_tee(w->o, 0, NULL, NULL);
+    w->teeing = w->arm_wanted = false;
+    dt_status s = teed ? DT_OK : plan(w, src, w->staged && !sh);
     if (s != DT_OK) {
         pthread_mutex_unlock(&w->mu);
         return dt__wrap(s, "checkpoint at step %lld not written: ", (long long)pr->step);
     }
     if (w->defer && !sh) { /* the writer thread's, from now on */
-        w->copying = w->copy.pieces > 0;
         w->copy_next = w->copy_done = 0;
+        for (int k = 0; k < w->copy.pieces; k++)
+            w->copy_done += dt__state_copy_done(&w->copy, k);
+        w->copying = w->copy_done < w->copy.pieces;
+        w->teed_pieces += w->copy_done;
+        w->planned_pieces += w->copy.pieces;
     } else {
         for (int k = 0; k < w->copy.pieces; k++)
             dt__state_copy_piece(&w->copy, k);
@@ -436,6 +497,8 @@ void dt_ckpt_writer_stop(dt_ckpt_writer *w)
     pthread_join(w->thread, NULL); /* a pending write still completes */
     if (w->defer)
         dt_optimizer_set_guard(w->o, NULL, NULL);
+    if (w->teeing)
+        dt_optimizer_set_tee(w->o, 0, NULL, NULL);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     writer_free(w);
@@ -460,6 +523,25 @@ void dt_ckpt_writer_settle(dt_ckpt_writer *w)
 {
     if (w)
         settle(w);
+}
+
+void dt_ckpt_writer_arm(dt_ckpt_writer *w)
+{
+    if (!w || !w->defer)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->arm_wanted = true;
+    pthread_mutex_unlock(&w->mu);
+}
+
+double dt_ckpt_writer_teed(dt_ckpt_writer *w, double *seconds)
+{
+    pthread_mutex_lock(&w->mu);
+    double f = w->planned_pieces ? (double)w->teed_pieces / (double)w->planned_pieces : 0;
+    pthread_mutex_unlock(&w->mu);
+    if (seconds)
+        *seconds = (double)atomic_load_explicit(&w->tee_ns, memory_order_relaxed) / 1e9;
+    return f;
 }
 
 double dt_ckpt_writer_waited(dt_ckpt_writer *w)

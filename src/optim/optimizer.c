@@ -41,6 +41,10 @@ struct dt_optimizer {
     /* dt_optimizer_set_guard's: run before any update changes the state */
     void (*guard)(void *user);
     void *guard_user;
+    /* dt_optimizer_set_tee's: told of every piece an update wrote */
+    dt_optim_tee tee;
+    void *tee_user;
+    int64_t tee_grid;
 };
 
 static dt_status create(kind k, int64_t numel, int64_t state_len, dt_optimizer **out)
@@ -149,6 +153,23 @@ static void adagrad_range(int64_t begin, int64_t end, void *arg)
 
 static const dt__range_fn kernels[] = {[SGD] = sgd_range, [ADAMW] = adamw_range, [ADAGRAD] = adagrad_range};
 
+/* The kernel in pieces of the tee's grid (absolute element offsets), the
+ * tee told of each right after it is written.  (The update is element-wise:
+ * where a range is cut changes no bit, as with the threads' chunks.) */
+static void teed_range(int64_t begin, int64_t end, void *arg)
+{
+    update_args *a = arg;
+    const dt_optimizer *o = a->o;
+    for (int64_t b = begin; b < end;) {
+        int64_t stop = ((a->at + b) / o->tee_grid + 1) * o->tee_grid - a->at;
+        stop = stop < end ? stop : end;
+        kernels[o->kind](b, stop, a);
+        const float *written[3] = {a->p + b, a->s0 ? a->s0 + b : NULL, a->s1 ? a->s1 + b : NULL};
+        o->tee(o->tee_user, a->at + b, stop - b, written);
+        b = stop;
+    }
+}
+
 static float base_decay(const dt_optimizer *o)
 {
     return o->kind == SGD ? o->sgd.weight_decay : o->kind == ADAMW ? o->adam.weight_decay : o->adagrad.weight_decay;
@@ -207,7 +228,7 @@ static void update_part(dt_optimizer *o, float *param, const float *grad, float 
         if (o->dev)
             device_part(o, &a, stop - at);
         else
-            dt__parallel_for(stop - at, UPDATE_GRAIN, kernels[o->kind], &a);
+            dt__parallel_for(stop - at, UPDATE_GRAIN, o->tee ? teed_range : kernels[o->kind], &a);
         at = stop;
     }
 }
@@ -498,6 +519,13 @@ static void rows_range(int64_t b, int64_t e, void *arg)
         int64_t at = r->offset + r->rows[i] * r->row;
         update_args a = {o, r->param + at, r->grad + at, o->state ? o->state + at : NULL, NULL, at, r->lr, 0, 1, 1};
         kernels[o->kind](0, r->row, &a);
+        if (o->tee) /* (a row's values are not worth the tee's while: told as changed) */
+            for (int64_t b = at, end = at + r->row; b < end;) {
+                int64_t stop = (b / o->tee_grid + 1) * o->tee_grid;
+                stop = stop < end ? stop : end;
+                o->tee(o->tee_user, b, stop - b, (const float *const[3]){NULL, NULL, NULL});
+                b = stop;
+            }
     }
 }
 
@@ -552,4 +580,11 @@ void dt_optimizer_set_guard(dt_optimizer *o, void (*guard)(void *user), void *us
 {
     o->guard = guard;
     o->guard_user = guard ? user : NULL;
+}
+
+void dt_optimizer_set_tee(dt_optimizer *o, int64_t grid, dt_optim_tee tee, void *user)
+{
+    o->tee = grid > 0 ? tee : NULL;
+    o->tee_user = o->tee ? user : NULL;
+    o->tee_grid = o->tee ? grid : 0;
 }

@@ -4,7 +4,8 @@ memory_snapshots.sh.
 
 usage: memory_snapshots.py BIN WORK CASE...
 
-A case is LAYOUT:FAULT.  LAYOUT: ddp (dp=4), zero (ZeRO-1 over dp=4), tp
+A case is LAYOUT:FAULT.  LAYOUT: ddp (dp=4, the snapshot's copy in the
+optimizer's update), ddpbg (the same, the copy on the writer thread), zero (ZeRO-1 over dp=4), tp
 (tp=2 x dp=2), pp (pp=2 x dp=2), ps (3 workers and a parameter server,
 which is the rank killed).  FAULT:
   kill      kill -9 of rank 2 (ps: 3) mid-run, snapshots every step and no disk
@@ -37,8 +38,12 @@ STEPS, KILL_AT = 24, 13
 GPT = ["--config", "configs/gpt-mini.json", "--set", "layers=2", "--set", "dim=32", "--set", "heads=2",
        "--set", "context=32", "--set", "batch_size=4", "--set", f"steps={STEPS}", "--set", "log_interval=1",
        "--set", "eval_interval=0", "--set", "eval_batches=1", "--set", "threads=1", "--set", "warmup_steps=5"]
-LAYOUTS = {"ddp": [], "zero": ["--set", "zero_stage=1"], "tp": ["--set", "tp=2"], "pp": ["--set", "pp=2"], "ps": ["--set", "servers=1"]}
-VICTIM = {"ddp": 2, "zero": 2, "tp": 2, "pp": 2, "ps": 3}  # ps: the server (rank 3), its state in the snapshot
+LAYOUTS = {"ddp": [], "ddpbg": [], "zero": ["--set", "zero_stage=1"], "tp": ["--set", "tp=2"], "pp": ["--set", "pp=2"],
+           "ps": ["--set", "servers=1"]}
+# where the copy of DDP's replicated state runs (DT_SNAPSHOT_COPY), each forced once: ddp in the optimizer's
+# update (the tee), ddpbg on the writer thread; the nodes layouts take auto
+LAYOUT_ENV = {"ddp": {"DT_SNAPSHOT_COPY": "update"}, "ddpbg": {"DT_SNAPSHOT_COPY": "background"}}
+VICTIM = {"ddp": 2, "ddpbg": 2, "zero": 2, "tp": 2, "pp": 2, "ps": 3}  # ps: the server (rank 3), its state in the snapshot
 SNAP = os.environ.get("DT_SNAPSHOT_ROOT", "/dev/shm") + "/dtrain-"  # dtrun's snapshot directories
 ENV = dict(os.environ, DT_HEARTBEAT_TIMEOUT="5", DT_TIMEOUT="60")
 # generation 1's ranks: rank 0 damages or removes the snapshots first, the others wait for it
@@ -85,7 +90,9 @@ def weights(d):
 
 def run(d, layout, fault=None):
     os.makedirs(d)
-    sets = [*GPT, *LAYOUTS[layout], "--set", f"checkpoint_dir={d}/ck", "--set", f"metrics_file={d}/metrics.jsonl"]
+    # (ddp, ddpbg: dim 128, so that the update writes whole 64 KiB pieces of the state: dim 32's tensors cut each)
+    gpt = [("dim=128" if x == "dim=32" else x) for x in GPT] if layout in LAYOUT_ENV else GPT
+    sets = [*gpt, *LAYOUTS[layout], "--set", f"checkpoint_dir={d}/ck", "--set", f"metrics_file={d}/metrics.jsonl"]
     if fault:
         sets += ["--set", "memory_checkpoint_interval=1"]
     if fault == "lost":
@@ -93,7 +100,7 @@ def run(d, layout, fault=None):
     program = [f"{BIN}/dtrain", "train", *sets]
     if fault and BEFORE[fault]:
         program = ["sh", "-c", BEFORE[fault] + 'exec "$@"', "sh", *program]
-    env = dict(ENV, MARK=f"{d}/mark")
+    env = dict(ENV, MARK=f"{d}/mark", **LAYOUT_ENV.get(layout, {}))
     log = open(f"{d}/log", "w")
     t0 = time.time()
     job = subprocess.Popen([f"{BIN}/dtrun", "--max-restarts", "1", "-n", "4", *program], stdout=log,
@@ -293,6 +300,8 @@ for case in CASES:
         fail(f"{d}: the final weights differ from the uninterrupted run's")
     if fault == "kill":
         expect(d, r"restart 1: resuming from the memory snapshot of step \d+")
+        if layout == "ddp":  # the tee did copy most of it
+            expect(d, r"the copy in the update \((?:[5-9]\d|100)% of it\)")
         # the step logged last at the kill, or (the kill fell in its snapshot's background write) the one before
         if r["resumed"] < r["at"] - 1 or not r["from"].startswith(SNAP):
             fail(f"{d}: resumed at step {r['resumed']} from {r['from']}, but step {r['at']} was done at the kill")

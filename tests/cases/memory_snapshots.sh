@@ -17,9 +17,16 @@
 # the snapshots of this test alone (in memory, as dtrun's default), so that their removal is checked
 export DT_SNAPSHOT_ROOT=$(mktemp -d /dev/shm/dtrain-test.XXXXXX)
 trap 'rm -rf "$WORK" "$DT_SNAPSHOT_ROOT"' EXIT
-cases="ddp:kill ddp:crc ddp:lost zero:kill tp:kill pp:kill ps:kill nodes:kill nodes:host nodes:both nodeszero:host nodeszero:both"
-[ "${QUICK:-${DT_TEST_QUICK:-0}}" = 1 ] && cases="ddp:kill ddp:crc ddp:lost zero:kill nodes:kill nodes:host nodeszero:host"
+cases="ddp:kill ddpbg:kill ddp:crc ddp:lost zero:kill tp:kill pp:kill ps:kill nodes:kill nodes:host nodes:both nodeszero:host nodeszero:both"
+[ "${QUICK:-${DT_TEST_QUICK:-0}}" = 1 ] && cases="ddp:kill ddpbg:kill ddp:crc ddp:lost zero:kill nodes:kill nodes:host nodeszero:host"
 python3 "$(dirname "$0")/memory_snapshots.py" "$BIN" "$WORK" $cases || exit 1
+# where the copy runs: another word is refused, naming the variable
+mkdir -p "$WORK/badcopy"
+if DT_SNAPSHOT_DIR="$WORK/badcopy" DT_SNAPSHOT_COPY=fast "$BIN/dtrain" train --config configs/gpt-mini.json \
+    --set steps=1 --set eval_interval=0 --set memory_checkpoint_interval=1 >"$WORK/badcopy.log" 2>&1; then
+    fail "DT_SNAPSHOT_COPY=fast was accepted"
+fi
+expect_grep "$WORK/badcopy.log" "DT_SNAPSHOT_COPY='fast': expected auto, update or background"
 left=$(ls -A "$DT_SNAPSHOT_ROOT")
 [ -z "$left" ] || fail "dtrun left its snapshot directory behind: $left"
 # A dtrun killed with -9 leaves its snapshot directory: the next dtrun under the same parent removes it once

@@ -187,10 +187,35 @@ int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_
     return 0;
 }
 
+/* Where the copy of replicated state runs (DT_SNAPSHOT_COPY, *in_update):
+ * in the optimizer's update (the state read from memory once: the update
+ * writes it into the snapshot too, from the cache, but the update takes
+ * longer) or on the writer thread while the next step computes (the state
+ * read again, on another core).  auto: in the update where this host's
+ * ranks' compute threads take every core available to this rank (a copy
+ * beside them would take its time from theirs), else beside them.  false
+ * (printed) for another word. */
+static bool copy_place(const train_run *t, bool *in_update)
+{
+    const char *v = getenv("DT_SNAPSHOT_COPY");
+    if (!v || !*v || strcmp(v, "auto") == 0) {
+        int64_t threads = dt_get_threads(), cores = dt_cores_available();
+        *in_update = dt_cpus_bound() ? threads >= cores : threads * dt_local_ranks() >= cores;
+        return true;
+    }
+    *in_update = strcmp(v, "update") == 0;
+    if (*in_update || strcmp(v, "background") == 0)
+        return true;
+    fprintf(stderr, "dtrain: rank %d: DT_SNAPSHOT_COPY='%s': expected auto, update or background\n", t->rank, v);
+    return false;
+}
+
 int dtrain_snapshot_start(train_run *t)
 {
     const dtrain_config *c = t->c;
     const char *root = snapshot_root(c);
+    if (root && !copy_place(t, &t->snap_in_update))
+        return 1;
     if (c->memory_checkpoint_interval > 0 && !root) {
         if (t->lead)
             fprintf(stderr, "dtrain: warning: memory_checkpoint_interval: not under dtrun --max-restarts "
@@ -285,6 +310,13 @@ failed:
     return 1;
 }
 
+void dtrain_snapshot_before_step(train_run *t, int64_t step)
+{
+    int64_t k = t->c->memory_checkpoint_interval;
+    if (t->snap_writer && t->snap_in_update && (step + 1) % k == 0)
+        dt_ckpt_writer_arm(t->snap_writer);
+}
+
 int dtrain_snapshot_after_step(train_run *t, double *stall)
 {
     int64_t k = t->c->memory_checkpoint_interval;
@@ -317,13 +349,17 @@ void dtrain_snapshot_stop(train_run *t)
     dtrain_snapshot_ring_stop(t);
     if (!t->snap_writer)
         return;
-    double waited = dt_ckpt_writer_waited(t->snap_writer);
+    double waited = dt_ckpt_writer_waited(t->snap_writer), tee_s = 0;
+    double teed = dt_ckpt_writer_teed(t->snap_writer, &tee_s);
     dt_ckpt_writer_stop(t->snap_writer);
     t->snap_writer = NULL;
+    char by_update[128] = "";
+    if (teed > 0)
+        snprintf(by_update, sizeof by_update, ", the copy in the update (%.0f%% of it)", 100 * teed);
     if (t->snap_writes > 0 && t->lead) /* what they cost: what held the step up, the copy and write behind it */
         dtrain_progress_line("memory snapshots: %lld written into %s, each %.1f ms on the training thread (the "
-                             "submit, and waits for the copy) and %.1f ms in the background (the copy and the "
+                             "submit%s, and waits for the copy) and %.1f ms in the background (the copy and the "
                              "write)\n", (long long)t->snap_writes, t->snap_dir,
-                             1e3 * (t->snap_stall_s + waited) / (double)t->snap_writes,
+                             1e3 * (t->snap_stall_s + waited + tee_s) / (double)t->snap_writes, by_update,
                              1e3 * t->snap_write_s / (double)t->snap_writes);
 }

@@ -186,6 +186,7 @@ static int train_loop(train_run *t)
         fd.items = 0;
         if (c->straggler_rank >= 0 && dt_comm_rank(t->job) == c->straggler_rank)
             straggle(c, step);
+        dtrain_snapshot_before_step(t, step);
         dt_status s = dt_strategy_step(t->s, step, lr, next_batch, &fd, &st);
         float loss = st.loss;
         t->act_peak = st.activation_bytes > t->act_peak ? st.activation_bytes : t->act_peak;

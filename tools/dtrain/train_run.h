@@ -34,6 +34,7 @@ typedef struct {
     int snap_dropped, snap_write_failures; /* failed snapshots (the first is printed) */
     int64_t snap_writes;                   /* written; their time on the training thread and behind it */
     double snap_stall_s, snap_write_s;
+    bool snap_in_update;                   /* the optimizer's update copies replicated state (DT_SNAPSHOT_COPY) */
     FILE *metrics, *mon;
     dt_straggler *strag;
     dt_ckpt_progress pr;
@@ -71,6 +72,8 @@ int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_
 int dtrain_snapshot_start(train_run *t);
 /* After step t->pr.step: a snapshot when due (collective like a
  * checkpoint); *stall: time held up by the writer.  0, or 1. */
+/* Before step `step` (from 0): a snapshot follows it, so its update copies the state (dt_ckpt_writer_arm). */
+void dtrain_snapshot_before_step(train_run *t, int64_t step);
 int dtrain_snapshot_after_step(train_run *t, double *stall);
 /* Collective over comm: rank src sends the files of its snapshot step
  * directory dir; the ranks with need write them into dest (made here)
