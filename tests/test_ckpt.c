@@ -817,6 +817,40 @@ static ino_t inode_of(const char *dir, const char *name)
  * files come back as a later step's (the same inodes); stop removes the
  * staging.  With ROOT/.staging taken by a regular file the staging fails
  * and the writer copies through the heap, the snapshots as good. */
+/* A fresh /dev/shm test directory DIR (256 bytes) and its staging path (300);
+ * false (said) where there is no /dev/shm. */
+static bool shm_make(char *dir, char *staging, const char *name, const char *what)
+{
+    snprintf(dir, 256, "/dev/shm/dtrain-test-%s.XXXXXX", name);
+    if (!mkdtemp(dir)) {
+        printf("  (no /dev/shm here: %s is not checked)\n", what);
+        return false;
+    }
+    snprintf(staging, 300, "%s/.staging", dir);
+    return true;
+}
+
+/* A /dev/shm test directory's checkpoints and staging removed (whole: the directory too). */
+static void shm_clear(const char *shm, bool whole)
+{
+    char cmd[1024];
+    if (whole)
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", shm);
+    else
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'/step-* '%s'/.spare '%s'/.staging", shm, shm, shm);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not clear %s\n", shm);
+}
+
+/* A regular file where the staging directory goes: staging fails, the heap is used. */
+static void block_staging(const char *staging)
+{
+    FILE *f = fopen(staging, "w");
+    EXPECT(f != NULL);
+    if (f)
+        fclose(f);
+}
+
 /* defer: the writer thread copies the state, and an optimizer step right
  * after the submit takes part and waits for that copy (the snapshot holds
  * the state as submitted, not as updated).  rows: the parameter's size
@@ -824,19 +858,11 @@ static ino_t inode_of(const char *dir, const char *name)
 static void test_writer_staged(bool defer, int64_t rows)
 {
     char shm[256], dir[DT_CKPT_PATH_MAX], staging[300];
-    snprintf(shm, sizeof shm, "/dev/shm/dtrain-test-staged.XXXXXX");
-    if (!mkdtemp(shm)) {
-        printf("  (no /dev/shm here: the staged writer is not checked)\n");
+    if (!shm_make(shm, staging, "staged", "the staged writer"))
         return;
-    }
-    snprintf(staging, sizeof staging, "%s/.staging", shm);
     for (int blocked = 0; blocked <= 1; blocked++) {
-        if (blocked) { /* a file where the staging directory goes */
-            FILE *f = fopen(staging, "w");
-            EXPECT(f != NULL);
-            if (f)
-                fclose(f);
-        }
+        if (blocked) /* a file where the staging directory goes */
+            block_staging(staging);
         dt_optimizer *o;
         dt_params *p = make_params(rows, &o, 1.0f);
         reports r = {0};
@@ -920,15 +946,9 @@ static void test_writer_staged(bool defer, int64_t rows)
         EXPECT((access(staging, F_OK) != 0) == !blocked); /* removed (the blocking file stays) */
         dt_optimizer_destroy(o);
         dt_params_destroy(p);
-        char cmd[1024];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'/step-* '%s'/.spare '%s'/.staging", shm, shm, shm);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not clear %s\n", shm);
+        shm_clear(shm, false);
     }
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", shm);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", shm);
+    shm_clear(shm, true);
 }
 
 /* An armed writer (dt_ckpt_writer_arm): the update before the submit
@@ -950,19 +970,11 @@ static void test_writer_staged(bool defer, int64_t rows)
 static void test_writer_tee(void)
 {
     char shm[256], dir[DT_CKPT_PATH_MAX], staging[300];
-    snprintf(shm, sizeof shm, "/dev/shm/dtrain-test-tee.XXXXXX");
-    if (!mkdtemp(shm)) {
-        printf("  (no /dev/shm here: the tee is not checked)\n");
+    if (!shm_make(shm, staging, "tee", "the tee"))
         return;
-    }
-    snprintf(staging, sizeof staging, "%s/.staging", shm);
     for (int blocked = 0; blocked <= 1; blocked++) {
-        if (blocked) {
-            FILE *f = fopen(staging, "w");
-            EXPECT(f != NULL);
-            if (f)
-                fclose(f);
-        }
+        if (blocked)
+            block_staging(staging);
         dt_optimizer *o;
         dt_params *p = make_params(50000, &o, 1.0f);
         reports r = {0};
@@ -1029,15 +1041,9 @@ static void test_writer_tee(void)
         dt_ckpt_writer_stop(w);
         dt_optimizer_destroy(o);
         dt_params_destroy(p);
-        char cmd[1024];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'/step-* '%s'/.spare '%s'/.staging", shm, shm, shm);
-        if (system(cmd) != 0)
-            fprintf(stderr, "could not clear %s\n", shm);
+        shm_clear(shm, false);
     }
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", shm);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", shm);
+    shm_clear(shm, true);
 }
 
 /* Mappings of staged files whose files do not come back (removed, not
