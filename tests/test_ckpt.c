@@ -328,12 +328,18 @@ typedef struct {
     int reports, failures;
     int64_t last_step, kept_step;
     char dir[DT_CKPT_PATH_MAX], error[1024], label[64];
+    int notes;      /* reports with a note */
+    char note[512];
 } reports;
 
 static void on_report(void *user, const dt_ckpt_report *r)
 {
     reports *x = user;
     x->reports++;
+    if (r->note && *r->note) {
+        x->notes++;
+        snprintf(x->note, sizeof x->note, "%s", r->note);
+    }
     x->last_step = r->step;
     x->kept_step = r->kept_step;
     snprintf(x->label, sizeof x->label, "%s", r->label);
@@ -940,8 +946,14 @@ static void test_writer_staged(bool defer, int64_t rows)
             if (f)
                 fclose(f);
         }
-        if (blocked)
+        if (blocked) {
             EXPECT_EQ((int)(maps->made + maps->reused), 0);
+            /* said once, through the report (the library prints nothing) */
+            EXPECT_EQ(r.notes, 1);
+            EXPECT(strstr(r.note, "/.staging/") && strstr(r.note, "copying through the heap from now on"));
+        } else {
+            EXPECT_EQ(r.notes, 0);
+        }
         dt_ckpt_writer_stop(w);
         EXPECT((access(staging, F_OK) != 0) == !blocked); /* removed (the blocking file stays) */
         dt_optimizer_destroy(o);

@@ -329,6 +329,9 @@ typedef struct {
     double seconds;       /* the write's duration */
     int64_t kept_step;    /* the newest checkpoint on disk after it, -1: none */
     const char *kept_dir; /* and its directory */
+    const char *note;     /* a change in how the writer works, once, with the report after it ("": none): on
+                           * tmpfs, staging the files in ROOT/.staging failed (why), and the copies go
+                           * through the writer's own buffers from then on */
 } dt_ckpt_report;
 
 typedef struct {

@@ -68,6 +68,7 @@ struct dt_ckpt_writer {
     bool pending, busy, stop;
     dt_status failed; /* the last failed write's, DT_OK: none */
     char failed_why[DT__ERROR_LEN];
+    char note[DT__ERROR_LEN + DT_CKPT_PATH_MAX]; /* the next report's note ("": none) */
     int64_t last_good; /* step of the newest checkpoint on disk, -1: none */
     char last_good_dir[DT_CKPT_PATH_MAX];
 };
@@ -92,8 +93,8 @@ static bool next_buffers(dt_ckpt_writer *w)
             w->v = dt__ckpt_staging_data(&w->staging, 2);
             return true;
         }
-        fprintf(stderr, "dtrain: checkpoints in %s: %s; copying through the heap from now on\n", w->root,
-                dt_last_error());
+        snprintf(w->note, sizeof w->note, "checkpoints in %s: %s; copying through the heap from now on", w->root,
+                 dt_last_error());
         w->try_staging = false;
     }
     size_t bytes = (size_t)dt_params_numel(w->p) * sizeof(float);
@@ -265,9 +266,11 @@ static void write_one(dt_ckpt_writer *w)
                         .dir = where,
                         .seconds = now_s() - t0,
                         .kept_step = w->last_good,
-                        .kept_dir = w->last_good_dir};
+                        .kept_dir = w->last_good_dir,
+                        .note = w->note};
     if (w->report)
         w->report(w->user, &r);
+    w->note[0] = '\0';
 }
 
 static void *writer_main(void *arg)

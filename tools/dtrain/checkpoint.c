@@ -89,6 +89,8 @@ dt_status dtrain_checkpoint_open(const char *path, int64_t train_samples, char *
 static void report(void *user, const dt_ckpt_report *r)
 {
     (void)user;
+    if (r->note && *r->note) /* (staging failed: said once) */
+        fprintf(stderr, "dtrain: %s\n", r->note);
     if (r->status == DT_OK) {
         dtrain_progress_line("checkpoint %s%s (%.2f s in the background)\n", r->dir, r->label, r->seconds);
         return;

@@ -35,6 +35,8 @@ static const char *snapshot_root(const dtrain_config *c)
 static void report(void *user, const dt_ckpt_report *r)
 {
     train_run *t = user; /* (its snapshot fields are the writer thread's until dtrain_snapshot_stop joins it) */
+    if (r->note && *r->note) /* (staging failed: said once) */
+        fprintf(stderr, "dtrain: %s\n", r->note);
     if (r->status == DT_OK) {
         t->snap_writes++;
         t->snap_write_s += r->seconds;
