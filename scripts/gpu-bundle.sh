@@ -28,6 +28,7 @@ for p in $build/bin/gpu_*; do progs="$progs $(basename "$p")"; done
 for p in $(echo $progs | tr ' ' '\n' | sort -u); do
     [ -x "$build/bin/$p" ] && cp "$build/bin/$p" "$out/bin/"
 done
+cp "$build/bin/libdtrain_cuda.so" "$out/bin/" # the CUDA module, found next to the programs
 # the libraries beside glibc, libstdc++/libgcc and the CUDA toolkit's own
 for p in "$out"/bin/*; do ldd "$p"; done | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
     case "$(basename "$lib")" in

@@ -182,6 +182,7 @@ run "backend/mpi-ddp" 300 tests/cases/mpi_backend.sh ddp
 # The NCCL backend: refused without it, a clean failure without a GPU, every
 # collective at world size 1 with one (skipped with the reason elsewhere).
 run "backend/nccl" 120 tests/cases/nccl_backend.sh
+run "build/cuda-module-on-demand" 120 tests/cases/cuda_module.sh
 run "parallel/mesh" 200 tests/cases/mesh.sh
 run "parallel/tensor-parallel-linear" 200 tests/cases/tp_linear.sh
 run "parallel/dtrain-tensor-parallel" 300 tests/cases/dtrain_tp.sh

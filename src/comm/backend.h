@@ -101,12 +101,17 @@ extern const dt__backend dt__mpi_backend;
 
 #ifdef DT_HAVE_NCCL
 /* The NCCL backend (src/comm/nccl/, DT_BACKEND=nccl): one NCCL communicator
- * and one CUDA stream per dt_comm, device buffers only. */
+ * and one CUDA stream per dt_comm, device buffers only.  It lives in the CUDA
+ * module (src/cuda/module.h); the library reaches it through the getter. */
 extern const dt__backend dt__nccl_backend;
+#endif
+/* The NCCL backend, the CUDA module loaded for it; NULL with the error set
+ * naming why (no module in this build, or it cannot be loaded, or it has
+ * no NCCL). */
+const dt__backend *dt__nccl_backend_get(void);
 /* An NCCL communicator over host's members, with id `id`
  * (dt_comm_attach_device).  Collective over host. */
 dt_status dt__nccl_comm_over(dt_comm *host, uint32_t id, dt_comm **out);
-#endif
 
 /* The table named by DT_BACKEND ("native", the default, "mpi" in a build
  * with MPI, "nccl" in a build with NCCL); NULL with the

@@ -46,7 +46,7 @@ dt_status dt_comm_attach_device(dt_comm *c, const char *backend)
         c->device_comm = d;
         return DT_OK;
     }
-#ifdef DT_HAVE_NCCL
+#ifdef DT_NCCL_IN_MODULE
     return dt__nccl_comm_over(c, companion_id(c), &c->device_comm);
 #else
     (void)companion_id;

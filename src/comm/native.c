@@ -6,11 +6,11 @@
 #include "comm/backend.h"
 
 /* The backends this build has, for the messages. */
-#if defined DT_HAVE_MPI && defined DT_HAVE_NCCL
+#if defined DT_HAVE_MPI && defined DT_NCCL_IN_MODULE
 #define BUILT_NAMES "native, mpi or nccl"
 #elif defined DT_HAVE_MPI
 #define BUILT_NAMES "native or mpi"
-#elif defined DT_HAVE_NCCL
+#elif defined DT_NCCL_IN_MODULE
 #define BUILT_NAMES "native or nccl"
 #else
 #define BUILT_NAMES "native"
@@ -52,9 +52,9 @@ const dt__backend *dt__backend_from_env(void)
         return NULL;
     }
 #endif
-#ifdef DT_HAVE_NCCL
+#ifdef DT_NCCL_IN_MODULE
     if (!strcmp(name, "nccl"))
-        return &dt__nccl_backend;
+        return dt__nccl_backend_get(); /* (the CUDA module loaded now) */
 #else
     if (!strcmp(name, "nccl")) {
         dt__fail(DT_ERR_INVALID, "DT_BACKEND='nccl': this build has no NCCL backend: build with the CUDA toolkit "
@@ -62,7 +62,7 @@ const dt__backend *dt__backend_from_env(void)
         return NULL;
     }
 #endif
-#if defined DT_HAVE_MPI || defined DT_HAVE_NCCL
+#if defined DT_HAVE_MPI || defined DT_NCCL_IN_MODULE
     dt__fail(DT_ERR_INVALID, "DT_BACKEND='%s': expected %s", name, BUILT_NAMES);
 #else
     dt__fail(DT_ERR_INVALID, "DT_BACKEND='%s': this build has the native backend only (expected native)", name);
@@ -78,7 +78,7 @@ bool dt_comm_backend_built(const char *name)
     if (!strcmp(name, "mpi"))
         return true;
 #endif
-#ifdef DT_HAVE_NCCL
+#ifdef DT_NCCL_IN_MODULE
     if (!strcmp(name, "nccl"))
         return true;
 #endif

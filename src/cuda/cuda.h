@@ -3,8 +3,11 @@
  * asynchronous failure into the dt_status of a later call.
  *
  * C-callable (dt_device_open and src/cuda/backend_cuda.c include it); it
- * names no CUDA type, so a build without CUDA compiles it too, and
- * src/tensor/cuda_absent.c answers every call with "built without CUDA".
+ * names no CUDA type.  These sources make the CUDA module
+ * (libdtrain_cuda.so, module.h); in the library, src/tensor/cuda_loader.c
+ * defines the entry points dt_device_open calls: it loads the module on
+ * the first call and forwards, or answers why it cannot ("built without
+ * CUDA", or the module's loading error).
  *
  * Rules for every kernel file of src/cuda/ (attention.cu included):
  *

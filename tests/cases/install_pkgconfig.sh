@@ -20,6 +20,14 @@ expect_grep "$WORK/out" "^\[1\] rank 1/2 allgather of r\*r = \[0, 1\]"
 "$WORK/prefix/bin/dtrun" -n 2 "$WORK/demo_static" >"$WORK/out" || fail "static build failed to run"
 expect_grep "$WORK/out" "^\[0\] rank 0/2 allreduce\(sum\)"
 
+# The installed dtrain finds the installed CUDA module (lib/dtrain/) for device=cuda.
+if grep -q "^DT_CUDA_BUILT:INTERNAL=ON" "$BUILD/CMakeCache.txt"; then
+    ls "$WORK"/prefix/lib*/dtrain/libdtrain_cuda.so >/dev/null 2>&1 || fail "the CUDA module was not installed"
+    "$WORK/prefix/bin/dtrain" train --config configs/gpt-mini.json --set layers=1 --set dim=32 --set heads=2 \
+        --set context=16 --set steps=1 --set eval_interval=0 --set device=cuda >"$WORK/cuda" 2>&1
+    expect_no_grep "$WORK/cuda" "the CUDA backend: "
+fi
+
 # Every public header is installed, version.h (generated) among them.
 for h in include/dtrain/*.h; do
     [ -f "$WORK/prefix/include/dtrain/$(basename "$h")" ] || fail "$h not installed"
