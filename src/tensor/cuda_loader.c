@@ -70,7 +70,10 @@ static void load(void)
             snprintf(path, sizeof path, "%s/%s", exe, DT_CUDA_MODULE_FILE);
             if (access(path, F_OK) == 0 && try_load(path))
                 return;
-            snprintf(path, sizeof path, "%s/../%s/dtrain/%s", exe, DT_INSTALL_LIBDIR, DT_CUDA_MODULE_FILE);
+            if (DT_INSTALL_LIBDIR[0] == '/') /* (CMAKE_INSTALL_LIBDIR given absolute) */
+                snprintf(path, sizeof path, "%s/dtrain/%s", DT_INSTALL_LIBDIR, DT_CUDA_MODULE_FILE);
+            else
+                snprintf(path, sizeof path, "%s/../%s/dtrain/%s", exe, DT_INSTALL_LIBDIR, DT_CUDA_MODULE_FILE);
             if (access(path, F_OK) == 0 && try_load(path))
                 return;
         }
