@@ -274,9 +274,11 @@ void dt_sgemm_bf16_ld(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k,
 bool dt__sgemm_bf16_bias(int trans_a, int trans_b, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                          const float *b, int64_t ldb, const float *bias, float *c, int64_t ldc)
 {
-    /* AVX512_BF16 only: its block kernel reads a start row of stride 0 (the
-     * AMX kernel's tile loads are left as they are) */
-    if (m <= 0 || n <= 0 || k <= 0 || dt__bf16_kernel_for(trans_a, trans_b, m, n, k) != DT__BF16_AVX512)
+    /* the packing kernels: their block kernels read the start block with a
+     * row stride of 0 (the AMX tile load as well), so every row starts from
+     * the bias */
+    dt__bf16_kernel kernel = dt__bf16_kernel_for(trans_a, trans_b, m, n, k);
+    if (m <= 0 || n <= 0 || k <= 0 || (kernel != DT__BF16_AVX512 && kernel != DT__BF16_AMX))
         return false;
     job g = {.a = {a, lda, trans_a},
              .b = {b, ldb, trans_b},
@@ -288,7 +290,8 @@ bool dt__sgemm_bf16_bias(int trans_a, int trans_b, int64_t m, int64_t n, int64_t
              .beta = 1.0f,
              .c = c,
              .bias = bias,
-             .block = dt__bf16_block_avx512,
+             .block = kernel == DT__BF16_AMX ? dt__bf16_block_amx : dt__bf16_block_avx512,
+             .amx = kernel == DT__BF16_AMX,
              .split_rows = m >= n};
     run(&g);
     return true;
