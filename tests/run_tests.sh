@@ -125,6 +125,7 @@ run observability/monitor-refuses-remote 100 tests/cases/obs_monitor_remote.sh
 run observability/dashboard-browser 300 tests/cases/obs_dashboard.sh
 run observability/report 120 tests/cases/obs_report.sh
 run observability/timeline-view 120 tests/cases/obs_timeline_view.sh
+run observability/timeline-overlap 120 tests/cases/obs_timeline_overlap.sh
 
 # ---- every collective on localhost, world sizes 1..8 ----
 for n in 1 2 3 4 7 8; do

@@ -19,10 +19,12 @@
 #include <unistd.h>
 
 #include "dtrain_cli.h"
+#include "timeline_trace.h"
 
 static const char timeline_usage[] =
     "usage: dtrain timeline TRACE.json [-o PAGE.html] [--from-step N] [--steps K]\n"
     "                                  [--start-ms T] [--span-ms D]\n"
+    "       dtrain timeline TRACE.json --overlap\n"
     "\n"
     "Draw a window of a dtrun --timeline file as a self-contained HTML page (SVG, no\n"
     "script): one lane per rank and thread (host:rank / thread name) and one per\n"
@@ -41,6 +43,13 @@ static const char timeline_usage[] =
     "      --span-ms D    for D ms (default 300)\n"
     "  -h, --help         this help\n"
     "\n"
+    "      --overlap      instead of a page, print per training step how long each\n"
+    "                     rank waited for its gradient buckets after its backward,\n"
+    "                     split into waiting for a slower rank's backward and\n"
+    "                     communication after the last backward ended, and a\n"
+    "                     summary (a data-parallel run; ranks on several hosts need\n"
+    "                     clocks kept in step, by NTP or PTP)\n"
+    "\n"
     "Without step spans (a trace from another program), the window is 300 ms\n"
     "from the middle of the trace.\n"
     "\n"
@@ -48,224 +57,15 @@ static const char timeline_usage[] =
     "command line, a file that is not a Chrome trace, one without spans, or a\n"
     "window outside the run (the problem is named).\n";
 
-/* The categories dtrain records (docs/observability.md), their colours and
- * legend names; anything else is drawn grey as "other". */
+/* The legend's names and colours, in timeline_trace.h's category order. */
 static const struct {
-    const char *cat, *label, *color;
-} cats[] = {
-    {"forward", "forward", "#3b82f6"},
-    {"backward", "backward", "#f59e0b"},
-    {"recompute", "recompute", "#a855f7"},
-    {"data", "data wait", "#94a3b8"},
-    {"comm", "collective", "#dc2626"},
-    {"bucket", "bucket (allreduce)", "#16a34a"},
-    {"pipeline", "pipeline transfer", "#06b6d4"},
-    {"copy", "tp copy's turn", "#0d9488"},
-    {"optimizer", "optimizer", "#92400e"},
-    {"checkpoint", "checkpoint", "#ec4899"},
-    {"", "other", "#a3a3a3"},
+    const char *label, *color;
+} cats[TL_NCATS] = {
+    {"forward", "#3b82f6"},           {"backward", "#f59e0b"},  {"recompute", "#a855f7"},
+    {"data wait", "#94a3b8"},         {"collective", "#dc2626"}, {"bucket (allreduce)", "#16a34a"},
+    {"pipeline transfer", "#06b6d4"}, {"tp copy's turn", "#0d9488"}, {"optimizer", "#92400e"},
+    {"checkpoint", "#ec4899"},        {"other", "#a3a3a3"},
 };
-#define NCATS ((int)(sizeof cats / sizeof cats[0]))
-
-static int cat_index(const char *cat)
-{
-    for (int i = 0; i < NCATS - 1; i++)
-        if (!strcmp(cats[i].cat, cat))
-            return i;
-    return NCATS - 1;
-}
-
-typedef struct {
-    double t0, t1; /* us, from the first event */
-    int lane, cat, row;
-    const cJSON *ev; /* name and args (the begin event of an async span) */
-} span;
-
-typedef struct {
-    int pid;
-    double tid; /* -1: the rank's async (bucket) lane */
-    int rows;
-    int index; /* in the order first seen, which spans refer to until sort_lanes */
-} lane;
-
-typedef struct {
-    cJSON *doc;
-    span *spans;
-    int nspans, capspans;
-    lane *lanes;
-    int nlanes, caplanes;
-    double tmin, tmax;  /* us, absolute: the first and last event */
-    double *step_start; /* us from tmin, per step; NAN where absent */
-    int nsteps;         /* steps 0 .. nsteps-1 have room */
-} trace;
-
-static const char *str(const cJSON *o, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static bool num(const cJSON *o, const char *key, double *out)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!cJSON_IsNumber(v))
-        return false;
-    *out = v->valuedouble;
-    return true;
-}
-
-static int lane_of(trace *t, int pid, double tid)
-{
-    for (int i = 0; i < t->nlanes; i++)
-        if (t->lanes[i].pid == pid && t->lanes[i].tid == tid)
-            return i;
-    if (t->nlanes == t->caplanes) {
-        int cap = t->caplanes ? 2 * t->caplanes : 16;
-        lane *n = realloc(t->lanes, (size_t)cap * sizeof *n);
-        if (!n)
-            return -1;
-        t->lanes = n;
-        t->caplanes = cap;
-    }
-    t->lanes[t->nlanes] = (lane){pid, tid, 0, t->nlanes};
-    return t->nlanes++;
-}
-
-static int add_span(trace *t, int pid, double tid, double t0, double t1, const cJSON *ev)
-{
-    int l = lane_of(t, pid, tid);
-    if (l < 0)
-        return -1;
-    if (t->nspans == t->capspans) {
-        int cap = t->capspans ? 2 * t->capspans : 1024;
-        span *n = realloc(t->spans, (size_t)cap * sizeof *n);
-        if (!n)
-            return -1;
-        t->spans = n;
-        t->capspans = cap;
-    }
-    const char *cat = str(ev, "cat");
-    t->spans[t->nspans++] = (span){t0, t1, l, cat_index(cat ? cat : ""), 0, ev};
-    return 0;
-}
-
-/* A training forward span of step s starting at ts (absolute us). */
-static int note_step(trace *t, double s, double ts)
-{
-    if (!(s >= 0 && s < 1e8))
-        return 0;
-    int step = (int)s;
-    if (step >= t->nsteps) {
-        int n = step + 64;
-        double *ns = realloc(t->step_start, (size_t)n * sizeof *ns);
-        if (!ns)
-            return -1;
-        for (int i = t->nsteps; i < n; i++)
-            ns[i] = NAN;
-        t->step_start = ns;
-        t->nsteps = n;
-    }
-    if (!(t->step_start[step] <= ts))
-        t->step_start[step] = ts;
-    return 0;
-}
-
-/* 0, or 1 / 2 with the problem printed. */
-static int read_trace(const char *path, trace *t)
-{
-    char *text = NULL;
-    if (dt_read_file(path, &text, NULL) != DT_OK) {
-        fprintf(stderr, "dtrain timeline: cannot read %s: %s\n", path, strerror(errno));
-        return 1;
-    }
-    t->doc = cJSON_Parse(text);
-    if (!t->doc) {
-        const char *at = cJSON_GetErrorPtr();
-        long off = at && at >= text && at <= text + strlen(text) ? (long)(at - text) : -1;
-        fprintf(stderr, "dtrain timeline: %s is not valid JSON%s", path, off >= 0 ? "" : "\n");
-        if (off >= 0)
-            fprintf(stderr, " (at byte %ld: %.40s%s)\n", off, *at ? at : "the end of the file",
-                    strlen(at) > 40 ? "..." : "");
-        free(text);
-        return 2;
-    }
-    free(text);
-    const cJSON *events =
-        cJSON_IsArray(t->doc) ? t->doc : cJSON_GetObjectItemCaseSensitive(t->doc, "traceEvents");
-    if (!cJSON_IsArray(events)) {
-        fprintf(stderr, "dtrain timeline: %s is not a Chrome trace (no \"traceEvents\" array)\n", path);
-        return 2;
-    }
-    t->tmin = INFINITY;
-    t->tmax = -INFINITY;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, events)
-    { /* the extent first: spans are kept relative to tmin */
-        double ts, dur = 0;
-        const char *ph = str(e, "ph");
-        if (ph && strchr("Xbe", ph[0]) && num(e, "ts", &ts)) {
-            num(e, "dur", &dur);
-            t->tmin = fmin(t->tmin, ts);
-            t->tmax = fmax(t->tmax, ts + dur);
-        }
-    }
-    if (!isfinite(t->tmin)) {
-        fprintf(stderr,
-                "dtrain timeline: %s has no spans (%d events, none of them a span: \"ph\" \"X\", "
-                "or \"b\" and \"e\")\n",
-                path, cJSON_GetArraySize(events));
-        return 2;
-    }
-    /* async begins waiting for their ends: few at a time (the buckets in flight) */
-    const cJSON **open = NULL;
-    int nopen = 0, capopen = 0;
-    cJSON_ArrayForEach(e, events)
-    {
-        const char *ph = str(e, "ph"), *id = str(e, "id");
-        double ts, dur, pid = 0, tid = 0, step;
-        num(e, "pid", &pid);
-        num(e, "tid", &tid);
-        if (!ph || !num(e, "ts", &ts))
-            continue;
-        int fail = 0;
-        if (ph[0] == 'X' && num(e, "dur", &dur)) {
-            fail = add_span(t, (int)pid, tid, ts - t->tmin, ts + dur - t->tmin, e);
-            const cJSON *args = cJSON_GetObjectItemCaseSensitive(e, "args");
-            const char *cat = str(e, "cat");
-            if (!fail && cat && !strcmp(cat, "forward") && num(args, "step", &step) &&
-                !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(args, "training")))
-                fail = note_step(t, step, ts - t->tmin);
-        } else if (ph[0] == 'b' && id) {
-            if (nopen == capopen) {
-                capopen = capopen ? 2 * capopen : 64;
-                const cJSON **n = realloc(open, (size_t)capopen * sizeof *n);
-                fail = !n;
-                if (n)
-                    open = n;
-            }
-            if (!fail)
-                open[nopen++] = e;
-        } else if (ph[0] == 'e' && id) {
-            for (int i = nopen - 1; i >= 0; i--) {
-                double bpid = 0, bts = 0;
-                num(open[i], "pid", &bpid);
-                num(open[i], "ts", &bts);
-                if (bpid == pid && !strcmp(str(open[i], "id"), id)) {
-                    fail = add_span(t, (int)pid, -1, bts - t->tmin, ts - t->tmin, open[i]);
-                    open[i] = open[--nopen];
-                    break;
-                }
-            }
-        }
-        if (fail) {
-            free(open);
-            fprintf(stderr, "dtrain timeline: out of memory reading %s\n", path);
-            return 1;
-        }
-    }
-    free(open); /* begins without an end (a rank killed mid-bucket) are not drawn */
-    return 0;
-}
 
 static const char *name_of(const trace *t, const char *meta, int pid, double tid)
 {
@@ -276,10 +76,10 @@ static const char *name_of(const trace *t, const char *meta, int pid, double tid
     cJSON_ArrayForEach(e, events) /* the last one given: a thread may be renamed */
     {
         double p = -1, d = -1;
-        const char *ph = str(e, "ph"), *n = str(e, "name");
-        if (ph && ph[0] == 'M' && n && !strcmp(n, meta) && num(e, "pid", &p) && p == pid &&
-            (tid < 0 || (num(e, "tid", &d) && d == tid)))
-            name = str(cJSON_GetObjectItemCaseSensitive(e, "args"), "name");
+        const char *ph = tl_str(e, "ph"), *n = tl_str(e, "name");
+        if (ph && ph[0] == 'M' && n && !strcmp(n, meta) && tl_num(e, "pid", &p) && p == pid &&
+            (tid < 0 || (tl_num(e, "tid", &d) && d == tid)))
+            name = tl_str(cJSON_GetObjectItemCaseSensitive(e, "args"), "name");
     }
     return name;
 }
@@ -369,7 +169,7 @@ static void assign_rows(trace *t, double w0, double w1)
 
 static void tooltip(FILE *o, const span *s)
 {
-    const char *name = str(s->ev, "name");
+    const char *name = tl_str(s->ev, "name");
     fputs("<title>", o);
     dtrain_html_text(o, name ? name : "?");
     fprintf(o, ": %.3f ms (at %.3f ms)", (s->t1 - s->t0) / 1e3, s->t0 / 1e3);
@@ -410,11 +210,11 @@ static void write_page(FILE *o, const char *path, trace *t, double w0, double w1
             PW, h, PW, h);
     /* the legend */
     double lx = LABEL;
-    for (int c = 0; c < NCATS; c++) {
+    for (int c = 0; c < TL_NCATS; c++) {
         fprintf(o,
                 "<g class=\"legend\" data-cat=\"%s\"><rect x=\"%.0f\" y=\"4\" width=\"12\" height=\"12\" "
                 "fill=\"%s\"/><text x=\"%.0f\" y=\"14\">%s</text></g>\n",
-                cats[c].cat[0] ? cats[c].cat : "other", lx, cats[c].color, lx + 16, cats[c].label);
+                tl_cat_names[c][0] ? tl_cat_names[c] : "other", lx, cats[c].color, lx + 16, cats[c].label);
         lx += 16 + 6.2 * strlen(cats[c].label) + 16;
     }
     /* the axis: ms from the trace's first event, ticks and grid lines */
@@ -464,10 +264,10 @@ static void write_page(FILE *o, const char *path, trace *t, double w0, double w1
             fprintf(o,
                     "<rect class=\"box\" data-cat=\"%s\" x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" "
                     "fill=\"%s\">",
-                    cats[sp->cat].cat[0] ? cats[sp->cat].cat : "other", x0, by, bw, BOX, cats[sp->cat].color);
+                    tl_cat_names[sp->cat][0] ? tl_cat_names[sp->cat] : "other", x0, by, bw, BOX, cats[sp->cat].color);
             tooltip(o, sp);
             fprintf(o, "</rect>\n");
-            const char *name = str(sp->ev, "name");
+            const char *name = tl_str(sp->ev, "name");
             int fit = (int)((bw - 4) / 5.4); /* characters that fit */
             if (name && fit >= 3) {
                 fprintf(o, "<text class=\"box\" x=\"%.1f\" y=\"%d\">", x0 + 2, by + 10);
@@ -556,16 +356,18 @@ static int pick_window(const trace *t, double from, double steps, double start_m
 
 int dtrain_timeline(int argc, char **argv)
 {
-    enum { FROM = 1000, STEPS, START, SPAN };
+    enum { FROM = 1000, STEPS, START, SPAN, OVERLAP };
     static const struct option longopts[] = {{"output", required_argument, 0, 'o'},
                                              {"from-step", required_argument, 0, FROM},
                                              {"steps", required_argument, 0, STEPS},
                                              {"start-ms", required_argument, 0, START},
                                              {"span-ms", required_argument, 0, SPAN},
+                                             {"overlap", no_argument, 0, OVERLAP},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
     const char *out = NULL;
     double from = -1, steps = -1, start_ms = -1, span_ms = -1;
+    bool overlap = false;
     int opt;
     opterr = 0;
     optind = 1;
@@ -587,6 +389,9 @@ int dtrain_timeline(int argc, char **argv)
         case SPAN:
             ok = parse_num(optarg, "--span-ms", 0.001, &span_ms);
             break;
+        case OVERLAP:
+            overlap = true;
+            break;
         case 'h':
             fputs(timeline_usage, stdout);
             return 0;
@@ -607,6 +412,11 @@ int dtrain_timeline(int argc, char **argv)
                         "--span-ms), not both\n");
         return 2;
     }
+    if (overlap && (out || from >= 0 || steps > 0 || start_ms >= 0 || span_ms > 0)) {
+        fprintf(stderr, "dtrain timeline: --overlap prints a summary of the whole run: it takes no page or window "
+                        "options\n");
+        return 2;
+    }
     if (span_ms > 0 && start_ms < 0)
         start_ms = -2; /* --span-ms alone: from the middle, below */
     if (argc - optind != 1) {
@@ -625,7 +435,13 @@ int dtrain_timeline(int argc, char **argv)
         out = def;
     }
     trace t = {0};
-    int code = read_trace(path, &t);
+    int code = tl_read(path, &t);
+    if (overlap) {
+        if (code == 0)
+            code = tl_overlap(stdout, path, &t);
+        tl_free(&t);
+        return code;
+    }
     double w0 = 0, w1 = 0;
     char what[160];
     if (code == 0) {
@@ -657,9 +473,6 @@ int dtrain_timeline(int argc, char **argv)
                    t.nspans, ranks, t.nlanes);
         }
     }
-    free(t.spans);
-    free(t.lanes);
-    free(t.step_start);
-    cJSON_Delete(t.doc);
+    tl_free(&t);
     return code;
 }
