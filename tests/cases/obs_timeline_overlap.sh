@@ -12,8 +12,9 @@ python3 - "$WORK/made.json" "$WORK/skew.json" <<'PY'
 import json, sys
 def trace(steps):
     ev = [{"ph": "M", "pid": r, "tid": 0, "name": "process_name", "args": {"name": f"h:{r}"}} for r in (0, 1)]
+    ev.append({"ph": "X", "pid": 0, "tid": 7, "ts": 1000, "dur": 500, "cat": "data", "name": "data wait", "args": {}})
     for s, ranks in enumerate(steps):
-        base = s * 100000
+        base = 10000 + s * 100000
         for r, (bwd_ms, bucket_end_ms) in enumerate(ranks):
             ev.append({"ph": "X", "pid": r, "tid": 7, "ts": base, "dur": 20000, "cat": "forward",
                        "name": "forward gpt", "args": {"step": s, "micro_batch": 0}})
@@ -29,6 +30,11 @@ def trace(steps):
 # per step and rank: (backward ms, bucket end ms from the step's start)
 json.dump(trace([[(30, 57), (35, 57)], [(30, 63), (40, 63)], [(38, 59), (30, 59)]]), open(sys.argv[1], "w"))
 json.dump(trace([[(30, 57), (35, 57)], [(30, 47.5), (30, 47.5)]]), open(sys.argv[2], "w"))
+# the same job as a 2-node dtrun writes it: a file per node (their first spans 9 ms apart: times are
+# taken from each file's first span, so they must be put back on one clock)
+made = trace([[(30, 57), (35, 57)], [(30, 63), (40, 63)], [(38, 59), (30, 59)]])["traceEvents"]
+for r, name in ((0, sys.argv[1] + ".node0"), (1, sys.argv[1] + ".node1")):
+    json.dump({"traceEvents": [e for e in made if e["pid"] == r]}, open(name, "w"))
 PY
 "$BIN/dtrain" timeline "$WORK/made.json" --overlap >"$WORK/out" 2>&1 || { cat "$WORK/out"; fail "--overlap failed"; }
 cat >"$WORK/want" <<EOF2
@@ -41,6 +47,10 @@ over 2 steps (the first left out) and 2 ranks, a rank waited after its backward 
 communication after the last rank's backward ended (tail): 2.0 ms a step (median 2.0, most 3.0)
 EOF2
 diff "$WORK/want" "$WORK/out" || fail "--overlap of the hand-made trace: not the expected rows (diff above: expected, got)"
+"$BIN/dtrain" timeline --overlap "$WORK/made.json.node0" "$WORK/made.json.node1" >"$WORK/out" 2>&1 ||
+    { cat "$WORK/out"; fail "--overlap of a file per node failed"; }
+sed -i "1s|in $WORK/made.json (2 ranks)|in $WORK/made.json.node0 and the other files (2 ranks)|" "$WORK/want"
+diff "$WORK/want" "$WORK/out" || fail "--overlap of a file per node: not the rows of the one file (diff above: expected, got)"
 "$BIN/dtrain" timeline "$WORK/skew.json" --overlap >"$WORK/out" 2>&1 || { cat "$WORK/out"; fail "--overlap (skew) failed"; }
 expect_grep "$WORK/out" "^    1        0        0.0      -2.5  0.0 \(0.0\) 0.0 \(0.0\)$"
 expect_grep "$WORK/out" "note: in 1 step the last bucket ended before the last rank's backward did \(by up to 2.5 ms\): the ranks' clocks disagree"

@@ -14,7 +14,8 @@
  * max(L) - Bmax.  A step runs from a rank's first training forward of it to
  * that of the next.  Comparing ranks' times needs their clocks to agree
  * (one machine, or hosts kept in step by NTP or PTP): a bucket that ends
- * well before the last backward does says they do not. */
+ * well before the last backward does says they do not.  The files of a
+ * multi-node dtrun (FILE, FILE.node1, ...) are read together. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,44 +65,51 @@ static int rank_of(const int *pids, int n, int pid)
     return -1;
 }
 
-/* Steps s with a start on every rank: each span into its rank's step (the
- * last step whose start is at or before the span's). */
-static void fill(const trace *t, const int *pids, int nranks, rank_step *rs, int nsteps)
+/* Each backward and bucket span into its rank's step (the last step whose
+ * start is at or before the span's); times absolute (us). */
+static void fill(const trace *ts, int ntraces, const int *pids, int nranks, rank_step *rs, int nsteps)
 {
-    for (int i = 0; i < t->nspans; i++) {
-        const span *sp = &t->spans[i];
-        int r = rank_of(pids, nranks, t->lanes[sp->lane].pid);
-        if (r < 0 || (sp->cat != TL_BACKWARD && sp->cat != TL_BUCKET))
-            continue;
-        int s = nsteps - 1;
-        while (s >= 0 && !(rs[r * nsteps + s].start <= sp->t0))
-            s--;
-        if (s < 0)
-            continue;
-        rank_step *x = &rs[r * nsteps + s];
-        double *end = sp->cat == TL_BACKWARD ? &x->bwd_end : &x->bucket_end;
-        if (!(*end >= sp->t1))
-            *end = sp->t1;
-    }
+    for (int k = 0; k < ntraces; k++)
+        for (int i = 0; i < ts[k].nspans; i++) {
+            const span *sp = &ts[k].spans[i];
+            int r = rank_of(pids, nranks, ts[k].lanes[sp->lane].pid);
+            if (r < 0 || (sp->cat != TL_BACKWARD && sp->cat != TL_BUCKET))
+                continue;
+            double t0 = sp->t0 + ts[k].tmin, t1 = sp->t1 + ts[k].tmin;
+            int s = nsteps - 1;
+            while (s >= 0 && !(rs[r * nsteps + s].start <= t0))
+                s--;
+            if (s < 0)
+                continue;
+            rank_step *x = &rs[r * nsteps + s];
+            double *end = sp->cat == TL_BACKWARD ? &x->bwd_end : &x->bucket_end;
+            if (!(*end >= t1))
+                *end = t1;
+        }
 }
 
-int tl_overlap(FILE *o, const char *path, const trace *t)
+int tl_overlap(FILE *o, char **paths, const trace *ts, int ntraces)
 {
-    int *pids = malloc((size_t)t->nlanes * sizeof *pids + 1), nranks = 0;
+    int nlanes = 0;
+    for (int k = 0; k < ntraces; k++)
+        nlanes += ts[k].nlanes;
+    int *pids = malloc((size_t)nlanes * sizeof *pids + 1), nranks = 0;
     if (!pids) {
         fprintf(stderr, "dtrain timeline: out of memory\n");
         return 1;
     }
-    for (int l = 0; l < t->nlanes; l++)
-        if (rank_of(pids, nranks, t->lanes[l].pid) < 0)
-            pids[nranks++] = t->lanes[l].pid;
+    for (int k = 0; k < ntraces; k++)
+        for (int l = 0; l < ts[k].nlanes; l++)
+            if (rank_of(pids, nranks, ts[k].lanes[l].pid) < 0)
+                pids[nranks++] = ts[k].lanes[l].pid;
     qsort(pids, (size_t)nranks, sizeof *pids, cmp_int);
     int nsteps = 0;
-    for (int i = 0; i < t->nspans; i++) {
-        double s = tl_training_step(t->spans[i].ev);
-        if (s >= 0 && (int)s + 1 > nsteps)
-            nsteps = (int)s + 1;
-    }
+    for (int k = 0; k < ntraces; k++)
+        for (int i = 0; i < ts[k].nspans; i++) {
+            double s = tl_training_step(ts[k].spans[i].ev);
+            if (s >= 0 && (int)s + 1 > nsteps)
+                nsteps = (int)s + 1;
+        }
     rank_step *rs = malloc((size_t)(nranks * nsteps) * sizeof *rs + 1);
     double *wait = malloc((size_t)(nranks * nsteps) * sizeof *wait + 1);
     double *slow = malloc((size_t)(nranks * nsteps) * sizeof *slow + 1);
@@ -114,15 +122,17 @@ int tl_overlap(FILE *o, const char *path, const trace *t)
     }
     for (int i = 0; i < nranks * nsteps; i++)
         rs[i] = (rank_step){NAN, NAN, NAN};
-    for (int i = 0; i < t->nspans; i++) {
-        double s = tl_training_step(t->spans[i].ev);
-        int r = rank_of(pids, nranks, t->lanes[t->spans[i].lane].pid);
-        if (s >= 0 && r >= 0 && !(rs[r * nsteps + (int)s].start <= t->spans[i].t0))
-            rs[r * nsteps + (int)s].start = t->spans[i].t0;
-    }
-    fill(t, pids, nranks, rs, nsteps);
-    fprintf(o, "dtrain timeline: the gradient buckets against backward in %s (%d rank%s)\n", path, nranks,
-            nranks == 1 ? "" : "s");
+    for (int k = 0; k < ntraces; k++)
+        for (int i = 0; i < ts[k].nspans; i++) {
+            const span *sp = &ts[k].spans[i];
+            double s = tl_training_step(sp->ev), t0 = sp->t0 + ts[k].tmin;
+            int r = rank_of(pids, nranks, ts[k].lanes[sp->lane].pid);
+            if (s >= 0 && r >= 0 && !(rs[r * nsteps + (int)s].start <= t0))
+                rs[r * nsteps + (int)s].start = t0;
+        }
+    fill(ts, ntraces, pids, nranks, rs, nsteps);
+    fprintf(o, "dtrain timeline: the gradient buckets against backward in %s%s (%d rank%s)\n", paths[0],
+            ntraces > 1 ? " and the other files" : "", nranks, nranks == 1 ? "" : "s");
     fprintf(o, "%5s %8s %10s %9s  %s\n", "step", "slowest", "spread ms", "tail ms", "wait ms per rank (of it a slower rank's)");
     int used = 0, nw = 0, skewed = 0, first = -1;
     double worst_skew = 0;

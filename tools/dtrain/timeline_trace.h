@@ -55,8 +55,9 @@ void tl_free(trace *t);
 
 /* --overlap: per step of a data-parallel run, how long each rank waited for
  * its gradient buckets after its backward, split into a slower rank's
- * backward and communication, and a summary, written to o (path names the
- * trace).  0, or 1 when out of memory (printed). */
-int tl_overlap(FILE *o, const char *path, const trace *t);
+ * backward and communication, and a summary, written to o.  ts: the
+ * ntraces files of one job (a multi-node dtrun's FILE, FILE.node1, ...),
+ * read from paths.  0, or 1 when out of memory (printed). */
+int tl_overlap(FILE *o, char **paths, const trace *ts, int ntraces);
 
 #endif

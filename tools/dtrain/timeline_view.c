@@ -24,7 +24,7 @@
 static const char timeline_usage[] =
     "usage: dtrain timeline TRACE.json [-o PAGE.html] [--from-step N] [--steps K]\n"
     "                                  [--start-ms T] [--span-ms D]\n"
-    "       dtrain timeline TRACE.json --overlap\n"
+    "       dtrain timeline --overlap TRACE.json [TRACE.json.node1 ...]\n"
     "\n"
     "Draw a window of a dtrun --timeline file as a self-contained HTML page (SVG, no\n"
     "script): one lane per rank and thread (host:rank / thread name) and one per\n"
@@ -48,7 +48,8 @@ static const char timeline_usage[] =
     "                     split into waiting for a slower rank's backward and\n"
     "                     communication after the last backward ended, and a\n"
     "                     summary (a data-parallel run; ranks on several hosts need\n"
-    "                     clocks kept in step, by NTP or PTP)\n"
+    "                     clocks kept in step, by NTP or PTP); it reads the files\n"
+    "                     of every node of a multi-node dtrun together\n"
     "\n"
     "Without step spans (a trace from another program), the window is 300 ms\n"
     "from the middle of the trace.\n"
@@ -419,6 +420,26 @@ int dtrain_timeline(int argc, char **argv)
     }
     if (span_ms > 0 && start_ms < 0)
         start_ms = -2; /* --span-ms alone: from the middle, below */
+    if (overlap) {
+        if (argc == optind) {
+            fprintf(stderr, "dtrain timeline: TRACE.json is required (see dtrain timeline --help)\n");
+            return 2;
+        }
+        int n = argc - optind, code = 0;
+        trace *ts = calloc((size_t)n, sizeof *ts);
+        if (!ts) {
+            fprintf(stderr, "dtrain timeline: out of memory\n");
+            return 1;
+        }
+        for (int k = 0; k < n && code == 0; k++)
+            code = tl_read(argv[optind + k], &ts[k]);
+        if (code == 0)
+            code = tl_overlap(stdout, argv + optind, ts, n);
+        for (int k = 0; k < n; k++)
+            tl_free(&ts[k]);
+        free(ts);
+        return code;
+    }
     if (argc - optind != 1) {
         fprintf(stderr, "dtrain timeline: %s (see dtrain timeline --help)\n",
                 argc == optind ? "TRACE.json is required" : "one TRACE file only");
@@ -436,12 +457,6 @@ int dtrain_timeline(int argc, char **argv)
     }
     trace t = {0};
     int code = tl_read(path, &t);
-    if (overlap) {
-        if (code == 0)
-            code = tl_overlap(stdout, path, &t);
-        tl_free(&t);
-        return code;
-    }
     double w0 = 0, w1 = 0;
     char what[160];
     if (code == 0) {
