@@ -5,13 +5,14 @@
 # exact rows and summary; one whose last bucket ends before the last
 # backward does draws the clock note; a real 2-rank data-parallel run has a
 # row per step with both ranks and a tail of at least -1 ms (one machine's
-# clock); a single process's trace and page options with --overlap are
-# refused, naming why.
+# clock); a pipeline's stages (ranks with other buckets) are measured as
+# groups of their own; a single process's trace and page options with
+# --overlap are refused, naming why.
 . "$(dirname "$0")/lib.sh"
-python3 - "$WORK/made.json" "$WORK/skew.json" <<'PY'
+python3 - "$WORK/made.json" "$WORK/skew.json" "$WORK/stages.json" <<'PY'
 import json, sys
-def trace(steps):
-    ev = [{"ph": "M", "pid": r, "tid": 0, "name": "process_name", "args": {"name": f"h:{r}"}} for r in (0, 1)]
+def trace(steps, nbytes=(4096, 4096)):
+    ev = [{"ph": "M", "pid": r, "tid": 0, "name": "process_name", "args": {"name": f"h:{r}"}} for r in range(len(nbytes))]
     ev.append({"ph": "X", "pid": 0, "tid": 7, "ts": 1000, "dur": 500, "cat": "data", "name": "data wait", "args": {}})
     for s, ranks in enumerate(steps):
         base = 10000 + s * 100000
@@ -21,7 +22,7 @@ def trace(steps):
             ev.append({"ph": "X", "pid": r, "tid": 7, "ts": base + 20000, "dur": bwd_ms * 1000, "cat": "backward",
                        "name": "backward gpt", "args": {}})
             ev.append({"ph": "b", "pid": r, "tid": 9, "id": f"0x{s}", "ts": base + 30000, "cat": "bucket",
-                       "name": "bucket 0", "args": {"bytes": 4096}})
+                       "name": "bucket 0", "args": {"bytes": nbytes[r]}})
             ev.append({"ph": "e", "pid": r, "tid": 9, "id": f"0x{s}", "ts": base + bucket_end_ms * 1000,
                        "cat": "bucket", "name": "bucket 0", "args": {}})
             ev.append({"ph": "X", "pid": r, "tid": 7, "ts": base + 70000, "dur": 3000, "cat": "optimizer",
@@ -30,6 +31,9 @@ def trace(steps):
 # per step and rank: (backward ms, bucket end ms from the step's start)
 json.dump(trace([[(30, 57), (35, 57)], [(30, 63), (40, 63)], [(38, 59), (30, 59)]]), open(sys.argv[1], "w"))
 json.dump(trace([[(30, 57), (35, 57)], [(30, 47.5), (30, 47.5)]]), open(sys.argv[2], "w"))
+# a pipeline's two stages (ranks 0 and 2, 1 and 3: their own buckets), each a data-parallel pair
+json.dump(trace([[(30, 57), (20, 40), (35, 57), (24, 41)], [(30, 63), (20, 40), (40, 63), (20, 41)]],
+                (4096, 8192, 4096, 8192)), open(sys.argv[3], "w"))
 # the same job as a 2-node dtrun writes it: a file per node (their first spans 9 ms apart: times are
 # taken from each file's first span, so they must be put back on one clock)
 made = trace([[(30, 57), (35, 57)], [(30, 63), (40, 63)], [(38, 59), (30, 59)]])["traceEvents"]
@@ -51,6 +55,24 @@ diff "$WORK/want" "$WORK/out" || fail "--overlap of the hand-made trace: not the
     { cat "$WORK/out"; fail "--overlap of a file per node failed"; }
 sed -i "1s|in $WORK/made.json (2 ranks)|in $WORK/made.json.node0 and the other files (2 ranks)|" "$WORK/want"
 diff "$WORK/want" "$WORK/out" || fail "--overlap of a file per node: not the rows of the one file (diff above: expected, got)"
+"$BIN/dtrain" timeline "$WORK/stages.json" --overlap >"$WORK/out" 2>&1 || { cat "$WORK/out"; fail "--overlap (stages) failed"; }
+cat >"$WORK/want" <<EOF2
+dtrain timeline: the gradient buckets against backward in $WORK/stages.json (4 ranks)
+ranks 0 2: a data-parallel group (1 buckets, 4096 bytes a step)
+ step  slowest  spread ms   tail ms  wait ms per rank (of it a slower rank's)
+    0        2        5.0       2.0  7.0 (5.0) 2.0 (0.0)
+    1        2       10.0       3.0  13.0 (10.0) 3.0 (0.0)
+over 1 steps (the first left out) and 2 ranks, a rank waited after its backward 8.0 ms a step (median 8.0): 5.0 ms for a slower rank's backward (median 5.0), 3.0 ms for communication (median 3.0)
+communication after the last rank's backward ended (tail): 3.0 ms a step (median 3.0, most 3.0)
+ranks 1 3: a data-parallel group (1 buckets, 8192 bytes a step)
+ step  slowest  spread ms   tail ms  wait ms per rank (of it a slower rank's)
+    0        3        4.0      -3.0  0.0 (0.0) 0.0 (0.0)
+    1        1        0.0       1.0  0.0 (0.0) 1.0 (0.0)
+over 1 steps (the first left out) and 2 ranks, a rank waited after its backward 0.5 ms a step (median 0.5): 0.0 ms for a slower rank's backward (median 0.0), 0.5 ms for communication (median 0.5)
+communication after the last rank's backward ended (tail): 1.0 ms a step (median 1.0, most 1.0)
+note: in 1 step the last bucket ended before the last rank's backward did (by up to 3.0 ms): the ranks' clocks disagree by at least that much, and the split above is off by as much
+EOF2
+diff "$WORK/want" "$WORK/out" || fail "--overlap of two stages' groups: not the expected rows (diff above: expected, got)"
 "$BIN/dtrain" timeline "$WORK/skew.json" --overlap >"$WORK/out" 2>&1 || { cat "$WORK/out"; fail "--overlap (skew) failed"; }
 expect_grep "$WORK/out" "^    1        0        0.0      -2.5  0.0 \(0.0\) 0.0 \(0.0\)$"
 expect_grep "$WORK/out" "note: in 1 step the last bucket ended before the last rank's backward did \(by up to 2.5 ms\): the ranks' clocks disagree"
@@ -86,7 +108,7 @@ PY
     --set dim=32 --set context=16 --set threads=1 --set eval_interval=0 --set steps=2 >"$WORK/run" 2>&1 ||
     { cat "$WORK/run"; fail "the single-process run failed"; }
 "$BIN/dtrain" timeline "$WORK/one.json" --overlap >"$WORK/out" 2>&1 || fail "--overlap of a single process: nonzero exit"
-expect_grep "$WORK/out" "no step has gradient buckets on every rank: --overlap needs a data-parallel run's timeline"
+expect_grep "$WORK/out" "no two ranks reduce the same gradient buckets: --overlap needs the timeline of a run with DDP.s buckets"
 "$BIN/dtrain" timeline "$WORK/made.json" --overlap -o "$WORK/x.html" >"$WORK/out" 2>&1; rc=$?
 [ $rc = 2 ] || fail "--overlap with -o: exit $rc, expected 2"
 expect_grep "$WORK/out" "dtrain timeline: --overlap prints a summary of the whole run: it takes no page or window options"
