@@ -128,7 +128,8 @@ static const rank_step *signature(const rank_step *rs, int r, int nsteps)
 
 /* The rows of one group (ranks m[0 .. n), indices into pids) and its
  * summary. */
-static void report_group(FILE *o, const int *pids, const int *m, int n, const rank_step *rs, int nsteps, sums *u)
+static void report_group(FILE *o, const int *pids, const int *m, int n, const rank_step *rs, int nsteps,
+                         sums *u)
 {
     fprintf(o, "%5s %8s %10s %9s  %s\n", "step", "slowest", "spread ms", "tail ms",
             "wait ms per rank (of it a slower rank's)");
@@ -171,8 +172,10 @@ static void report_group(FILE *o, const int *pids, const int *m, int n, const ra
         fputc('\n', o);
     }
     if (used == 0) {
-        fprintf(o, "one step with buckets on every rank only (the first, which sets up the connections): nothing to "
-                   "sum up\n");
+        fprintf(
+            o,
+            "one step with buckets on every rank only (the first, which sets up the connections): nothing to "
+            "sum up\n");
         return;
     }
     for (int i = 0; i < nw; i++)
@@ -181,12 +184,15 @@ static void report_group(FILE *o, const int *pids, const int *m, int n, const ra
     double tmax = u->tail[0];
     for (int i = 1; i < used; i++)
         tmax = fmax(tmax, u->tail[i]);
+    fprintf(
+        o,
+        "over %d steps (the first left out) and %d ranks, a rank waited after its backward %.1f ms a step "
+        "(median %.1f): %.1f ms for a slower rank's backward (median %.1f), %.1f ms for communication "
+        "(median %.1f)\n",
+        used, n, mw, median(u->wait, nw), ms, median(u->slow, nw), mc, median(u->comm, nw));
     fprintf(o,
-            "over %d steps (the first left out) and %d ranks, a rank waited after its backward %.1f ms a step "
-            "(median %.1f): %.1f ms for a slower rank's backward (median %.1f), %.1f ms for communication "
-            "(median %.1f)\n",
-            used, n, mw, median(u->wait, nw), ms, median(u->slow, nw), mc, median(u->comm, nw));
-    fprintf(o, "communication after the last rank's backward ended (tail): %.1f ms a step (median %.1f, most %.1f)\n",
+            "communication after the last rank's backward ended (tail): %.1f ms a step (median %.1f, most "
+            "%.1f)\n",
             mt, median(u->tail, used), tmax);
 }
 
@@ -201,7 +207,8 @@ int tl_overlap(FILE *o, char **paths, const trace *ts, int ntraces)
                 nsteps = (int)s + 1;
         }
     }
-    int *pids = malloc((size_t)nlanes * sizeof *pids + 1), *group = malloc((size_t)nlanes * sizeof *group + 1);
+    int *pids = malloc((size_t)nlanes * sizeof *pids + 1),
+        *group = malloc((size_t)nlanes * sizeof *group + 1);
     rank_step *rs = malloc((size_t)nlanes * (size_t)nsteps * sizeof *rs + 1);
     sums u = {0};
     size_t cells = (size_t)nlanes * (size_t)nsteps + 1;
@@ -269,12 +276,15 @@ int tl_overlap(FILE *o, char **paths, const trace *ts, int ntraces)
     }
     free(m);
     if (ngroups == 0)
-        fprintf(o, "no two ranks reduce the same gradient buckets: --overlap needs the timeline of a run with DDP's "
-                   "buckets (data parallelism, alone or under a pipeline, on 2 or more ranks; ZeRO and the "
-                   "parameter server record none)\n");
+        fprintf(
+            o,
+            "no two ranks reduce the same gradient buckets: --overlap needs the timeline of a run with DDP's "
+            "buckets (data parallelism, alone or under a pipeline, on 2 or more ranks; ZeRO and the "
+            "parameter server record none)\n");
     if (u.skewed)
         fprintf(o,
-                "note: in %d step%s the last bucket ended before the last rank's backward did (by up to %.1f ms): the "
+                "note: in %d step%s the last bucket ended before the last rank's backward did (by up to %.1f "
+                "ms): the "
                 "ranks' clocks disagree by at least that much, and the split above is off by as much\n",
                 u.skewed, u.skewed == 1 ? "" : "s", -u.worst_skew);
 out:

@@ -8,8 +8,9 @@
 #include "dtrain_cli.h"
 #include "timeline_trace.h"
 
-const char *const tl_cat_names[TL_NCATS] = {"forward", "backward", "recompute", "data",       "comm", "bucket",
-                                            "pipeline", "copy",    "optimizer", "checkpoint", ""};
+const char *const tl_cat_names[TL_NCATS] = {"forward",   "backward",   "recompute", "data",
+                                            "comm",      "bucket",     "pipeline",  "copy",
+                                            "optimizer", "checkpoint", ""};
 
 static int cat_index(const char *cat)
 {
@@ -183,7 +184,6 @@ int tl_read(const char *path, trace *t)
     free(open); /* begins without an end (a rank killed mid-bucket) are not drawn */
     return 0;
 }
-
 
 double tl_training_step(const cJSON *ev)
 {

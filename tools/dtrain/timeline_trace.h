@@ -11,8 +11,20 @@
 /* The span categories dtrain records (docs/observability.md), in a fixed
  * order: a span's `cat` indexes this list; anything else is the last,
  * "" (other). */
-enum { TL_FORWARD, TL_BACKWARD, TL_RECOMPUTE, TL_DATA, TL_COMM, TL_BUCKET, TL_PIPELINE, TL_COPY,
-       TL_OPTIMIZER, TL_CHECKPOINT, TL_OTHER, TL_NCATS };
+enum {
+    TL_FORWARD,
+    TL_BACKWARD,
+    TL_RECOMPUTE,
+    TL_DATA,
+    TL_COMM,
+    TL_BUCKET,
+    TL_PIPELINE,
+    TL_COPY,
+    TL_OPTIMIZER,
+    TL_CHECKPOINT,
+    TL_OTHER,
+    TL_NCATS
+};
 extern const char *const tl_cat_names[TL_NCATS];
 
 typedef struct {
