@@ -404,7 +404,9 @@ static void write_page(FILE *o, const char *path, const run *r)
         row(o, "compute_share", "compute share of step time", 100 * r->compute / (r->compute + r->exposed),
             "%.1f%%", "outside communication waits");
         row(o, "exposed_comm_share", "exposed communication", 100 * r->exposed / (r->compute + r->exposed),
-            "%.1f%%", "waiting for communication that compute did not hide");
+            "%.1f%%",
+            "waiting for communication compute did not hide, or for a slower rank (dtrain timeline "
+            "--overlap tells which)");
     }
     row(o, "wall_s", "wall time", r->elapsed, "%.1f s", "elapsed_s of the last record");
     if (r->train_s > 0)
