@@ -70,13 +70,11 @@ static double mean(const double *v, int n)
     return s / n;
 }
 
-/* The rank index of pid in pids[0 .. n). */
+/* The rank index of pid in pids[0 .. n) (sorted), or -1. */
 static int rank_of(const int *pids, int n, int pid)
 {
-    for (int i = 0; i < n; i++)
-        if (pids[i] == pid)
-            return i;
-    return -1;
+    const int *at = bsearch(&pid, pids, (size_t)n, sizeof *pids, cmp_int);
+    return at ? (int)(at - pids) : -1;
 }
 
 /* Each span into its rank's step (the last step whose start is at or before
@@ -222,11 +220,15 @@ int tl_overlap(FILE *o, char **paths, const trace *ts, int ntraces)
         code = 1;
         goto out;
     }
-    for (int k = 0; k < ntraces; k++)
+    for (int k = 0; k < ntraces; k++) /* every lane's pid, sorted, each once */
         for (int l = 0; l < ts[k].nlanes; l++)
-            if (rank_of(pids, nranks, ts[k].lanes[l].pid) < 0)
-                pids[nranks++] = ts[k].lanes[l].pid;
+            pids[nranks++] = ts[k].lanes[l].pid;
     qsort(pids, (size_t)nranks, sizeof *pids, cmp_int);
+    int distinct = 0;
+    for (int i = 0; i < nranks; i++)
+        if (i == 0 || pids[i] != pids[i - 1])
+            pids[distinct++] = pids[i];
+    nranks = distinct;
     for (int i = 0; i < nranks * nsteps; i++)
         rs[i] = (rank_step){NAN, NAN, NAN, 0, 0};
     fill(ts, ntraces, pids, nranks, rs, nsteps);
@@ -236,9 +238,9 @@ int tl_overlap(FILE *o, char **paths, const trace *ts, int ntraces)
     for (int r = 0; r < nranks; r++) { /* group[r]: its group's first rank, -1 without buckets */
         const rank_step *a = signature(rs, r, nsteps);
         group[r] = -1;
-        for (int q = 0; a && q < r && group[r] < 0; q++) {
-            const rank_step *b = signature(rs, q, nsteps);
-            if (b && group[q] == q && b->buckets == a->buckets && b->bytes == a->bytes)
+        for (int q = 0; a && q < r && group[r] < 0; q++) { /* q: a group's first rank, its signature first */
+            const rank_step *b = group[q] == q ? signature(rs, q, nsteps) : NULL;
+            if (b && b->buckets == a->buckets && b->bytes == a->bytes)
                 group[r] = q;
         }
         if (a && group[r] < 0) {
