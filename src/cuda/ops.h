@@ -68,6 +68,9 @@ void dt__cuda_layernorm_bwd(float *dx, float *dw, float *db, const float *dy, co
 /* activations.cu */
 void dt__cuda_gelu_fwd(float *y, float *t, const float *x, int64_t n);
 void dt__cuda_gelu_bwd(float *dx, const float *dy, const float *x, const float *t, int64_t n);
+/* bf16 training: t not kept, recomputed (bitwise the pair above) */
+bool dt__cuda_gelu_fwd_bf16(float *y, const float *x, int64_t n);
+bool dt__cuda_gelu_bwd_bf16(float *dx, const float *dy, const float *x, int64_t n);
 void dt__cuda_relu_fwd(float *y, const float *x, int64_t n);
 void dt__cuda_relu_bwd(float *dx, const float *dy, const float *x, int64_t n);
 

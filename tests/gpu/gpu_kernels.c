@@ -443,13 +443,25 @@ static void test_activations(int64_t n)
     gpu->gelu_bwd(gy, gdy, gx, up(t, n), n); /* the cpu's tanh on both */
     cpu->gelu_bwd(dx, dy, x, t, n);
     cmp_dev("gelu dx", gy, dx, n, TOL_F32);
+    if (gpu->gelu_fwd_bf16 && gpu->gelu_bwd_bf16) { /* no t kept: bitwise the GPU's f32 pair, tanh recomputed */
+        float *pair_y = hmalloc((size_t)n * 4), *pair_dx = hmalloc((size_t)n * 4), *gy2 = gnew(n), *gdx2 = gnew(n);
+        gpu->gelu_fwd(gy, gt, gx, n);
+        gpu->gelu_bwd(gdx2, gdy, gx, gt, n);
+        if (gpu->download(pair_y, gy, (size_t)n * 4) != DT_OK || gpu->download(pair_dx, gdx2, (size_t)n * 4) != DT_OK)
+            fail_at("download: %s", dt_last_error());
+        if (!gpu->gelu_fwd_bf16(gy2, gx, n) || !gpu->gelu_bwd_bf16(gdx2, gdy, gx, n))
+            fail_at("the bf16 GELU entries refused n=%lld", (long long)n);
+        cmp_dev("gelu_fwd_bf16 y", gy2, pair_y, n, BITS);
+        cmp_dev("gelu_bwd_bf16 dx", gdx2, pair_dx, n, BITS);
+        cmp_dev("gelu_bwd_bf16 dx against the cpu", gdx2, dx, n, TOL_F32);
+    }
     gpu->relu_fwd(gy, gx, n);
     cpu->relu_fwd(y, x, n);
     cmp_dev("relu y", gy, y, n, BITS);
     gpu->relu_bwd(gy, gdy, gx, n);
     cpu->relu_bwd(dx, dy, x, n);
     cmp_dev("relu dx", gy, dx, n, BITS);
-    done("gelu_fwd, gelu_bwd, relu_fwd, relu_bwd n=%lld", (long long)n);
+    done("gelu_fwd, gelu_bwd (and their bf16 forms), relu_fwd, relu_bwd n=%lld", (long long)n);
 }
 
 static void test_dropout(int64_t n, float prob, int64_t slice, int64_t whole, int64_t first)
