@@ -196,12 +196,6 @@ __global__ static void scale_c(float *c, int64_t m, int64_t n, int64_t ldc, floa
             c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
 }
 
-/* The bf16 image of src (rows x cols, row stride ld), packed, at dst. */
-static void to_bf16_packed(char *dst, const float *src, int64_t rows, int64_t cols, int64_t ld)
-{
-    dt__cuda_to_bf16((uint16_t *)dst, src, rows, cols, ld);
-}
-
 /* Bytes of a packed bf16 image of rows x cols in the scratch: whole 256-byte
  * blocks, so that every operand after it starts 256-byte aligned (the plans'
  * keys, and so the algorithms and bits, then do not depend on which entry
@@ -249,8 +243,8 @@ static void product(dt_dtype compute, int trans_a, int trans_b, int64_t m, int64
     char *s = (char *)scratch_for(a_bytes + bf16_bytes(rb, cb));
     if (!s)
         return;
-    to_bf16_packed(s, a, ra, ca, lda);
-    to_bf16_packed(s + a_bytes, b, rb, cb, ldb);
+    dt__cuda_to_bf16((uint16_t *)s, a, ra, ca, lda);
+    dt__cuda_to_bf16((uint16_t *)(s + a_bytes), b, rb, cb, ldb);
     matmul(true, trans_a, trans_b, m, n, k, alpha, s, ca, s + a_bytes, cb, beta, c, ldc);
 }
 
@@ -296,11 +290,11 @@ void dt__cuda_linear_grads(dt_dtype compute, int64_t m, int64_t n, int64_t k, co
     pthread_mutex_lock(&lock);
     char *s = (char *)scratch_for(dy_bytes + x_bytes + (dx ? bf16_bytes(m, n) : 0));
     if (s) {
-        to_bf16_packed(s, dy, k, m, m);
-        to_bf16_packed(s + dy_bytes, x, k, n, n);
+        dt__cuda_to_bf16((uint16_t *)s, dy, k, m, m);
+        dt__cuda_to_bf16((uint16_t *)(s + dy_bytes), x, k, n, n);
         matmul(true, 1, 0, m, n, k, 1.0f, s, m, s + dy_bytes, n, 1.0f, dw, n); /* dw += dy^T x */
         if (dx) {
-            to_bf16_packed(s + dy_bytes + x_bytes, w, m, n, n);
+            dt__cuda_to_bf16((uint16_t *)(s + dy_bytes + x_bytes), w, m, n, n);
             matmul(true, 0, 0, k, n, m, 1.0f, s, m, s + dy_bytes + x_bytes, n, 0.0f, dx, n); /* dx = dy w */
         }
     }
