@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "base/status.h"
 #include "ckpt/ckpt_internal.h"
 
@@ -65,7 +66,7 @@ dt_status dt__ckpt_manifest_write(const char *dir, const dt__ckpt_file *files, i
     char path[DT_CKPT_PATH_MAX];
     DT_CHECK(dt__ckpt_path(path, sizeof path, "%s/manifest.json", dir));
     cJSON *config = NULL;
-    if (meta->config_json && !(config = cJSON_Parse(meta->config_json)))
+    if (meta->config_json && !(config = dt__json_parse(meta->config_json)))
         return dt__fail(DT_ERR_INVALID, "checkpoint manifest not written: its config is not JSON (%.60s)",
                         meta->config_json);
     cJSON *sharding = sh ? dt__ckpt_sharding_json(sh) : NULL;
@@ -172,7 +173,7 @@ dt_status dt__ckpt_manifest_read(const char *step_dir, bool files, dt_ckpt_manif
         s = dt__fail_errno(DT_ERR_INVALID, "%s has no readable manifest.json (incomplete checkpoint?)",
                            step_dir);
     if (s == DT_OK) {
-        m->json = cJSON_Parse(text);
+        m->json = dt__json_parse(text);
         s = check_format(m);
     }
     free(text);

@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/json.h"
 #include "base/status.h"
 #include "ckpt/ckpt_internal.h"
 #include "dtrain/version.h"
@@ -367,7 +368,7 @@ static dt_status open_shard(const dt_ckpt_manifest *m, const char *name, const c
     cJSON *h = NULL;
     if (s == DT_OK) {
         text[hlen] = '\0';
-        if (!(h = cJSON_Parse(text)) || !cJSON_IsObject(h))
+        if (!(h = dt__json_parse(text)) || !cJSON_IsObject(h))
             s = dt__fail(DT_ERR_INVALID, "%s: the header is not valid JSON", path);
     }
     free(text);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "base/status.h"
 #include "ckpt/ckpt_internal.h"
 
@@ -46,7 +47,7 @@ static cJSON *tensor_header(const char *path)
         char *text = n < (100u << 20) ? malloc(n + 1) : NULL;
         if (text && fread(text, 1, n, f) == n) {
             text[n] = '\0';
-            j = cJSON_Parse(text);
+            j = dt__json_parse(text);
         }
         free(text);
     }

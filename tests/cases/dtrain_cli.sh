@@ -23,6 +23,14 @@ echo '{"steps": 10,}' >"$WORK/bad.json"
 check_err "is not valid JSON" train --config "$WORK/bad.json"
 check_err "/nonexistent/dir" train --config configs/mlp.json --set data_path=/nonexistent/dir
 check_err "unknown command 'fly'" fly
+# a value or a file is read whole: no number from the start of "10,000", no
+# object from before junk after the closing brace, no second key in one --set
+check_err "key 'steps' must be a number, not \"10,000\"" train --config configs/mlp.json --set steps=10,000
+check_err "key 'lr' must be a number, not \"0.05O\"" train --config configs/mlp.json --set lr=0.05O
+check_err "one --set per key" train --config configs/mlp.json --set "steps=1 micro_batches=2"
+check_err "key 'steps' = 0 is outside \[1, " train --config configs/mlp.json --set steps=0
+{ cat configs/mlp.json; echo 'garbage here'; } >"$WORK/junk.json"
+check_err "junk.json is not valid JSON" train --config "$WORK/junk.json"
 
 # mlp: learns, logs, checkpoints
 "$T" train --config configs/mlp.json --set steps=200 --set log_interval=50 --set eval_interval=0 \

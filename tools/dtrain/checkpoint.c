@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_whole.h"
 #include "dtrain_cli.h"
 
 /* What dtrain_checkpoint_open's verify needs, and what it found. */
@@ -50,7 +51,7 @@ static dt_status verify(void *user, const char *step_dir)
     dtrain_config *c = o->c;
     dtrain_config_load(NULL, NULL, 0, c);
     const char *text = dt_ckpt_manifest_config(m);
-    cJSON *json = text ? cJSON_Parse(text) : NULL;
+    cJSON *json = text ? dt_json_parse_whole(text) : NULL;
     dt_status s = dtrain_config_from_json(json, step_dir, c);
     cJSON_Delete(json);
     if (s == DT_OK && (s = dtrain_config_validate(c)) != DT_OK)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_whole.h"
 #include "dtrain_cli.h"
 
 typedef enum { K_INT, K_NUM, K_STR, K_BOOL, K_INTLIST } ktype;
@@ -122,11 +123,20 @@ static dt_status set_value(dtrain_config *c, const spec *s, const cJSON *v, cons
     switch (s->type) {
     case K_INT:
     case K_NUM: {
-        if (!cJSON_IsNumber(v))
-            return bad(origin, s->key, "must be a number");
+        if (!cJSON_IsNumber(v)) {
+            if (!cJSON_IsString(v))
+                return bad(origin, s->key, "must be a number");
+            /* a --set value that is no JSON number arrives as its text */
+            snprintf(why, sizeof why, "must be a number, not \"%.120s\"%s", v->valuestring,
+                     strchr(v->valuestring, '=') ? " (one --set per key: --set a=1 --set b=2)" : "");
+            return bad(origin, s->key, why);
+        }
         double d = v->valuedouble;
         if (!(d >= s->min && d <= s->max)) { /* before the integer test: its cast needs the range */
-            snprintf(why, sizeof why, "= %g is outside [%g, %g]", d, s->min, s->max);
+            if (s->type == K_INT)
+                snprintf(why, sizeof why, "= %.17g is outside [%.0f, %.0f]", d, s->min, s->max);
+            else
+                snprintf(why, sizeof why, "= %g is outside [%g, %g]", d, s->min, s->max);
             return bad(origin, s->key, why);
         }
         if (s->type == K_INT && d != (double)(int64_t)d)
@@ -189,7 +199,7 @@ static void mark_given(dtrain_config *c, const spec *s)
 {
     dtrain_config d;
     memset(&d, 0, sizeof d);
-    cJSON *v = cJSON_Parse(s->def);
+    cJSON *v = dt_json_parse_whole(s->def);
     set_value(&d, s, v, "defaults");
     cJSON_Delete(v);
     const char *now = (const char *)c + s->off, *def = (const char *)&d + s->off;
@@ -283,7 +293,7 @@ static dt_status load_file(const char *path, dtrain_config *c)
         fprintf(stderr, "dtrain: cannot read config %s: %s\n", path, strerror(errno));
         return DT_ERR_INVALID;
     }
-    cJSON *json = cJSON_Parse(text);
+    cJSON *json = dt_json_parse_whole(text);
     if (!json) {
         const char *at = cJSON_GetErrorPtr();
         fprintf(stderr, "dtrain: %s is not valid JSON (near byte %ld)\n", path, at ? (long)(at - text) : -1L);
@@ -304,7 +314,7 @@ dt_status dtrain_config_load(const char *file, char **sets, int nsets, dtrain_co
 {
     memset(c, 0, sizeof *c);
     for (size_t i = 0; i < NSPECS; i++) {
-        cJSON *v = cJSON_Parse(specs[i].def);
+        cJSON *v = dt_json_parse_whole(specs[i].def);
         dt_status s = set_value(c, &specs[i], v, "defaults");
         cJSON_Delete(v);
         if (s != DT_OK)
@@ -346,7 +356,7 @@ dt_status dtrain_config_apply_sets(dtrain_config *c, char **sets, int nsets)
         const spec *s = find(key);
         if (!s)
             return bad("--set", key, "is unknown (dtrain train --help lists the keys)");
-        cJSON *v = cJSON_Parse(eq + 1);
+        cJSON *v = dt_json_parse_whole(eq + 1);
         if (!v || (s->type == K_STR && !cJSON_IsString(v))) { /* bare words are strings */
             cJSON_Delete(v);
             v = cJSON_CreateString(eq + 1);

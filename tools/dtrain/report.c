@@ -4,6 +4,8 @@
  * and a summary table.  The metrics file is trusted for nothing: a line that
  * is not a record stops the report with its number. */
 #include <cjson/cJSON.h>
+
+#include "json_whole.h"
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -99,7 +101,7 @@ static int read_metrics(const char *path, run *r)
             line[--len] = '\0';
         if (strspn(line, " \t") == (size_t)len)
             continue;
-        cJSON *o = cJSON_Parse(line);
+        cJSON *o = dt_json_parse_whole(line);
         double step, v;
         const char *why = NULL;
         if (!cJSON_IsObject(o))

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_whole.h"
 #include "dtrain_cli.h"
 #include "timeline_trace.h"
 
@@ -99,7 +100,7 @@ int tl_read(const char *path, trace *t)
         fprintf(stderr, "dtrain timeline: cannot read %s: %s\n", path, strerror(errno));
         return 1;
     }
-    t->doc = cJSON_Parse(text);
+    t->doc = dt_json_parse_whole(text);
     if (!t->doc) {
         const char *at = cJSON_GetErrorPtr();
         long off = at && at >= text && at <= text + strlen(text) ? (long)(at - text) : -1;

@@ -5,6 +5,8 @@
  * appended since its last look.  Only complete lines count, so a rank caught
  * mid-write, or killed, never yields half a record. */
 #include <cjson/cJSON.h>
+
+#include "json_whole.h"
 #include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
@@ -187,7 +189,7 @@ static bool num(const cJSON *o, const char *key, double *out)
 
 static void record(int r, mon_rank *k, const char *line)
 {
-    cJSON *o = cJSON_Parse(line);
+    cJSON *o = dt_json_parse_whole(line);
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
         return;

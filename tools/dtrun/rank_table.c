@@ -17,6 +17,8 @@
  * entry. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
+
+#include "json_whole.h"
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -108,7 +110,7 @@ void dtrun_rank_table(const char *path, bool have_node_rank, bool have_master, d
     if (too_long)
         bad("larger than 1 MiB");
     text[len] = '\0';
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = dt_json_parse_whole(text);
     if (!root || !cJSON_IsObject(root))
         bad("not a JSON object (near byte %ld)", root ? 0L : (long)(cJSON_GetErrorPtr() - text));
     const char *version = string_field(root, "version");

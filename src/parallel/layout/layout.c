@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "base/status.h"
 #include "parallel/layout/layout_internal.h"
 
@@ -182,7 +183,7 @@ void dt_layout_default(dt_layout *l)
 {
     memset(l, 0, sizeof *l);
     for (size_t i = 0; i < NKEYS; i++) {
-        cJSON *v = cJSON_Parse(table[i].def);
+        cJSON *v = dt__json_parse(table[i].def);
         dt__layout_put(l, &table[i], v); /* the defaults are good: unit/layout checks each */
         cJSON_Delete(v);
     }

@@ -3,6 +3,8 @@
  * classes and the efficiency the blocks reach.  bench/plan/hardware/ holds
  * examples; docs/planner.md says how to write one. */
 #include <cjson/cJSON.h>
+
+#include "base/json.h"
 #include <stdlib.h>
 
 #include "base/status.h"
@@ -25,7 +27,7 @@ dt_status dt_plan_hardware_read(const char *path, dt_plan_inputs *in)
         return dt__fail(DT_ERR_INVALID, "plan_hardware_read: %s is NULL", !path ? "the path" : "in");
     char *text = NULL;
     DT_CHECK(dt_read_file(path, &text, NULL));
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = dt__json_parse(text);
     free(text);
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);

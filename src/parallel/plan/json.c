@@ -2,6 +2,8 @@
  * _write), the links (dt_plan_links_read), one estimate for scripts
  * (dt_plan_estimate_json). */
 #include <cjson/cJSON.h>
+
+#include "base/json.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -25,7 +27,7 @@ static dt_status parse_file(const char *path, cJSON **out)
 {
     char *text = NULL;
     DT_CHECK(dt_read_file(path, &text, NULL));
-    *out = cJSON_Parse(text);
+    *out = dt__json_parse(text);
     free(text);
     if (!*out || !cJSON_IsObject(*out)) {
         cJSON_Delete(*out);
@@ -224,7 +226,7 @@ char *dt_plan_estimate_json(const dt_plan_estimate *e)
     if (!e)
         return NULL;
     char *layout = dt_layout_to_json(&e->layout);
-    cJSON *root = cJSON_CreateObject(), *l = layout ? cJSON_Parse(layout) : NULL;
+    cJSON *root = cJSON_CreateObject(), *l = layout ? dt__json_parse(layout) : NULL;
     free(layout);
     bool ok = root && l && cJSON_AddItemToObject(root, "layout", l);
     if (!ok)
