@@ -24,17 +24,17 @@ expect_grep "$WORK/plan" "^plan: gpt on 4 ranks .* layouts considered"
 expect_grep "$WORK/plan" "^ 1\. "
 expect_grep "$WORK/plan" "predicted [0-9.]+ s/step = compute"
 expect_no_grep "$WORK/plan" "does not fit"
-n=$(grep -c '^    --set ' "$WORK/plan")
+n=$(grep -cE '^    (--set |\(the default layout\))' "$WORK/plan")
 [ "$n" -ge 1 ] || fail "no layout printed"
 i=0
-while read -r sets; do
+while read -r sets; do # each line pasted as printed: "--set a=1 --set b=2"
     i=$((i + 1))
     args=()
-    [ "$sets" = "(the default layout)" ] || for w in $sets; do args+=(--set "$w"); done
+    [ "$sets" = "(the default layout)" ] || read -r -a args <<<"$sets"
     "$BIN/dtrun" -n 4 "$BIN/dtrain" train "${small[@]}" --set steps=2 --set log_interval=1 --set eval_batches=1 \
         "${args[@]}" >"$WORK/run$i" 2>&1 || { cat "$WORK/run$i"; fail "layout $i ($sets) did not run on 4 ranks"; }
     expect_grep "$WORK/run$i" "step 2/2"
-done < <(sed -n 's/^    --set //p' "$WORK/plan")
+done < <(sed -nE 's/^    (--set .*|\(the default layout\))$/\1/p' "$WORK/plan")
 echo "the $i printed layouts ran on 4 ranks"
 
 # the cache: the second plan reads the profile the first wrote

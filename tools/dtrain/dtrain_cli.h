@@ -152,10 +152,14 @@ void dtrain_html_text(FILE *o, const char *s);
 double dtrain_tick_step(double lo, double hi, int n);
 /* dtrain plan --config FILE -n N [...] (plan.c). */
 int dtrain_plan(int argc, char **argv);
+/* The trainer's arguments for layout l as a user pastes them: "--set tp=2
+ * --set micro_batches=4" (one --set per key; dp left out, the world /
+ * (tp x pp)), or "(the default layout)" (plan.c). */
+void dtrain_layout_args(const dt_layout *l, char *buf, size_t len);
 /* layout=auto, on every rank of the job once joined: the links probed,
  * rank 0 plans c's model for the job's ranks (its profile cached), and its
  * choice replaces c's tp, pp, zero_stage, micro_batches, pipeline_schedule,
- * virtual_stages, sequence_parallel and recompute on every rank; *predicted gets the plan's
+ * virtual_stages, sequence_parallel, tp_copies and recompute on every rank; *predicted gets the plan's
  * step time.  Rank 0 prints the choice.  0, or the exit code. */
 int dtrain_plan_auto(dtrain_config *c, dt_comm *job, double *predicted);
 int dtrain_eval(const char *checkpoint);

@@ -47,14 +47,30 @@ static const char plan_usage[] =
     "The profile is cached in $XDG_CACHE_HOME/dtrain (else ~/.cache/dtrain), one file per\n"
     "model, batch, threads, ranks per host, optimizer and CPU model.\n";
 
-static void print_estimate(int i, const dt_plan_estimate *e)
+void dtrain_layout_args(const dt_layout *l, char *buf, size_t len)
 {
-    char sets[512], desc[256];
-    dt_layout words = e->layout;
+    char sets[512];
+    dt_layout words = *l;
     words.dp = 0; /* the trainer has no dp key: the world / (tp x pp) */
     dt_layout_to_sets(&words, sets, sizeof sets);
+    if (!sets[0]) {
+        snprintf(buf, len, "(the default layout)");
+        return;
+    }
+    size_t at = 0;
+    buf[0] = '\0';
+    for (char *w = strtok(sets, " "); w && at < len; w = strtok(NULL, " ")) {
+        int n = snprintf(buf + at, len - at, "%s--set %s", at ? " " : "", w);
+        at += n > 0 ? (size_t)n : 0;
+    }
+}
+
+static void print_estimate(int i, const dt_plan_estimate *e)
+{
+    char args[768], desc[256];
+    dtrain_layout_args(&e->layout, args, sizeof args);
     dt_layout_describe(&e->layout, desc, sizeof desc);
-    printf("%2d. %s\n    --set %s\n", i + 1, desc, sets[0] ? sets : "(the default layout)");
+    printf("%2d. %s\n    %s\n", i + 1, desc, args);
     printf("    predicted %.4f s/step = compute %.4f + bubble %.4f + tp %.4f + pp %.4f + dp %.4f + ps %.4f + "
            "recompute %.4f + optimizer %.4f (less overlap); %.1f samples/s\n",
            e->step_s, e->compute_s, e->bubble_s, e->tp_s, e->pp_s, e->dp_s, e->ps_s, e->recompute_s,

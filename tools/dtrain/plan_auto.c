@@ -109,14 +109,12 @@ int dtrain_plan_auto(dtrain_config *c, dt_comm *job, double *predicted)
                              links.intra.bandwidth_Bps / 1e9, links.inter.latency_s * 1e6,
                              links.inter.bandwidth_Bps / 1e9, links.inter_cpu_s_per_byte * 1e9, links.ranks_per_node,
                              links.ranks_per_node == 1 ? "" : "s", machine);
-        char sets[512], desc[256];
-        dt_layout words = l;
-        words.dp = 0; /* the trainer has no dp key */
-        dt_layout_to_sets(&words, sets, sizeof sets);
+        char args[768], desc[256];
+        dtrain_layout_args(&l, args, sizeof args);
         dt_layout_describe(&l, desc, sizeof desc);
-        dtrain_progress_line("layout auto: %s (--set %s) for %d rank%s: predicted %.4f s/step (compute %.4f, bubble "
+        dtrain_progress_line("layout auto: %s (%s) for %d rank%s: predicted %.4f s/step (compute %.4f, bubble "
                              "%.4f, tp %.4f, pp %.4f, dp %.4f, optimizer %.4f), %.1f MiB per rank\n", desc,
-                             sets[0] ? sets : "(the default layout)", world, world == 1 ? "" : "s", e.step_s,
+                             args, world, world == 1 ? "" : "s", e.step_s,
                              e.compute_s, e.bubble_s, e.tp_s, e.pp_s, e.dp_s, e.optimizer_s, e.memory_bytes / 1048576);
     }
     return dtrain_config_validate(c) == DT_OK ? 0 : 2;
