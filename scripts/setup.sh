@@ -7,7 +7,7 @@
 #   scripts/setup.sh --build   what `make` and `make install` need: compiler,
 #                              cmake, pkg-config and the libraries libdtrain
 #                              links (libssl, libcjson, OpenBLAS, zlib,
-#                              oneDNN)
+#                              oneDNN, and ISA-L for fast checkpoint CRCs)
 #   scripts/setup.sh --test    (the default) also what `make test` and
 #                              `make demo` need: the Fashion-MNIST and
 #                              fortunes data, PyTorch for the cross-check

@@ -53,5 +53,17 @@ sleep 0.3
 # a program that does not exist
 "$BIN/dtrun" -n 2 /nonexistent/program >"$WORK/out" 2>"$WORK/err"
 [ $? = 127 ] || fail "expected 127 for a missing program"
-expect_grep "$WORK/err" "cannot execute the program: /nonexistent/program"
+expect_grep "$WORK/err" "cannot execute /nonexistent/program: No such file or directory"
+# a bare name not on PATH, a directory: refused before any rank starts, saying why
+PATH=/nonexistent-dir "$BIN/dtrun" -n 2 no-such-program >"$WORK/out" 2>"$WORK/err"
+[ $? = 127 ] || fail "expected 127 for a program not on PATH"
+expect_grep "$WORK/err" "'no-such-program' is not found on PATH \(/nonexistent-dir\): give its path"
+"$BIN/dtrun" -n 2 "$WORK" >"$WORK/out" 2>"$WORK/err"
+[ $? = 127 ] || fail "expected 127 for a directory"
+expect_grep "$WORK/err" "cannot execute $WORK: Is a directory"
+# what only exec refuses (a script whose interpreter is missing): each rank says why
+printf '#!/nonexistent/interpreter\n' >"$WORK/script" && chmod +x "$WORK/script"
+"$BIN/dtrun" -n 2 "$WORK/script" >"$WORK/out" 2>"$WORK/err"
+[ $? = 127 ] || fail "expected 127 for a script without its interpreter"
+expect_grep "$WORK/err" "cannot execute the program: $WORK/script: no such file \(or its interpreter is missing\)"
 echo ok

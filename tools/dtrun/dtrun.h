@@ -86,6 +86,10 @@ int dtrun_timeline_merge(const char *prefix, const char *file, int first, int n)
 /* The ranks this node ran last (dtrun_spawn sets them). */
 extern int dtrun_last_first_rank, dtrun_last_nproc;
 
+/* Whether prog (the ranks' program: a path, or a name looked up on PATH
+ * as the exec will) exists and may be executed; false with why filled
+ * (naming PATH's directories when looked up there). */
+bool dtrun_program_found(const char *prog, char *why, size_t len);
 /* Fork+exec the local ranks with the DT_* environment; *started counts the
  * children running (kids[0..*started-1]) even when a later one failed. */
 dt_status dtrun_spawn(const dtrun_opts *o, const dtrun_layout *l, dtrun_child *kids, int *started);

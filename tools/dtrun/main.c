@@ -25,6 +25,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "dtrun: %s\n", dt_last_error());
         return 2;
     }
+    char why[4096];
+    if (!dtrun_program_found(o.argv[0], why, sizeof why)) { /* before any rank or store starts */
+        fprintf(stderr, "dtrun: %s\n", why);
+        return 127;
+    }
     if (!o.token[0])
         random_token(o.token, sizeof o.token);
     dt_store_server *server = NULL;

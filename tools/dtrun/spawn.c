@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dtrun.h"
@@ -23,6 +24,50 @@ static bool is_managed(const char *entry)
     for (int i = 0; managed[i]; i++)
         if (strncmp(entry, managed[i], strlen(managed[i])) == 0)
             return true;
+    return false;
+}
+
+/* path is a file we may execute: 0, or the errno why not. */
+static int runnable(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return errno;
+    if (S_ISDIR(st.st_mode))
+        return EISDIR;
+    return access(path, X_OK) == 0 ? 0 : errno;
+}
+
+bool dtrun_program_found(const char *prog, char *why, size_t len)
+{
+    if (!prog[0]) {
+        snprintf(why, len, "the program's name is empty");
+        return false;
+    }
+    if (strchr(prog, '/')) {
+        int e = runnable(prog);
+        if (e)
+            snprintf(why, len, "cannot execute %s: %s", prog, strerror(e));
+        return e == 0;
+    }
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/bin:/usr/bin"; /* execvpe's search without PATH (glibc) */
+    for (const char *d = path;; d++) {
+        const char *end = strchr(d, ':');
+        size_t n = end ? (size_t)(end - d) : strlen(d);
+        char full[4352];
+        snprintf(full, sizeof full, "%.*s/%s", (int)(n ? n : 1), n ? d : ".", prog); /* empty entry: . */
+        if (runnable(full) == 0)
+            return true;
+        if (!end)
+            break;
+        d = end;
+    }
+    snprintf(why, len,
+             "'%s' is not found on PATH (%.3000s): give its path (after make: build/bin/%s) or add its directory "
+             "to PATH",
+             prog, path, prog);
     return false;
 }
 
@@ -119,10 +164,20 @@ dt_status dtrun_spawn(const dtrun_opts *o, const dtrun_layout *l, dtrun_child *k
                 dup2(err[1], 2);
             }
             execvpe(o->argv[0], o->argv, env);
+            /* checked before the fork (dtrun_program_found): here only what
+             * changed since, or what exec alone refuses; no strerror after
+             * fork (not async-signal-safe), so the common reasons by name */
+            int e = errno;
             const char *msg = "dtrun: cannot execute the program: ";
+            const char *reason = e == ENOENT    ? ": no such file (or its interpreter is missing)\n"
+                                 : e == EACCES  ? ": permission denied\n"
+                                 : e == ENOEXEC ? ": not an executable format this machine runs\n"
+                                 : e == ENOMEM  ? ": out of memory\n"
+                                 : e == E2BIG   ? ": the arguments and environment are too long\n"
+                                                : "\n";
             (void)!write(2, msg, strlen(msg));
             (void)!write(2, o->argv[0], strlen(o->argv[0]));
-            (void)!write(2, "\n", 1);
+            (void)!write(2, reason, strlen(reason));
             _exit(127);
         }
         for (size_t j = added; env[j]; j++) /* the strings dtrun made; environ's are not ours */
