@@ -474,11 +474,11 @@ static void test_check(void)
 
     /* against the world */
     with(&l, "tp=2");
-    refused(&l, 3, "pp = 1, tp = 2: mesh dp=0 x tp=2: the world's 3 ranks are not divisible by 2", NULL);
+    refused(&l, 3, "pp = 1, tp = 2: mesh dp=? x tp=2: the world's 3 ranks are not divisible by 2", NULL);
     with(&l, "pp=2 tp=2");
-    refused(&l, 6, "pp = 2, tp = 2: mesh dp=0 x pp=2 x tp=2: the world's 6 ranks are not divisible by 4", NULL);
+    refused(&l, 6, "pp = 2, tp = 2: mesh dp=? x pp=2 x tp=2: the world's 6 ranks are not divisible by 4", NULL);
     with(&l, "pp=8");
-    refused(&l, 4, "pp = 8, tp = 1: mesh dp=0 x pp=8: the world's 4 ranks are not divisible by 8", NULL);
+    refused(&l, 4, "pp = 8, tp = 1: mesh dp=? x pp=8: the world's 4 ranks are not divisible by 8", NULL);
     with(&l, "servers=2");
     refused(&l, 2, "parameter server: 2 servers among 2 ranks leaves 0 workers", NULL);
     with(&l, "servers=3");

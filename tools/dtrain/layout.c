@@ -37,8 +37,15 @@ static bool fits(const dtrain_config *c, int world, char *why, size_t len)
         return false;
     }
     ok = ok && (!d || dt_layout_check_model(&l, d) == DT_OK);
-    if (!ok)
-        snprintf(why, len, "%s", dt_last_error());
+    if (!ok) {
+        int group = l.tp * l.pp, workers = world - l.servers;
+        if (l.dp == 0 && group > 1 && (workers < group || workers % group)) /* say what would fit */
+            snprintf(why, len, "%s; start %s%d ranks%s, e.g. dtrun -n %d dtrain train ...", dt_last_error(),
+                     l.servers ? "the servers plus " : "a multiple of tp x pp = ", group,
+                     l.servers ? " per data-parallel copy" : "", l.servers + group);
+        else
+            snprintf(why, len, "%s", dt_last_error());
+    }
     dt_model_desc_destroy(d);
     return ok;
 }

@@ -65,7 +65,9 @@ static dt_status resolve(dt_mesh *m, const dt_mesh_dim *dims, int ndims, int wor
     char shape[160];
     int n = 0;
     for (int i = 0; i < ndims && n < (int)sizeof shape; i++)
-        n += snprintf(shape + n, sizeof shape - (size_t)n, "%s%s=%d", i ? " x " : "", m->names[i], m->sizes[i]);
+        n += m->sizes[i] ? snprintf(shape + n, sizeof shape - (size_t)n, "%s%s=%d", i ? " x " : "", m->names[i],
+                                    m->sizes[i])
+                         : snprintf(shape + n, sizeof shape - (size_t)n, "%s%s=?", i ? " x " : "", m->names[i]);
     if (rest >= 0) {
         if (product > world || world % (int)product)
             return dt__fail(DT_ERR_INVALID,
