@@ -29,7 +29,7 @@ check_err "key 'steps' must be a number, not \"10,000\"" train --config configs/
 check_err "key 'lr' must be a number, not \"0.05O\"" train --config configs/mlp.json --set lr=0.05O
 check_err "one --set per key" train --config configs/mlp.json --set "steps=1 micro_batches=2"
 check_err "key 'steps' = 0 is outside \[1, " train --config configs/mlp.json --set steps=0
-check_err "mesh dp=\? x tp=2: .*; start a multiple of tp x pp = 2 ranks, e.g. dtrun -n 2" \
+check_err "mesh dp=\? x tp=2: .*; start a multiple of tp x pp = 2 ranks \(e.g. dtrun -n 2 .*--set tp=1 --set pp=1 fits any" \
     train --config configs/gpt-mini.json --set tp=2
 { cat configs/mlp.json; echo 'garbage here'; } >"$WORK/junk.json"
 check_err "junk.json is not valid JSON" train --config "$WORK/junk.json"

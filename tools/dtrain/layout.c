@@ -40,8 +40,10 @@ static bool fits(const dtrain_config *c, int world, char *why, size_t len)
     if (!ok) {
         int group = l.tp * l.pp, workers = world - l.servers;
         if (l.dp == 0 && group > 1 && (workers < group || workers % group)) /* say what would fit */
-            snprintf(why, len, "%s; start %s%d ranks%s, e.g. dtrun -n %d dtrain train ...", dt_last_error(),
-                     l.servers ? "the servers plus " : "a multiple of tp x pp = ", group,
+            snprintf(why, len,
+                     "%s; start %s%d ranks%s (e.g. dtrun -n %d dtrain train ...), or give a layout this world "
+                     "fits (--set tp=1 --set pp=1 fits any; a checkpoint resumes in any layout)",
+                     dt_last_error(), l.servers ? "the servers plus " : "a multiple of tp x pp = ", group,
                      l.servers ? " per data-parallel copy" : "", l.servers + group);
         else
             snprintf(why, len, "%s", dt_last_error());
