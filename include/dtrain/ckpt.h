@@ -392,6 +392,12 @@ void dt_ckpt_writer_stop(dt_ckpt_writer *w);
 /* With defer_copy: until the last submit's state is copied (w may be NULL;
  * returns at once when it is).  The optimizer's guard calls it. */
 void dt_ckpt_writer_settle(dt_ckpt_writer *w);
+/* The snapshot copies the writer keeps in the process's heap (the values
+ * and moments it copies a checkpoint into before writing it), for a memory
+ * account: bufs[i] the buffer of slot i (values, m, v; NULL: none, as
+ * while it stages into tmpfs files, whose pages the kernel counts as shared
+ * memory); returns the bytes of each (w NULL: 0). */
+size_t dt_ckpt_writer_heap(dt_ckpt_writer *w, const void *bufs[3]);
 /* Seconds the updates of o and dt_ckpt_writer_settle waited for deferred
  * copies so far (the copies' cost to the caller; submit's *stall_s is the
  * rest). */

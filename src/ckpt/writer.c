@@ -547,6 +547,19 @@ double dt_ckpt_writer_teed(dt_ckpt_writer *w, double *seconds)
     return f;
 }
 
+size_t dt_ckpt_writer_heap(dt_ckpt_writer *w, const void *bufs[3])
+{
+    for (int i = 0; i < 3; i++)
+        bufs[i] = NULL;
+    if (!w)
+        return 0;
+    pthread_mutex_lock(&w->mu); /* (the heap's buffers are allocated on the writer's thread) */
+    for (int i = 0; i < 3; i++)
+        bufs[i] = w->heap[i];
+    pthread_mutex_unlock(&w->mu);
+    return (size_t)dt_params_numel(w->p) * sizeof(float);
+}
+
 double dt_ckpt_writer_waited(dt_ckpt_writer *w)
 {
     pthread_mutex_lock(&w->mu);

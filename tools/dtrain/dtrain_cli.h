@@ -112,14 +112,17 @@ int dtrain_memory_plan(const dtrain_config *c, dt_model *m, int nranks, bool lea
 /* What rank 0 allocated for model states, by kind, measured from the
  * registry's buffers, the optimizer's state and the strategy's own (ZeRO's
  * shard and communication buffers at their most), and its peak RSS. */
-void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s, double data_bytes, size_t act_peak);
+void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s, dt_ckpt_writer *w, double data_bytes,
+                          size_t act_peak);
 /* memory_account.c: note the anonymous memory at start (first thing in
  * main), and print the end-of-run accounting line: the peak RSS against
- * the parts measured one by one (model states and communication buffers as
+ * the parts measured one by one (model states' resident bytes, of
+ * `allocated`, the checkpoints' copies and communication buffers as
  * dtrain_memory_report measured them, the data set's bytes, the activation
  * arenas' peak in use), with what is not attributed. */
 void dtrain_memory_start(void);
-void dtrain_memory_account(double model_states, double comm_buffers, double data_bytes, size_t act_in_use);
+void dtrain_memory_account(double model_states, double allocated, double copies, double comm_buffers,
+                           double data_bytes, size_t act_in_use);
 
 /* Before joining the job (layout.c): the configuration against the world's
  * size from the launcher's environment (servers among the ranks, the mesh's

@@ -5,11 +5,14 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <inttypes.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "dtrain_cli.h"
 
@@ -150,12 +153,71 @@ int dtrain_memory_plan(const dtrain_config *c, dt_model *m, int nranks, bool lea
     return 2;
 }
 
-void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s, double data_bytes, size_t act_peak)
+/* The resident bytes of [p, p + bytes): pages never written (a sparse
+ * embedding's rows no batch reached, an optimizer state before its first
+ * step) are allocated but not in the RSS.  From /proc/self/pagemap: a page
+ * counts when present and mapped by this process alone (bits 63 and 56), so
+ * the shared zero page that reading an untouched page maps does not (mincore
+ * would count it).  pagemap unreadable: all of it. */
+static double resident(const void *p, size_t bytes)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    if (!p || !bytes || page <= 0)
+        return 0;
+    uint64_t first = (uint64_t)(uintptr_t)p / (uint64_t)page,
+             last = ((uint64_t)(uintptr_t)p + bytes - 1) / (uint64_t)page, in = 0;
+    FILE *f = fopen("/proc/self/pagemap", "rb");
+    if (!f || fseeko(f, (off_t)(first * 8), SEEK_SET) != 0) {
+        if (f)
+            fclose(f);
+        return (double)bytes;
+    }
+    uint64_t entries[512];
+    for (uint64_t at = first; at <= last;) {
+        size_t want = last - at + 1 < 512 ? (size_t)(last - at + 1) : 512, got = fread(entries, 8, want, f);
+        if (got == 0)
+            break;
+        for (size_t i = 0; i < got; i++)
+            in += (entries[i] >> 63 & 1) && (entries[i] >> 56 & 1);
+        at += got;
+    }
+    fclose(f);
+    double r = (double)in * (double)page;
+    return r < (double)bytes ? r : (double)bytes; /* (the end pages may hold other data) */
+}
+
+/* The resident bytes of a registry's values and gradients and an
+ * optimizer's state (on the host). */
+static double resident_states(dt_params *p, dt_optimizer *o)
+{
+    size_t n = (size_t)dt_params_numel(p) * sizeof(float);
+    bool on_disk = false;
+    size_t state = o ? (size_t)dt_optimizer_state_floats(o, &on_disk) * sizeof(float) : 0;
+    dt_ckpt_tensors live = dt_ckpt_tensors_live(p, on_disk ? NULL : o);
+    return resident(live.values, n) + resident(dt_params_grads(p), dt_params_grads(p) ? n : 0) +
+           resident(live.m, on_disk ? 0 : state);
+}
+
+void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s, dt_ckpt_writer *w, double data_bytes,
+                          size_t act_peak)
 {
     dt_params *p = dt_model_params(m);
     double n = (double)dt_params_numel(p), values = dt_params_values(p) ? 4 * n : 0, grads = dt_params_grads(p) ? 4 * n : 0;
     bool on_disk = false;
     double state = 4.0 * (double)dt_optimizer_state_floats(o, &on_disk), optim = on_disk ? 0 : state;
+    /* what of them is resident, on the host (with a device: as allocated,
+     * the accounting's figure before it looked at pages) */
+    double held = !dt_device_is_host(dt_params_device(p)) ? values + grads + optim : resident_states(p, o);
+    /* the checkpoints' copies: the writer's (heap, not staged), and a
+     * split run's whole model that its shards are gathered into */
+    dt_params *cp = NULL;
+    dt_optimizer *co = NULL;
+    bool streamed = false;
+    dt_strategy_checkpoint_state(s, &cp, &co, &streamed);
+    const void *heap[3];
+    size_t each = dt_ckpt_writer_heap(w, heap);
+    double copies = resident(heap[0], each) + resident(heap[1], each) + resident(heap[2], each) +
+                    (cp && cp != p ? resident_states(cp, co) : 0);
     size_t buffers = 0;
     double shard = (double)dt_strategy_memory_bytes(s, &buffers) - (double)buffers;
     struct rusage ru;
@@ -171,5 +233,6 @@ void dtrain_memory_report(dt_model *m, dt_optimizer *o, dt_strategy *s, double d
            "%.1f%s, the strategy's shard %.1f%s), communication buffers %.1f MiB at most, peak RSS %.1f MiB\n",
            mib(values + grads + optim + shard), mib(values), mib(grads), mib(optim), disk, mib(shard), shard_disk,
            mib((double)buffers), mib(rss));
-    dtrain_memory_account(values + grads + optim + shard, (double)buffers, data_bytes, act_peak);
+    dtrain_memory_account(held + shard, values + grads + optim + shard, copies, (double)buffers, data_bytes,
+                          act_peak);
 }

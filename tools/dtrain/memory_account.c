@@ -3,7 +3,10 @@
  * the sum says whether anything large went unnamed.
  *
  * The parts: model states (the registry's buffers, the optimizer's state,
- * the strategy's shard), activations (every host arena's touched chunk
+ * the strategy's shard: their resident pages, /proc/self/pagemap, since a
+ * sparse table's untouched rows are allocated but not resident), the
+ * checkpoints' copies (the writer's heap copy of the state, a split run's
+ * whole model gathered for its checkpoints), activations (every host arena's touched chunk
  * pages: a page stays resident once touched), the strategy's communication
  * buffers, the data set as loaded, shared-memory segments (the kernel's
  * RssShmem: the channels' rings and the collectives' arenas), code and
@@ -83,7 +86,8 @@ static double stack_bytes(int *threads)
     return total;
 }
 
-void dtrain_memory_account(double model_states, double comm_buffers, double data_bytes, size_t act_in_use)
+void dtrain_memory_account(double model_states, double allocated, double copies, double comm_buffers,
+                           double data_bytes, size_t act_in_use)
 {
     struct rusage ru;
     double peak = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0;
@@ -93,14 +97,18 @@ void dtrain_memory_account(double model_states, double comm_buffers, double data
     double stacks = stack_bytes(&threads), start = start_anon > 0 ? start_anon : 0;
     shm = shm > 0 ? shm : 0;
     file = file > 0 ? file : 0;
-    double sum = act + model_states + data_bytes + comm_buffers + shm + file + stacks + start;
+    double sum = act + model_states + copies + data_bytes + comm_buffers + shm + file + stacks + start;
     if (peak <= 0)
         return;
+    char untouched[96] = ""; /* allocated pages no step touched (a sparse table's rows) are not resident */
+    if (allocated - model_states >= 0.05 * 1048576.0)
+        snprintf(untouched, sizeof untouched, " (resident pages; %.1f allocated)", mib(allocated));
     printf("memory accounted on rank 0: peak RSS %.1f MiB = activations %.1f (the arenas' pages; %.1f at most in "
-           "use) + model states %.1f + data set %.1f + communication buffers %.1f + shared-memory segments %.1f + "
+           "use) + model states %.1f%s + checkpoint copies %.1f + data set %.1f + communication buffers %.1f + "
+           "shared-memory segments %.1f + "
            "code and libraries %.1f (file pages) + thread stacks %.1f (%d threads) + start-up heap %.1f = %.1f MiB "
            "(%.1f%% of the peak), %.1f MiB not attributed (small objects, OpenBLAS's and oneDNN's work buffers)\n",
-           mib(peak), mib(act), mib((double)act_in_use), mib(model_states), mib(data_bytes), mib(comm_buffers),
+           mib(peak), mib(act), mib((double)act_in_use), mib(model_states), untouched, mib(copies), mib(data_bytes), mib(comm_buffers),
            mib(shm), mib(file), mib(stacks), threads, mib(start), mib(sum), 100.0 * sum / peak, mib(peak - sum));
     fflush(stdout);
 }

@@ -119,7 +119,8 @@ void train_report_end(const train_run *t)
                (double)io.sent / 1e6 / (double)ran, (double)io.received / 1e6 / (double)ran);
     if (t->writer) /* the peak below counts the final checkpoint's write: it is on disk first */
         (void)dt_ckpt_writer_flush(t->writer); /* (a failure is reported by dt_ckpt_writer_last_good) */
-    dtrain_memory_report(dt_strategy_model(t->s), dt_strategy_optimizer(t->s), t->s, data_bytes(&t->d), t->act_peak);
+    dtrain_memory_report(dt_strategy_model(t->s), dt_strategy_optimizer(t->s), t->s, t->writer, data_bytes(&t->d),
+                         t->act_peak);
     dtrain_device_end_line(c);
     uint64_t rd, wr;
     dt_optimizer_offload_io(dt_strategy_optimizer(t->s), &rd, &wr);
