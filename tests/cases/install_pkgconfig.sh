@@ -13,8 +13,10 @@ grep -q "DT_SANITIZE:BOOL=ON" "$BUILD/CMakeCache.txt" && flags="-fsanitize=addre
 grep -q "DT_TSAN:BOOL=ON" "$BUILD/CMakeCache.txt" && flags="-fsanitize=thread"
 cc -std=c11 -Wall -Werror $flags examples/collectives_demo.c -o "$WORK/demo" $(pkg-config --cflags --libs dtrain) \
     -Wl,-rpath,"$WORK/prefix/lib" || fail "cannot build against the installed library"
-cc -std=c11 -Wall -Werror $flags examples/collectives_demo.c -o "$WORK/demo_static" $(pkg-config --cflags dtrain) \
-    "$WORK/prefix/lib/libdtrain.a" $(pkg-config --static --libs dtrain | sed "s/-ldtrain//") || fail "cannot link the static library"
+cc -std=c11 -Wall -Werror $flags examples/collectives_demo.c -o "$WORK/demo_static" \
+    $(pkg-config --cflags --libs dtrain-static) || fail "cannot link the static library (pkg-config dtrain-static)"
+# static: no libdtrain.so needed (the README's line, which -ldtrain broke)
+! ldd "$WORK/demo_static" | grep -q libdtrain || fail "the dtrain-static link still needs libdtrain.so"
 "$WORK/prefix/bin/dtrun" -n 2 "$WORK/demo" >"$WORK/out" || fail "shared build failed to run"
 expect_grep "$WORK/out" "^\[1\] rank 1/2 allgather of r\*r = \[0, 1\]"
 "$WORK/prefix/bin/dtrun" -n 2 "$WORK/demo_static" >"$WORK/out" || fail "static build failed to run"
