@@ -9,7 +9,8 @@
 # beside it, and their ratio is not absurd (within [0.2, 5]: the machine is
 # noisy, the ratio is recorded in the log).  Bad arguments are named: -n 0,
 # an unknown --model, a missing --links file, --hardware without --model,
-# --machines that do not divide --nodes or with --hardware; 2 namespace
+# --machines that do not divide --nodes or with --hardware; a projection's
+# hosts from the hardware file's devices_per_node; 2 namespace
 # hosts of a 1-core machine (`--machines 1`) take turns on its core;
 # tp=4 with 6 heads is refused by --layout and never printed by the search.
 . "$(dirname "$0")/lib.sh"
@@ -95,6 +96,14 @@ bad "--links $WORK/none.json" "${small[@]}" -n 4 --links "$WORK/none.json"
 
 bad "--model gpt3-999b" -n 8 --hardware bench/plan/hardware/a100-dgx.json --model gpt3-999b
 bad "--hardware and --model go together" -n 8 --model gpt3-175b
+# a projection's hosts are the file's: devices_per_node (8) ranks each, unless --nodes says otherwise
+hw=(--hardware bench/plan/hardware/a100-dgx.json --model gpt3-1.3b --top 1)
+"$BIN/dtrain" plan "${hw[@]}" -n 32 >"$WORK/hw" 2>&1 || { cat "$WORK/hw"; fail "the 32-rank projection failed"; }
+expect_grep "$WORK/hw" "on 32 ranks \(4 hosts\)"
+"$BIN/dtrain" plan "${hw[@]}" -n 4 >"$WORK/hw" 2>&1 || { cat "$WORK/hw"; fail "the 4-rank projection failed"; }
+expect_grep "$WORK/hw" "on 4 ranks \(1 host\)"
+bad "-n 20 ranks do not fill hosts of 8 devices" "${hw[@]}" -n 20
+bad "--nodes 1 puts 16 ranks on a host of .*, which has 8 devices" "${hw[@]}" -n 16 --nodes 1
 # a layout the planner's blocks cannot refuse but the model can: tp 4 with 6 heads
 h6=(--config configs/gpt-mini.json --set layers=2 --set dim=96 --set heads=6 --set context=64 --set batch_size=8
     --set threads=1)

@@ -175,6 +175,7 @@ int dtrain_plan(int argc, char **argv)
     char **sets = calloc((size_t)argc + 1, sizeof *sets);
     int nsets = 0, opt, code = -1;
     long long ranks = 0, nodes = 1, machines = 0, batch = 1, top = 5;
+    bool nodes_given = false;
     bool json = false, fresh = false;
     optind = 1;
     opterr = 0;
@@ -183,7 +184,10 @@ int dtrain_plan(int argc, char **argv)
         case 'c': config = optarg; break;
         case 's': sets[nsets++] = optarg; break;
         case 'n': code = positive(optarg, "-n", &ranks) ? -1 : 2; break;
-        case NODES: code = positive(optarg, "--nodes", &nodes) ? -1 : 2; break;
+        case NODES:
+            code = positive(optarg, "--nodes", &nodes) ? -1 : 2;
+            nodes_given = true;
+            break;
         case MACHINES: code = positive(optarg, "--machines", &machines) ? -1 : 2; break;
         case MEMORY: memory = optarg; break;
         case LINKS: links = optarg; break;
@@ -266,7 +270,22 @@ int dtrain_plan(int argc, char **argv)
         if (dt_plan_hardware_read(hardware, &in) != DT_OK) {
             fprintf(stderr, "dtrain plan: --hardware %s: %s\n", hardware, dt_last_error());
             code = 2;
-        } else if (dt_plan_model_gpt(model, &in, batch, &in.model) != DT_OK) {
+        }
+        int per_host = in.links.ranks_per_node; /* the file's devices_per_node */
+        if (code < 0 && nodes_given && rpn > per_host) {
+            fprintf(stderr, "dtrain plan: --nodes %lld puts %d ranks on a host of %s, which has %d devices "
+                            "(devices_per_node)\n", nodes, rpn, hardware, per_host);
+            code = 2;
+        } else if (code < 0 && !nodes_given && ranks > per_host && ranks % per_host) {
+            fprintf(stderr, "dtrain plan: -n %lld ranks do not fill hosts of %d devices (devices_per_node in %s); "
+                            "give a multiple of %d, or --nodes\n", ranks, per_host, hardware, per_host);
+            code = 2;
+        } else if (code < 0 && !nodes_given) { /* the hosts the file describes, filled in order */
+            nodes = ranks > per_host ? ranks / per_host : 1;
+            rpn = (int)(ranks / nodes);
+        }
+        in.links.ranks_per_node = rpn;
+        if (code < 0 && dt_plan_model_gpt(model, &in, batch, &in.model) != DT_OK) {
             fprintf(stderr, "dtrain plan: --model %s: %s\n", model, dt_last_error());
             code = 2;
         }
