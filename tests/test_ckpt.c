@@ -303,7 +303,9 @@ static void test_corrupt(void)
 
     EXPECT_STATUS(dt_ckpt_find("/nonexistent/dtrain-ckpt", verify_manifest, on_skip, &f, found, sizeof found),
                   DT_ERR_INVALID);
-    EXPECT_CONTAINS(dt_last_error(), "/nonexistent/dtrain-ckpt holds no complete checkpoint");
+    EXPECT_CONTAINS(dt_last_error(), "checkpoint /nonexistent/dtrain-ckpt: No such file or directory");
+    EXPECT_STATUS(dt_ckpt_find("/dev/null", verify_manifest, on_skip, &f, found, sizeof found), DT_ERR_INVALID);
+    EXPECT_CONTAINS(dt_last_error(), "checkpoint /dev/null is not a directory");
 }
 
 /* Clear removes every step directory (the torn and temporary ones too) and

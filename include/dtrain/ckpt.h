@@ -148,7 +148,8 @@ typedef void (*dt_ckpt_skip_fn)(void *user, const char *step_dir, const char *wh
  * exists) is verified alone; otherwise path is a root and its complete
  * checkpoints are verified newest first until one passes, each failure told
  * to skipped (may be NULL).  step_dir gets the one accepted (or the last
- * tried).  DT_ERR_INVALID naming path when it holds no complete checkpoint;
+ * tried).  DT_ERR_INVALID naming path when it does not exist, is not a
+ * directory or holds no complete checkpoint;
  * else the last verify's failure when none passes. */
 dt_status dt_ckpt_find(const char *path, dt_ckpt_verify_fn verify, dt_ckpt_skip_fn skipped, void *user,
                        char *step_dir, size_t len);

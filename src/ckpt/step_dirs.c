@@ -118,6 +118,11 @@ dt_status dt_ckpt_find(const char *path, dt_ckpt_verify_fn verify, dt_ckpt_skip_
         DT_CHECK(dt__ckpt_path(step_dir, len, "%s", path));
         return verify(user, step_dir);
     }
+    if (stat(path, &st) != 0)
+        return dt__fail_errno(DT_ERR_INVALID, "checkpoint %s", path);
+    if (!S_ISDIR(st.st_mode))
+        return dt__fail(DT_ERR_INVALID, "checkpoint %s is not a directory (a checkpoint directory, or the "
+                                        "checkpoint_dir holding step-* directories)", path);
     int64_t *steps;
     int n;
     DT_CHECK(dt_ckpt_list(path, &steps, &n));
