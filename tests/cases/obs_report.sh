@@ -69,6 +69,10 @@ expect_grep "$WORK/out" "empty.jsonl has no training or evaluation records \(the
 "$BIN/dtrain" report "$WORK/none.jsonl" >"$WORK/out" 2>&1; rc=$?
 [ $rc = 1 ] || fail "a missing file: exit $rc, expected 1"
 expect_grep "$WORK/out" "cannot read $WORK/none.jsonl: No such file"
+cp "$WORK/run.jsonl" "$WORK/keep.jsonl"
+"$BIN/dtrain" report "$WORK/run.jsonl" -o "$WORK/run.jsonl" >"$WORK/out" 2>&1 && fail "-o the metrics file itself was accepted"
+expect_grep "$WORK/out" "is the metrics file itself"
+cmp -s "$WORK/run.jsonl" "$WORK/keep.jsonl" || fail "the metrics file was overwritten"
 "$BIN/dtrain" report >"$WORK/out" 2>&1 && fail "no file was accepted"
 expect_grep "$WORK/out" "METRICS.jsonl is required"
 "$BIN/dtrain" report --help | grep -q "usage: dtrain report METRICS.jsonl" || fail "report --help"

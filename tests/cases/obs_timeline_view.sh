@@ -82,5 +82,12 @@ err 2 "dtrain timeline: $WORK/other.json is not a Chrome trace \(no \"traceEvent
 err 2 "dtrain timeline: --from-step 99: the trace has steps 0 to 5" "$WORK/ddp.json" --from-step 99
 err 2 "dtrain timeline: --start-ms 1e\+06 is past the end of the trace" "$WORK/ddp.json" --start-ms 1000000
 err 2 "not both" "$WORK/ddp.json" --from-step 1 --start-ms 5
+err 2 "dtrain timeline: --from-step 1e\+11: the trace has steps 0 to 5" "$WORK/ddp.json" --from-step 99999999999
+err 2 "-o $WORK/ddp.json is the trace itself" "$WORK/ddp.json" -o "$WORK/ddp.json"
+python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$WORK/ddp.json" || fail "the trace was overwritten"
+# more steps than the run (past an int once): the whole run
+"$BIN/dtrain" timeline "$WORK/ddp.json" -o "$WORK/all.html" --steps 3000000000 >"$WORK/out" 2>&1 ||
+    { cat "$WORK/out"; fail "--steps 3000000000 failed"; }
+expect_grep "$WORK/out" "steps 0 to 5"
 "$BIN/dtrain" timeline --help | grep -q "^usage: dtrain timeline TRACE.json" || fail "no --help"
 echo "timeline view ok"

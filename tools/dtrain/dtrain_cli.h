@@ -153,6 +153,9 @@ int dtrain_timeline(int argc, char **argv);
  * about n ticks over [lo, hi]. */
 void dtrain_html_text(FILE *o, const char *s);
 double dtrain_tick_step(double lo, double hi, int n);
+/* Whether out names the same file as in (the same inode; out may not
+ * exist yet): a page written there would replace its own input (report.c). */
+bool dtrain_same_file(const char *in, const char *out);
 /* dtrain plan --config FILE -n N [...] (plan.c). */
 int dtrain_plan(int argc, char **argv);
 /* The trainer's arguments for layout l as a user pastes them: "--set tp=2

@@ -87,6 +87,13 @@ int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, 
     size_t plen = strlen(prompt);
     int64_t cap = (int64_t)plen + tokens + 1;
     float *seq = malloc((size_t)cap * sizeof *seq);
+    float *prob = malloc((size_t)c.vocab * sizeof *prob), *last = malloc((size_t)c.vocab * sizeof *last);
+    if (!seq || !prob || !last) {
+        fprintf(stderr, "dtrain: generate: out of memory for %lld bytes of text\n", (long long)cap);
+        free(seq), free(prob), free(last);
+        dt_model_destroy(m);
+        return 1;
+    }
     for (size_t i = 0; i < plen; i++)
         seq[i] = (float)(unsigned char)prompt[i];
     int64_t len = (int64_t)plen;
@@ -97,7 +104,6 @@ int dtrain_generate(const char *checkpoint, const char *prompt, int64_t tokens, 
     dt_rng rng;
     dt_rng_seed(&rng, seed);
     fwrite(prompt, 1, plen, stdout);
-    float *prob = malloc((size_t)c.vocab * sizeof *prob), *last = malloc((size_t)c.vocab * sizeof *last);
     for (int64_t t = 0; t < tokens; t++) {
         int64_t T = len < c.context ? len : c.context;
         dt_arena_reset(arena);

@@ -45,7 +45,7 @@ static const char usage[] =
     "      --overwrite        train: checkpoint_dir holds another run's checkpoints:\n"
     "                         delete them first (without it, such a run is refused)\n"
     "  -p, --prompt TEXT      generate: the text to continue (default: a new line)\n"
-    "  -n, --tokens N         generate: bytes to sample (default 200)\n"
+    "  -n, --tokens N         generate: bytes to sample (default 200, at most 1048576)\n"
     "  -t, --temperature T    generate: 0 greedy .. 100 (default 0.8)\n"
     "      --seed S           generate: sampling seed (default 1)\n"
     "  eval and generate run on DT_DEVICE (cpu unless set: DT_DEVICE=cuda for a GPU)\n"
@@ -223,6 +223,10 @@ int main(int argc, char **argv)
         case 'n':
             a.generate_only = "--tokens";
             code = number(optarg, "--tokens", &a.tokens) ? -1 : 2;
+            if (code < 0 && a.tokens > (1 << 20)) { /* a forward pass a byte: a million is hours on a CPU */
+                fprintf(stderr, "dtrain: --tokens %lld is above the limit of %d\n", a.tokens, 1 << 20);
+                code = 2;
+            }
             break;
         case SEED:
             a.generate_only = "--seed";

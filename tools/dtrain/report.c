@@ -4,16 +4,16 @@
  * and a summary table.  The metrics file is trusted for nothing: a line that
  * is not a record stops the report with its number. */
 #include <cjson/cJSON.h>
-
-#include "json_whole.h"
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dtrain_cli.h"
+#include "json_whole.h"
 
 static const char report_usage[] =
     "usage: dtrain report METRICS.jsonl [-o REPORT.html]\n"
@@ -427,6 +427,12 @@ static void write_page(FILE *o, const char *path, const run *r)
     fprintf(o, ".</p>\n</body></html>\n");
 }
 
+bool dtrain_same_file(const char *in, const char *out)
+{
+    struct stat a, b;
+    return stat(in, &a) == 0 && stat(out, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 int dtrain_report(int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -466,6 +472,10 @@ int dtrain_report(int argc, char **argv)
         else
             snprintf(def, sizeof def, "%s.html", path);
         out = def;
+    }
+    if (dtrain_same_file(path, out)) {
+        fprintf(stderr, "dtrain report: -o %s is the metrics file itself: the page would replace it\n", out);
+        return 2;
     }
     run r = {0};
     int code = read_metrics(path, &r);

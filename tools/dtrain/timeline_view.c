@@ -334,11 +334,15 @@ static int pick_window(const trace *t, double from, double steps, double start_m
         snprintf(what, len, "%.1f to %.1f ms", *w0 / 1e3, *w1 / 1e3);
         return 0;
     }
-    int n = steps > 0 ? (int)steps : 2;
+    if (from > last) { /* (before any cast: from may be far past an int) */
+        fprintf(stderr, "dtrain timeline: --from-step %g: the trace has steps %d to %d\n", from, first, last);
+        return 2;
+    }
+    int n = steps > 0 ? (steps < last - first + 1 ? (int)steps : last - first + 1) : 2; /* at most the run */
     int s = from >= 0 ? (int)from : first + (last - first + 1 - n) / 2;
     if (s < first)
         s = first;
-    if (from >= 0 && (from > last || !isfinite(t->step_start[s]))) {
+    if (from >= 0 && !isfinite(t->step_start[s])) {
         fprintf(stderr, "dtrain timeline: --from-step %g: the trace has steps %d to %d\n", from, first, last);
         return 2;
     }
@@ -454,6 +458,10 @@ int dtrain_timeline(int argc, char **argv)
         else
             snprintf(def, sizeof def, "%s.html", path);
         out = def;
+    }
+    if (dtrain_same_file(path, out)) {
+        fprintf(stderr, "dtrain timeline: -o %s is the trace itself: the page would replace it\n", out);
+        return 2;
     }
     trace t = {0};
     int code = tl_read(path, &t);

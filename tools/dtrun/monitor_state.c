@@ -5,8 +5,6 @@
  * appended since its last look.  Only complete lines count, so a rank caught
  * mid-write, or killed, never yields half a record. */
 #include <cjson/cJSON.h>
-
-#include "json_whole.h"
 #include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
@@ -19,6 +17,7 @@
 #include <unistd.h>
 
 #include "monitor.h"
+#include "json_whole.h"
 
 #define MAX_POINTS 4096      /* per curve: beyond, every other point goes */
 #define MAX_LINE (64 * 1024) /* a longer line is not a record: skipped */

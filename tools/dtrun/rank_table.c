@@ -17,8 +17,6 @@
  * entry. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
-
-#include "json_whole.h"
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -28,6 +26,7 @@
 #include <unistd.h>
 
 #include "dtrun.h"
+#include "json_whole.h"
 
 static const char *table_path;
 

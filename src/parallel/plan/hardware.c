@@ -3,10 +3,9 @@
  * classes and the efficiency the blocks reach.  bench/plan/hardware/ holds
  * examples; docs/planner.md says how to write one. */
 #include <cjson/cJSON.h>
-
-#include "base/json.h"
 #include <stdlib.h>
 
+#include "base/json.h"
 #include "base/status.h"
 #include "parallel/plan/internal.h"
 

@@ -2,13 +2,12 @@
  * _write), the links (dt_plan_links_read), one estimate for scripts
  * (dt_plan_estimate_json). */
 #include <cjson/cJSON.h>
-
-#include "base/json.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "base/status.h"
 #include "dtrain/ckpt.h"
 #include "parallel/plan/internal.h"
