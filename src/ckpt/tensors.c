@@ -34,7 +34,8 @@ dt_ckpt_tensors dt_ckpt_tensors_live(dt_params *p, dt_optimizer *o)
     return (dt_ckpt_tensors){dt_params_values(p), m, v};
 }
 
-/* A safetensors header (the JSON after the 8-byte length); NULL when unreadable. */
+/* A safetensors header (the JSON object after the 8-byte length); NULL when
+ * unreadable or not an object. */
 static cJSON *tensor_header(const char *path)
 {
     FILE *f = fopen(path, "rb");
@@ -48,6 +49,10 @@ static cJSON *tensor_header(const char *path)
         if (text && fread(text, 1, n, f) == n) {
             text[n] = '\0';
             j = dt__json_parse(text);
+        }
+        if (j && !cJSON_IsObject(j)) { /* valid JSON, but not a header (an array: children without names) */
+            cJSON_Delete(j);
+            j = NULL;
         }
         free(text);
     }

@@ -35,6 +35,20 @@ tamper sampler/position 1000000 --no-reseal
 resume_bad "bad/manifest.json has checksum [0-9a-f]{8}, its field manifest_crc32 says [0-9a-f]{8} \(edited or corrupt\)"
 tamper manifest_crc32 null --no-reseal
 resume_bad "field manifest_crc32 is missing"
+# a safetensors header that is JSON but not an object (a crash before), its
+# size and CRC in the manifest made to match, as a careful editor would
+rm -rf "$WORK/bad" && cp -r "$WORK/k/step-00000030" "$WORK/bad"
+python3 - "$WORK/bad/model.safetensors" <<'PY' || fail "cannot rewrite the header"
+import struct, sys
+p = sys.argv[1]; b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = b"[1,2,3]"
+open(p, "wb").write(struct.pack("<Q", len(h)) + h + b[8 + n:])
+PY
+bytes=$(stat -c %s "$WORK/bad/model.safetensors")
+crc=$(python3 -c 'import sys, zlib; print(zlib.crc32(open(sys.argv[1], "rb").read()))' "$WORK/bad/model.safetensors")
+$EDIT "$WORK/bad/manifest.json" set files/model.safetensors/bytes "$bytes" >/dev/null || fail "cannot edit the manifest"
+$EDIT "$WORK/bad/manifest.json" set files/model.safetensors/crc32 "$crc" >/dev/null || fail "cannot edit the manifest"
+resume_bad "model.safetensors (has no readable safetensors header|: the header is not valid JSON)"
+check_err "model.safetensors (has no readable safetensors header|: the header is not valid JSON)" eval "$WORK/bad"
 # edited with a fresh checksum: every value is range-checked
 tamper sampler/position 1000000
 resume_bad "field sampler.position = 1000000 is not a whole number in \[0, 60000\]"
