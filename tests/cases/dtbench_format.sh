@@ -25,6 +25,11 @@ bad "invalid option '--bogus'" --bogus allreduce
 bad "missing the value of option '-b'" allreduce -b
 bad "missing OP" 
 bad "smallest size \(-b\) is larger than the largest \(-e\)" allreduce -b 1M -e 8
+bad "smallest size \(-b\) must be at least 1 byte" allreduce -b 0 -e 0
+# a step factor near 1: each size once (it printed size 8 without end)
+timeout 30 "$BIN/dtbench" allreduce -b 8 -e 64 -f 1.0000001 -n 1 -w 0 >"$WORK/near1" 2>&1 ||
+    { tail "$WORK/near1"; fail "a step factor of 1.0000001 did not end"; }
+[ "$(grep -cE '^ +[0-9]+ +[0-9]+ +f32' "$WORK/near1")" = 15 ] || { cat "$WORK/near1"; fail "expected the 15 sizes 8..64"; }
 "$BIN/dtrun" -n 1 "$BIN/dtbench" allreduce --device nonsense >"$WORK/out" 2>&1 && fail "dtbench --device nonsense ran"
 expect_grep "$WORK/out" "dtbench: --device nonsense: .*nonsense"
 

@@ -169,6 +169,8 @@ static void parse(int argc, char **argv, options *o)
         bad("unexpected argument", argv[optind + 1]);
     if (o->minb > o->maxb)
         bad("the smallest size (-b) is larger than the largest (-e)", NULL);
+    if (o->minb == 0) /* (0 times the step factor stays 0: the sizes would never grow) */
+        bad("the smallest size (-b) must be at least 1 byte", NULL);
 }
 
 /* Most calls one size may take under --mintime. */
@@ -553,8 +555,12 @@ int main(int argc, char **argv)
     size_t total_wrong = 0;
     double busbw_sum = 0;
     int busbw_n = 0;
+    size_t prev_elems = SIZE_MAX;
     for (double sz = (double)o.minb; sz <= (double)o.maxb * 1.0000001; sz *= o.factor) {
         size_t elems = (size_t)sz / b.es;
+        if (elems == prev_elems) /* a factor near 1: this size again, after rounding to elements */
+            continue;
+        prev_elems = elems;
         b.count = per_rank_blocks ? elems / (size_t)b.size : elems;
         size_t bytes = (per_rank_blocks ? b.count * (size_t)b.size : b.count) * b.es;
         if (o.op == BARRIER)
