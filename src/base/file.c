@@ -7,6 +7,19 @@
 #include "base/status.h"
 #include "dtrain/base.h"
 
+dt_status dt__regular_file(const char *path)
+{
+    struct stat st;
+    if (!path || stat(path, &st) != 0 || S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))
+        return DT_OK;
+    const char *kind = S_ISFIFO(st.st_mode)  ? "a FIFO"
+                       : S_ISCHR(st.st_mode) ? "a character device"
+                       : S_ISBLK(st.st_mode) ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "of another kind";
+    return dt__fail(DT_ERR_INVALID, "%s is %s, not a regular file", path, kind);
+}
+
 dt_status dt_read_file(const char *path, char **out, size_t *size)
 {
     if (!path || !out)
@@ -14,6 +27,10 @@ dt_status dt_read_file(const char *path, char **out, size_t *size)
     *out = NULL;
     if (size)
         *size = 0;
+    if (dt__regular_file(path) != DT_OK) {
+        errno = EINVAL; /* the callers that print strerror(errno) say "Invalid argument" after the path */
+        return DT_ERR_INVALID;
+    }
     FILE *f = fopen(path, "rb");
     if (!f)
         return dt__fail_errno(DT_ERR_SYSTEM, "cannot open %s", path);

@@ -11,6 +11,13 @@ dt_status dt__fail_errno(dt_status code, const char *fmt, ...) __attribute__((fo
 /* Prefix the current message with more context ("allreduce: " + old). */
 dt_status dt__wrap(dt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* DT_OK unless path names something other than a regular file or a
+ * directory (a FIFO, a device, a socket; symlinks followed): opening a
+ * FIFO for reading blocks until a writer comes, /dev/zero never ends, so
+ * every reader of a user's file asks first.  A path that does not exist is
+ * DT_OK too: the open that follows names that error (file.c). */
+dt_status dt__regular_file(const char *path);
+
 /* Clean-up after a failure may itself fail and overwrite the message; the
  * first error is the one to report:
  *   char why[DT__ERROR_LEN]; dt__error_save(why); clean_up(); return dt__error_restore(s, why); */

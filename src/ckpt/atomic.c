@@ -124,6 +124,7 @@ dt_status dt__ckpt_atomic_write_parts(const char *path, const void *const *parts
 
 dt_status dt_file_crc32(const char *path, uint32_t *crc, uint64_t *size)
 {
+    DT_CHECK(dt__regular_file(path));
     FILE *f = fopen(path, "rb");
     if (!f)
         return dt__fail_errno(DT_ERR_INVALID, "cannot open %s", path);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/json.h"
 #include "base/status.h"
@@ -140,8 +141,11 @@ static dt_status check_files(const dt_ckpt_manifest *m)
         DT_CHECK(dt__ckpt_path(path, sizeof path, "%s/%s", dir, f->string));
         uint32_t crc;
         uint64_t size;
-        if (dt_file_crc32(path, &crc, &size) != DT_OK)
+        struct stat st;
+        if (stat(path, &st) != 0)
             return dt__fail(DT_ERR_INVALID, "checkpoint file missing: %s", path);
+        if (dt_file_crc32(path, &crc, &size) != DT_OK) /* (it names why: not a regular file, unreadable) */
+            return dt__wrap(DT_ERR_INVALID, "checkpoint file %s: ", path);
         double want_size, want_crc;
         if (!num(f, "bytes", &want_size) || !num(f, "crc32", &want_crc))
             return dt__fail(DT_ERR_INVALID, "%s: the manifest entry for %s lacks bytes or crc32", dir,

@@ -118,6 +118,7 @@ static bool read_at(FILE *f, uint64_t at, void *out, size_t n)
  * of the whole file is held (a model's worth of memory at every resume). */
 dt_status dt_safetensors_read(const char *path, dt_params *p, float *data)
 {
+    DT_CHECK(dt__regular_file(path));
     FILE *f = fopen(path, "rb");
     if (!f)
         return dt__fail_errno(DT_ERR_INVALID, "cannot open %s", path);

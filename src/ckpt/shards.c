@@ -348,6 +348,7 @@ static dt_status open_shard(const dt_ckpt_manifest *m, const char *name, const c
 {
     char path[DT_CKPT_PATH_MAX];
     DT_CHECK(dt__ckpt_path(path, sizeof path, "%s/%s", m->dir, name));
+    DT_CHECK(dt__regular_file(path));
     r->fd = open(path, O_RDONLY | O_CLOEXEC);
     if (r->fd < 0)
         return dt__fail_errno(DT_ERR_INVALID, "checkpoint shard file missing: %s", path);

@@ -38,7 +38,7 @@ dt_ckpt_tensors dt_ckpt_tensors_live(dt_params *p, dt_optimizer *o)
  * unreadable or not an object. */
 static cJSON *tensor_header(const char *path)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = dt__regular_file(path) == DT_OK ? fopen(path, "rb") : NULL; /* (a FIFO would block) */
     unsigned char len[8];
     cJSON *j = NULL;
     if (f && fread(len, 1, 8, f) == 8) {

@@ -34,6 +34,7 @@ static dt_status read_exact(gzFile f, const char *path, void *buf, size_t len, c
 /* Open and check the header: magic 0x00000800 | ndim, then ndim big-endian sizes. */
 static dt_status open_idx(const char *path, int ndim, uint32_t *dims, gzFile *out)
 {
+    DT_CHECK(dt__regular_file(path));
     gzFile f = gzopen(path, "rb");
     if (!f)
         return dt__fail_errno(DT_ERR_INVALID, "cannot open %s", path);

@@ -13,6 +13,7 @@ static int by_name(const void *a, const void *b) { return strcmp(*(char *const *
 
 static dt_status append_file(const char *path, dt_text *t)
 {
+    DT_CHECK(dt__regular_file(path));
     FILE *f = fopen(path, "rb");
     if (!f)
         return dt__fail_errno(DT_ERR_INVALID, "cannot open text file %s", path);

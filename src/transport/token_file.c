@@ -18,6 +18,7 @@ dt_status dt_read_token_file(const char *path, const char *what, char *out, size
         snprintf(where, sizeof where, " (%s)", what);
     if (len < 2)
         return dt__fail(DT_ERR_INVALID, "job token file %s%s: no room for a token", path, where);
+    DT_CHECK(dt__regular_file(path));
     FILE *f = fopen(path, "r");
     if (!f)
         return dt__fail(DT_ERR_INVALID, "cannot read the job token file %s%s: %s", path, where, strerror(errno));

@@ -31,6 +31,10 @@ check_err "one --set per key" train --config configs/mlp.json --set "steps=1 mic
 check_err "key 'steps' = 0 is outside \[1, " train --config configs/mlp.json --set steps=0
 check_err "mesh dp=\? x tp=2: .*; start a multiple of tp x pp = 2 ranks \(e.g. dtrun -n 2 .*--set tp=1 --set pp=1 fits any" \
     train --config configs/gpt-mini.json --set tp=2
+# a FIFO or a device where a file is read: refused at once (an open of a FIFO blocked for a writer)
+mkfifo "$WORK/fifo"
+check_err "cannot read config .*fifo: .*fifo is a FIFO, not a regular file" train --config "$WORK/fifo"
+check_err "fifo is a FIFO, not a regular file" train --config configs/gpt-mini.json --set data_path="$WORK/fifo"
 { cat configs/mlp.json; echo 'garbage here'; } >"$WORK/junk.json"
 check_err "junk.json is not valid JSON" train --config "$WORK/junk.json"
 

@@ -289,8 +289,8 @@ static dt_status no_duplicate_keys(const char *path, const char *text)
 static dt_status load_file(const char *path, dtrain_config *c)
 {
     char *text = NULL;
-    if (dt_read_file(path, &text, NULL) != DT_OK) {
-        fprintf(stderr, "dtrain: cannot read config %s: %s\n", path, strerror(errno));
+    if (dt_read_file(path, &text, NULL) != DT_OK) { /* (EINVAL: not a regular file, which the library says) */
+        fprintf(stderr, "dtrain: cannot read config %s: %s\n", path, errno == EINVAL ? dt_last_error() : strerror(errno));
         return DT_ERR_INVALID;
     }
     cJSON *json = dt_json_parse_whole(text);

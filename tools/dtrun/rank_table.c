@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dtrun.h"
@@ -99,6 +100,9 @@ static bool is_this_host(const char *name)
 void dtrun_rank_table(const char *path, bool have_node_rank, bool have_master, dtrun_opts *o)
 {
     table_path = path;
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) /* a FIFO would block the open */
+        bad("not a regular file");
     FILE *f = fopen(path, "rb");
     if (!f)
         bad("cannot open it");
