@@ -31,6 +31,9 @@ check_err "one --set per key" train --config configs/mlp.json --set "steps=1 mic
 check_err "key 'steps' = 0 is outside \[1, " train --config configs/mlp.json --set steps=0
 check_err "mesh dp=\? x tp=2: .*; start a multiple of tp x pp = 2 ranks \(e.g. dtrun -n 2 .*--set tp=1 --set pp=1 fits any" \
     train --config configs/gpt-mini.json --set tp=2
+# a checkpoint_dir the run cannot write: its first error, not its last (parents are made)
+check_err "checkpoint_dir /proc/nope: cannot create /proc/nope" train --config configs/mlp.json --set checkpoint_dir=/proc/nope
+check_err "checkpoint_dir /dev/null is not a directory" train --config configs/mlp.json --set checkpoint_dir=/dev/null
 # a FIFO or a device where a file is read: refused at once (an open of a FIFO blocked for a writer)
 mkfifo "$WORK/fifo"
 check_err "cannot read config .*fifo: .*fifo is a FIFO, not a regular file" train --config "$WORK/fifo"

@@ -1,9 +1,13 @@
 /* The training command's set-up and teardown: the checks before joining the
  * job, the run built from the configuration's layout (dt_strategy_create),
  * a resume's progress, the checkpoint writer and the outputs. */
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "train_run.h"
 
@@ -38,6 +42,45 @@ static dt_status choose_threads(const dtrain_config *c, const char **source)
     return DT_OK;
 }
 
+/* checkpoint_dir made (with its parents) before any step, so that a path
+ * the run can never write to is its first error, not its last (after the
+ * whole run, with nothing saved).  A directory it may not write now (a
+ * read-only mount, permissions) is only warned about: that can change
+ * while the run trains, and each checkpoint's failure is then reported as
+ * it comes (exit 3 when the final one is missing).  0, or 2 with the reason. */
+static int checkpoint_dir_ready(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *p = path + 1;; p++) { /* each parent, then the directory itself */
+        bool end = *p == '\0';
+        if (*p != '/' && !end)
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+            if (errno == EROFS || errno == EACCES || errno == EPERM) {
+                fprintf(stderr, "dtrain: warning: checkpoint_dir %s: cannot create %s now: %s (each checkpoint "
+                                "will try again)\n", dir, path, strerror(errno));
+                return 0;
+            }
+            fprintf(stderr, "dtrain: checkpoint_dir %s: cannot create %s: %s\n", dir, path, strerror(errno));
+            return 2;
+        }
+        if (end)
+            break;
+        *p = '/';
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "dtrain: checkpoint_dir %s is not a directory\n", dir);
+        return 2;
+    }
+    if (access(dir, W_OK | X_OK) != 0)
+        fprintf(stderr, "dtrain: warning: checkpoint_dir %s: cannot write there now: %s (each checkpoint will try "
+                        "again)\n", dir, strerror(errno));
+    return 0;
+}
+
 int train_prepare(dtrain_config *c, const char *resume, bool overwrite, const char **thread_source)
 {
     const char *env_servers = getenv("DT_PS_SERVERS"); /* dtrun --servers, when the config sets none */
@@ -56,6 +99,8 @@ int train_prepare(dtrain_config *c, const char *resume, bool overwrite, const ch
     const char *rank_env = getenv("DT_RANK"), *restart = getenv("DT_RESTART");
     bool rank0 = !rank_env || !*rank_env || atoi(rank_env) == 0;
     bool restarted = restart && atoi(restart) > 0; /* this job's own, from before the restart */
+    if (c->checkpoint_dir[0] && checkpoint_dir_ready(c->checkpoint_dir) != 0)
+        return 2;
     int old = !resume && !restarted && c->checkpoint_dir[0] ? dt_ckpt_count_any(c->checkpoint_dir) : 0;
     if (old > 0 && !overwrite) {
         fprintf(stderr, "dtrain: checkpoint_dir %s already holds %d checkpoint director%s of another run; "
