@@ -15,6 +15,10 @@ check "--master ADDR:PORT is required" --nnodes 2 -n 1 true
 check "--master 'nohost' is not ADDR:PORT" --master nohost -n 1 true
 check "--node-rank must be below --nnodes" --nnodes 2 --node-rank 2 --master 127.0.0.1:1 -n 1 true
 check "cannot read the job token file /nonexistent \(--token-file\): No such file" --token-file /nonexistent -n 1 true
+mkfifo "$WORK/tok.fifo"
+check "$WORK/tok.fifo is a FIFO, not a regular file" --token-file "$WORK/tok.fifo" -n 1 true
+check "--timeline /nonexistent/dir/t.json: its directory /nonexistent/dir does not exist" \
+    --timeline /nonexistent/dir/t.json -n 1 true
 # --token-file goes through the library's reader (dt_read_token_file, as
 # DT_TOKEN_FILE does): an empty first line, a token longer than 255 bytes
 # (it was cut short in silence) are refused naming the file; 255 bytes and a

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dtrun.h"
@@ -186,6 +187,25 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
                 snprintf(o->timeline, sizeof o->timeline, "%s", optarg);
             else /* the ranks may change directory */
                 snprintf(o->timeline + strlen(o->timeline), sizeof o->timeline - strlen(o->timeline), "/%s", optarg);
+            { /* its directory must take the merged file: said now, not after the job */
+                char dir[sizeof o->timeline];
+                snprintf(dir, sizeof dir, "%s", o->timeline);
+                char *slash = strrchr(dir, '/');
+                if (slash)
+                    *(slash == dir ? slash + 1 : slash) = '\0';
+                struct stat st;
+                char why[sizeof dir + 64];
+                if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+                    snprintf(why, sizeof why, "its directory %s does not exist", dir);
+                else if (access(dir, W_OK | X_OK) != 0)
+                    snprintf(why, sizeof why, "cannot write in %s: %s", dir, strerror(errno));
+                else
+                    why[0] = '\0';
+                if (why[0]) {
+                    fprintf(stderr, "dtrun: --timeline %s: %s\n", optarg, why);
+                    exit(2);
+                }
+            }
             break;
         case SERVERS: o->servers = (int)number(optarg, 0, 1 << 20, "--servers"); break;
         case BIND:
