@@ -34,6 +34,13 @@ check_err "mesh dp=\? x tp=2: .*; start a multiple of tp x pp = 2 ranks \(e.g. d
 # a checkpoint_dir the run cannot write: its first error, not its last (parents are made)
 check_err "checkpoint_dir /proc/nope: cannot create /proc/nope" train --config configs/mlp.json --set checkpoint_dir=/proc/nope
 check_err "checkpoint_dir /dev/null is not a directory" train --config configs/mlp.json --set checkpoint_dir=/dev/null
+# a metrics file that cannot be written (a full disk): said at once, status 3 at the end
+"$T" train --config configs/mlp.json --set steps=10 --set log_interval=5 --set eval_interval=0 \
+    --set metrics_file=/dev/full >"$WORK/full.out" 2>"$WORK/full.err"
+rc=$?
+[ $rc = 3 ] || { cat "$WORK/full.err"; fail "a metrics file on a full disk: exit $rc, expected 3"; }
+expect_grep "$WORK/full.err" "cannot write metrics file /dev/full at step 5: No space left on device"
+expect_grep "$WORK/full.err" "the metrics file /dev/full lacks the records from step 5 on"
 # a FIFO or a device where a file is read: refused at once (an open of a FIFO blocked for a writer)
 mkfifo "$WORK/fifo"
 check_err "cannot read config .*fifo: .*fifo is a FIFO, not a regular file" train --config "$WORK/fifo"

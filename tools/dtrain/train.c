@@ -2,6 +2,7 @@
  * optimizer, strategy) is the library's, built from the configuration's
  * layout (train_setup.c); here the steps are fed batches, logged, evaluated
  * and checkpointed. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +61,18 @@ static dt_status next_batch(void *user, dt_micro_batch *mb)
     return DT_OK;
 }
 
+void train_metrics_flush(train_run *t)
+{
+    if (fflush(t->metrics) == 0 && !ferror(t->metrics))
+        return;
+    if (t->metrics_lost_at < 0) {
+        t->metrics_lost_at = t->pr.step;
+        fprintf(stderr, "dtrain: cannot write metrics file %s at step %lld: %s; training continues, the run will end "
+                        "with status 3\n", t->c->metrics_file, (long long)t->pr.step, strerror(errno));
+    }
+    clearerr(t->metrics);
+}
+
 /* The logging window: what the progress line, the metrics and the monitor report. */
 typedef struct {
     double start, run_start, compute, comm, exposed, eval_s;
@@ -82,7 +95,7 @@ static void log_step(train_run *t, window *w, float loss, float lr, float norm)
                     "\"compute_s\": %.4f, \"comm_s\": %.4f, \"exposed_comm_s\": %.4f, \"elapsed_s\": %.3f}\n",
                     (long long)t->pr.step, loss, lr, norm, w->unit, rate, w->compute, w->comm, w->exposed,
                     now - w->run_start);
-            fflush(t->metrics);
+            train_metrics_flush(t);
         }
     }
     if (t->mon) { /* every rank: dtrun's per-rank table; the times are per step over the window */
@@ -117,7 +130,7 @@ static int evaluate(train_run *t, window *w, bool last, bool *stop)
             fprintf(t->metrics, "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_accuracy\": %.6f, \"elapsed_s\": %.3f, "
                     "\"train_s\": %.3f}\n", (long long)t->pr.step, er.loss, er.accuracy, now_s() - w->run_start,
                     now_s() - w->run_start - w->eval_s);
-            fflush(t->metrics);
+            train_metrics_flush(t);
         }
         dtrain_monitor_record(t->mon, "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_accuracy\": %.6f}\n",
                               (long long)t->pr.step, er.loss, er.accuracy);

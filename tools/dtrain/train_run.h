@@ -36,6 +36,7 @@ typedef struct {
     double snap_stall_s, snap_write_s;
     bool snap_in_update;                   /* the optimizer's update copies replicated state (DT_SNAPSHOT_COPY) */
     FILE *metrics, *mon;
+    int64_t metrics_lost_at; /* the step of the first metrics record that could not be written (-1: none) */
     dt_straggler *strag;
     dt_ckpt_progress pr;
     char resumed_dir[2048];
@@ -72,6 +73,9 @@ int dtrain_snapshot_choose(train_run *t, dtrain_config *c, char *step_dir, size_
 int dtrain_snapshot_start(train_run *t);
 /* After step t->pr.step: a snapshot when due (collective like a
  * checkpoint); *stall: time held up by the writer.  0, or 1. */
+/* The metrics file flushed after a record; its first failure (a full disk)
+ * is said at once, and the run ends with status 3 (train.c). */
+void train_metrics_flush(train_run *t);
 /* Before step `step` (from 0): a snapshot follows it, so its update copies the state (dt_ckpt_writer_arm). */
 void dtrain_snapshot_before_step(train_run *t, int64_t step);
 int dtrain_snapshot_after_step(train_run *t, double *stall);

@@ -283,8 +283,9 @@ int train_setup(train_run *t, dtrain_config *c, const char *resume)
         return 1;
     if (dtrain_snapshot_start(t) != 0)
         return 1;
+    t->metrics_lost_at = -1;
     if (t->lead && c->metrics_file[0] && !(t->metrics = fopen(c->metrics_file, resume ? "a" : "w"))) {
-        fprintf(stderr, "dtrain: cannot write metrics file %s\n", c->metrics_file);
+        fprintf(stderr, "dtrain: cannot write metrics file %s: %s\n", c->metrics_file, strerror(errno));
         return 1;
     }
     /* Under a restarting dtrun the initial weights are a checkpoint too: a
@@ -348,8 +349,15 @@ int train_teardown(train_run *t, int code)
         }
         dt_ckpt_writer_stop(t->writer);
     }
-    if (t->metrics)
-        fclose(t->metrics);
+    if (t->metrics && fclose(t->metrics) != 0 && t->metrics_lost_at < 0) {
+        t->metrics_lost_at = t->pr.step;
+        fprintf(stderr, "dtrain: cannot write metrics file %s: %s\n", t->c->metrics_file, strerror(errno));
+    }
+    if (t->metrics_lost_at >= 0) {
+        fprintf(stderr, "dtrain: the metrics file %s lacks the records from step %lld on (above)\n",
+                t->c->metrics_file, (long long)t->metrics_lost_at);
+        code = code == 0 ? 3 : code;
+    }
     if (t->mon) {
         dtrain_monitor_record(t->mon, "{\"event\": \"end\", \"step\": %lld, \"code\": %d}\n", (long long)t->pr.step,
                               code);
