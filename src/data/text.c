@@ -64,7 +64,8 @@ dt_status dt_text_load(const char *path, dt_text *out)
             names[count++] = strdup(e->d_name);
         }
         closedir(d);
-        qsort(names, count, sizeof *names, by_name);
+        if (count > 0) /* (qsort of NULL, even with 0 elements, is undefined) */
+            qsort(names, count, sizeof *names, by_name);
         for (size_t i = 0; i < count; i++) {
             char full[4096];
             snprintf(full, sizeof full, "%s/%s", path, names[i]);

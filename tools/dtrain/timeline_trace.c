@@ -93,6 +93,11 @@ static int note_step(trace *t, double s, double ts)
 }
 
 /* 0, or 1 / 2 with the problem printed. */
+/* A time in microseconds a trace may hold: finite and within about 30
+ * years of its origin (1e15 us), so that every figure printed from it is a
+ * number, not 300 digits. */
+static bool sane_time(double us) { return isfinite(us) && fabs(us) < 1e15; }
+
 int tl_read(const char *path, trace *t)
 {
     char *text = NULL;
@@ -125,8 +130,10 @@ int tl_read(const char *path, trace *t)
     { /* the extent first: spans are kept relative to tmin */
         double ts, dur = 0;
         const char *ph = tl_str(e, "ph");
-        if (ph && strchr("Xbe", ph[0]) && tl_num(e, "ts", &ts)) {
+        if (ph && ph[0] && strchr("Xbe", ph[0]) && tl_num(e, "ts", &ts) && sane_time(ts)) {
             tl_num(e, "dur", &dur);
+            if (!sane_time(dur) || dur < 0)
+                continue; /* (not a span: skipped below too) */
             t->tmin = fmin(t->tmin, ts);
             t->tmax = fmax(t->tmax, ts + dur);
         }
@@ -147,10 +154,10 @@ int tl_read(const char *path, trace *t)
         double ts, dur, pid = 0, tid = 0, step;
         tl_num(e, "pid", &pid);
         tl_num(e, "tid", &tid);
-        if (!ph || !tl_num(e, "ts", &ts))
+        if (!ph || !tl_num(e, "ts", &ts) || !sane_time(ts))
             continue;
         int fail = 0;
-        if (ph[0] == 'X' && tl_num(e, "dur", &dur)) {
+        if (ph[0] == 'X' && tl_num(e, "dur", &dur) && sane_time(dur) && dur >= 0) {
             fail = add_span(t, (int)pid, tid, ts - t->tmin, ts + dur - t->tmin, e);
             if (!fail && (step = tl_training_step(e)) >= 0)
                 fail = note_step(t, step, ts - t->tmin);
@@ -183,6 +190,11 @@ int tl_read(const char *path, trace *t)
         }
     }
     free(open); /* begins without an end (a rank killed mid-bucket) are not drawn */
+    if (t->nspans == 0) { /* (begins with no end, say) */
+        fprintf(stderr, "dtrain timeline: %s has no spans (%d events, none of them a whole span)\n", path,
+                cJSON_GetArraySize(events));
+        return 2;
+    }
     return 0;
 }
 

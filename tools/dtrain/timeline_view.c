@@ -108,7 +108,8 @@ static int by_start(const void *a, const void *b)
 /* Lanes by rank, then thread, then the rank's bucket lane; the spans follow. */
 static int sort_lanes(trace *t)
 {
-    qsort(t->lanes, (size_t)t->nlanes, sizeof *t->lanes, by_lane);
+    if (t->nlanes > 1)
+        qsort(t->lanes, (size_t)t->nlanes, sizeof *t->lanes, by_lane);
     int *to = malloc((size_t)t->nlanes * sizeof *to + 1);
     if (!to) {
         fprintf(stderr, "dtrain timeline: out of memory\n");
@@ -128,7 +129,8 @@ static int sort_lanes(trace *t)
 #define MAXROWS 12
 static void assign_rows(trace *t, double w0, double w1)
 {
-    qsort(t->spans, (size_t)t->nspans, sizeof *t->spans, by_start);
+    if (t->nspans > 1)
+        qsort(t->spans, (size_t)t->nspans, sizeof *t->spans, by_start);
     double open_end[MAXROWS];
     int depth = 0, cur = -1;
     for (int i = 0; i < t->nspans; i++) {
