@@ -93,10 +93,10 @@ static int note_step(trace *t, double s, double ts)
 }
 
 /* 0, or 1 / 2 with the problem printed. */
-/* A time in microseconds a trace may hold: finite and within about 30
- * years of its origin (1e15 us), so that every figure printed from it is a
- * number, not 300 digits. */
-static bool sane_time(double us) { return isfinite(us) && fabs(us) < 1e15; }
+/* A time in microseconds a trace may hold: finite and below about 3000
+ * years (1e17 us; dtrun's stamps are microseconds since 1970, 1.8e15 in
+ * 2026), so that every figure printed from it is a number, not 300 digits. */
+static bool sane_time(double us) { return isfinite(us) && fabs(us) < 1e17; }
 
 int tl_read(const char *path, trace *t)
 {
