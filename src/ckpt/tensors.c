@@ -116,6 +116,20 @@ dt_status dt_ckpt_manifest_check_tensors(const dt_ckpt_manifest *m, dt_params *p
     return DT_OK;
 }
 
+/* Whether the manifest of step_dir lists file `name` (the files it checked
+ * for size and CRC: no other is read). */
+static dt_status listed(const char *step_dir, const char *name)
+{
+    dt_ckpt_manifest *m = NULL;
+    DT_CHECK(dt__ckpt_manifest_read(step_dir, false, &m));
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(m->json, "files");
+    bool found = cJSON_GetObjectItemCaseSensitive(files, name) != NULL;
+    dt_ckpt_manifest_close(m);
+    return found ? DT_OK
+                 : dt__fail(DT_ERR_INVALID, "%s: the manifest does not list %s (the checkpoint holds no such state, "
+                                            "or the manifest was edited)", step_dir, name);
+}
+
 dt_status dt_ckpt_load(const char *step_dir, dt_params *p, dt_optimizer *o)
 {
     char path[DT_CKPT_PATH_MAX];
@@ -132,10 +146,11 @@ dt_status dt_ckpt_load(const char *step_dir, dt_params *p, dt_optimizer *o)
             continue;
         if (nranks > 0) { /* a sharded checkpoint: the moments put together from every rank's file */
             DT_CHECK(dt_ckpt_load_shard(step_dir, sharded[i], 0, 0, dst[i], dt_params_numel(p)));
-            continue;
+        } else {
+            DT_CHECK(listed(step_dir, names[i]));
+            DT_CHECK(dt__ckpt_path(path, sizeof path, "%s/%s", step_dir, names[i]));
+            DT_CHECK(dt_safetensors_read(path, p, dst[i]));
         }
-        DT_CHECK(dt__ckpt_path(path, sizeof path, "%s/%s", step_dir, names[i]));
-        DT_CHECK(dt_safetensors_read(path, p, dst[i]));
     }
     return DT_OK;
 }

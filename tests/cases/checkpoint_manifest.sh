@@ -49,6 +49,48 @@ $EDIT "$WORK/bad/manifest.json" set files/model.safetensors/bytes "$bytes" >/dev
 $EDIT "$WORK/bad/manifest.json" set files/model.safetensors/crc32 "$crc" >/dev/null || fail "cannot edit the manifest"
 resume_bad "model.safetensors (has no readable safetensors header|: the header is not valid JSON)"
 check_err "model.safetensors (has no readable safetensors header|: the header is not valid JSON)" eval "$WORK/bad"
+# checksums that match a state gone bad: a NaN weight is refused on resume
+# and by eval, naming the tensor; an optimizer file the manifest does not
+# list is not read
+reseal() { # DIR: every file's size and CRC, then the manifest's own, made to match
+    python3 - "$1" <<'PY' || fail "cannot reseal $1"
+import json, sys, zlib
+sys.path.insert(0, "tests/cases")
+from manifest_edit import canonical_crc
+d = sys.argv[1]; m = json.load(open(d + "/manifest.json"))
+for f, e in m["files"].items():
+    b = open(d + "/" + f, "rb").read(); e["bytes"] = len(b); e["crc32"] = zlib.crc32(b)
+m["manifest_crc32"] = canonical_crc(m)
+json.dump(m, open(d + "/manifest.json", "w"))
+PY
+}
+rm -rf "$WORK/bad" && cp -r "$WORK/k/step-00000030" "$WORK/bad"
+python3 - "$WORK/bad/model.safetensors" <<'PY' || fail "cannot write a NaN"
+import struct, sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read()); n = struct.unpack("<Q", b[:8])[0]
+b[8 + n + 4:8 + n + 8] = struct.pack("<f", float("nan")); open(p, "wb").write(b)
+PY
+reseal "$WORK/bad"
+resume_bad "bad: parameter .* holds nan \(element 1\): refused"
+check_err "bad: parameter .* holds nan \(element 1\): refused" eval "$WORK/bad"
+rm -rf "$WORK/bad" && cp -r "$WORK/k/step-00000030" "$WORK/bad"
+python3 -c 'import json, sys; p = sys.argv[1]; m = json.load(open(p)); del m["files"]["optim_m.safetensors"]; json.dump(m, open(p, "w"))' \
+    "$WORK/bad/manifest.json"
+reseal "$WORK/bad"
+resume_bad "the manifest does not list optim_m.safetensors"
+# a second moment of -1 (finite, resealed): the update makes the weights NaN;
+# the evaluation says so and no checkpoint of them is written
+rm -rf "$WORK/bad" && cp -r "$WORK/k/step-00000030" "$WORK/bad"
+python3 - "$WORK/bad/optim_v.safetensors" <<'PY' || fail "cannot write the moments"
+import struct, sys
+p = sys.argv[1]; b = bytearray(open(p, "rb").read()); n = struct.unpack("<Q", b[:8])[0]
+b[8 + n:] = struct.pack("<f", -1.0) * ((len(b) - 8 - n) // 4); open(p, "wb").write(b)
+PY
+reseal "$WORK/bad"
+"$T" train "${common[@]}" --set steps=31 --set checkpoint_dir="$WORK/nan" --resume "$WORK/bad" >"$WORK/out" 2>"$WORK/err" &&
+    fail "a resume whose update made the weights NaN succeeded"
+expect_grep "$WORK/err" "the evaluation at step 31 is not finite: the weights are not .*no checkpoint of them is written"
+[ -z "$(ls -A "$WORK/nan" 2>/dev/null)" ] || { ls "$WORK/nan"; fail "a checkpoint of NaN weights was written"; }
 # edited with a fresh checksum: every value is range-checked
 tamper sampler/position 1000000
 resume_bad "field sampler.position = 1000000 is not a whole number in \[0, 60000\]"

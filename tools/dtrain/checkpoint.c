@@ -3,6 +3,7 @@
  * and back out of it, the checks that need its meaning (it must validate and
  * build a model whose shapes the tensor files hold; the step, sampler and
  * batch ranges it implies), and the messages. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,4 +129,19 @@ dt_status dtrain_checkpoint_writer_start(const dtrain_config *c, dt_params *p, d
     free(config_text);
     free(model_text);
     return s;
+}
+
+bool dtrain_params_not_finite(dt_params *p, const char *step_dir)
+{
+    const float *values = dt_params_values(p);
+    for (int i = 0; values && i < dt_params_count(p); i++) {
+        const dt_param_info *pi = dt_params_info(p, i);
+        for (int64_t k = 0; k < pi->numel; k++)
+            if (!isfinite(values[pi->offset + k])) {
+                fprintf(stderr, "dtrain: %s: parameter %s holds %g (element %lld): refused, the model would not be "
+                                "finite\n", step_dir, pi->name, (double)values[pi->offset + k], (long long)k);
+                return true;
+            }
+    }
+    return false;
 }

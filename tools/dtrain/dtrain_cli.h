@@ -156,6 +156,11 @@ double dtrain_tick_step(double lo, double hi, int n);
 /* Whether out names the same file as in (the same inode; out may not
  * exist yet): a page written there would replace its own input (report.c). */
 bool dtrain_same_file(const char *in, const char *out);
+/* Whether p's values (on the host) hold a NaN or an infinity, said naming
+ * the parameter and step_dir (checkpoint.c): a checkpoint's checksums match
+ * what was written, so a state that went bad before it was saved is caught
+ * on loading, not trained or evaluated on. */
+bool dtrain_params_not_finite(dt_params *p, const char *step_dir);
 /* dtrain plan --config FILE -n N [...] (plan.c). */
 int dtrain_plan(int argc, char **argv);
 /* The trainer's arguments for layout l as a user pastes them: "--set tp=2

@@ -26,6 +26,10 @@ static dt_status load(const char *checkpoint, dtrain_config *c, dt_model **m)
         dt_model_destroy(*m);
         return DT_ERR_INVALID;
     }
+    if (dtrain_params_not_finite(dt_model_params(*m), step_dir)) { /* (it says which) */
+        dt_model_destroy(*m);
+        return DT_ERR_INVALID;
+    }
     fprintf(stderr, "loaded %s (step %lld)\n", step_dir, (long long)pr.step);
     /* DT_DEVICE picks where it runs; not the manifest's device: a checkpoint
      * trained on a GPU is read where there may be none */

@@ -65,7 +65,8 @@ void train_metrics_flush(train_run *t)
 {
     if (fflush(t->metrics) == 0 && !ferror(t->metrics))
         return;
-    if (t->metrics_lost_at < 0) {
+    if (!t->metrics_lost) {
+        t->metrics_lost = true;
         t->metrics_lost_at = t->pr.step;
         fprintf(stderr, "dtrain: cannot write metrics file %s at step %lld: %s; training continues, the run will end "
                         "with status 3\n", t->c->metrics_file, (long long)t->pr.step, strerror(errno));
@@ -112,7 +113,8 @@ static void log_step(train_run *t, window *w, float loss, float lr, float norm)
 }
 
 /* Evaluate (every rank calls; the lead's replica runs it, the lead prints).
- * *stop: stop_at_accuracy reached (decided by the lead, told to all). */
+ * *stop: stop_at_accuracy reached (decided by the lead, told to all).  0;
+ * 1 on a failure dt_last_error names; -1 when already said. */
 static int evaluate(train_run *t, window *w, bool last, bool *stop)
 {
     const dtrain_config *c = t->c;
@@ -135,6 +137,11 @@ static int evaluate(train_run *t, window *w, bool last, bool *stop)
         dtrain_monitor_record(t->mon, "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_accuracy\": %.6f}\n",
                               (long long)t->pr.step, er.loss, er.accuracy);
         reached = c->stop_at_accuracy > 0 && er.accuracy >= c->stop_at_accuracy;
+        if (!isfinite(er.loss)) { /* the last update made the weights so: no checkpoint of them follows */
+            fprintf(stderr, "dtrain: the evaluation at step %lld is not finite: the weights are not (lower lr, or set "
+                            "grad_clip); no checkpoint of them is written\n", (long long)t->pr.step);
+            return -1; /* printed */
+        }
     }
     if (c->stop_at_accuracy > 0 && !last) { /* the lead alone scored: it decides for all */
         if (t->nranks > 1 && dt_broadcast(&reached, 1, DT_I32, 0, t->world) != DT_OK)
@@ -156,8 +163,9 @@ static int after_step(train_run *t, window *w, double *last_ckpt, bool *stop)
      * write the host's state (a device's download): the optimizer's update
      * has waited for it already, unless this step made none */
     dt_ckpt_writer_settle(t->snap_writer);
-    if (((c->eval_interval && t->pr.step % c->eval_interval == 0) || last) && evaluate(t, w, last, &reached) != 0)
-        return 1;
+    int e = ((c->eval_interval && t->pr.step % c->eval_interval == 0) || last) ? evaluate(t, w, last, &reached) : 0;
+    if (e != 0)
+        return e;
     last |= reached;
     int by_time = c->checkpoint_seconds > 0 && now_s() - *last_ckpt >= c->checkpoint_seconds;
     if (c->checkpoint_seconds > 0 && t->nranks > 1 && dt_strategy_lockstep(t->s) && /* the writer's clock decides */

@@ -36,7 +36,8 @@ typedef struct {
     double snap_stall_s, snap_write_s;
     bool snap_in_update;                   /* the optimizer's update copies replicated state (DT_SNAPSHOT_COPY) */
     FILE *metrics, *mon;
-    int64_t metrics_lost_at; /* the step of the first metrics record that could not be written (-1: none) */
+    bool metrics_lost;       /* a metrics record could not be written */
+    int64_t metrics_lost_at; /* the step of the first such record */
     dt_straggler *strag;
     dt_ckpt_progress pr;
     char resumed_dir[2048];

@@ -2,6 +2,7 @@
  * job, the run built from the configuration's layout (dt_strategy_create),
  * a resume's progress, the checkpoint writer and the outputs. */
 #include <errno.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +80,29 @@ static int checkpoint_dir_ready(const char *dir)
         fprintf(stderr, "dtrain: warning: checkpoint_dir %s: cannot write there now: %s (each checkpoint will try "
                         "again)\n", dir, strerror(errno));
     return 0;
+}
+
+/* After a resume, this rank's weights and optimizer state (on the host) are
+ * finite: a checkpoint's checksums match what was written, so a state that
+ * went bad before it was saved, or an edit made with fresh checksums, is
+ * refused here, naming the tensor, instead of training on NaN. */
+static bool state_not_finite(const train_run *t, const char *step_dir)
+{
+    dt_model *m = dt_strategy_model(t->s);
+    if (!dt_device_is_host(dt_model_device(m)))
+        return false; /* (a device's state: its first step's loss says) */
+    if (dtrain_params_not_finite(dt_model_params(m), step_dir))
+        return true;
+    int64_t count = 0;
+    dt_optimizer *o = dt_strategy_optimizer(t->s);
+    const float *state = o ? dt_optimizer_state(o, &count) : NULL;
+    for (int64_t k = 0; state && k < count; k++)
+        if (!isfinite(state[k])) {
+            fprintf(stderr, "dtrain: %s: the optimizer state holds %g (element %lld of %lld): refused, training from "
+                            "it would not be finite\n", step_dir, (double)state[k], (long long)k, (long long)count);
+            return true;
+        }
+    return false;
 }
 
 int train_prepare(dtrain_config *c, const char *resume, bool overwrite, const char **thread_source)
@@ -258,6 +282,8 @@ int train_setup(train_run *t, dtrain_config *c, const char *resume)
         fprintf(stderr, "dtrain: %s%s%s\n", resume ? step_dir : "", resume ? ": " : "", dt_last_error());
         return 1;
     }
+    if (resume && state_not_finite(t, step_dir))
+        return 1;
     if (resume) {
         snprintf(t->resumed_dir, sizeof t->resumed_dir, "%s", step_dir);
         if (t->lead)
@@ -283,7 +309,6 @@ int train_setup(train_run *t, dtrain_config *c, const char *resume)
         return 1;
     if (dtrain_snapshot_start(t) != 0)
         return 1;
-    t->metrics_lost_at = -1;
     if (t->lead && c->metrics_file[0] && !(t->metrics = fopen(c->metrics_file, resume ? "a" : "w"))) {
         fprintf(stderr, "dtrain: cannot write metrics file %s: %s\n", c->metrics_file, strerror(errno));
         return 1;
@@ -349,11 +374,12 @@ int train_teardown(train_run *t, int code)
         }
         dt_ckpt_writer_stop(t->writer);
     }
-    if (t->metrics && fclose(t->metrics) != 0 && t->metrics_lost_at < 0) {
+    if (t->metrics && fclose(t->metrics) != 0 && !t->metrics_lost) {
+        t->metrics_lost = true;
         t->metrics_lost_at = t->pr.step;
         fprintf(stderr, "dtrain: cannot write metrics file %s: %s\n", t->c->metrics_file, strerror(errno));
     }
-    if (t->metrics_lost_at >= 0) {
+    if (t->metrics_lost) {
         fprintf(stderr, "dtrain: the metrics file %s lacks the records from step %lld on (above)\n",
                 t->c->metrics_file, (long long)t->metrics_lost_at);
         code = code == 0 ? 3 : code;
