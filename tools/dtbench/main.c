@@ -97,8 +97,10 @@ static size_t parse_size(const char *s)
         mult = 1024.0 * 1024, end++;
     else if (*end == 'G' || *end == 'g')
         mult = 1024.0 * 1024 * 1024, end++;
-    if (errno || *end || v < 0 || v * mult > 1e12)
+    if (errno || *end || end == s || !(v >= 0))
         bad("not a size:", s);
+    if (v * mult > 1e12) /* (the buffers are allocated whole) */
+        bad("a size above the limit of 1e12 bytes:", s);
     return (size_t)(v * mult);
 }
 

@@ -409,6 +409,12 @@ dt_status dtrain_config_validate(const dtrain_config *c)
                  (long long)c->tp);
         return bad("configuration", "sequence_parallel", why);
     }
+    if (c->batch_size % c->micro_batches) { /* (before the keys that divide by it, which would blame themselves) */
+        char why[160];
+        snprintf(why, sizeof why, "= %lld does not divide batch_size = %lld into equal micro-batches",
+                 (long long)c->micro_batches, (long long)c->batch_size);
+        return bad("configuration", "micro_batches", why);
+    }
     if (c->tp_copies > c->batch_size / c->micro_batches) {
         char why[160];
         snprintf(why, sizeof why, "= %lld is more copies than the %lld rows of a micro-batch (batch_size %lld / "
@@ -427,12 +433,7 @@ dt_status dtrain_config_validate(const dtrain_config *c)
     if (!strcmp(c->layout, "auto") && c->servers > 0)
         return bad("configuration", "layout", "auto plans layouts without parameter servers, and servers > 0 (or "
                                               "dtrun --servers) asks for them: give the layout keys instead");
-    if (c->batch_size % c->micro_batches) {
-        char why[160];
-        snprintf(why, sizeof why, "= %lld does not divide batch_size = %lld into equal micro-batches",
-                 (long long)c->micro_batches, (long long)c->batch_size);
-        return bad("configuration", "micro_batches", why);
-    }
+
     if (c->tp > 1) {
         char why[160];
         if (!strcmp(c->model, "cnn"))

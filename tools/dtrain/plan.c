@@ -246,7 +246,8 @@ int dtrain_plan(int argc, char **argv)
     int rpn = (int)(ranks / nodes);
     char cgroup[64] = "";
     if (code < 0 && mem[0] && dtrain_parse_bytes(mem, &limit) != DT_OK) {
-        fprintf(stderr, "dtrain plan: --memory-limit '%s': %s\n", mem, dt_last_error());
+        fprintf(stderr, "dtrain plan: --memory-limit '%s' is not a size (bytes, or a number with B, KiB, MiB, GiB, "
+                        "KB, MB, GB)\n", mem);
         code = 2;
     } else if (code < 0 && !mem[0] && !hardware && (limit = dtrain_cgroup_memory_limit() / rpn) > 0) {
         snprintf(cgroup, sizeof cgroup, "%.0f MiB (this cgroup's, shared by %d ranks)", limit / 1048576, rpn);
