@@ -114,6 +114,41 @@ static bool read_at(FILE *f, uint64_t at, void *out, size_t n)
     return fseeko(f, (off_t)at, SEEK_SET) == 0 && fread(out, 1, n, f) == n;
 }
 
+/* A tensor's bytes in the data section, and its parameter. */
+typedef struct {
+    uint64_t begin, end;
+    int param;
+} span;
+
+static int by_begin(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* The tensors cover the data section exactly, each byte once (the format
+ * asks it: no overlap, no hole, nothing after): two tensors that share
+ * bytes would load one's weights into the other. */
+static dt_status check_tiling(const char *path, dt_params *p, span *spans, int count, uint64_t data_len)
+{
+    if (count > 1)
+        qsort(spans, (size_t)count, sizeof *spans, by_begin);
+    uint64_t at = 0;
+    for (int i = 0; i < count; i++) {
+        if (spans[i].begin != at)
+            return dt__fail(DT_ERR_INVALID, "%s: tensor %s starts at byte %llu of the data, where %s (byte %llu)",
+                            path, dt_params_info(p, spans[i].param)->name, (unsigned long long)spans[i].begin,
+                            spans[i].begin < at ? "the tensor before it still runs: they overlap"
+                                                : "nothing fills the bytes before it",
+                            (unsigned long long)at);
+        at = spans[i].end;
+    }
+    if (at != data_len)
+        return dt__fail(DT_ERR_INVALID, "%s: %llu bytes after the last tensor's data", path,
+                        (unsigned long long)(data_len - at));
+    return DT_OK;
+}
+
 /* Each tensor goes from the file straight to its place in `data`: no copy
  * of the whole file is held (a model's worth of memory at every resume). */
 dt_status dt_safetensors_read(const char *path, dt_params *p, float *data)
@@ -154,16 +189,28 @@ dt_status dt_safetensors_read(const char *path, dt_params *p, float *data)
     if (s == DT_OK && tensors != dt_params_count(p))
         s = dt__fail(DT_ERR_INVALID, "%s: has %d tensors, the model has %d parameters", path, tensors, dt_params_count(p));
     size_t data_len = s == DT_OK ? len - 8 - (size_t)hlen : 0;
-    for (int i = 0; s == DT_OK && i < dt_params_count(p); i++) {
+    int count = dt_params_count(p);
+    span *spans = s == DT_OK ? malloc((size_t)(count > 0 ? count : 1) * sizeof *spans) : NULL;
+    if (s == DT_OK && !spans)
+        s = dt__fail(DT_ERR_NOMEM, "out of memory for %s's tensors", path);
+    for (int i = 0; s == DT_OK && i < count; i++) {
         const dt_param_info *pi = dt_params_info(p, i);
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, pi->name);
-        uint64_t begin = 0;
+        spans[i] = (span){0, (uint64_t)pi->numel * 4, i};
         if (!t)
             s = dt__fail(DT_ERR_INVALID, "%s: parameter %s is missing", path, pi->name);
-        else if ((s = check_tensor(path, pi, t, data_len, &begin)) == DT_OK &&
-                 !read_at(f, 8 + hlen + begin, data + pi->offset, (size_t)pi->numel * 4))
+        else
+            s = check_tensor(path, pi, t, data_len, &spans[i].begin);
+        spans[i].end += spans[i].begin;
+    }
+    if (s == DT_OK)
+        s = check_tiling(path, p, spans, count, data_len);
+    for (int i = 0; s == DT_OK && i < count; i++) {
+        const dt_param_info *pi = dt_params_info(p, spans[i].param);
+        if (!read_at(f, 8 + hlen + spans[i].begin, data + pi->offset, (size_t)pi->numel * 4))
             s = dt__fail(DT_ERR_INVALID, "%s: cannot read tensor %s", path, pi->name);
     }
+    free(spans);
     cJSON_Delete(root);
     fclose(f);
     return s;

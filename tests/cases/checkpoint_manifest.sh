@@ -78,6 +78,20 @@ python3 -c 'import json, sys; p = sys.argv[1]; m = json.load(open(p)); del m["fi
     "$WORK/bad/manifest.json"
 reseal "$WORK/bad"
 resume_bad "the manifest does not list optim_m.safetensors"
+# two tensors sharing bytes (a bias pointed at the start of the data): refused,
+# not one's weights loaded into the other
+rm -rf "$WORK/bad" && cp -r "$WORK/k/step-00000030" "$WORK/bad"
+python3 - "$WORK/bad/model.safetensors" <<'PY' || fail "cannot alias a tensor"
+import json, struct, sys
+p = sys.argv[1]; b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+name = next(k for k, v in h.items() if k != "__metadata__" and len(v["shape"]) == 1)
+a, e = h[name]["data_offsets"]; h[name]["data_offsets"] = [0, e - a]
+t = json.dumps(h).encode(); t += b" " * (-len(t) % 8)
+open(p, "wb").write(struct.pack("<Q", len(t)) + t + b[8 + n:])
+PY
+reseal "$WORK/bad"
+check_err "model.safetensors: tensor .* starts at byte 0 of the data, where the tensor before it still runs: they overlap" \
+    eval "$WORK/bad"
 # a second moment of -1 (finite, resealed): the update makes the weights NaN;
 # the evaluation says so and no checkpoint of them is written
 rm -rf "$WORK/bad" && cp -r "$WORK/k/step-00000030" "$WORK/bad"
