@@ -71,8 +71,21 @@ static dt_status read_token(dt__launch_env *e, bool slurm)
     return DT_OK;
 }
 
+/* dtrun's pair set by halves (a DT_RANK left in a shell, a DT_WORLD_SIZE
+ * typed by hand) would run a single process in silence: refused, naming
+ * both.  (The other launchers set both or none.) */
+static dt_status dtrun_pair_whole(void)
+{
+    bool rank = dt__env_str("DT_RANK") != NULL, size = dt__env_str("DT_WORLD_SIZE") != NULL;
+    if (rank == size)
+        return DT_OK;
+    return dt__fail(DT_ERR_INVALID, "%s is set but %s is not: a launcher (dtrun) sets both; unset it, or set both",
+                    rank ? "DT_RANK" : "DT_WORLD_SIZE", rank ? "DT_WORLD_SIZE" : "DT_RANK");
+}
+
 dt_status dt_comm_env_world(int *rank, int *size)
 {
+    DT_CHECK(dtrun_pair_whole());
     int r = 0, n = 1;
     for (size_t i = 0; i < sizeof sources / sizeof sources[0]; i++) {
         const source *s = &sources[i];
@@ -92,6 +105,7 @@ dt_status dt_comm_env_world(int *rank, int *size)
 dt_status dt__launch_env_read(dt__launch_env *e)
 {
     memset(e, 0, sizeof *e);
+    DT_CHECK(dtrun_pair_whole());
     e->size = 1;
     e->local_size = 1;
     e->launcher = "none";

@@ -41,6 +41,9 @@ rc=$?
 [ $rc = 3 ] || { cat "$WORK/full.err"; fail "a metrics file on a full disk: exit $rc, expected 3"; }
 expect_grep "$WORK/full.err" "cannot write metrics file /dev/full at step 5: No space left on device"
 expect_grep "$WORK/full.err" "the metrics file /dev/full lacks the records from step 5 on"
+check_err "key 'min_lr' = 1 is above lr = 0.001: the cosine would climb" train --config configs/gpt-mini.json --set min_lr=1
+# dtrun's environment set by halves: refused, not a single process in silence
+DT_RANK=3 check_err "DT_RANK is set but DT_WORLD_SIZE is not" train --config configs/mlp.json --set steps=1
 # a FIFO or a device where a file is read: refused at once (an open of a FIFO blocked for a writer)
 mkfifo "$WORK/fifo"
 check_err "cannot read config .*fifo: .*fifo is a FIFO, not a regular file" train --config "$WORK/fifo"

@@ -14,6 +14,8 @@ check "no PROGRAM given" -n 2
 check "--master ADDR:PORT is required" --nnodes 2 -n 1 true
 check "--master 'nohost' is not ADDR:PORT" --master nohost -n 1 true
 check "--node-rank must be below --nnodes" --nnodes 2 --node-rank 2 --master 127.0.0.1:1 -n 1 true
+check "--servers 2 leaves no worker among the job's 2 ranks" --servers 2 -n 2 true
+check "--master '\[::1\]:29500': IPv6 addresses are not supported" --master '[::1]:29500' -n 1 true
 check "cannot read the job token file /nonexistent \(--token-file\): No such file" --token-file /nonexistent -n 1 true
 mkfifo "$WORK/tok.fifo"
 check "$WORK/tok.fifo is a FIFO, not a regular file" --token-file "$WORK/tok.fifo" -n 1 true

@@ -422,6 +422,11 @@ dt_status dtrain_config_validate(const dtrain_config *c)
                  (long long)c->batch_size, (long long)c->micro_batches);
         return bad("configuration", "tp_copies", why);
     }
+    if (!strcmp(c->schedule, "cosine") && c->min_lr > c->lr) {
+        char why[160];
+        snprintf(why, sizeof why, "= %g is above lr = %g: the cosine would climb, not decay", c->min_lr, c->lr);
+        return bad("configuration", "min_lr", why);
+    }
     double limit;
     if (c->memory_limit[0] && dtrain_parse_bytes(c->memory_limit, &limit) != DT_OK)
         return bad("configuration", "memory_limit", "is not a size (bytes, or a number with B, KiB, MiB, GiB, KB, MB, GB)");

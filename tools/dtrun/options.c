@@ -166,6 +166,8 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
             break;
         case MASTER: {
             const char *colon = strrchr(optarg, ':');
+            if (optarg[0] == '[' || (colon && memchr(optarg, ':', (size_t)(colon - optarg))))
+                die("--master '%s': IPv6 addresses are not supported (give an IPv4 address or a host name)", optarg);
             if (!colon || colon == optarg || (size_t)(colon - optarg) >= sizeof o->master_host)
                 die("--master '%s' is not ADDR:PORT", optarg);
             memcpy(o->master_host, optarg, (size_t)(colon - optarg));
@@ -243,6 +245,12 @@ void dtrun_parse(int argc, char **argv, dtrun_opts *o)
     }
     if (o->nnodes > 1 && !have_master)
         die("%s", "--master ADDR:PORT is required with --nnodes > 1");
+    if (!rank_table && o->servers > 0 && (long)o->servers >= (long)o->nproc * o->nnodes) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "--servers %d leaves no worker among the job's %ld ranks (the servers are the last "
+                 "ranks; the others train)", o->servers, (long)o->nproc * o->nnodes);
+        die("%s", msg);
+    }
     if (!o->token[0] && getenv("DT_JOB_TOKEN") && *getenv("DT_JOB_TOKEN")) {
         if (strlen(getenv("DT_JOB_TOKEN")) >= sizeof o->token)
             die("%s", "DT_JOB_TOKEN is too long (255 bytes at most)");
