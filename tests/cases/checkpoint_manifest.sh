@@ -105,6 +105,9 @@ reseal "$WORK/bad"
     fail "a resume whose update made the weights NaN succeeded"
 expect_grep "$WORK/err" "the evaluation at step 31 is not finite: the weights are not .*no checkpoint of them is written"
 [ -z "$(ls -A "$WORK/nan" 2>/dev/null)" ] || { ls "$WORK/nan"; fail "a checkpoint of NaN weights was written"; }
+# another optimizer than the checkpoint's: its state would load into the wrong slots
+check_err "holds the state of optimizer adamw, and this run's optimizer is sgd" \
+    train "${common[@]/optimizer=adamw/optimizer=sgd}" --set steps=40 --set momentum=0.9 --resume "$WORK/k/step-00000030"
 # edited with a fresh checksum: every value is range-checked
 tamper sampler/position 1000000
 resume_bad "field sampler.position = 1000000 is not a whole number in \[0, 60000\]"

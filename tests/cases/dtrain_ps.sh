@@ -82,8 +82,10 @@ job "$WORK/asp" 3 --servers 1 -- --set steps=8 --set grad_clip=0 --set sync=asp 
 expect_grep "$WORK/asp" "step 8/8"
 
 # -- refusals
-job "$WORK/bad" 2 --servers 2 -- "${b8[@]}" && fail "2 servers of 2 ranks accepted"
+job "$WORK/bad" 2 -- "${b8[@]}" --set servers=2 && fail "2 servers of 2 ranks accepted"
 expect_grep "$WORK/bad" "2 servers among 2 ranks leaves 0 workers"
+job "$WORK/bad" 2 --servers 2 -- "${b8[@]}" && fail "dtrun --servers 2 of 2 ranks accepted"
+expect_grep "$WORK/bad" "dtrun: --servers 2 leaves no worker among the job's 2 ranks"
 job "$WORK/bad" 3 --servers 1 -- "${b8[@]}" --set sync=asp && fail "grad_clip with asp accepted"
 expect_grep "$WORK/bad" "key 'grad_clip' needs sync bsp"
 job "$WORK/bad" 3 -- "${b8[@]}" --set servers=1 --set zero_stage=1 && fail "servers with zero_stage accepted"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The first error a user sees is the real one (issue 43, item 6):
 #   - layouts that do not fit the job, each run 5 times: pp = 8 on 8 ranks
-#     (gpt-mini has 6 blocks), `dtrun --servers 2 -n 2` (no worker left),
+#     (gpt-mini has 6 blocks), `servers=2` on 2 ranks (no worker left; dtrun --servers refuses that itself),
 #     tp = 2 on 3 ranks (not divisible), an mlp whose hidden size tp = 3
 #     does not divide: every time the job's first line of output is the
 #     reason, no rank reports another's abort, and dtrun exits 2 (a
@@ -31,9 +31,9 @@ run_job() { # out cmd...
 for i in 1 2 3 4 5; do
     run_job "$WORK/pp.$i" "$BIN/dtrun" -n 8 "$BIN/dtrain" train --config configs/gpt-mini.json --set pp=8
     first_line_is "$WORK/pp.$i" 2 "^\[0\] dtrain: pp = 8: pipeline: 8 stages but the model has 6 blocks" "pp = 8 on 8 ranks (run $i)"
-    run_job "$WORK/ps.$i" "$BIN/dtrun" --servers 2 -n 2 "$BIN/dtrain" train --config configs/gpt-mini.json
+    run_job "$WORK/ps.$i" "$BIN/dtrun" -n 2 "$BIN/dtrain" train --config configs/gpt-mini.json --set servers=2
     first_line_is "$WORK/ps.$i" 2 "^\[0\] dtrain: parameter server: 2 servers among 2 ranks leaves 0 workers" \
-        "dtrun --servers 2 -n 2 (run $i)"
+        "servers=2 on 2 ranks (run $i)"
     run_job "$WORK/tp.$i" "$BIN/dtrun" -n 3 "$BIN/dtrain" train --config configs/gpt-mini.json --set tp=2
     first_line_is "$WORK/tp.$i" 2 "^\[0\] dtrain: pp = 1, tp = 2: mesh dp=\? x tp=2: the world's 3 ranks are not divisible by 2" \
         "tp = 2 on 3 ranks (run $i)"
@@ -41,7 +41,7 @@ for i in 1 2 3 4 5; do
     first_line_is "$WORK/mlp.$i" 2 "^\[[0-2]\] dtrain: configuration: key 'tp' does not fit the model: mlp: tp = 3 must divide the hidden size 256 \(mlp_sizes\[1\]" \
         "an mlp's hidden size tp = 3 does not divide (run $i)"
 done
-echo "pp = 8 on 8 ranks, --servers 2 -n 2, tp = 2 on 3 ranks, an mlp's tp = 3: the reason first, exit 2 (5 runs each)"
+echo "pp = 8 on 8 ranks, servers=2 on 2 ranks, tp = 2 on 3 ranks, an mlp's tp = 3: the reason first, exit 2 (5 runs each)"
 expect_grep "$WORK/pp.1" "\(the configuration does not fit the job's 8 ranks\)"
 
 # -- dtrun: rank 1 fails after 0.3 s; ranks 0 and 2 report its abort at once, before it (exit 1)

@@ -191,8 +191,14 @@ static int build(train_run *t, dtrain_config *c, char *step_dir, size_t len)
         if (t->snap_resume[0]) { /* verified already, once per node */
             snprintf(step_dir, len, "%s", t->snap_resume);
             t->pr = t->snap_pr;
-        } else if (dtrain_checkpoint_open(t->resume, t->d.train_samples, step_dir, len, &saved, &t->pr) != DT_OK)
+        } else if (dtrain_checkpoint_open(t->resume, t->d.train_samples, step_dir, len, &saved, &t->pr) != DT_OK) {
             return 1;
+        } else if (strcmp(saved.optimizer, c->optimizer)) { /* its state would load into another's slots */
+            fprintf(stderr, "dtrain: %s holds the state of optimizer %s, and this run's optimizer is %s: resume with "
+                            "optimizer %s (a state does not carry over between optimizers)\n", step_dir,
+                    saved.optimizer, c->optimizer, saved.optimizer);
+            return 2;
+        }
         if (t->pr.step > c->steps) {
             fprintf(stderr, "dtrain: %s is at step %lld, past steps = %lld of this run (raise steps)\n", step_dir,
                     (long long)t->pr.step, (long long)c->steps);
