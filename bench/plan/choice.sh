@@ -23,7 +23,7 @@ export XDG_CACHE_HOME="$WORK/cache"
 EXTRA_ARGS=(--set threads=1)
 for w in ${EXTRA:-}; do EXTRA_ARGS+=(--set "$w"); done
 $BIN/dtrain plan --config "configs/$MODEL.json" "${EXTRA_ARGS[@]}" -n 4 --top 1 >"$WORK/plan" 2>&1 || { cat "$WORK/plan"; exit 1; }
-choice=$(sed -n 's/^    --set //p' "$WORK/plan" | head -n 1)
+choice=$(sed -nE 's/^    (--set .*|\(the default layout\))$/\1/p' "$WORK/plan" | head -n 1 | sed 's/^--set //; s/ --set / /g')
 [ "$choice" = "(the default layout)" ] && choice=""
 echo "machine: $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $MODEL ${EXTRA:-}; the planner chooses '${choice:-default}'"
 rows=("$choice")

@@ -76,7 +76,7 @@ PY
 for model in $MODELS; do
     "$BIN/dtrain" plan --config "configs/$model.json" --set threads=1 "${EXTRA_ARGS[@]}" -n $N --top 1 >"$WORK/plan" 2>&1 ||
         { cat "$WORK/plan"; exit 1; }
-    choice=$(sed -n 's/^    --set //p' "$WORK/plan" | head -n 1)
+    choice=$(sed -nE 's/^    (--set .*|\(the default layout\))$/\1/p' "$WORK/plan" | head -n 1 | sed 's/^--set //; s/ --set / /g')
     [ "$choice" = "(the default layout)" ] && choice=""
     echo "$model: the planner chooses '${choice:-default}'"
     rows=("${LAYOUTS[@]}")
