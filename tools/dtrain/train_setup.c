@@ -94,7 +94,10 @@ static bool state_not_finite(const train_run *t, const char *step_dir)
     if (dtrain_params_not_finite(dt_model_params(m), step_dir))
         return true;
     int64_t count = 0;
+    bool on_disk = false;
     dt_optimizer *o = dt_strategy_optimizer(t->s);
+    if (o && dt_optimizer_state_floats(o, &on_disk) > 0 && on_disk)
+        return false; /* (offloaded: reading it whole would hold it all in memory) */
     const float *state = o ? dt_optimizer_state(o, &count) : NULL;
     for (int64_t k = 0; state && k < count; k++)
         if (!isfinite(state[k])) {
