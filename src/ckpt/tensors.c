@@ -116,18 +116,20 @@ dt_status dt_ckpt_manifest_check_tensors(const dt_ckpt_manifest *m, dt_params *p
     return DT_OK;
 }
 
-/* Whether the manifest of step_dir lists file `name` (the files it checked
- * for size and CRC: no other is read). */
-static dt_status listed(const char *step_dir, const char *name)
+/* Whether the manifest of step_dir lists each of the n files (the files it
+ * checked for size and CRC: no other is read).  One read of the manifest. */
+static dt_status listed(const char *step_dir, const char *const *names, int n)
 {
     dt_ckpt_manifest *m = NULL;
     DT_CHECK(dt__ckpt_manifest_read(step_dir, false, &m));
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(m->json, "files");
-    bool found = cJSON_GetObjectItemCaseSensitive(files, name) != NULL;
+    dt_status s = DT_OK;
+    for (int i = 0; i < n && s == DT_OK; i++)
+        if (names[i] && !cJSON_GetObjectItemCaseSensitive(files, names[i]))
+            s = dt__fail(DT_ERR_INVALID, "%s: the manifest does not list %s (the checkpoint holds no such state, "
+                                         "or the manifest was edited)", step_dir, names[i]);
     dt_ckpt_manifest_close(m);
-    return found ? DT_OK
-                 : dt__fail(DT_ERR_INVALID, "%s: the manifest does not list %s (the checkpoint holds no such state, "
-                                            "or the manifest was edited)", step_dir, name);
+    return s;
 }
 
 dt_status dt_ckpt_load(const char *step_dir, dt_params *p, dt_optimizer *o)
@@ -141,13 +143,14 @@ dt_status dt_ckpt_load(const char *step_dir, dt_params *p, dt_optimizer *o)
     int nranks = 0;
     if (dst[0])
         DT_CHECK(dt_ckpt_shards(step_dir, &nranks, NULL, NULL));
+    if (dst[0] && nranks == 0) /* the moments' files, each listed */
+        DT_CHECK(listed(step_dir, (const char *const[]){names[0], dst[1] ? names[1] : NULL}, 2));
     for (int i = 0; i < 2; i++) {
         if (!dst[i])
             continue;
         if (nranks > 0) { /* a sharded checkpoint: the moments put together from every rank's file */
             DT_CHECK(dt_ckpt_load_shard(step_dir, sharded[i], 0, 0, dst[i], dt_params_numel(p)));
         } else {
-            DT_CHECK(listed(step_dir, names[i]));
             DT_CHECK(dt__ckpt_path(path, sizeof path, "%s/%s", step_dir, names[i]));
             DT_CHECK(dt_safetensors_read(path, p, dst[i]));
         }
